@@ -1,0 +1,304 @@
+"""Run the real Pulumi program under Pulumi's mock engine and record what it declares.
+
+Used by ``scripts/plan.py`` (the offline plan) and by the tests. No CLI, no provider plugins,
+no cloud: ``pulumi.runtime.set_mocks`` stands in for the engine, and each resource's recorded
+inputs are exactly what ``pulumi up`` would send to the provider. Inputs that are Pulumi secrets
+are recorded as ``"[secret]"``; a secret's value found in a plain input is reported as a leak.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import pulumi
+import pulumi.runtime
+from pulumi.runtime import rpc
+from pulumi.runtime.sync_await import _sync_await
+
+from components.spec.config import NAMESPACE, SECRET_KEYS
+
+SECRET_MASK = "[secret]"
+# Value given to secrets a stack does not set, so the plan renders; obviously not a real one.
+PLACEHOLDER_PREFIX = "PLAN-PLACEHOLDER-NOT-A-REAL-"
+MOCK_ACCOUNT_ID = "123456789012"
+
+
+@dataclass(frozen=True)
+class RecordedResource:
+    """One declared resource.
+
+    Attributes:
+        type: Pulumi type token, e.g. ``aws:ec2/instance:Instance``.
+        name: logical name.
+        inputs: inputs as sent to the provider, secrets masked, integral floats as ints.
+        custom: False for component resources.
+        resource_id: the mock physical id.
+    """
+
+    type: str
+    name: str
+    inputs: Mapping[str, Any]
+    custom: bool
+    resource_id: str
+
+
+@dataclass
+class PlanRun:
+    """The result of one mock run.
+
+    Attributes:
+        resources: declared resources in registration order.
+        outputs: stack outputs, secrets masked.
+        secret_leaks: ``(secret key, resource name, input path)`` where a secret's value sits in
+            a plain input (must be empty; tests and the plan fail on any).
+        context: the ``DeploymentContext`` of the run (spec, sizing, vLLM command).
+    """
+
+    resources: list[RecordedResource] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    secret_leaks: list[tuple[str, str, str]] = field(default_factory=list)
+    context: Any = None
+
+    def of_type(self, type_token: str) -> list[RecordedResource]:
+        """Resources whose type token equals ``type_token``."""
+        return [r for r in self.resources if r.type == type_token]
+
+    def named(self, name: str) -> RecordedResource:
+        """The resource with logical name ``name``.
+
+        Raises:
+            KeyError: none declared with that name.
+        """
+        for res in self.resources:
+            if res.name == name:
+                return res
+        raise KeyError(name)
+
+
+def _clean(value: Any) -> Any:
+    """Mask wrapped secrets, turn integral floats back into ints, and stringify odd leaves."""
+    if rpc.is_rpc_secret(value):
+        return SECRET_MASK
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def _unwrap(value: Any) -> Any:
+    """Inputs with secrets unwrapped (the state a provider would see)."""
+    if rpc.is_rpc_secret(value):
+        return _unwrap(rpc.unwrap_rpc_secret(value))
+    if isinstance(value, dict):
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_unwrap(v) for v in value]
+    return value
+
+
+def _walk_strings(value: Any, path: str = ""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk_strings(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _walk_strings(v, f"{path}[{i}]")
+    elif isinstance(value, str):
+        yield path, value
+
+
+# Outputs the providers compute, for resources whose outputs feed other resources.
+OutputFn = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+def _arn(service: str, kind: str) -> OutputFn:
+    return lambda name, inputs: {"arn": f"arn:aws:{service}::{MOCK_ACCOUNT_ID}:{kind}/{name}"}
+
+
+RESOURCE_OUTPUTS: dict[str, OutputFn] = {
+    "aws:s3/bucket:Bucket": lambda name, i: {
+        "bucket": i.get("bucket") or f"{name}-a1b2c3d",
+        "arn": f"arn:aws:s3:::{i.get('bucket') or name + '-a1b2c3d'}",
+    },
+    "aws:s3/bucketV2:BucketV2": lambda name, i: {
+        "bucket": i.get("bucket") or f"{name}-a1b2c3d",
+        "arn": f"arn:aws:s3:::{i.get('bucket') or name + '-a1b2c3d'}",
+    },
+    "aws:eks/cluster:Cluster": lambda name, i: {
+        "endpoint": f"https://{name}.gr7.us-east-1.eks.amazonaws.com",
+        "certificateAuthority": {"data": "TU9DSy1DQQ=="},
+        "arn": f"arn:aws:eks:us-east-1:{MOCK_ACCOUNT_ID}:cluster/{i.get('name', name)}",
+        "name": i.get("name", name),
+        "identities": [{"oidcs": [{"issuer": f"https://oidc.eks.us-east-1.amazonaws.com/id/{name.upper()}"}]}],
+        "vpcConfig": {**(i.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{name}-cluster"},
+    },
+    "aws:fsx/lustreFileSystem:LustreFileSystem": lambda name, i: {
+        "dnsName": f"fs-{abs(hash(name)) % 10**8:08d}.fsx.us-east-1.amazonaws.com",
+        "mountName": "abcdefgh",
+        "arn": f"arn:aws:fsx:us-east-1:{MOCK_ACCOUNT_ID}:file-system/fs-{name}",
+    },
+    "aws:ec2/instance:Instance": lambda name, i: {
+        "privateIp": "10.42.1.10",
+        "privateDns": "ip-10-42-1-10.ec2.internal",
+        "arn": f"arn:aws:ec2:us-east-1:{MOCK_ACCOUNT_ID}:instance/i-{name}",
+    },
+    "aws:iam/role:Role": _arn("iam", "role"),
+    "aws:iam/policy:Policy": _arn("iam", "policy"),
+    "aws:iam/instanceProfile:InstanceProfile": _arn("iam", "instance-profile"),
+    "aws:lb/loadBalancer:LoadBalancer": lambda name, i: {
+        "dnsName": f"{name}-0123456789.elb.us-east-1.amazonaws.com",
+        "arn": f"arn:aws:elasticloadbalancing:us-east-1:{MOCK_ACCOUNT_ID}:loadbalancer/net/{name}/0123456789",
+    },
+    "aws:ec2/launchTemplate:LaunchTemplate": lambda name, i: {"latestVersion": 1},
+}
+
+CallFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+CALL_RESULTS: dict[str, CallFn] = {
+    "aws:index/getCallerIdentity:getCallerIdentity": lambda a: {
+        "accountId": MOCK_ACCOUNT_ID,
+        "arn": f"arn:aws:iam::{MOCK_ACCOUNT_ID}:user/plan",
+        "userId": "AIDAPLAN",
+    },
+    "aws:index/getRegion:getRegion": lambda a: {"name": a.get("name") or "us-east-1", "region": a.get("region") or "us-east-1"},
+    "aws:index/getPartition:getPartition": lambda a: {"partition": "aws", "dnsSuffix": "amazonaws.com"},
+    "aws:ssm/getParameter:getParameter": lambda a: {"value": "ami-0mockfromssm0000", "name": a.get("name"), "type": "String"},
+    "aws:ec2/getAmi:getAmi": lambda a: {"id": "ami-0mockami000000000", "architecture": "x86_64"},
+}
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Mocks that record every resource and answer with plausible provider outputs.
+
+    Args:
+        secret_values: secret config key -> value, to detect values leaking into plain inputs.
+    """
+
+    def __init__(self, secret_values: Mapping[str, str]):
+        self.run = PlanRun()
+        self._secret_values = {k: v for k, v in secret_values.items() if v and len(v) >= 8}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        cleaned = _clean(args.inputs)
+        resource_id = f"{args.name}-id"
+        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, args.custom, resource_id))
+        for path, text in _walk_strings(cleaned):
+            for key, secret in self._secret_values.items():
+                if secret in text:
+                    self.run.secret_leaks.append((key, args.name, path))
+        state = dict(_unwrap(args.inputs))
+        extra = RESOURCE_OUTPUTS.get(args.typ)
+        if extra is not None:
+            state.update(extra(args.name, state))
+        return resource_id, state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        fn = CALL_RESULTS.get(args.token)
+        return (fn(dict(_unwrap(args.args))) if fn else {}), None
+
+
+def pulumi_config_strings(stack_config: Mapping[str, Any]) -> dict[str, str]:
+    """Stack-file config values as the strings Pulumi hands a program (objects as JSON)."""
+
+    def default(obj: Any) -> Any:
+        if isinstance(obj, (_dt.datetime, _dt.date)):
+            text = obj.isoformat()
+            return text.replace("+00:00", "Z")
+        raise TypeError(f"cannot serialize {type(obj).__name__}")
+
+    out: dict[str, str] = {}
+    for key, value in stack_config.items():
+        if isinstance(value, str):
+            out[key] = value
+        elif isinstance(value, (_dt.datetime, _dt.date)):
+            out[key] = default(value)
+        else:
+            out[key] = json.dumps(value, default=default)
+    return out
+
+
+def run_program(
+    stack_config: Mapping[str, Any],
+    *,
+    stack: str,
+    project: str = NAMESPACE,
+    secrets: Mapping[str, str] | None = None,
+    now: _dt.datetime | None = None,
+) -> PlanRun:
+    """Run the program (``components.program``) under mocks for one stack's config.
+
+    Args:
+        stack_config: the stack file's ``config:`` map (full keys). ``{secure: ...}`` values
+            are replaced by ``secrets`` or placeholders.
+        stack, project: names the program sees.
+        secrets: secret key (without namespace) -> value, for tests; missing secrets that the
+            stack declares get ``PLAN-PLACEHOLDER-NOT-A-REAL-<KEY>``.
+        now: the clock the program uses (``KIMI_DEPLOY_NOW``).
+
+    Returns:
+        The recorded ``PlanRun``.
+
+    Raises:
+        ConfigError: the program rejected the config (raised before any resource exists).
+    """
+    from components import program
+
+    secrets = dict(secrets or {})
+    plain: dict[str, Any] = {}
+    secret_full_keys: list[str] = []
+    for key, value in stack_config.items():
+        ns, _, name = key.partition(":")
+        if ns == NAMESPACE and name in SECRET_KEYS:
+            if name not in secrets:
+                secrets[name] = PLACEHOLDER_PREFIX + name.upper()
+            continue
+        plain[key] = value
+    config = pulumi_config_strings(plain)
+    for name, value in secrets.items():
+        config[f"{NAMESPACE}:{name}"] = value
+        secret_full_keys.append(f"{NAMESPACE}:{name}")
+
+    mocks = RecordingMocks(secrets)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False)
+    pulumi.runtime.set_all_config(config, secret_full_keys)
+    previous_now = os.environ.get(program.NOW_ENV)
+    if now is not None:
+        os.environ[program.NOW_ENV] = now.astimezone(_dt.timezone.utc).isoformat()
+    holder: dict[str, Any] = {}
+
+    def body():
+        ctx = program.build_context()
+        holder["ctx"] = ctx
+        holder["outputs"] = program.declare(ctx)
+        return pulumi.Output.from_input(True)
+
+    try:
+        pulumi.runtime.test(body)()
+        mocks.run.context = holder.get("ctx")
+        mocks.run.outputs = _sync_await(_resolve_outputs(holder.get("outputs", {})))
+    finally:
+        if now is not None:
+            if previous_now is None:
+                os.environ.pop(program.NOW_ENV, None)
+            else:
+                os.environ[program.NOW_ENV] = previous_now
+    return mocks.run
+
+
+async def _resolve_outputs(outputs: Mapping[str, Any]) -> dict[str, Any]:
+    resolved: dict[str, Any] = {}
+    for key, value in outputs.items():
+        out = pulumi.Output.from_input(value)
+        is_secret = await out.is_secret()
+        val = await out.future(with_unknowns=True)
+        resolved[key] = SECRET_MASK if is_secret else _clean(val)
+    return resolved

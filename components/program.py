@@ -1,0 +1,202 @@
+"""The Pulumi program's body: read config, validate it into a spec, declare the components.
+
+``__main__.py`` calls ``main()``. The same function runs under ``pulumi up`` and under Pulumi's
+mock engine (tests and ``scripts/plan.py``), so the offline plan shows exactly what would be
+declared. Config errors stop the program before any resource is declared, as one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pulumi
+import pulumi_random as random
+
+from components.spec.config import NAMESPACE, SECRET_KEYS, ConfigError, DeploymentSpec, format_utc, parse_spec
+from components.spec.sizing import Sizing, compute_sizing
+from components.spec.vllm import VllmCommand, build_vllm_command
+
+# Reproducible clock for offline plans and plan diffs (ISO 8601); `pulumi up` uses the real clock.
+NOW_ENV = "KIMI_DEPLOY_NOW"
+
+
+@dataclass
+class DeploymentContext:
+    """What every component receives: the validated spec and its derived values, plus secrets.
+
+    Attributes:
+        spec: the deployment spec (pure data).
+        sizing: its sizing.
+        vllm: the serving command of one model copy.
+        tags: tags for every taggable resource (``expires-at`` included when the stack expires;
+            it may be an Output: the trial expiry is fixed when the stack is first created).
+        expires_at: the expiry as an RFC 3339 string Output, or None when the stack does not expire.
+        hub_token: the hub token (secret Output), or None when not configured.
+        api_key: the vLLM API key (secret Output): configured, or generated once and kept.
+        kubeconfig: the kubeconfig of an existing cluster (secret Output), or None.
+        now: the clock used for this run (UTC).
+    """
+
+    spec: DeploymentSpec
+    sizing: Sizing
+    vllm: VllmCommand
+    tags: dict[str, Any]
+    expires_at: pulumi.Output[str] | None
+    hub_token: pulumi.Output[str] | None
+    api_key: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str] | None
+    now: datetime
+    exports: dict[str, Any] = field(default_factory=dict)
+
+
+def current_time() -> datetime:
+    """The run's clock: ``KIMI_DEPLOY_NOW`` when set (offline plans), else now, in UTC.
+
+    Raises:
+        ConfigError: ``KIMI_DEPLOY_NOW`` is not an ISO 8601 time.
+    """
+    raw = os.environ.get(NOW_ENV)
+    if not raw:
+        return datetime.now(timezone.utc)
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(NOW_ENV, raw, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def read_namespace_config() -> tuple[dict[str, Any], frozenset[str]]:
+    """All ``kimi-deploy:*`` config of the running stack (secrets excluded) and the set of
+    secret keys that are set. Object values are JSON-decoded, as ``pulumi.Config.get_object`` does."""
+    cfg = pulumi.Config(NAMESPACE)
+    keys: set[str] = set()
+    for source in (pulumi.runtime.config.CONFIG.get(), pulumi.runtime.config.get_config_env()):
+        keys.update(k.partition(":")[2] for k in source if k.startswith(NAMESPACE + ":"))
+    values: dict[str, Any] = {}
+    secrets: set[str] = set()
+    for key in sorted(keys):
+        if key in SECRET_KEYS:
+            if cfg.get(key):
+                secrets.add(key)
+            continue
+        raw = cfg.get(key)
+        try:
+            values[key] = json.loads(raw) if raw is not None else None
+        except (TypeError, ValueError):
+            values[key] = raw
+    region = pulumi.Config("aws").get("region")
+    if region:
+        values["region"] = region
+    return values, frozenset(secrets)
+
+
+def _expiry(spec: DeploymentSpec, now: datetime) -> pulumi.Output[str] | None:
+    """The stack's expiry as an Output: explicit, or for a trial ``trialTtlHours`` after creation.
+
+    The TTL expiry is captured in a ``random.RandomId``'s keepers with ``ignore_changes``: the
+    value computed at the first ``pulumi up`` stays in state, so later updates do not move it.
+    """
+    if spec.expires_at is not None:
+        return pulumi.Output.from_input(format_utc(spec.expires_at))
+    if spec.environment != "trial":
+        return None
+    first_value = format_utc(now + timedelta(hours=spec.trial_ttl_hours))
+    marker = random.RandomId(
+        "trial-expiry",
+        byte_length=4,
+        keepers={"expiresAt": first_value, "ttlHours": str(spec.trial_ttl_hours)},
+        opts=pulumi.ResourceOptions(ignore_changes=["keepers"]),
+    )
+    return marker.keepers.apply(lambda k: (k or {}).get("expiresAt", first_value))
+
+
+def _api_key(cfg: pulumi.Config) -> pulumi.Output[str]:
+    """The configured API key, or one generated once (``random.RandomPassword``, kept in state)."""
+    configured = cfg.get_secret("apiKey")
+    if configured is not None:
+        return configured
+    generated = random.RandomPassword("vllm-api-key", length=48, special=False)
+    return pulumi.Output.secret(generated.result)
+
+
+def build_context(now: datetime | None = None) -> DeploymentContext:
+    """Read and validate config, derive sizing and the vLLM command, gather secrets.
+
+    Raises:
+        ConfigError: any invalid config value (before any resource is declared).
+    """
+    now = now or current_time()
+    values, secrets_set = read_namespace_config()
+    spec = parse_spec(values, stack=pulumi.get_stack(), project=pulumi.get_project(), now=now, secrets_set=secrets_set)
+    sizing = compute_sizing(spec)
+    command = build_vllm_command(spec, sizing)
+    cfg = pulumi.Config(NAMESPACE)
+    expires_at = _expiry(spec, now)
+    tags: dict[str, Any] = dict(spec.tags)
+    if expires_at is not None:
+        tags["expires-at"] = expires_at
+    return DeploymentContext(
+        spec=spec,
+        sizing=sizing,
+        vllm=command,
+        tags=tags,
+        expires_at=expires_at,
+        hub_token=cfg.get_secret(spec.hub_token_key),
+        api_key=_api_key(cfg),
+        kubeconfig=cfg.get_secret("kubeconfig"),
+        now=now,
+    )
+
+
+def declare(ctx: DeploymentContext) -> dict[str, Any]:
+    """Declare every component for ``ctx`` and return the stack outputs.
+
+    AWS infrastructure first (network, compute or EKS, storage, IAM), then the Kubernetes
+    workloads on the EKS cluster or the configured existing cluster.
+    """
+    spec, sizing = ctx.spec, ctx.sizing
+    outputs: dict[str, Any] = {
+        "target": spec.target.name,
+        "platform": spec.platform,
+        "environment": spec.environment,
+        "servedModelNames": list(ctx.vllm.served_model_names),
+        "vllmImage": ctx.vllm.image,
+        "startupBudgetSeconds": sizing.startup_budget_seconds,
+        "kvCacheTokens": sizing.kv_cache_tokens,
+        "gpuUsdPerHour": sizing.usd_per_hour,
+        "apiKey": ctx.api_key,
+    }
+    if ctx.expires_at is not None:
+        outputs["expiresAt"] = ctx.expires_at
+    aws_result = None
+    if spec.is_aws:
+        from components.aws import declare_aws
+
+        aws_result = declare_aws(ctx)
+        outputs.update(aws_result.outputs)
+    if spec.uses_kubernetes:
+        from components.k8s import declare_workloads
+
+        k8s_result = declare_workloads(ctx, aws_result)
+        outputs.update(k8s_result.outputs)
+    return outputs
+
+
+def main() -> dict[str, Any]:
+    """Entry point used by ``__main__.py``: build, declare and export.
+
+    Raises:
+        pulumi.RunError: a config error, reported by Pulumi as one line without a traceback.
+    """
+    try:
+        ctx = build_context()
+    except ConfigError as err:
+        raise pulumi.RunError(str(err)) from None
+    outputs = declare(ctx)
+    for key, value in outputs.items():
+        pulumi.export(key, value)
+    return outputs

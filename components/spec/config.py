@@ -1,0 +1,742 @@
+"""The typed deployment spec: parsed and validated from a stack's ``kimi-deploy:*`` config.
+
+``parse_spec`` turns the plain config mapping (as in ``stacks/Pulumi.<stack>.yaml``) into a
+frozen ``DeploymentSpec``, or raises ``ConfigError`` with one line naming the key, the value and
+what is allowed. Nothing is declared before the whole spec is valid. No Pulumi import here:
+``__main__.py`` reads the config through Pulumi and hands it in; scripts read the stack file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import fsx
+from .model import MODELS, ModelProfile
+from .targets import PLATFORMS, TARGETS, InstanceFacts, TargetProfile
+
+NAMESPACE = "kimi-deploy"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STACKS_DIR = REPO_ROOT / "stacks"
+
+# Config keys that hold secrets. They never enter the spec: only whether they are set.
+SECRET_KEYS: tuple[str, ...] = ("hfToken", "modelscopeToken", "apiKey", "kubeconfig")
+
+ENVIRONMENTS: tuple[str, ...] = ("trial", "staging", "prod")
+DEFAULT_TRIAL_TTL_HOURS = 72
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+_RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class ConfigError(ValueError):
+    """A stack config value is invalid. ``str(err)`` is one line: key, value, what is allowed.
+
+    Attributes:
+        key: full config key, e.g. ``kimi-deploy:storage.fsx.throughputPerTib``.
+        value: the value received (never a secret's value).
+    """
+
+    def __init__(self, key: str, value: Any, allowed: str):
+        self.key = key if key.startswith(NAMESPACE + ":") or ":" in key else f"{NAMESPACE}:{key}"
+        self.value = value
+        super().__init__(f"{self.key}: {value!r} {allowed}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw config: the shape of the YAML, camelCase as users write it. Unknown keys are rejected.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Raw(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True)
+
+
+class ModelConfig(_Raw):
+    """``kimi-deploy:model``: which checkpoint, from where, at which revision."""
+
+    profile: str = "kimi-k3.1-pro"
+    source: Literal["huggingface", "modelscope"] = "huggingface"
+    revision: str = "main"
+    license_acknowledged: bool = Field(False, alias="licenseAcknowledged")
+    served_model_name: str | None = Field(None, alias="servedModelName")
+
+
+class CapacityConfig(_Raw):
+    """``kimi-deploy:compute.capacity``: where the GPU capacity comes from."""
+
+    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"
+    reservation_id: str | None = Field(None, alias="reservationId")
+    availability_zone: str | None = Field(None, alias="availabilityZone")
+    ends_at: datetime | None = Field(None, alias="endsAt")
+    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+
+
+class ComputeConfig(_Raw):
+    """``kimi-deploy:compute``: GPU nodes."""
+
+    instance_type: str | None = Field(None, alias="instanceType")
+    availability_zone: str | None = Field(None, alias="availabilityZone")
+    replicas: int = Field(1, ge=1, le=64)
+    efa: bool | None = None
+    capacity: CapacityConfig = CapacityConfig()
+    root_volume_gib: int = Field(500, alias="rootVolumeGib", ge=100, le=16_384)
+    ami_id: str | None = Field(None, alias="amiId")
+    ami_architecture: Literal["x86_64", "arm64"] | None = Field(None, alias="amiArchitecture")
+    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+
+
+class NetworkConfig(_Raw):
+    """``kimi-deploy:network``: VPC, subnets and who may reach the API port."""
+
+    vpc_id: str | None = Field(None, alias="vpcId")
+    private_subnet_ids: tuple[str, ...] = Field((), alias="privateSubnetIds")
+    vpc_cidr: str = Field("10.42.0.0/16", alias="vpcCidr")
+    allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
+    allowed_security_group_ids: tuple[str, ...] = Field((), alias="allowedSecurityGroupIds")
+
+
+class MirrorConfig(_Raw):
+    """``kimi-deploy:storage.mirror``: the in-region S3 mirror of the checkpoint."""
+
+    enabled: bool = True
+    bucket_name: str | None = Field(None, alias="bucketName")
+    create: bool = True
+    prefix: str = "models"
+    endpoint_url: str | None = Field(None, alias="endpointUrl")
+
+
+class FsxConfig(_Raw):
+    """``kimi-deploy:storage.fsx``: FSx for Lustre settings (used when storage.kind needs FSx)."""
+
+    deployment_type: str = Field("PERSISTENT_2", alias="deploymentType")
+    throughput_per_tib: int = Field(1000, alias="throughputPerTib")
+    capacity_gib: int | None = Field(None, alias="capacityGib")
+    headroom_fraction: float = Field(0.10, alias="headroomFraction", ge=0, le=2)
+    efa: bool = False
+    metadata_iops: int | None = Field(None, alias="metadataIops")
+
+
+class StorageConfig(_Raw):
+    """``kimi-deploy:storage``: where the weights live while being served."""
+
+    kind: Literal["nvme", "fsx", "nvme-from-fsx", "pvc"] = "nvme"
+    read_gbps: float | None = Field(None, alias="readGBps", gt=0)
+    existing_claim: str | None = Field(None, alias="existingClaim")
+    mirror: MirrorConfig = MirrorConfig()
+    fsx: FsxConfig = FsxConfig()
+
+
+class VllmConfig(_Raw):
+    """``kimi-deploy:vllm``: serving options layered on the recipe."""
+
+    image_tag: str | None = Field(None, alias="imageTag")
+    image: str | None = None
+    port: int = Field(8000, ge=1024, le=65535)
+    decode_context_parallel_size: int = Field(1, alias="decodeContextParallelSize", ge=1)
+    max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024)
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = Field(
+        None, alias="kvCacheDtype"
+    )
+    gpu_memory_utilization: float = Field(0.95, alias="gpuMemoryUtilization", gt=0.5, le=0.99)
+    enable_prefix_caching: bool = Field(True, alias="enablePrefixCaching")
+    extra_args: tuple[str, ...] = Field((), alias="extraArgs")
+
+
+class KubernetesConfig(_Raw):
+    """``kimi-deploy:kubernetes``: the workload side (EKS or an existing cluster)."""
+
+    namespace: str = "kimi"
+    installed_addons: tuple[str, ...] = Field((), alias="installedAddons")
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    tolerations: tuple[dict[str, Any], ...] = ()
+    service_type: Literal["ClusterIP", "internal-nlb"] = Field("ClusterIP", alias="serviceType")
+    allowed_namespaces: tuple[str, ...] = Field((), alias="allowedNamespaces")
+    allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
+    nvme_host_path: str = Field("/mnt/k8s-disks/0", alias="nvmeHostPath")
+    context: str | None = None
+
+
+class RawConfig(_Raw):
+    """The whole ``kimi-deploy:*`` namespace of a stack (secrets excluded)."""
+
+    target: str
+    platform: str
+    environment: str
+    owner: str
+    region: str | None = None
+    expires_at: datetime | None = Field(None, alias="expiresAt")
+    trial_ttl_hours: int = Field(DEFAULT_TRIAL_TTL_HOURS, alias="trialTtlHours", ge=1, le=24 * 30)
+    protect: bool | None = None
+    model: ModelConfig = ModelConfig()
+    compute: ComputeConfig = ComputeConfig()
+    network: NetworkConfig = NetworkConfig()
+    storage: StorageConfig = StorageConfig()
+    vllm: VllmConfig = VllmConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
+
+
+# ---------------------------------------------------------------------------------------------
+# The validated spec
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """Everything that is deployed, validated: the single input of sizing, the vLLM command,
+    the Pulumi components and the scripts.
+
+    Attributes:
+        project, stack: Pulumi project and stack names.
+        target: the target profile (``TARGETS``).
+        platform: ``aws-ec2``, ``aws-eks`` or ``kubernetes``.
+        environment: ``trial``, ``staging`` or ``prod``.
+        owner: team or person tagged as owner.
+        region: AWS region (None for the kubernetes platform).
+        expires_at: explicit expiry (UTC) or None. A trial without one expires
+            ``trial_ttl_hours`` after its first ``pulumi up`` (fixed at creation).
+        trial_ttl_hours: default time to live of a trial, hours.
+        protect: resources holding data (mirror, file system) are protected from deletion.
+        model: the model profile; ``revision``/``model_source`` say which commit from where.
+        instance: instance facts of one node.
+        config: the raw, validated config (for settings that need no derivation).
+        secrets_set: names of the secret keys that have a value in the stack's config.
+        warnings: things the plan must show (for example a trial following a branch).
+    """
+
+    project: str
+    stack: str
+    target: TargetProfile
+    platform: str
+    environment: str
+    owner: str
+    region: str | None
+    expires_at: datetime | None
+    trial_ttl_hours: int
+    protect: bool
+    model: ModelProfile
+    revision: str
+    model_source: str
+    instance: InstanceFacts
+    config: RawConfig
+    secrets_set: frozenset[str]
+    warnings: tuple[str, ...]
+
+    @property
+    def revision_is_commit(self) -> bool:
+        """Whether the model revision is pinned to a 40-hex commit."""
+        return bool(_COMMIT_RE.match(self.revision))
+
+    @property
+    def is_aws(self) -> bool:
+        """Whether AWS resources are declared (``aws-ec2`` or ``aws-eks``)."""
+        return self.platform.startswith("aws-")
+
+    @property
+    def uses_kubernetes(self) -> bool:
+        """Whether the workloads run on Kubernetes (``aws-eks`` or ``kubernetes``)."""
+        return self.platform in ("aws-eks", "kubernetes")
+
+    @property
+    def nodes_per_copy(self) -> int:
+        """Nodes in one model copy (tensor-parallel group)."""
+        return self.target.nodes_per_copy
+
+    @property
+    def replicas(self) -> int:
+        """Model copies (independent vLLM servers or LeaderWorkerSet groups)."""
+        return self.config.compute.replicas
+
+    @property
+    def gpu_nodes(self) -> int:
+        """GPU nodes in all: replicas x nodes per copy."""
+        return self.replicas * self.nodes_per_copy
+
+    @property
+    def availability_zone(self) -> str | None:
+        """The AZ GPU nodes are pinned to (capacity reservation's AZ wins), or None."""
+        return self.config.compute.capacity.availability_zone or self.config.compute.availability_zone
+
+    @property
+    def efa_enabled(self) -> bool:
+        """EFA on GPU nodes: explicit setting, else on for AWS multi-node copies and EFA types."""
+        explicit = self.config.compute.efa
+        if explicit is not None:
+            return explicit
+        return self.is_aws and self.instance.efa_interfaces > 0 and self.nodes_per_copy > 1
+
+    @property
+    def served_model_name(self) -> str:
+        """The name clients send as ``model``."""
+        return self.config.model.served_model_name or self.model.name
+
+    @property
+    def hub_repo(self) -> str:
+        """Repository id at the configured hub."""
+        return self.model.hf_repo if self.model_source == "huggingface" else self.model.modelscope_repo
+
+    @property
+    def hub_uri(self) -> str:
+        """Source URI of the weight sync: ``hf://ORG/REPO@REV`` or ``modelscope://ORG/REPO@REV``."""
+        scheme = "hf" if self.model_source == "huggingface" else "modelscope"
+        return f"{scheme}://{self.hub_repo}@{self.revision}"
+
+    @property
+    def hub_token_key(self) -> str:
+        """Config key of the hub token secret for the configured source."""
+        return "hfToken" if self.model_source == "huggingface" else "modelscopeToken"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags every taggable resource carries (``expires-at`` is added where it is known)."""
+        tags = {
+            "kimi-deploy:stack": self.stack,
+            "kimi-deploy:environment": self.environment,
+            "kimi-deploy:target": self.target.name,
+            "kimi-deploy:owner": self.owner,
+            "kimi-deploy:project": self.project,
+        }
+        if self.expires_at is not None:
+            tags["expires-at"] = format_utc(self.expires_at)
+        return tags
+
+
+def format_utc(moment: datetime) -> str:
+    """``moment`` as an RFC 3339 UTC string with seconds, e.g. ``2026-12-01T00:00:00Z``."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fmt_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError:
+    """The first pydantic error as a one-line ConfigError naming the full key."""
+    first = err.errors()[0]
+    loc = tuple(first["loc"])
+    key = _fmt_loc(loc)
+    value: Any = raw
+    for part in loc:
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, (list, tuple)) and isinstance(part, int) and part < len(value):
+            value = value[part]
+        else:
+            value = first.get("input")
+            break
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return ConfigError(key, value, "is not a known key (check the spelling; see README 'Configuration')")
+    if kind == "missing":
+        return ConfigError(key, None, "is required")
+    if kind == "literal_error":
+        expected = first.get("ctx", {}).get("expected", "")
+        return ConfigError(key, value, f"is not allowed (allowed: {expected})")
+    return ConfigError(key, value, f"is not valid: {first['msg'].lower()}")
+
+
+def _check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, value, f"is not allowed (allowed: {', '.join(allowed)})")
+
+
+def parse_spec(
+    config: Mapping[str, Any],
+    *,
+    stack: str,
+    project: str = NAMESPACE,
+    now: datetime | None = None,
+    secrets_set: frozenset[str] | set[str] = frozenset(),
+) -> DeploymentSpec:
+    """Validate a stack's config and build the deployment spec.
+
+    Args:
+        config: the ``kimi-deploy`` namespace without its prefix, e.g. ``{"target": "b300",
+            "model": {...}}``; ``aws:region`` may be passed as ``region``. Secret keys
+            (``SECRET_KEYS``) are ignored here: pass their names in ``secrets_set``.
+        stack: Pulumi stack name.
+        project: Pulumi project name.
+        now: the current time (UTC) for expiry checks; defaults to the clock.
+        secrets_set: names of the secret keys that have a value.
+
+    Returns:
+        The frozen ``DeploymentSpec``.
+
+    Raises:
+        ConfigError: the first invalid value, as one line naming key, value and what is allowed.
+    """
+    now = now or datetime.now(timezone.utc)
+    plain = {k: v for k, v in config.items() if k not in SECRET_KEYS}
+    try:
+        raw = RawConfig.model_validate(plain)
+    except ValidationError as err:
+        raise _pydantic_error(err, plain) from None
+
+    warnings: list[str] = []
+
+    # Target, platform, environment -------------------------------------------------------
+    supported_targets = [t for t, p in TARGETS.items() if p.unsupported_reason is None]
+    if raw.target not in TARGETS:
+        _check_choice("target", raw.target, supported_targets)
+    _check_choice("platform", raw.platform, PLATFORMS)
+    _check_choice("environment", raw.environment, ENVIRONMENTS)
+    if not raw.owner.strip():
+        raise ConfigError("owner", raw.owner, "must name the owning team or person")
+    target = TARGETS[raw.target]
+    model = MODELS.get(raw.model.profile)
+    if model is None:
+        raise ConfigError("model.profile", raw.model.profile, f"is not a known model (allowed: {', '.join(MODELS)})")
+
+    needed = model.weights_bytes
+    if target.gpu_memory_per_copy_bytes <= needed or target.unsupported_reason:
+        total_gb = target.gpu_memory_per_copy_bytes / 1e9
+        why = (
+            f"cannot hold {model.display_name}: {target.gpus_per_copy}x {target.gpu.name} = "
+            f"{total_gb:,.0f} GB of GPU memory"
+        )
+        if target.gpu_memory_per_copy_bytes <= needed:
+            why += f" < {needed / 1e12:.2f} TB of weights"
+        else:
+            why += f" leaves no room for KV cache after {needed / 1e12:.2f} TB of weights"
+        if target.unsupported_reason:
+            why += f"; {target.unsupported_reason}"
+        raise ConfigError("target", raw.target, f"{why} (supported: {', '.join(supported_targets)})")
+
+    if raw.platform not in target.platforms:
+        raise ConfigError(
+            "platform",
+            raw.platform,
+            f"is not available for target {target.name} (allowed: {', '.join(target.platforms)})",
+        )
+    instance_type = raw.compute.instance_type or target.platforms[raw.platform]
+    from .targets import INSTANCES  # local: keep the module namespace small
+
+    instance = INSTANCES.get(instance_type)
+    if instance is None:
+        raise ConfigError(
+            "compute.instanceType", instance_type, f"has no profile (known: {', '.join(INSTANCES)})"
+        )
+    if instance.gpus != target.gpus_per_node:
+        raise ConfigError(
+            "compute.instanceType",
+            instance_type,
+            f"has {instance.gpus} GPUs but target {target.name} needs {target.gpus_per_node} per node",
+        )
+
+    is_aws = raw.platform.startswith("aws-")
+    region = raw.region
+    if is_aws and not region:
+        raise ConfigError("aws:region", None, "is required for AWS platforms (pulumi config set aws:region us-east-1)")
+    if is_aws and instance.cloud != "aws":
+        raise ConfigError("compute.instanceType", instance_type, "is not an AWS instance type")
+
+    # Availability zones and capacity ------------------------------------------------------
+    cap = raw.compute.capacity
+    az = raw.compute.availability_zone
+    if az is not None and not _AZ_RE.match(az):
+        raise ConfigError("compute.availabilityZone", az, "is not an availability zone name (e.g. us-east-1a)")
+    if is_aws and az and region and not az.startswith(region):
+        raise ConfigError("compute.availabilityZone", az, f"is not in region {region}")
+    if is_aws and instance.offered_azs:
+        offered = instance.offered_azs.get(region or "", ())
+        if not offered:
+            regions = ", ".join(sorted(instance.offered_azs))
+            raise ConfigError("aws:region", region, f"does not offer {instance_type} (offered in: {regions})")
+        if az and az not in offered:
+            raise ConfigError(
+                "compute.availabilityZone", az, f"does not offer {instance_type} (allowed: {', '.join(offered)})"
+            )
+    if cap.type in ("odcr", "capacity-block"):
+        if not is_aws:
+            raise ConfigError("compute.capacity.type", cap.type, "needs an AWS platform (aws-ec2, aws-eks)")
+        if not cap.reservation_id or not _RESERVATION_RE.match(cap.reservation_id):
+            raise ConfigError(
+                "compute.capacity.reservationId", cap.reservation_id, f"is required for {cap.type} (format cr-0123456789abcdef0)"
+            )
+        if not cap.availability_zone:
+            raise ConfigError(
+                "compute.capacity.availabilityZone", None, f"is required for {cap.type}: subnets are pinned to the reservation's AZ"
+            )
+        if az and az != cap.availability_zone:
+            raise ConfigError(
+                "compute.availabilityZone",
+                az,
+                f"differs from the capacity reservation's AZ {cap.availability_zone} (nodes must launch in the reservation's AZ)",
+            )
+        if instance.offered_azs and cap.availability_zone not in instance.offered_azs.get(region or "", ()):
+            raise ConfigError(
+                "compute.capacity.availabilityZone",
+                cap.availability_zone,
+                f"does not offer {instance_type} (allowed: {', '.join(instance.offered_azs.get(region or '', ()))})",
+            )
+    elif cap.reservation_id:
+        raise ConfigError("compute.capacity.reservationId", cap.reservation_id, "is set but compute.capacity.type is on-demand (set odcr or capacity-block)")
+    if target.name == "gb300" and is_aws and cap.type != "capacity-block":
+        raise ConfigError(
+            "compute.capacity.type", cap.type, "is not available for gb300: AWS sells GB300 only as UltraServer capacity blocks (allowed: capacity-block)"
+        )
+    if raw.compute.efa and instance.efa_interfaces == 0:
+        raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
+    if raw.compute.ami_architecture and raw.compute.ami_architecture != instance.cpu_architecture:
+        raise ConfigError(
+            "compute.amiArchitecture",
+            raw.compute.ami_architecture,
+            f"does not match {instance_type} ({instance.cpu_architecture})",
+        )
+
+    # Network --------------------------------------------------------------------------------
+    import ipaddress
+
+    for i, cidr in enumerate(raw.network.allowed_cidrs + raw.kubernetes.allowed_cidrs):
+        key = "network.allowedCidrs" if i < len(raw.network.allowed_cidrs) else "kubernetes.allowedCidrs"
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
+        if net.prefixlen == 0:
+            raise ConfigError(key, cidr, "opens the API port to the whole internet (name the client networks)")
+    try:
+        ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
+    except ValueError:
+        raise ConfigError("network.vpcCidr", raw.network.vpc_cidr, "is not a CIDR block (e.g. 10.42.0.0/16)") from None
+    if raw.network.private_subnet_ids and not raw.network.vpc_id:
+        raise ConfigError("network.privateSubnetIds", list(raw.network.private_subnet_ids), "needs network.vpcId")
+
+    # Storage --------------------------------------------------------------------------------
+    st = raw.storage
+    if st.kind in ("fsx", "nvme-from-fsx") and not is_aws:
+        raise ConfigError("storage.kind", st.kind, "needs an AWS platform (allowed on kubernetes: nvme, pvc)")
+    if st.kind == "pvc":
+        if not raw.platform == "kubernetes" and raw.platform != "aws-eks":
+            raise ConfigError("storage.kind", st.kind, "needs a Kubernetes platform (aws-eks, kubernetes)")
+        if not st.existing_claim:
+            raise ConfigError("storage.existingClaim", None, "is required when storage.kind is pvc")
+    if st.kind == "nvme" and instance.nvme_total_bytes < needed * 1.05:
+        raise ConfigError(
+            "storage.kind", st.kind, f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of weights (use fsx)"
+        )
+    fc = st.fsx
+    _check_choice("storage.fsx.deploymentType", fc.deployment_type, fsx.DEPLOYMENT_TYPES)
+    tiers = fsx.THROUGHPUT_PER_TIB_MBPS[fc.deployment_type]
+    if fc.throughput_per_tib not in tiers and fc.deployment_type != "SCRATCH_2":
+        raise ConfigError(
+            "storage.fsx.throughputPerTib",
+            fc.throughput_per_tib,
+            f"is not valid for {fc.deployment_type} ({', '.join(map(str, tiers))})",
+        )
+    if fc.capacity_gib is not None:
+        if not fsx.is_valid_capacity_gib(fc.capacity_gib):
+            raise ConfigError(
+                "storage.fsx.capacityGib", fc.capacity_gib, "is not a valid FSx for Lustre size (1200, 2400, then multiples of 2400)"
+            )
+        if fc.capacity_gib * 2**30 < needed:
+            raise ConfigError(
+                "storage.fsx.capacityGib", fc.capacity_gib, f"cannot hold {needed / 2**30:,.0f} GiB of weights"
+            )
+    if fc.efa and fc.deployment_type != "PERSISTENT_2":
+        raise ConfigError("storage.fsx.efa", True, f"needs deploymentType PERSISTENT_2 (got {fc.deployment_type})")
+    if fc.metadata_iops is not None:
+        if fc.deployment_type != "PERSISTENT_2":
+            raise ConfigError("storage.fsx.metadataIops", fc.metadata_iops, "is only for PERSISTENT_2")
+        if not fsx.is_valid_metadata_iops(fc.metadata_iops):
+            raise ConfigError(
+                "storage.fsx.metadataIops", fc.metadata_iops, "is not valid (1500, 3000, 6000, 12000, then multiples of 12000 up to 192000)"
+            )
+    mirror = st.mirror
+    if mirror.bucket_name is not None and not _BUCKET_RE.match(mirror.bucket_name):
+        raise ConfigError("storage.mirror.bucketName", mirror.bucket_name, "is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)")
+    if not mirror.create and mirror.enabled and not mirror.bucket_name:
+        raise ConfigError("storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)")
+    if st.kind in ("fsx", "nvme-from-fsx") and not mirror.enabled:
+        raise ConfigError("storage.mirror.enabled", False, f"must be true for storage.kind {st.kind} (FSx imports the weights from the mirror)")
+    if not mirror.prefix or mirror.prefix.startswith("/") or ".." in mirror.prefix.split("/"):
+        raise ConfigError("storage.mirror.prefix", mirror.prefix, "must be a relative S3 key prefix without '..'")
+
+    # vLLM -----------------------------------------------------------------------------------
+    tp = target.gpus_per_copy
+    dcp = raw.vllm.decode_context_parallel_size
+    if tp % dcp != 0:
+        divisors = [str(d) for d in range(1, tp + 1) if tp % d == 0]
+        raise ConfigError(
+            "vllm.decodeContextParallelSize", dcp, f"must divide the tensor-parallel size {tp} (allowed: {', '.join(divisors)})"
+        )
+    if raw.vllm.max_model_len is not None and raw.vllm.max_model_len > model.max_context_tokens:
+        raise ConfigError("vllm.maxModelLen", raw.vllm.max_model_len, f"exceeds the model's context of {model.max_context_tokens:,} tokens")
+    if target.image_family == "rocm" and raw.vllm.kv_cache_dtype not in (None, "auto", "bfloat16"):
+        # The ROCm recipe serves the KV cache in the model dtype; FP8 MLA KV is a CUDA path.
+        raise ConfigError("vllm.kvCacheDtype", raw.vllm.kv_cache_dtype, "is not part of the MI355X recipe (allowed: auto, bfloat16)")
+    reserved = {"--api-key", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
+    for arg in raw.vllm.extra_args:
+        if arg.split("=", 1)[0] in reserved:
+            raise ConfigError("vllm.extraArgs", arg, f"sets a flag the toolkit owns ({', '.join(sorted(reserved))}); use the matching config key")
+    if raw.vllm.image and raw.vllm.image_tag:
+        raise ConfigError("vllm.image", raw.vllm.image, "and vllm.imageTag are both set (set one)")
+
+    # Kubernetes -----------------------------------------------------------------------------
+    if not _DNS_LABEL_RE.match(raw.kubernetes.namespace):
+        raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
+    if raw.platform == "kubernetes" and "kubeconfig" not in secrets_set:
+        warnings.append(
+            "kimi-deploy:kubeconfig is not set: `pulumi up` will use the ambient kubeconfig; "
+            "set it with `pulumi config set --secret kimi-deploy:kubeconfig < ~/.kube/config`"
+        )
+    # Model revision, license ------------------------------------------------------------
+    rev = raw.model.revision
+    if not _REVISION_RE.match(rev):
+        raise ConfigError("model.revision", rev, "is not a revision (a 40-hex commit, or in a trial a branch or tag name)")
+    if not _COMMIT_RE.match(rev):
+        if raw.environment != "trial":
+            raise ConfigError(
+                "model.revision", rev, f"must be a 40-hex commit in {raw.environment} (branches move; pin the commit the trial resolved)"
+            )
+        warnings.append(
+            f"model.revision '{rev}' is a branch, not a commit: the weight sync resolves and records the "
+            "commit; pin it before staging or prod"
+        )
+    if not raw.model.license_acknowledged:
+        raise ConfigError(
+            "model.licenseAcknowledged", False, f"must be true: {model.display_name} license is {model.license_summary}"
+        )
+
+    # Expiry and protection ----------------------------------------------------------------
+    expires_at = raw.expires_at
+    if expires_at is not None:
+        if expires_at.tzinfo is None:
+            expires_at = expires_at.replace(tzinfo=timezone.utc)
+        if expires_at <= now:
+            raise ConfigError(
+                "expiresAt", format_utc(expires_at), f"is already in the past (now {format_utc(now)}); extend it or remove it to use trialTtlHours"
+            )
+    if raw.environment == "prod" and expires_at is not None:
+        raise ConfigError("expiresAt", format_utc(expires_at), "is set on a prod stack (prod does not expire; use a trial or staging stack)")
+    if cap.type == "capacity-block" and cap.ends_at is not None:
+        ends = cap.ends_at if cap.ends_at.tzinfo else cap.ends_at.replace(tzinfo=timezone.utc)
+        if ends <= now:
+            raise ConfigError("compute.capacity.endsAt", format_utc(ends), f"is in the past (now {format_utc(now)}): the capacity block has ended")
+        if expires_at is not None and ends < expires_at:
+            warnings.append(
+                f"the capacity block ends at {format_utc(ends)}, before the stack expires at {format_utc(expires_at)}: "
+                "the instances stop when the block ends"
+            )
+    protect = raw.protect if raw.protect is not None else raw.environment == "prod"
+
+    from .versions import VLLM_VERSION
+
+    if _version_tuple(VLLM_VERSION) < _version_tuple(model.min_vllm_version) and not raw.vllm.image and not raw.vllm.image_tag:
+        warnings.append(
+            f"the model card asks for vLLM >= {model.min_vllm_version}; the pinned {VLLM_VERSION} is the newest "
+            "release and registers the kimi_k3 parsers. Set vllm.imageTag when a newer release ships."
+        )
+    if raw.environment == "prod" and protect is False:
+        warnings.append("protect is false on a prod stack: `pulumi destroy` can delete the weight mirror and file system")
+
+    return DeploymentSpec(
+        project=project,
+        stack=stack,
+        target=target,
+        platform=raw.platform,
+        environment=raw.environment,
+        owner=raw.owner,
+        region=region if is_aws else None,
+        expires_at=expires_at,
+        trial_ttl_hours=raw.trial_ttl_hours,
+        protect=protect,
+        model=model,
+        revision=rev,
+        model_source=raw.model.source,
+        instance=instance,
+        config=raw,
+        secrets_set=frozenset(secrets_set),
+        warnings=tuple(warnings),
+    )
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack files
+# ---------------------------------------------------------------------------------------------
+
+
+class StackFileError(ConfigError):
+    """A stack file is missing or not a Pulumi stack config file."""
+
+
+def stack_names(stacks_dir: Path = STACKS_DIR) -> list[str]:
+    """Names of the stacks with a file ``stacks/Pulumi.<name>.yaml``, sorted."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
+def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, Any]:
+    """The ``config:`` map of ``stacks/Pulumi.<stack>.yaml`` with full keys (``kimi-deploy:target``).
+
+    Secure values (``{secure: ...}``) are kept as they are: only their presence matters offline.
+
+    Raises:
+        StackFileError: no such stack file, or it is not valid YAML with a ``config`` map.
+    """
+    path = stacks_dir / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise StackFileError("stack", stack, f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise StackFileError("stack", stack, f"file is not valid YAML: {str(err).splitlines()[0]}") from None
+    config = data.get("config", {}) if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        raise StackFileError("stack", stack, "file has no 'config:' map")
+    return config
+
+
+def namespace_config(full_config: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """Split full config keys into the ``kimi-deploy`` namespace map (prefix removed, plus
+    ``region`` from ``aws:region``) and the set of secret keys that have a value.
+
+    Raises:
+        ConfigError: a secret key holds a plain value instead of a secure one is not an error
+            here (Pulumi config files may carry either); a key in our namespace that is a
+            secret must not be given as a non-secret in a committed file (``ConfigError``).
+    """
+    ns: dict[str, Any] = {}
+    secrets: set[str] = set()
+    for key, value in full_config.items():
+        if key == "aws:region":
+            ns["region"] = value
+            continue
+        prefix, _, name = key.partition(":")
+        if prefix != NAMESPACE:
+            continue
+        if name in SECRET_KEYS:
+            if value not in (None, ""):
+                secrets.add(name)
+            continue
+        ns[name] = value
+    return ns, frozenset(secrets)
+
+
+def load_stack(
+    stack: str, *, stacks_dir: Path = STACKS_DIR, now: datetime | None = None, project: str = NAMESPACE
+) -> DeploymentSpec:
+    """Parse and validate ``stacks/Pulumi.<stack>.yaml`` into a ``DeploymentSpec``.
+
+    Raises:
+        ConfigError: the stack file is missing or a value is invalid (one line).
+    """
+    full = read_stack_config(stack, stacks_dir)
+    for key, value in full.items():
+        name = key.partition(":")[2]
+        if key.startswith(NAMESPACE + ":") and name in SECRET_KEYS and not (isinstance(value, dict) and "secure" in value):
+            raise ConfigError(key, "[plaintext]", "is a secret and must be set with `pulumi config set --secret` (never in plain text)")
+    ns, secrets = namespace_config(full)
+    return parse_spec(ns, stack=stack, project=project, now=now, secrets_set=secrets)

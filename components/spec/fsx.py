@@ -1,0 +1,65 @@
+"""FSx for Lustre facts: valid capacities, throughput tiers and metadata IOPS.
+
+Source: Amazon FSx for Lustre user guide (storage capacity, throughput and metadata
+configuration), as collected in ../shared/DESIGN.md section 5. moto accepts sizes AWS rejects,
+so these rules are enforced here and tested on their own.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+DEPLOYMENT_TYPES: tuple[str, ...] = ("SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
+
+# SSD capacity: 1,200 GiB, 2,400 GiB, then steps of 2,400 GiB (SCRATCH_2, PERSISTENT_1/2).
+FIRST_CAPACITIES_GIB: tuple[int, ...] = (1_200, 2_400)
+CAPACITY_STEP_GIB = 2_400
+
+# Throughput per TiB of storage, MB/s.
+THROUGHPUT_PER_TIB_MBPS: Mapping[str, tuple[int, ...]] = MappingProxyType(
+    {
+        "PERSISTENT_1": (50, 100, 200),
+        "PERSISTENT_2": (125, 250, 500, 1000),
+        # SCRATCH_2 has a fixed baseline of 200 MB/s per TiB and takes no throughput setting.
+        "SCRATCH_2": (200,),
+    }
+)
+
+# PERSISTENT_2 metadata configuration, USER_PROVISIONED mode: 1500/3000/6000/12000, then
+# multiples of 12000 (up to 192000).
+METADATA_IOPS_SMALL: tuple[int, ...] = (1_500, 3_000, 6_000, 12_000)
+METADATA_IOPS_STEP = 12_000
+METADATA_IOPS_MAX = 192_000
+
+# Data repository associations per file system.
+MAX_DATA_REPOSITORY_ASSOCIATIONS = 8
+
+
+def is_valid_capacity_gib(capacity_gib: int) -> bool:
+    """Whether ``capacity_gib`` is a size FSx for Lustre SSD file systems accept."""
+    return capacity_gib in FIRST_CAPACITIES_GIB or (
+        capacity_gib > 0 and capacity_gib % CAPACITY_STEP_GIB == 0
+    )
+
+
+def round_up_capacity_gib(needed_gib: float) -> int:
+    """Smallest valid FSx capacity in GiB that holds ``needed_gib``.
+
+    Raises:
+        ValueError: ``needed_gib`` is not positive.
+    """
+    if needed_gib <= 0:
+        raise ValueError(f"needed capacity must be positive, got {needed_gib} GiB")
+    for size in FIRST_CAPACITIES_GIB:
+        if needed_gib <= size:
+            return size
+    steps = -(-needed_gib // CAPACITY_STEP_GIB)
+    return int(steps * CAPACITY_STEP_GIB)
+
+
+def is_valid_metadata_iops(iops: int) -> bool:
+    """Whether ``iops`` is a valid USER_PROVISIONED metadata IOPS value for PERSISTENT_2."""
+    return iops in METADATA_IOPS_SMALL or (
+        iops % METADATA_IOPS_STEP == 0 and METADATA_IOPS_STEP <= iops <= METADATA_IOPS_MAX
+    )

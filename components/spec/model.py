@@ -1,0 +1,194 @@
+"""Model profiles: what a checkpoint weighs, how vLLM must serve it, and what its API costs.
+
+Facts for Kimi K3.1 Pro come from its model card, the vLLM recipe
+(vllm-project/recipes, models/moonshotai/Kimi-K3.yaml) and the Kimi open platform price list,
+as collected in ../shared/DESIGN.md section 4. Adding a model adds an entry to ``MODELS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class VendorRecipe:
+    """The vLLM recipe flags and environment for one GPU vendor.
+
+    Attributes:
+        load_format: ``--load-format`` value.
+        kv_cache_dtype: default ``--kv-cache-dtype`` (``"auto"`` = the model dtype, flag omitted).
+        flags: further flags as ``(flag, value or None)`` pairs, in recipe order.
+        env: environment variables the recipe sets (the engine-ready timeout is added
+            from the sizing, not here).
+    """
+
+    load_format: str
+    kv_cache_dtype: str
+    flags: tuple[tuple[str, str | None], ...]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ApiPrice:
+    """The vendor API's list price per million tokens.
+
+    Attributes:
+        currency: ISO code of the prices.
+        input_cache_miss_per_mtok, input_cache_hit_per_mtok, output_per_mtok: price per 1M tokens.
+        source: where the prices come from.
+    """
+
+    currency: str
+    input_cache_miss_per_mtok: float
+    input_cache_hit_per_mtok: float
+    output_per_mtok: float
+    source: str
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """One checkpoint and how to serve it.
+
+    Attributes:
+        name: config value of ``kimi-deploy:model.profile``.
+        display_name: for people and the license attribution.
+        hf_repo: Hugging Face repository id.
+        modelscope_repo: ModelScope model id.
+        weights_bytes: total checkpoint size in bytes (decimal TB as published).
+        file_count: files in the repository.
+        total_params: parameters.
+        max_context_tokens: longest context the model supports.
+        tool_call_parser, reasoning_parser: vLLM parser names.
+        trust_remote_code: whether the repository ships code vLLM must run.
+        min_vllm_version: the version the model card asks for.
+        kv_bytes_per_token_fp8, kv_bytes_per_token_bf16: KV cache bytes one token occupies on
+            each GPU at plain tensor parallelism (the MLA-style latent is replicated over TP ranks).
+        runtime_reserved_bytes_per_gpu: memory vLLM keeps per GPU for everything that is
+            neither weights nor KV (activations, CUDA graphs, linear-attention state, MoE buffers).
+        dcp_kv_efficiency: the fraction of the ideal DCP-size-fold KV gain that DCP delivers.
+        recipes: image family (``cuda``/``rocm``) -> vendor recipe.
+        api_price: the vendor API price, for cost comparisons.
+        license_summary: the commercial conditions users must acknowledge.
+    """
+
+    name: str
+    display_name: str
+    hf_repo: str
+    modelscope_repo: str
+    weights_bytes: int
+    file_count: int
+    total_params: int
+    max_context_tokens: int
+    tool_call_parser: str
+    reasoning_parser: str
+    trust_remote_code: bool
+    min_vllm_version: str
+    kv_bytes_per_token_fp8: int
+    kv_bytes_per_token_bf16: int
+    runtime_reserved_bytes_per_gpu: int
+    dcp_kv_efficiency: float
+    recipes: Mapping[str, VendorRecipe]
+    api_price: ApiPrice
+    license_summary: str
+
+    def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
+        """KV bytes per token per GPU for ``kv_cache_dtype`` (``fp8*`` or ``auto``/``bfloat16``)."""
+        return self.kv_bytes_per_token_fp8 if kv_cache_dtype.startswith("fp8") else self.kv_bytes_per_token_bf16
+
+
+# Kimi K3.1 Pro: 93 layers = 69 Kimi Delta Attention (constant state per sequence, no KV
+# growth) + 24 Gated DSA layers with an MLA-style latent KV. Per token and layer the latent
+# is 512 values + 64 RoPE values; in vLLM's FP8 MLA layout that is 512 B + 16 B scales +
+# 128 B BF16 RoPE = 656 B (BF16: 576 x 2 = 1,152 B). 24 layers -> 15,744 B (FP8) per token.
+_KIMI_KV_LAYERS = 24
+_KIMI_KV_FP8 = _KIMI_KV_LAYERS * 656
+_KIMI_KV_BF16 = _KIMI_KV_LAYERS * 1_152
+
+# Calibration against the vLLM recipe: 8x B300 (275,040 MiB each) with FP8 KV and
+# --gpu-memory-utilization 0.95 holds about 2.6M tokens at TP8 and about 18.5M with DCP8.
+# 0.95 x 288.40 GB - 195.0 GB weights/GPU - 2.6M x 15,744 B = 38.0 GB per GPU left for the
+# runtime, and 18.5M / (8 x 2.6M) = 0.89 of the ideal DCP8 gain.
+_KIMI_RUNTIME_RESERVED = 38_000_000_000
+_KIMI_DCP_EFFICIENCY = 0.89
+
+KIMI_K3_1_PRO = ModelProfile(
+    name="kimi-k3.1-pro",
+    display_name="Kimi K3.1-Pro",
+    hf_repo="moonshotai/Kimi-K3.1-Pro",
+    modelscope_repo="moonshotai/Kimi-K3.1-Pro",
+    weights_bytes=1_560_000_000_000,
+    file_count=112,
+    total_params=2_780_000_000_000,
+    max_context_tokens=1_048_576,
+    tool_call_parser="kimi_k3",
+    reasoning_parser="kimi_k3",
+    trust_remote_code=True,
+    min_vllm_version="0.34.0",
+    kv_bytes_per_token_fp8=_KIMI_KV_FP8,
+    kv_bytes_per_token_bf16=_KIMI_KV_BF16,
+    runtime_reserved_bytes_per_gpu=_KIMI_RUNTIME_RESERVED,
+    dcp_kv_efficiency=_KIMI_DCP_EFFICIENCY,
+    recipes=MappingProxyType(
+        {
+            "cuda": VendorRecipe(
+                load_format="fastsafetensors",
+                kv_cache_dtype="fp8",
+                flags=(
+                    (
+                        "--attention-config",
+                        '{"use_prefill_query_quantization":true,"mla_prefill_backend":"flashinfer"}',
+                    ),
+                    ("--enable-prefix-caching", None),
+                    ("--no-enable-flashinfer-autotune", None),
+                ),
+                env=MappingProxyType(
+                    {
+                        "VLLM_ALLREDUCE_USE_FLASHINFER": "1",
+                        "VLLM_USE_V2_MODEL_RUNNER": "1",
+                        "VLLM_USE_RUST_FRONTEND": "1",
+                    }
+                ),
+            ),
+            "rocm": VendorRecipe(
+                load_format="auto",
+                kv_cache_dtype="auto",
+                flags=(
+                    ("--mm-encoder-tp-mode", "data"),
+                    ("--max-num-seqs", "128"),
+                    ("--max-num-batched-tokens", "4096"),
+                    (
+                        "--compilation-config",
+                        '{"cudagraph_mode":"FULL_DECODE_ONLY","custom_ops":["+fused_rms_norm_gated"]}',
+                    ),
+                ),
+                env=MappingProxyType(
+                    {
+                        "VLLM_ROCM_USE_AITER": "1",
+                        "SAFETENSORS_FAST_GPU": "1",
+                        "VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4": "1",
+                        "AITER_BF16_FP8_MOE_BOUND": "0",
+                        # Required on ROCm (recipe).
+                        "VLLM_USE_BREAKABLE_CUDAGRAPH": "0",
+                    }
+                ),
+            ),
+        }
+    ),
+    api_price=ApiPrice(
+        currency="RMB",
+        input_cache_miss_per_mtok=13.0,
+        input_cache_hit_per_mtok=1.3,
+        output_per_mtok=68.0,
+        source="Kimi open platform price list (DESIGN.md section 4)",
+    ),
+    license_summary=(
+        "MIT plus two commercial conditions: offering the model as a service with more than "
+        "USD 20M revenue over 12 months needs a separate agreement; a product with more than "
+        "100M monthly active users or USD 20M monthly revenue must show 'Kimi K3.1-Pro' "
+        "prominently. Internal use is exempt from both."
+    ),
+)
+
+MODELS: Mapping[str, ModelProfile] = MappingProxyType({KIMI_K3_1_PRO.name: KIMI_K3_1_PRO})

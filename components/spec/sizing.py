@@ -1,0 +1,277 @@
+"""Sizing: storage, weight-load time, the startup budget every timeout uses, KV-cache capacity
+and download time. Pure functions over the spec; units are in every name.
+
+Sources: FSx facts in ``fsx.py``; GPU and NVMe facts in ``targets.py``; KV constants and their
+calibration in ``model.py``; the recipe's 3,600 s engine-ready timeout in ``versions.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import fsx
+from .config import ConfigError, DeploymentSpec
+from .model import ModelProfile
+from .targets import GB, GpuFacts
+from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
+
+GIB = 2**30
+TIB = 2**40
+
+# Room kept beside the weights on any storage: partial downloads, the manifest, and a
+# checkpoint update landing beside the old one is NOT assumed (that needs 2x; see README).
+STORAGE_HEADROOM_FRACTION = 0.10
+
+# Engine start after the weights are read: torch.compile, CUDA-graph capture and warm-up for a
+# 93-layer MoE. Estimate (no published figure); the safety factor below covers the spread.
+ENGINE_WARMUP_SECONDS = 900
+# Every timeout gets this multiple of the expected load + warm-up time.
+STARTUP_SAFETY_FACTOR = 2.0
+# Timeouts are rounded up to whole minutes.
+_ROUND_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class StoragePlan:
+    """Where the weights are served from and how fast they can be read.
+
+    Attributes:
+        kind: ``nvme``, ``fsx``, ``nvme-from-fsx`` or ``pvc`` (``storage.kind``).
+        capacity_gib: capacity holding the serving copy: the RAID0 set per node for NVMe
+            kinds, the file system for ``fsx``, the claim for ``pvc`` (None when unknown).
+        needed_gib: weights plus headroom, GiB.
+        fsx_capacity_gib: FSx capacity when a file system is created, else None.
+        fsx_throughput_per_tib_mbps: FSx throughput tier, MB/s per TiB, else None.
+        fsx_read_bytes_per_second: FSx aggregate read throughput, bytes/s, else None.
+        read_bytes_per_second: read bandwidth of the serving copy as seen by one node, bytes/s.
+        read_source: where ``read_bytes_per_second`` comes from.
+    """
+
+    kind: str
+    capacity_gib: int | None
+    needed_gib: int
+    fsx_capacity_gib: int | None
+    fsx_throughput_per_tib_mbps: int | None
+    fsx_read_bytes_per_second: int | None
+    read_bytes_per_second: int
+    read_source: str
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """All derived figures of a deployment.
+
+    Attributes:
+        weights_bytes: checkpoint size, bytes.
+        weights_gib: checkpoint size, GiB (rounded up).
+        storage: the storage plan.
+        load_seconds: expected time for one model copy to read its weights into GPU memory.
+        startup_budget_seconds: the budget every startup timeout uses (startup probe,
+            ``VLLM_ENGINE_READY_TIMEOUT_S``, Pulumi custom timeouts).
+        kv_cache_tokens: KV-cache capacity of one model copy at the configured parallelism.
+        kv_cache_tokens_tp: capacity at plain tensor parallelism (DCP 1).
+        kv_cache_tokens_dcp: capacity at the configured DCP size (equals ``kv_cache_tokens``).
+        max_model_len: the served context length, tokens.
+        full_context_sequences: how many sequences of ``max_model_len`` fit in the KV cache.
+        download_seconds_at_100MBps: hub download time of the checkpoint at 100 MB/s.
+        usd_per_hour: price of all GPU nodes, USD/hour, or None when unknown.
+        price_source: where ``usd_per_hour`` comes from.
+    """
+
+    weights_bytes: int
+    weights_gib: int
+    storage: StoragePlan
+    load_seconds: int
+    startup_budget_seconds: int
+    kv_cache_tokens: int
+    kv_cache_tokens_tp: int
+    kv_cache_tokens_dcp: int
+    max_model_len: int
+    full_context_sequences: int
+    download_seconds_at_100MBps: int
+    usd_per_hour: float | None
+    price_source: str
+
+
+def download_seconds(weights_bytes: int, megabytes_per_second: float) -> int:
+    """Seconds to download ``weights_bytes`` at ``megabytes_per_second`` (decimal MB/s), rounded up.
+
+    Raises:
+        ValueError: the bandwidth is not positive.
+    """
+    if megabytes_per_second <= 0:
+        raise ValueError(f"bandwidth must be positive, got {megabytes_per_second} MB/s")
+    return math.ceil(weights_bytes / (megabytes_per_second * 1e6))
+
+
+def fsx_capacity_gib(weights_bytes: int, headroom_fraction: float = STORAGE_HEADROOM_FRACTION) -> int:
+    """Smallest valid FSx for Lustre capacity (GiB) holding the weights plus headroom.
+
+    1.56 TB = 1,453 GiB; with 10 % headroom 1,598 GiB -> 2,400 GiB (DESIGN.md section 5).
+    """
+    return fsx.round_up_capacity_gib(weights_bytes * (1 + headroom_fraction) / GIB)
+
+
+def fsx_read_bytes_per_second(capacity_gib: int, throughput_per_tib_mbps: int) -> int:
+    """Aggregate FSx read throughput in bytes/s: capacity (TiB) x tier (MB/s per TiB).
+
+    2,400 GiB at 1,000 MB/s/TiB = 2.34 GB/s (about 11 minutes for 1.56 TB).
+    """
+    return int(capacity_gib / 1024 * throughput_per_tib_mbps * 1e6)
+
+
+def kv_budget_bytes_per_gpu(
+    model: ModelProfile, gpu: GpuFacts, tensor_parallel_size: int, gpu_memory_utilization: float
+) -> int:
+    """Bytes per GPU left for the KV cache: utilization x HBM - weight shard - runtime reserve.
+
+    May be negative (the configuration cannot hold the model with any KV cache).
+    """
+    usable = gpu.memory_bytes * gpu_memory_utilization
+    weights_per_gpu = model.weights_bytes / tensor_parallel_size
+    return int(usable - weights_per_gpu - model.runtime_reserved_bytes_per_gpu)
+
+
+def kv_cache_tokens(
+    model: ModelProfile,
+    gpu: GpuFacts,
+    tensor_parallel_size: int,
+    gpu_memory_utilization: float,
+    kv_cache_dtype: str,
+    decode_context_parallel_size: int = 1,
+) -> int:
+    """KV-cache capacity in tokens of one model copy.
+
+    At plain TP the MLA-style latent KV is replicated on every rank, so capacity is the
+    per-GPU budget over the per-token bytes. DCP shards the KV across ``dcp`` ranks, giving
+    ``dcp x dcp_kv_efficiency`` times that (8x B300, FP8: about 2.6M tokens at TP8, about
+    18.5M with DCP8, per the vLLM recipe; constants in ``model.py``).
+
+    Raises:
+        ValueError: DCP does not divide TP.
+    """
+    if tensor_parallel_size % decode_context_parallel_size:
+        raise ValueError(
+            f"decode context parallel size {decode_context_parallel_size} must divide TP {tensor_parallel_size}"
+        )
+    budget = kv_budget_bytes_per_gpu(model, gpu, tensor_parallel_size, gpu_memory_utilization)
+    tokens_tp = max(0, budget) // model.kv_bytes_per_token(kv_cache_dtype)
+    if decode_context_parallel_size == 1:
+        return int(tokens_tp)
+    return int(tokens_tp * decode_context_parallel_size * model.dcp_kv_efficiency)
+
+
+def startup_budget_seconds(load_seconds: int) -> int:
+    """The startup budget: ``STARTUP_SAFETY_FACTOR`` x (load + warm-up), never below the
+    recipe's 3,600 s engine-ready timeout, rounded up to a whole minute."""
+    raw = STARTUP_SAFETY_FACTOR * (load_seconds + ENGINE_WARMUP_SECONDS)
+    budget = max(RECIPE_ENGINE_READY_TIMEOUT_S, raw)
+    return int(math.ceil(budget / _ROUND_SECONDS) * _ROUND_SECONDS)
+
+
+def kv_cache_dtype(spec: DeploymentSpec) -> str:
+    """The KV-cache dtype served: the configured one, else the vendor recipe's default."""
+    return spec.config.vllm.kv_cache_dtype or spec.model.recipes[spec.target.image_family].kv_cache_dtype
+
+
+def storage_plan(spec: DeploymentSpec) -> StoragePlan:
+    """Where the weights are served from, its capacity and read bandwidth per node.
+
+    Raises:
+        ConfigError: ``pvc`` storage without ``storage.readGBps`` (its speed is unknown).
+    """
+    st = spec.config.storage
+    weights = spec.model.weights_bytes
+    needed_gib = math.ceil(weights * (1 + STORAGE_HEADROOM_FRACTION) / GIB)
+    fsx_cap = fsx_tier = fsx_bps = None
+    if st.kind in ("fsx", "nvme-from-fsx"):
+        fsx_cap = st.fsx.capacity_gib or fsx_capacity_gib(weights, st.fsx.headroom_fraction)
+        fsx_tier = st.fsx.throughput_per_tib
+        fsx_bps = fsx_read_bytes_per_second(fsx_cap, fsx_tier)
+    if st.read_gbps is not None:
+        read_bps, source = int(st.read_gbps * GB), "storage.readGBps (measured)"
+    elif st.kind == "fsx":
+        # All nodes of all copies share the file system's throughput.
+        read_bps = fsx_bps // spec.gpu_nodes  # type: ignore[operator]
+        source = f"FSx {fsx_cap:,} GiB x {fsx_tier} MB/s/TiB shared by {spec.gpu_nodes} node(s)"
+    elif st.kind == "pvc":
+        raise ConfigError("storage.readGBps", None, "is required for storage.kind pvc (measure the claim's read bandwidth in GB/s)")
+    else:
+        read_bps, source = spec.instance.nvme_read_bytes_per_second, spec.instance.nvme_read_source
+    if st.kind == "fsx":
+        capacity = fsx_cap
+    elif st.kind == "pvc":
+        capacity = None
+    else:
+        capacity = int(spec.instance.nvme_total_bytes // GIB)
+    return StoragePlan(
+        kind=st.kind,
+        capacity_gib=capacity,
+        needed_gib=needed_gib,
+        fsx_capacity_gib=fsx_cap,
+        fsx_throughput_per_tib_mbps=fsx_tier,
+        fsx_read_bytes_per_second=fsx_bps,
+        read_bytes_per_second=read_bps,
+        read_source=source,
+    )
+
+
+def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
+    """Hourly price of all GPU nodes and its source: config override, capacity-block price,
+    then the on-demand list price where known (``targets.py``)."""
+    compute = spec.config.compute
+    nodes = spec.gpu_nodes
+    if compute.usd_per_hour is not None:
+        return compute.usd_per_hour * nodes, "compute.usdPerHour (config)"
+    if compute.capacity.usd_per_hour is not None:
+        return compute.capacity.usd_per_hour * nodes, "compute.capacity.usdPerHour (capacity block price)"
+    inst = spec.instance
+    if inst.usd_per_hour_on_demand is not None and compute.capacity.type != "capacity-block":
+        where = "" if spec.region == inst.price_region else f" (price from {inst.price_region}; {spec.region} may differ)"
+        return inst.usd_per_hour_on_demand * nodes, f"on-demand list price {inst.price_region}{where}"
+    return None, f"unknown: no public price for {inst.instance_type}; set compute.usdPerHour"
+
+
+def compute_sizing(spec: DeploymentSpec) -> Sizing:
+    """All sizing figures for ``spec``.
+
+    Raises:
+        ConfigError: the configuration leaves no memory for the KV cache, or storage speed is
+            unknown (``pvc`` without ``storage.readGBps``).
+    """
+    model, target = spec.model, spec.target
+    vcfg = spec.config.vllm
+    tp = target.gpus_per_copy
+    dtype = kv_cache_dtype(spec)
+    budget = kv_budget_bytes_per_gpu(model, target.gpu, tp, vcfg.gpu_memory_utilization)
+    if budget <= 0:
+        raise ConfigError(
+            "vllm.gpuMemoryUtilization",
+            vcfg.gpu_memory_utilization,
+            f"leaves no memory for the KV cache on {tp}x {target.gpu.name} (need more than "
+            f"{(model.weights_bytes / tp + model.runtime_reserved_bytes_per_gpu) / target.gpu.memory_bytes:.2f})",
+        )
+    tokens_tp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, 1)
+    dcp = vcfg.decode_context_parallel_size
+    tokens_dcp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, dcp)
+    storage = storage_plan(spec)
+    bytes_per_node = model.weights_bytes / spec.nodes_per_copy
+    load = math.ceil(bytes_per_node / storage.read_bytes_per_second)
+    max_len = vcfg.max_model_len or model.max_context_tokens
+    price, price_source = gpu_usd_per_hour(spec)
+    return Sizing(
+        weights_bytes=model.weights_bytes,
+        weights_gib=math.ceil(model.weights_bytes / GIB),
+        storage=storage,
+        load_seconds=load,
+        startup_budget_seconds=startup_budget_seconds(load),
+        kv_cache_tokens=tokens_dcp,
+        kv_cache_tokens_tp=tokens_tp,
+        kv_cache_tokens_dcp=tokens_dcp,
+        max_model_len=max_len,
+        full_context_sequences=tokens_dcp // max_len,
+        download_seconds_at_100MBps=download_seconds(model.weights_bytes, 100),
+        usd_per_hour=price,
+        price_source=price_source,
+    )

@@ -1,0 +1,316 @@
+"""GPU, instance and target profiles: the hardware facts every other module reads.
+
+Adding a target adds an entry to ``TARGETS`` (and its instances to ``INSTANCES``), not a code path.
+All figures carry their source in the comment beside them (see ../shared/DESIGN.md, section 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+MIB = 1024**2
+GB = 10**9
+TB = 10**12
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU model.
+
+    Attributes:
+        name: marketing name, e.g. ``"B300"``.
+        vendor: ``"nvidia"`` or ``"amd"``.
+        memory_bytes: HBM per GPU in bytes.
+        fp4_native: whether the GPU has native FP4 (MXFP4) tensor units.
+        architecture: GPU architecture family (``blackwell``, ``hopper``, ``cdna4``).
+    """
+
+    name: str
+    vendor: str
+    memory_bytes: int
+    fp4_native: bool
+    architecture: str
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    """One machine shape that hosts a node of a target.
+
+    Attributes:
+        instance_type: provider name, e.g. ``"p6-b300.48xlarge"``.
+        cloud: ``"aws"`` or ``"oci"`` (where the shape is sold).
+        gpus: GPUs per instance.
+        vcpus: virtual CPUs.
+        memory_gib: host memory in GiB.
+        cpu_architecture: ``"x86_64"`` or ``"arm64"``.
+        nvme_devices: local instance-store NVMe devices.
+        nvme_device_bytes: bytes per NVMe device (decimal, as vendors quote them).
+        nvme_read_bytes_per_second: sequential read of the RAID0 set, bytes/s. An estimate
+            where the vendor publishes none (see ``nvme_read_source``); override per stack
+            with ``kimi-deploy:storage.readGBps`` after measuring with fio.
+        nvme_read_source: where ``nvme_read_bytes_per_second`` comes from.
+        efa_interfaces: EFA-capable network interfaces (0 = no EFA).
+        network_cards: network cards (each can hold one EFA interface).
+        usd_per_hour_on_demand: on-demand price in USD/hour in ``price_region``, or None when
+            the shape has no public on-demand price (capacity blocks, other clouds).
+        price_region: region of ``usd_per_hour_on_demand``.
+        offered_azs: region -> availability zones that offer the type (EC2
+            DescribeInstanceTypeOfferings as shipped in moto 5.2). Empty for shapes outside
+            that catalog; preflight asks the live API.
+        in_ec2_catalog: whether EC2's DescribeInstanceTypes knows the type (moto 5.2 data).
+    """
+
+    instance_type: str
+    cloud: str
+    gpus: int
+    vcpus: int
+    memory_gib: int
+    cpu_architecture: str
+    nvme_devices: int
+    nvme_device_bytes: int
+    nvme_read_bytes_per_second: int
+    nvme_read_source: str
+    efa_interfaces: int
+    network_cards: int
+    usd_per_hour_on_demand: float | None
+    price_region: str | None
+    offered_azs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    in_ec2_catalog: bool = True
+
+    @property
+    def nvme_total_bytes(self) -> int:
+        """Raw capacity of all local NVMe devices in bytes (RAID0 usable capacity)."""
+        return self.nvme_devices * self.nvme_device_bytes
+
+
+@dataclass(frozen=True)
+class TargetProfile:
+    """A deployable 8-GPU target: what one model copy runs on.
+
+    Attributes:
+        name: config value of ``kimi-deploy:target``.
+        display_name: for people.
+        gpu: the GPU model.
+        gpus_per_node: GPUs per node (instance).
+        nodes_per_copy: nodes that form one tensor-parallel group (one model copy).
+        platforms: platform -> instance type used on it (``aws-ec2``, ``aws-eks``, ``kubernetes``).
+        image_family: ``"cuda"`` or ``"rocm"``: selects the vLLM image and recipe flags.
+        gpu_resource_name: Kubernetes extended resource, e.g. ``"nvidia.com/gpu"``.
+        needs_compute_domain: multi-node NVLink needs an NVIDIA DRA ComputeDomain claim.
+        unsupported_reason: set for profiles kept only to explain why they cannot serve.
+    """
+
+    name: str
+    display_name: str
+    gpu: GpuFacts
+    gpus_per_node: int
+    nodes_per_copy: int
+    platforms: Mapping[str, str]
+    image_family: str
+    gpu_resource_name: str
+    needs_compute_domain: bool = False
+    unsupported_reason: str | None = None
+
+    @property
+    def gpus_per_copy(self) -> int:
+        """GPUs in one model copy (the tensor-parallel size)."""
+        return self.gpus_per_node * self.nodes_per_copy
+
+    @property
+    def gpu_memory_per_copy_bytes(self) -> int:
+        """HBM of one model copy in bytes."""
+        return self.gpus_per_copy * self.gpu.memory_bytes
+
+    def instance_for(self, platform: str) -> InstanceFacts:
+        """The instance facts used on ``platform``.
+
+        Raises:
+            KeyError: the target does not run on that platform (config validation reports it first).
+        """
+        return INSTANCES[self.platforms[platform]]
+
+
+GPUS: Mapping[str, GpuFacts] = MappingProxyType(
+    {
+        # 275,040 MiB per GPU: EC2 DescribeInstanceTypes for p6-b300.48xlarge (moto 5.2 data).
+        "B300": GpuFacts("B300", "nvidia", 275_040 * MIB, True, "blackwell"),
+        # About 288 GB HBM3e per GB300 GPU (NVIDIA GB300 NVL72 datasheet).
+        "GB300": GpuFacts("GB300", "nvidia", 288 * GB, True, "blackwell"),
+        # 288 GB HBM3E per MI355X (AMD Instinct MI355X datasheet; OCI BM.GPU.MI355X.8 shape).
+        "MI355X": GpuFacts("MI355X", "amd", 288 * GB, True, "cdna4"),
+        # Kept to explain rejections: 80 GB (H100 SXM) and 141 GB (H200), no native FP4.
+        "H100": GpuFacts("H100", "nvidia", 80 * GB, False, "hopper"),
+        "H200": GpuFacts("H200", "nvidia", 141 * GB, False, "hopper"),
+    }
+)
+
+# Offerings of p6-b300.48xlarge (moto 5.2 DescribeInstanceTypeOfferings, availability-zone).
+_P6_B300_AZS = MappingProxyType(
+    {
+        "us-east-1": ("us-east-1a", "us-east-1c"),
+        "us-west-2": ("us-west-2a", "us-west-2b"),
+        "ap-northeast-2": ("ap-northeast-2c",),
+        "ap-south-2": ("ap-south-2a", "ap-south-2c"),
+        "ap-southeast-3": ("ap-southeast-3a", "ap-southeast-3b", "ap-southeast-3c"),
+        "sa-east-1": ("sa-east-1b", "sa-east-1c"),
+    }
+)
+
+INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
+    {
+        "p6-b300.48xlarge": InstanceFacts(
+            instance_type="p6-b300.48xlarge",
+            cloud="aws",
+            gpus=8,
+            vcpus=192,
+            memory_gib=4096,
+            cpu_architecture="x86_64",
+            nvme_devices=8,
+            nvme_device_bytes=3_800 * GB,
+            # AWS publishes no instance-store throughput for P6; 8 Nitro SSDs at a
+            # conservative 2 GB/s each in RAID0.
+            nvme_read_bytes_per_second=16 * GB,
+            nvme_read_source="estimate: 8 Nitro NVMe x 2 GB/s (no AWS figure; measure with fio)",
+            efa_interfaces=16,
+            network_cards=17,
+            # AWS price list as generated into Karpenter (2026-07), us-east-1 on demand.
+            usd_per_hour_on_demand=142.416,
+            price_region="us-east-1",
+            offered_azs=_P6_B300_AZS,
+        ),
+        "p6e-gb300.36xlarge": InstanceFacts(
+            instance_type="p6e-gb300.36xlarge",
+            cloud="aws",
+            gpus=4,
+            # By analogy with p6e-gb200.36xlarge (one Grace-Blackwell tray): 144 vCPU,
+            # 960 GiB, 3 x 7.5 TB NVMe, 17 network cards. Sold only as UltraServer
+            # capacity blocks, so no on-demand price and no entry in moto's catalog.
+            vcpus=144,
+            memory_gib=960,
+            cpu_architecture="arm64",
+            nvme_devices=3,
+            nvme_device_bytes=7_500 * GB,
+            nvme_read_bytes_per_second=6 * GB,
+            nvme_read_source="estimate: 3 Nitro NVMe x 2 GB/s (no AWS figure; measure with fio)",
+            efa_interfaces=16,
+            network_cards=17,
+            usd_per_hour_on_demand=None,
+            price_region=None,
+            offered_azs=MappingProxyType({}),
+            in_ec2_catalog=False,
+        ),
+        "BM.GPU.MI355X.8": InstanceFacts(
+            instance_type="BM.GPU.MI355X.8",
+            cloud="oci",
+            gpus=8,
+            vcpus=256,
+            # OCI BM.GPU.MI355X.8: 8 x 288 GB, 3 TB RAM, 8 x 7.68 TB NVMe.
+            memory_gib=3072,
+            cpu_architecture="x86_64",
+            nvme_devices=8,
+            nvme_device_bytes=7_680 * GB,
+            nvme_read_bytes_per_second=16 * GB,
+            nvme_read_source="estimate: 8 NVMe x 2 GB/s (no vendor figure; measure with fio)",
+            efa_interfaces=0,
+            network_cards=1,
+            usd_per_hour_on_demand=None,
+            price_region=None,
+            offered_azs=MappingProxyType({}),
+            in_ec2_catalog=False,
+        ),
+        "p5.48xlarge": InstanceFacts(
+            instance_type="p5.48xlarge",
+            cloud="aws",
+            gpus=8,
+            vcpus=192,
+            memory_gib=2048,
+            cpu_architecture="x86_64",
+            nvme_devices=8,
+            nvme_device_bytes=3_840 * GB,
+            nvme_read_bytes_per_second=16 * GB,
+            nvme_read_source="estimate",
+            efa_interfaces=32,
+            network_cards=32,
+            usd_per_hour_on_demand=None,
+            price_region=None,
+        ),
+        "p5en.48xlarge": InstanceFacts(
+            instance_type="p5en.48xlarge",
+            cloud="aws",
+            gpus=8,
+            vcpus=192,
+            memory_gib=2048,
+            cpu_architecture="x86_64",
+            nvme_devices=8,
+            nvme_device_bytes=3_840 * GB,
+            nvme_read_bytes_per_second=16 * GB,
+            nvme_read_source="estimate",
+            efa_interfaces=16,
+            network_cards=16,
+            usd_per_hour_on_demand=None,
+            price_region=None,
+        ),
+    }
+)
+
+TARGETS: Mapping[str, TargetProfile] = MappingProxyType(
+    {
+        "b300": TargetProfile(
+            name="b300",
+            display_name="1x p6-b300.48xlarge (8x NVIDIA B300)",
+            gpu=GPUS["B300"],
+            gpus_per_node=8,
+            nodes_per_copy=1,
+            platforms=MappingProxyType({"aws-ec2": "p6-b300.48xlarge", "aws-eks": "p6-b300.48xlarge"}),
+            image_family="cuda",
+            gpu_resource_name="nvidia.com/gpu",
+        ),
+        "gb300": TargetProfile(
+            name="gb300",
+            display_name="2x p6e-gb300.36xlarge trays (8x NVIDIA GB300, one TP8 group over MNNVL)",
+            gpu=GPUS["GB300"],
+            gpus_per_node=4,
+            nodes_per_copy=2,
+            platforms=MappingProxyType({"aws-eks": "p6e-gb300.36xlarge"}),
+            image_family="cuda",
+            gpu_resource_name="nvidia.com/gpu",
+            needs_compute_domain=True,
+        ),
+        "mi355x": TargetProfile(
+            name="mi355x",
+            display_name="1x 8x AMD MI355X node on an existing Kubernetes cluster",
+            gpu=GPUS["MI355X"],
+            gpus_per_node=8,
+            nodes_per_copy=1,
+            platforms=MappingProxyType({"kubernetes": "BM.GPU.MI355X.8"}),
+            image_family="rocm",
+            gpu_resource_name="amd.com/gpu",
+        ),
+        "h100": TargetProfile(
+            name="h100",
+            display_name="8x NVIDIA H100",
+            gpu=GPUS["H100"],
+            gpus_per_node=8,
+            nodes_per_copy=1,
+            platforms=MappingProxyType({"aws-ec2": "p5.48xlarge", "aws-eks": "p5.48xlarge"}),
+            image_family="cuda",
+            gpu_resource_name="nvidia.com/gpu",
+            unsupported_reason="Hopper has no native FP4 units for the MXFP4 experts",
+        ),
+        "h200": TargetProfile(
+            name="h200",
+            display_name="8x NVIDIA H200",
+            gpu=GPUS["H200"],
+            gpus_per_node=8,
+            nodes_per_copy=1,
+            platforms=MappingProxyType({"aws-ec2": "p5en.48xlarge", "aws-eks": "p5en.48xlarge"}),
+            image_family="cuda",
+            gpu_resource_name="nvidia.com/gpu",
+            unsupported_reason="Hopper has no native FP4 units for the MXFP4 experts",
+        ),
+    }
+)
+
+PLATFORMS: tuple[str, ...] = ("aws-ec2", "aws-eks", "kubernetes")

@@ -1,0 +1,199 @@
+"""The vLLM command builder: image, argv and env for every node role of a model copy.
+
+Flags and env come from the model's vendor recipe (``model.py``) and the spec; timeouts come
+from the sizing's startup budget. The API key never enters argv: vLLM reads ``VLLM_API_KEY``,
+which deployments fill from a secret (``secret_env``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from .config import DeploymentSpec
+from .sizing import Sizing, compute_sizing, kv_cache_dtype
+from .versions import VLLM_MASTER_PORT, vllm_image
+from .weights import serving_path
+
+# Kubernetes expands $(VAR) in container args from the container's env; LeaderWorkerSet injects
+# these into every pod of a group (lws docs: LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, LWS_GROUP_SIZE).
+LEADER_ADDRESS_REF = "$(LWS_LEADER_ADDRESS)"
+WORKER_INDEX_REF = "$(LWS_WORKER_INDEX)"
+# Example values used to check argv with the real vLLM parser (the references are strings there).
+EXAMPLE_REF_VALUES: Mapping[str, str] = MappingProxyType({LEADER_ADDRESS_REF: "10.0.0.1", WORKER_INDEX_REF: "1"})
+
+# NCCL settings for multi-node NVLink (GB300 trays in one NVLink domain; DESIGN.md section 3).
+MNNVL_NCCL_ENV: Mapping[str, str] = MappingProxyType(
+    {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}
+)
+
+
+@dataclass(frozen=True)
+class VllmRole:
+    """One kind of node in a model copy.
+
+    Attributes:
+        name: ``server`` (single node), ``leader`` or ``worker``.
+        nodes: nodes per model copy running this role.
+        argv: the full command, ``("vllm", "serve", MODEL_PATH, ...)``; may contain Kubernetes
+            ``$(VAR)`` references (``LEADER_ADDRESS_REF``, ``WORKER_INDEX_REF``).
+        env: plain environment variables.
+        secret_env: env var name -> config key of the secret that fills it (never a value).
+        serves_http: whether this role answers the OpenAI API (workers run ``--headless``).
+    """
+
+    name: str
+    nodes: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    serves_http: bool = True
+
+    def concrete_argv(self) -> tuple[str, ...]:
+        """``argv`` with the ``$(VAR)`` references replaced by example values, for checking."""
+        out = []
+        for arg in self.argv:
+            for ref, value in EXAMPLE_REF_VALUES.items():
+                arg = arg.replace(ref, value)
+            out.append(arg)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class VllmCommand:
+    """The complete serving command of one model copy.
+
+    Attributes:
+        image: container image reference.
+        model_path: weights directory inside the container.
+        served_model_names: names clients may send as ``model`` (first is the primary).
+        port: HTTP port of the OpenAI API.
+        tensor_parallel_size, decode_context_parallel_size: parallelism.
+        roles: the node roles (one for single node; leader and worker for multi-node).
+    """
+
+    image: str
+    model_path: str
+    served_model_names: tuple[str, ...]
+    port: int
+    tensor_parallel_size: int
+    decode_context_parallel_size: int
+    roles: tuple[VllmRole, ...]
+
+    def role(self, name: str) -> VllmRole:
+        """The role called ``name``.
+
+        Raises:
+            KeyError: no such role.
+        """
+        for role in self.roles:
+            if role.name == name:
+                return role
+        raise KeyError(name)
+
+
+def image(spec: DeploymentSpec) -> str:
+    """The vLLM image: ``vllm.image`` verbatim, else the family's image at ``vllm.imageTag`` or the pin."""
+    cfg = spec.config.vllm
+    return cfg.image or vllm_image(spec.target.image_family, cfg.image_tag)
+
+
+def _common_argv(spec: DeploymentSpec, sizing: Sizing) -> list[str]:
+    model, cfg = spec.model, spec.config.vllm
+    recipe = model.recipes[spec.target.image_family]
+    names = _served_names(spec)
+    argv = ["vllm", "serve", serving_path(spec), "--served-model-name", *names]
+    if model.trust_remote_code:
+        argv.append("--trust-remote-code")
+    argv += [
+        "--tensor-parallel-size",
+        str(spec.target.gpus_per_copy),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        model.tool_call_parser,
+        "--reasoning-parser",
+        model.reasoning_parser,
+        "--load-format",
+        recipe.load_format,
+        "--gpu-memory-utilization",
+        f"{cfg.gpu_memory_utilization:g}",
+        "--max-model-len",
+        str(sizing.max_model_len),
+    ]
+    dtype = kv_cache_dtype(spec)
+    if dtype != "auto":
+        argv += ["--kv-cache-dtype", dtype]
+    if cfg.decode_context_parallel_size > 1:
+        argv += ["--decode-context-parallel-size", str(cfg.decode_context_parallel_size)]
+    for flag, value in recipe.flags:
+        if flag == "--enable-prefix-caching" and not cfg.enable_prefix_caching:
+            continue
+        argv.append(flag)
+        if value is not None:
+            argv.append(value)
+    if not cfg.enable_prefix_caching:
+        argv.append("--no-enable-prefix-caching")
+    return argv
+
+
+def _served_names(spec: DeploymentSpec) -> tuple[str, ...]:
+    names = [spec.served_model_name]
+    if spec.hub_repo not in names:
+        names.append(spec.hub_repo)
+    return tuple(names)
+
+
+def _env(spec: DeploymentSpec, sizing: Sizing) -> dict[str, str]:
+    recipe = spec.model.recipes[spec.target.image_family]
+    env = dict(recipe.env)
+    env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(sizing.startup_budget_seconds)
+    # Weights are local; the server must never reach for the hub at start.
+    env["HF_HUB_OFFLINE"] = "1"
+    if spec.nodes_per_copy > 1 and spec.target.needs_compute_domain:
+        env.update(MNNVL_NCCL_ENV)
+    return env
+
+
+def build_vllm_command(spec: DeploymentSpec, sizing: Sizing | None = None) -> VllmCommand:
+    """Build the serving command of one model copy.
+
+    Args:
+        spec: the validated deployment spec.
+        sizing: its sizing (computed when omitted).
+
+    Returns:
+        A ``VllmCommand`` with one ``server`` role for single-node targets, or ``leader`` and
+        ``worker`` roles (``--nnodes/--node-rank/--master-addr/--master-port``, ``--headless``
+        on workers) for multi-node targets.
+
+    Raises:
+        ConfigError: from sizing, when the configuration cannot serve.
+    """
+    sizing = sizing or compute_sizing(spec)
+    cfg = spec.config.vllm
+    base = _common_argv(spec, sizing)
+    http = ["--host", "0.0.0.0", "--port", str(cfg.port)]
+    env = _env(spec, sizing)
+    secret_env = {"VLLM_API_KEY": "apiKey"}
+    extra = list(cfg.extra_args)
+    nodes = spec.nodes_per_copy
+    if nodes == 1:
+        roles = (VllmRole("server", 1, tuple(base + http + extra), env, secret_env),)
+    else:
+        multi = ["--nnodes", str(nodes), "--master-addr", LEADER_ADDRESS_REF, "--master-port", str(VLLM_MASTER_PORT)]
+        leader = base + multi + ["--node-rank", "0"] + http + extra
+        worker = base + multi + ["--node-rank", WORKER_INDEX_REF, "--headless"] + extra
+        roles = (
+            VllmRole("leader", 1, tuple(leader), env, secret_env),
+            VllmRole("worker", nodes - 1, tuple(worker), dict(env), {}, serves_http=False),
+        )
+    return VllmCommand(
+        image=image(spec),
+        model_path=serving_path(spec),
+        served_model_names=_served_names(spec),
+        port=cfg.port,
+        tensor_parallel_size=spec.target.gpus_per_copy,
+        decode_context_parallel_size=cfg.decode_context_parallel_size,
+        roles=roles,
+    )

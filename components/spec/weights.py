@@ -1,0 +1,114 @@
+"""The weight flow: which ``scripts/weight_sync.py`` runs happen, where, with which arguments.
+
+hub -> S3 mirror (``publish-mirror``, once per revision, skipped when complete) -> serving copy
+(``node-copy``: per node for node-local NVMe, once for a shared claim; none for ``fsx``, where
+FSx imports from the mirror through a data repository association). The Kubernetes Jobs and
+the EC2 user data both run exactly these argv lists inside the pinned vLLM image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import DeploymentSpec
+
+# Paths inside the containers that run the sync and vLLM.
+WEIGHTS_MOUNT_PATH = "/models"
+FSX_MOUNT_PATH = "/fsx"
+SYNC_SCRIPT_PATH = "/opt/kimi-deploy/weight_sync.py"
+# The completion marker and manifest names written by scripts/weight_sync.py.
+MARKER_NAME = ".weights-complete.json"
+MANIFEST_NAME = "manifest.json"
+# Parallel transfers per sync (files in flight; ranged parts within a file are the tool's own).
+SYNC_WORKERS = 16
+
+
+@dataclass(frozen=True)
+class SyncStep:
+    """One run of the weight sync.
+
+    Attributes:
+        name: ``publish-mirror`` or ``node-copy``.
+        source, dest: URIs / paths as ``weight_sync.py`` takes them (container paths).
+        per_node: runs on every GPU node (node-local copy) rather than once.
+        needs_hub_token: reads from the hub (the token secret is mounted as env).
+        needs_fsx: mounts the FSx file system at ``FSX_MOUNT_PATH``.
+        argv: the complete command.
+    """
+
+    name: str
+    source: str
+    dest: str
+    per_node: bool
+    needs_hub_token: bool
+    needs_fsx: bool
+    argv: tuple[str, ...]
+
+
+def mirror_key_prefix(spec: DeploymentSpec) -> str:
+    """S3 key prefix of this model revision in the mirror: ``<prefix>/<org>/<repo>/<revision>``."""
+    return f"{spec.config.storage.mirror.prefix.strip('/')}/{spec.hub_repo}/{spec.revision}"
+
+
+def mirror_uri(spec: DeploymentSpec, bucket: str) -> str:
+    """``s3://<bucket>/<prefix>/<org>/<repo>/<revision>``."""
+    return f"s3://{bucket}/{mirror_key_prefix(spec)}"
+
+
+def fsx_weights_path(spec: DeploymentSpec) -> str:
+    """Where the revision appears on the FSx mount (the DRA maps ``/<prefix>`` to the mirror prefix)."""
+    return f"{FSX_MOUNT_PATH}/{mirror_key_prefix(spec)}"
+
+
+def serving_path(spec: DeploymentSpec) -> str:
+    """The weights directory vLLM is started on (inside the container).
+
+    FSx serves from the file system itself; every other kind from a local copy at
+    ``/models/<profile>/<revision>`` (a new revision never rewrites the copy being served).
+    """
+    if spec.config.storage.kind == "fsx":
+        return fsx_weights_path(spec)
+    return f"{WEIGHTS_MOUNT_PATH}/{spec.model.name}/{spec.revision}"
+
+
+def _argv(source: str, dest: str) -> tuple[str, ...]:
+    return ("python3", SYNC_SCRIPT_PATH, "--source", source, "--dest", dest, "--workers", str(SYNC_WORKERS), "--json")
+
+
+def sync_steps(spec: DeploymentSpec, mirror_bucket: str | None) -> tuple[SyncStep, ...]:
+    """The ordered sync runs for ``spec``.
+
+    Args:
+        spec: the deployment spec.
+        mirror_bucket: the mirror bucket's name when a mirror is used, else None.
+
+    Raises:
+        ValueError: the storage kind needs a mirror and ``mirror_bucket`` is None.
+    """
+    kind = spec.config.storage.kind
+    mirror = spec.config.storage.mirror.enabled and mirror_bucket is not None
+    if kind in ("fsx", "nvme-from-fsx") and not mirror:
+        raise ValueError(f"storage.kind {kind} needs the S3 mirror bucket")
+    steps: list[SyncStep] = []
+    source = spec.hub_uri
+    if mirror:
+        dest = mirror_uri(spec, mirror_bucket)  # type: ignore[arg-type]
+        steps.append(SyncStep("publish-mirror", source, dest, False, True, False, _argv(source, dest)))
+        source = dest
+    if kind == "fsx":
+        return tuple(steps)
+    if kind == "nvme-from-fsx":
+        source = "file://" + fsx_weights_path(spec)
+    dest = serving_path(spec)
+    steps.append(
+        SyncStep(
+            "node-copy",
+            source,
+            dest,
+            per_node=kind != "pvc",
+            needs_hub_token=source == spec.hub_uri,
+            needs_fsx=kind == "nvme-from-fsx",
+            argv=_argv(source, dest),
+        )
+    )
+    return tuple(steps)

@@ -1,0 +1,1142 @@
+#!/usr/bin/env python3
+"""Fast, verified, resumable copy of a model checkpoint (hub -> S3 mirror -> NVMe or FSx).
+
+Sources: hf://ORG/REPO@REV, modelscope://ORG/REPO@REV, s3://BUCKET/PREFIX (a mirror holding
+manifest.json), file:///PATH. Destinations: a local directory, or s3://BUCKET/PREFIX (publishes
+a mirror and its manifest.json). Every file is checked against the source's size and sha256;
+a file gets its final name only after both match; the completion marker is written last.
+
+Only the standard library is imported at module level (boto3, huggingface_hub and modelscope
+are imported where used), so other code can `import scripts.weight_sync` cheaply and ship this
+file's text as it is. Exit codes: 0 ok, 1 a check or transfer failed, 2 usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import errno
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+MARKER_NAME = ".weights-complete.json"
+MANIFEST_NAME = "manifest.json"
+STATE_DIR_NAME = ".weights-sync"  # journal, partial files and hub staging, inside the destination
+JOURNAL_NAME = "verified.jsonl"
+SOURCE_CACHE_NAME = "source-hashes.json"
+MANIFEST_VERSION = 1
+CHUNK_BYTES = 8 << 20
+S3_PART_BYTES = 32 << 20
+S3_PART_CONCURRENCY = 8
+RETRY_ATTEMPTS = 5
+RETRY_BASE_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+INTEGRITY_ATTEMPTS = 2  # a file whose bytes do not match is fetched once more, then the run fails
+LOG_INTERVAL_SECONDS = 5.0
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+class UsageError(Exception):
+    """The command line is wrong (exit 2)."""
+
+
+class SyncError(Exception):
+    """A permanent failure: bad source, missing object, auth, no space, corrupt data (exit 1)."""
+
+
+class TransientError(Exception):
+    """A failure worth retrying (timeout, 5xx, throttling, dropped connection)."""
+
+
+class IntegrityError(SyncError):
+    """Bytes received do not match the manifest's size or sha256."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+    """One file of the checkpoint.
+
+    path: relative POSIX path, validated by `validate_relative_path`.
+    size_bytes: expected size. sha256: expected hex digest, None when the source gives none
+    (computed while the bytes stream in). git_sha1: expected git blob id (Hugging Face files
+    not stored in LFS), or None.
+    """
+
+    path: str
+    size_bytes: int
+    sha256: str | None = None
+    git_sha1: str | None = None
+
+
+def validate_relative_path(path: object) -> str:
+    """Return `path` if it is a safe relative POSIX path inside the destination.
+
+    Raises SyncError for absolute paths, `..` or `.` components, empty components, backslashes,
+    NUL bytes, drive letters, and names reserved by this program (marker, state directory).
+    """
+    if not isinstance(path, str) or not path or "\\" in path or "\x00" in path:
+        raise SyncError(f"manifest path {path!r} is not a relative POSIX path")
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        raise SyncError(f"manifest path {path!r} is absolute; only relative paths are allowed")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise SyncError(f"manifest path {path!r} contains '..', '.' or an empty component")
+    if parts[0] in (STATE_DIR_NAME, MARKER_NAME):
+        raise SyncError(f"manifest path {path!r} uses a name reserved by weight_sync")
+    return path
+
+
+def manifest_digest(entries: list[FileEntry]) -> str:
+    """sha256 hex of the canonical (path, size, sha256) list; every entry needs its sha256."""
+    rows = sorted([e.path, e.size_bytes, e.sha256] for e in entries)
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
+def manifest_document(source: str, revision: str, entries: list[FileEntry]) -> dict:
+    """The manifest.json document: {version, source, revision, total_bytes, files: [...]}."""
+    return {
+        "version": MANIFEST_VERSION, "source": source, "revision": revision,
+        "total_bytes": sum(e.size_bytes for e in entries),
+        "files": [{"path": e.path, "size_bytes": e.size_bytes, "sha256": e.sha256}
+                  for e in sorted(entries, key=lambda e: e.path)],
+    }
+
+
+def parse_manifest(document: object, where: str) -> tuple[str, list[FileEntry]]:
+    """Validate a manifest.json document; return (revision, entries). Raises SyncError."""
+    try:
+        revision = str(document["revision"])
+        entries = [FileEntry(validate_relative_path(f["path"]), int(f["size_bytes"]), str(f["sha256"]).lower())
+                   for f in document["files"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SyncError(f"{where}: malformed manifest ({exc.__class__.__name__}: {exc})") from None
+    for e in entries:
+        if e.size_bytes < 0 or not re.fullmatch(r"[0-9a-f]{64}", e.sha256 or ""):
+            raise SyncError(f"{where}: bad size or sha256 for {e.path!r}")
+    return revision, entries
+
+
+def human_bytes(n_bytes: float) -> str:
+    """Decimal units, e.g. 1.56 TB."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n_bytes) < 1000 or unit == "TB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.2f} {unit}"
+        n_bytes /= 1000
+    return ""
+
+
+def disk_free_bytes(path: str) -> int:
+    """Bytes available to this user on the file system holding `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: transient or permanent
+
+
+def _status_of(exc: BaseException) -> int | None:
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict):  # botocore ClientError
+        return resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return getattr(resp, "status_code", None)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors worth retrying: 408/429/5xx, S3 throttling codes, timeouts, dropped
+    connections. False for 4xx (not found, auth), unknown revisions, disk full and bugs."""
+    if isinstance(exc, TransientError):
+        return True
+    if isinstance(exc, SyncError):
+        return False
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError", "GatedRepoError",
+                "NoCredentialsError", "PartialCredentialsError", "NotExistError", "ParamValidationError"}:
+        return False
+    code = getattr(exc, "response", None)
+    code = code.get("Error", {}).get("Code") if isinstance(code, dict) else None
+    if code in ("SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
+                "ServiceUnavailable", "RequestTimeTooSkewed"):
+        return True
+    status = _status_of(exc)
+    if status is not None:
+        return status in (408, 429) or status >= 500
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+        return False
+    if names & {"LocalEntryNotFoundError", "EndpointConnectionError", "ConnectionClosedError",
+                "ReadTimeoutError", "ConnectTimeoutError", "ResponseStreamingError", "IncompleteReadError",
+                "ConnectionError", "TimeoutError", "TimeoutException", "NetworkError", "RemoteProtocolError",
+                "ProtocolError", "ChunkedEncodingError", "S3ResponseError", "AWSConnectionError"}:
+        return True
+    return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError))
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a user: the error class and message, secrets never included."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text if isinstance(exc, (SyncError, UsageError)) else f"{type(exc).__name__}: {text}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress
+
+
+class Progress:
+    """Thread-safe byte counter with a reporter: a bar on a terminal, else a log line every
+    LOG_INTERVAL_SECONDS. All output goes to stderr."""
+
+    def __init__(self, total_bytes: int, total_files: int, enabled: bool = True):
+        self.total_bytes, self.total_files = total_bytes, total_files
+        self.done_bytes = self.done_files = 0
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._tty = sys.stderr.isatty()
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True) if enabled else None
+
+    def start(self) -> "Progress":
+        self._start = time.monotonic()
+        if self._thread:
+            self._thread.start()
+        return self
+
+    def add(self, n_bytes: int) -> None:
+        with self._lock:
+            self.done_bytes += n_bytes
+
+    def file_done(self) -> None:
+        with self._lock:
+            self.done_files += 1
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self._start, 1e-6)
+        rate = self.done_bytes / elapsed
+        left = max(self.total_bytes - self.done_bytes, 0)
+        eta = f"{int(left / rate) // 60}:{int(left / rate) % 60:02d}" if rate > 0 else "--:--"
+        pct = 100.0 * self.done_bytes / self.total_bytes if self.total_bytes else 100.0
+        text = (f"{human_bytes(self.done_bytes)}/{human_bytes(self.total_bytes)} ({pct:.0f}%) "
+                f"{human_bytes(rate)}/s ETA {eta} files {self.done_files}/{self.total_files}")
+        if self._tty:
+            filled = int(30 * pct / 100)
+            return f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}\x1b[K"
+        return f"weight_sync: {text}\n"
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5 if self._tty else LOG_INTERVAL_SECONDS):
+            sys.stderr.write(self.line())
+            sys.stderr.flush()
+
+    def stop(self) -> None:
+        if self._thread and self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+            if self.total_files:
+                sys.stderr.write(self.line() + ("\n" if self._tty else ""))
+                sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sink: a temporary file that hashes what is written to it
+
+
+class Sink:
+    """Write-only temporary file that computes sha256 (and the git blob sha1 when asked) of the
+    bytes as they are written. Sources call `write` with chunks in order, or `adopt` a file a
+    library has written (then it is hashed in one read)."""
+
+    def __init__(self, tmp_path: str, progress: Progress, git_blob_size: int | None = None):
+        self.tmp_path, self.progress = tmp_path, progress
+        os.makedirs(os.path.dirname(tmp_path), exist_ok=True)
+        self._file = open(tmp_path, "wb", buffering=0)
+        self.sha256 = hashlib.sha256()
+        self.git_sha1 = hashlib.sha1(b"blob %d\0" % git_blob_size) if git_blob_size is not None else None
+        self.size_bytes = 0
+
+    def write(self, data) -> int:
+        """Append `data` (bytes-like); returns its length. Counted in progress."""
+        view = memoryview(data)
+        self.sha256.update(view)
+        if self.git_sha1 is not None:
+            self.git_sha1.update(view)
+        while view:  # raw files may write less than asked
+            view = view[self._file.write(view):]
+        self.size_bytes += len(data)
+        self.progress.add(len(data))
+        return len(data)
+
+    def adopt(self, path: str) -> None:
+        """Replace the temporary file by `path` (same file system) and hash it."""
+        self._file.close()
+        os.replace(path, self.tmp_path)
+        with open(self.tmp_path, "rb", buffering=0) as f:
+            buf = bytearray(CHUNK_BYTES)
+            while n := f.readinto(buf):
+                self.sha256.update(memoryview(buf)[:n])
+                if self.git_sha1 is not None:
+                    self.git_sha1.update(memoryview(buf)[:n])
+                self.size_bytes += n
+                self.progress.add(n)
+        self._file = open(self.tmp_path, "ab", buffering=0)
+
+    def close(self, durable: bool = True) -> None:
+        if not self._file.closed:
+            if durable:
+                os.fsync(self._file.fileno())
+            self._file.close()
+
+
+class _WriteOnly:
+    """Hides seek/tell so s3transfer writes parts in order (its non-seekable download path)."""
+
+    def __init__(self, sink: Sink):
+        self.write = sink.write
+
+
+def hash_file(path: str, progress: Progress | None = None) -> tuple[int, str]:
+    """(size_bytes, sha256 hex) of a local file, read once in CHUNK_BYTES pieces."""
+    sha, size, buf = hashlib.sha256(), 0, bytearray(CHUNK_BYTES)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            sha.update(memoryview(buf)[:n])
+            size += n
+            if progress:
+                progress.add(n)
+    return size, sha.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+
+def parse_repo_uri(uri: str, scheme: str) -> tuple[str, str | None]:
+    """'hf://ORG/REPO@REV' -> ('ORG/REPO', 'REV' or None). Raises UsageError."""
+    body = uri[len(scheme) + 3:]
+    repo, _, rev = body.partition("@")
+    if not re.fullmatch(r"[\w.\-]+/[\w.\-]+", repo) or (rev == "" and "@" in body):
+        raise UsageError(f"--source {uri!r}: expected {scheme}://ORG/REPO@REVISION")
+    return repo, rev or None
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """'s3://BUCKET/PREFIX' -> ('BUCKET', 'PREFIX' without slashes at the ends). Raises UsageError."""
+    bucket, _, prefix = uri[5:].partition("/")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", bucket):
+        raise UsageError(f"{uri!r}: expected s3://BUCKET/PREFIX with a valid bucket name")
+    return bucket, prefix.strip("/")
+
+
+def s3_key(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
+
+
+def s3_client(max_pool_connections: int = 64):
+    """A boto3 S3 client (AWS_ENDPOINT_URL, region and credentials from the environment)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client("s3", config=Config(
+        max_pool_connections=max_pool_connections, retries={"max_attempts": 5, "mode": "standard"}))
+
+
+class Source:
+    """A checkpoint to copy. `resolve()` -> (revision, entries); `fetch(entry, sink)` writes
+    the file's bytes into the sink. `local_path(entry)` is a readable local file or None."""
+
+    uri = ""
+
+    def resolve(self) -> tuple[str, list[FileEntry]]:
+        raise NotImplementedError
+
+    def fetch(self, entry: FileEntry, sink: Sink) -> None:
+        raise NotImplementedError
+
+    def local_path(self, entry: FileEntry) -> str | None:
+        return None
+
+
+class FileSource(Source):
+    """A local directory (an FSx mount, a disk). Uses its manifest.json when it has one; else
+    sizes come from stat and sha256 from a cache of earlier runs or from hashing during copy."""
+
+    def __init__(self, uri: str):
+        self.uri, self.root = uri, os.path.abspath(uri[len("file://"):])
+        self.cache_path: str | None = None  # set by the destination: where hashes are remembered
+        self.stats: dict[str, list[int]] = {}
+
+    def resolve(self):
+        if not os.path.isdir(self.root):
+            raise SyncError(f"source directory {self.root} does not exist")
+        manifest_path = os.path.join(self.root, MANIFEST_NAME)
+        if os.path.isfile(manifest_path):
+            with open(manifest_path) as f:
+                try:
+                    return parse_manifest(json.load(f), manifest_path)
+                except json.JSONDecodeError as exc:
+                    raise SyncError(f"{manifest_path}: not JSON ({exc})") from None
+        cache = {}
+        if self.cache_path and os.path.isfile(self.cache_path):
+            try:
+                with open(self.cache_path) as f:
+                    cache = json.load(f)
+            except (OSError, ValueError):
+                cache = {}
+        entries = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if d != STATE_DIR_NAME)
+            for name in sorted(filenames):
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, self.root).replace(os.sep, "/")
+                if rel == MARKER_NAME or not os.path.isfile(full):
+                    continue
+                st = os.stat(full)
+                self.stats[rel] = [st.st_size, st.st_mtime_ns]
+                hit = cache.get(rel)
+                sha = hit[2] if hit and hit[:2] == self.stats[rel] else None
+                entries.append(FileEntry(validate_relative_path(rel), st.st_size, sha))
+        marker = os.path.join(self.root, MARKER_NAME)
+        revision = "unversioned"
+        if os.path.isfile(marker):
+            try:
+                with open(marker) as f:
+                    revision = json.load(f).get("revision", revision)
+            except (OSError, ValueError):
+                pass
+        return revision, entries
+
+    def remember(self, entries: list[FileEntry]) -> None:
+        """Store computed sha256 values keyed by (size, mtime) so later runs need not re-hash."""
+        if self.cache_path and self.stats:
+            doc = {e.path: self.stats[e.path] + [e.sha256] for e in entries if e.path in self.stats}
+            write_json_atomic(self.cache_path, doc)
+
+    def local_path(self, entry):
+        return os.path.join(self.root, *entry.path.split("/"))
+
+    def fetch(self, entry, sink):
+        buf = bytearray(CHUNK_BYTES)
+        try:
+            with open(self.local_path(entry), "rb", buffering=0) as f:
+                while n := f.readinto(buf):
+                    sink.write(memoryview(buf)[:n])
+        except FileNotFoundError:
+            raise SyncError(f"{entry.path}: missing from source {self.root}") from None
+
+
+class S3Source(Source):
+    """The in-region mirror: s3://BUCKET/PREFIX with manifest.json. Parallel ranged GETs with
+    ordered output, so bytes are hashed as they arrive: `s5cmd cat` when s5cmd is on PATH (or
+    client='s5cmd'), else boto3's transfer manager (CRT when installed and the host qualifies)."""
+
+    def __init__(self, uri: str, client_kind: str = "auto", workers: int = 8):
+        self.uri = uri
+        self.bucket, self.prefix = parse_s3_uri(uri)
+        self.s5cmd = shutil.which("s5cmd") if client_kind in ("auto", "s5cmd") else None
+        if client_kind == "s5cmd" and not self.s5cmd:
+            raise UsageError("--s3-client s5cmd: s5cmd is not on PATH")
+        self.workers = workers
+        self._client = self._transfer_config = None
+        self._lock = threading.Lock()
+
+    def client(self):
+        with self._lock:
+            if self._client is None:
+                self._client = s3_client(max_pool_connections=self.workers * S3_PART_CONCURRENCY + 8)
+        return self._client
+
+    def resolve(self):
+        key = s3_key(self.prefix, MANIFEST_NAME)
+        try:
+            body = self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except Exception as exc:
+            if _status_of(exc) == 404 or "NoSuchKey" in str(exc) or "NoSuchBucket" in str(exc):
+                raise SyncError(f"s3://{self.bucket}/{key} not found: publish the mirror first "
+                                f"(weight_sync.py --source hf://... --dest s3://...)") from None
+            raise
+        try:
+            return parse_manifest(json.loads(body), f"s3://{self.bucket}/{key}")
+        except json.JSONDecodeError as exc:
+            raise SyncError(f"s3://{self.bucket}/{key}: not JSON ({exc})") from None
+
+    def fetch(self, entry, sink):
+        key = s3_key(self.prefix, entry.path)
+        if self.s5cmd:
+            return self._fetch_s5cmd(key, sink)
+        from boto3.s3.transfer import TransferConfig
+
+        if self._transfer_config is None:
+            self._transfer_config = TransferConfig(
+                multipart_threshold=S3_PART_BYTES, multipart_chunksize=S3_PART_BYTES,
+                max_concurrency=S3_PART_CONCURRENCY, io_chunksize=1 << 20, preferred_transfer_client="auto")
+        self.client().download_fileobj(self.bucket, key, _WriteOnly(sink), Config=self._transfer_config)
+
+    def _fetch_s5cmd(self, key: str, sink: Sink) -> None:
+        cmd = [self.s5cmd, "--retry-count", "5"]
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            cmd += ["--endpoint-url", endpoint]
+        cmd += ["cat", "--raw", "--concurrency", str(S3_PART_CONCURRENCY),
+                "--part-size", str(S3_PART_BYTES >> 20), f"s3://{self.bucket}/{key}"]
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+            try:
+                buf = bytearray(1 << 20)
+                while n := proc.stdout.readinto(buf):
+                    sink.write(memoryview(buf)[:n])
+            finally:
+                proc.stdout.close()
+                if proc.wait() is None or proc.returncode != 0:
+                    proc.kill()
+            if proc.returncode != 0:
+                err.seek(0)
+                text = err.read().decode(errors="replace").strip().splitlines()
+                text = text[-1] if text else f"exit {proc.returncode}"
+                if re.search(r"NoSuchKey|NoSuchBucket|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
+                             r"\b40[34]\b|[Nn]ot [Ff]ound", text):
+                    raise SyncError(f"s5cmd: s3://{self.bucket}/{key}: {text}")
+                raise TransientError(f"s5cmd: s3://{self.bucket}/{key}: {text}")
+
+
+class HfSource(Source):
+    """Hugging Face repository at a revision (a branch is resolved to its commit). Sizes and
+    sha256 from the hub's LFS metadata (git blob sha1 for files outside LFS). Downloads go
+    through huggingface_hub (hf_xet for Xet-backed files, HF_XET_HIGH_PERFORMANCE=1), which
+    writes the file itself: it is then hashed in one read before it gets its final name."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.repo, self.revision = parse_repo_uri(uri, "hf")
+        self.commit: str | None = None
+        self.staging_dir: str | None = None  # set by the destination, same file system
+
+    def resolve(self):
+        os.environ.setdefault("HF_XET_HIGH_PERFORMANCE", "1")
+        from huggingface_hub import HfApi
+
+        info = HfApi().model_info(self.repo, revision=self.revision or "main", files_metadata=True)
+        self.commit = info.sha
+        if not self.commit or not HEX40.match(self.commit):
+            raise SyncError(f"{self.uri}: the hub returned no commit for revision {self.revision!r}")
+        entries = []
+        for s in info.siblings or []:
+            if s.lfs:
+                entries.append(FileEntry(validate_relative_path(s.rfilename), int(s.lfs.size), s.lfs.sha256.lower()))
+            else:
+                if s.size is None or not s.blob_id:
+                    raise SyncError(f"{self.uri}: no size or blob id for {s.rfilename!r}")
+                entries.append(FileEntry(validate_relative_path(s.rfilename), int(s.size), None, s.blob_id.lower()))
+        return self.commit, entries
+
+    def fetch(self, entry, sink):
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(self.repo, entry.path, revision=self.commit, local_dir=self.staging_dir)
+        sink.adopt(path)
+
+
+class ModelScopeSource(Source):
+    """ModelScope repository at a revision (the modelscope SDK; MODELSCOPE_API_TOKEN from the
+    environment). Sizes and, where the SDK reports them, sha256 from the file listing."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.repo, self.revision = parse_repo_uri(uri, "modelscope")
+        self.staging_dir: str | None = None
+
+    def resolve(self):
+        try:
+            from modelscope.hub.api import HubApi
+        except ImportError:
+            raise SyncError("modelscope:// needs the modelscope package (pip install modelscope)") from None
+        api = HubApi()
+        if os.environ.get("MODELSCOPE_API_TOKEN"):
+            api.login(os.environ["MODELSCOPE_API_TOKEN"])
+        revision = self.revision or "master"
+        if not HEX40.match(revision) and hasattr(api, "get_valid_revision_detail"):
+            detail = api.get_valid_revision_detail(self.repo, revision=revision) or {}
+            revision = detail.get("CommitId") or detail.get("Revision") or revision
+        self.revision = revision
+        entries = []
+        for f in api.get_model_files(self.repo, revision=revision, recursive=True):
+            if f.get("Type", "blob") == "tree":
+                continue
+            sha = f.get("Sha256") or None
+            entries.append(FileEntry(validate_relative_path(f["Path"]), int(f["Size"]), sha.lower() if sha else None))
+        return revision, entries
+
+    def fetch(self, entry, sink):
+        from modelscope.hub.file_download import model_file_download
+
+        sink.adopt(model_file_download(self.repo, entry.path, revision=self.revision, local_dir=self.staging_dir))
+
+
+def make_source(uri: str, s3_client_kind: str, workers: int) -> Source:
+    """Build the Source for a URI. Raises UsageError for an unknown scheme or bad form."""
+    if uri.startswith("hf://"):
+        return HfSource(uri)
+    if uri.startswith("modelscope://"):
+        return ModelScopeSource(uri)
+    if uri.startswith("s3://"):
+        return S3Source(uri, s3_client_kind, workers)
+    if uri.startswith("file://"):
+        if not uri[7:].startswith("/"):
+            raise UsageError(f"--source {uri!r}: expected file:///ABSOLUTE/PATH")
+        return FileSource(uri)
+    raise UsageError(f"--source {uri!r}: expected hf://, modelscope://, s3:// or file:///")
+
+
+# ---------------------------------------------------------------------------------------------
+# Transfer engine
+
+
+def write_json_atomic(path: str, document: dict) -> None:
+    """Write JSON to `path` through a temporary name, fsync, rename, fsync the directory."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def with_retries(action, what: str, log) -> None:
+    """Run `action()`; retry transient errors RETRY_ATTEMPTS times with jittered exponential
+    backoff, and an IntegrityError once. Re-raises the last error."""
+    transient = integrity = 0
+    while True:
+        try:
+            return action()
+        except IntegrityError as exc:
+            integrity += 1
+            if integrity >= INTEGRITY_ATTEMPTS:
+                raise IntegrityError(f"{exc} (fetched {integrity} times; the source copy is bad)") from None
+            log(f"{what}: {exc}; fetching it once more")
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            transient += 1
+            if transient >= RETRY_ATTEMPTS:
+                raise SyncError(f"{what}: giving up after {transient} attempts: {describe(exc)}") from None
+            delay = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (transient - 1)) * random.uniform(0.5, 1.0)
+            log(f"{what}: {describe(exc)}; retry {transient}/{RETRY_ATTEMPTS - 1} in {delay:.1f} s")
+            time.sleep(delay)
+
+
+def check_bytes(entry: FileEntry, size_bytes: int, sha256: str, git_sha1: str | None = None) -> str:
+    """Compare what was received (size, sha256 hex, git blob sha1 hex) with the manifest; return
+    the sha256. Raises IntegrityError on any mismatch."""
+    if size_bytes != entry.size_bytes:
+        raise IntegrityError(f"{entry.path}: received {size_bytes} bytes, expected {entry.size_bytes}")
+    if entry.sha256 and sha256 != entry.sha256:
+        raise IntegrityError(f"{entry.path}: sha256 {sha256} does not match the manifest's {entry.sha256}")
+    if entry.git_sha1 and git_sha1 is not None and git_sha1 != entry.git_sha1:
+        raise IntegrityError(f"{entry.path}: git blob id {git_sha1} does not match the hub's {entry.git_sha1}")
+    return sha256
+
+
+def fetch_verified(source: Source, entry: FileEntry, tmp_path: str, progress: Progress,
+                   durable: bool = True) -> str:
+    """Fetch `entry` into `tmp_path`, hashing as the bytes arrive; return its sha256 hex. On any
+    failure the partial file is removed and its bytes taken off the progress count.
+    Raises IntegrityError, SyncError, or the source's own (possibly transient) errors."""
+    sink = Sink(tmp_path, progress, entry.size_bytes if entry.git_sha1 else None)
+    ok = False
+    try:
+        source.fetch(entry, sink)
+        sink.close(durable=durable)
+        sha = check_bytes(entry, sink.size_bytes, sink.sha256.hexdigest(),
+                          sink.git_sha1.hexdigest() if sink.git_sha1 is not None else None)
+        ok = True
+        return sha
+    finally:
+        if not ok:
+            sink.close(durable=False)
+            progress.add(-sink.size_bytes)
+            try:
+                os.unlink(tmp_path)
+            except FileNotFoundError:
+                pass
+
+
+@dataclasses.dataclass
+class Summary:
+    """Outcome of one run; `as_json()` is what --json prints."""
+
+    source: str
+    dest: str
+    revision: str = ""
+    files_total: int = 0
+    files_transferred: int = 0
+    files_skipped: int = 0
+    files_verified: int = 0
+    bytes_total: int = 0
+    bytes_transferred: int = 0
+    seconds: float = 0.0
+
+    def as_json(self) -> dict:
+        doc = dataclasses.asdict(self)
+        doc["seconds"] = round(self.seconds, 3)
+        doc["throughput_bytes_per_second"] = int(self.bytes_transferred / self.seconds) if self.seconds else 0
+        return doc
+
+
+class Destination:
+    """Common run logic: resolve, fast path on a matching marker, classify, transfer, mark."""
+
+    def __init__(self, source: Source, workers: int, verify: str, log, progress_enabled: bool):
+        self.source, self.workers, self.verify, self.log = source, workers, verify, log
+        self.progress_enabled = progress_enabled
+
+    def _run_pool(self, items, fn) -> list:
+        """fn over items with `workers` threads; the first exception cancels the rest and is raised."""
+        results = []
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            futures = [pool.submit(fn, item) for item in items]
+            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in pending:
+                f.cancel()
+            for f in futures:
+                if f.done() and not f.cancelled() and f.exception():
+                    raise f.exception()
+            results = [f.result() for f in futures]
+        return results
+
+
+class LocalDestination(Destination):
+    """A local directory (NVMe RAID0, FSx). Layout: files at their relative paths, manifest.json,
+    the marker, and STATE_DIR_NAME/ (journal of verified files, partial files, hub staging)."""
+
+    def __init__(self, root: str, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.root = os.path.abspath(root)
+        self.state = os.path.join(self.root, STATE_DIR_NAME)
+        self.partial = os.path.join(self.state, "partial")
+        self.journal_path = os.path.join(self.state, JOURNAL_NAME)
+        self.marker_path = os.path.join(self.root, MARKER_NAME)
+        self._journal_lock = threading.Lock()
+
+    def target(self, rel: str) -> str:
+        """Absolute path of `rel` under the root. Raises SyncError if it would leave the root
+        (through '..' or a symlinked directory)."""
+        path = os.path.join(self.root, *validate_relative_path(rel).split("/"))
+        real_parent = os.path.realpath(os.path.dirname(path))
+        if real_parent != os.path.realpath(self.root) and not real_parent.startswith(os.path.realpath(self.root) + os.sep):
+            raise SyncError(f"{rel}: resolves outside the destination {self.root}")
+        return path
+
+    def _load_journal(self) -> dict[str, dict]:
+        records = {}
+        try:
+            with open(self.journal_path) as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                        records[rec["path"]] = rec
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a line cut short by a crash
+        except FileNotFoundError:
+            pass
+        return records
+
+    def _journal_append(self, rec: dict) -> None:
+        with self._journal_lock, open(self.journal_path, "a") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _read_marker(self) -> dict | None:
+        try:
+            with open(self.marker_path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def _journal_match(self, entry: FileEntry, rec: dict | None, st) -> bool:
+        if not rec or rec.get("size_bytes") != st.st_size or rec.get("mtime_ns") != st.st_mtime_ns:
+            return False
+        if entry.sha256:
+            return rec.get("sha256") == entry.sha256
+        return bool(entry.git_sha1) and rec.get("git_sha1") == entry.git_sha1
+
+    def run(self) -> Summary:
+        summary = Summary(self.source.uri, self.root)
+        os.makedirs(self.root, exist_ok=True)
+        os.makedirs(self.state, exist_ok=True)
+        if isinstance(self.source, FileSource):
+            if os.path.realpath(self.source.root) == os.path.realpath(self.root):
+                raise UsageError("--source and --dest are the same directory")
+            self.source.cache_path = os.path.join(self.state, SOURCE_CACHE_NAME)
+        if isinstance(self.source, (HfSource, ModelScopeSource)):
+            self.source.staging_dir = os.path.join(self.state, "hub")
+        revision, entries = self.source.resolve()
+        self._check_entries(entries)
+        summary.revision, summary.files_total = revision, len(entries)
+        summary.bytes_total = sum(e.size_bytes for e in entries)
+        journal = self._load_journal()
+        # Fill hashes the source cannot give (git-only files) from the journal, for the digest.
+        entries = [dataclasses.replace(e, sha256=journal[e.path]["sha256"])
+                   if not e.sha256 and e.git_sha1 and journal.get(e.path, {}).get("git_sha1") == e.git_sha1
+                   and journal[e.path].get("size_bytes") == e.size_bytes else e for e in entries]
+        marker = self._read_marker()
+        if (self.verify == "fast" and marker and all(e.sha256 for e in entries)
+                and marker.get("manifest_sha256") == manifest_digest(entries) and self._sizes_ok(entries)):
+            summary.files_skipped = len(entries)
+            return summary
+        # A new sync starts: the marker goes first, so nothing reads a half-updated directory.
+        if os.path.exists(self.marker_path):
+            os.unlink(self.marker_path)
+            fsync_dir(self.root)
+        shutil.rmtree(self.partial, ignore_errors=True)
+        os.makedirs(self.partial, exist_ok=True)
+
+        check_progress = Progress(0, len(entries), enabled=False)
+
+        def classify(entry: FileEntry):
+            path = self.target(entry.path)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return entry, "fetch"
+            if st.st_size != entry.size_bytes:
+                return entry, "fetch"
+            rec = journal.get(entry.path)
+            if self.verify == "fast" and self._journal_match(entry, rec, st):
+                return dataclasses.replace(entry, sha256=rec["sha256"]), "skip"
+            if self.verify == "full" and (entry.sha256 or rec):
+                _, sha = hash_file(path, check_progress)
+                expected = entry.sha256 or (rec.get("sha256") if entry.git_sha1 and rec.get("git_sha1") == entry.git_sha1 else None)
+                if sha == expected:
+                    self._journal_append(self._record(entry.path, sha, entry.git_sha1, path))
+                    return dataclasses.replace(entry, sha256=sha), "verified"
+            return entry, "fetch"
+
+        plan = self._run_pool(entries, classify)
+        fetch = [e for e, action in plan if action == "fetch"]
+        summary.files_verified = sum(1 for _, action in plan if action == "verified")
+        summary.files_skipped = len(entries) - len(fetch)
+        need_bytes = sum(e.size_bytes for e in fetch)
+        free_bytes = disk_free_bytes(self.root)
+        if need_bytes > free_bytes:
+            valid_bytes = summary.bytes_total - need_bytes
+            raise SyncError(f"not enough free space in {self.root}: need {human_bytes(need_bytes)} "
+                            f"({need_bytes} bytes = {human_bytes(summary.bytes_total)} total - "
+                            f"{human_bytes(valid_bytes)} already valid), available {human_bytes(free_bytes)} "
+                            f"({free_bytes} bytes)")
+
+        progress = Progress(need_bytes, len(fetch), enabled=self.progress_enabled).start()
+        try:
+            fetched = self._run_pool(sorted(fetch, key=lambda e: -e.size_bytes),
+                                     lambda e: self._transfer(e, progress))
+        finally:
+            progress.stop()
+        done = {e.path: e for e, _ in plan}
+        done.update({e.path: e for e in fetched})
+        final = [done[e.path] for e in entries]
+        summary.files_transferred = len(fetched)
+        summary.files_verified += len(fetched)
+        summary.bytes_transferred = need_bytes
+        if isinstance(self.source, FileSource):
+            self.source.remember(final)
+        self._finish(summary, revision, final)
+        return summary
+
+    def _check_entries(self, entries: list[FileEntry]) -> None:
+        seen = set()
+        for e in entries:
+            self.target(e.path)
+            if e.path in seen or e.path.lower() in seen:
+                raise SyncError(f"manifest lists {e.path!r} twice")
+            seen.add(e.path)
+        dirs = {"/".join(e.path.split("/")[:i]) for e in entries for i in range(1, e.path.count("/") + 1)}
+        if clash := dirs & seen:
+            raise SyncError(f"manifest uses {sorted(clash)[0]!r} both as a file and as a directory")
+
+    def _sizes_ok(self, entries: list[FileEntry]) -> bool:
+        for e in entries:
+            try:
+                if os.stat(self.target(e.path)).st_size != e.size_bytes:
+                    return False
+            except FileNotFoundError:
+                return False
+        return True
+
+    def _record(self, rel: str, sha: str, git_sha1: str | None, path: str) -> dict:
+        st = os.stat(path)
+        return {"path": rel, "size_bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha, "git_sha1": git_sha1}
+
+    def _transfer(self, entry: FileEntry, progress: Progress) -> FileEntry:
+        final_path = self.target(entry.path)
+        tmp = os.path.join(self.partial, hashlib.sha256(entry.path.encode()).hexdigest()[:32] + ".partial")
+        result: list[str] = []
+        with_retries(lambda: result.append(fetch_verified(self.source, entry, tmp, progress)), entry.path, self.log)
+        os.makedirs(os.path.dirname(final_path), exist_ok=True)
+        os.replace(tmp, final_path)
+        self._journal_append(self._record(entry.path, result[-1], entry.git_sha1, final_path))
+        progress.file_done()
+        return dataclasses.replace(entry, sha256=result[-1])
+
+    def _finish(self, summary: Summary, revision: str, entries: list[FileEntry]) -> None:
+        for d in sorted({os.path.dirname(self.target(e.path)) for e in entries}):
+            fsync_dir(d)
+        if not any(e.path == MANIFEST_NAME for e in entries):
+            write_json_atomic(os.path.join(self.root, MANIFEST_NAME), manifest_document(self.source.uri, revision, entries))
+        with self._journal_lock:  # compact: one line per current file
+            records = self._load_journal()
+            write_lines = [json.dumps(records[e.path], sort_keys=True) for e in entries if e.path in records]
+            with open(self.journal_path + ".tmp", "w") as f:
+                f.write("".join(line + "\n" for line in write_lines))
+            os.replace(self.journal_path + ".tmp", self.journal_path)
+        shutil.rmtree(self.partial, ignore_errors=True)
+        write_json_atomic(self.marker_path, marker_document(self.source.uri, revision, entries))
+
+
+def marker_document(source: str, revision: str, entries: list[FileEntry]) -> dict:
+    """The completion marker: source, resolved revision, file count, total bytes, manifest digest."""
+    return {"source": source, "revision": revision, "file_count": len(entries),
+            "total_bytes": sum(e.size_bytes for e in entries), "manifest_sha256": manifest_digest(entries),
+            "completed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+class S3Destination(Destination):
+    """Publish a mirror: objects at s3://BUCKET/PREFIX/<path> (user metadata sha256), then
+    manifest.json, then the marker. Files from hubs or S3 are staged in a local temporary
+    directory and verified before upload; file:// sources are uploaded from where they are."""
+
+    def __init__(self, uri: str, staging_dir: str | None, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.uri = uri
+        self.bucket, self.prefix = parse_s3_uri(uri)
+        self.staging_root = staging_dir
+
+    def run(self) -> Summary:
+        from boto3.s3.transfer import TransferConfig
+
+        summary = Summary(self.source.uri, self.uri)
+        client = s3_client(max_pool_connections=self.workers * S3_PART_CONCURRENCY + 8)
+        config = TransferConfig(multipart_threshold=S3_PART_BYTES, multipart_chunksize=S3_PART_BYTES,
+                                max_concurrency=S3_PART_CONCURRENCY)
+        staging = tempfile.mkdtemp(prefix="weight-sync-", dir=self.staging_root)
+        try:
+            if isinstance(self.source, (HfSource, ModelScopeSource)):
+                self.source.staging_dir = os.path.join(staging, "hub")
+            revision, entries = self.source.resolve()
+            seen = set()
+            for e in entries:
+                if e.path in seen:
+                    raise SyncError(f"manifest lists {e.path!r} twice")
+                seen.add(e.path)
+            summary.revision, summary.files_total = revision, len(entries)
+            summary.bytes_total = sum(e.size_bytes for e in entries)
+            marker_key = s3_key(self.prefix, MARKER_NAME)
+            existing = self._list(client)
+            marker = None
+            if marker_key in existing:
+                marker = json.loads(client.get_object(Bucket=self.bucket, Key=marker_key)["Body"].read())
+            if (self.verify == "fast" and marker and all(e.sha256 for e in entries)
+                    and marker.get("manifest_sha256") == manifest_digest(entries)
+                    and all(existing.get(s3_key(self.prefix, e.path)) == e.size_bytes for e in entries)):
+                summary.files_skipped = len(entries)
+                return summary
+            client.delete_object(Bucket=self.bucket, Key=marker_key)
+
+            def classify(entry: FileEntry):
+                key = s3_key(self.prefix, entry.path)
+                if existing.get(key) != entry.size_bytes:
+                    return entry, "fetch"
+                if self.verify == "fast":
+                    sha = client.head_object(Bucket=self.bucket, Key=key).get("Metadata", {}).get("sha256")
+                    if sha and sha == entry.sha256:
+                        return dataclasses.replace(entry, sha256=sha), "skip"
+                    return entry, "fetch"
+                sink = Sink(os.path.join(staging, "check", key.replace("/", "_")), Progress(0, 0, False))
+                try:
+                    client.download_fileobj(self.bucket, key, _WriteOnly(sink), Config=config)
+                finally:
+                    sink.close(durable=False)
+                    os.unlink(sink.tmp_path)
+                sha = sink.sha256.hexdigest()
+                return (dataclasses.replace(entry, sha256=sha), "verified") if sha == (entry.sha256 or sha) else (entry, "fetch")
+
+            plan = self._run_pool(entries, classify)
+            fetch = [e for e, action in plan if action == "fetch"]
+            summary.files_verified = sum(1 for _, a in plan if a == "verified")
+            summary.files_skipped = len(entries) - len(fetch)
+            if fetch and not isinstance(self.source, FileSource):
+                need_bytes = min(self.workers, len(fetch)) * max(e.size_bytes for e in fetch)
+                free_bytes = disk_free_bytes(staging)
+                if need_bytes > free_bytes:
+                    raise SyncError(f"not enough free space in staging directory {staging}: need "
+                                    f"{human_bytes(need_bytes)} ({self.workers} workers x largest file), "
+                                    f"available {human_bytes(free_bytes)}; use --staging-dir")
+            need_bytes = sum(e.size_bytes for e in fetch)
+            progress = Progress(need_bytes, len(fetch), enabled=self.progress_enabled).start()
+
+            def publish(entry: FileEntry) -> FileEntry:
+                key = s3_key(self.prefix, entry.path)
+                tmp = os.path.join(staging, "partial", hashlib.sha256(entry.path.encode()).hexdigest()[:32])
+                shas: list[str] = []
+
+                def attempt():
+                    local = self.source.local_path(entry)
+                    if local is not None:  # upload in place after hashing it once
+                        size_bytes, sha = hash_file(local, progress)
+                        shas.append(check_bytes(entry, size_bytes, sha))
+                        path = local
+                    else:
+                        shas.append(fetch_verified(self.source, entry, tmp, progress, durable=False))
+                        path = tmp
+                    client.upload_file(path, self.bucket, key, ExtraArgs={"Metadata": {"sha256": shas[-1]}},
+                                       Config=config)
+
+                try:
+                    with_retries(attempt, entry.path, self.log)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                progress.file_done()
+                return dataclasses.replace(entry, sha256=shas[-1])
+
+            try:
+                fetched = self._run_pool(sorted(fetch, key=lambda e: -e.size_bytes), publish)
+            finally:
+                progress.stop()
+            done = {e.path: e for e, _ in plan}
+            done.update({e.path: e for e in fetched})
+            final = [done[e.path] for e in entries]
+            summary.files_transferred, summary.bytes_transferred = len(fetched), need_bytes
+            summary.files_verified += len(fetched)
+            if isinstance(self.source, FileSource):
+                self.source.remember(final)
+            put = lambda name, doc: client.put_object(Bucket=self.bucket, Key=s3_key(self.prefix, name),
+                                                      Body=json.dumps(doc, indent=1, sort_keys=True).encode(),
+                                                      ContentType="application/json")
+            put(MANIFEST_NAME, manifest_document(self.source.uri, revision, final))
+            put(MARKER_NAME, marker_document(self.source.uri, revision, final))
+            return summary
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _list(self, client) -> dict[str, int]:
+        sizes = {}
+        for page in client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=s3_key(self.prefix, "") if self.prefix else ""):
+            for obj in page.get("Contents", []):
+                sizes[obj["Key"]] = obj["Size"]
+        return sizes
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; --help explains every flag."""
+    p = argparse.ArgumentParser(
+        prog="weight_sync.py",
+        description="Copy a model checkpoint with per-file size and sha256 verification, resuming "
+                    "where an interrupted run stopped. The destination gets " + MARKER_NAME +
+                    " only when every file is verified. Exit codes: 0 ok, 1 a check or transfer "
+                    "failed, 2 usage error. Secrets come from the environment only (HF_TOKEN, "
+                    "MODELSCOPE_API_TOKEN, AWS_*); AWS_ENDPOINT_URL and HF_ENDPOINT are honoured.")
+    p.add_argument("--source", required=True, metavar="URI",
+                   help="where the checkpoint is: hf://ORG/REPO@REV (a branch is resolved to its commit), "
+                        "modelscope://ORG/REPO@REV, s3://BUCKET/PREFIX (a mirror with manifest.json), or "
+                        "file:///PATH (a directory; its manifest.json is used when present)")
+    p.add_argument("--dest", required=True, metavar="DIR_OR_URI",
+                   help="a local directory (NVMe, FSx), or s3://BUCKET/PREFIX to publish a mirror "
+                        "with manifest.json")
+    p.add_argument("--workers", type=int, default=8, metavar="N",
+                   help="files transferred at once (default 8); each S3 file also uses "
+                        f"{S3_PART_CONCURRENCY} parallel ranged GETs of {S3_PART_BYTES >> 20} MiB")
+    p.add_argument("--verify", choices=("fast", "full"), default="fast",
+                   help="fast (default): trust a marker whose manifest digest matches and files this "
+                        "program already verified (same size and mtime); full: re-hash every file "
+                        "already in the destination. Files transferred are always hashed.")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON summary on stdout at the end (bytes, seconds, files "
+                        "transferred, skipped and verified, throughput)")
+    p.add_argument("--s3-client", choices=("auto", "s5cmd", "boto3"), default="auto",
+                   help="S3 download client for s3:// sources: auto (s5cmd if on PATH, else boto3's "
+                        "transfer manager, CRT when installed), or force one")
+    p.add_argument("--staging-dir", metavar="DIR", default=None,
+                   help="with an s3:// destination, local directory for verifying hub files before "
+                        "upload (default: the system temporary directory); needs workers x largest file")
+    p.add_argument("--quiet", action="store_true", help="no progress output (errors are still printed)")
+    return p
+
+
+def run(args: argparse.Namespace) -> Summary:
+    """Run one sync from parsed arguments. Raises UsageError, SyncError."""
+    if args.workers < 1 or args.workers > 256:
+        raise UsageError(f"--workers {args.workers}: must be between 1 and 256")
+    source = make_source(args.source, args.s3_client, args.workers)
+
+    def log(message: str) -> None:
+        sys.stderr.write(f"weight_sync: {message}\n")
+        sys.stderr.flush()
+
+    common = dict(source=source, workers=args.workers, verify=args.verify, log=log, progress_enabled=not args.quiet)
+    if args.dest.startswith("s3://"):
+        dest = S3Destination(args.dest, args.staging_dir, **common)
+    elif "://" in args.dest:
+        raise UsageError(f"--dest {args.dest!r}: expected a local directory or s3://BUCKET/PREFIX")
+    else:
+        dest = LocalDestination(args.dest, **common)
+    started = time.monotonic()
+    summary = dest.run()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit code (0 ok, 1 failure, 2 usage)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        summary = run(args)
+    except UsageError as exc:
+        print(f"weight_sync: usage error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("weight_sync: interrupted; completed files are kept, run again to resume", file=sys.stderr)
+        return 1
+    except Exception as exc:  # permanent failures end in one clear line, not a traceback
+        if os.environ.get("WEIGHT_SYNC_DEBUG"):
+            raise
+        print(f"weight_sync: error: {describe(exc)}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(summary.as_json(), sort_keys=True))
+    else:
+        s = summary.as_json()
+        rows = [("source", s["source"]), ("dest", s["dest"]), ("revision", s["revision"]),
+                ("files", f"{s['files_total']} ({s['files_transferred']} transferred, {s['files_skipped']} "
+                          f"skipped, {s['files_verified']} verified)"),
+                ("bytes", f"{human_bytes(s['bytes_transferred'])} of {human_bytes(s['bytes_total'])}"),
+                ("time", f"{s['seconds']:.1f} s at {human_bytes(s['throughput_bytes_per_second'])}/s")]
+        print("\n".join(f"{k:<9} {v}" for k, v in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

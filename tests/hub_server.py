@@ -1,0 +1,178 @@
+"""A small local Hugging Face hub for tests, reached through HF_ENDPOINT.
+
+It implements the endpoints huggingface_hub calls for `HfApi.model_info(files_metadata=True)`
+and `hf_hub_download` (HEAD and GET on /resolve/, with Range), plus fault injection: a number
+of 5xx answers per file, corrupted bytes on the first download of a file, a delay per download,
+and a required token. Files of 1 KiB or more, and every *.safetensors, are "LFS" files (the hub
+gives their sha256); others are plain git blobs (the hub gives their git blob id).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """Git blob object id of `data` (what the hub reports as blobId)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def is_lfs(path: str, data: bytes) -> bool:
+    return path.endswith(".safetensors") or len(data) >= 1024
+
+
+class HubState:
+    """Repositories and faults. repos: repo_id -> {"branches": {name: commit}, "commits":
+    {commit: {path: bytes}}}. Fault dicts are keyed by file path."""
+
+    def __init__(self):
+        self.repos: dict[str, dict] = {}
+        self.fail_statuses: dict[str, list[int]] = {}  # path -> statuses to answer, in order
+        self.corrupt_once: set[str] = set()
+        self.truncate_always: set[str] = set()
+        self.download_delay_seconds = 0.0
+        self.required_token: str | None = None
+        self.requests: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def add_repo(self, repo_id: str, files: dict[str, bytes], branch: str = "main") -> str:
+        """Add (or update) a repo with one commit on `branch`; returns the 40-hex commit id."""
+        commit = hashlib.sha1(repr(sorted((p, hashlib.sha256(d).hexdigest()) for p, d in files.items())).encode()
+                              + repo_id.encode()).hexdigest()
+        repo = self.repos.setdefault(repo_id, {"branches": {}, "commits": {}})
+        repo["commits"][commit] = dict(files)
+        repo["branches"][branch] = commit
+        return commit
+
+    def downloads_of(self, path: str) -> int:
+        """How many GET /resolve/ requests named `path`."""
+        with self.lock:
+            return sum(1 for method, p in self.requests if method == "GET" and p.endswith("/" + path))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "HubServer"
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, head_only: bool = False):
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if "Content-Length" not in (headers or {}):
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and not head_only:
+            self.wfile.write(body)
+
+    def _error(self, status: int, code: str, message: str, head_only: bool = False):
+        body = json.dumps({"error": message}).encode()
+        self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message,
+                                  "Content-Type": "application/json"}, head_only)
+
+    def _resolve(self, repo_id: str, rev: str):
+        repo = self.server.state.repos.get(repo_id)
+        if repo is None:
+            return None, "RepoNotFound"
+        commit = repo["branches"].get(rev, rev)
+        if commit not in repo["commits"]:
+            return None, "RevisionNotFound"
+        return commit, repo["commits"][commit]
+
+    def _authorized(self, head_only: bool) -> bool:
+        token = self.server.state.required_token
+        if token and self.headers.get("Authorization") != f"Bearer {token}":
+            self._error(401, "RepoNotFound", "Invalid credentials", head_only)
+            return False
+        return True
+
+    def do_GET(self):
+        self._handle(head_only=False)
+
+    def do_HEAD(self):
+        self._handle(head_only=True)
+
+    def _handle(self, head_only: bool):
+        state = self.server.state
+        path = urllib.parse.urlsplit(self.path).path
+        with state.lock:
+            state.requests.append(("HEAD" if head_only else "GET", path))
+        if not self._authorized(head_only):
+            return
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)
+        if m:
+            commit, files = self._resolve(m.group(1), urllib.parse.unquote(m.group(2)))
+            if commit is None:
+                return self._error(404, files, f"{files}: {m.group(1)}@{m.group(2)}", head_only)
+            siblings = []
+            for p, data in sorted(files.items()):
+                sib = {"rfilename": p, "size": len(data), "blobId": git_blob_sha1(data)}
+                if is_lfs(p, data):
+                    sib["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": 134}
+                siblings.append(sib)
+            body = json.dumps({"id": m.group(1), "modelId": m.group(1), "sha": commit, "siblings": siblings}).encode()
+            return self._send(200, body, {"Content-Type": "application/json"}, head_only)
+        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        if not m:
+            return self._error(404, "NotFound", f"no route {path}", head_only)
+        commit, files = self._resolve(m.group(1), urllib.parse.unquote(m.group(2)))
+        if commit is None:
+            return self._error(404, files, f"{files}: {m.group(1)}", head_only)
+        file_path = urllib.parse.unquote(m.group(3))
+        if file_path not in files:
+            return self._error(404, "EntryNotFound", f"EntryNotFound: {file_path}", head_only)
+        data = files[file_path]
+        etag = hashlib.sha256(data).hexdigest() if is_lfs(file_path, data) else git_blob_sha1(data)
+        headers = {"X-Repo-Commit": commit, "ETag": f'"{etag}"', "Accept-Ranges": "bytes",
+                   "Content-Type": "application/octet-stream"}
+        if head_only:
+            headers["Content-Length"] = str(len(data))
+            return self._send(200, b"", headers, head_only=True)
+        with state.lock:
+            statuses = state.fail_statuses.get(file_path)
+            status = statuses.pop(0) if statuses else None
+            corrupt = file_path in state.corrupt_once
+            state.corrupt_once.discard(file_path)
+        if status:
+            return self._error(status, "ServerError", f"injected {status}")
+        if state.download_delay_seconds:
+            time.sleep(state.download_delay_seconds)
+        if corrupt:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        if file_path in state.truncate_always:
+            data = data[: len(data) // 2]
+        start = 0
+        rng = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if rng:
+            start = int(rng.group(1))
+            end = int(rng.group(2)) if rng.group(2) else len(data) - 1
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+            return self._send(206, data[start:end + 1], headers)
+        return self._send(200, data, headers)
+
+
+class HubServer(ThreadingHTTPServer):
+    """Threaded HTTP server on 127.0.0.1 with a HubState; `endpoint` is the HF_ENDPOINT value."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.state = HubState()
+        self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def __enter__(self) -> "HubServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()

@@ -1,0 +1,295 @@
+"""weight_sync core: local sources and destinations, manifest rules, marker rules, resume,
+free space, path traversal, command line. S3 and hub sources are in test_weight_sync_s3.py
+and test_weight_sync_hf.py."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
+
+import scripts.weight_sync as ws  # noqa: E402
+from sync_fixtures import checkpoint_files, manifest_for, read_tree, write_tree  # noqa: E402
+
+SCRIPT = os.path.join(REPO, "scripts", "weight_sync.py")
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch):
+    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+
+
+def run_json(capsys, *argv) -> tuple[int, dict | None, str]:
+    rc = ws.main([*argv, "--json", "--quiet"])
+    out, err = capsys.readouterr()
+    return rc, (json.loads(out) if rc == 0 else None), err
+
+
+@pytest.fixture
+def src(tmp_path):
+    files = checkpoint_files()
+    root = tmp_path / "src"
+    write_tree(str(root), files)
+    return root, files
+
+
+def test_module_exports_names_and_imports_only_stdlib():
+    assert ws.MARKER_NAME == ".weights-complete.json" and ws.MANIFEST_NAME == "manifest.json"
+    code = ("import sys; sys.path.insert(0, %r); import scripts.weight_sync as ws; "
+            "bad = [m for m in ('boto3', 'botocore', 'huggingface_hub', 'modelscope') if m in sys.modules]; "
+            "print(bad)" % REPO)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_help_explains_every_flag():
+    out = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, check=True).stdout
+    for flag in ("--source", "--dest", "--workers", "--verify", "--json", "--s3-client", "--staging-dir", "--quiet"):
+        assert flag in out
+    assert "hf://" in out and "modelscope://" in out and "file:///" in out and "fast" in out and "full" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--source", "ftp://x/y", "--dest", "/tmp/x"], "expected hf://"),
+    (["--source", "hf://not-a-repo", "--dest", "/tmp/x"], "ORG/REPO"),
+    (["--source", "file://relative", "--dest", "/tmp/x"], "ABSOLUTE"),
+    (["--source", "s3://B/x", "--dest", "/tmp/x"], "bucket"),
+    (["--source", "file:///tmp", "--dest", "gs://b/p"], "--dest"),
+    (["--source", "file:///tmp", "--dest", "/tmp/x", "--workers", "0"], "--workers"),
+    (["--source", "file:///tmp", "--dest", "/tmp/x", "--verify", "sometimes"], "invalid choice"),
+])
+def test_usage_errors_exit_2_with_one_line_and_no_traceback(argv, needle):
+    r = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_file_to_dir_copies_verifies_and_marks(tmp_path, src, capsys):
+    root, files = src
+    dest = tmp_path / "dst"
+    rc, summary, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "3")
+    assert rc == 0, err
+    assert read_tree(str(dest)) == files
+    assert summary["files_transferred"] == len(files) and summary["files_verified"] == len(files)
+    assert summary["bytes_transferred"] == sum(map(len, files.values())) and summary["files_skipped"] == 0
+    marker = json.loads((dest / ws.MARKER_NAME).read_text())
+    expected = [ws.FileEntry(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()]
+    assert marker["manifest_sha256"] == ws.manifest_digest(expected)
+    assert marker["file_count"] == len(files) and marker["total_bytes"] == sum(map(len, files.values()))
+    manifest = json.loads((dest / ws.MANIFEST_NAME).read_text())
+    assert {f["path"]: f["sha256"] for f in manifest["files"]} == {e.path: e.sha256 for e in expected}
+    assert not list((dest / ws.STATE_DIR_NAME).glob("partial/*"))
+
+
+def test_second_run_transfers_nothing_and_full_verify_rehashes(tmp_path, src, capsys):
+    root, files = src
+    dest = tmp_path / "dst"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    rc, again, _ = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 0 and again["files_transferred"] == 0 and again["files_skipped"] == len(files)
+    assert again["files_verified"] == 0 and again["bytes_transferred"] == 0
+    rc, full, _ = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--verify", "full")
+    assert rc == 0 and full["files_transferred"] == 0 and full["files_verified"] == len(files)
+    assert (dest / ws.MARKER_NAME).exists()
+
+
+def test_source_manifest_is_used_and_a_corrupt_source_file_fails_after_two_fetches(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    (root / ws.MANIFEST_NAME).write_text(json.dumps(manifest_for(files, revision="a" * 40)))
+    shard = "model-00002-of-00006.safetensors"
+    data = bytearray(files[shard])
+    data[100] ^= 1  # same size, wrong bytes
+    (root / shard).write_bytes(bytes(data))
+    calls = []
+    original = ws.FileSource.fetch
+    monkeypatch.setattr(ws.FileSource, "fetch", lambda self, e, sink: (calls.append(e.path), original(self, e, sink)))
+    dest = tmp_path / "dst"
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "1")
+    assert rc == 1 and shard in err and "sha256" in err and "fetched 2 times" in err
+    assert calls.count(shard) == 2
+    assert not (dest / shard).exists() and not (dest / ws.MARKER_NAME).exists()
+
+
+def test_file_fetched_once_more_after_a_transient_corruption(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    (root / ws.MANIFEST_NAME).write_text(json.dumps(manifest_for(files)))
+    shard = "model-00003-of-00006.safetensors"
+    original, state = ws.FileSource.fetch, {"corrupted": 0}
+
+    def flaky(self, entry, sink):
+        if entry.path == shard and not state["corrupted"]:
+            state["corrupted"] = 1
+            sink.write(b"\0" * entry.size_bytes)
+            return
+        original(self, entry, sink)
+
+    monkeypatch.setattr(ws.FileSource, "fetch", flaky)
+    rc, summary, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(tmp_path / "dst"))
+    assert rc == 0, err
+    assert "fetching it once more" in err and read_tree(str(tmp_path / "dst")) == files
+
+
+def test_damaged_destination_files_are_repaired(tmp_path, src, capsys):
+    root, files = src
+    dest = tmp_path / "dst"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    truncated, flipped = "model-00004-of-00006.safetensors", "model-00005-of-00006.safetensors"
+    with open(dest / truncated, "r+b") as f:
+        f.truncate(1000)
+    st = os.stat(dest / flipped)
+    data = bytearray((dest / flipped).read_bytes())
+    data[5] ^= 0xFF
+    (dest / flipped).write_bytes(bytes(data))
+    os.utime(dest / flipped, ns=(st.st_atime_ns, st.st_mtime_ns))  # silent bit rot: same size and mtime
+    rc, fast, _ = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 0 and fast["files_transferred"] == 1  # the truncated one; fast mode trusts size+mtime
+    assert (dest / truncated).read_bytes() == files[truncated]
+    rc, full, _ = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--verify", "full")
+    assert rc == 0 and full["files_transferred"] == 1 and (dest / flipped).read_bytes() == files[flipped]
+
+
+def test_resume_keeps_completed_files_after_a_crash(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    dest = tmp_path / "dst"
+    original, fetched = ws.FileSource.fetch, []
+
+    def crash_on_fourth(self, entry, sink):
+        if len(fetched) == 3:
+            sink.write(b"partial bytes")
+            raise KeyboardInterrupt  # like SIGINT mid-file; SIGKILL is covered in the hub tests
+        fetched.append(entry.path)
+        original(self, entry, sink)
+
+    monkeypatch.setattr(ws.FileSource, "fetch", crash_on_fourth)
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "1")
+    assert rc == 1 and "resume" in err
+    assert not (dest / ws.MARKER_NAME).exists()
+    assert all((dest / p).read_bytes() == files[p] for p in fetched)
+    monkeypatch.setattr(ws.FileSource, "fetch", original)
+    rc, summary, _ = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "1")
+    assert rc == 0 and summary["files_skipped"] == 3 and summary["files_transferred"] == len(files) - 3
+    assert read_tree(str(dest)) == files and not list((dest / ws.STATE_DIR_NAME / "partial").glob("*"))
+
+
+def test_marker_is_removed_when_a_new_sync_starts_and_written_only_at_the_end(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    dest = tmp_path / "dst"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    (root / "config.json").write_bytes(b'{"model_type": "kimi_k3", "changed": true}')
+    seen_marker = []
+    original = ws.FileSource.fetch
+
+    def observe(self, entry, sink):
+        seen_marker.append((dest / ws.MARKER_NAME).exists())
+        raise ws.SyncError("source went away")
+
+    monkeypatch.setattr(ws.FileSource, "fetch", observe)
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 1 and "source went away" in err
+    assert seen_marker == [False] and not (dest / ws.MARKER_NAME).exists()
+    monkeypatch.setattr(ws.FileSource, "fetch", original)
+    rc, summary, _ = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 0 and summary["files_transferred"] == 1 and (dest / ws.MARKER_NAME).exists()
+
+
+def test_free_space_check_counts_only_missing_bytes(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    dest = tmp_path / "dst"
+    total = sum(map(len, files.values()))
+    monkeypatch.setattr(ws, "disk_free_bytes", lambda path: 1000)
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 1 and "not enough free space" in err and f"({total} bytes" in err and "(1000 bytes)" in err
+    assert read_tree(str(dest)) == {}
+    # With all but one shard present and valid, only that shard's bytes are needed.
+    monkeypatch.undo()
+    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    missing = "model-00006-of-00006.safetensors"
+    os.unlink(dest / missing)
+    need = len(files[missing])
+    monkeypatch.setattr(ws, "disk_free_bytes", lambda path: need - 1)
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 1 and f"({need} bytes" in err
+    monkeypatch.setattr(ws, "disk_free_bytes", lambda path: need)
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+
+
+@pytest.mark.parametrize("bad", ["../evil.safetensors", "/etc/evil", "a/../../evil", "a//b", "./a", "a\\..\\b",
+                                 "", ".weights-sync/journal", ".weights-complete.json", "C:/x"])
+def test_unsafe_manifest_paths_are_rejected(bad):
+    with pytest.raises(ws.SyncError):
+        ws.validate_relative_path(bad)
+
+
+@pytest.mark.parametrize("good", ["model.safetensors", "tokenizer/tiktoken.model", "a/b/c.json", "..hidden"])
+def test_safe_manifest_paths_are_accepted(good):
+    assert ws.validate_relative_path(good) == good
+
+
+def test_traversal_in_a_source_manifest_writes_nothing_outside(tmp_path, src, capsys):
+    root, files = src
+    doc = manifest_for(files)
+    doc["files"].append({"path": "../outside.bin", "size_bytes": 3, "sha256": hashlib.sha256(b"abc").hexdigest()})
+    (root / ws.MANIFEST_NAME).write_text(json.dumps(doc))
+    dest = tmp_path / "dst"
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 1 and "../outside.bin" in err
+    assert not (tmp_path / "outside.bin").exists() and read_tree(str(dest)) == {}
+
+
+def test_symlinked_directory_in_destination_cannot_lead_outside(tmp_path, src, capsys):
+    root, files = src
+    dest, elsewhere = tmp_path / "dst", tmp_path / "elsewhere"
+    dest.mkdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere, dest / "tokenizer")
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 1 and "outside the destination" in err and not list(elsewhere.iterdir())
+
+
+def test_modelscope_source_through_the_sdk(tmp_path, capsys, monkeypatch):
+    files = checkpoint_files(n_shards=2)
+    calls = []
+
+    class HubApi:
+        def get_valid_revision_detail(self, model_id, revision=None):
+            calls.append(("revision", model_id, revision))
+            return {"Revision": revision, "CommitId": "b" * 40}
+
+        def get_model_files(self, model_id, revision=None, recursive=True):
+            calls.append(("list", model_id, revision, recursive))
+            listing = [{"Path": "tokenizer", "Type": "tree", "Size": 0}]
+            for p, d in files.items():  # the SDK reports sha256 for some files only
+                listing.append({"Path": p, "Type": "blob", "Size": len(d),
+                                "Sha256": hashlib.sha256(d).hexdigest() if p.endswith(".safetensors") else None})
+            return listing
+
+    def model_file_download(model_id, file_path, revision=None, local_dir=None):
+        calls.append(("download", file_path, revision))
+        path = os.path.join(local_dir, *file_path.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(files[file_path])
+        return path
+
+    pkg = types.ModuleType("modelscope")
+    hub = types.ModuleType("modelscope.hub")
+    api = types.ModuleType("modelscope.hub.api")
+    dl = types.ModuleType("modelscope.hub.file_download")
+    api.HubApi, dl.model_file_download = HubApi, model_file_download
+    for name, mod in {"modelscope": pkg, "modelscope.hub": hub, "modelscope.hub.api": api,
+                      "modelscope.hub.file_download": dl}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    dest = tmp_path / "dst"
+    rc, summary, err = run_json(capsys, "--source", "modelscope://moonshotai/Kimi-K3.1-Pro@master", "--dest", str(dest))
+    assert rc == 0, err
+    assert read_tree(str(dest)) == files and summary["revision"] == "b" * 40
+    assert {c[2] for c in calls if c[0] == "download"} == {"b" * 40}
+    assert json.loads((dest / ws.MARKER_NAME).read_text())["revision"] == "b" * 40
