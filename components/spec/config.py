@@ -47,7 +47,9 @@ class ConfigError(ValueError):
     """
 
     def __init__(self, key: str, value: Any, allowed: str):
-        self.key = key if key.startswith(NAMESPACE + ":") or ":" in key else f"{NAMESPACE}:{key}"
+        # Stack config keys get the namespace; command-line flags (--stack) and env vars stay as given.
+        bare = key.startswith(NAMESPACE + ":") or ":" in key or key.startswith("-") or key.isupper()
+        self.key = key if bare else f"{NAMESPACE}:{key}"
         self.value = value
         super().__init__(f"{self.key}: {value!r} {allowed}")
 
@@ -103,6 +105,11 @@ class NetworkConfig(_Raw):
     vpc_cidr: str = Field("10.42.0.0/16", alias="vpcCidr")
     allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
     allowed_security_group_ids: tuple[str, ...] = Field((), alias="allowedSecurityGroupIds")
+    # An existing VPC may already route S3 through a gateway endpoint (a second one on the same
+    # route tables fails); set false there.
+    s3_gateway_endpoint: bool = Field(True, alias="s3GatewayEndpoint")
+    # EKS API server: private endpoint always; a public endpoint only for these CIDRs (none = off).
+    api_server_public_cidrs: tuple[str, ...] = Field((), alias="apiServerPublicCidrs")
 
 
 class MirrorConfig(_Raw):
@@ -486,6 +493,17 @@ def parse_spec(
         )
     if raw.compute.efa and instance.efa_interfaces == 0:
         raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
+    if is_aws and not instance.offered_azs and not (cap.availability_zone or az):
+        raise ConfigError(
+            "compute.availabilityZone", None, f"is required: there are no offering facts for {instance_type} (name an AZ that offers it; preflight checks it)"
+        )
+    if raw.compute.ami_id is not None:
+        if not re.match(r"^ami-[0-9a-f]{8,17}$", raw.compute.ami_id):
+            raise ConfigError("compute.amiId", raw.compute.ami_id, "is not an AMI id (ami-0123456789abcdef0)")
+        if not raw.compute.ami_architecture:
+            raise ConfigError(
+                "compute.amiArchitecture", None, f"is required with compute.amiId (the AMI's architecture; {instance_type} needs {instance.cpu_architecture})"
+            )
     if raw.compute.ami_architecture and raw.compute.ami_architecture != instance.cpu_architecture:
         raise ConfigError(
             "compute.amiArchitecture",
@@ -504,6 +522,11 @@ def parse_spec(
             raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
         if net.prefixlen == 0:
             raise ConfigError(key, cidr, "opens the API port to the whole internet (name the client networks)")
+    for cidr in raw.network.api_server_public_cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError("network.apiServerPublicCidrs", cidr, "is not a CIDR block (e.g. 203.0.113.0/24)") from None
     try:
         ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
     except ValueError:
@@ -688,14 +711,14 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     """
     path = stacks_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise StackFileError("stack", stack, f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})")
+        raise StackFileError("--stack", stack, f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise StackFileError("stack", stack, f"file is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise StackFileError("--stack", stack, f"file is not valid YAML: {str(err).splitlines()[0]}") from None
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
-        raise StackFileError("stack", stack, "file has no 'config:' map")
+        raise StackFileError("--stack", stack, "file has no 'config:' map")
     return config
 
 

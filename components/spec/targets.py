@@ -314,3 +314,19 @@ TARGETS: Mapping[str, TargetProfile] = MappingProxyType(
 )
 
 PLATFORMS: tuple[str, ...] = ("aws-ec2", "aws-eks", "kubernetes")
+
+# EC2 On-Demand vCPU quotas (Service Quotas, service code "ec2"), keyed by the instance family
+# letter the quota covers. Instances launched into an ODCR count against these quotas.
+# Source: AWS Service Quotas console, "Running On-Demand P instances" (L-417A185B).
+EC2_ON_DEMAND_VCPU_QUOTAS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {"p": ("L-417A185B", "Running On-Demand P instances")}
+)
+
+
+def ec2_vcpu_quota(instance_type: str) -> tuple[str, str] | None:
+    """``(quota_code, quota_name)`` of the On-Demand vCPU quota covering ``instance_type``
+    (e.g. ``p6-b300.48xlarge`` -> the P-instance quota), or None when not recorded here."""
+    family = instance_type.split(".", 1)[0].rstrip("0123456789-").lstrip()
+    letters = "".join(ch for ch in instance_type if ch.isalpha()) and instance_type[: next((i for i, ch in enumerate(instance_type) if ch.isdigit()), len(instance_type))]
+    del family
+    return EC2_ON_DEMAND_VCPU_QUOTAS.get(letters.lower())

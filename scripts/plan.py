@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""Offline plan: everything `pulumi up` would declare for a stack, with no cloud account.
+
+Runs the real Pulumi program (``__main__.py`` -> ``components.program``) under Pulumi's mock
+engine with the stack's config, records every resource and its inputs, and prints a summary
+(target, nodes x GPUs, storage, load time, startup budget, KV tokens, cost), the exact
+``vllm serve`` command per node role, the weight-sync runs and the resource table.
+
+Exit codes: 0 ok; 1 the plan found a problem (a secret in a plain input); 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from components.spec.config import ConfigError, format_utc, load_stack, read_stack_config, stack_names  # noqa: E402
+
+DEFAULT_STACK = "b300"
+FORMATS = ("table", "json", "markdown")
+
+
+def _parse_now(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(timezone.utc).replace(microsecond=0)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError("--now", text, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: Path | None = None) -> dict[str, Any]:
+    """The offline plan of ``stack`` as one JSON-serializable document.
+
+    Keys: ``stack``, ``target``, ``platform``, ``environment``, ``model`` {id, revision,
+    revision_is_commit, source, weights_bytes, files}, ``nodes`` {gpu_nodes, nodes_per_copy,
+    gpus_per_node, replicas, instance_type}, ``sizing`` {storage_kind, storage_capacity_gib,
+    fsx_capacity_gib, fsx_throughput_per_tib_mbps, read_bytes_per_second, load_seconds,
+    startup_budget_seconds, kv_cache_tokens, kv_cache_tokens_tp, kv_cache_tokens_dcp,
+    max_model_len, download_seconds_at_100MBps, usd_per_hour, price_source}, ``vllm``
+    {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
+    roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
+    per_node}], ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs}],
+    ``outputs``, ``secret_leaks``. Secret values appear only as ``[secret]``.
+
+    Raises:
+        ConfigError: the stack file is missing or invalid (one line).
+    """
+    from components.plan_engine import run_program
+    from components.spec.sizing import compute_sizing
+    from components.spec.vllm import build_vllm_command
+    from components.spec.weights import sync_steps
+
+    now = now or datetime.now(timezone.utc).replace(microsecond=0)
+    kwargs = {"stacks_dir": stacks_dir} if stacks_dir else {}
+    spec = load_stack(stack, now=now, **kwargs)  # validates before anything is declared
+    sizing = compute_sizing(spec)
+    command = build_vllm_command(spec, sizing)
+    run = run_program(read_stack_config(stack, **kwargs), stack=stack, now=now)
+    mirror_bucket = run.outputs.get("mirrorBucket") if spec.config.storage.mirror.enabled else None
+    if spec.config.storage.mirror.enabled and not mirror_bucket:
+        mirror_bucket = spec.config.storage.mirror.bucket_name or "<mirror-bucket>"
+    steps = sync_steps(spec, mirror_bucket if spec.config.storage.mirror.enabled else None)
+    st = sizing.storage
+    return {
+        "stack": stack,
+        "target": spec.target.name,
+        "target_display": spec.target.display_name,
+        "platform": spec.platform,
+        "environment": spec.environment,
+        "region": spec.region,
+        "availability_zone": spec.availability_zone,
+        "model": {
+            "id": spec.hub_repo,
+            "profile": spec.model.name,
+            "revision": spec.revision,
+            "revision_is_commit": spec.revision_is_commit,
+            "source": spec.model_source,
+            "weights_bytes": spec.model.weights_bytes,
+            "files": spec.model.file_count,
+        },
+        "nodes": {
+            "gpu_nodes": spec.gpu_nodes,
+            "nodes_per_copy": spec.nodes_per_copy,
+            "gpus_per_node": spec.target.gpus_per_node,
+            "replicas": spec.replicas,
+            "instance_type": spec.instance.instance_type,
+            "capacity": spec.config.compute.capacity.type,
+        },
+        "sizing": {
+            "storage_kind": st.kind,
+            "storage_capacity_gib": st.capacity_gib,
+            "storage_needed_gib": st.needed_gib,
+            "fsx_capacity_gib": st.fsx_capacity_gib,
+            "fsx_throughput_per_tib_mbps": st.fsx_throughput_per_tib_mbps,
+            "read_bytes_per_second": st.read_bytes_per_second,
+            "read_source": st.read_source,
+            "load_seconds": sizing.load_seconds,
+            "startup_budget_seconds": sizing.startup_budget_seconds,
+            "kv_cache_tokens": sizing.kv_cache_tokens,
+            "kv_cache_tokens_tp": sizing.kv_cache_tokens_tp,
+            "kv_cache_tokens_dcp": sizing.kv_cache_tokens_dcp,
+            "max_model_len": sizing.max_model_len,
+            "full_context_sequences": sizing.full_context_sequences,
+            "download_seconds_at_100MBps": sizing.download_seconds_at_100MBps,
+            "usd_per_hour": sizing.usd_per_hour,
+            "price_source": sizing.price_source,
+        },
+        "vllm": {
+            "image": command.image,
+            "served_model_names": list(command.served_model_names),
+            "port": command.port,
+            "tensor_parallel_size": command.tensor_parallel_size,
+            "decode_context_parallel_size": command.decode_context_parallel_size,
+            "roles": [
+                {
+                    "name": r.name,
+                    "nodes": r.nodes,
+                    "argv": list(r.argv),
+                    "env": dict(r.env),
+                    "secret_env": {k: f"[secret] from kimi-deploy:{v}" for k, v in r.secret_env.items()},
+                }
+                for r in command.roles
+            ],
+        },
+        "weight_sync": [
+            {"name": s.name, "source": s.source, "dest": s.dest, "per_node": s.per_node, "argv": list(s.argv)}
+            for s in steps
+        ],
+        "expires_at": run.outputs.get("expiresAt"),
+        "expires_rule": _expiry_rule(spec),
+        "protect": spec.protect,
+        "warnings": list(spec.warnings),
+        "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources],
+        "outputs": run.outputs,
+        "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
+        "generated_at": format_utc(now),
+    }
+
+
+def _expiry_rule(spec) -> str:
+    if spec.expires_at is not None:
+        return f"explicit expiresAt {format_utc(spec.expires_at)}"
+    if spec.environment == "trial":
+        return f"{spec.trial_ttl_hours} h after the first `pulumi up` (fixed at creation)"
+    return "does not expire"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _summarize_inputs(inputs: dict[str, Any], limit: int = 110) -> str:
+    keys = (
+        "instanceType", "ami", "availabilityZone", "storageCapacity", "deploymentType",
+        "perUnitStorageThroughput", "cidrBlock", "bucket", "version", "chart", "capacityType",
+        "kind", "name", "role",
+    )
+    parts = []
+    for key in keys:
+        if key in inputs and not isinstance(inputs[key], (dict, list)):
+            parts.append(f"{key}={inputs[key]}")
+    meta = inputs.get("metadata")
+    if isinstance(meta, dict) and meta.get("name"):
+        parts.append(f"name={meta['name']}")
+    text = ", ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The plan as Markdown (pull-request comments, docs)."""
+    sz, nodes, model = doc["sizing"], doc["nodes"], doc["model"]
+    price = f"USD {sz['usd_per_hour']:.2f}/h ({sz['price_source']})" if sz["usd_per_hour"] else sz["price_source"]
+    lines = [
+        f"### Plan: `{doc['stack']}` — {doc['target_display']}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| platform / environment | {doc['platform']} / {doc['environment']} |",
+        f"| GPU nodes | {nodes['gpu_nodes']} x {nodes['instance_type']} ({nodes['replicas']} copy(ies) x {nodes['nodes_per_copy']} node(s) x {nodes['gpus_per_node']} GPUs), {nodes['capacity']} |",
+        f"| model | {model['id']}@{model['revision']} ({model['weights_bytes'] / 1e12:.2f} TB, {model['files']} files) |",
+        f"| storage | {sz['storage_kind']}, {sz['storage_capacity_gib'] or '?'} GiB (needs {sz['storage_needed_gib']} GiB) |",
+        f"| weight load | {_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s ({sz['read_source']}) |",
+        f"| startup budget | {sz['startup_budget_seconds']} s (probes, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts) |",
+        f"| KV cache | {sz['kv_cache_tokens']:,} tokens (TP: {sz['kv_cache_tokens_tp']:,}; DCP: {sz['kv_cache_tokens_dcp']:,}) |",
+        f"| hub download at 100 MB/s | {_duration(sz['download_seconds_at_100MBps'])} |",
+        f"| cost | {price} |",
+        f"| expires | {doc['expires_rule']} |",
+        "",
+    ]
+    for w in doc["warnings"]:
+        lines.append(f"> ⚠ {w}")
+    lines.append("")
+    for role in doc["vllm"]["roles"]:
+        lines.append(f"**vLLM {role['name']}** ({role['nodes']} node(s) per copy), image `{doc['vllm']['image']}`")
+        lines.append("```sh")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in role["env"].items())
+        lines.append(f"{env} \\\n  " + " \\\n  ".join(_argv_lines(role["argv"])))
+        lines.append("```")
+    lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
+    for r in doc["resources"]:
+        lines.append(f"| `{r['type']}` | {r['name']} | {_summarize_inputs(r['inputs']).replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    """Group argv into 'flag value' lines for reading."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        cur = shlex.quote(argv[i])
+        if i == 0 and len(argv) > 2:
+            out.append(" ".join(shlex.quote(a) for a in argv[:3]))
+            i = 3
+            continue
+        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            values = []
+            j = i + 1
+            while j < len(argv) and not argv[j].startswith("--"):
+                values.append(shlex.quote(argv[j]))
+                j += 1
+            out.append(" ".join([cur, *values]))
+            i = j
+        else:
+            out.append(cur)
+            i += 1
+    return out
+
+
+def render_table(doc: dict[str, Any]) -> None:
+    """Print the plan for people (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    sz, nodes, model = doc["sizing"], doc["nodes"], doc["model"]
+    summary = Table(title=f"kimi-deploy plan: {doc['stack']}", show_header=False, title_justify="left")
+    summary.add_column(style="bold")
+    summary.add_column()
+    price = f"USD {sz['usd_per_hour']:.2f}/h  ({sz['price_source']})" if sz["usd_per_hour"] else sz["price_source"]
+    rows = [
+        ("target", doc["target_display"]),
+        ("platform / environment", f"{doc['platform']} / {doc['environment']}" + (f"  ({doc['region']} {doc['availability_zone'] or ''})" if doc["region"] else "")),
+        ("GPU nodes", f"{nodes['gpu_nodes']} x {nodes['instance_type']} = {nodes['replicas']} copy(ies) x {nodes['nodes_per_copy']} node(s) x {nodes['gpus_per_node']} GPUs; capacity {nodes['capacity']}"),
+        ("model", f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {model['files']} files, from {model['source']})"),
+        ("storage", f"{sz['storage_kind']}: {sz['storage_capacity_gib'] or '?'} GiB available, {sz['storage_needed_gib']} GiB needed" + (f"; FSx {sz['fsx_capacity_gib']} GiB x {sz['fsx_throughput_per_tib_mbps']} MB/s/TiB" if sz["fsx_capacity_gib"] else "")),
+        ("weight load", f"{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node  ({sz['read_source']})"),
+        ("startup budget", f"{sz['startup_budget_seconds']} s  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)"),
+        ("KV cache", f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); {sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences"),
+        ("hub download", f"{_duration(sz['download_seconds_at_100MBps'])} at 100 MB/s (once, into the mirror)"),
+        ("cost", price),
+        ("expires", doc["expires_rule"] + (f"  -> {doc['expires_at']}" if doc["expires_at"] else "")),
+    ]
+    for k, v in rows:
+        summary.add_row(k, v)
+    console.print(summary)
+    for w in doc["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
+    for role in doc["vllm"]["roles"]:
+        console.print(f"\n[bold]vLLM {role['name']}[/bold] ({role['nodes']} node(s) per copy)  image {doc['vllm']['image']}", highlight=False)
+        for k, v in {**role["env"], **role["secret_env"]}.items():
+            console.print(f"  {k}={v}", highlight=False, markup=False)
+        console.print("  " + " \\\n    ".join(_argv_lines(role["argv"])), highlight=False, markup=False)
+    console.print("\n[bold]weight sync[/bold]", highlight=False)
+    for s in doc["weight_sync"]:
+        where = "on every GPU node" if s["per_node"] else "once"
+        console.print(f"  {s['name']} ({where}): {s['source']} -> {s['dest']}", highlight=False, markup=False)
+    table = Table(title=f"\nresources ({len(doc['resources'])})", title_justify="left")
+    table.add_column("type", overflow="fold")
+    table.add_column("name", overflow="fold")
+    table.add_column("key inputs", overflow="fold")
+    for r in doc["resources"]:
+        table.add_row(r["type"], r["name"], _summarize_inputs(r["inputs"]))
+    console.print(table)
+    if doc["outputs"]:
+        out = Table(title="outputs", title_justify="left", show_header=False)
+        out.add_column(style="bold")
+        out.add_column(overflow="fold")
+        for k, v in doc["outputs"].items():
+            out.add_row(k, json.dumps(v) if not isinstance(v, str) else v)
+        console.print(out)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plan.py",
+        description="Offline plan of a kimi-deploy stack: every resource `pulumi up` would declare, "
+        "the exact vLLM command per node role, sizing and cost. Needs no cloud account and no Pulumi CLI.",
+    )
+    parser.add_argument("--stack", default=DEFAULT_STACK, help=f"stack name: stacks/Pulumi.<stack>.yaml (default {DEFAULT_STACK}; all: {', '.join(stack_names())})")
+    parser.add_argument("--format", choices=FORMATS, default="table", help="table for people (default), json for machines (one document), markdown for pull requests")
+    parser.add_argument("--now", help="the clock as ISO 8601 (default: now); fixes trial expiries for reproducible plans and diffs")
+    parser.add_argument("--diff-against", metavar="GIT_REF", help="show what changes against the stack as rendered at GIT_REF (a temporary git worktree); with --format markdown|json|table")
+    parser.add_argument("--output", metavar="FILE", help="write the result to FILE instead of standard output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        now = _parse_now(args.now)
+        if args.diff_against:
+            from scripts import plan_diff
+
+            return plan_diff.main_diff(args.stack, args.diff_against, fmt=args.format, now=now, output=args.output)
+        doc = build_plan_document(args.stack, now=now)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    elif args.format == "markdown":
+        text = render_markdown(doc)
+    else:
+        text = None
+    if text is not None:
+        if args.output:
+            Path(args.output).write_text(text)
+        else:
+            sys.stdout.write(text)
+    else:
+        render_table(doc)
+    if doc["secret_leaks"]:
+        for leak in doc["secret_leaks"]:
+            print(f"error: secret kimi-deploy:{leak['secret']} appears in plain input {leak['resource']}.{leak['path']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Config validation: every rejection names the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+
+import pytest
+
+from components.spec.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from tests.conftest import FIXED_NOW, STACKS
+
+
+def base(stack: str = "b300") -> dict:
+    ns, _ = namespace_config(read_stack_config(stack))
+    return copy.deepcopy(ns)
+
+
+def reject(config: dict, key: str, *fragments: str, stack: str = "test", secrets=frozenset()) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_spec(config, stack=stack, now=FIXED_NOW, secrets_set=secrets)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"kimi-deploy:{key}:") or message.startswith(f"{key}:"), message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_stack_file_is_valid(name):
+    spec = load_stack(name, now=FIXED_NOW)
+    assert spec.stack == name
+    assert spec.model.weights_bytes == 1_560_000_000_000
+
+
+def test_unknown_target():
+    cfg = base()
+    cfg["target"] = "a100"
+    reject(cfg, "target", "'a100'", "b300", "gb300", "mi355x")
+
+
+@pytest.mark.parametrize("target,total", [("h100", "640 GB"), ("h200", "1,128 GB")])
+def test_hopper_cannot_hold_the_weights(target, total):
+    cfg = base()
+    cfg["target"] = target
+    cfg["compute"] = {"availabilityZone": "us-east-1a"}
+    msg = reject(cfg, "target", total, "1.56 TB", "no native FP4")
+    assert "supported: b300, gb300, mi355x" in msg
+
+
+def test_unknown_platform():
+    cfg = base()
+    cfg["platform"] = "gcp"
+    reject(cfg, "platform", "'gcp'", "aws-ec2, aws-eks, kubernetes")
+
+
+def test_mi355x_on_aws_does_not_exist():
+    cfg = base()
+    cfg["target"] = "mi355x"
+    reject(cfg, "platform", "'aws-ec2'", "not available for target mi355x", "kubernetes")
+
+
+def test_gb300_needs_eks():
+    cfg = base("gb300")
+    cfg["platform"] = "aws-ec2"
+    reject(cfg, "platform", "aws-eks")
+
+
+def test_unknown_environment():
+    cfg = base()
+    cfg["environment"] = "dev"
+    reject(cfg, "environment", "trial, staging, prod")
+
+
+def test_unknown_key_is_rejected_with_its_path():
+    cfg = base()
+    cfg["storage"] = {**cfg["storage"], "fsx": {"throughputPerTiB": 1000}}
+    reject(cfg, "storage.fsx.throughputPerTiB", "not a known key")
+
+
+def test_dcp_must_divide_tp():
+    cfg = base()
+    cfg["vllm"] = {"decodeContextParallelSize": 3}
+    reject(cfg, "vllm.decodeContextParallelSize", "3", "tensor-parallel size 8", "1, 2, 4, 8")
+
+
+@pytest.mark.parametrize("throughput", [200, 50, 2000])
+def test_fsx_throughput_must_match_deployment_type(throughput):
+    cfg = base()
+    cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_2", "throughputPerTib": throughput}}
+    reject(cfg, "storage.fsx.throughputPerTib", str(throughput), "PERSISTENT_2", "125, 250, 500, 1000")
+
+
+def test_persistent_1_throughput_tiers():
+    cfg = base()
+    cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_1", "throughputPerTib": 1000}}
+    reject(cfg, "storage.fsx.throughputPerTib", "PERSISTENT_1", "50, 100, 200")
+
+
+@pytest.mark.parametrize("capacity", [1560, 3600, 1000])
+def test_fsx_capacity_must_be_a_valid_size(capacity):
+    cfg = base()
+    cfg["storage"] = {"kind": "fsx", "fsx": {"capacityGib": capacity}}
+    reject(cfg, "storage.fsx.capacityGib", str(capacity), "1200, 2400, then multiples of 2400")
+
+
+def test_fsx_capacity_must_hold_the_weights():
+    cfg = base()
+    cfg["storage"] = {"kind": "fsx", "fsx": {"capacityGib": 1200}}
+    reject(cfg, "storage.fsx.capacityGib", "1200", "cannot hold")
+
+
+def test_fsx_efa_needs_persistent_2():
+    cfg = base()
+    cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_1", "throughputPerTib": 200, "efa": True}}
+    reject(cfg, "storage.fsx.efa", "PERSISTENT_2")
+
+
+def test_fsx_metadata_iops():
+    cfg = base()
+    cfg["storage"] = {"kind": "fsx", "fsx": {"metadataIops": 5000}}
+    reject(cfg, "storage.fsx.metadataIops", "5000", "1500, 3000, 6000, 12000")
+
+
+def test_explicit_expiry_in_the_past():
+    cfg = base()
+    cfg["expiresAt"] = (FIXED_NOW - timedelta(hours=1)).isoformat()
+    reject(cfg, "expiresAt", "already in the past", "2026-11-30T11:00:00Z")
+
+
+def test_trial_without_expiry_uses_ttl():
+    spec = parse_spec(base(), stack="t", now=FIXED_NOW)
+    assert spec.expires_at is None and spec.trial_ttl_hours == 72
+    assert "expires-at" not in spec.tags  # added by the program from the creation-time marker
+
+
+def test_explicit_future_expiry_is_tagged():
+    cfg = base()
+    cfg["expiresAt"] = "2026-12-02T00:00:00Z"
+    spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
+    assert spec.tags["expires-at"] == "2026-12-02T00:00:00Z"
+
+
+@pytest.mark.parametrize("environment", ["staging", "prod"])
+def test_branch_revision_outside_trial(environment):
+    cfg = base()
+    cfg["environment"] = environment
+    reject(cfg, "model.revision", "'main'", "40-hex commit", environment)
+
+
+def test_branch_revision_in_trial_warns():
+    spec = parse_spec(base(), stack="t", now=FIXED_NOW)
+    assert not spec.revision_is_commit
+    assert any("branch, not a commit" in w for w in spec.warnings)
+
+
+def test_commit_revision_is_accepted_in_prod():
+    cfg = base()
+    cfg["environment"] = "prod"
+    cfg["model"] = {**cfg["model"], "revision": "0123456789abcdef0123456789abcdef01234567"}
+    spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
+    assert spec.revision_is_commit and spec.protect
+
+
+def test_license_must_be_acknowledged():
+    cfg = base()
+    cfg["model"] = {**cfg["model"], "licenseAcknowledged": False}
+    reject(cfg, "model.licenseAcknowledged", "False", "USD 20M", "Internal use is exempt")
+
+
+def test_region_must_offer_the_instance():
+    cfg = base()
+    cfg["region"] = "eu-west-1"
+    cfg["compute"] = {}
+    reject(cfg, "aws:region", "eu-west-1", "p6-b300.48xlarge", "us-east-1")
+
+
+def test_az_must_offer_the_instance():
+    cfg = base()
+    cfg["compute"] = {"availabilityZone": "us-east-1b"}
+    reject(cfg, "compute.availabilityZone", "us-east-1b", "us-east-1a, us-east-1c")
+
+
+def test_capacity_reservation_in_another_az():
+    cfg = base()
+    cfg["compute"] = {
+        "availabilityZone": "us-east-1a",
+        "capacity": {"type": "odcr", "reservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1c"},
+    }
+    reject(cfg, "compute.availabilityZone", "us-east-1a", "reservation's AZ us-east-1c")
+
+
+def test_capacity_block_needs_reservation_id():
+    cfg = base()
+    cfg["compute"] = {"capacity": {"type": "capacity-block", "availabilityZone": "us-east-1a"}}
+    reject(cfg, "compute.capacity.reservationId", "required for capacity-block")
+
+
+def test_gb300_is_capacity_block_only():
+    cfg = base("gb300")
+    cfg["compute"] = {"capacity": {"type": "on-demand"}}
+    reject(cfg, "compute.capacity.type", "on-demand", "capacity blocks")
+
+
+def test_efa_on_a_type_without_efa():
+    cfg = base("mi355x")
+    cfg["compute"] = {"efa": True}
+    reject(cfg, "compute.efa", "BM.GPU.MI355X.8", "no EFA")
+
+
+def test_ami_architecture_must_match():
+    cfg = base("gb300")
+    cfg["compute"] = {**cfg["compute"], "amiArchitecture": "x86_64"}
+    reject(cfg, "compute.amiArchitecture", "x86_64", "arm64")
+
+
+def test_open_world_cidr_is_rejected():
+    cfg = base()
+    cfg["network"] = {"allowedCidrs": ["0.0.0.0/0"]}
+    reject(cfg, "network.allowedCidrs", "0.0.0.0/0", "whole internet")
+
+
+def test_bad_cidr():
+    cfg = base()
+    cfg["network"] = {"allowedCidrs": ["10.0.0.0/33"]}
+    reject(cfg, "network.allowedCidrs", "10.0.0.0/33", "CIDR")
+
+
+def test_fsx_on_kubernetes_platform():
+    cfg = base("mi355x")
+    cfg["storage"] = {"kind": "fsx"}
+    reject(cfg, "storage.kind", "fsx", "AWS platform")
+
+
+def test_extra_args_cannot_carry_the_api_key():
+    cfg = base()
+    cfg["vllm"] = {"extraArgs": ["--api-key=abc"]}
+    reject(cfg, "vllm.extraArgs", "--api-key", "toolkit owns")
+
+
+def test_max_model_len_beyond_the_model():
+    cfg = base()
+    cfg["vllm"] = {"maxModelLen": 2_000_000}
+    reject(cfg, "vllm.maxModelLen", "2000000", "1,048,576")
+
+
+def test_rocm_kv_cache_dtype():
+    cfg = base("mi355x")
+    cfg["vllm"] = {"kvCacheDtype": "fp8"}
+    reject(cfg, "vllm.kvCacheDtype", "fp8", "auto, bfloat16")
+
+
+def test_wrong_type_is_one_line():
+    cfg = base()
+    cfg["compute"] = {"replicas": "two"}
+    reject(cfg, "compute.replicas", "'two'", "not valid")
+
+
+def test_missing_required_key():
+    cfg = base()
+    del cfg["owner"]
+    reject(cfg, "owner", "required")
+
+
+def test_plaintext_secret_in_stack_file(tmp_path):
+    (tmp_path / "Pulumi.leak.yaml").write_text(
+        "config:\n  kimi-deploy:target: b300\n  kimi-deploy:hfToken: hf_plaintext_value\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_stack("leak", stacks_dir=tmp_path, now=FIXED_NOW)
+    assert "kimi-deploy:hfToken" in str(info.value)
+    assert "hf_plaintext_value" not in str(info.value)
+
+
+def test_missing_stack_file_lists_stacks():
+    with pytest.raises(ConfigError) as info:
+        load_stack("does-not-exist", now=FIXED_NOW)
+    assert "--stack" in str(info.value) and "b300" in str(info.value)

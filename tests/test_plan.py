@@ -1,0 +1,138 @@
+"""The offline plan: every stack renders, the JSON document has its keys, secrets never show,
+bad config exits 2 with one line and no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from components.plan_engine import PLACEHOLDER_PREFIX, SECRET_MASK
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import plan as plan_script  # noqa: E402
+
+NOW = FIXED_NOW.isoformat()
+
+
+def run_plan(*args, cwd=REPO_ROOT):
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "plan.py"), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_json_document_for_every_stack(name):
+    doc = plan_script.build_plan_document(name, now=FIXED_NOW)
+    assert doc["stack"] == name
+    for key in ("stack", "target", "platform", "model", "sizing", "vllm", "resources", "outputs"):
+        assert key in doc
+    assert set(doc["model"]) >= {"id", "revision", "weights_bytes", "files"}
+    assert set(doc["sizing"]) >= {
+        "storage_kind", "storage_capacity_gib", "load_seconds", "startup_budget_seconds",
+        "kv_cache_tokens", "download_seconds_at_100MBps",
+    }
+    assert doc["model"]["files"] == 112 and doc["model"]["weights_bytes"] == 1_560_000_000_000
+    assert doc["sizing"]["download_seconds_at_100MBps"] > 4 * 3600
+    roles = doc["vllm"]["roles"]
+    assert roles and all({"name", "nodes", "argv", "env"} <= set(r) for r in roles)
+    assert doc["resources"], "the program declared nothing"
+    assert all({"type", "name", "inputs"} <= set(r) for r in doc["resources"])
+    assert doc["secret_leaks"] == []
+    json.dumps(doc)  # serializable
+
+
+def test_cli_json_matches_document():
+    proc = run_plan("--stack", "gb300", "--format", "json", "--now", NOW)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["target"] == "gb300" and [r["name"] for r in doc["vllm"]["roles"]] == ["leader", "worker"]
+    assert doc["expires_at"] == "2026-12-02T12:00:00Z"  # 48 h TTL from the fixed clock
+
+
+def test_default_stack_table_renders():
+    proc = run_plan("--now", NOW)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "kimi-deploy plan: b300" in out and "vllm serve" in out and "--tool-call-parser kimi_k3" in out
+    assert "142.42" in out and "2,602,917" in out
+
+
+def test_markdown_renders():
+    proc = run_plan("--stack", "mi355x", "--format", "markdown", "--now", NOW)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("### Plan: `mi355x`") and "```sh" in proc.stdout
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_secrets_never_appear(name):
+    run = plan_for(name)
+    text = json.dumps({"resources": [r.inputs for r in run.resources], "outputs": run.outputs})
+    for value in TEST_SECRETS.values():
+        assert value not in text
+    assert run.secret_leaks == []
+    assert run.outputs["apiKey"] == SECRET_MASK
+
+
+def test_unset_secrets_get_placeholders_not_values():
+    run = plan_for("b300", with_secrets=False)
+    assert run.outputs["apiKey"] == SECRET_MASK
+
+
+def test_secret_values_in_plain_inputs_are_reported():
+    """The leak detector itself: a secret copied into a plain input is found."""
+    import pulumi
+    import pulumi_random as random
+
+    from components.plan_engine import RecordingMocks
+
+    mocks = RecordingMocks({"hfToken": "hf_leaky_value_123456"})
+    pulumi.runtime.set_mocks(mocks, project="p", stack="s", preview=False)
+
+    def body():
+        random.RandomId("leak", byte_length=4, keepers={"token": "prefix-hf_leaky_value_123456"})
+        random.RandomId("safe", byte_length=4, keepers={"token": pulumi.Output.secret("hf_leaky_value_123456")})
+        return pulumi.Output.from_input(1)
+
+    pulumi.runtime.test(body)()
+    assert mocks.run.secret_leaks == [("hfToken", "leak", "keepers.token")]
+    assert mocks.run.named("safe").inputs["keepers"] == SECRET_MASK or mocks.run.named("safe").inputs["keepers"]["token"] == SECRET_MASK
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--stack", "nope"], "--stack: 'nope' has no file"),
+        (["--stack", "b300", "--now", "yesterday"], "--now: 'yesterday' is not an ISO 8601 time"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, fragment):
+    proc = run_plan(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and fragment in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_stack_config_exits_2(tmp_path):
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    text = (REPO_ROOT / "stacks" / "Pulumi.b300.yaml").read_text().replace("throughputPerTib", "x")
+    text = text.replace("decodeContextParallelSize: 1 ", "decodeContextParallelSize: 3 ")
+    (stacks / "Pulumi.bad.yaml").write_text(text)
+    with pytest.raises(Exception) as info:
+        plan_script.build_plan_document("bad", now=FIXED_NOW, stacks_dir=stacks)
+    assert str(info.value).startswith("kimi-deploy:vllm.decodeContextParallelSize: 3")
+
+
+def test_placeholder_marks_unset_secrets():
+    from components.plan_engine import run_program
+    from components.spec.config import read_stack_config
+
+    config = dict(read_stack_config("mi355x"))
+    config["kimi-deploy:kubeconfig"] = {"secure": "v1:abc"}
+    run = run_program(config, stack="mi355x", now=FIXED_NOW)
+    text = json.dumps([r.inputs for r in run.resources])
+    assert PLACEHOLDER_PREFIX not in text  # placeholders are secrets too: masked like real ones

@@ -1,0 +1,125 @@
+"""Sizing against the figures in DESIGN.md (sections 4 and 5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.spec import fsx
+from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.spec.model import KIMI_K3_1_PRO
+from components.spec.sizing import (
+    compute_sizing,
+    download_seconds,
+    fsx_capacity_gib,
+    fsx_read_bytes_per_second,
+    kv_cache_tokens,
+    startup_budget_seconds,
+)
+from components.spec.targets import GPUS
+from components.spec.versions import RECIPE_ENGINE_READY_TIMEOUT_S
+from tests.conftest import FIXED_NOW, STACKS
+
+WEIGHTS = KIMI_K3_1_PRO.weights_bytes
+
+
+def within(value: float, expected: float, fraction: float) -> bool:
+    return abs(value - expected) <= expected * fraction
+
+
+def test_weights_are_1453_gib():
+    assert round(WEIGHTS / 2**30) == 1453
+
+
+def test_fsx_smallest_valid_size_is_2400_gib():
+    assert fsx_capacity_gib(WEIGHTS) == 2400
+    assert fsx_capacity_gib(WEIGHTS, headroom_fraction=0.0) == 2400
+
+
+@pytest.mark.parametrize("needed,expected", [(1, 1200), (1200, 1200), (1201, 2400), (2400, 2400), (2401, 4800), (7000, 7200)])
+def test_fsx_round_up(needed, expected):
+    assert fsx.round_up_capacity_gib(needed) == expected
+    assert fsx.is_valid_capacity_gib(expected)
+
+
+@pytest.mark.parametrize("bad", [1560, 3600, 0, 1000])
+def test_fsx_invalid_sizes(bad):
+    assert not fsx.is_valid_capacity_gib(bad)
+
+
+def test_fsx_read_time_matches_design():
+    fast = fsx_read_bytes_per_second(2400, 1000)
+    slow = fsx_read_bytes_per_second(2400, 125)
+    assert within(fast, 2.4e9, 0.05)
+    assert within(WEIGHTS / fast / 60, 11, 0.05)  # about 11 minutes
+    assert within(WEIGHTS / slow / 60, 89, 0.02)  # about 89 minutes
+
+
+def test_kv_tokens_b300_tp8_and_dcp8():
+    b300 = GPUS["B300"]
+    tp = kv_cache_tokens(KIMI_K3_1_PRO, b300, 8, 0.95, "fp8", 1)
+    dcp = kv_cache_tokens(KIMI_K3_1_PRO, b300, 8, 0.95, "fp8", 8)
+    assert within(tp, 2.6e6, 0.15), tp
+    assert within(dcp, 18.5e6, 0.15), dcp
+    assert dcp > 6 * tp
+
+
+def test_kv_tokens_shrink_with_bf16_and_lower_utilization():
+    b300 = GPUS["B300"]
+    fp8 = kv_cache_tokens(KIMI_K3_1_PRO, b300, 8, 0.95, "fp8")
+    bf16 = kv_cache_tokens(KIMI_K3_1_PRO, b300, 8, 0.95, "auto")
+    low = kv_cache_tokens(KIMI_K3_1_PRO, b300, 8, 0.90, "fp8")
+    assert bf16 < fp8 and low < fp8
+
+
+def test_kv_tokens_reject_dcp_not_dividing_tp():
+    with pytest.raises(ValueError):
+        kv_cache_tokens(KIMI_K3_1_PRO, GPUS["B300"], 8, 0.95, "fp8", 3)
+
+
+def test_download_takes_over_four_hours_at_100_mbps():
+    seconds = download_seconds(WEIGHTS, 100)
+    assert seconds == 15_600
+    assert seconds > 4 * 3600
+    with pytest.raises(ValueError):
+        download_seconds(WEIGHTS, 0)
+
+
+def test_startup_budget_never_below_recipe_and_grows_with_load():
+    assert startup_budget_seconds(10) == RECIPE_ENGINE_READY_TIMEOUT_S
+    slow = startup_budget_seconds(5_340)  # FSx at 125 MB/s/TiB
+    assert slow >= 2 * 5_340 and slow % 60 == 0
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_timeout_covers_the_load(name):
+    sizing = compute_sizing(load_stack(name, now=FIXED_NOW))
+    assert sizing.startup_budget_seconds >= max(RECIPE_ENGINE_READY_TIMEOUT_S, sizing.load_seconds)
+    assert sizing.storage.capacity_gib is None or sizing.storage.capacity_gib >= sizing.storage.needed_gib
+
+
+def test_fsx_serving_load_time_and_budget():
+    ns, _ = namespace_config(read_stack_config("b300"))
+    ns["storage"] = {"kind": "fsx", "fsx": {"throughputPerTib": 125}}
+    sizing = compute_sizing(parse_spec(ns, stack="t", now=FIXED_NOW))
+    assert sizing.storage.fsx_capacity_gib == 2400
+    assert within(sizing.load_seconds / 60, 89, 0.02)
+    assert sizing.startup_budget_seconds > sizing.load_seconds * 2
+
+
+def test_gpu_memory_utilization_too_low_is_a_config_error():
+    from components.spec.config import ConfigError
+
+    ns, _ = namespace_config(read_stack_config("b300"))
+    ns["vllm"] = {"gpuMemoryUtilization": 0.7}
+    with pytest.raises(ConfigError) as info:
+        compute_sizing(parse_spec(ns, stack="t", now=FIXED_NOW))
+    assert str(info.value).startswith("kimi-deploy:vllm.gpuMemoryUtilization: 0.7")
+
+
+def test_price_b300_on_demand_and_unknown_gb300():
+    b300 = compute_sizing(load_stack("b300", now=FIXED_NOW))
+    assert b300.usd_per_hour == pytest.approx(142.416)
+    gb300 = compute_sizing(load_stack("gb300", now=FIXED_NOW))
+    assert gb300.usd_per_hour is None and "compute.usdPerHour" in gb300.price_source
+    prod = compute_sizing(load_stack("b300-prod", now=FIXED_NOW))
+    assert prod.usd_per_hour == pytest.approx(2 * 142.416)

@@ -1,0 +1,118 @@
+"""The vLLM command builder: flags per vendor, multi-node roles, no secrets in argv."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.spec.sizing import compute_sizing
+from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, build_vllm_command
+from tests.conftest import FIXED_NOW, STACKS
+
+NVIDIA_ONLY_FLAGS = ("--attention-config", "--no-enable-flashinfer-autotune", "fastsafetensors")
+NVIDIA_ONLY_ENV = ("VLLM_ALLREDUCE_USE_FLASHINFER", "NCCL_MNNVL_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE")
+
+
+def flag_value(argv, flag):
+    i = list(argv).index(flag)
+    return argv[i + 1]
+
+
+def command(stack, **vllm):
+    ns, _ = namespace_config(read_stack_config(stack))
+    if vllm:
+        ns = copy.deepcopy(ns)
+        ns["vllm"] = {**ns.get("vllm", {}), **vllm}
+    spec = parse_spec(ns, stack=stack, now=FIXED_NOW)
+    return spec, build_vllm_command(spec)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_common_flags_every_stack(name):
+    spec = load_stack(name, now=FIXED_NOW)
+    cmd = build_vllm_command(spec)
+    for role in cmd.roles:
+        argv = role.argv
+        assert argv[:2] == ("vllm", "serve") and argv[2] == cmd.model_path
+        assert flag_value(argv, "--tensor-parallel-size") == "8"
+        assert flag_value(argv, "--tool-call-parser") == "kimi_k3"
+        assert flag_value(argv, "--reasoning-parser") == "kimi_k3"
+        assert "--trust-remote-code" in argv and "--enable-auto-tool-choice" in argv
+        assert flag_value(argv, "--max-model-len") == "1048576"
+        assert not any("api-key" in a or "TESTSECRET" in a for a in argv)
+        assert role.secret_env.get("VLLM_API_KEY") == "apiKey" or not role.serves_http
+        assert int(role.env["VLLM_ENGINE_READY_TIMEOUT_S"]) == compute_sizing(spec).startup_budget_seconds
+        assert role.env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_b300_uses_the_blackwell_recipe():
+    _, cmd = command("b300")
+    argv = cmd.role("server").argv
+    assert flag_value(argv, "--load-format") == "fastsafetensors"
+    assert flag_value(argv, "--kv-cache-dtype") == "fp8"
+    assert flag_value(argv, "--gpu-memory-utilization") == "0.95"
+    assert '"mla_prefill_backend":"flashinfer"' in flag_value(argv, "--attention-config")
+    assert "--enable-prefix-caching" in argv and "--no-enable-flashinfer-autotune" in argv
+    env = cmd.role("server").env
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["VLLM_ALLREDUCE_USE_FLASHINFER"] == "1"
+    assert cmd.image == "vllm/vllm-openai:v0.33.0"
+
+
+def test_mi355x_uses_the_rocm_recipe_and_nothing_nvidia():
+    _, cmd = command("mi355x")
+    role = cmd.role("server")
+    argv = role.argv
+    assert cmd.image.startswith("vllm/vllm-openai-rocm:")
+    assert flag_value(argv, "--load-format") == "auto"
+    assert flag_value(argv, "--max-num-seqs") == "128"
+    assert flag_value(argv, "--max-num-batched-tokens") == "4096"
+    assert flag_value(argv, "--mm-encoder-tp-mode") == "data"
+    assert "FULL_DECODE_ONLY" in flag_value(argv, "--compilation-config")
+    assert "--kv-cache-dtype" not in argv
+    assert role.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" and role.env["VLLM_ROCM_USE_AITER"] == "1"
+    assert not any(f in " ".join(argv) for f in NVIDIA_ONLY_FLAGS)
+    assert not any(k in role.env for k in NVIDIA_ONLY_ENV)
+
+
+def test_gb300_leader_and_worker():
+    spec, cmd = command("gb300")
+    assert [r.name for r in cmd.roles] == ["leader", "worker"]
+    leader, worker = cmd.roles
+    assert leader.nodes == 1 and worker.nodes == spec.nodes_per_copy - 1 == 1
+    for role in (leader, worker):
+        assert flag_value(role.argv, "--nnodes") == "2"
+        assert flag_value(role.argv, "--master-addr") == LEADER_ADDRESS_REF
+        assert role.env["NCCL_MNNVL_ENABLE"] == "1" and role.env["NCCL_CUMEM_ENABLE"] == "1"
+    assert flag_value(leader.argv, "--node-rank") == "0" and "--headless" not in leader.argv
+    assert flag_value(worker.argv, "--node-rank") == WORKER_INDEX_REF and "--headless" in worker.argv
+    assert "--port" in leader.argv and "--port" not in worker.argv
+    assert not worker.serves_http and worker.secret_env == {}
+    concrete = worker.concrete_argv()
+    assert flag_value(concrete, "--node-rank") == "1" and flag_value(concrete, "--master-addr") == "10.0.0.1"
+
+
+def test_dcp_flag_only_when_set():
+    _, plain = command("b300")
+    assert "--decode-context-parallel-size" not in plain.role("server").argv
+    _, dcp = command("b300", decodeContextParallelSize=8)
+    assert flag_value(dcp.role("server").argv, "--decode-context-parallel-size") == "8"
+
+
+def test_prefix_caching_can_be_disabled():
+    _, cmd = command("b300", enablePrefixCaching=False)
+    argv = cmd.role("server").argv
+    assert "--enable-prefix-caching" not in argv and "--no-enable-prefix-caching" in argv
+
+
+def test_image_tag_override_and_extra_args():
+    _, cmd = command("b300", imageTag="v0.34.0", extraArgs=["--max-num-seqs", "64"])
+    assert cmd.image == "vllm/vllm-openai:v0.34.0"
+    assert cmd.role("server").argv[-2:] == ("--max-num-seqs", "64")
+
+
+def test_served_model_names():
+    _, cmd = command("b300")
+    assert cmd.served_model_names == ("kimi-k3.1-pro", "moonshotai/Kimi-K3.1-Pro")
+    assert flag_value(cmd.role("server").argv, "--served-model-name") == "kimi-k3.1-pro"
