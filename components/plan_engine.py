@@ -159,6 +159,11 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
         "arn": f"arn:aws:elasticloadbalancing:us-east-1:{MOCK_ACCOUNT_ID}:loadbalancer/net/{name}/0123456789",
     },
     "aws:ec2/launchTemplate:LaunchTemplate": lambda name, i: {"latestVersion": 1},
+    # AWS edge (components/aws): provider-assigned names and ids that other inputs reference.
+    "aws:eks/nodeGroup:NodeGroup": lambda name, i: {"nodeGroupName": i.get("nodeGroupName") or f"{name}-20261130"},
+    "aws:ec2/placementGroup:PlacementGroup": lambda name, i: {"name": i.get("name") or f"{name}-a1b2c3d"},
+    "aws:ssm/parameter:Parameter": lambda name, i: {"arn": f"arn:aws:ssm:us-east-1:{MOCK_ACCOUNT_ID}:parameter{i.get('name')}"},
+    "aws:kms/key:Key": lambda name, i: {"arn": f"arn:aws:kms:us-east-1:{MOCK_ACCOUNT_ID}:key/{name}"},
 }
 
 CallFn = Callable[[dict[str, Any]], dict[str, Any]]
@@ -173,6 +178,17 @@ CALL_RESULTS: dict[str, CallFn] = {
     "aws:index/getPartition:getPartition": lambda a: {"partition": "aws", "dnsSuffix": "amazonaws.com"},
     "aws:ssm/getParameter:getParameter": lambda a: {"value": "ami-0mockfromssm0000", "name": a.get("name"), "type": "String"},
     "aws:ec2/getAmi:getAmi": lambda a: {"id": "ami-0mockami000000000", "architecture": "x86_64"},
+    # AWS edge (components/aws): AZ names of the region, subnets and route tables of an existing VPC.
+    "aws:index/getAvailabilityZones:getAvailabilityZones": lambda a: {
+        "names": [f"{a.get('region') or 'us-east-1'}{z}" for z in "abcd"],
+        "zoneIds": [f"use1-az{i}" for i in range(1, 5)],
+        "id": a.get("region") or "us-east-1",
+    },
+    "aws:ec2/getSubnets:getSubnets": lambda a: {
+        "ids": next((f["values"] for f in a.get("filters") or [] if f.get("name") == "subnet-id"), []),
+        "id": "mock-subnets",
+    },
+    "aws:ec2/getRouteTables:getRouteTables": lambda a: {"ids": ["rtb-0mockprivate00001"], "id": "mock-route-tables"},
 }
 
 
@@ -203,7 +219,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         fn = CALL_RESULTS.get(args.token)
-        return (fn(dict(_unwrap(args.args))) if fn else {}), None
+        # (result, failures): the mock monitor iterates the failures, so an empty list, never None.
+        return (fn(dict(_unwrap(args.args))) if fn else {}), []
 
 
 def pulumi_config_strings(stack_config: Mapping[str, Any]) -> dict[str, str]:

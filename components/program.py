@@ -194,9 +194,9 @@ def main() -> dict[str, Any]:
     """
     try:
         ctx = build_context()
+        outputs = declare(ctx)
     except ConfigError as err:
         raise pulumi.RunError(str(err)) from None
-    outputs = declare(ctx)
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs

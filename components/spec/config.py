@@ -531,6 +531,16 @@ def parse_spec(
         ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
     except ValueError:
         raise ConfigError("network.vpcCidr", raw.network.vpc_cidr, "is not a CIDR block (e.g. 10.42.0.0/16)") from None
+    if not 16 <= ipaddress.ip_network(raw.network.vpc_cidr).prefixlen <= 22:
+        # Subnets are /prefix+4 (an EKS node with 17 ENIs and pod IPs needs room).
+        raise ConfigError("network.vpcCidr", raw.network.vpc_cidr, "must be a /16 to /22 block (subnets are a sixteenth of it)")
+    if raw.platform == "aws-eks" and not raw.network.api_server_public_cidrs:
+        warnings.append(
+            "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port "
+            "forwarding), or set network.apiServerPublicCidrs to your egress CIDR"
+        )
+    if raw.network.vpc_id and not raw.network.private_subnet_ids:
+        raise ConfigError("network.privateSubnetIds", [], "is required with network.vpcId (the private subnets to use)")
     if raw.network.private_subnet_ids and not raw.network.vpc_id:
         raise ConfigError("network.privateSubnetIds", list(raw.network.private_subnet_ids), "needs network.vpcId")
 
@@ -579,6 +589,8 @@ def parse_spec(
         raise ConfigError("storage.mirror.bucketName", mirror.bucket_name, "is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)")
     if not mirror.create and mirror.enabled and not mirror.bucket_name:
         raise ConfigError("storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)")
+    if raw.platform == "aws-ec2" and not mirror.enabled:
+        raise ConfigError("storage.mirror.enabled", False, "must be true on aws-ec2 (the instance boots from the mirror's _tools/ prefix and weights)")
     if st.kind in ("fsx", "nvme-from-fsx") and not mirror.enabled:
         raise ConfigError("storage.mirror.enabled", False, f"must be true for storage.kind {st.kind} (FSx imports the weights from the mirror)")
     if not mirror.prefix or mirror.prefix.startswith("/") or ".." in mirror.prefix.split("/"):
@@ -607,6 +619,11 @@ def parse_spec(
     # Kubernetes -----------------------------------------------------------------------------
     if not _DNS_LABEL_RE.match(raw.kubernetes.namespace):
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
+    from .versions import KNOWN_ADDONS
+
+    for addon in raw.kubernetes.installed_addons:
+        if addon not in KNOWN_ADDONS:
+            raise ConfigError("kubernetes.installedAddons", addon, f"is not a known add-on (allowed: {', '.join(KNOWN_ADDONS)})")
     if raw.platform == "kubernetes" and "kubeconfig" not in secrets_set:
         warnings.append(
             "kimi-deploy:kubeconfig is not set: `pulumi up` will use the ambient kubeconfig; "

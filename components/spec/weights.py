@@ -21,6 +21,8 @@ MARKER_NAME = ".weights-complete.json"
 MANIFEST_NAME = "manifest.json"
 # Parallel transfers per sync (files in flight; ranged parts within a file are the tool's own).
 SYNC_WORKERS = 16
+# Environment variable that carries the hub token into scripts/weight_sync.py, per model source.
+HUB_TOKEN_ENV = {"huggingface": "HF_TOKEN", "modelscope": "MODELSCOPE_API_TOKEN"}
 
 
 @dataclass(frozen=True)

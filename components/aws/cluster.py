@@ -1,0 +1,377 @@
+"""EKS (``aws-eks``): the cluster, a small system node group, GPU node groups from launch
+templates, add-ons, Pod Identity roles for the weight jobs, and a Kubernetes provider.
+
+GPU node groups: the EKS AL2023 NVIDIA AMI of the instance's architecture (``amiType``
+``AL2023_x86_64_NVIDIA`` or ``AL2023_ARM_64_NVIDIA``; EKS keeps it matched to the cluster
+version), or ``compute.amiId`` (``CUSTOM``, with the cluster details in the NodeConfig); a
+nodeadm ``NodeConfig`` with ``localStorage: RAID0``; EFA interfaces and a cluster placement
+group for multi-node copies; capacity type ``CAPACITY_BLOCK`` (market type ``capacity-block``
+in the template) or ODCR targeting; subnets pinned to the GPU (reservation's) AZ. The desired
+size is set at creation only (``ignore_changes``): the operator or an autoscaler owns it after.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from components.spec.config import DeploymentSpec
+from components.spec.naming import (
+    GPU_NODE_LABEL,
+    GPU_TAINT_KEY,
+    MIRROR_PUBLISH_SERVICE_ACCOUNT,
+    TARGET_NODE_LABEL,
+    WEIGHT_SYNC_SERVICE_ACCOUNT,
+)
+from components.spec.versions import EKS_VERSION
+
+from . import iam
+from .common import child, tags
+from .compute import capacity_options, efa_network_interfaces, launched_tag_specifications, metadata_options, root_volume
+from .userdata import ClusterDetails, eks_node_user_data
+
+# EKS managed AMI types of the AL2023 NVIDIA AMIs, per CPU architecture.
+NVIDIA_AMI_TYPES = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}
+# The system node group: CoreDNS, the FSx CSI controller and other cluster add-ons.
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
+SYSTEM_NODES = {"min_size": 2, "desired_size": 2, "max_size": 3}
+SYSTEM_ROOT_VOLUME_GIB = 100
+# Service CIDR, set explicitly so a custom-AMI NodeConfig can name it.
+SERVICE_IPV4_CIDR = "172.20.0.0/16"
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator")
+LOG_RETENTION_DAYS = 30
+# Add-ons installed before the node groups (DaemonSets; ACTIVE without nodes) and after them
+# (Deployments that need a node to become ACTIVE).
+ADDONS_BEFORE_NODES = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+ADDONS_AFTER_NODES = ("coredns",)
+FSX_CSI_ADDON = "aws-fsx-csi-driver"
+# Changes of desired size made by the operator or an autoscaler are kept.
+DESIRED_SIZE_IGNORED = ["scalingConfig.desiredSize"]
+
+
+def gpu_node_labels(spec: DeploymentSpec) -> dict[str, str]:
+    """Labels of GPU nodes (names in ``spec/naming.py``)."""
+    return {GPU_NODE_LABEL: "true", TARGET_NODE_LABEL: spec.target.name}
+
+
+def gpu_capacity_type(spec: DeploymentSpec) -> str:
+    """Node group capacity type: ``CAPACITY_BLOCK`` for capacity blocks, else ``ON_DEMAND``
+    (an ODCR is on-demand capacity targeted by the launch template)."""
+    return "CAPACITY_BLOCK" if spec.config.compute.capacity.type == "capacity-block" else "ON_DEMAND"
+
+
+def kubeconfig_json(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig for the cluster using ``aws eks get-token`` (no static credentials)."""
+    user = f"{cluster_name}-aws"
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": user}}],
+            "current-context": cluster_name,
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "aws",
+                            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
+                            "interactiveMode": "Never",
+                        }
+                    },
+                }
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+@dataclass
+class EksClusterArgs:
+    """Inputs of ``EksCluster``.
+
+    Attributes:
+        spec: the deployment spec.
+        tags: the stack's tags.
+        region, partition: where it runs.
+        cluster_name: the cluster's name (plain string).
+        private_subnet_ids: every private subnet (control plane, system nodes).
+        gpu_subnet_ids: private subnets in the GPU AZ.
+        gpu_security_group_id, efa_security_group_id: groups of GPU nodes (EFA may be None).
+        mirror_bucket: the mirror bucket's name, or None (no Pod Identity roles then).
+        install_fsx_csi: install the FSx CSI driver add-on.
+    """
+
+    spec: DeploymentSpec
+    tags: dict[str, Any]
+    region: str
+    partition: pulumi.Input[str]
+    cluster_name: str
+    private_subnet_ids: pulumi.Input[list[str]]
+    gpu_subnet_ids: pulumi.Input[list[str]]
+    gpu_security_group_id: pulumi.Input[str]
+    efa_security_group_id: pulumi.Input[str] | None
+    mirror_bucket: pulumi.Input[str] | None
+    install_fsx_csi: bool = False
+
+
+class EksCluster(pulumi.ComponentResource):
+    """The EKS cluster and its nodes.
+
+    Attributes:
+        cluster_name, endpoint: the cluster.
+        cluster_security_group_id: the EKS-created cluster security group (on every node).
+        kubeconfig: secret Output (JSON kubeconfig, exec auth).
+        provider: ``pulumi_kubernetes.Provider`` for the cluster.
+        gpu_node_group_names: names of the GPU node groups.
+        service_account_roles: service account name -> role ARN (Pod Identity).
+        ready: resources workloads should depend on.
+    """
+
+    cluster_name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("kimi-deploy:aws:EksCluster", name, None, opts)
+        self._args = args
+        self._name = name
+        cluster = self._create_cluster()
+        self.cluster_name = cluster.name
+        self.endpoint = cluster.endpoint
+        self.cluster_security_group_id = cluster.vpc_config.cluster_security_group_id
+        node_role = iam.role(
+            f"{name}-node-role",
+            parent=self,
+            ctx_tags=args.tags,
+            service="ec2.amazonaws.com",
+            partition=args.partition,
+            managed=iam.NODE_MANAGED_POLICIES,
+            description=f"kimi-deploy {args.spec.stack}: EKS nodes",
+        )
+        early = [self._addon(cluster, addon) for addon in ADDONS_BEFORE_NODES]
+        system = self._create_system_node_group(cluster, node_role, early)
+        gpu = self._create_gpu_node_group(cluster, node_role, early)
+        late = [self._addon(cluster, addon, depends_on=[system]) for addon in ADDONS_AFTER_NODES]
+        if args.install_fsx_csi:
+            late.append(self._addon(cluster, FSX_CSI_ADDON, depends_on=[system]))
+        associations = self._create_pod_identities(cluster, early)
+        self.gpu_node_group_names = pulumi.Output.all(gpu.node_group_name)
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
+                lambda v: kubeconfig_json(v[0], v[1], v[2], args.region)
+            )
+        )
+        import pulumi_kubernetes as k8s
+
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child(self, depends_on=[cluster]))
+        self.ready: list[pulumi.Resource] = [system, gpu, *early, *late, *associations]
+        self.register_outputs(
+            {
+                "clusterName": cluster.name,
+                "endpoint": cluster.endpoint,
+                "clusterSecurityGroupId": self.cluster_security_group_id,
+                "gpuNodeGroupNames": self.gpu_node_group_names,
+                "serviceAccountRoles": self.service_account_roles,
+            }
+        )
+
+    # -- control plane --------------------------------------------------------------------
+    def _create_cluster(self) -> aws.eks.Cluster:
+        a, name = self._args, self._name
+        spec, net = a.spec, a.spec.config.network
+        key = aws.kms.Key(
+            f"{name}-secrets-key",
+            description=f"kimi-deploy {spec.stack}: EKS secrets envelope encryption",
+            enable_key_rotation=True,
+            deletion_window_in_days=7,
+            tags=tags(a.tags, f"{spec.stack}-eks-secrets"),
+            opts=child(self),
+        )
+        # Created here (not by EKS on first log line) so it carries tags, a retention, and
+        # goes away with the stack.
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs",
+            name=f"/aws/eks/{a.cluster_name}/cluster",
+            retention_in_days=LOG_RETENTION_DAYS,
+            tags=tags(a.tags),
+            opts=child(self),
+        )
+        cluster_role = iam.role(
+            f"{name}-cluster-role",
+            parent=self,
+            ctx_tags=a.tags,
+            service="eks.amazonaws.com",
+            partition=a.partition,
+            managed=iam.CLUSTER_MANAGED_POLICIES,
+            description=f"kimi-deploy {spec.stack}: EKS control plane",
+        )
+        public = list(net.api_server_public_cidrs)
+        vpc_config: dict[str, Any] = dict(
+            subnet_ids=a.private_subnet_ids, endpoint_private_access=True, endpoint_public_access=bool(public)
+        )
+        if public:
+            vpc_config["public_access_cidrs"] = public
+        return aws.eks.Cluster(
+            f"{name}-cluster",
+            name=a.cluster_name,
+            version=EKS_VERSION,
+            role_arn=cluster_role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(**vpc_config),
+            access_config=aws.eks.ClusterAccessConfigArgs(authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn), resources=["secrets"]
+            ),
+            kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(service_ipv4_cidr=SERVICE_IPV4_CIDR),
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            bootstrap_self_managed_addons=False,
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            tags=tags(a.tags, a.cluster_name),
+            opts=child(self, depends_on=[logs]),
+        )
+
+    def _addon(self, cluster: aws.eks.Cluster, addon: str, depends_on: list[pulumi.Resource] | None = None) -> aws.eks.Addon:
+        return aws.eks.Addon(
+            f"{self._name}-addon-{addon}",
+            cluster_name=cluster.name,
+            addon_name=addon,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="PRESERVE",
+            tags=tags(self._args.tags),
+            opts=child(self, depends_on=depends_on or []),
+        )
+
+    # -- nodes ----------------------------------------------------------------------------
+    def _create_system_node_group(self, cluster: aws.eks.Cluster, node_role: aws.iam.Role, after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+        a, name = self._args, self._name
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt",
+            description=f"kimi-deploy {a.spec.stack}: EKS system nodes",
+            # Hop limit 2: controllers on these nodes (FSx CSI, load balancers) read the region
+            # and VPC from IMDS; GPU nodes keep 1.
+            metadata_options=metadata_options(hop_limit=2),
+            block_device_mappings=root_volume(SYSTEM_ROOT_VOLUME_GIB),
+            vpc_security_group_ids=[cluster.vpc_config.cluster_security_group_id],
+            tag_specifications=launched_tag_specifications(a.tags, f"{a.spec.stack}-system"),
+            update_default_version=True,
+            tags=tags(a.tags, f"{a.spec.stack}-system"),
+            opts=child(self),
+        )
+        return aws.eks.NodeGroup(
+            f"{name}-system",
+            cluster_name=cluster.name,
+            node_role_arn=node_role.arn,
+            subnet_ids=a.private_subnet_ids,
+            ami_type=SYSTEM_AMI_TYPE,
+            capacity_type="ON_DEMAND",
+            instance_types=[SYSTEM_INSTANCE_TYPE],
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(**SYSTEM_NODES),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            labels={"kimi-deploy/role": "system"},
+            tags=tags(a.tags, f"{a.spec.stack}-system"),
+            opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED),
+        )
+
+    def _gpu_user_data(self, cluster: aws.eks.Cluster) -> pulumi.Output[str]:
+        import base64
+
+        if not self._args.spec.config.compute.ami_id:
+            return pulumi.Output.from_input(base64.b64encode(eks_node_user_data().encode()).decode())
+        return pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
+            lambda v: base64.b64encode(eks_node_user_data(ClusterDetails(v[0], v[1], v[2], SERVICE_IPV4_CIDR)).encode()).decode()
+        )
+
+    def _create_gpu_node_group(self, cluster: aws.eks.Cluster, node_role: aws.iam.Role, after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+        a, name = self._args, self._name
+        spec = a.spec
+        groups: list[pulumi.Input[str]] = [cluster.vpc_config.cluster_security_group_id, a.gpu_security_group_id]
+        extra: dict[str, Any] = {}
+        if spec.efa_enabled and a.efa_security_group_id is not None:
+            groups.append(a.efa_security_group_id)
+            extra["network_interfaces"] = efa_network_interfaces(spec.instance, groups)
+        else:
+            extra["vpc_security_group_ids"] = groups
+        if spec.efa_enabled or spec.nodes_per_copy > 1:
+            placement = aws.ec2.PlacementGroup(
+                f"{name}-gpu-placement", strategy="cluster", tags=tags(a.tags, f"{spec.stack}-gpu"), opts=child(self)
+            )
+            extra["placement"] = aws.ec2.LaunchTemplatePlacementArgs(group_name=placement.name)
+        if spec.config.compute.ami_id:
+            extra["image_id"] = spec.config.compute.ami_id
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-gpu-lt",
+            description=f"kimi-deploy {spec.stack}: {spec.instance.instance_type} GPU nodes",
+            # Capacity blocks need the instance type in the template (EKS user guide).
+            instance_type=spec.instance.instance_type,
+            metadata_options=metadata_options(hop_limit=1),
+            block_device_mappings=root_volume(spec.config.compute.root_volume_gib),
+            user_data=self._gpu_user_data(cluster),
+            tag_specifications=launched_tag_specifications(a.tags, f"{spec.stack}-gpu"),
+            update_default_version=True,
+            tags=tags(a.tags, f"{spec.stack}-gpu"),
+            opts=child(self),
+            **extra,
+            **capacity_options(spec),
+        )
+        nodes = spec.gpu_nodes
+        return aws.eks.NodeGroup(
+            f"{name}-gpu",
+            cluster_name=cluster.name,
+            node_role_arn=node_role.arn,
+            subnet_ids=a.gpu_subnet_ids,
+            ami_type="CUSTOM" if spec.config.compute.ami_id else NVIDIA_AMI_TYPES[spec.instance.cpu_architecture],
+            capacity_type=gpu_capacity_type(spec),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
+            # min 0: a capacity block ends, or the operator scales to zero between sessions.
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=nodes, max_size=nodes),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
+            labels=gpu_node_labels(spec),
+            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
+            tags=tags(a.tags, f"{spec.stack}-gpu"),
+            opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED),
+        )
+
+    # -- Pod Identity -----------------------------------------------------------------------
+    def _create_pod_identities(self, cluster: aws.eks.Cluster, after: list[pulumi.Resource]) -> list[aws.eks.PodIdentityAssociation]:
+        a, name = self._args, self._name
+        spec = a.spec
+        self.service_account_roles: dict[str, pulumi.Output[str]] = {}
+        if a.mirror_bucket is None:
+            return []
+        prefix = spec.config.storage.mirror.prefix
+        namespace = spec.config.kubernetes.namespace
+        out = []
+        for account, write in ((WEIGHT_SYNC_SERVICE_ACCOUNT, False), (MIRROR_PUBLISH_SERVICE_ACCOUNT, True)):
+            doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(lambda v, w=write: iam.mirror_policy(v[0], v[1], prefix, write=w))
+            role = iam.role(
+                f"{name}-{account}",
+                parent=self,
+                ctx_tags=a.tags,
+                service="pods.eks.amazonaws.com",
+                tag_session=True,
+                partition=a.partition,
+                inline={"weight-mirror": doc},
+                description=f"kimi-deploy {spec.stack}: {namespace}/{account} ({'write' if write else 'read'} {prefix}/ in the mirror)",
+            )
+            out.append(
+                aws.eks.PodIdentityAssociation(
+                    f"{name}-{account}",
+                    cluster_name=cluster.name,
+                    namespace=namespace,
+                    service_account=account,
+                    role_arn=role.arn,
+                    tags=tags(a.tags),
+                    opts=child(self, depends_on=after),
+                )
+            )
+            self.service_account_roles[account] = role.arn
+        return out

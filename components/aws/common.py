@@ -1,0 +1,53 @@
+"""Helpers shared by the AWS components: tags, names, child options, ARNs.
+
+Every taggable AWS resource gets ``tags(ctx, name)``: the stack's tags from the context
+(stack, environment, target, owner, project, and ``expires-at`` on stacks that expire; that
+one may be an Output) plus a ``Name``. ``tags_all`` is left to the provider.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import pulumi
+
+# The S3 key prefix (inside the mirror bucket) where toolkit files the nodes fetch live, e.g.
+# the weight-sync program. Readers of the weights may read it too; nothing else.
+TOOLS_PREFIX = "_tools"
+# Where EC2 nodes keep toolkit files and env files on the host.
+HOST_TOOLS_DIR = "/opt/kimi-deploy"
+
+
+def tags(ctx_tags: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The tags of one resource: the stack's tags plus ``Name`` when given.
+
+    Args:
+        ctx_tags: ``DeploymentContext.tags`` (values are strings or Outputs).
+        name: a human name shown in the EC2 console (plain string).
+    """
+    out = dict(ctx_tags)
+    if name:
+        out["Name"] = name
+    return out
+
+
+def resource_prefix(project: str, stack: str) -> str:
+    """A short, DNS-safe prefix for physical names: ``<project>-<stack>``, lowercase, <= 40 chars."""
+    raw = re.sub(r"[^a-z0-9-]+", "-", f"{project}-{stack}".lower()).strip("-")
+    return raw[:40].rstrip("-")
+
+
+def child(parent: pulumi.Resource, **kwargs: Any) -> pulumi.ResourceOptions:
+    """``ResourceOptions(parent=parent, **kwargs)``: every child of a component goes through here."""
+    return pulumi.ResourceOptions(parent=parent, **kwargs)
+
+
+def bucket_arn(partition: str, bucket: str) -> str:
+    """``arn:<partition>:s3:::<bucket>``."""
+    return f"arn:{partition}:s3:::{bucket}"
+
+
+def managed_policy_arn(partition: str, name: str) -> str:
+    """ARN of the AWS managed policy ``name`` in ``partition``."""
+    return f"arn:{partition}:iam::aws:policy/{name}"

@@ -1,0 +1,299 @@
+"""GPU compute on EC2 (``aws-ec2``): one GPU instance from a launch template, plus the launch
+template pieces the EKS GPU node groups share.
+
+The instance: NVIDIA AMI of the instance's CPU architecture (the AWS Deep Learning Base OSS
+NVIDIA Driver GPU AMI for Amazon Linux 2023, found through its public SSM parameter, or
+``compute.amiId``), IMDSv2 required, an encrypted gp3 root volume, capacity targeting
+(on-demand, an ODCR, or a capacity block), the ``#cloud-config`` of ``userdata.py``, and an
+instance profile with Session Manager (no SSH key, no inbound SSH rule).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from components.spec.config import DeploymentSpec
+from components.spec.sizing import Sizing
+from components.spec.targets import InstanceFacts
+from components.spec.vllm import VllmCommand
+from components.spec.weights import HUB_TOKEN_ENV, sync_steps
+
+from . import iam
+from .common import TOOLS_PREFIX, child, tags
+from .userdata import Ec2BootConfig, ec2_cloud_config
+
+# AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Amazon Linux 2023): NVIDIA driver, CUDA,
+# NVIDIA container toolkit, Docker, EFA, SSM agent, AWS CLI (DLAMI release notes; the public
+# parameter format is /aws/service/deeplearning/ami/<arch>/<ami type>/latest/ami-id).
+DLAMI_SSM_PARAMETER = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
+# Root device of Amazon Linux 2023 AMIs (DLAMI and EKS AL2023 alike).
+ROOT_DEVICE_NAME = "/dev/xvda"
+# Tagged on instances, volumes and interfaces launched from a template.
+LAUNCHED_RESOURCE_TYPES: tuple[str, ...] = ("instance", "volume", "network-interface")
+
+
+def dlami_parameter(cpu_architecture: str) -> str:
+    """The public SSM parameter of the DLAMI for ``x86_64`` or ``arm64``.
+
+    Raises:
+        ValueError: another architecture.
+    """
+    if cpu_architecture not in ("x86_64", "arm64"):
+        raise ValueError(f"no NVIDIA AMI for CPU architecture {cpu_architecture!r}")
+    return DLAMI_SSM_PARAMETER.format(arch=cpu_architecture)
+
+
+def capacity_options(spec: DeploymentSpec) -> dict[str, Any]:
+    """Launch-template arguments that target the configured capacity.
+
+    on-demand: none (open reservations may still be used, as EC2 does by default).
+    odcr: ``capacity_reservation_specification`` targeting the reservation.
+    capacity-block: the same plus ``instance_market_options.market_type = "capacity-block"``.
+    """
+    cap = spec.config.compute.capacity
+    if cap.type == "on-demand":
+        return {}
+    out: dict[str, Any] = {
+        "capacity_reservation_specification": aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                capacity_reservation_id=cap.reservation_id
+            )
+        )
+    }
+    if cap.type == "capacity-block":
+        out["instance_market_options"] = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+    return out
+
+
+def metadata_options(hop_limit: int = 1) -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
+    """IMDSv2 only. A hop limit of 1 keeps bridged containers and pods away from the node's
+    credentials (they use Pod Identity or host networking)."""
+    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
+        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=hop_limit, instance_metadata_tags="disabled"
+    )
+
+
+def root_volume(size_gib: int) -> list[aws.ec2.LaunchTemplateBlockDeviceMappingArgs]:
+    """An encrypted gp3 root volume of ``size_gib`` (OS plus the ~25 GB vLLM image and layers)."""
+    return [
+        aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+            device_name=ROOT_DEVICE_NAME,
+            ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                volume_size=size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"
+            ),
+        )
+    ]
+
+
+def efa_network_interfaces(
+    instance: InstanceFacts, security_group_ids: list[pulumi.Input[str]], subnet_id: pulumi.Input[str] | None = None
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """Network interfaces for EFA (EC2 user guide, "Maximize network bandwidth ... multiple
+    network cards"): an ENA primary on card 0 device 0; one EFA-only interface on every
+    EFA-capable card at device 0 (card 0 device 1 when card 0 has EFA too)."""
+    common = dict(security_groups=security_group_ids, delete_on_termination="true")
+    if subnet_id is not None:
+        common["subnet_id"] = subnet_id
+    nics = [aws.ec2.LaunchTemplateNetworkInterfaceArgs(network_card_index=0, device_index=0, interface_type="interface", **common)]
+    first_efa_card = max(instance.network_cards - instance.efa_interfaces, 0)
+    for card in range(first_efa_card, instance.network_cards):
+        nics.append(
+            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                network_card_index=card, device_index=1 if card == 0 else 0, interface_type="efa-only", **common
+            )
+        )
+    return nics
+
+
+def launched_tag_specifications(ctx_tags: dict[str, Any], name: str) -> list[aws.ec2.LaunchTemplateTagSpecificationArgs]:
+    """Tags for what a launch template launches (instances, volumes, interfaces)."""
+    return [aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=tags(ctx_tags, name)) for t in LAUNCHED_RESOURCE_TYPES]
+
+
+def secret_parameter_name(project: str, stack: str, what: str) -> str:
+    """SSM parameter name of a boot-time secret: ``/<project>/<stack>/<what>``."""
+    return f"/{project}/{stack}/{what}"
+
+
+@dataclass
+class Ec2GpuServerArgs:
+    """Inputs of ``Ec2GpuServer``.
+
+    Attributes:
+        spec, sizing, vllm: the deployment spec, its sizing and the serving command.
+        tags: the stack's tags.
+        region, partition: where it runs.
+        subnet_id: a private subnet in the GPU AZ.
+        security_group_ids: the GPU group (and the EFA group when EFA is on).
+        mirror_bucket: the mirror bucket's name.
+        tools_object_key, tools_sha256: the weight-sync program in the mirror and its digest.
+        api_key, hub_token: secret Outputs (stored as SSM SecureString parameters).
+    """
+
+    spec: DeploymentSpec
+    sizing: Sizing
+    vllm: VllmCommand
+    tags: dict[str, Any]
+    region: str
+    partition: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    security_group_ids: list[pulumi.Input[str]]
+    mirror_bucket: pulumi.Input[str]
+    tools_object_key: str
+    tools_sha256: str
+    api_key: pulumi.Input[str]
+    hub_token: pulumi.Input[str] | None
+
+
+class Ec2GpuServer(pulumi.ComponentResource):
+    """One GPU instance serving vLLM under systemd.
+
+    Attributes:
+        instance_id, private_ip: the instance.
+        launch_template_id: its launch template.
+        role_name: the instance role (Session Manager, mirror, boot secrets).
+        api_key_parameter, hub_token_parameter: SSM parameter names (plain strings; None when unset).
+    """
+
+    instance_id: pulumi.Output[str]
+    private_ip: pulumi.Output[str]
+
+    def __init__(self, name: str, args: Ec2GpuServerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("kimi-deploy:aws:Ec2GpuServer", name, None, opts)
+        spec = args.spec
+        self._args = args
+        self.api_key_parameter = secret_parameter_name(spec.project, spec.stack, "vllm-api-key")
+        self.hub_token_parameter = secret_parameter_name(spec.project, spec.stack, "hub-token") if args.hub_token is not None else None
+        params = self._create_secret_parameters(name)
+        profile = self._create_instance_profile(name, params)
+        ami = self._ami_id()
+        template = self._create_launch_template(name, ami, profile)
+        instance = aws.ec2.Instance(
+            f"{name}-instance",
+            launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
+            subnet_id=None if spec.efa_enabled else args.subnet_id,
+            tags=tags(args.tags, f"{spec.stack}-gpu"),
+            # A capacity block or ODCR holds exactly the instances paid for: the old instance
+            # must go before its replacement can launch.
+            opts=child(self, delete_before_replace=True, depends_on=params),
+        )
+        self.instance_id = instance.id
+        self.private_ip = instance.private_ip
+        self.availability_zone = instance.availability_zone
+        self.launch_template_id = template.id
+        self.register_outputs(
+            {"instanceId": instance.id, "privateIp": instance.private_ip, "launchTemplateId": template.id, "roleName": self.role_name}
+        )
+
+    def _create_secret_parameters(self, name: str) -> list[aws.ssm.Parameter]:
+        a = self._args
+        out = [
+            aws.ssm.Parameter(
+                f"{name}-api-key",
+                name=self.api_key_parameter,
+                type="SecureString",
+                value=a.api_key,
+                description="vLLM API key (read by the instance at boot)",
+                tags=tags(a.tags),
+                opts=child(self),
+            )
+        ]
+        if self.hub_token_parameter is not None:
+            out.append(
+                aws.ssm.Parameter(
+                    f"{name}-hub-token",
+                    name=self.hub_token_parameter,
+                    type="SecureString",
+                    value=a.hub_token,
+                    description="Model hub token (read by the weight sync at boot)",
+                    tags=tags(a.tags),
+                    opts=child(self),
+                )
+            )
+        return out
+
+    def _create_instance_profile(self, name: str, params: list[aws.ssm.Parameter]) -> aws.iam.InstanceProfile:
+        a = self._args
+        spec = a.spec
+        prefix = spec.config.storage.mirror.prefix
+        # The instance publishes the mirror when it is incomplete, then copies from it.
+        mirror_doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(
+            lambda v: iam.mirror_policy(v[0], v[1], prefix, write=True, extra_read_prefixes=[TOOLS_PREFIX])
+        )
+        ssm_doc = pulumi.Output.all(*[p.arn for p in params]).apply(lambda arns: iam.ssm_parameters_policy(list(arns)))
+        role = iam.role(
+            f"{name}-role",
+            parent=self,
+            ctx_tags=a.tags,
+            service="ec2.amazonaws.com",
+            partition=a.partition,
+            managed=iam.EC2_INSTANCE_MANAGED_POLICIES,
+            inline={"weight-mirror": mirror_doc, "boot-secrets": ssm_doc},
+            description=f"kimi-deploy {spec.stack}: GPU instance (SSM, weight mirror {prefix}/, boot secrets)",
+        )
+        self.role_name = role.name
+        return aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=tags(a.tags), opts=child(self))
+
+    def _ami_id(self) -> pulumi.Input[str]:
+        spec = self._args.spec
+        if spec.config.compute.ami_id:
+            return spec.config.compute.ami_id
+        return aws.ssm.get_parameter_output(name=dlami_parameter(spec.instance.cpu_architecture)).value
+
+    def _user_data(self) -> pulumi.Output[str]:
+        a = self._args
+        spec, vllm = a.spec, a.vllm
+        server = vllm.role("server")
+
+        def render(bucket: str) -> str:
+            cfg = Ec2BootConfig(
+                region=a.region,
+                image=vllm.image,
+                vllm_argv=server.argv,
+                vllm_env=server.env,
+                port=vllm.port,
+                sync_steps=sync_steps(spec, bucket),
+                tools_uri=f"s3://{bucket}/{a.tools_object_key}",
+                tools_sha256=a.tools_sha256,
+                api_key_parameter=self.api_key_parameter,
+                hub_token_parameter=self.hub_token_parameter,
+                hub_token_env=HUB_TOKEN_ENV[spec.model_source],
+                nvme_devices=spec.instance.nvme_devices,
+                efa=spec.efa_enabled,
+            )
+            return base64.b64encode(ec2_cloud_config(cfg).encode()).decode()
+
+        return pulumi.Output.from_input(a.mirror_bucket).apply(render)
+
+    def _create_launch_template(self, name: str, ami: pulumi.Input[str], profile: aws.iam.InstanceProfile) -> aws.ec2.LaunchTemplate:
+        a = self._args
+        spec = a.spec
+        network: dict[str, Any]
+        if spec.efa_enabled:
+            network = {"network_interfaces": efa_network_interfaces(spec.instance, a.security_group_ids, a.subnet_id)}
+        else:
+            network = {"vpc_security_group_ids": a.security_group_ids}
+        return aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"kimi-deploy {spec.stack}: {spec.instance.instance_type} serving {spec.model.display_name}",
+            image_id=ami,
+            instance_type=spec.instance.instance_type,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
+            metadata_options=metadata_options(hop_limit=1),
+            block_device_mappings=root_volume(spec.config.compute.root_volume_gib),
+            ebs_optimized="true",
+            monitoring=aws.ec2.LaunchTemplateMonitoringArgs(enabled=True),
+            user_data=self._user_data(),
+            update_default_version=True,
+            tag_specifications=launched_tag_specifications(a.tags, f"{spec.stack}-gpu"),
+            tags=tags(a.tags, f"{spec.stack}-gpu"),
+            opts=child(self),
+            **network,
+            **capacity_options(spec),
+        )
+

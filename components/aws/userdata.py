@@ -1,0 +1,370 @@
+"""Boot-time configuration of GPU nodes (pure functions; no Pulumi).
+
+- ``ec2_cloud_config``: the ``#cloud-config`` of a single ``aws-ec2`` GPU instance. It writes
+  three small scripts and three systemd units, then starts them:
+  ``kimi-nvme-raid0`` (RAID0 over the instance-store NVMe, idempotent across reboots) ->
+  ``kimi-weights`` (fetch the weight-sync program from the mirror, verify its sha256, run the
+  ``publish-mirror`` and ``node-copy`` steps of ``spec/weights.py sync_steps`` inside the pinned
+  vLLM image) -> ``kimi-vllm`` (the vLLM container with the argv and env of
+  ``spec/vllm.py``, restarted on failure). Secrets are fetched at boot from SSM SecureString
+  parameters into ``/run`` (tmpfs); user data holds only their names.
+- ``eks_node_user_data``: the MIME multi-part user data of EKS GPU nodes: a nodeadm
+  ``NodeConfig`` with ``localStorage: RAID0`` (plus the cluster details for a custom AMI).
+
+EC2 user data is limited to 16 KB, so the weight-sync program travels through S3.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import yaml
+
+from components.spec.naming import NVME_RAID0_HOST_PATH
+from components.spec.weights import SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
+
+from .common import HOST_TOOLS_DIR
+
+USER_DATA_LIMIT_BYTES = 16 * 1024
+RUN_SECRETS_DIR = "/run/kimi-deploy"
+RAID_SCRIPT = f"{HOST_TOOLS_DIR}/nvme-raid0.sh"
+WEIGHTS_SCRIPT = f"{HOST_TOOLS_DIR}/weights.sh"
+VLLM_SCRIPT = f"{HOST_TOOLS_DIR}/run-vllm.sh"
+SECRET_ENV_SCRIPT = f"{HOST_TOOLS_DIR}/secret-env.sh"
+VLLM_ENV_FILE = f"{HOST_TOOLS_DIR}/vllm.env"
+HUB_ENV_FILE = f"{RUN_SECRETS_DIR}/hub.env"
+API_ENV_FILE = f"{RUN_SECRETS_DIR}/api.env"
+UNITS = ("kimi-nvme-raid0.service", "kimi-weights.service", "kimi-vllm.service")
+VLLM_CONTAINER = "kimi-vllm"
+# Staging of hub downloads before they go to S3: on the RAID0, not the root volume.
+STAGING_DIR_NAME = ".staging"
+MD_NAME = "kimi-nvme"
+
+
+@dataclass(frozen=True)
+class Ec2BootConfig:
+    """Everything the EC2 boot needs, as plain values.
+
+    Attributes:
+        region: AWS region (CLI calls and the sync container's SDK).
+        image: the pinned vLLM image.
+        vllm_argv: the server role's full argv (``vllm serve ...``) from the core builder.
+        vllm_env: its plain environment.
+        port: the vLLM port published by the container.
+        sync_steps: the weight-sync runs, in order (``spec/weights.py sync_steps``).
+        tools_uri: ``s3://bucket/_tools/weight_sync.py``.
+        tools_sha256: sha256 (hex) of that object's expected text.
+        api_key_parameter: SSM SecureString name holding the vLLM API key.
+        hub_token_parameter: SSM SecureString name of the hub token, or None.
+        hub_token_env: env var the sync reads the hub token from (``HF_TOKEN``...).
+        nvme_devices: instance-store NVMe devices expected (a warning when fewer are found).
+        efa: pass the EFA devices into the vLLM container.
+    """
+
+    region: str
+    image: str
+    vllm_argv: Sequence[str]
+    vllm_env: Mapping[str, str]
+    port: int
+    sync_steps: Sequence[SyncStep]
+    tools_uri: str
+    tools_sha256: str
+    api_key_parameter: str
+    hub_token_parameter: str | None
+    hub_token_env: str
+    nvme_devices: int
+    efa: bool = False
+    extra_docker_args: Sequence[str] = field(default_factory=tuple)
+
+
+def _q(args: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def raid0_script(nvme_devices: int) -> str:
+    """Shell script: RAID0 over every instance-store NVMe device (never the EBS root), XFS,
+    mounted at ``NVME_RAID0_HOST_PATH``. Re-assembles the array after a reboot; recreates it
+    after a stop/start (instance store comes back empty)."""
+    return f"""#!/bin/bash
+# RAID0 over the instance-store NVMe devices, mounted at {NVME_RAID0_HOST_PATH}.
+# Idempotent: mounted -> nothing; array present -> mount; devices blank -> create, format, mount.
+set -euo pipefail
+MOUNT={shlex.quote(NVME_RAID0_HOST_PATH)}
+EXPECTED={nvme_devices}
+if mountpoint -q "$MOUNT"; then
+  echo "kimi-nvme: $MOUNT already mounted"
+  exit 0
+fi
+command -v mdadm >/dev/null 2>&1 || dnf install -y -q mdadm
+DEVICES=()
+for sys in /sys/block/nvme*n*; do
+  [ -e "$sys/device/model" ] || continue
+  # Instance store reports "Amazon EC2 NVMe Instance Storage"; EBS (the root) does not.
+  case "$(cat "$sys/device/model")" in
+    *"Instance Storage"*) DEVICES+=("/dev/${{sys##*/}}") ;;
+  esac
+done
+if [ "${{#DEVICES[@]}}" -eq 0 ]; then
+  echo "kimi-nvme: no instance-store NVMe device found" >&2
+  exit 1
+fi
+if [ "${{#DEVICES[@]}}" -lt "$EXPECTED" ]; then
+  echo "kimi-nvme: warning: found ${{#DEVICES[@]}} of $EXPECTED instance-store devices" >&2
+fi
+MD=$(mdadm --detail --scan 2>/dev/null | awk '/name=[^ ]*{MD_NAME}/ {{print $2; exit}}')
+if [ -z "$MD" ]; then
+  MD=/dev/md/{MD_NAME}
+  if ! mdadm --assemble "$MD" "${{DEVICES[@]}}" 2>/dev/null; then
+    mdadm --create "$MD" --name={MD_NAME} --level=0 --chunk=512 --raid-devices="${{#DEVICES[@]}}" --force --run "${{DEVICES[@]}}"
+  fi
+fi
+if [ "$(blkid -o value -s TYPE "$MD" || true)" != "xfs" ]; then
+  mkfs.xfs -f -K "$MD"
+fi
+mkdir -p "$MOUNT"
+mount -o noatime "$MD" "$MOUNT"
+echo "kimi-nvme: $MD mounted at $MOUNT"
+"""
+
+
+def secret_env_script() -> str:
+    """Shell script: ``secret-env.sh OUT REGION VAR=PARAMETER...`` writes ``VAR=<value>`` lines
+    read from SSM SecureString parameters into OUT (mode 0600), atomically."""
+    return """#!/bin/bash
+# Usage: secret-env.sh OUT_FILE REGION VAR=SSM_PARAMETER...
+set -euo pipefail
+out=$1
+region=$2
+shift 2
+umask 077
+mkdir -p "$(dirname "$out")"
+tmp=$(mktemp "$out.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+for pair in "$@"; do
+  var=${pair%%=*}
+  param=${pair#*=}
+  value=$(aws ssm get-parameter --region "$region" --name "$param" --with-decryption --query Parameter.Value --output text)
+  printf '%s=%s\\n' "$var" "$value" >>"$tmp"
+done
+mv "$tmp" "$out"
+trap - EXIT
+"""
+
+
+def sync_docker_command(cfg: Ec2BootConfig, step: SyncStep) -> list[str]:
+    """``docker run`` of one sync step: the step's exact argv inside the pinned image, with
+    the RAID0 at ``/models`` and the weight-sync program at ``SYNC_SCRIPT_PATH``. Host
+    networking so the instance role (IMDSv2, hop limit 1) reaches the container."""
+    cmd = [
+        "docker", "run", "--rm", "--network", "host", "--name", f"kimi-weight-sync-{step.name}",
+        "-e", f"AWS_REGION={cfg.region}", "-e", f"AWS_DEFAULT_REGION={cfg.region}",
+        "-e", f"TMPDIR={WEIGHTS_MOUNT_PATH}/{STAGING_DIR_NAME}",
+        "-v", f"{SYNC_SCRIPT_PATH}:{SYNC_SCRIPT_PATH}:ro",
+        "-v", f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}",
+    ]
+    if step.needs_hub_token and cfg.hub_token_parameter:
+        cmd += ["--env-file", HUB_ENV_FILE]
+    cmd += ["--entrypoint", step.argv[0], cfg.image, *step.argv[1:]]
+    return cmd
+
+
+def vllm_docker_command(cfg: Ec2BootConfig) -> list[str]:
+    """``docker run`` of the vLLM server: the core builder's argv and env, all GPUs, host IPC
+    (NCCL shared memory), the API port published, weights read-only."""
+    cmd = [
+        "docker", "run", "--rm", "--name", VLLM_CONTAINER,
+        "--gpus", "all", "--ipc", "host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
+        "-p", f"{cfg.port}:{cfg.port}",
+        "--env-file", VLLM_ENV_FILE, "--env-file", API_ENV_FILE,
+        "-v", f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}:ro",
+    ]
+    if cfg.efa:
+        cmd += ["--device", "/dev/infiniband"]
+    cmd += list(cfg.extra_docker_args)
+    cmd += ["--entrypoint", cfg.vllm_argv[0], cfg.image, *cfg.vllm_argv[1:]]
+    return cmd
+
+
+def weights_script(cfg: Ec2BootConfig) -> str:
+    """Shell script: fetch and verify the weight-sync program, fetch the hub token, run the
+    sync steps in order (a complete mirror or copy is a fast no-op)."""
+    lines = [
+        "#!/bin/bash",
+        "# Weights onto the local RAID0: hub -> S3 mirror (publish-mirror) -> NVMe (node-copy).",
+        "set -euo pipefail",
+        f"install -d -m 0700 {RUN_SECRETS_DIR}",
+        f"aws s3 cp --only-show-errors --region {shlex.quote(cfg.region)} {shlex.quote(cfg.tools_uri)} {SYNC_SCRIPT_PATH}.new",
+        f"echo {shlex.quote(cfg.tools_sha256 + '  ' + SYNC_SCRIPT_PATH + '.new')} | sha256sum -c --quiet -",
+        f"mv -f {SYNC_SCRIPT_PATH}.new {SYNC_SCRIPT_PATH}",
+    ]
+    if cfg.hub_token_parameter:
+        lines.append(_q([SECRET_ENV_SCRIPT, HUB_ENV_FILE, cfg.region, f"{cfg.hub_token_env}={cfg.hub_token_parameter}"]))
+    lines += [
+        f"mkdir -p {NVME_RAID0_HOST_PATH}/{STAGING_DIR_NAME}",
+        f"docker pull --quiet {shlex.quote(cfg.image)}",
+    ]
+    for step in cfg.sync_steps:
+        lines.append(f"echo 'kimi-weights: {step.name}: {step.source} -> {step.dest}'")
+        lines.append(_q(sync_docker_command(cfg, step)))
+    return "\n".join(lines) + "\n"
+
+
+def vllm_script(cfg: Ec2BootConfig) -> str:
+    """Shell script run by ``kimi-vllm.service``: fetch the API key, then exec the container."""
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "# The vLLM server (argv and env from the core builder); the API key comes from SSM.",
+            "set -euo pipefail",
+            _q([SECRET_ENV_SCRIPT, API_ENV_FILE, cfg.region, f"VLLM_API_KEY={cfg.api_key_parameter}"]),
+            "exec " + _q(vllm_docker_command(cfg)),
+        ]
+    ) + "\n"
+
+
+def env_file(env: Mapping[str, str]) -> str:
+    """A docker ``--env-file``: ``KEY=value`` lines, sorted (values are taken literally)."""
+    for key, value in env.items():
+        if "\n" in value or "\n" in key:
+            raise ValueError(f"env {key!r} has a newline; docker env files cannot hold it")
+    return "".join(f"{k}={env[k]}\n" for k in sorted(env))
+
+
+def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
+    """The three units, by file name."""
+    raid = f"""[Unit]
+Description=kimi-deploy: RAID0 of the instance-store NVMe at {NVME_RAID0_HOST_PATH}
+After=local-fs.target
+Before=kimi-weights.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={RAID_SCRIPT}
+
+[Install]
+WantedBy=multi-user.target
+"""
+    weights = f"""[Unit]
+Description=kimi-deploy: weight sync (hub -> S3 mirror -> local NVMe)
+Requires=docker.service kimi-nvme-raid0.service
+After=docker.service kimi-nvme-raid0.service network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={WEIGHTS_SCRIPT}
+# A first publish downloads 1.56 TB: no start timeout; retry after a failure.
+TimeoutStartSec=infinity
+Restart=on-failure
+RestartSec=120
+
+[Install]
+WantedBy=multi-user.target
+"""
+    vllm = f"""[Unit]
+Description=kimi-deploy: vLLM OpenAI server on port {cfg.port}
+Requires=docker.service kimi-weights.service
+After=docker.service kimi-weights.service
+StartLimitIntervalSec=0
+
+[Service]
+Type=simple
+ExecStartPre=-/usr/bin/docker rm -f {VLLM_CONTAINER}
+ExecStart={VLLM_SCRIPT}
+ExecStop=/usr/bin/docker stop --time 60 {VLLM_CONTAINER}
+Restart=on-failure
+RestartSec=30
+TimeoutStopSec=90
+
+[Install]
+WantedBy=multi-user.target
+"""
+    return dict(zip(UNITS, (raid, weights, vllm)))
+
+
+class _BlockDumper(yaml.SafeDumper):
+    pass
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str_representer)
+
+
+def ec2_cloud_config(cfg: Ec2BootConfig) -> str:
+    """The complete ``#cloud-config`` user data.
+
+    Raises:
+        ValueError: the result exceeds EC2's 16 KB user-data limit.
+    """
+    files = [
+        (RAID_SCRIPT, raid0_script(cfg.nvme_devices), "0755"),
+        (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
+        (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
+        (VLLM_SCRIPT, vllm_script(cfg), "0755"),
+        (VLLM_ENV_FILE, env_file(cfg.vllm_env), "0644"),
+    ] + [(f"/etc/systemd/system/{unit}", text, "0644") for unit, text in systemd_units(cfg).items()]
+    doc = {
+        "write_files": [{"path": p, "owner": "root:root", "permissions": m, "content": c} for p, c, m in files],
+        "runcmd": [
+            ["systemctl", "daemon-reload"],
+            ["systemctl", "enable", *UNITS],
+            # --no-block: the first weight sync takes hours; cloud-init must not wait for it.
+            ["systemctl", "start", "--no-block", UNITS[-1]],
+        ],
+    }
+    text = "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=1_000_000)
+    size = len(text.encode())
+    if size > USER_DATA_LIMIT_BYTES:
+        raise ValueError(f"EC2 user data is {size} bytes; the limit is {USER_DATA_LIMIT_BYTES}")
+    return text
+
+
+# -- EKS ------------------------------------------------------------------------------------
+
+MIME_BOUNDARY = "==KIMI-DEPLOY-BOUNDARY=="
+
+
+@dataclass(frozen=True)
+class ClusterDetails:
+    """What nodeadm needs when the AMI is not an EKS-managed one (``compute.amiId``)."""
+
+    name: str
+    endpoint: str
+    certificate_authority: str
+    service_cidr: str
+
+
+def node_config(cluster: ClusterDetails | None = None) -> dict:
+    """The nodeadm ``NodeConfig``: instance-store NVMe as RAID0 (mounted under /mnt/k8s-disks)."""
+    spec: dict = {"instance": {"localStorage": {"strategy": "RAID0"}}}
+    if cluster is not None:
+        spec["cluster"] = {
+            "name": cluster.name,
+            "apiServerEndpoint": cluster.endpoint,
+            "certificateAuthority": cluster.certificate_authority,
+            "cidr": cluster.service_cidr,
+        }
+    return {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
+
+
+def eks_node_user_data(cluster: ClusterDetails | None = None) -> str:
+    """MIME multi-part user data with the ``NodeConfig`` part (``application/node.eks.aws``)."""
+    body = yaml.safe_dump(node_config(cluster), sort_keys=False)
+    return (
+        "MIME-Version: 1.0\n"
+        f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n'
+        f"--{MIME_BOUNDARY}\n"
+        "Content-Type: application/node.eks.aws\n\n"
+        "---\n"
+        f"{body}\n"
+        f"--{MIME_BOUNDARY}--\n"
+    )

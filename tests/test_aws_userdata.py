@@ -1,0 +1,158 @@
+"""EC2 boot configuration: the recorded launch template's user data runs the exact weight-sync
+and vLLM commands of the core, passes the real validators (cloud-init schema, shellcheck) and
+keeps secrets out of its text."""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from components.aws import userdata
+from components.spec.naming import NVME_RAID0_HOST_PATH
+from components.spec.weights import SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, sync_steps
+from tests.conftest import TEST_SECRETS, plan_for
+
+
+def _user_data(run) -> str:
+    return base64.b64decode(run.named("gpu-lt").inputs["userData"]).decode()
+
+
+def _files(text: str) -> dict[str, str]:
+    assert text.startswith("#cloud-config\n")
+    doc = yaml.safe_load(text)
+    return {f["path"]: f["content"] for f in doc["write_files"]}
+
+
+@pytest.fixture(scope="module")
+def run():
+    return plan_for("b300")
+
+
+@pytest.fixture(scope="module")
+def files(run):
+    return _files(_user_data(run))
+
+
+def _docker_runs(script: str) -> list[list[str]]:
+    out = []
+    for line in script.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["exec"]:
+            words = words[1:]
+        if words[:2] == ["docker", "run"]:
+            out.append(words)
+    return out
+
+
+def _after_image(cmd: list[str], image: str) -> list[str]:
+    """The container's argv: ``--entrypoint`` value followed by everything after the image."""
+    i = cmd.index(image)
+    return [cmd[cmd.index("--entrypoint") + 1], *cmd[i + 1 :]]
+
+
+def test_user_data_fits_the_ec2_limit_and_has_no_secret(run):
+    text = _user_data(run)
+    assert len(text.encode()) < userdata.USER_DATA_LIMIT_BYTES
+    for value in TEST_SECRETS.values():
+        assert value not in text
+    assert "PLAN-PLACEHOLDER" not in text
+
+
+def test_vllm_unit_runs_the_exact_core_command(run, files):
+    ctx = run.context
+    server = ctx.vllm.role("server")
+    (cmd,) = _docker_runs(files[userdata.VLLM_SCRIPT])
+    assert _after_image(cmd, ctx.vllm.image) == list(server.argv)
+    assert cmd[cmd.index("--gpus") + 1] == "all"
+    assert cmd[cmd.index("--ipc") + 1] == "host"
+    assert f"{ctx.vllm.port}:{ctx.vllm.port}" == cmd[cmd.index("-p") + 1]
+    assert f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}:ro" in cmd
+    env = dict(line.split("=", 1) for line in files[userdata.VLLM_ENV_FILE].splitlines())
+    assert env == dict(server.env)
+    # The API key arrives from SSM at start, never as text.
+    assert "VLLM_API_KEY=/kimi-deploy/b300/vllm-api-key" in files[userdata.VLLM_SCRIPT]
+    assert userdata.API_ENV_FILE in cmd
+
+
+def test_weights_unit_runs_the_exact_sync_steps_in_order(run, files):
+    ctx = run.context
+    steps = sync_steps(ctx.spec, "mirror-bucket-a1b2c3d")
+    cmds = _docker_runs(files[userdata.WEIGHTS_SCRIPT])
+    assert [s.name for s in steps] == ["publish-mirror", "node-copy"]
+    assert [_after_image(c, ctx.vllm.image) for c in cmds] == [list(s.argv) for s in steps]
+    for cmd, step in zip(cmds, steps):
+        assert f"{SYNC_SCRIPT_PATH}:{SYNC_SCRIPT_PATH}:ro" in cmd
+        assert f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}" in cmd
+        assert ("--env-file" in cmd) == step.needs_hub_token
+    script = files[userdata.WEIGHTS_SCRIPT]
+    # The program is fetched from the mirror's _tools/ prefix and checked against its digest.
+    obj = run.named("mirror-weight-sync-script").inputs
+    assert obj["key"] == "_tools/weight_sync.py" and obj["bucket"] == "mirror-bucket-a1b2c3d"
+    import hashlib
+
+    digest = hashlib.sha256(obj["content"].encode()).hexdigest()
+    assert f"s3://mirror-bucket-a1b2c3d/_tools/weight_sync.py {SYNC_SCRIPT_PATH}.new" in script
+    assert f"{digest}  {SYNC_SCRIPT_PATH}.new" in script
+    assert "HF_TOKEN=/kimi-deploy/b300/hub-token" in script
+
+
+def test_systemd_units_order_and_restart(files):
+    units = {p.rsplit("/", 1)[1]: t for p, t in files.items() if p.startswith("/etc/systemd/system/")}
+    assert set(units) == set(userdata.UNITS)
+    vllm = units["kimi-vllm.service"]
+    assert "Requires=docker.service kimi-weights.service" in vllm and "Restart=on-failure" in vllm
+    assert f"ExecStart={userdata.VLLM_SCRIPT}" in vllm
+    weights = units["kimi-weights.service"]
+    assert "After=docker.service kimi-nvme-raid0.service" in weights and "TimeoutStartSec=infinity" in weights
+    assert f"ExecStart={userdata.RAID_SCRIPT}" in units["kimi-nvme-raid0.service"]
+
+
+def test_raid0_uses_instance_store_only_and_is_idempotent(files):
+    script = files[userdata.RAID_SCRIPT]
+    assert f"MOUNT={NVME_RAID0_HOST_PATH}" in script
+    assert '*"Instance Storage"*' in script  # EBS reports "Amazon Elastic Block Store"
+    assert 'mountpoint -q "$MOUNT"' in script and "mdadm --assemble" in script and "--level=0" in script
+    assert script.index("mdadm --assemble") < script.index("mdadm --create")
+    assert "EXPECTED=8" in script
+
+
+def test_cloud_config_passes_cloud_init_schema(run, tmp_path):
+    if shutil.which("cloud-init") is None:
+        pytest.skip("cloud-init is not installed (CI installs it from .ci/apt-packages.txt)")
+    path = tmp_path / "user-data.yaml"
+    path.write_text(_user_data(run))
+    result = subprocess.run(["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Valid" in result.stdout
+
+
+def test_shell_scripts_pass_shellcheck(files, tmp_path):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (CI installs it from .ci/apt-packages.txt)")
+    scripts = {p: t for p, t in files.items() if p.endswith(".sh")}
+    assert len(scripts) == 4
+    for path, text in scripts.items():
+        f = tmp_path / path.rsplit("/", 1)[1]
+        f.write_text(text)
+        result = subprocess.run(["shellcheck", "--shell=bash", "--severity=style", str(f)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{path}:\n{result.stdout}"
+
+
+def test_user_data_over_the_limit_is_refused():
+    cfg = userdata.Ec2BootConfig(
+        region="us-east-1", image="img", vllm_argv=["vllm", "serve", "x" * 20_000], vllm_env={}, port=8000,
+        sync_steps=(), tools_uri="s3://b/_tools/w.py", tools_sha256="0" * 64, api_key_parameter="/p/a",
+        hub_token_parameter=None, hub_token_env="HF_TOKEN", nvme_devices=1,
+    )
+    with pytest.raises(ValueError, match="16384"):
+        userdata.ec2_cloud_config(cfg)
+
+
+def test_env_file_refuses_newlines():
+    with pytest.raises(ValueError):
+        userdata.env_file({"A": "1\n2"})
