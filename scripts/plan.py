@@ -247,6 +247,7 @@ def _argv_lines(argv: list[str]) -> list[str]:
 def render_table(doc: dict[str, Any]) -> None:
     """Print the plan for people (rich)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 150)
@@ -269,7 +270,7 @@ def render_table(doc: dict[str, Any]) -> None:
         ("expires", doc["expires_rule"] + (f"  -> {doc['expires_at']}" if doc["expires_at"] else "")),
     ]
     for k, v in rows:
-        summary.add_row(k, v)
+        summary.add_row(k, escape(v))
     console.print(summary)
     for w in doc["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
@@ -287,14 +288,14 @@ def render_table(doc: dict[str, Any]) -> None:
     table.add_column("name", overflow="fold")
     table.add_column("key inputs", overflow="fold")
     for r in doc["resources"]:
-        table.add_row(r["type"], r["name"], _summarize_inputs(r["inputs"]))
+        table.add_row(escape(r["type"]), escape(r["name"]), escape(_summarize_inputs(r["inputs"])))
     console.print(table)
     if doc["outputs"]:
         out = Table(title="outputs", title_justify="left", show_header=False)
         out.add_column(style="bold")
         out.add_column(overflow="fold")
         for k, v in doc["outputs"].items():
-            out.add_row(k, json.dumps(v) if not isinstance(v, str) else v)
+            out.add_row(k, escape(json.dumps(v) if not isinstance(v, str) else v))
         console.print(out)
 
 
