@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_random as random
 
+from components.spec import naming
 from components.spec.config import NAMESPACE, SECRET_KEYS, ConfigError, DeploymentSpec, format_utc, parse_spec
 from components.spec.sizing import Sizing, compute_sizing
 from components.spec.vllm import VllmCommand, build_vllm_command
@@ -138,7 +139,7 @@ def build_context(now: datetime | None = None) -> DeploymentContext:
     expires_at = _expiry(spec, now)
     tags: dict[str, Any] = dict(spec.tags)
     if expires_at is not None:
-        tags["expires-at"] = expires_at
+        tags[naming.TAG_EXPIRES_AT] = expires_at
     return DeploymentContext(
         spec=spec,
         sizing=sizing,

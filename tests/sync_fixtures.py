@@ -80,8 +80,11 @@ class MotoServer:
     """moto in server mode on 127.0.0.1 (a subprocess such as s5cmd needs a real endpoint)."""
 
     def __init__(self):
+        import logging
+
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").disabled = True  # request logs would go to a captured stderr
         self.port = free_port()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.endpoint = f"http://127.0.0.1:{self.port}"

@@ -58,7 +58,10 @@ def test_every_taggable_aws_resource_carries_the_stack_tags(stack):
         for key in STACK_TAG_KEYS:
             assert key in got, f"{res.type} {res.name} lacks tag {key}"
         assert got["kimi-deploy:stack"] == stack and got["kimi-deploy:owner"] == spec.owner
-        if spec.environment == "trial":
+        if got.get("kimi-deploy:role") == "weights-mirror":
+            # The mirror outlives the trial: retained, never swept, no expiry.
+            assert got["kimi-deploy:retain"] == "true" and "expires-at" not in got
+        elif spec.environment == "trial":
             assert got.get("expires-at", "").endswith("Z"), f"{res.name}: trial without expires-at"
         else:
             assert "expires-at" not in got

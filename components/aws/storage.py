@@ -20,7 +20,18 @@ from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing
 from components.spec.weights import FSX_MOUNT_PATH
 
+from components.spec import naming
+
 from .common import TOOLS_PREFIX, child, tags
+
+
+def mirror_tags(ctx_tags, name: str) -> dict:
+    """The mirror bucket's tags: the stack's, marked retained, and without ``expires-at``:
+    the mirror outlives the trial that created it (the sweeper never deletes it)."""
+    out = {k: v for k, v in tags(ctx_tags, name).items() if k != naming.TAG_EXPIRES_AT}
+    out[naming.TAG_ROLE] = naming.ROLE_WEIGHTS_MIRROR
+    out[naming.TAG_RETAIN] = "true"
+    return out
 from .iam import tls_only_bucket_policy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +99,7 @@ class WeightMirror(pulumi.ComponentResource):
             f"{name}-bucket",
             bucket=mirror.bucket_name,
             force_destroy=False,
-            tags=tags(args.tags, f"{spec.stack}-weight-mirror"),
+            tags=mirror_tags(args.tags, f"{spec.stack}-weight-mirror"),
             opts=child(self, **keep),
         )
         aws.s3.BucketOwnershipControls(

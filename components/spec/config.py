@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import fsx
+from . import fsx, naming
 from .model import MODELS, ModelProfile
 from .targets import PLATFORMS, TARGETS, InstanceFacts, TargetProfile
 
@@ -306,14 +306,14 @@ class DeploymentSpec:
     def tags(self) -> dict[str, str]:
         """Tags every taggable resource carries (``expires-at`` is added where it is known)."""
         tags = {
-            "kimi-deploy:stack": self.stack,
-            "kimi-deploy:environment": self.environment,
-            "kimi-deploy:target": self.target.name,
-            "kimi-deploy:owner": self.owner,
-            "kimi-deploy:project": self.project,
+            naming.TAG_STACK: self.stack,
+            naming.TAG_ENVIRONMENT: self.environment,
+            naming.TAG_TARGET: self.target.name,
+            naming.TAG_OWNER: self.owner,
+            naming.TAG_PROJECT: self.project,
         }
         if self.expires_at is not None:
-            tags["expires-at"] = format_utc(self.expires_at)
+            tags[naming.TAG_EXPIRES_AT] = format_utc(self.expires_at)
         return tags
 
 

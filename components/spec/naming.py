@@ -17,3 +17,16 @@ GPU_NODE_LABEL = "kimi-deploy/gpu-node"
 TARGET_NODE_LABEL = "kimi-deploy/target"
 # Taint on GPU nodes so only GPU workloads land there.
 GPU_TAINT_KEY = "kimi-deploy/gpu"
+
+# Tag keys every tool relies on (AWS tags; Kubernetes labels/annotations use the same words).
+# The sweeper finds expired trials by them; the policy pack checks them.
+TAG_STACK = "kimi-deploy:stack"
+TAG_ENVIRONMENT = "kimi-deploy:environment"
+TAG_TARGET = "kimi-deploy:target"
+TAG_OWNER = "kimi-deploy:owner"
+TAG_PROJECT = "kimi-deploy:project"
+TAG_EXPIRES_AT = "expires-at"
+# "true": never deleted by the sweeper (the weight mirror carries it).
+TAG_RETAIN = "kimi-deploy:retain"
+TAG_ROLE = "kimi-deploy:role"
+ROLE_WEIGHTS_MIRROR = "weights-mirror"

@@ -6,6 +6,7 @@ All figures carry their source in the comment beside them (see ../shared/DESIGN.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -326,7 +327,6 @@ EC2_ON_DEMAND_VCPU_QUOTAS: Mapping[str, tuple[str, str]] = MappingProxyType(
 def ec2_vcpu_quota(instance_type: str) -> tuple[str, str] | None:
     """``(quota_code, quota_name)`` of the On-Demand vCPU quota covering ``instance_type``
     (e.g. ``p6-b300.48xlarge`` -> the P-instance quota), or None when not recorded here."""
-    family = instance_type.split(".", 1)[0].rstrip("0123456789-").lstrip()
-    letters = "".join(ch for ch in instance_type if ch.isalpha()) and instance_type[: next((i for i, ch in enumerate(instance_type) if ch.isdigit()), len(instance_type))]
-    del family
-    return EC2_ON_DEMAND_VCPU_QUOTAS.get(letters.lower())
+    # The quota groups families by their leading letters: "p6-b300", "p6e-gb300" -> "p".
+    letters = re.match(r"[a-z]*", instance_type.lower())
+    return EC2_ON_DEMAND_VCPU_QUOTAS.get(letters.group(0) if letters else "")

@@ -5,6 +5,7 @@ Bumping vLLM or a chart is a one-line change here, and shows up in every stack's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
@@ -40,3 +41,75 @@ def vllm_image(image_family: str, tag: str | None = None) -> str:
         KeyError: unknown image family.
     """
     return f"{VLLM_IMAGES[image_family]}:{tag or 'v' + VLLM_VERSION}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Helm charts of the Kubernetes add-ons (components/k8s/addons.py installs the ones a target
+# needs and config does not list in kubernetes.installedAddons). Bumping a chart is one line.
+# The FSx CSI driver is not here: FSx exists only on EKS, where the AWS edge installs it as the
+# EKS managed add-on aws-fsx-csi-driver.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HelmChart:
+    """One pinned Helm chart.
+
+    Attributes:
+        chart: chart name in ``repository``, or a full ``oci://`` reference (then ``repository`` is None).
+        version: the pinned chart version (exact, never a range).
+        repository: Helm repository URL, or None for an OCI chart.
+        namespace: namespace the release is installed into (created when missing).
+        source: where the chart and its values are documented.
+    """
+
+    chart: str
+    version: str
+    repository: str | None
+    namespace: str
+    source: str
+
+
+HELM_CHARTS: Mapping[str, HelmChart] = MappingProxyType(
+    {
+        # nvidia.com/gpu on the EKS AL2023 NVIDIA AMI, which ships the driver and the container
+        # toolkit (so no GPU Operator with driver/toolkit disabled is needed).
+        "nvidia-device-plugin": HelmChart(
+            "nvidia-device-plugin", "0.18.0", "https://nvidia.github.io/k8s-device-plugin",
+            "nvidia-device-plugin", "NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin",
+        ),
+        # vpc.amazonaws.com/efa (eks-charts; chart v0.5.20 ships plugin v0.5.13).
+        "efa-device-plugin": HelmChart(
+            "aws-efa-k8s-device-plugin", "v0.5.20", "https://aws.github.io/eks-charts",
+            "kube-system", "aws/eks-charts stable/aws-efa-k8s-device-plugin",
+        ),
+        # ComputeDomains (resource.nvidia.com/v1beta1) for multi-node NVLink; >= 25.8 (DESIGN.md 3).
+        "nvidia-dra-driver": HelmChart(
+            "nvidia-dra-driver-gpu", "25.12.0", "https://helm.ngc.nvidia.com/nvidia",
+            "nvidia-dra-driver-gpu", "NVIDIA/k8s-dra-driver-gpu deployments/helm/nvidia-dra-driver-gpu",
+        ),
+        # amd.com/gpu (ROCm k8s-device-plugin chart 0.16.0 = plugin 1.31.0.2). Clusters with the
+        # AMD GPU Operator list `amd-gpu-operator` in installedAddons instead.
+        "amd-device-plugin": HelmChart(
+            "amd-gpu", "0.16.0", "https://rocm.github.io/k8s-device-plugin",
+            "kube-amd-gpu", "ROCm/k8s-device-plugin helm/amd-gpu",
+        ),
+        # LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1) for copies spanning nodes.
+        "lws": HelmChart(
+            "oci://registry.k8s.io/lws/charts/lws", "0.9.0", None,
+            "lws-system", "kubernetes-sigs/lws charts/lws",
+        ),
+    }
+)
+
+# Cluster software a stack may declare as already installed (kubernetes.installedAddons) without
+# this toolkit installing it: each covers the add-ons listed beside it.
+ADDON_EQUIVALENTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "nvidia-gpu-operator": ("nvidia-device-plugin",),
+        "amd-gpu-operator": ("amd-device-plugin",),
+        # Prometheus Operator: its PodMonitor CRD exists, so scraping uses a PodMonitor.
+        "prometheus-operator": (),
+    }
+)
+KNOWN_ADDONS: tuple[str, ...] = tuple(HELM_CHARTS) + tuple(ADDON_EQUIVALENTS)

@@ -16,9 +16,9 @@ from .config import DeploymentSpec
 WEIGHTS_MOUNT_PATH = "/models"
 FSX_MOUNT_PATH = "/fsx"
 SYNC_SCRIPT_PATH = "/opt/kimi-deploy/weight_sync.py"
-# The completion marker and manifest names written by scripts/weight_sync.py.
-MARKER_NAME = ".weights-complete.json"
-MANIFEST_NAME = "manifest.json"
+# The completion marker and manifest names: defined once, by the sync program itself (which
+# runs standalone inside the vLLM image and imports only the standard library at load).
+from scripts.weight_sync import MANIFEST_NAME, MARKER_NAME  # noqa: E402,F401
 # Parallel transfers per sync (files in flight; ranged parts within a file are the tool's own).
 SYNC_WORKERS = 16
 # Environment variable that carries the hub token into scripts/weight_sync.py, per model source.

@@ -1,0 +1,138 @@
+"""Cluster add-ons as pinned Helm releases: only those the target needs and the cluster lacks.
+
+The FSx CSI driver is the AWS edge's (EKS managed add-on), since FSx exists only on EKS.
+Which add-ons a deployment needs is a pure function of the spec (``required_addons``); config's
+``kubernetes.installedAddons`` removes those already on the cluster (an operator that provides
+an add-on, e.g. the AMD GPU Operator, counts as installing it). Chart versions live in
+``components/spec/versions.py`` (``HELM_CHARTS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.spec.config import DeploymentSpec
+from components.spec.naming import GPU_NODE_LABEL
+from components.spec.versions import ADDON_EQUIVALENTS, HELM_CHARTS
+
+from .common import gpu_node_selector, gpu_tolerations
+
+
+def required_addons(spec: DeploymentSpec) -> tuple[str, ...]:
+    """Add-ons the deployment needs on its cluster, in install order (names of ``HELM_CHARTS``).
+
+    - ``nvidia-device-plugin`` / ``amd-device-plugin``: the GPU resource of the target's vendor;
+    - ``efa-device-plugin``: EFA on EKS GPU nodes;
+    - ``nvidia-dra-driver``: a ComputeDomain for multi-node NVLink (GB300);
+    - ``lws``: a model copy spans more than one node.
+    """
+    needed: list[str] = []
+    needed.append("amd-device-plugin" if spec.target.gpu.vendor == "amd" else "nvidia-device-plugin")
+    if spec.platform == "aws-eks" and spec.efa_enabled:
+        needed.append("efa-device-plugin")
+    if spec.target.needs_compute_domain and spec.nodes_per_copy > 1:
+        needed.append("nvidia-dra-driver")
+    if spec.nodes_per_copy > 1:
+        needed.append("lws")
+    return tuple(needed)
+
+
+def installed_addons(spec: DeploymentSpec) -> frozenset[str]:
+    """Add-ons config says are on the cluster, with those an installed operator provides."""
+    installed = set(spec.config.kubernetes.installed_addons)
+    for name in list(installed):
+        installed.update(ADDON_EQUIVALENTS.get(name, ()))
+    return frozenset(installed)
+
+
+def addons_to_install(spec: DeploymentSpec) -> tuple[str, ...]:
+    """``required_addons`` minus ``installed_addons``, in install order."""
+    installed = installed_addons(spec)
+    return tuple(name for name in required_addons(spec) if name not in installed)
+
+
+def _gpu_node_affinity(spec: DeploymentSpec) -> dict[str, Any]:
+    """Required node affinity to the GPU nodes (charts merge maps but replace lists, so the
+    chart's NFD-label terms are replaced, not extended)."""
+    terms = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(gpu_node_selector(spec).items())]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+
+
+def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
+    """Helm values of add-on ``name`` for ``spec``.
+
+    Raises:
+        KeyError: unknown add-on.
+    """
+    tolerations = gpu_tolerations(spec)
+    if name == "nvidia-device-plugin":
+        return {
+            # The EKS NVIDIA AMI has no NFD labels: select the GPU nodes by our labels instead.
+            "affinity": _gpu_node_affinity(spec),
+            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations],
+            "gfd": {"enabled": False},
+            "nfd": {"enabled": False},
+        }
+    if name == "efa-device-plugin":
+        return {
+            # The chart's own instance list predates P6/P6e: name ours.
+            "supportedInstanceLabels": {"keys": ["node.kubernetes.io/instance-type"], "values": [spec.instance.instance_type]},
+            "tolerations": tolerations,
+        }
+    if name == "nvidia-dra-driver":
+        return {
+            "nvidiaDriverRoot": "/",  # host-installed driver on the EKS NVIDIA AMI
+            # GPUs stay with the device plugin (nvidia.com/gpu); DRA provides ComputeDomains only.
+            "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
+            # EKS shows no control-plane nodes: run the controller on the non-GPU nodes.
+            "controller": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": GPU_NODE_LABEL, "operator": "DoesNotExist"}]}]
+                        }
+                    }
+                }
+            },
+            "kubeletPlugin": {"affinity": _gpu_node_affinity(spec), "tolerations": tolerations},
+        }
+    if name == "amd-device-plugin":
+        return {
+            "nfd": {"enabled": False},
+            "labeller": {"enabled": False},
+            "node_selector_enabled": True,
+            "node_selector": gpu_node_selector(spec),
+            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations],
+        }
+    if name == "lws":
+        return {}
+    raise KeyError(name)
+
+
+def declare_addons(
+    spec: DeploymentSpec, provider: k8s.Provider, parent: pulumi.Resource, depends_on: list[pulumi.Resource]
+) -> dict[str, k8s.helm.v3.Release]:
+    """Declare a Helm release per add-on to install; returns add-on name -> release."""
+    releases: dict[str, k8s.helm.v3.Release] = {}
+    for name in addons_to_install(spec):
+        chart = HELM_CHARTS[name]
+        repo = k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository) if chart.repository else None
+        releases[name] = k8s.helm.v3.Release(
+            f"addon-{name}",
+            name=name,
+            chart=chart.chart,
+            version=chart.version,
+            repository_opts=repo,
+            namespace=chart.namespace,
+            create_namespace=True,
+            values=addon_values(spec, name),
+            atomic=True,
+            cleanup_on_fail=True,
+            timeout=900,
+            opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+        )
+    return releases
+

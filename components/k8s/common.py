@@ -1,0 +1,170 @@
+"""Shared pieces of the Kubernetes edge: names, labels, scheduling, secret references.
+
+Pure functions over the spec (no resources are created here), so every manifest builder and
+the tests read the same names. Label values must be valid Kubernetes label values; the
+deployment tags (whose keys contain ``:`` and whose ``expires-at`` may be an Output) go into
+annotations instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Mapping
+
+from components.spec.config import DeploymentSpec
+from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, NVME_RAID0_HOST_PATH, TARGET_NODE_LABEL
+from components.spec.versions import VLLM_VERSION
+
+# app.kubernetes.io/name of every workload object, and the part-of value.
+APP_NAME = "kimi-vllm"
+PART_OF = "kimi-deploy"
+# Object names (in the configured namespace).
+VLLM_NAME = "kimi-vllm"
+API_KEY_SECRET = "kimi-vllm-api-key"
+API_KEY_SECRET_KEY = "api-key"
+HUB_TOKEN_SECRET = "kimi-hub-token"
+HUB_TOKEN_SECRET_KEY = "token"
+SYNC_PROGRAM_CONFIGMAP_PREFIX = "kimi-weight-sync"
+COMPUTE_DOMAIN_NAME = "kimi-vllm-imex"
+COMPUTE_DOMAIN_CLAIM_TEMPLATE = "kimi-vllm-imex-channel"
+# Name of the pod-level resource claim (and the container's claim reference) on GB300.
+COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
+FSX_PV_NAME_PREFIX = "kimi-weights-fsx"
+FSX_CLAIM_NAME = "kimi-weights-fsx"
+# Value the AWS edge gives GPU_NODE_LABEL on GPU node groups.
+GPU_NODE_LABEL_VALUE = "true"
+# Port name of the OpenAI API on vLLM pods and the Service.
+HTTP_PORT_NAME = "http"
+
+# Hub token env var per model source, as scripts/weight_sync.py reads them.
+HUB_TOKEN_ENV = {"huggingface": "HF_TOKEN", "modelscope": "MODELSCOPE_API_TOKEN"}
+# Secret config key -> (Secret name, key in the Secret).
+SECRET_REFS: Mapping[str, tuple[str, str]] = {
+    "apiKey": (API_KEY_SECRET, API_KEY_SECRET_KEY),
+    "hfToken": (HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY),
+    "modelscopeToken": (HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY),
+}
+
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value: ``[A-Za-z0-9._-]``, at most 63 characters, starting and
+    ending with an alphanumeric (``kimi-deploy:stack`` -> ``kimi-deploy-stack``)."""
+    value = _LABEL_VALUE_BAD.sub("-", text)[:63]
+    return value.strip("-._")
+
+
+def dns_name(text: str, max_length: int = 63) -> str:
+    """``text`` as a lowercase DNS-1123 label (object names): ``[a-z0-9-]``, alphanumeric ends."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower())[:max_length].strip("-")
+
+
+def labels(spec: DeploymentSpec, component: str) -> dict[str, str]:
+    """Recommended ``app.kubernetes.io/*`` labels plus target/environment/owner for ``component``."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": label_value(spec.stack),
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+        "app.kubernetes.io/version": label_value(VLLM_VERSION),
+        "kimi-deploy/target": label_value(spec.target.name),
+        "kimi-deploy/environment": label_value(spec.environment),
+        "kimi-deploy/owner": label_value(spec.owner),
+    }
+
+
+def selector_labels(spec: DeploymentSpec, component: str) -> dict[str, str]:
+    """The stable subset of ``labels`` used in selectors (never changes on a version bump)."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": label_value(spec.stack),
+        "app.kubernetes.io/component": component,
+    }
+
+
+def tag_annotations(tags: Mapping[str, Any]) -> dict[str, Any]:
+    """Deployment tags as annotations: ``kimi-deploy:stack`` -> ``kimi-deploy/stack``; values
+    (possibly Outputs, such as ``expires-at``) unchanged."""
+    out: dict[str, Any] = {}
+    for key, value in tags.items():
+        prefix, sep, name = key.partition(":")
+        out[f"{prefix}/{name}" if sep else f"kimi-deploy/{key}"] = value
+    return out
+
+
+def metadata(spec: DeploymentSpec, name: str, component: str, tags: Mapping[str, Any] | None = None,
+             annotations: Mapping[str, Any] | None = None, namespaced: bool = True) -> dict[str, Any]:
+    """Object metadata: name, namespace, labels and annotations (tags first, then ``annotations``)."""
+    meta: dict[str, Any] = {"name": name, "labels": labels(spec, component)}
+    if namespaced:
+        meta["namespace"] = spec.config.kubernetes.namespace
+    notes = {**tag_annotations(tags or {}), **(annotations or {})}
+    if notes:
+        meta["annotations"] = notes
+    return meta
+
+
+def nvme_host_path(spec: DeploymentSpec) -> str:
+    """Host path of the GPU nodes' NVMe RAID0: the nodeadm mount on EKS, config elsewhere."""
+    return NVME_RAID0_HOST_PATH if spec.platform == "aws-eks" else spec.config.kubernetes.nvme_host_path
+
+
+def gpu_node_selector(spec: DeploymentSpec) -> dict[str, str]:
+    """Node selector of every pod that must run on the GPU nodes (vLLM, node-local weight sync).
+
+    EKS: the labels the AWS edge puts on the GPU node group; every platform: the CPU
+    architecture (arm64 on Grace) and ``kubernetes.nodeSelector`` from config.
+    """
+    arch = "arm64" if spec.instance.cpu_architecture == "arm64" else "amd64"
+    selector = {"kubernetes.io/arch": arch}
+    if spec.platform == "aws-eks":
+        selector[GPU_NODE_LABEL] = GPU_NODE_LABEL_VALUE
+        selector[TARGET_NODE_LABEL] = spec.target.name
+    selector.update(spec.config.kubernetes.node_selector)
+    return selector
+
+
+def gpu_tolerations(spec: DeploymentSpec) -> list[dict[str, Any]]:
+    """Tolerations of pods on GPU nodes: our GPU taint and the vendor's resource taint on EKS,
+    then ``kubernetes.tolerations`` from config (duplicates removed, order kept)."""
+    out: list[dict[str, Any]] = []
+    if spec.platform == "aws-eks":
+        out.append({"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+        out.append({"key": spec.target.gpu_resource_name, "operator": "Exists", "effect": "NoSchedule"})
+    for tol in spec.config.kubernetes.tolerations:
+        if dict(tol) not in out:
+            out.append(dict(tol))
+    return out
+
+
+def secret_env(name: str, config_key: str) -> dict[str, Any]:
+    """An env var filled from the Secret holding ``config_key`` (only ever through secretKeyRef)."""
+    secret_name, key = SECRET_REFS[config_key]
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}}
+
+
+def plain_env(env: Mapping[str, str]) -> list[dict[str, str]]:
+    """Plain env vars in a stable order."""
+    return [{"name": k, "value": str(v)} for k, v in sorted(env.items())]
+
+
+def spec_hash(document: Any, length: int = 10) -> str:
+    """Short sha256 of a JSON-serializable document (keys sorted): names that change with a spec."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def hardened_container_security() -> dict[str, Any]:
+    """Security context for helper containers (weight sync, marker wait): no privilege
+    escalation, no capabilities, read-only root file system, the runtime's seccomp profile.
+    They run as root because they write the node's root-owned NVMe mount."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }

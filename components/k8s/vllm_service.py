@@ -1,0 +1,419 @@
+"""The vLLM workload and its front: a Deployment (single-node copy) or a LeaderWorkerSet (a copy
+spanning nodes), the GB300 ComputeDomain, Service, PodDisruptionBudget, NetworkPolicy and
+Prometheus scraping.
+
+Startup: an init container waits for the weight-complete marker; a startup probe on ``/health``
+whose budget (``failureThreshold`` x ``periodSeconds``) is at least the sizing's startup budget;
+liveness on ``/health`` only starts after it, so it cannot kill a server that is still loading.
+Readiness proves the model is served: vLLM guards ``/v1/*`` with the API key (its
+``AuthenticationMiddleware`` exempts only paths outside ``/v1``, ``/v2``, ``/inference``,
+``/cohere``), so the readiness probe is an exec that reads ``VLLM_API_KEY`` from the container's
+env (filled through ``secretKeyRef``) and checks ``/v1/models`` lists the served model name.
+
+Pulumi waits for the workload with custom timeouts (per pod: the startup budget plus the image
+pull budget; a rolling update replaces one copy at a time, so updates get one budget per copy)
+and the Deployment's ``progressDeadlineSeconds`` matches, so neither Pulumi's default 10 minutes
+nor the controller's default 600 s deadline fails a 1.5 TB load.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.spec.config import DeploymentSpec
+from components.spec.naming import VLLM_SERVICE_ACCOUNT
+from components.spec.sizing import Sizing
+from components.spec.vllm import VllmCommand, VllmRole
+from components.spec.weights import MARKER_NAME
+
+from .common import (
+    COMPUTE_DOMAIN_CLAIM,
+    COMPUTE_DOMAIN_CLAIM_TEMPLATE,
+    COMPUTE_DOMAIN_NAME,
+    HTTP_PORT_NAME,
+    VLLM_NAME,
+    gpu_node_selector,
+    gpu_tolerations,
+    hardened_container_security,
+    labels,
+    metadata,
+    plain_env,
+    secret_env,
+    selector_labels,
+)
+from .storage import serving_volume
+
+# Time to pull the ~25 GB vLLM image and schedule, added to the startup budget per pod.
+IMAGE_PULL_BUDGET_SECONDS = 1_800
+# Probe timing (seconds).
+STARTUP_PERIOD_SECONDS = 10
+PROBE_TIMEOUT_SECONDS = 5
+READINESS_PERIOD_SECONDS = 15
+READINESS_FAILURE_THRESHOLD = 4
+LIVENESS_PERIOD_SECONDS = 20
+# Six misses in a row (2 minutes): a busy engine answers /health between batches long before.
+LIVENESS_FAILURE_THRESHOLD = 6
+# /dev/shm for NCCL/RCCL and vLLM's shared-memory message queues between workers.
+SHM_SIZE = "64Gi"
+# Wait-for-marker poll interval (seconds).
+MARKER_POLL_SECONDS = 15
+# The marker wait gives up after this long at least (the Jobs normally finished before).
+MIN_MARKER_WAIT_SECONDS = 1_800
+
+# Stdlib only: runs in the vLLM image. argv: marker path, budget seconds.
+WAIT_FOR_MARKER_SCRIPT = """\
+import json, sys, time
+marker, budget = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + budget
+while True:
+    try:
+        with open(marker) as f:
+            doc = json.load(f)
+        print(f"weights complete: {doc.get('file_count')} files, {doc.get('total_bytes')} bytes, "
+              f"revision {doc.get('revision')}", flush=True)
+        sys.exit(0)
+    except (OSError, ValueError):
+        pass
+    if time.monotonic() > deadline:
+        sys.stderr.write(f"no weight-complete marker at {marker} after {budget} s: the weight-sync Job "
+                         "has not completed for this node (kubectl get jobs -l app.kubernetes.io/part-of=kimi-deploy)\\n")
+        sys.exit(1)
+    time.sleep(%d)
+""" % MARKER_POLL_SECONDS
+
+# Stdlib only. argv: port, served model name. The key comes from the env (secretKeyRef).
+READINESS_SCRIPT = """\
+import json, os, sys, urllib.request
+port, name = sys.argv[1], sys.argv[2]
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models",
+                             headers={"Authorization": "Bearer " + os.environ["VLLM_API_KEY"]})
+with urllib.request.urlopen(req, timeout=4) as resp:
+    ids = {m.get("id") for m in json.load(resp).get("data", [])}
+sys.exit(0 if name in ids else 1)
+"""
+
+
+def per_pod_budget_seconds(sizing: Sizing) -> int:
+    """Seconds one vLLM pod may take from creation to ready: image pull + the startup budget."""
+    return sizing.startup_budget_seconds + IMAGE_PULL_BUDGET_SECONDS
+
+
+def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
+    """``(create_seconds, update_seconds)`` for Pulumi's custom timeouts: copies start together
+    on create; a rolling update replaces one copy at a time (``maxUnavailable: 1``)."""
+    per_pod = per_pod_budget_seconds(sizing)
+    return per_pod, per_pod * spec.replicas
+
+
+def startup_probe(port: int, sizing: Sizing) -> dict[str, Any]:
+    """``/health`` until the engine is up; ``failureThreshold x periodSeconds`` >= the startup budget."""
+    return {
+        "httpGet": {"path": "/health", "port": port},
+        "periodSeconds": STARTUP_PERIOD_SECONDS,
+        "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
+        "failureThreshold": math.ceil(sizing.startup_budget_seconds / STARTUP_PERIOD_SECONDS),
+    }
+
+
+def readiness_probe(port: int, served_model_name: str) -> dict[str, Any]:
+    """Ready only when ``/v1/models`` (authenticated) lists the served model."""
+    return {
+        "exec": {"command": ["python3", "-c", READINESS_SCRIPT, str(port), served_model_name]},
+        "periodSeconds": READINESS_PERIOD_SECONDS,
+        "timeoutSeconds": PROBE_TIMEOUT_SECONDS + 5,
+        "failureThreshold": READINESS_FAILURE_THRESHOLD,
+    }
+
+
+def liveness_probe(port: int) -> dict[str, Any]:
+    """``/health`` (unauthenticated); runs only after the startup probe succeeded."""
+    return {
+        "httpGet": {"path": "/health", "port": port},
+        "periodSeconds": LIVENESS_PERIOD_SECONDS,
+        "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
+        "failureThreshold": LIVENESS_FAILURE_THRESHOLD,
+    }
+
+
+def role_component(role: VllmRole) -> str:
+    """``app.kubernetes.io/component`` of a role's pods (``server``, ``leader``, ``worker``)."""
+    return role.name
+
+
+def serving_components(command: VllmCommand) -> list[str]:
+    """Components of the pods that answer the OpenAI API."""
+    return [role_component(r) for r in command.roles if r.serves_http]
+
+
+def pod_template(
+    spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, role: VllmRole, marker_wait_seconds: int,
+    scrape_annotations: bool,
+) -> dict[str, Any]:
+    """The pod template of ``role``: marker wait, the vLLM container, GPUs, EFA, ComputeDomain
+    claim, /dev/shm, scheduling; secrets only through ``secretKeyRef``."""
+    volume, mount_path = serving_volume(spec)
+    marker = f"{command.model_path}/{MARKER_NAME}"
+    target, instance = spec.target, spec.instance
+    gpus = str(target.gpus_per_node)
+    requests: dict[str, str] = {
+        target.gpu_resource_name: gpus,
+        "cpu": str(instance.vcpus // 2),
+        "memory": f"{instance.memory_gib // 2}Gi",
+    }
+    # No CPU or memory limit: one vLLM pod owns the node, and an OOM kill in the middle of a
+    # 1.5 TB load costs the whole startup budget.
+    limits: dict[str, str] = {target.gpu_resource_name: gpus}
+    if spec.platform == "aws-eks" and spec.efa_enabled:
+        efa = str(instance.efa_interfaces)
+        requests["vpc.amazonaws.com/efa"] = efa
+        limits["vpc.amazonaws.com/efa"] = efa
+    resources: dict[str, Any] = {"requests": requests, "limits": limits}
+    use_compute_domain = target.needs_compute_domain and spec.nodes_per_copy > 1
+    if use_compute_domain:
+        resources["claims"] = [{"name": COMPUTE_DOMAIN_CLAIM}]
+    env = plain_env(role.env) + [secret_env(name, key) for name, key in sorted(role.secret_env.items())]
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": command.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(role.argv),
+        "env": env,
+        "resources": resources,
+        "volumeMounts": [
+            {"name": volume["name"], "mountPath": mount_path, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if role.serves_http:
+        container["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": command.port, "protocol": "TCP"}]
+        container["startupProbe"] = startup_probe(command.port, sizing)
+        container["readinessProbe"] = readiness_probe(command.port, command.served_model_names[0])
+        container["livenessProbe"] = liveness_probe(command.port)
+    init = {
+        "name": "wait-for-weights",
+        "image": command.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", WAIT_FOR_MARKER_SCRIPT, marker, str(marker_wait_seconds)],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        "volumeMounts": [{"name": volume["name"], "mountPath": mount_path, "readOnly": True}],
+        "securityContext": hardened_container_security(),
+    }
+    pod: dict[str, Any] = {
+        "serviceAccountName": VLLM_SERVICE_ACCOUNT,
+        "automountServiceAccountToken": False,
+        # Service links would inject *_PORT variables; vLLM reads VLLM_PORT from the env.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+        "nodeSelector": gpu_node_selector(spec),
+        "tolerations": gpu_tolerations(spec),
+        "initContainers": [init],
+        "containers": [container],
+        "volumes": [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}],
+    }
+    if use_compute_domain:
+        pod["resourceClaims"] = [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": COMPUTE_DOMAIN_CLAIM_TEMPLATE}]
+    meta: dict[str, Any] = {"labels": labels(spec, role_component(role))}
+    if scrape_annotations and role.serves_http:
+        meta["annotations"] = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(command.port),
+            "prometheus.io/path": "/metrics",
+        }
+    return {"metadata": meta, "spec": pod}
+
+
+def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
+    """The ComputeDomain (NVIDIA DRA driver) every GB300 vLLM pod joins through its channel claim."""
+    return {"numNodes": spec.gpu_nodes, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
+
+
+def deployment_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool) -> dict[str, Any]:
+    """Deployment spec of a single-node copy: ``replicas`` copies, one at a time on update
+    (``maxSurge: 0``: the GPU nodes are all in use, a surge pod could never schedule)."""
+    role = command.role("server")
+    return {
+        "replicas": spec.replicas,
+        "selector": {"matchLabels": selector_labels(spec, role_component(role))},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        "progressDeadlineSeconds": per_pod_budget_seconds(sizing),
+        "revisionHistoryLimit": 3,
+        "template": pod_template(spec, sizing, command, role, marker_wait_seconds, scrape),
+    }
+
+
+def leaderworkerset_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool) -> dict[str, Any]:
+    """LeaderWorkerSet spec of a copy spanning ``nodes_per_copy`` nodes: group size = nodes,
+    leader and worker commands from the core builder, the whole group recreated when a pod restarts."""
+    leader, worker = command.role("leader"), command.role("worker")
+    return {
+        "replicas": spec.replicas,
+        "startupPolicy": "LeaderCreated",
+        "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+        "leaderWorkerTemplate": {
+            "size": leader.nodes + worker.nodes,
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": pod_template(spec, sizing, command, leader, marker_wait_seconds, scrape),
+            "workerTemplate": pod_template(spec, sizing, command, worker, marker_wait_seconds, scrape),
+        },
+    }
+
+
+def service_spec(spec: DeploymentSpec, command: VllmCommand) -> tuple[dict[str, Any], dict[str, str]]:
+    """Service spec and extra annotations: ClusterIP, or an internal NLB (in-tree AWS cloud
+    provider annotations) limited to the allowed CIDRs, client IPs preserved."""
+    component = serving_components(command)[0]
+    body: dict[str, Any] = {
+        "selector": selector_labels(spec, component),
+        "ports": [{"name": HTTP_PORT_NAME, "port": command.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}],
+    }
+    notes: dict[str, str] = {}
+    if spec.config.kubernetes.service_type == "internal-nlb":
+        body["type"] = "LoadBalancer"
+        body["externalTrafficPolicy"] = "Local"
+        ranges = list(dict.fromkeys(spec.config.network.allowed_cidrs + spec.config.kubernetes.allowed_cidrs))
+        if ranges:
+            body["loadBalancerSourceRanges"] = ranges
+        notes = {
+            "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+            "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+        }
+    else:
+        body["type"] = "ClusterIP"
+    return body, notes
+
+
+def _vllm_pods_selector(spec: DeploymentSpec, components: list[str]) -> dict[str, Any]:
+    return {
+        "matchLabels": {k: v for k, v in selector_labels(spec, "").items() if k != "app.kubernetes.io/component"},
+        "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": components}],
+    }
+
+
+def pdb_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
+    """At most one vLLM pod voluntarily evicted at a time when there are several copies; none
+    when there is one (a drain would take the only copy down for a full reload: an operator
+    deletes the pod on purpose instead)."""
+    return {
+        "maxUnavailable": 1 if spec.replicas > 1 else 0,
+        "selector": _vllm_pods_selector(spec, [role_component(r) for r in command.roles]),
+    }
+
+
+def network_policy_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
+    """Ingress to vLLM pods: the API port from the configured namespaces and CIDRs only; all
+    ports between the pods of a multi-node group (torch.distributed and NCCL)."""
+    k8s_cfg, net = spec.config.kubernetes, spec.config.network
+    peers: list[dict[str, Any]] = []
+    if k8s_cfg.allowed_namespaces:
+        peers.append({"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(k8s_cfg.allowed_namespaces)}
+        ]}})
+    cidrs = list(dict.fromkeys(k8s_cfg.allowed_cidrs + (net.allowed_cidrs if spec.is_aws else ())))
+    peers += [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]
+    rules: list[dict[str, Any]] = []
+    if peers:
+        rules.append({"from": peers, "ports": [{"protocol": "TCP", "port": command.port}]})
+    roles = [role_component(r) for r in command.roles]
+    if len(command.roles) > 1:
+        rules.append({"from": [{"podSelector": _vllm_pods_selector(spec, roles)}]})
+    return {
+        "podSelector": _vllm_pods_selector(spec, roles),
+        "policyTypes": ["Ingress"],
+        "ingress": rules,
+    }
+
+
+def pod_monitor_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
+    """PodMonitor (Prometheus Operator) of the serving pods' ``/metrics``."""
+    return {
+        "selector": _vllm_pods_selector(spec, serving_components(command)),
+        "podMetricsEndpoints": [{"port": HTTP_PORT_NAME, "path": "/metrics", "interval": "30s"}],
+    }
+
+
+def declare_vllm(
+    spec: DeploymentSpec,
+    sizing: Sizing,
+    command: VllmCommand,
+    tags: dict[str, Any],
+    marker_wait_seconds: int,
+    provider: k8s.Provider,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource],
+    lws_release: pulumi.Resource | None,
+    dra_release: pulumi.Resource | None,
+) -> dict[str, pulumi.Resource]:
+    """Declare the workload, ComputeDomain, Service, PDB, NetworkPolicy and scraping.
+
+    Returns logical role -> resource (``workload``, ``service``, ...).
+    """
+    def opts(*extra: pulumi.Resource | None, **kw: Any) -> pulumi.ResourceOptions:
+        deps = [*depends_on, *(e for e in extra if e is not None)]
+        return pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=deps, **kw)
+
+    out: dict[str, pulumi.Resource] = {}
+    scrape_with_pod_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
+    create_s, update_s = rollout_timeouts(spec, sizing)
+    timeouts = pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s")
+    multi_node = len(command.roles) > 1
+    if spec.target.needs_compute_domain and multi_node:
+        out["compute_domain"] = k8s.apiextensions.CustomResource(
+            "vllm-compute-domain",
+            api_version="resource.nvidia.com/v1beta1",
+            kind="ComputeDomain",
+            metadata=metadata(spec, COMPUTE_DOMAIN_NAME, "compute-domain", tags),
+            spec=compute_domain_spec(spec),
+            # The spec is immutable (CRD validation): a change must replace it.
+            opts=opts(dra_release, delete_before_replace=True),
+        )
+    if multi_node:
+        out["workload"] = k8s.apiextensions.CustomResource(
+            "vllm-leaderworkerset",
+            api_version="leaderworkerset.x-k8s.io/v1",
+            kind="LeaderWorkerSet",
+            metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
+            spec=leaderworkerset_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor),
+            opts=opts(lws_release, out.get("compute_domain"), custom_timeouts=timeouts),
+        )
+    else:
+        out["workload"] = k8s.apps.v1.Deployment(
+            "vllm-deployment",
+            metadata=metadata(spec, VLLM_NAME, "server", tags),
+            spec=deployment_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor),
+            opts=opts(custom_timeouts=timeouts),
+        )
+    body, notes = service_spec(spec, command)
+    out["service"] = k8s.core.v1.Service(
+        "vllm-service",
+        metadata=metadata(spec, VLLM_NAME, serving_components(command)[0], tags, annotations=notes),
+        spec=body,
+        # Ready pods come later (the workload's own wait); an internal NLB needs no public address.
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+    )
+    out["pdb"] = k8s.policy.v1.PodDisruptionBudget(
+        "vllm-pdb",
+        metadata=metadata(spec, VLLM_NAME, "disruption-budget"),
+        spec=pdb_spec(spec, command),
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+    )
+    out["network_policy"] = k8s.networking.v1.NetworkPolicy(
+        "vllm-network-policy",
+        metadata=metadata(spec, VLLM_NAME, "network-policy"),
+        spec=network_policy_spec(spec, command),
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+    )
+    if scrape_with_pod_monitor:
+        out["pod_monitor"] = k8s.apiextensions.CustomResource(
+            "vllm-pod-monitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata=metadata(spec, VLLM_NAME, "metrics"),
+            spec=pod_monitor_spec(spec, command),
+            opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+        )
+    return out

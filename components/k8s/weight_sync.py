@@ -1,0 +1,256 @@
+"""Weight-sync Jobs: ``scripts/weight_sync.py`` run in the pinned vLLM image, the program mounted
+from a ConfigMap (no extra image to build or push).
+
+The runs are exactly ``components/spec/weights.py`` ``sync_steps``: ``publish-mirror`` once (hub ->
+S3 mirror), then ``node-copy``. For node-local NVMe, ``node-copy`` is one Indexed Job with one
+completion per GPU node, ``parallelism`` equal to the completions and a required pod
+anti-affinity on the host name, so every GPU node receives its own copy in parallel before any
+vLLM pod starts. Nodes do not exist when the program runs, so a Job cannot be pinned to a node
+by name; the anti-affinity plus the GPU node selector spreads exactly one pod onto each GPU node.
+``restartPolicy: OnFailure`` retries a failed copy in place, on the same node (the sync resumes).
+vLLM pods wait for the completion marker in an init container (``vllm_service.py``), and their
+service account holds no S3 or hub credentials: only these Jobs read the mirror or the hub.
+
+Job names end in a hash of the Job's spec (``common.spec_hash``): any change (image, revision,
+bucket, program text) gives a new name, so Pulumi replaces the Job instead of failing on its
+immutable pod template, and an unchanged, finished Job is left alone by every later ``up``
+(no ``ttlSecondsAfterFinished``: a Job deleted by TTL would be recreated by the next ``up``).
+Pulumi awaits each Job's completion within its sync budget; the vLLM workload depends on them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.spec.config import REPO_ROOT, DeploymentSpec
+from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.spec.sizing import Sizing
+from components.spec.weights import FSX_MOUNT_PATH, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
+
+from .common import (
+    HUB_TOKEN_ENV,
+    SYNC_PROGRAM_CONFIGMAP_PREFIX,
+    gpu_node_selector,
+    gpu_tolerations,
+    hardened_container_security,
+    labels,
+    metadata,
+    plain_env,
+    secret_env,
+    selector_labels,
+    spec_hash,
+)
+from .storage import FSX_VOLUME, SCRATCH_VOLUME, WEIGHTS_VOLUME, existing_claim_volume, fsx_volume, nvme_volume
+
+# The sync program shipped into the Jobs (read at plan time, so its text is part of the plan).
+SYNC_PROGRAM_SOURCE = REPO_ROOT / "scripts" / "weight_sync.py"
+SYNC_PROGRAM_KEY = Path(SYNC_SCRIPT_PATH).name
+SYNC_PROGRAM_DIR = str(Path(SYNC_SCRIPT_PATH).parent)
+# Where the publish Job stages hub files before upload: on the GPU node's NVMe (1.5 TB passes
+# through; a container's ephemeral storage on the root disk cannot hold the files in flight).
+STAGING_SUBDIR = ".kimi-deploy-staging"
+SCRATCH_MOUNT_PATH = "/scratch"
+# Read rate assumed for copies from the in-region mirror: parallel ranged GETs (DESIGN.md 5: one
+# S3 connection tops out near 5 Gbps; the sync runs 16 files at once). Conservative on purpose.
+MIRROR_READ_BYTES_PER_SECOND = 500 * 10**6
+# Every sync budget gets this multiple of its expected time, rounded up to whole minutes.
+SYNC_SAFETY_FACTOR = 2.0
+# Retries of a failed sync container (it resumes from its journal) per completion.
+SYNC_RETRIES_PER_COMPLETION = 6
+
+
+def sync_program_text(path: Path = SYNC_PROGRAM_SOURCE) -> str:
+    """The text of ``scripts/weight_sync.py`` as shipped in the ConfigMap.
+
+    Raises:
+        FileNotFoundError: the program is missing from the checkout.
+    """
+    return path.read_text()
+
+
+def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
+    """Seconds a sync step may take before Pulumi and the Job give up.
+
+    Hub sources: ``SYNC_SAFETY_FACTOR`` x the download at 100 MB/s (DESIGN.md 4: over 4 hours).
+    FSx sources: the file system's throughput shared by all GPU nodes copying at once.
+    Mirror sources: ``MIRROR_READ_BYTES_PER_SECOND``.
+    """
+    if step.needs_hub_token or step.source == spec.hub_uri:
+        expected = sizing.download_seconds_at_100MBps
+    elif step.needs_fsx and sizing.storage.fsx_read_bytes_per_second:
+        per_node = max(1, sizing.storage.fsx_read_bytes_per_second // spec.gpu_nodes)
+        expected = math.ceil(sizing.weights_bytes / per_node)
+    else:
+        expected = math.ceil(sizing.weights_bytes / MIRROR_READ_BYTES_PER_SECOND)
+    return int(math.ceil(SYNC_SAFETY_FACTOR * expected / 60) * 60)
+
+
+def _volumes(spec: DeploymentSpec, step: SyncStep, program_configmap: str) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "sync-program", "configMap": {"name": program_configmap, "defaultMode": 0o444}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "16Gi"}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "sync-program", "mountPath": SYNC_PROGRAM_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    kind = spec.config.storage.kind
+    if step.name == "publish-mirror":
+        volumes.append(nvme_volume(spec, SCRATCH_VOLUME))
+        mounts.append({"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT_PATH})
+    elif kind == "pvc":
+        volumes.append(existing_claim_volume(spec, read_only=False))
+        mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
+    else:
+        volumes.append(nvme_volume(spec))
+        mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
+    if step.needs_fsx:
+        volumes.append(fsx_volume(read_only=True))
+        mounts.append({"name": FSX_VOLUME, "mountPath": FSX_MOUNT_PATH, "readOnly": True})
+    return volumes, mounts
+
+
+def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict[str, Any]]:
+    plain = {
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HF_HOME": "/tmp/hf-home",
+        "MODELSCOPE_CACHE": "/tmp/modelscope",
+        "HF_XET_HIGH_PERFORMANCE": "1",
+    }
+    if spec.region:
+        plain["AWS_REGION"] = spec.region
+        plain["AWS_DEFAULT_REGION"] = spec.region
+    if spec.config.storage.mirror.endpoint_url:
+        plain["AWS_ENDPOINT_URL_S3"] = spec.config.storage.mirror.endpoint_url
+    env = plain_env(plain)
+    if step.needs_hub_token and hub_token_set:
+        env.append(secret_env(HUB_TOKEN_ENV[spec.model_source], spec.hub_token_key))
+    return env
+
+
+def job_spec(
+    spec: DeploymentSpec, sizing: Sizing, image: str, step: SyncStep, argv: Any, program_configmap: str, hub_token_set: bool
+) -> dict[str, Any]:
+    """The Job ``spec`` of one sync step (``argv`` may be an Output: it carries the bucket)."""
+    component = f"weight-sync-{step.name}"
+    volumes, mounts = _volumes(spec, step, program_configmap)
+    budget = sync_budget_seconds(spec, sizing, step)
+    completions = spec.gpu_nodes if step.per_node else 1
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": MIRROR_PUBLISH_SERVICE_ACCOUNT if step.name == "publish-mirror" else WEIGHT_SYNC_SERVICE_ACCOUNT,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        # Retry in place: a node-local copy must resume on the node it belongs to.
+        "restartPolicy": "OnFailure",
+        "nodeSelector": gpu_node_selector(spec),
+        "tolerations": gpu_tolerations(spec),
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "weight-sync",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": argv,
+                "env": _env(spec, step, hub_token_set),
+                "resources": {
+                    "requests": {"cpu": "8", "memory": "16Gi"},
+                    "limits": {"memory": "64Gi"},
+                },
+                "volumeMounts": mounts,
+                "securityContext": hardened_container_security(),
+            }
+        ],
+        "volumes": volumes,
+    }
+    if step.per_node:
+        pod_spec["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": selector_labels(spec, component)}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        }
+    job: dict[str, Any] = {
+        "completions": completions,
+        "parallelism": completions,
+        "backoffLimit": SYNC_RETRIES_PER_COMPLETION * completions,
+        "activeDeadlineSeconds": budget,
+        "template": {"metadata": {"labels": labels(spec, component)}, "spec": pod_spec},
+    }
+    if step.per_node:
+        job["completionMode"] = "Indexed"
+    return job
+
+
+def step_argv(step: SyncStep) -> list[str]:
+    """``step.argv`` plus what only the cluster knows: the publish step stages on the node NVMe."""
+    argv = list(step.argv)
+    if step.name == "publish-mirror":
+        argv += ["--staging-dir", f"{SCRATCH_MOUNT_PATH}/{STAGING_SUBDIR}"]
+    return argv
+
+
+def declare_weight_sync(
+    spec: DeploymentSpec,
+    sizing: Sizing,
+    image: str,
+    mirror_bucket: pulumi.Input[str] | None,
+    hub_token_set: bool,
+    tags: dict[str, Any],
+    provider: k8s.Provider,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource],
+) -> list[k8s.batch.v1.Job]:
+    """The sync program ConfigMap and one Job per ``sync_steps`` entry, each after the previous.
+
+    ``mirror_bucket`` is the mirror bucket's name (an Output from the AWS edge) or None. The
+    step list only depends on whether a bucket is given, so it is computed with a stand-in and
+    each Job's argv is recomputed from the real name by the same ``sync_steps``.
+    """
+    text = sync_program_text()
+    cm_name = f"{SYNC_PROGRAM_CONFIGMAP_PREFIX}-{spec_hash(text)}"
+    configmap = k8s.core.v1.ConfigMap(
+        "weight-sync-program",
+        metadata=metadata(spec, cm_name, "weight-sync"),
+        data={SYNC_PROGRAM_KEY: text},
+        immutable=True,
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+    )
+    bucket = pulumi.Output.from_input(mirror_bucket) if mirror_bucket is not None else None
+    steps = sync_steps(spec, "mirror-bucket" if bucket is not None else None)
+    jobs: list[k8s.batch.v1.Job] = []
+    previous: list[pulumi.Resource] = [configmap, *depends_on]
+    for index, step in enumerate(steps):
+        if bucket is not None:
+            argv: Any = bucket.apply(lambda b, i=index: step_argv(sync_steps(spec, b)[i]))
+        else:
+            argv = step_argv(step)
+        body = job_spec(spec, sizing, image, step, argv, cm_name, hub_token_set)
+        name = pulumi.Output.from_input(body).apply(lambda b, s=step.name: f"kimi-weights-{s}-{spec_hash(b)}")
+        budget = sync_budget_seconds(spec, sizing, step)
+        meta = metadata(
+            spec, "", f"weight-sync-{step.name}", tags,
+            # A Job that failed is replaced (re-run) by the next `up` instead of awaited again.
+            annotations={"pulumi.com/replaceUnready": "true"},
+        )
+        meta["name"] = name
+        job = k8s.batch.v1.Job(
+            f"weight-sync-{step.name}",
+            metadata=meta,
+            spec=body,
+            opts=pulumi.ResourceOptions(
+                parent=parent,
+                provider=provider,
+                depends_on=previous,
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{budget}s", update=f"{budget}s"),
+            ),
+        )
+        jobs.append(job)
+        previous = [job]
+    return jobs

@@ -1,0 +1,81 @@
+"""kimi-deploy guardrails as a Pulumi CrossGuard policy pack.
+
+    pulumi preview --policy-pack policy                       # from the repository root
+    pulumi preview --policy-pack policy --policy-pack-config policy-config.json   # {"no-public-api-ingress": {"apiPort": 9000}}
+
+The rule logic lives in ``policy/rules.py`` (plain functions, also run by the test suite over
+every stack's offline plan); this file only adapts it to ``pulumi_policy``. Every rule runs as a
+stack validation so that instances and node groups are judged together with their launch
+template (instance type, IMDS options, block devices); each violation names the resource and
+carries its URN.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pulumi_policy import (  # noqa: E402
+    EnforcementLevel,
+    PolicyConfigSchema,
+    PolicyPack,
+    ReportViolation,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+import rules  # noqa: E402
+
+PACK_NAME = "kimi-deploy-guardrails"
+API_PORT_SCHEMA = PolicyConfigSchema(
+    properties={"apiPort": {"type": "integer", "default": rules.VLLM_PORT, "minimum": 1, "maximum": 65535}},
+)
+
+
+def _resources(args: StackValidationArgs) -> list[rules.Res]:
+    out = []
+    for r in args.resources:
+        props = r.props
+        ids = tuple(str(props.get(k)) for k in ("id", "arn", "bucket", "name") if isinstance(props.get(k), str))
+        out.append(rules.Res(type=r.resource_type, name=r.name, props=props, urn=r.urn, dependencies=tuple(d.urn for d in (r.dependencies or [])), ids=ids))
+    return rules.resolve_launch_templates(out)
+
+
+def _policy(rule: rules.Rule) -> StackValidationPolicy:
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        config = args.get_config() or {}
+        # CrossGuard hands secrets to analyzers unwrapped: rules judge values by their shape.
+        ctx = rules.RuleContext(secrets_masked=False, api_port=int(config.get("apiPort", rules.VLLM_PORT)))
+        for res in _resources(args):
+            for message in rule.check(res.type, res.props, res.name, ctx):
+                report_violation(message, res.urn or None)
+
+    return StackValidationPolicy(
+        name=rule.name,
+        description=rule.description,
+        validate=validate,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        config_schema=API_PORT_SCHEMA if rule.name == "no-public-api-ingress" else None,
+    )
+
+
+def _s3_encryption(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    for message in rules.bucket_encryption(_resources(args)):
+        report_violation(message, None)
+
+
+PolicyPack(
+    name=PACK_NAME,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    policies=[
+        *(_policy(rule) for rule in rules.RESOURCE_RULES),
+        StackValidationPolicy(
+            name=rules.STACK_RULE_S3.name,
+            description=rules.STACK_RULE_S3.description,
+            validate=_s3_encryption,
+            enforcement_level=EnforcementLevel.MANDATORY,
+        ),
+    ],
+)

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Self-hosting vs the vendor API: cost per hour and month, API cost per task, break-even volume.
+
+    python scripts/cost.py --stack b300 [--tasks-per-month N] [--throughput-json FILE] [--json]
+
+Prices come from the core, never from this file: the self-hosted price is the sizing's
+(``compute.usdPerHour``, the capacity-block price, else the on-demand list price), the API
+price is the model profile's ``api_price``. With ``--throughput-json`` (the JSON of
+``scripts/validate.py --checks throughput --json``) it also says whether one deployment can
+serve the volume. Exit codes: 0 ok, 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from components.spec import cost as costmodel  # noqa: E402
+from components.spec.config import DeploymentSpec, load_stack, stack_names  # noqa: E402
+from components.spec.sizing import compute_sizing  # noqa: E402
+from scripts._cli import UsageError, print_json, print_table, run_cli  # noqa: E402
+
+DEFAULT_TASKS_PER_MONTH = 1_000
+DEFAULT_BUSY_FRACTION = 0.5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ref = costmodel.REFERENCE_TASK
+    parser = argparse.ArgumentParser(
+        prog="scripts/cost.py",
+        description="Compare self-hosting a stack with the model vendor's API price for your volume.",
+        epilog="Example: python scripts/cost.py --stack b300 --tasks-per-month 5000 "
+        "--throughput-json validate.json",
+    )
+    parser.add_argument("--stack", required=True, help=f"stack name: stacks/Pulumi.<stack>.yaml ({', '.join(stack_names())})")
+    parser.add_argument(
+        "--tasks-per-month", type=int, default=DEFAULT_TASKS_PER_MONTH, metavar="N",
+        help=f"agent tasks your team runs per month (default {DEFAULT_TASKS_PER_MONTH:,})",
+    )
+    parser.add_argument(
+        "--throughput-json", type=Path, metavar="FILE",
+        help="JSON written by `scripts/validate.py --checks throughput --json`; adds whether one "
+        "deployment can serve --tasks-per-month at the measured output tokens/s",
+    )
+    parser.add_argument(
+        "--busy-fraction", type=float, default=DEFAULT_BUSY_FRACTION, metavar="F",
+        help="share of the month the endpoint runs at the measured throughput, 0-1 "
+        f"(default {DEFAULT_BUSY_FRACTION}: traffic has peaks and idle hours)",
+    )
+    parser.add_argument(
+        "--rmb-per-usd", type=float, default=costmodel.DEFAULT_RMB_PER_USD, metavar="RATE",
+        help=f"exchange rate, RMB per USD (default {costmodel.DEFAULT_RMB_PER_USD}, approximate: "
+        "use your finance team's rate)",
+    )
+    parser.add_argument(
+        "--usd-per-hour", type=float, metavar="USD",
+        help="price of one GPU node per hour, USD; overrides the stack's price (compute.usdPerHour, "
+        "the capacity-block price or the on-demand list price)",
+    )
+    parser.add_argument(
+        "--task-tokens", type=int, default=ref.total_tokens, metavar="N",
+        help=f"tokens per task, input plus output (default {ref.total_tokens:,}: the reference coding-agent task)",
+    )
+    parser.add_argument(
+        "--input-fraction", type=float, default=ref.input_fraction, metavar="F",
+        help=f"share of a task's tokens that is input, 0-1 (default {ref.input_fraction})",
+    )
+    parser.add_argument(
+        "--cached-input-fraction", type=float, default=ref.cached_input_fraction, metavar="F",
+        help=f"share of the input that hits the API's prefix cache, 0-1 (default {ref.cached_input_fraction})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
+    return parser
+
+
+def read_throughput(path: Path) -> dict[str, Any]:
+    """The throughput metrics from validate.py's JSON.
+
+    Raises:
+        UsageError: unreadable file, not validate.py JSON, or no passing throughput check.
+    """
+    try:
+        document = json.loads(path.read_text())
+    except OSError as err:
+        raise UsageError(f"--throughput-json: cannot read {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--throughput-json: {path} is not JSON ({err.msg} at line {err.lineno})") from None
+    checks = document.get("checks") if isinstance(document, dict) else None
+    if not isinstance(checks, list):
+        raise UsageError(f"--throughput-json: {path} is not the JSON of scripts/validate.py --json (no 'checks' list)")
+    for check in checks:
+        if isinstance(check, dict) and check.get("name") == "throughput":
+            metrics = check.get("metrics") or {}
+            if check.get("status") != "pass" or not isinstance(metrics.get("output_tokens_per_second"), (int, float)):
+                raise UsageError(f"--throughput-json: the throughput check in {path} did not pass ({check.get('reason')})")
+            return metrics
+    raise UsageError(f"--throughput-json: {path} has no throughput check (run validate.py with --checks throughput)")
+
+
+def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
+    """The cost report of ``spec`` for the command-line options (see ``--json``)."""
+    if args.tasks_per_month < 0:
+        raise UsageError(f"--tasks-per-month: {args.tasks_per_month} must not be negative")
+    if args.rmb_per_usd <= 0:
+        raise UsageError(f"--rmb-per-usd: {args.rmb_per_usd} must be positive")
+    if args.usd_per_hour is not None and args.usd_per_hour <= 0:
+        raise UsageError(f"--usd-per-hour: {args.usd_per_hour} must be positive")
+    if not 0 < args.busy_fraction <= 1:
+        raise UsageError(f"--busy-fraction: {args.busy_fraction} must be in (0, 1]")
+    try:
+        task = costmodel.TaskProfile(args.task_tokens, args.input_fraction, args.cached_input_fraction)
+    except ValueError as err:
+        raise UsageError(f"task shape: {err} (--task-tokens, --input-fraction, --cached-input-fraction)") from None
+    rate = args.rmb_per_usd
+    price = spec.model.api_price
+    api = costmodel.api_cost_per_task(price, task)
+    api_task_rmb = costmodel.to_rmb(api.total, price.currency, rate)
+    notes: list[str] = []
+
+    if args.usd_per_hour is not None:
+        usd_per_hour: float | None = args.usd_per_hour * spec.gpu_nodes
+        price_source = f"--usd-per-hour {args.usd_per_hour} x {spec.gpu_nodes} node(s)"
+    else:
+        sizing = compute_sizing(spec)
+        usd_per_hour, price_source = sizing.usd_per_hour, sizing.price_source
+    month_usd = costmodel.monthly_usd(usd_per_hour) if usd_per_hour is not None else None
+    month_rmb = month_usd * rate if month_usd is not None else None
+    break_even = costmodel.break_even_tasks_per_month(month_rmb, api_task_rmb) if month_rmb is not None else None
+    api_month_rmb = api_task_rmb * args.tasks_per_month
+    cheaper = None
+    if month_rmb is None:
+        notes.append(f"self-hosted price unknown ({price_source}); or pass --usd-per-hour")
+    else:
+        cheaper = "self-hosted" if month_rmb < api_month_rmb else "api"
+        if spec.config.compute.capacity.type == "capacity-block":
+            notes.append("a capacity block is paid for its whole term, also after `pulumi destroy`")
+
+    capacity = None
+    if args.throughput_json is not None:
+        metrics = read_throughput(args.throughput_json)
+        tps = float(metrics["output_tokens_per_second"])
+        per_deployment = costmodel.tasks_per_month_capacity(tps, task, args.busy_fraction)
+        capacity = {
+            "output_tokens_per_second": round(tps, 1),
+            "concurrency": metrics.get("concurrency"),
+            "busy_fraction": args.busy_fraction,
+            "tasks_per_month_capacity": per_deployment,
+            "can_serve": per_deployment >= args.tasks_per_month,
+            "deployments_needed": math.ceil(args.tasks_per_month / per_deployment) if per_deployment else None,
+        }
+        notes.append(
+            "capacity counts output tokens only (decode-bound; prefix caching serves most input) at the "
+            "measured concurrency: measure at your real concurrency"
+        )
+    return {
+        "stack": spec.stack,
+        "target": spec.target.name,
+        "instance_type": spec.instance.instance_type,
+        "gpu_nodes": spec.gpu_nodes,
+        "rmb_per_usd": rate,
+        "task": {
+            "total_tokens": task.total_tokens,
+            "uncached_input_tokens": round(task.uncached_input_tokens),
+            "cached_input_tokens": round(task.cached_input_tokens),
+            "output_tokens": round(task.output_tokens),
+        },
+        "api_price_source": price.source,
+        "api_cost_breakdown_rmb": {
+            "uncached_input": round(costmodel.to_rmb(api.uncached_input, price.currency, rate), 2),
+            "cached_input": round(costmodel.to_rmb(api.cached_input, price.currency, rate), 2),
+            "output": round(costmodel.to_rmb(api.output, price.currency, rate), 2),
+        },
+        "api_cost_per_task_rmb": round(api_task_rmb, 2),
+        "tasks_per_month": args.tasks_per_month,
+        "api_cost_per_month_rmb": round(api_month_rmb, 2),
+        "self_hosted_cost_per_hour_usd": round(usd_per_hour, 3) if usd_per_hour is not None else None,
+        "self_hosted_cost_per_month_usd": round(month_usd, 2) if month_usd is not None else None,
+        "self_hosted_cost_per_month_rmb": round(month_rmb, 2) if month_rmb is not None else None,
+        "hours_per_month": costmodel.HOURS_PER_MONTH,
+        "price_source": price_source,
+        "break_even_tasks_per_month": break_even,
+        "cheaper_at_this_volume": cheaper,
+        "capacity": capacity,
+        "notes": notes,
+    }
+
+
+def _money(value: float | None, unit: str) -> str:
+    return "unknown" if value is None else f"{value:,.2f} {unit}"
+
+
+def print_report(report: dict[str, Any]) -> None:
+    task = report["task"]
+    b = report["api_cost_breakdown_rmb"]
+    rows = [
+        ("API cost per task", _money(report["api_cost_per_task_rmb"], "RMB"),
+         f"{task['uncached_input_tokens'] / 1e6:.2f}M uncached in {b['uncached_input']} + "
+         f"{task['cached_input_tokens'] / 1e6:.2f}M cached in {b['cached_input']} + "
+         f"{task['output_tokens'] / 1e6:.2f}M out {b['output']}"),
+        (f"API cost, {report['tasks_per_month']:,} tasks/month", _money(report["api_cost_per_month_rmb"], "RMB"), report["api_price_source"]),
+        ("Self-hosted per hour", _money(report["self_hosted_cost_per_hour_usd"], "USD"), report["price_source"]),
+        ("Self-hosted per month", _money(report["self_hosted_cost_per_month_usd"], "USD"),
+         f"{report['hours_per_month']:.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD"),
+        ("Break-even", "unknown" if report["break_even_tasks_per_month"] is None else f"{report['break_even_tasks_per_month']:,} tasks/month",
+         "" if report["cheaper_at_this_volume"] is None else f"cheaper at {report['tasks_per_month']:,} tasks/month: {report['cheaper_at_this_volume']}"),
+    ]
+    cap = report["capacity"]
+    if cap is not None:
+        rows.append((
+            "One deployment serves", f"{cap['tasks_per_month_capacity']:,} tasks/month",
+            f"{cap['output_tokens_per_second']:,} output tok/s at concurrency {cap['concurrency']}, busy {cap['busy_fraction']:.0%}: "
+            + ("enough" if cap["can_serve"] else f"NOT enough, {cap['deployments_needed']} deployments needed"),
+        ))
+    print_table(
+        f"Cost: stack {report['stack']} ({report['gpu_nodes']}x {report['instance_type']})",
+        ("item", "value", "how"),
+        rows,
+        caption="; ".join(report["notes"]) or None,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    spec = load_stack(args.stack)
+    report = estimate(spec, args)
+    if args.json:
+        print_json(report)
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,646 @@
+#!/usr/bin/env python3
+"""Preflight: can this stack get its GPUs before `pulumi up` spends an hour finding out?
+
+    python scripts/preflight.py --stack b300 [--region R] [--json]
+
+Checks (each pass / warn / fail / unknown / skip with a one-line reason):
+  instance-facts        EC2 knows the type and its GPUs, GPU memory, NVMe and EFA match the profile
+  offered-in-region     DescribeInstanceTypeOfferings lists the type in the region
+  offered-in-az         ... and in the AZ the nodes are pinned to
+  vcpu-quota            the On-Demand vCPU quota of the family (Service Quotas) covers the nodes
+  capacity-reservation  the ODCR / capacity block exists, is active or scheduled, matches type,
+                        count and AZ
+  capacity-end          the reservation does not end before the stack expires
+  fsx, eks              the services answer in the region (where the stack uses them)
+  mirror                the S3 mirror exists and its manifest.json is complete
+  cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
+                        and enough nodes advertise the GPU resource
+An API that cannot answer (type unknown to the catalog, access denied, not implemented by the
+endpoint, no credentials) gives ``unknown``, never a crash. boto3 honors AWS_ENDPOINT_URL.
+Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import ssl
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names  # noqa: E402
+from components.spec.targets import MIB, ec2_vcpu_quota  # noqa: E402
+from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix  # noqa: E402
+from scripts._cli import (  # noqa: E402
+    FAIL,
+    PASS,
+    SKIP,
+    UNKNOWN,
+    WARN,
+    UsageError,
+    exit_code,
+    one_line,
+    print_json,
+    print_table,
+    run_cli,
+)
+
+# Capacity reservation states that will (scheduled) or do (active) hold instances.
+_GOOD_RESERVATION_STATES = ("active", "scheduled")
+# Error codes that mean "this API cannot tell us", not "the answer is no".
+_UNKNOWN_CODES = (
+    "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
+    "InvalidClientTokenId", "AuthFailure", "ExpiredToken", "NotImplemented", "InternalError",
+    "InternalFailure", "ServiceUnavailable", "NoSuchResourceException", "TooManyRequestsException",
+)
+# Tolerance on the NVMe total: EC2 reports whole GB.
+_NVME_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight result.
+
+    Attributes:
+        name: short check id (``offered-in-az``).
+        status: ``pass``, ``warn``, ``fail``, ``unknown`` or ``skip``.
+        reason: one line saying why.
+    """
+
+    name: str
+    status: str
+    reason: str
+
+
+class AwsClients:
+    """boto3 clients for one region; ``overrides`` lets tests answer single services or
+    operations (``"service-quotas"``, ``"ec2:DescribeCapacityReservations"``) with stubbed
+    clients while everything else goes to moto or AWS.
+    """
+
+    def __init__(self, region: str, session: Any = None, overrides: Mapping[str, Any] | None = None):
+        import boto3
+        from botocore.config import Config
+
+        self.region = region
+        self.session = session or boto3.session.Session()
+        self.overrides = dict(overrides or {})
+        # Few retries and short timeouts: an endpoint that does not answer is "unknown", fast.
+        self._config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=20)
+        self._cache: dict[str, Any] = {}
+
+    def get(self, service: str, operation: str | None = None) -> Any:
+        """The client for ``service`` (an override for ``service:operation`` or ``service`` first)."""
+        for key in (f"{service}:{operation}", service):
+            if key in self.overrides:
+                return self.overrides[key]
+        if service not in self._cache:
+            self._cache[service] = self.session.client(service, region_name=self.region, config=self._config)
+        return self._cache[service]
+
+    def has_credentials(self) -> bool:
+        """Whether credentials can be found (overrides count as credentials)."""
+        if self.overrides:
+            return True
+        try:
+            return self.session.get_credentials() is not None
+        except Exception:  # a broken profile is the user's to fix; report it as unknown
+            return False
+
+
+class ApiUnknown(Exception):
+    """The API could not answer; ``str(err)`` is the one-line reason."""
+
+
+def _call(clients: AwsClients, service: str, operation: str, method: str, **kwargs: Any) -> dict[str, Any]:
+    """Call ``service.method(**kwargs)``; errors that mean "cannot tell" raise ``ApiUnknown``,
+    other ``ClientError`` codes propagate for the check to judge."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return getattr(clients.get(service, operation), method)(**kwargs)
+    except ClientError as err:
+        code = err.response.get("Error", {}).get("Code", "")
+        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in _UNKNOWN_CODES or status >= 500 or "NotImplemented" in code:
+            message = err.response.get("Error", {}).get("Message", "")
+            raise ApiUnknown(f"{operation}: {code or status} {one_line(message)[:160]}".rstrip()) from None
+        raise
+    except NotImplementedError:
+        raise ApiUnknown(f"{operation} is not implemented by this endpoint") from None
+    except BotoCoreError as err:
+        raise ApiUnknown(f"{operation}: {one_line(err)[:200]}") from None
+    except Exception as err:  # noqa: BLE001 - e.g. an unparseable error page: cannot tell, never crash
+        if type(err).__name__ == "ResponseParserError":
+            raise ApiUnknown(f"{operation}: the endpoint did not answer in AWS's format (not implemented there?)") from None
+        raise ApiUnknown(f"{operation}: {type(err).__name__}: {one_line(err)[:160]}") from None
+
+
+def _code(err: Exception) -> str:
+    return getattr(err, "response", {}).get("Error", {}).get("Code", "") if hasattr(err, "response") else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# AWS checks
+# ---------------------------------------------------------------------------------------------
+
+
+def check_instance_facts(spec: DeploymentSpec, clients: AwsClients) -> tuple[Check, bool | None]:
+    """EC2's facts of the instance type against the profile. Returns the check and whether EC2
+    knows the type (None when it could not say)."""
+    from botocore.exceptions import ClientError
+
+    inst = spec.instance
+    name = "instance-facts"
+    try:
+        answer = _call(clients, "ec2", "DescribeInstanceTypes", "describe_instance_types", InstanceTypes=[inst.instance_type])
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, str(err)), None
+    except ClientError as err:
+        if _code(err) in ("InvalidInstanceType", "InvalidParameterValue"):
+            return Check(name, UNKNOWN, f"{inst.instance_type} is unknown to the EC2 catalog in {clients.region}; facts not verified"), False
+        return Check(name, UNKNOWN, f"DescribeInstanceTypes: {_code(err)}"), None
+    types = answer.get("InstanceTypes", [])
+    if not types:
+        return Check(name, UNKNOWN, f"{inst.instance_type} is unknown to the EC2 catalog in {clients.region}"), False
+    it = types[0]
+    gpu = spec.target.gpu
+    problems = []
+    gpus = it.get("GpuInfo", {}).get("Gpus", [])
+    gpu_count = sum(g.get("Count", 0) for g in gpus)
+    if gpu_count != inst.gpus:
+        problems.append(f"{gpu_count} GPUs (profile {inst.gpus})")
+    gpu_mib = gpus[0].get("MemoryInfo", {}).get("SizeInMiB") if gpus else None
+    if gpu_mib is not None and gpu_mib != gpu.memory_bytes // MIB:
+        problems.append(f"{gpu_mib:,} MiB per GPU (profile {gpu.memory_bytes // MIB:,})")
+    nvme_gb = it.get("InstanceStorageInfo", {}).get("TotalSizeInGB", 0)
+    if abs(nvme_gb * 10**9 - inst.nvme_total_bytes) > _NVME_TOLERANCE * max(inst.nvme_total_bytes, 1):
+        problems.append(f"{nvme_gb:,} GB NVMe (profile {inst.nvme_total_bytes // 10**9:,})")
+    net = it.get("NetworkInfo", {})
+    efa = net.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0
+    if efa != inst.efa_interfaces:
+        problems.append(f"{efa} EFA interfaces (profile {inst.efa_interfaces})")
+    vcpus = it.get("VCpuInfo", {}).get("DefaultVCpus")
+    if vcpus is not None and vcpus != inst.vcpus:
+        problems.append(f"{vcpus} vCPUs (profile {inst.vcpus})")
+    if problems:
+        return Check(name, FAIL, f"{inst.instance_type} differs from the profile: " + "; ".join(problems)), True
+    return Check(
+        name, PASS,
+        f"{inst.instance_type}: {gpu_count}x {gpu.name} {gpu_mib:,} MiB, {nvme_gb:,} GB NVMe, {efa} EFA, {vcpus} vCPUs",
+    ), True
+
+
+def check_offerings(spec: DeploymentSpec, clients: AwsClients, az: str | None, known: bool | None) -> list[Check]:
+    """The type's offerings in the region and in the pinned AZ."""
+    from botocore.exceptions import ClientError
+
+    itype, region = spec.instance.instance_type, clients.region
+    if known is False:
+        reason = f"{itype} is unknown to the EC2 catalog: offerings cannot be listed"
+        return [Check("offered-in-region", UNKNOWN, reason), Check("offered-in-az", UNKNOWN, reason)]
+    try:
+        answer = _call(
+            clients, "ec2", "DescribeInstanceTypeOfferings", "describe_instance_type_offerings",
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [itype]}],
+        )
+    except (ApiUnknown, ClientError) as err:
+        reason = str(err) if isinstance(err, ApiUnknown) else f"DescribeInstanceTypeOfferings: {_code(err)}"
+        return [Check("offered-in-region", UNKNOWN, reason), Check("offered-in-az", UNKNOWN, reason)]
+    azs = sorted({o["Location"] for o in answer.get("InstanceTypeOfferings", [])})
+    if not azs:
+        return [
+            Check("offered-in-region", FAIL, f"{itype} is not offered in {region}"),
+            Check("offered-in-az", FAIL if az and az.startswith(region) else SKIP, f"{itype} is not offered in {region}"),
+        ]
+    checks = [Check("offered-in-region", PASS, f"{itype} offered in {region}: {', '.join(azs)}")]
+    if az is None:
+        checks.append(Check("offered-in-az", SKIP, f"no AZ pinned (compute.availabilityZone); the type is offered in {', '.join(azs)}"))
+    elif not az.startswith(region):
+        checks.append(Check("offered-in-az", SKIP, f"the stack's AZ {az} is not in {region} (--region overrides the stack's region)"))
+    elif az in azs:
+        checks.append(Check("offered-in-az", PASS, f"{az} offers {itype}"))
+    else:
+        checks.append(Check("offered-in-az", FAIL, f"{az} does not offer {itype} (offered: {', '.join(azs)})"))
+    return checks
+
+
+def check_quota(spec: DeploymentSpec, clients: AwsClients) -> Check:
+    """The family's On-Demand vCPU quota against the vCPUs of all GPU nodes."""
+    name = "vcpu-quota"
+    inst = spec.instance
+    quota = ec2_vcpu_quota(inst.instance_type)
+    if quota is None:
+        return Check(name, UNKNOWN, f"no vCPU quota code recorded for {inst.instance_type} (components/spec/targets.py)")
+    code, title = quota
+    need = inst.vcpus * spec.gpu_nodes
+    try:
+        answer = _call(clients, "service-quotas", "GetServiceQuota", "get_service_quota", ServiceCode="ec2", QuotaCode=code)
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, f"{title} ({code}): {err}")
+    except Exception as err:  # noqa: BLE001 - any other answer is "cannot tell", never a crash
+        return Check(name, UNKNOWN, f"{title} ({code}): {_code(err) or one_line(err)}")
+    value = answer.get("Quota", {}).get("Value")
+    if value is None:
+        return Check(name, UNKNOWN, f"{title} ({code}) returned no value")
+    have = int(value)
+    what = f"{title} ({code}) is {have:,} vCPUs; {spec.gpu_nodes} node(s) x {inst.vcpus} = {need:,} needed"
+    if have >= need:
+        return Check(name, PASS, f"{what} (running P instances also count)")
+    if spec.config.compute.capacity.type == "capacity-block":
+        return Check(name, WARN, f"{what}; if launching into the capacity block fails with VcpuLimitExceeded, request an increase")
+    return Check(name, FAIL, f"{what}: request an increase in Service Quotas")
+
+
+def trial_expiry(spec: DeploymentSpec, now: datetime) -> tuple[datetime | None, str]:
+    """When the stack expires and how that was worked out."""
+    if spec.expires_at is not None:
+        return spec.expires_at, f"expiresAt {format_utc(spec.expires_at)}"
+    if spec.environment == "trial":
+        at = now + timedelta(hours=spec.trial_ttl_hours)
+        return at, f"now + trialTtlHours {spec.trial_ttl_hours} h = {format_utc(at)} (no expiresAt; the TTL starts at the first `pulumi up`)"
+    return None, f"{spec.environment} has no expiry"
+
+
+def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) -> list[Check]:
+    """The configured ODCR or capacity block: existence, state, type, size, AZ and end."""
+    from botocore.exceptions import ClientError
+
+    cap = spec.config.compute.capacity
+    if cap.type == "on-demand":
+        reason = "capacity type on-demand: no reservation to check"
+        return [Check("capacity-reservation", SKIP, reason), Check("capacity-end", SKIP, reason)]
+    rid = cap.reservation_id
+    try:
+        answer = _call(
+            clients, "ec2", "DescribeCapacityReservations", "describe_capacity_reservations", CapacityReservationIds=[rid]
+        )
+    except ApiUnknown as err:
+        return [Check("capacity-reservation", UNKNOWN, str(err)), Check("capacity-end", UNKNOWN, "reservation not read")]
+    except ClientError as err:
+        if "NotFound" in _code(err) or "Malformed" in _code(err):
+            return [
+                Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region} ({_code(err)})"),
+                Check("capacity-end", SKIP, "no reservation"),
+            ]
+        return [Check("capacity-reservation", UNKNOWN, f"DescribeCapacityReservations: {_code(err)}"), Check("capacity-end", UNKNOWN, "reservation not read")]
+    found = answer.get("CapacityReservations", [])
+    if not found:
+        return [Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region}"), Check("capacity-end", SKIP, "no reservation")]
+    cr = found[0]
+    kind = "capacity block" if cap.type == "capacity-block" else "ODCR"
+    state = cr.get("State", "?")
+    problems, warnings = [], []
+    if state not in _GOOD_RESERVATION_STATES:
+        problems.append(f"state {state} (needs active or scheduled)")
+    rtype = cr.get("ReservationType")
+    if rtype and (rtype == "capacity-block") != (cap.type == "capacity-block"):
+        problems.append(f"reservation type {rtype} but compute.capacity.type is {cap.type}")
+    if cr.get("InstanceType") and cr["InstanceType"] != spec.instance.instance_type:
+        problems.append(f"instance type {cr['InstanceType']} (stack uses {spec.instance.instance_type})")
+    az = cr.get("AvailabilityZone")
+    if az and az != cap.availability_zone:
+        problems.append(f"AZ {az} (stack pins {cap.availability_zone})")
+    count = cr.get("TotalInstanceCount", cr.get("InstanceCount"))
+    if count is not None and count < spec.gpu_nodes:
+        problems.append(f"{count} instance(s) for {spec.gpu_nodes} node(s)")
+    available = cr.get("AvailableInstanceCount")
+    if state == "active" and available is not None and available < spec.gpu_nodes and not problems:
+        warnings.append(f"only {available} of {count} instance(s) free")
+    start = cr.get("StartDate")
+    if state == "scheduled" and start:
+        warnings.append(f"starts {format_utc(start)}")
+    summary = f"{kind} {rid}: {state}, {count}x {cr.get('InstanceType', '?')} in {az}"
+    if problems:
+        first = Check("capacity-reservation", FAIL, f"{summary}: " + "; ".join(problems))
+    elif warnings:
+        first = Check("capacity-reservation", WARN, f"{summary}; " + "; ".join(warnings))
+    else:
+        first = Check("capacity-reservation", PASS, summary)
+
+    end = cr.get("EndDate")
+    expiry, how = trial_expiry(spec, now)
+    if end is None:
+        second = Check("capacity-end", PASS, f"{rid} has no end date ({cr.get('EndDateType', 'unlimited')})")
+    else:
+        end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+        if end <= now:
+            second = Check("capacity-end", FAIL, f"{rid} ended {format_utc(end)}")
+        elif expiry is None:
+            second = Check("capacity-end", WARN, f"{rid} ends {format_utc(end)} but {how}: plan the move before then")
+        elif end < expiry:
+            second = Check("capacity-end", FAIL, f"{rid} ends {format_utc(end)}, before the stack expires: {how}")
+        else:
+            second = Check("capacity-end", PASS, f"{rid} ends {format_utc(end)}, after the stack expires: {how}")
+    return [first, second]
+
+
+def check_service(spec: DeploymentSpec, clients: AwsClients, service: str) -> Check:
+    """FSx for Lustre or EKS answers in the region (only where the stack uses it)."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    if service == "fsx":
+        used = spec.config.storage.kind in ("fsx", "nvme-from-fsx")
+        why = f"storage.kind {spec.config.storage.kind}"
+        op, method, kwargs, title = "DescribeFileSystems", "describe_file_systems", {"MaxResults": 1}, "FSx for Lustre"
+    else:
+        used = spec.platform == "aws-eks"
+        why = f"platform {spec.platform}"
+        op, method, kwargs, title = "ListClusters", "list_clusters", {"maxResults": 1}, "EKS"
+    if not used:
+        return Check(service, SKIP, f"not used ({why})")
+    try:
+        _call(clients, service, op, method, **kwargs)
+    except ApiUnknown as err:
+        if isinstance(err.__context__, EndpointConnectionError):
+            return Check(service, FAIL, f"{title} has no endpoint in {clients.region}")
+        return Check(service, UNKNOWN, str(err))
+    except ClientError as err:
+        return Check(service, UNKNOWN, f"{op}: {_code(err)}")
+    return Check(service, PASS, f"{title} answers in {clients.region} ({why})")
+
+
+def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str | None) -> Check:
+    """The S3 mirror bucket and its manifest.json: every listed file present at its size."""
+    from botocore.exceptions import ClientError
+
+    name = "mirror"
+    mirror = spec.config.storage.mirror
+    if not mirror.enabled:
+        return Check(name, SKIP, "storage.mirror.enabled is false: nodes sync from the hub")
+    bucket = bucket_override or mirror.bucket_name
+    if not bucket:
+        return Check(name, SKIP, "created by `pulumi up` (no storage.mirror.bucketName); pass --mirror-bucket to check it later")
+    prefix = mirror_key_prefix(spec)
+    where = f"s3://{bucket}/{prefix}"
+    try:
+        _call(clients, "s3", "HeadBucket", "head_bucket", Bucket=bucket)
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, str(err))
+    except ClientError as err:
+        if _code(err) in ("404", "NoSuchBucket", "NotFound"):
+            if mirror.create and not bucket_override:
+                return Check(name, SKIP, f"bucket {bucket} does not exist yet: `pulumi up` creates it")
+            return Check(name, FAIL, f"bucket {bucket} does not exist")
+        return Check(name, UNKNOWN, f"HeadBucket {bucket}: {_code(err)}")
+    try:
+        body = _call(clients, "s3", "GetObject", "get_object", Bucket=bucket, Key=f"{prefix}/{MANIFEST_NAME}")["Body"].read()
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, str(err))
+    except ClientError as err:
+        if _code(err) in ("NoSuchKey", "404"):
+            return Check(name, WARN, f"{where}/{MANIFEST_NAME} is missing: the first sync downloads {spec.model.weights_bytes / 1e12:.2f} TB from the hub")
+        return Check(name, UNKNOWN, f"GetObject {MANIFEST_NAME}: {_code(err)}")
+    try:
+        document = json.loads(body)
+        files = {str(f["path"]): int(f["size_bytes"]) for f in document["files"]}
+    except (ValueError, KeyError, TypeError) as err:
+        return Check(name, FAIL, f"{where}/{MANIFEST_NAME} is malformed ({type(err).__name__})")
+    sizes: dict[str, int] = {}
+    try:
+        paginator = clients.get("s3", "ListObjectsV2").get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+            for obj in page.get("Contents", []):
+                sizes[obj["Key"][len(prefix) + 1 :]] = obj["Size"]
+    except Exception as err:  # noqa: BLE001 - cannot list: cannot tell
+        return Check(name, UNKNOWN, f"ListObjectsV2 {where}: {_code(err) or one_line(err)}")
+    missing = [p for p in files if p not in sizes]
+    wrong = [p for p, size in files.items() if p in sizes and sizes[p] != size]
+    if missing or wrong:
+        first = (missing + wrong)[0]
+        return Check(name, FAIL, f"{where} is incomplete: {len(missing)} missing, {len(wrong)} wrong size (e.g. {first})")
+    total = sum(files.values())
+    what = f"{where}: {len(files)} files, {total / 1e12:.2f} TB, all present"
+    if MARKER_NAME not in sizes:
+        return Check(name, WARN, f"{what}, but no {MARKER_NAME}: the last sync did not finish")
+    if len(files) != spec.model.file_count:
+        return Check(name, WARN, f"{what}; the model profile lists {spec.model.file_count} files")
+    return Check(name, PASS, what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kubernetes checks (only with --check-cluster: they contact the cluster)
+# ---------------------------------------------------------------------------------------------
+
+
+def _kube_request(kubeconfig: Path, context: str | None, path: str, timeout_seconds: float) -> Any:
+    """GET ``path`` from the API server of ``context`` in ``kubeconfig``: JSON, or ApiUnknown.
+
+    Supports what a kubeconfig holds statically: server, CA (file or data), client certificate
+    and key (file or data), bearer token. Exec plugins (``aws eks get-token``) are not run.
+    """
+    import yaml
+
+    try:
+        config = yaml.safe_load(kubeconfig.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise UsageError(f"--kubeconfig: cannot read {kubeconfig}: {one_line(err)[:120]}") from None
+    ctx_name = context or config.get("current-context")
+    by_name = lambda items, key: {i.get("name"): i.get(key, {}) for i in config.get(items) or []}  # noqa: E731
+    ctx = by_name("contexts", "context").get(ctx_name)
+    if not ctx:
+        raise UsageError(f"--context: {ctx_name!r} is not a context in {kubeconfig}")
+    cluster = by_name("clusters", "cluster").get(ctx.get("cluster"), {})
+    user = by_name("users", "user").get(ctx.get("user"), {})
+    server = cluster.get("server")
+    if not server:
+        raise UsageError(f"--kubeconfig: context {ctx_name!r} has no cluster server")
+    if "exec" in user or "auth-provider" in user:
+        raise ApiUnknown(f"context {ctx_name!r} authenticates through an exec plugin, which preflight does not run")
+    headers = {"Accept": "application/json"}
+    if user.get("token"):
+        headers["Authorization"] = f"Bearer {user['token']}"
+    context_ssl = None
+    with tempfile.TemporaryDirectory() as tmp:
+        def material(key: str) -> str | None:
+            for source in (cluster, user):
+                if source.get(f"{key}-data"):
+                    file = Path(tmp) / key
+                    file.write_bytes(base64.b64decode(source[f"{key}-data"]))
+                    return str(file)
+                if source.get(key):
+                    return str(source[key])
+            return None
+
+        if server.startswith("https://"):
+            context_ssl = ssl.create_default_context(cafile=material("certificate-authority"))
+            if cluster.get("insecure-skip-tls-verify"):
+                context_ssl.check_hostname, context_ssl.verify_mode = False, ssl.CERT_NONE
+            cert, key = material("client-certificate"), material("client-key")
+            if cert and key:
+                context_ssl.load_cert_chain(cert, key)
+        request = urllib.request.Request(server.rstrip("/") + path, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_seconds, context=context_ssl) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            raise ApiUnknown(f"{server}{path} answered HTTP {err.code}") from None
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise ApiUnknown(f"{server} does not answer: {one_line(getattr(err, 'reason', err))[:160]}") from None
+
+
+def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | None, enabled: bool) -> list[Check]:
+    """The cluster answers and enough nodes advertise the target's GPU resource."""
+    if not spec.uses_kubernetes:
+        reason = f"platform {spec.platform}: no Kubernetes cluster"
+        return [Check("cluster", SKIP, reason), Check("gpu-nodes", SKIP, reason)]
+    if not enabled:
+        reason = "pass --check-cluster to contact the cluster (a network call)"
+        return [Check("cluster", SKIP, reason), Check("gpu-nodes", SKIP, reason)]
+    path = kubeconfig or Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+    context = context or spec.config.kubernetes.context
+    try:
+        nodes = _kube_request(Path(path), context, "/api/v1/nodes", 15)
+    except ApiUnknown as err:
+        return [Check("cluster", FAIL if "does not answer" in str(err) else UNKNOWN, str(err)), Check("gpu-nodes", UNKNOWN, "cluster not reached")]
+    items = nodes.get("items", []) if isinstance(nodes, dict) else []
+    resource, per_node = spec.target.gpu_resource_name, spec.target.gpus_per_node
+    ready = []
+    for node in items:
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        try:
+            count = int(str(allocatable.get(resource, "0")))
+        except ValueError:
+            count = 0
+        if count >= per_node:
+            ready.append(node.get("metadata", {}).get("name", "?"))
+    first = Check("cluster", PASS, f"API server answers: {len(items)} node(s)")
+    need = spec.gpu_nodes
+    what = f"{len(ready)} node(s) advertise {per_node}x {resource}; {need} needed"
+    if len(ready) >= need:
+        return [first, Check("gpu-nodes", PASS, f"{what} ({', '.join(ready[:4])})")]
+    return [first, Check("gpu-nodes", FAIL, f"{what}: is the device plugin / GPU operator running?")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Orchestration
+# ---------------------------------------------------------------------------------------------
+
+
+def run_checks(
+    spec: DeploymentSpec,
+    *,
+    region: str | None = None,
+    now: datetime | None = None,
+    clients: AwsClients | None = None,
+    mirror_bucket: str | None = None,
+    check_cluster_enabled: bool = False,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Check]:
+    """All preflight checks of ``spec`` in order. Never raises for an API's answer."""
+    now = now or datetime.now(timezone.utc)
+    checks: list[Check] = []
+    step = progress or (lambda _name: None)
+    aws_names = ("instance-facts", "offered-in-region", "offered-in-az", "vcpu-quota", "capacity-reservation", "capacity-end", "fsx", "eks", "mirror")
+    if not spec.is_aws:
+        checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
+    else:
+        region = region or spec.region
+        clients = clients or AwsClients(region)
+        if not clients.has_credentials():
+            reason = "no AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID; AWS_ENDPOINT_URL for a test endpoint)"
+            checks += [Check(n, UNKNOWN, reason) for n in aws_names]
+        else:
+            step("instance type")
+            facts, known = check_instance_facts(spec, clients)
+            checks.append(facts)
+            step("offerings")
+            checks += check_offerings(spec, clients, spec.availability_zone, known)
+            step("quota")
+            checks.append(check_quota(spec, clients))
+            step("capacity reservation")
+            checks += check_reservation(spec, clients, now)
+            step("FSx and EKS")
+            checks.append(check_service(spec, clients, "fsx"))
+            checks.append(check_service(spec, clients, "eks"))
+            step("S3 mirror")
+            checks.append(check_mirror(spec, clients, mirror_bucket))
+    step("cluster")
+    checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
+    return checks
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/preflight.py",
+        description="Check that a stack can get its GPU capacity before `pulumi up`: instance offered in "
+        "the region and AZ, facts match the profile, vCPU quota, capacity reservation or block, FSx/EKS, "
+        "the S3 weight mirror and (optionally) the Kubernetes cluster. Statuses: pass, warn, fail, "
+        "unknown (the API could not answer), skip (not applicable).",
+        epilog="Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error. AWS credentials "
+        "and AWS_ENDPOINT_URL are read from the environment as boto3 does.",
+    )
+    parser.add_argument("--stack", required=True, help=f"stack name: stacks/Pulumi.<stack>.yaml ({', '.join(stack_names())})")
+    parser.add_argument("--region", help="AWS region to check instead of the stack's aws:region (e.g. to compare regions)")
+    parser.add_argument(
+        "--mirror-bucket", metavar="BUCKET",
+        help="S3 mirror bucket to check when the stack lets `pulumi up` name it (the stack output)",
+    )
+    parser.add_argument(
+        "--check-cluster", action="store_true",
+        help="for Kubernetes platforms: contact the API server with the kubeconfig and count GPU nodes "
+        "(a network call, off by default)",
+    )
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig for --check-cluster (default $KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context for --check-cluster (default kubernetes.context, then current-context)")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        raise UsageError(f"--kubeconfig: {args.kubeconfig} is not a file")
+    if args.region is not None and not args.region.replace("-", "").isalnum():
+        raise UsageError(f"--region: {args.region!r} is not a region name (e.g. us-east-1)")
+    now = datetime.now(timezone.utc)
+    spec = load_stack(args.stack, now=now)
+    region = args.region or spec.region
+    if sys.stderr.isatty() and not args.json:
+        from rich.console import Console
+
+        with Console(stderr=True).status("preflight") as status:
+            checks = run_checks(
+                spec, region=region, now=now, mirror_bucket=args.mirror_bucket, check_cluster_enabled=args.check_cluster,
+                kubeconfig=args.kubeconfig, context=args.context, progress=lambda s: status.update(f"preflight: {s}"),
+            )
+    else:
+        checks = run_checks(
+            spec, region=region, now=now, mirror_bucket=args.mirror_bucket, check_cluster_enabled=args.check_cluster,
+            kubeconfig=args.kubeconfig, context=args.context,
+        )
+    code = exit_code(c.status for c in checks)
+    if args.json:
+        print_json({
+            "stack": spec.stack, "platform": spec.platform, "region": region,
+            "availability_zone": spec.availability_zone, "instance_type": spec.instance.instance_type,
+            "gpu_nodes": spec.gpu_nodes, "ok": code == 0, "checks": [asdict(c) for c in checks],
+        })
+    else:
+        where = f"{region} / {spec.availability_zone or 'any AZ'}" if spec.is_aws else spec.platform
+        print_table(
+            f"Preflight: stack {spec.stack} ({spec.gpu_nodes}x {spec.instance.instance_type}, {where})",
+            ("check", "status", "reason"),
+            [(c.name, c.status, c.reason) for c in checks],
+            status_column=1,
+            caption="result: " + ("FAILED" if code else "ok (nothing failed)"),
+        )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

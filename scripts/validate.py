@@ -1,0 +1,536 @@
+#!/usr/bin/env python3
+"""Validate a deployed endpoint the way the model card asks before scaling up.
+
+    python scripts/validate.py --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro [--json]
+
+Checks (``--checks`` picks some; all by default), built on the official ``openai`` client:
+  tools             a request with tools returns tool_calls whose arguments are JSON matching the
+                    schema, and no raw tool-call tokens in content
+  parallel-tools    a request that needs two calls gets two separate calls
+  round-trip        the complete assistant message (content, reasoning_content, tool_calls) goes
+                    back with the tool results; the next turn succeeds, uses them, and the
+                    prompt shows the reasoning was kept
+  reasoning-effort  reasoning_effort low, high and max are accepted as a top-level field
+  needle            one fact retrieved from a long haystack (default 128k tokens, capped at the
+                    served max_model_len)
+  throughput        N concurrent streams: time to first token p50/p95, inter-token latency,
+                    output tokens per second
+Only the given base URL is contacted. Exit codes: 0 all passed, 1 a check failed, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from scripts._cli import FAIL, PASS, SKIP, UsageError, exit_code, one_line, print_json, print_table, run_cli  # noqa: E402
+
+CHECKS: tuple[str, ...] = ("tools", "parallel-tools", "round-trip", "reasoning-effort", "needle", "throughput")
+EFFORTS: tuple[str, ...] = ("low", "high", "max")
+DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
+DEFAULT_NEEDLE_TOKENS = 128 * 1024
+CHARS_PER_TOKEN = 4  # estimate for English prose; the server's usage gives the real count
+# Output budget of the functional checks: room for the reasoning at the default effort (max).
+CHECK_MAX_TOKENS = 8192
+# Kimi's tool-call markers (and any <|...tool...|> token) must never reach content.
+RAW_TOOL_TOKEN_RE = re.compile(r"<\|[^|<>]*tool[^|<>]*\|>|tool_calls?_section")
+
+WEATHER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "City name, e.g. Paris"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city"],
+    "additionalProperties": False,
+}
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "Current weather of one city.", "parameters": WEATHER_SCHEMA},
+}
+
+
+@dataclass
+class CheckResult:
+    """One check's outcome.
+
+    Attributes:
+        name: the check (``CHECKS``).
+        status: ``pass``, ``fail`` or ``skip``.
+        reason: one line saying why.
+        metrics: figures measured (latencies in seconds, throughput in tokens/s).
+    """
+
+    name: str
+    status: str
+    reason: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to run and how hard (see ``--help``)."""
+
+    model: str
+    checks: tuple[str, ...] = CHECKS
+    needle_tokens: int = DEFAULT_NEEDLE_TOKENS
+    needle_depth: float = 0.5
+    concurrency: int = 8
+    requests: int = 16
+    max_tokens: int = 256
+    prompt_tokens: int = 1024
+    min_output_tps: float | None = None
+    max_ttft_p95_seconds: float | None = None
+    seed: int = 0
+
+
+class CheckFailed(Exception):
+    """A check's request failed; ``str(err)`` is the one-line reason."""
+
+
+def _describe_error(err: Exception) -> str:
+    import openai
+
+    if isinstance(err, openai.APIStatusError):
+        message = ""
+        body = err.body if isinstance(err.body, dict) else {}
+        if isinstance(body.get("error"), dict):
+            message = body["error"].get("message", "")
+        elif body.get("message"):
+            message = body["message"]
+        return f"HTTP {err.status_code}: {one_line(message or err.message)[:200]}"
+    if isinstance(err, openai.APITimeoutError):
+        return "request timed out"
+    if isinstance(err, openai.APIConnectionError):
+        return f"cannot connect: {one_line(err.__cause__ or err)[:160]}"
+    return f"{type(err).__name__}: {one_line(err)[:200]}"
+
+
+def _chat(client: Any, opts: Options, **kwargs: Any) -> Any:
+    import openai
+
+    kwargs.setdefault("max_tokens", CHECK_MAX_TOKENS)
+    try:
+        return client.chat.completions.create(model=opts.model, **kwargs)
+    except openai.OpenAIError as err:
+        raise CheckFailed(_describe_error(err)) from None
+
+
+def reasoning_of(message: Any) -> tuple[str | None, str | None]:
+    """``(field name, text)`` of the reasoning in a response message or delta: vLLM's
+    ``reasoning_content`` or the newer ``reasoning``; ``(None, None)`` when absent."""
+    extra = getattr(message, "model_extra", None) or {}
+    for name in ("reasoning_content", "reasoning"):
+        value = extra.get(name, getattr(message, name, None) if name not in extra else None)
+        if isinstance(value, str) and value:
+            return name, value
+    return None, None
+
+
+def _validate_calls(calls: Sequence[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parse and schema-check tool calls: (argument dicts, problems)."""
+    import jsonschema
+
+    parsed, problems = [], []
+    for call in calls:
+        fn = call.function
+        if fn.name != "get_weather":
+            problems.append(f"unknown function {fn.name!r}")
+            continue
+        try:
+            args = json.loads(fn.arguments)
+        except (TypeError, ValueError):
+            problems.append(f"arguments are not JSON: {one_line(fn.arguments)[:80]!r}")
+            continue
+        try:
+            jsonschema.validate(args, WEATHER_SCHEMA)
+        except jsonschema.ValidationError as err:
+            problems.append(f"arguments {one_line(json.dumps(args))[:80]} do not match the schema: {one_line(err.message)[:80]}")
+            continue
+        parsed.append(args)
+    return parsed, problems
+
+
+def check_tools(client: Any, opts: Options) -> CheckResult:
+    name = "tools"
+    resp = _chat(client, opts, messages=[{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}],
+                 tools=[WEATHER_TOOL], tool_choice="auto")
+    choice = resp.choices[0]
+    msg = choice.message
+    content = msg.content or ""
+    _, reasoning = reasoning_of(msg)
+    leaked = RAW_TOOL_TOKEN_RE.search(content) or RAW_TOOL_TOKEN_RE.search(reasoning or "")
+    if leaked:
+        return CheckResult(name, FAIL, f"raw tool-call tokens in the response text ({leaked.group(0)!r}): is --tool-call-parser kimi_k3 set?")
+    calls = msg.tool_calls or []
+    if not calls:
+        return CheckResult(name, FAIL, f"no tool_calls (finish_reason {choice.finish_reason}); content: {one_line(content)[:80]!r}")
+    parsed, problems = _validate_calls(calls)
+    if problems:
+        return CheckResult(name, FAIL, problems[0])
+    if not any(a.get("city", "").lower() == "paris" for a in parsed):
+        return CheckResult(name, FAIL, f"the call does not ask for Paris: {json.dumps(parsed)[:100]}")
+    return CheckResult(name, PASS, f"{len(calls)} tool call(s), arguments valid JSON matching the schema, finish_reason {choice.finish_reason}")
+
+
+def check_parallel_tools(client: Any, opts: Options) -> CheckResult:
+    name = "parallel-tools"
+    resp = _chat(client, opts, messages=[{"role": "user", "content":
+                 "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in this turn."}],
+                 tools=[WEATHER_TOOL], tool_choice="auto")
+    calls = resp.choices[0].message.tool_calls or []
+    if len(calls) < 2:
+        detail = f": {one_line(calls[0].function.arguments)[:100]!r}" if calls else ""
+        return CheckResult(name, FAIL, f"{len(calls)} tool call(s) where two were needed (merged calls?){detail}")
+    parsed, problems = _validate_calls(calls)
+    if problems:
+        return CheckResult(name, FAIL, problems[0])
+    ids = [c.id for c in calls]
+    if len(set(ids)) != len(ids) or not all(ids):
+        return CheckResult(name, FAIL, f"tool call ids are not distinct: {ids}")
+    cities = {a.get("city", "").lower() for a in parsed}
+    if not {"paris", "tokyo"} <= cities:
+        return CheckResult(name, FAIL, f"the calls cover {sorted(cities)}, not Paris and Tokyo")
+    return CheckResult(name, PASS, f"{len(calls)} separate calls with distinct ids ({', '.join(sorted(cities))})")
+
+
+def check_round_trip(client: Any, opts: Options) -> CheckResult:
+    name = "round-trip"
+    rng = random.Random(opts.seed + 1)
+    observation = f"WX-{rng.randrange(1000, 9999)}"
+    user = {"role": "user", "content": "What is the weather in Paris? Use get_weather, then tell me the temperature and the observation_id it returns."}
+    first = _chat(client, opts, messages=[user], tools=[WEATHER_TOOL], tool_choice="auto")
+    msg = first.choices[0].message
+    calls = msg.tool_calls or []
+    if not calls:
+        return CheckResult(name, FAIL, "turn 1 returned no tool_calls (see the tools check)")
+    field_name, reasoning = reasoning_of(msg)
+    if not reasoning:
+        return CheckResult(name, FAIL, "turn 1 returned no reasoning_content: is --reasoning-parser kimi_k3 set?")
+    assistant: dict[str, Any] = {
+        "role": "assistant",
+        "content": msg.content or "",
+        "reasoning_content": reasoning,
+        "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}} for c in calls],
+    }
+    if field_name != "reasoning_content":
+        assistant[field_name] = reasoning  # send back whichever field the server used, too
+    results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"temperature_c": 17.5, "observation_id": observation})} for c in calls]
+    second = _chat(client, opts, messages=[user, assistant, *results], tools=[WEATHER_TOOL], tool_choice="auto")
+    reply = second.choices[0].message
+    if reply.tool_calls:
+        return CheckResult(name, FAIL, "turn 2 asked for the tool again instead of using its result")
+    if observation not in (reply.content or ""):
+        return CheckResult(name, FAIL, f"turn 2 does not use the tool result ({observation} missing): {one_line(reply.content or '')[:80]!r}")
+    metrics: dict[str, Any] = {}
+    u1, u2 = first.usage, second.usage
+    if u1 and u2 and u1.completion_tokens:
+        # A server that keeps the returned message re-reads all of turn 1's output (reasoning
+        # included) as prompt; one that drops reasoning_content shows a shorter prompt.
+        expected = u1.prompt_tokens + u1.completion_tokens
+        slack = max(8, int(0.05 * u1.completion_tokens))
+        metrics = {"turn1_prompt_tokens": u1.prompt_tokens, "turn1_completion_tokens": u1.completion_tokens, "turn2_prompt_tokens": u2.prompt_tokens}
+        if u2.prompt_tokens + slack < expected:
+            return CheckResult(
+                name, FAIL,
+                f"turn 2's prompt has {u2.prompt_tokens} tokens, fewer than turn 1's prompt + output ({expected}): "
+                "the server drops the returned reasoning_content",
+                metrics,
+            )
+    return CheckResult(name, PASS, f"{len(calls)} tool result(s) returned with reasoning ({field_name}); turn 2 used them", metrics)
+
+
+def check_reasoning_effort(client: Any, opts: Options) -> CheckResult:
+    name = "reasoning-effort"
+    failures, seconds = [], {}
+    for effort in EFFORTS:
+        started = time.monotonic()
+        try:
+            resp = _chat(client, opts, messages=[{"role": "user", "content": "Reply with the single word: ok"}], reasoning_effort=effort)
+            if not resp.choices:
+                failures.append(f"{effort}: no choices")
+        except CheckFailed as err:
+            failures.append(f"{effort}: {err}")
+        seconds[effort] = round(time.monotonic() - started, 2)
+    if failures:
+        return CheckResult(name, FAIL, "rejected " + "; ".join(failures), {"seconds": seconds})
+    return CheckResult(name, PASS, f"{', '.join(EFFORTS)} accepted as top-level reasoning_effort", {"seconds": seconds})
+
+
+_WORDS = (
+    "river harbor lantern meadow copper signal orchard valley engine canvas granite ledger beacon "
+    "compass thunder willow marble circuit window garden silver market bridge planet quiet rapid "
+    "gentle narrow ancient modern distant bright hollow steady cloud forest paper stone winter summer "
+    "morning evening station village railway journey letter theory measure pattern"
+).split()
+
+
+def haystack(chars: int, needle: str, depth: float, seed: int) -> str:
+    """About ``chars`` characters of filler prose with ``needle`` at ``depth`` (0 start, 1 end)."""
+    rng = random.Random(seed)
+    sentences, size = [], 0
+    while size < chars:
+        words = [rng.choice(_WORDS) for _ in range(rng.randint(8, 16))]
+        sentence = " ".join(words).capitalize() + ". "
+        sentences.append(sentence)
+        size += len(sentence)
+    sentences.insert(int(len(sentences) * depth), needle + " ")
+    return "".join(sentences)
+
+
+def served_max_model_len(client: Any, model: str) -> int | None:
+    """``max_model_len`` vLLM reports in /v1/models for ``model``, or None."""
+    try:
+        for item in client.models.list().data:
+            if item.id == model:
+                value = (item.model_extra or {}).get("max_model_len")
+                return int(value) if value else None
+    except Exception:  # noqa: BLE001 - an endpoint without /v1/models: use the flag as given
+        return None
+    return None
+
+
+def check_needle(client: Any, opts: Options) -> CheckResult:
+    name = "needle"
+    rng = random.Random(opts.seed + 2)
+    code = f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}-{rng.randrange(1000, 9999)}"
+    needle = f"The secret passphrase for the vault is {code}."
+    target, note = opts.needle_tokens, ""
+    limit = served_max_model_len(client, opts.model)
+    if limit is not None and target > limit - 2048:
+        target, note = max(1024, limit - 2048), f" (capped at the served max_model_len {limit:,} - 2,048)"
+    text = haystack(target * CHARS_PER_TOKEN, needle, opts.needle_depth, opts.seed)
+    question = "\n\nWhat is the secret passphrase for the vault mentioned in the text above? Reply with the passphrase only."
+    started = time.monotonic()
+    resp = _chat(client, opts, messages=[{"role": "user", "content": text + question}])
+    seconds = round(time.monotonic() - started, 2)
+    answer = resp.choices[0].message.content or ""
+    prompt_tokens = resp.usage.prompt_tokens if resp.usage else None
+    metrics = {"target_tokens": target, "prompt_tokens": prompt_tokens, "depth": opts.needle_depth, "seconds": seconds}
+    size = f"{prompt_tokens:,} prompt tokens" if prompt_tokens else f"~{target:,} tokens"
+    if code.lower() not in answer.lower():
+        return CheckResult(name, FAIL, f"needle not found in {size}{note}: answered {one_line(answer)[:60]!r}", metrics)
+    return CheckResult(name, PASS, f"needle found in {size} at depth {opts.needle_depth:.0%}{note} ({seconds:.1f} s)", metrics)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _one_stream(client: Any, opts: Options, prompt: str) -> dict[str, Any]:
+    import openai
+
+    started = time.monotonic()
+    first = last = None
+    chunks = 0
+    usage_tokens = None
+    try:
+        stream = client.chat.completions.create(
+            model=opts.model, messages=[{"role": "user", "content": prompt}], max_tokens=opts.max_tokens,
+            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+        )
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage_tokens = chunk.usage.completion_tokens
+            for choice in chunk.choices:
+                delta = choice.delta
+                if delta is None:
+                    continue
+                if delta.content or reasoning_of(delta)[1] or delta.tool_calls:
+                    now = time.monotonic()
+                    first = first or now
+                    last = now
+                    chunks += 1
+    except openai.OpenAIError as err:
+        return {"error": _describe_error(err)}
+    if first is None:
+        return {"error": "the stream produced no tokens"}
+    tokens = usage_tokens if usage_tokens is not None else chunks
+    itl = (last - first) / (tokens - 1) if tokens > 1 else None
+    return {"ttft": first - started, "itl": itl, "tokens": tokens, "usage": usage_tokens is not None,
+            "decode_tps": (tokens - 1) / (last - first) if tokens > 1 and last > first else None}
+
+
+def check_throughput(client: Any, opts: Options, progress: Callable[[int, int], None] | None = None) -> CheckResult:
+    name = "throughput"
+    filler = haystack(opts.prompt_tokens * CHARS_PER_TOKEN, "", 0, opts.seed + 3)
+    prompt = filler + "\n\nWrite a long, detailed story inspired by the words above."
+    started = time.monotonic()
+    results = []
+    with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
+        futures = [pool.submit(_one_stream, client, opts, f"[{i}] {prompt}") for i in range(opts.requests)]
+        for done, future in enumerate(as_completed(futures), 1):
+            results.append(future.result())
+            if progress:
+                progress(done, opts.requests)
+    wall = time.monotonic() - started
+    errors = [r["error"] for r in results if "error" in r]
+    ok = [r for r in results if "error" not in r]
+    if errors:
+        return CheckResult(name, FAIL, f"{len(errors)} of {opts.requests} streams failed: {errors[0]}", {"failed": len(errors)})
+    ttfts = [r["ttft"] for r in ok]
+    itls = [r["itl"] for r in ok if r["itl"] is not None]
+    tokens = sum(r["tokens"] for r in ok)
+    metrics = {
+        "concurrency": opts.concurrency,
+        "requests": opts.requests,
+        "max_tokens": opts.max_tokens,
+        "prompt_tokens_estimate": opts.prompt_tokens,
+        "output_tokens": tokens,
+        "wall_seconds": round(wall, 3),
+        "output_tokens_per_second": round(tokens / wall, 2) if wall > 0 else None,
+        "ttft_p50_seconds": round(percentile(ttfts, 50), 4),
+        "ttft_p95_seconds": round(percentile(ttfts, 95), 4),
+        "itl_mean_seconds": round(sum(itls) / len(itls), 5) if itls else None,
+        "itl_p95_seconds": round(percentile(itls, 95), 5) if itls else None,
+        "usage_reported": all(r["usage"] for r in ok),
+    }
+    summary = (f"{opts.requests} streams at concurrency {opts.concurrency}: {metrics['output_tokens_per_second']:,} output tok/s, "
+               f"TTFT p50 {metrics['ttft_p50_seconds']:.3f} s p95 {metrics['ttft_p95_seconds']:.3f} s, "
+               f"ITL {'n/a' if metrics['itl_mean_seconds'] is None else format(metrics['itl_mean_seconds'] * 1000, '.1f') + ' ms'}")
+    if opts.min_output_tps is not None and (metrics["output_tokens_per_second"] or 0) < opts.min_output_tps:
+        return CheckResult(name, FAIL, f"{summary}: below --min-output-tps {opts.min_output_tps}", metrics)
+    if opts.max_ttft_p95_seconds is not None and metrics["ttft_p95_seconds"] > opts.max_ttft_p95_seconds:
+        return CheckResult(name, FAIL, f"{summary}: TTFT p95 above --max-ttft-p95-seconds {opts.max_ttft_p95_seconds}", metrics)
+    if not metrics["usage_reported"]:
+        summary += " (no usage in the stream: tokens counted from chunks)"
+    return CheckResult(name, PASS, summary, metrics)
+
+
+RUNNERS: dict[str, Callable[..., CheckResult]] = {
+    "tools": check_tools,
+    "parallel-tools": check_parallel_tools,
+    "round-trip": check_round_trip,
+    "reasoning-effort": check_reasoning_effort,
+    "needle": check_needle,
+    "throughput": check_throughput,
+}
+
+
+def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int], None] | None = None) -> list[CheckResult]:
+    """Run ``opts.checks`` in ``CHECKS`` order; a check that cannot complete fails with its reason."""
+    results = []
+    for name in CHECKS:
+        if name not in opts.checks:
+            results.append(CheckResult(name, SKIP, "not selected (--checks)"))
+            continue
+        try:
+            if name == "throughput":
+                result = check_throughput(client, opts, (lambda d, t: progress(name, d, t)) if progress else None)
+            else:
+                if progress:
+                    progress(name, 0, 1)
+                result = RUNNERS[name](client, opts)
+        except CheckFailed as err:
+            result = CheckResult(name, FAIL, str(err))
+        results.append(result)
+    return results
+
+
+def make_client(base_url: str, api_key: str, timeout_seconds: float) -> Any:
+    """The official OpenAI client for ``base_url`` (no retries: a failure is the result)."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_seconds)
+
+
+def _positive(kind: type, low: float, high: float) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is outside {low:g}..{high:g}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/validate.py",
+        description="Validate a deployed OpenAI-compatible endpoint: tool calls, multi-turn reasoning round trip, "
+        "reasoning_effort, long-context needle, throughput and latency.",
+        epilog="Exit codes: 0 all selected checks passed, 1 a check failed, 2 usage error. "
+        "Example: python scripts/validate.py --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro --json > validate.json",
+    )
+    parser.add_argument("--base-url", required=True, help="the endpoint's OpenAI base URL, e.g. http://HOST:8000/v1 (the only address contacted)")
+    parser.add_argument("--model", required=True, help="the served model name clients send (stack's model.servedModelName, e.g. kimi-k3.1-pro)")
+    parser.add_argument(
+        "--api-key-env", metavar="VAR",
+        help=f"environment variable holding the API key (default {DEFAULT_API_KEY_ENV} when set, else no key); "
+        "the key is never a flag, so it stays out of shell history",
+    )
+    parser.add_argument("--checks", default=",".join(CHECKS), metavar="LIST", help=f"comma-separated checks to run (default all: {','.join(CHECKS)})")
+    parser.add_argument("--needle-tokens", type=_positive(int, 1024, 1_048_576), default=DEFAULT_NEEDLE_TOKENS, metavar="N",
+                        help=f"haystack length in tokens (~{CHARS_PER_TOKEN} characters each; default {DEFAULT_NEEDLE_TOKENS:,}, capped at the served max_model_len)")
+    parser.add_argument("--needle-depth", type=_positive(float, 0, 1), default=0.5, metavar="F", help="where the needle sits, 0 = start, 1 = end (default 0.5)")
+    parser.add_argument("--concurrency", type=_positive(int, 1, 256), default=8, metavar="N", help="concurrent streams of the throughput check (default 8)")
+    parser.add_argument("--requests", type=_positive(int, 1, 1024), default=16, metavar="N", help="streams in all for the throughput check (default 16)")
+    parser.add_argument("--max-tokens", type=_positive(int, 1, 32_768), default=256, metavar="N", help="output tokens per throughput stream (default 256; EOS ignored)")
+    parser.add_argument("--prompt-tokens", type=_positive(int, 1, 131_072), default=1024, metavar="N", help="prompt length per throughput stream, estimated tokens (default 1,024)")
+    parser.add_argument("--min-output-tps", type=_positive(float, 0, 1e9), metavar="TPS", help="fail the throughput check below this many output tokens/s")
+    parser.add_argument("--max-ttft-p95-seconds", type=_positive(float, 0, 1e6), metavar="S", help="fail the throughput check when TTFT p95 is above this")
+    parser.add_argument("--timeout-seconds", type=_positive(float, 1, 86_400), default=600, metavar="S", help="timeout of each request (default 600; a long needle takes a while)")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines (cost.py --throughput-json reads it) instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not re.match(r"^https?://[^\s/]+", args.base_url):
+        raise UsageError(f"--base-url: {args.base_url!r} is not an http(s) URL (e.g. http://10.0.1.23:8000/v1)")
+    checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown or not checks:
+        raise UsageError(f"--checks: {args.checks!r} names no known check or an unknown one {unknown} (allowed: {', '.join(CHECKS)})")
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise UsageError(f"--api-key-env: {args.api_key_env} is not set in the environment")
+    else:
+        api_key = os.environ.get(DEFAULT_API_KEY_ENV) or "EMPTY"
+    opts = Options(
+        model=args.model, checks=checks, needle_tokens=args.needle_tokens, needle_depth=args.needle_depth,
+        concurrency=args.concurrency, requests=args.requests, max_tokens=args.max_tokens, prompt_tokens=args.prompt_tokens,
+        min_output_tps=args.min_output_tps, max_ttft_p95_seconds=args.max_ttft_p95_seconds,
+    )
+    client = make_client(args.base_url, api_key, args.timeout_seconds)
+    if sys.stderr.isatty() and not args.json:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("validate", total=None)
+            results = run_checks(client, opts, progress=lambda n, d, t: bar.update(task, description=n, completed=d, total=t))
+    else:
+        results = run_checks(client, opts)
+    code = exit_code(r.status for r in results)
+    if args.json:
+        print_json({"base_url": args.base_url, "model": args.model, "ok": code == 0, "checks": [asdict(r) for r in results]})
+    else:
+        print_table(f"Validate: {args.model} at {args.base_url}", ("check", "status", "reason"),
+                    [(r.name, r.status, r.reason) for r in results], status_column=1,
+                    caption="result: " + ("FAILED" if code else "all selected checks passed"))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

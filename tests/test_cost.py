@@ -1,0 +1,118 @@
+"""The cost model and scripts/cost.py against the figures in DESIGN.md section 4 and the
+prices in the core (never re-typed here: read from MODELS / INSTANCES / compute_sizing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.spec import cost
+from components.spec.config import load_stack
+from components.spec.model import MODELS
+from components.spec.sizing import compute_sizing
+from components.spec.targets import INSTANCES
+from tests.conftest import FIXED_NOW, STACKS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PRICE = MODELS["kimi-k3.1-pro"].api_price
+
+
+def test_reference_task_reproduces_design_figures():
+    task = cost.REFERENCE_TASK
+    # 0.42M x 13 = 5.5, 3.81M x 1.3 = 5.0, 0.22M x 68 = 15.1 -> about 26 RMB.
+    assert round(task.uncached_input_tokens / 1e6, 2) == 0.42
+    assert round(task.cached_input_tokens / 1e6, 2) == 3.80
+    assert round(task.output_tokens / 1e6, 2) == 0.22
+    api = cost.api_cost_per_task(PRICE)
+    assert round(api.uncached_input, 1) == 5.5
+    assert round(api.cached_input, 0) == 5.0
+    assert round(api.output, 1) == 15.1
+    assert round(api.total) == 26
+    assert round(api.total * 1000, -3) == 26_000
+
+
+def test_conversion_break_even_and_capacity():
+    assert cost.to_rmb(10, "USD", 7.0) == 70 and cost.to_rmb(10, "RMB", 7.0) == 10
+    with pytest.raises(ValueError):
+        cost.to_rmb(1, "EUR", 7.0)
+    assert cost.break_even_tasks_per_month(26_000, 26) == 1000
+    assert cost.break_even_tasks_per_month(26_001, 26) == 1001
+    # 222,500 output tokens per task; 1,000 tok/s for a whole month = 2.628e9 tokens.
+    assert cost.tasks_per_month_capacity(1000, busy_fraction=1.0) == int(1000 * 730 * 3600 / 222_500)
+    with pytest.raises(ValueError):
+        cost.TaskProfile(100, 1.5, 0.5)
+
+
+def _cost(*args):
+    return subprocess.run([sys.executable, "scripts/cost.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_b300_json_against_the_core():
+    out = _cost("--stack", "b300", "--json", "--rmb-per-usd", "7.0")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    on_demand = INSTANCES["p6-b300.48xlarge"].usd_per_hour_on_demand
+    assert report["api_cost_per_task_rmb"] == pytest.approx(cost.api_cost_per_task(PRICE).total, abs=0.01)
+    assert round(report["api_cost_per_task_rmb"]) == 26
+    assert round(report["api_cost_per_month_rmb"], -3) == 26_000  # 1,000 tasks by default
+    assert report["self_hosted_cost_per_hour_usd"] == pytest.approx(on_demand)
+    assert report["self_hosted_cost_per_month_usd"] == pytest.approx(on_demand * 730, abs=0.01)
+    expected = cost.break_even_tasks_per_month(on_demand * 730 * 7.0, cost.api_cost_per_task(PRICE).total)
+    assert report["break_even_tasks_per_month"] == expected
+    assert report["cheaper_at_this_volume"] == "api"
+    assert report["capacity"] is None
+
+
+def test_tasks_per_month_and_exchange_rate_are_parameters():
+    a = json.loads(_cost("--stack", "b300", "--json", "--tasks-per-month", "50000", "--rmb-per-usd", "7.0").stdout)
+    b = json.loads(_cost("--stack", "b300", "--json", "--tasks-per-month", "50000", "--rmb-per-usd", "8.0").stdout)
+    assert a["api_cost_per_month_rmb"] == pytest.approx(a["api_cost_per_task_rmb"] * 50_000, rel=1e-3)
+    assert a["cheaper_at_this_volume"] == "self-hosted"
+    assert b["break_even_tasks_per_month"] > a["break_even_tasks_per_month"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_prices_through_the_sizing(stack):
+    spec = load_stack(stack, now=FIXED_NOW)
+    sizing = compute_sizing(spec)
+    out = _cost("--stack", stack, "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    if sizing.usd_per_hour is None:
+        assert report["self_hosted_cost_per_month_usd"] is None and report["break_even_tasks_per_month"] is None
+        assert any("--usd-per-hour" in n for n in report["notes"])
+        priced = json.loads(_cost("--stack", stack, "--json", "--usd-per-hour", "100").stdout)
+        assert priced["self_hosted_cost_per_hour_usd"] == pytest.approx(100 * spec.gpu_nodes)
+    else:
+        assert report["self_hosted_cost_per_hour_usd"] == pytest.approx(sizing.usd_per_hour)
+
+
+def test_throughput_json_says_whether_one_deployment_serves(tmp_path):
+    validate_json = {"ok": True, "checks": [{"name": "throughput", "status": "pass", "reason": "",
+                                             "metrics": {"output_tokens_per_second": 1000.0, "concurrency": 8}}]}
+    path = tmp_path / "validate.json"
+    path.write_text(json.dumps(validate_json))
+    capacity = int(1000 * 730 * 3600 * 0.5 / 222_500)
+    serves = json.loads(_cost("--stack", "b300", "--json", "--throughput-json", str(path)).stdout)["capacity"]
+    assert serves["tasks_per_month_capacity"] == capacity and serves["can_serve"] is True
+    short = json.loads(_cost("--stack", "b300", "--json", "--throughput-json", str(path), "--tasks-per-month", str(capacity * 3)).stdout)["capacity"]
+    assert short["can_serve"] is False and short["deployments_needed"] == 3
+    table = _cost("--stack", "b300", "--throughput-json", str(path))
+    assert table.returncode == 0 and "One deployment serves" in table.stdout
+
+
+def test_usage_errors_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for args in (["--stack", "nope"], ["--stack", "b300", "--rmb-per-usd", "0"], ["--stack", "b300", "--throughput-json", str(bad)],
+                 ["--stack", "b300", "--throughput-json", str(tmp_path / "missing.json")], ["--stack", "b300", "--input-fraction", "2"]):
+        out = _cost(*args)
+        assert out.returncode == 2, args
+        assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    helptext = _cost("--help").stdout
+    for flag in ("--stack", "--tasks-per-month", "--throughput-json", "--json", "--rmb-per-usd", "--usd-per-hour", "--busy-fraction"):
+        assert flag in helptext

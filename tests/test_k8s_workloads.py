@@ -1,0 +1,636 @@
+"""The Kubernetes workloads as declared in each stack's plan: probes against the sizing, flags
+and env per vendor, secrets only through secretKeyRef, GPU resources, LeaderWorkerSet roles,
+spec-hashed Job names, add-ons, storage, network policy; and the probe/marker scripts run for real."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import subprocess
+import sys
+import threading
+from typing import Any, Iterator
+
+import pulumi
+import pytest
+
+from components import program
+from components.k8s import addons as k8s_addons
+from components.k8s import vllm_service
+from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEMPLATE, spec_hash
+from components.k8s.weight_sync import sync_program_text
+from components.plan_engine import SECRET_MASK, run_program
+from components.spec.config import ConfigError, read_stack_config
+from components.spec.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT
+from components.spec.versions import HELM_CHARTS
+from components.spec.weights import MARKER_NAME, SYNC_SCRIPT_PATH
+from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
+
+K8S_STACKS = [s for s in STACKS if plan_for(s).context.spec.uses_kubernetes]
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+SECRET_ENV_NAMES = {"VLLM_API_KEY", "HF_TOKEN", "MODELSCOPE_API_TOKEN"}
+LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+# -- helpers shared with test_k8s_schemas.py ------------------------------------------------------
+
+
+def k8s_objects(run) -> list:
+    """Recorded Kubernetes objects (custom resources of the kubernetes provider, Helm releases excluded)."""
+    return [r for r in run.resources if r.custom and r.type.startswith("kubernetes:") and r.type != HELM_RELEASE]
+
+
+def manifest(res) -> dict[str, Any]:
+    """A recorded object's inputs as a manifest (masked secret maps become a masked entry)."""
+    doc = json.loads(json.dumps(dict(res.inputs)))
+    if doc.get("kind") == "Secret" and doc.get("stringData") == SECRET_MASK:
+        doc["stringData"] = {"masked": SECRET_MASK}
+    return doc
+
+
+def of_kind(run, kind: str) -> list[dict[str, Any]]:
+    return [manifest(r) for r in k8s_objects(run) if r.inputs.get("kind") == kind]
+
+
+def one(run, kind: str) -> dict[str, Any]:
+    found = of_kind(run, kind)
+    assert len(found) == 1, f"{kind}: {len(found)} declared"
+    return found[0]
+
+
+def pod_templates(run) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(role, pod template) of every vLLM pod template and Job pod template."""
+    for kind in ("Deployment", "Job"):
+        for obj in of_kind(run, kind):
+            yield obj["metadata"]["name"], obj["spec"]["template"]
+    for lws in of_kind(run, "LeaderWorkerSet"):
+        tmpl = lws["spec"]["leaderWorkerTemplate"]
+        yield "leader", tmpl["leaderTemplate"]
+        yield "worker", tmpl["workerTemplate"]
+
+
+def vllm_pods(run) -> dict[str, dict[str, Any]]:
+    """role name -> pod template of the vLLM workload."""
+    deployments = of_kind(run, "Deployment")
+    if deployments:
+        return {"server": deployments[0]["spec"]["template"]}
+    tmpl = one(run, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    return {"leader": tmpl["leaderTemplate"], "worker": tmpl["workerTemplate"]}
+
+
+def vllm_container(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "vllm")
+
+
+def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from walk(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from walk(v, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+def run_with_timeouts(stack: str, overrides: dict | None = None) -> tuple[Any, dict[str, Any]]:
+    """Run ``stack`` with a stack transformation recording every resource's custom timeouts."""
+    captured: dict[str, Any] = {}
+    original = program.declare
+
+    def declare(ctx):
+        def capture(args):
+            if args.opts is not None and args.opts.custom_timeouts is not None:
+                captured[args.name] = args.opts.custom_timeouts
+            return None
+
+        pulumi.runtime.register_stack_transformation(capture)
+        return original(ctx)
+
+    config = dict(read_stack_config(stack))
+    config.update(overrides or {})
+    program.declare = declare
+    try:
+        run = run_program(config, stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW)
+    finally:
+        program.declare = original
+    return run, captured
+
+
+def seconds(text: str) -> int:
+    assert text.endswith("s"), text
+    return int(text[:-1])
+
+
+def with_k8s(stack: str, **changes: Any) -> dict:
+    """An override of ``kimi-deploy:kubernetes`` for ``stack`` with ``changes`` applied."""
+    current = dict(read_stack_config(stack).get("kimi-deploy:kubernetes") or {})
+    current.update(changes)
+    return {"kimi-deploy:kubernetes": current}
+
+
+# -- the workload set ----------------------------------------------------------------------------
+
+
+EXPECTED_WORKLOAD = {
+    "b300-prod": {"Deployment": 1, "Job": 2, "PersistentVolume": 1, "PersistentVolumeClaim": 1, "LeaderWorkerSet": 0, "ComputeDomain": 0},
+    "gb300": {"Deployment": 0, "Job": 2, "PersistentVolume": 0, "LeaderWorkerSet": 1, "ComputeDomain": 1},
+    "mi355x": {"Deployment": 1, "Job": 1, "PersistentVolume": 0, "LeaderWorkerSet": 0, "ComputeDomain": 0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_WORKLOAD))
+def test_kubernetes_stacks_declare_the_complete_workload_set(name):
+    run = plan_for(name)
+    kinds = [r.inputs.get("kind") for r in k8s_objects(run)]
+    for kind in ("Namespace", "ConfigMap", "Service", "PodDisruptionBudget", "NetworkPolicy"):
+        assert kinds.count(kind) == 1, f"{name}: {kind} x{kinds.count(kind)}"
+    assert kinds.count("Secret") >= 1 and kinds.count("ServiceAccount") >= 2
+    for kind, count in EXPECTED_WORKLOAD[name].items():
+        assert kinds.count(kind) == count, f"{name}: {kind} x{kinds.count(kind)}, expected {count}"
+    assert run.outputs["serviceUrl"] == "http://kimi-vllm.kimi.svc.cluster.local:8000/v1"
+    assert run.outputs["weightSyncJobs"] and all(n.startswith("kimi-weights-") for n in run.outputs["weightSyncJobs"])
+
+
+def test_ec2_stack_declares_no_kubernetes_objects():
+    run = plan_for("b300")
+    assert not [r for r in run.resources if r.type.startswith("kubernetes:")]
+    assert "kubernetesNamespace" not in run.outputs
+
+
+# -- probes and timeouts against the sizing ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_startup_probe_budget_covers_the_startup_budget(name):
+    run = plan_for(name)
+    budget = run.context.sizing.startup_budget_seconds
+    for role, pod in vllm_pods(run).items():
+        c = vllm_container(pod)
+        if role == "worker":
+            assert "startupProbe" not in c and "ports" not in c  # headless: no HTTP server
+            continue
+        probe = c["startupProbe"]
+        assert probe["httpGet"]["path"] == "/health"
+        assert probe["failureThreshold"] * probe["periodSeconds"] >= budget
+        assert probe.get("initialDelaySeconds", 0) == 0
+        # The engine-ready timeout inside vLLM equals the same budget.
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) == budget
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_liveness_only_after_startup_and_readiness_proves_the_model(name):
+    run = plan_for(name)
+    served = run.context.vllm.served_model_names[0]
+    for role, pod in vllm_pods(run).items():
+        c = vllm_container(pod)
+        if role == "worker":
+            continue
+        live = c["livenessProbe"]
+        assert live["httpGet"]["path"] == "/health" and "startupProbe" in c
+        assert live["periodSeconds"] * live["failureThreshold"] >= 60
+        ready = c["readinessProbe"]["exec"]["command"]
+        assert ready[:2] == ["python3", "-c"] and "/v1/models" in ready[2] and "VLLM_API_KEY" in ready[2]
+        assert ready[3:] == [str(run.context.vllm.port), served]
+        key_env = next(e for e in c["env"] if e["name"] == "VLLM_API_KEY")
+        assert key_env["valueFrom"]["secretKeyRef"]["name"] == "kimi-vllm-api-key"
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_pulumi_timeouts_and_progress_deadline_cover_the_startup_budget(name):
+    run, timeouts = run_with_timeouts(name)
+    budget = run.context.sizing.startup_budget_seconds
+    workload = "vllm-leaderworkerset" if of_kind(run, "LeaderWorkerSet") else "vllm-deployment"
+    assert seconds(timeouts[workload].create) >= budget
+    assert seconds(timeouts[workload].update) >= budget * run.context.spec.replicas
+    for dep in of_kind(run, "Deployment"):
+        assert dep["spec"]["progressDeadlineSeconds"] >= budget
+        assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    for lws in of_kind(run, "LeaderWorkerSet"):
+        assert lws["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Available"
+    for job_name, t in timeouts.items():
+        if job_name.startswith("weight-sync-"):
+            job = run.named(job_name).inputs["spec"]
+            assert seconds(t.create) == job["activeDeadlineSeconds"] >= 1800
+
+
+def test_update_timeout_grows_with_replicas():
+    run, timeouts = run_with_timeouts("b300-prod")
+    assert run.context.spec.replicas == 2
+    assert seconds(timeouts["vllm-deployment"].update) == 2 * seconds(timeouts["vllm-deployment"].create)
+
+
+# -- vendors: parsers, flags, env, GPU resources ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_commands_are_the_core_builder_argv(name):
+    run = plan_for(name)
+    command = run.context.vllm
+    pods = vllm_pods(run)
+    assert set(pods) == {r.name for r in command.roles}
+    for role in command.roles:
+        c = vllm_container(pods[role.name])
+        assert c["command"] == list(role.argv)
+        assert c["image"] == command.image
+        argv = " ".join(c["command"])
+        assert "--tool-call-parser kimi_k3" in argv and "--reasoning-parser kimi_k3" in argv
+        assert "--tensor-parallel-size 8" in argv and "--api-key" not in argv
+        family = run.context.spec.target.image_family
+        assert ("--load-format fastsafetensors" in argv) == (family == "cuda")
+        assert ("--load-format auto" in argv) == (family == "rocm")
+
+
+@pytest.mark.parametrize("name, resource, count, efa", [
+    ("b300-prod", "nvidia.com/gpu", "8", None),
+    ("gb300", "nvidia.com/gpu", "4", "16"),
+    ("mi355x", "amd.com/gpu", "8", None),
+])
+def test_gpu_resource_names_and_counts(name, resource, count, efa):
+    run = plan_for(name)
+    for role, pod in vllm_pods(run).items():
+        res = vllm_container(pod)["resources"]
+        assert res["limits"][resource] == count and res["requests"][resource] == count
+        gpu_keys = {k for k in res["limits"] if k.endswith("/gpu")}
+        assert gpu_keys == {resource}
+        assert res["limits"].get("vpc.amazonaws.com/efa") == efa
+        assert "cpu" not in res["limits"] and "memory" not in res["limits"]
+        shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "dshm")
+        assert shm["emptyDir"]["medium"] == "Memory"
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in vllm_container(pod)["volumeMounts"]
+
+
+def test_compute_domain_claim_only_on_gb300():
+    run = plan_for("gb300")
+    cd = one(run, "ComputeDomain")
+    assert cd["apiVersion"] == "resource.nvidia.com/v1beta1"
+    assert cd["spec"]["channel"]["resourceClaimTemplate"]["name"] == COMPUTE_DOMAIN_CLAIM_TEMPLATE
+    assert cd["spec"]["numNodes"] == run.context.spec.gpu_nodes
+    for pod in vllm_pods(run).values():
+        assert pod["spec"]["resourceClaims"] == [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": COMPUTE_DOMAIN_CLAIM_TEMPLATE}]
+        assert vllm_container(pod)["resources"]["claims"] == [{"name": COMPUTE_DOMAIN_CLAIM}]
+        env = {e["name"]: e.get("value") for e in vllm_container(pod)["env"]}
+        assert env["NCCL_MNNVL_ENABLE"] == "1"
+    for other in ("b300-prod", "mi355x"):
+        assert not of_kind(plan_for(other), "ComputeDomain")
+        for pod in vllm_pods(plan_for(other)).values():
+            assert "resourceClaims" not in pod["spec"] and "claims" not in vllm_container(pod)["resources"]
+
+
+def test_rocm_stack_carries_no_nvidia_specifics():
+    run = plan_for("mi355x")
+    assert run.context.vllm.image.startswith("vllm/vllm-openai-rocm:")
+    for res in k8s_objects(run) + run.of_type(HELM_RELEASE):
+        for path, value in walk(dict(res.inputs)):
+            if isinstance(value, str) and res.inputs.get("kind") != "ConfigMap":
+                assert "nvidia" not in value.lower(), f"{res.name}{path}: {value}"
+                assert not value.startswith("NCCL_"), f"{res.name}{path}"
+            assert "nvidia" not in path.lower(), f"{res.name}{path}"
+    env = {e["name"]: e.get("value") for e in vllm_container(vllm_pods(run)["server"])["env"]}
+    assert env["VLLM_ROCM_USE_AITER"] == "1" and env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0"
+    assert not any(k.startswith("NCCL_") for k in env)
+
+
+# -- secrets ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_secrets_reach_pods_only_through_secret_key_ref(name):
+    run = plan_for(name)
+    assert run.secret_leaks == []
+    for _, pod in pod_templates(run):
+        for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+            for env in c.get("env", []):
+                if env["name"] in SECRET_ENV_NAMES:
+                    assert set(env) == {"name", "valueFrom"}, f"{c['name']}: {env}"
+                    assert set(env["valueFrom"]) == {"secretKeyRef"}
+            assert "envFrom" not in c
+    for secret in of_kind(run, "Secret"):
+        assert secret["stringData"] == {"masked": SECRET_MASK}
+    text = json.dumps([dict(r.inputs) for r in run.resources])
+    for value in TEST_SECRETS.values():
+        assert value not in text
+
+
+def test_hub_token_reaches_only_the_jobs_that_read_the_hub():
+    run = plan_for("gb300")
+    publish = run.named("weight-sync-publish-mirror").inputs["spec"]["template"]["spec"]["containers"][0]
+    copy = run.named("weight-sync-node-copy").inputs["spec"]["template"]["spec"]["containers"][0]
+    assert any(e["name"] == "HF_TOKEN" for e in publish["env"])
+    assert not any(e["name"] == "HF_TOKEN" for e in copy["env"])
+    for pod in vllm_pods(run).values():
+        assert not any(e["name"] == "HF_TOKEN" for e in vllm_container(pod)["env"])
+        assert pod["spec"]["serviceAccountName"] == VLLM_SERVICE_ACCOUNT
+
+
+def test_generated_api_key_is_the_programs_random_password():
+    run = plan_for("gb300", with_secrets=False)
+    passwords = run.of_type("random:index/randomPassword:RandomPassword")
+    assert [p.name for p in passwords] == ["vllm-api-key"]
+    secret = next(s for s in of_kind(run, "Secret") if s["metadata"]["name"] == "kimi-vllm-api-key")
+    assert secret["stringData"] == {"masked": SECRET_MASK}
+
+
+# -- LeaderWorkerSet --------------------------------------------------------------------------------
+
+
+def test_leaderworkerset_size_and_roles():
+    run = plan_for("gb300")
+    lws = one(run, "LeaderWorkerSet")
+    spec = lws["spec"]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert spec["replicas"] == run.context.spec.replicas == 1
+    tmpl = spec["leaderWorkerTemplate"]
+    assert tmpl["size"] == run.context.spec.nodes_per_copy == 2
+    assert tmpl["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader, worker = vllm_container(tmpl["leaderTemplate"]), vllm_container(tmpl["workerTemplate"])
+    assert "$(LWS_LEADER_ADDRESS)" in leader["command"] and "$(LWS_LEADER_ADDRESS)" in worker["command"]
+    assert "$(LWS_WORKER_INDEX)" in worker["command"] and "--headless" in worker["command"]
+    assert leader["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert tmpl["leaderTemplate"]["metadata"]["labels"]["app.kubernetes.io/component"] == "leader"
+    assert tmpl["workerTemplate"]["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    service = one(run, "Service")
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "leader"
+
+
+def test_leaderworkerset_replicas_follow_config():
+    compute = dict(read_stack_config("gb300")["kimi-deploy:compute"], replicas=2)
+    run = plan_for("gb300", overrides={"kimi-deploy:compute": compute})
+    assert one(run, "LeaderWorkerSet")["spec"]["replicas"] == 2
+    assert one(run, "ComputeDomain")["spec"]["numNodes"] == 4
+    node_copy = run.named("weight-sync-node-copy").inputs["spec"]
+    assert node_copy["completions"] == node_copy["parallelism"] == 4
+
+
+# -- weight-sync Jobs -------------------------------------------------------------------------------
+
+
+def _job_name(run, step: str) -> str:
+    return run.named(f"weight-sync-{step}").inputs["metadata"]["name"]
+
+
+def test_job_whose_spec_changes_gets_a_new_name():
+    base = plan_for("mi355x")
+    again = plan_for("mi355x", overrides={})  # uncached: a second, independent run
+    assert _job_name(again, "node-copy") == _job_name(base, "node-copy")
+    vllm = dict(read_stack_config("mi355x")["kimi-deploy:vllm"], imageTag="v0.33.1")
+    changed = plan_for("mi355x", overrides={"kimi-deploy:vllm": vllm})
+    assert _job_name(changed, "node-copy") != _job_name(base, "node-copy")
+    model = dict(read_stack_config("mi355x")["kimi-deploy:model"], revision="0" * 40)
+    moved = plan_for("mi355x", overrides={"kimi-deploy:model": model})
+    assert _job_name(moved, "node-copy") != _job_name(base, "node-copy")
+    name = _job_name(base, "node-copy")
+    assert name == "kimi-weights-node-copy-" + spec_hash(base.named("weight-sync-node-copy").inputs["spec"])
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_node_local_copy_runs_once_per_gpu_node(name):
+    run = plan_for(name)
+    spec = run.context.spec
+    job = run.named("weight-sync-node-copy").inputs["spec"]
+    pod = job["template"]["spec"]
+    assert job["completions"] == job["parallelism"] == spec.gpu_nodes
+    assert job["completionMode"] == "Indexed"
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchLabels"].items() <= job["template"]["metadata"]["labels"].items()
+    assert pod["nodeSelector"] == vllm_pods(run)[run.context.vllm.roles[0].name]["spec"]["nodeSelector"]
+    assert pod["restartPolicy"] == "OnFailure"
+    assert "ttlSecondsAfterFinished" not in job
+    argv = pod["containers"][0]["command"]
+    assert argv[:2] == ["python3", SYNC_SCRIPT_PATH] and argv[argv.index("--dest") + 1] == run.context.vllm.model_path
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_sync_program_is_mounted_from_a_configmap_of_the_script(name):
+    run = plan_for(name)
+    cm = one(run, "ConfigMap")
+    text = sync_program_text()
+    assert cm["data"] == {"weight_sync.py": text} and cm["immutable"] is True
+    assert cm["metadata"]["name"].endswith(spec_hash(text))
+    for obj in of_kind(run, "Job"):
+        pod = obj["spec"]["template"]["spec"]
+        assert {"name": "sync-program", "configMap": {"name": cm["metadata"]["name"], "defaultMode": 0o444}} in pod["volumes"]
+        assert pod["containers"][0]["image"] == run.context.vllm.image  # the pinned vLLM image, no extra image
+
+
+def test_publish_job_uses_the_mirror_bucket_and_stages_on_nvme():
+    run = plan_for("gb300")
+    pod = run.named("weight-sync-publish-mirror").inputs["spec"]["template"]["spec"]
+    argv = pod["containers"][0]["command"]
+    dest = argv[argv.index("--dest") + 1]
+    assert dest == run.outputs["mirrorUri"]  # the AWS edge's bucket, not the plan-time stand-in
+    assert argv[-2:] == ["--staging-dir", "/scratch/.kimi-deploy-staging"]
+    assert pod["serviceAccountName"] == "kimi-mirror-publish"
+    copy = run.named("weight-sync-node-copy").inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert copy[copy.index("--source") + 1] == dest  # the node copy reads the mirror just published
+
+
+def test_wait_for_marker_init_container():
+    run = plan_for("b300-prod")
+    for pod in vllm_pods(run).values():
+        init = pod["spec"]["initContainers"][0]
+        assert init["command"][:2] == ["python3", "-c"]
+        assert init["command"][3] == f"{run.context.vllm.model_path}/{MARKER_NAME}"
+        assert int(init["command"][4]) >= 1800
+
+
+def test_marker_wait_script_waits_for_the_marker(tmp_path):
+    marker = tmp_path / MARKER_NAME
+    script = vllm_service.WAIT_FOR_MARKER_SCRIPT
+    missing = subprocess.run([sys.executable, "-c", script, str(marker), "0"], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "no weight-complete marker" in missing.stderr
+    marker.write_text(json.dumps({"file_count": 112, "total_bytes": 1, "revision": "abc"}))
+    done = subprocess.run([sys.executable, "-c", script, str(marker), "0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "112 files" in done.stdout
+
+
+class _ModelsHandler(http.server.BaseHTTPRequestHandler):
+    key = "sk-probe"
+    models = ["kimi-k3.1-pro"]
+
+    def do_GET(self):  # noqa: N802
+        if self.path != "/v1/models":
+            self.send_response(404)
+            self.end_headers()
+            return
+        if self.headers.get("Authorization") != f"Bearer {self.key}":
+            self.send_response(401)
+            self.end_headers()
+            return
+        body = json.dumps({"object": "list", "data": [{"id": m} for m in self.models]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("key, name, ok", [("sk-probe", "kimi-k3.1-pro", True), ("wrong", "kimi-k3.1-pro", False), ("sk-probe", "other", False)])
+def test_readiness_script_against_an_authenticated_models_endpoint(key, name, ok):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ModelsHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        proc = subprocess.run(
+            [sys.executable, "-c", vllm_service.READINESS_SCRIPT, str(port), name],
+            env={"VLLM_API_KEY": key, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        server.shutdown()
+    assert (proc.returncode == 0) == ok, proc.stderr
+
+
+# -- add-ons ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("b300-prod", ["nvidia-device-plugin"]),
+    ("gb300", ["nvidia-device-plugin", "efa-device-plugin", "nvidia-dra-driver", "lws"]),
+    ("mi355x", []),  # the stack lists amd-gpu-operator as installed
+])
+def test_addons_are_pinned_helm_releases_of_what_the_target_needs(name, expected):
+    run = plan_for(name)
+    releases = {r.name.removeprefix("addon-"): r.inputs for r in run.of_type(HELM_RELEASE)}
+    assert list(releases) == expected and run.outputs["kubernetesAddons"] == expected
+    for addon, inputs in releases.items():
+        chart = HELM_CHARTS[addon]
+        assert inputs["chart"] == chart.chart and inputs["version"] == chart.version
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", chart.version)
+        assert inputs["namespace"] == chart.namespace and inputs["createNamespace"] is True
+        assert (inputs.get("repositoryOpts") or {}).get("repo") == chart.repository
+        assert inputs["values"] == k8s_addons.addon_values(run.context.spec, addon)
+
+
+def test_gpu_addons_tolerate_and_select_the_gpu_nodes():
+    run = plan_for("gb300")
+    values = {r.name.removeprefix("addon-"): r.inputs["values"] for r in run.of_type(HELM_RELEASE)}
+    taint = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+    assert taint in values["nvidia-device-plugin"]["tolerations"]
+    assert taint in values["efa-device-plugin"]["tolerations"]
+    assert taint in values["nvidia-dra-driver"]["kubeletPlugin"]["tolerations"]
+    assert values["efa-device-plugin"]["supportedInstanceLabels"]["values"] == ["p6e-gb300.36xlarge"]
+    dra = values["nvidia-dra-driver"]
+    assert dra["resources"] == {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}}
+    terms = values["nvidia-device-plugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    exprs = {e["key"]: e["values"] for e in terms[0]["matchExpressions"]}
+    assert exprs["kimi-deploy/gpu-node"] == ["true"] and exprs["kubernetes.io/arch"] == ["arm64"]
+
+
+def test_installed_addons_are_not_installed_again():
+    run = plan_for("gb300", overrides=with_k8s("gb300", installedAddons=["lws", "nvidia-gpu-operator"]))
+    names = [r.name.removeprefix("addon-") for r in run.of_type(HELM_RELEASE)]
+    assert names == ["efa-device-plugin", "nvidia-dra-driver"]
+    assert one(run, "LeaderWorkerSet")  # still declared: the controller is already there
+
+
+def test_amd_device_plugin_when_no_amd_operator_is_installed():
+    run = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=[]))
+    (release,) = run.of_type(HELM_RELEASE)
+    assert release.name == "addon-amd-device-plugin" and release.inputs["chart"] == "amd-gpu"
+    assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release.inputs["values"]["tolerations"]
+
+
+def test_unknown_installed_addon_is_a_config_error():
+    with pytest.raises(ConfigError, match="kubernetes.installedAddons: 'gpu-operater' is not a known add-on"):
+        plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=["gpu-operater"]))
+
+
+# -- storage, service, policy, scraping, labels -----------------------------------------------------
+
+
+def test_fsx_static_volume_and_claim():
+    run = plan_for("b300-prod")
+    pv, pvc = one(run, "PersistentVolume"), one(run, "PersistentVolumeClaim")
+    csi = pv["spec"]["csi"]
+    assert csi["driver"] == "fsx.csi.aws.com" and csi["volumeHandle"] == run.outputs["fsxFileSystemId"]
+    assert set(csi["volumeAttributes"]) == {"dnsname", "mountname"}
+    assert pv["spec"]["accessModes"] == ["ReadWriteMany"] == pvc["spec"]["accessModes"]
+    assert pv["spec"]["mountOptions"] == ["flock"] and pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pv["spec"]["claimRef"]["name"] == pvc["metadata"]["name"]
+    assert pv["spec"]["capacity"]["storage"] == f"{run.context.sizing.storage.fsx_capacity_gib}Gi"
+    copy = run.named("weight-sync-node-copy").inputs["spec"]["template"]["spec"]
+    assert {"name": "fsx", "mountPath": "/fsx", "readOnly": True} in copy["containers"][0]["volumeMounts"]
+    # vLLM serves from the node's NVMe copy, not from FSx.
+    server = vllm_pods(run)["server"]["spec"]
+    assert [v for v in server["volumes"] if v["name"] == "weights"][0]["hostPath"]["path"] == "/mnt/k8s-disks/0"
+
+
+def test_node_local_host_path_follows_platform():
+    pod = vllm_pods(plan_for("mi355x"))["server"]["spec"]
+    weights = next(v for v in pod["volumes"] if v["name"] == "weights")
+    assert weights["hostPath"] == {"path": "/mnt/nvme", "type": "Directory"}
+    assert pod["nodeSelector"]["amd.com/gpu.product-name"] == "AMD_Instinct_MI355X"
+    assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+
+
+def test_service_types():
+    nlb = one(plan_for("b300-prod"), "Service")
+    assert nlb["spec"]["type"] == "LoadBalancer" and nlb["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
+    assert nlb["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-internal"] == "true"
+    assert "loadBalancerHostname" in plan_for("b300-prod").outputs
+    for name in ("gb300", "mi355x"):
+        svc = one(plan_for(name), "Service")
+        assert svc["spec"]["type"] == "ClusterIP" and "loadBalancerSourceRanges" not in svc["spec"]
+        assert svc["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_network_policy_admits_only_configured_peers_to_the_api_port(name):
+    run = plan_for(name)
+    spec = run.context.spec
+    policy = one(run, "NetworkPolicy")["spec"]
+    api_rule = policy["ingress"][0]
+    assert api_rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    namespaces = [p for p in api_rule["from"] if "namespaceSelector" in p]
+    cidrs = [p["ipBlock"]["cidr"] for p in api_rule["from"] if "ipBlock" in p]
+    allowed_ns = list(spec.config.kubernetes.allowed_namespaces)
+    if allowed_ns:
+        assert namespaces[0]["namespaceSelector"]["matchExpressions"][0]["values"] == allowed_ns
+    else:
+        assert not namespaces
+    expected = list(dict.fromkeys(spec.config.kubernetes.allowed_cidrs + (spec.config.network.allowed_cidrs if spec.is_aws else ())))
+    assert cidrs == expected and "0.0.0.0/0" not in cidrs
+    group_rules = [r for r in policy["ingress"] if "ports" not in r]
+    assert len(group_rules) == (1 if spec.nodes_per_copy > 1 else 0)
+    assert policy["policyTypes"] == ["Ingress"]
+
+
+def test_prometheus_annotations_by_default_pod_monitor_with_the_operator():
+    default = vllm_pods(plan_for("mi355x"))["server"]["metadata"]
+    assert default["annotations"]["prometheus.io/scrape"] == "true"
+    assert not of_kind(plan_for("mi355x"), "PodMonitor")
+    run = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=["amd-gpu-operator", "prometheus-operator"]))
+    monitor = one(run, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert "annotations" not in vllm_pods(run)["server"]["metadata"]
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_app_kubernetes_io_labels_and_valid_label_values(name):
+    run = plan_for(name)
+    for res in k8s_objects(run):
+        meta = res.inputs["metadata"]
+        for key in ("name", "instance", "component", "part-of", "managed-by", "version"):
+            assert f"app.kubernetes.io/{key}" in meta["labels"], f"{res.name}: {key}"
+        for value in meta["labels"].values():
+            assert LABEL_VALUE_RE.match(value) and len(value) <= 63, f"{res.name}: {value!r}"
+    for _, pod in pod_templates(run):
+        for value in pod["metadata"]["labels"].values():
+            assert LABEL_VALUE_RE.match(value), value
+    workload = (of_kind(run, "Deployment") + of_kind(run, "LeaderWorkerSet"))[0]
+    assert workload["metadata"]["annotations"].get("kimi-deploy/expires-at") == run.outputs.get("expiresAt")
+    assert workload["metadata"]["annotations"]["kimi-deploy/stack"] == name
+
+
+def test_pod_disruption_budget_follows_replicas():
+    assert one(plan_for("b300-prod"), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    pdb = one(plan_for("gb300"), "PodDisruptionBudget")["spec"]
+    assert pdb["maxUnavailable"] == 0
+    assert pdb["selector"]["matchExpressions"][0]["values"] == ["leader", "worker"]

@@ -1,0 +1,283 @@
+"""Offline plan diff (scripts/plan_diff.py) and the CI workflows that post it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+
+import plan_diff  # noqa: E402
+
+from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for  # noqa: E402
+
+INSTANCE = "aws:ec2/instance:Instance"
+FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
+
+
+def doc(*resources, argv=None, sizing=None, warnings=()):
+    return {
+        "stack": "b300",
+        "target": "b300",
+        "sizing": sizing or {"kv_cache_tokens": 100},
+        "vllm": {"image": "vllm/vllm-openai:v0.33.0", "roles": [{"name": "server", "nodes": 1, "argv": argv or ["vllm", "serve", "/m", "--gpu-memory-utilization", "0.95", "--enable-prefix-caching"], "env": {"A": "1"}, "secret_env": {"HF_TOKEN": "[secret] from kimi-deploy:hfToken"}}]},
+        "resources": [{"type": t, "name": n, "inputs": i} for t, n, i in resources],
+        "outputs": {},
+        "warnings": list(warnings),
+        "secret_leaks": [],
+        "generated_at": "2026-11-30T12:00:00Z",
+    }
+
+
+def test_added_removed_changed_and_replaced_are_classified():
+    old = doc(
+        (INSTANCE, "gpu", {"ami": "ami-1", "instanceType": "p6-b300.48xlarge", "tags": {"a": "1"}}),
+        (FSX, "fsx", {"deploymentType": "PERSISTENT_2", "storageCapacity": 2400}),
+        ("aws:ec2/securityGroup:SecurityGroup", "old-sg", {"name": "x"}),
+    )
+    new = doc(
+        (INSTANCE, "gpu", {"ami": "ami-2", "instanceType": "p6-b300.48xlarge", "tags": {"a": "2"}}),
+        (FSX, "fsx", {"deploymentType": "PERSISTENT_2", "storageCapacity": 4800}),
+        ("aws:ec2/securityGroup:SecurityGroup", "new-sg", {"name": "y"}),
+        argv=["vllm", "serve", "/m", "--gpu-memory-utilization", "0.9", "--decode-context-parallel-size", "8"],
+        sizing={"kv_cache_tokens": 800},
+        warnings=("new warning",),
+    )
+    d = plan_diff.diff_documents(old, new)
+    assert d["summary"] == {"added": 1, "removed": 1, "changed": 2, "replaced": 1, "disruptive": 1}
+    assert [r["name"] for r in d["added"]] == ["new-sg"] and [r["name"] for r in d["removed"]] == ["old-sg"]
+    gpu = next(c for c in d["changed"] if c["name"] == "gpu")
+    assert gpu["action"] == "replace"
+    fields = {f["path"]: f for f in gpu["fields"]}
+    assert fields["ami"]["replaces"] and fields["ami"]["old"] == "ami-1" and fields["ami"]["new"] == "ami-2"
+    assert not fields["tags.a"]["replaces"]
+    fsx = next(c for c in d["changed"] if c["name"] == "fsx")
+    assert fsx["action"] == "update" and fsx["disruptive"]  # growing capacity is in place
+    [role] = d["vllm"]["roles"]
+    flags = {a["flag"]: (a["old"], a["new"]) for a in role["argv"]}
+    assert flags == {"--gpu-memory-utilization": ("0.95", "0.9"), "--enable-prefix-caching": ("", None), "--decode-context-parallel-size": (None, "8")}
+    assert d["plan"] == [{"path": "sizing.kv_cache_tokens", "old": 100, "new": 800}]
+    assert d["warnings"] == {"added": ["new warning"], "removed": []}
+
+
+@pytest.mark.parametrize(
+    "rtype, path, old, new, extra, replaces",
+    [
+        (INSTANCE, "instanceType", "p5.48xlarge", "p6-b300.48xlarge", {}, False),  # stop/start, disruptive
+        (INSTANCE, "userData", "a", "b", {}, False),
+        (INSTANCE, "userData", "a", "b", {"userDataReplaceOnChange": True}, True),
+        (INSTANCE, "availabilityZone", "us-east-1a", "us-east-1c", {}, True),
+        (FSX, "deploymentType", "PERSISTENT_1", "PERSISTENT_2", {}, True),
+        (FSX, "storageCapacity", 4800, 2400, {}, True),  # shrinking replaces
+        (FSX, "efaEnabled", False, True, {}, True),
+        ("aws:eks/nodeGroup:NodeGroup", "launchTemplate.id", "lt-1", "lt-2", {}, True),
+        ("aws:eks/nodeGroup:NodeGroup", "launchTemplate.version", "1", "2", {}, False),
+        ("aws:eks/cluster:Cluster", "vpcConfig.subnetIds", ["a"], ["b"], {}, True),
+        ("kubernetes:batch/v1:Job", "spec.template.spec.containers[0].image", "a", "b", {}, True),
+        ("kubernetes:apps/v1:Deployment", "spec.template.spec.containers[0].image", "a", "b", {}, False),
+    ],
+)
+def test_replacement_table(rtype, path, old, new, extra, replaces):
+    def nest(p, v):
+        out: dict = {}
+        cur = out
+        parts = p.split(".")
+        for part in parts[:-1]:
+            if part.endswith("[0]"):
+                lst = [{}]
+                cur[part[:-3]] = lst
+                cur = lst[0]
+            else:
+                cur = cur.setdefault(part, {})
+        cur[parts[-1]] = v
+        return {**out, **extra}
+
+    d = plan_diff.diff_documents(doc((rtype, "r", nest(path, old))), doc((rtype, "r", nest(path, new))))
+    [change] = d["changed"]
+    field = next(f for f in change["fields"] if f["path"] == path)
+    assert field["replaces"] is replaces
+    assert (change["action"] == "replace") is replaces
+
+
+def test_markdown_is_a_readable_comment():
+    old = doc((INSTANCE, "gpu", {"ami": "ami-1", "userData": "#!/bin/bash\necho one\n", "tags": {"x": "1"}}), (FSX, "fsx", {"deploymentType": "PERSISTENT_2"}))
+    new = doc((INSTANCE, "gpu", {"ami": "ami-1", "userData": "#!/bin/bash\necho two\n", "tags": {"x": "y|z"}}), (FSX, "fsx", {"deploymentType": "SCRATCH_2"}), ("aws:s3/bucket:Bucket", "mirror", {}))
+    md = plan_diff.render_markdown(plan_diff.diff_documents(old, new), "b300", "origin/main")
+    first = md.splitlines()[0]
+    assert first == "#### `b300` vs `origin/main`: 1 to add, 0 to remove, 2 to change (**⚠ 1 replaced**), 1 disruptive in place"
+    assert "> ⚠ **replace** `fsx` (aws:fsx/lustreFileSystem:LustreFileSystem): `deploymentType`" in md
+    assert "| ⚠ replace | `fsx` |" in md and "| + add | `mirror` | `aws:s3/bucket:Bucket` |" in md
+    assert "<details><summary>Changed inputs (3)</summary>" in md and md.count("<details>") == md.count("</details>")
+    assert "-echo one" in md and "+echo two" in md  # multi-line inputs as a unified diff
+    assert "y\\|z" in md  # pipes cannot break the table
+
+
+def test_no_changes():
+    d = plan_diff.diff_documents(doc(), doc())
+    assert not plan_diff.has_changes(d)
+    assert plan_diff.render_markdown(d, "b300").strip() == "#### `b300`: no changes"
+
+
+def test_base64_user_data_is_diffed_as_text():
+    enc = lambda t: base64.b64encode(t.encode()).decode()  # noqa: E731
+    lt = "aws:ec2/launchTemplate:LaunchTemplate"
+    d = plan_diff.diff_documents(doc((lt, "gpu-lt", {"userData": enc("#cloud-config\nruncmd: [one]\n")})), doc((lt, "gpu-lt", {"userData": enc("#cloud-config\nruncmd: [two]\n")})))
+    md = plan_diff.render_markdown(d, "b300")
+    assert "+runcmd: [two]" in md and "⚠ disruptive update `gpu-lt`" in md
+
+
+def test_markdown_never_shows_a_secret():
+    """Real plans of every stack against an empty base: every input is shown, no secret is."""
+    from components.plan_engine import PLACEHOLDER_PREFIX
+
+    for stack in STACKS:
+        run = plan_for(stack)
+        new = {"resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources], "outputs": run.outputs, "secret_leaks": []}
+        md = plan_diff.render_markdown(plan_diff.diff_documents({}, new), stack)
+        text = md + json.dumps(plan_diff.diff_documents({}, new))
+        for value in TEST_SECRETS.values():
+            assert value not in text and value.splitlines()[-1] not in text
+        assert PLACEHOLDER_PREFIX not in md
+
+
+def test_redact_is_a_second_fence():
+    leaked = "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz012345 AKIAABCDEFGHIJKLMNOP password: hunter2hunter2"
+    out = plan_diff.redact(leaked)
+    assert "hf_abc" not in out and "AKIAABCD" not in out and "hunter2" not in out
+    assert plan_diff.redact("token: [secret]") == "token: [secret]"
+
+
+# --- end to end: two commits of a temporary repository ---------------------------------------
+
+_COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".venv-*", "__pycache__", ".pytest_cache", "*.pyc", "policy/venv")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def two_commits(tmp_path_factory):
+    """This repository's tree committed twice; the second commit changes the b300 stack (AZ,
+    storage kind, a vLLM flag, the root volume) and deletes the mi355x stack."""
+    repo = tmp_path_factory.mktemp("repo") / "kimi-deploy"
+    shutil.copytree(REPO_ROOT, repo, ignore=_COPY_IGNORE)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "base")
+    stack = repo / "stacks" / "Pulumi.b300.yaml"
+    text = stack.read_text()
+    for old, new in (
+        ("gpuMemoryUtilization: 0.95", "gpuMemoryUtilization: 0.9"),
+        ("availabilityZone: us-east-1a", "availabilityZone: us-east-1c"),
+        ("kind: nvme  ", "kind: nvme-from-fsx  "),
+        ("rootVolumeGib: 500", "rootVolumeGib: 600"),
+    ):
+        assert old in text, old
+        text = text.replace(old, new)
+    stack.write_text(text)
+    (repo / "stacks" / "Pulumi.mi355x.yaml").unlink()
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-am", "change b300, drop mi355x")
+    return repo
+
+
+def test_end_to_end_diff_between_two_commits(two_commits):
+    if not (REPO_ROOT / "scripts" / "plan.py").is_file():
+        pytest.skip("scripts/plan.py not present")
+    d = plan_diff.diff_against("b300", "HEAD~1", two_commits, FIXED_NOW)
+    s = d["summary"]
+    assert s["added"] > 0 and s["changed"] > 0 and s["replaced"] > 0
+    added_types = {r["type"] for r in d["added"]}
+    assert FSX in added_types  # nvme-from-fsx adds the file system
+    replaced = [c for c in d["changed"] if c["action"] == "replace"]
+    assert any(f["path"] == "availabilityZone" and f["replaces"] for c in replaced for f in c["fields"])
+    [role] = [r for r in d["vllm"]["roles"] if r["status"] == "changed"]
+    assert {"flag": "--gpu-memory-utilization", "old": "0.95", "new": "0.9"} in role["argv"]
+    # The worktree is gone again.
+    assert _git(two_commits, "worktree", "list").count("\n") == 1
+
+    removed = plan_diff.diff_against("mi355x", "HEAD~1", two_commits, FIXED_NOW)
+    assert removed["stack_status"] == "removed" and removed["summary"]["removed"] > 0 and removed["summary"]["added"] == 0
+
+
+def test_plan_py_diff_against_cli(two_commits):
+    """The documented command: scripts/plan.py --stack S --diff-against REF --format markdown."""
+    if not (REPO_ROOT / "scripts" / "plan.py").is_file():
+        pytest.skip("scripts/plan.py not present")
+    proc = subprocess.run(
+        [sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", "HEAD~1", "--format", "markdown", "--now", "2026-11-30T12:00:00Z"],
+        cwd=two_commits, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("#### `b300` vs `HEAD~1`:") and "⚠ **replace**" in proc.stdout
+    assert "| + add |" in proc.stdout and "`--gpu-memory-utilization`" in proc.stdout
+    bad = subprocess.run([sys.executable, "scripts/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"], cwd=two_commits, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: git rev-parse") and "Traceback" not in bad.stderr
+
+
+# --- CI workflows ----------------------------------------------------------------------------
+
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+
+
+def _workflow(name: str) -> dict:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads `on:` as True
+    return data
+
+
+def test_workflows_validate_against_the_github_schema():
+    files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
+    assert len(files) >= 5
+    proc = subprocess.run([str(Path(sys.executable).parent / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _steps(wf: dict) -> list[dict]:
+    return [s for job in wf["jobs"].values() for s in job["steps"]]
+
+
+def test_tests_run_on_push_and_pull_request():
+    wf = _workflow("test.yml")
+    assert set(wf["on"]) == {"push", "pull_request"}
+    assert any("make test" in s.get("run", "") for s in _steps(wf))
+
+
+def test_pull_requests_get_one_sticky_comment_without_secrets():
+    diff = _workflow("plan-diff.yml")
+    assert list(diff["on"]) == ["pull_request"] and diff["permissions"] == {"contents": "read"}
+    assert "secrets." not in (WORKFLOWS / "plan-diff.yml").read_text()
+    assert any("scripts/plan_diff.py --against" in s.get("run", "") for s in _steps(diff))
+    comment = _workflow("plan-diff-comment.yml")
+    assert comment["on"]["workflow_run"]["workflows"] == ["plan-diff"]
+    sticky = next(s for s in _steps(comment) if s.get("uses", "").startswith("marocchino/sticky-pull-request-comment@"))
+    assert sticky["with"]["header"] == "kimi-deploy-plan-diff"  # updated in place, never duplicated
+    assert not any(s.get("uses", "").startswith("actions/checkout") for s in _steps(comment))
+
+
+def test_preview_runs_only_with_credentials_and_the_policy_pack():
+    wf = _workflow("preview.yml")
+    job = wf["jobs"]["preview"]
+    step = next(s for s in job["steps"] if s.get("uses", "").startswith("pulumi/actions@v6"))
+    assert step["with"]["command"] == "preview" and step["with"]["policyPacks"] == "policy"
+    assert step["with"]["comment-on-pr"] is True and step["with"]["edit-pr-comment"] is True and step["with"]["diff"] is True
+    assert step["if"] == "env.HAS_CREDENTIALS == 'true'" and "secrets.PULUMI_ACCESS_TOKEN" in job["env"]["HAS_CREDENTIALS"]
+    assert set(job["strategy"]["matrix"]["stack"]) <= set(STACKS)
+
+
+def test_scheduled_sweeper():
+    wf = _workflow("sweep.yml")
+    assert wf["on"]["schedule"] and wf["permissions"]["id-token"] == "write"
+    steps = _steps(wf)
+    assert any(s.get("uses", "").startswith("aws-actions/configure-aws-credentials@") for s in steps)
+    run = next(s["run"] for s in steps if "scripts/sweep.py" in s.get("run", ""))
+    assert "$DESTROY_FLAG --json" in run and '--region "${{ matrix.region }}"' in run
+    assert "--destroy" in wf["jobs"]["sweep"]["env"]["DESTROY_FLAG"]

@@ -1,0 +1,325 @@
+"""scripts/preflight.py under moto, with botocore's Stubber answering the APIs moto lacks
+(Service Quotas for EC2, capacity reservations and blocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from components.spec.config import load_stack
+from components.spec.targets import ec2_vcpu_quota
+from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
+from scripts import preflight
+from scripts.preflight import AwsClients, run_checks
+from tests.conftest import FIXED_NOW, STACKS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+QUOTA_CODE = ec2_vcpu_quota("p6-b300.48xlarge")[0]
+
+
+@pytest.fixture(autouse=True)
+def _aws_env(monkeypatch):
+    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture
+def moto():
+    with mock_aws():
+        yield
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def quota_client(region: str, value: float | None):
+    """A Service Quotas client answering GetServiceQuota for the P quota with ``value``
+    (None: access denied)."""
+    client = boto3.client("service-quotas", region_name=region)
+    stub = Stubber(client)
+    params = {"ServiceCode": "ec2", "QuotaCode": QUOTA_CODE}
+    if value is None:
+        stub.add_client_error("get_service_quota", "AccessDeniedException", "not allowed", 400, expected_params=params)
+    else:
+        stub.add_response(
+            "get_service_quota",
+            {"Quota": {"ServiceCode": "ec2", "QuotaCode": QUOTA_CODE, "QuotaName": "Running On-Demand P instances", "Value": value}},
+            params,
+        )
+    stub.activate()
+    return client
+
+
+def reservation_client(region: str, rid: str, **fields):
+    """An EC2 client answering DescribeCapacityReservations for ``rid`` (fields=None: not found)."""
+    client = boto3.client("ec2", region_name=region)
+    stub = Stubber(client)
+    params = {"CapacityReservationIds": [rid]}
+    if fields.get("missing"):
+        stub.add_client_error(
+            "describe_capacity_reservations", "InvalidCapacityReservationId.NotFound", "no such reservation", 400, expected_params=params
+        )
+    else:
+        reservation = {"CapacityReservationId": rid, "InstancePlatform": "Linux/UNIX", "EndDateType": "limited"}
+        reservation.update(fields)
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": [reservation]}, params)
+    stub.activate()
+    return client
+
+
+def run(stack: str, *, region=None, overrides=None, **kwargs):
+    spec = load_stack(stack, now=FIXED_NOW)
+    region = region or spec.region
+    clients = AwsClients(region, overrides=overrides or {}) if spec.is_aws else None
+    return by_name(run_checks(spec, region=region, now=FIXED_NOW, clients=clients, **kwargs))
+
+
+def test_b300_us_east_1_passes_offering_and_facts(moto):
+    checks = run("b300", overrides={"service-quotas": quota_client("us-east-1", 384)})
+    assert checks["instance-facts"].status == "pass", checks["instance-facts"].reason
+    assert "275,040 MiB" in checks["instance-facts"].reason and "16 EFA" in checks["instance-facts"].reason
+    assert checks["offered-in-region"].status == "pass"
+    assert "us-east-1a" in checks["offered-in-region"].reason and "us-east-1c" in checks["offered-in-region"].reason
+    assert checks["offered-in-az"].status == "pass"
+    assert checks["vcpu-quota"].status == "pass"
+    assert "384" in checks["vcpu-quota"].reason and "192 = 192 needed" in checks["vcpu-quota"].reason
+    assert checks["capacity-reservation"].status == "skip"
+    assert checks["fsx"].status == checks["eks"].status == "skip"
+
+
+def test_eu_west_1_offers_none(moto):
+    checks = run("b300", region="eu-west-1", overrides={"service-quotas": quota_client("eu-west-1", 384)})
+    assert checks["offered-in-region"].status == "fail"
+    assert "not offered in eu-west-1" in checks["offered-in-region"].reason
+    # The stack's AZ belongs to another region: not judged twice.
+    assert checks["offered-in-az"].status == "skip"
+
+
+def test_az_that_does_not_offer_the_type_fails(moto, tmp_path):
+    spec = load_stack("b300", now=FIXED_NOW)
+    checks = by_name(preflight.check_offerings(spec, AwsClients("us-east-1"), "us-east-1b", True))
+    assert checks["offered-in-region"].status == "pass"
+    assert checks["offered-in-az"].status == "fail"
+    assert "us-east-1b does not offer" in checks["offered-in-az"].reason
+
+
+def test_quota_short_fails_and_denied_is_unknown(moto):
+    short = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 192),
+                                        "ec2:DescribeCapacityReservations": reservation_client("us-east-1", "cr-0a1b2c3d4e5f60718", missing=True)})
+    assert short["vcpu-quota"].status == "fail"
+    assert "2 node(s) x 192 = 384 needed" in short["vcpu-quota"].reason
+    denied = run("b300", overrides={"service-quotas": quota_client("us-east-1", None)})
+    assert denied["vcpu-quota"].status == "unknown"
+    assert "AccessDeniedException" in denied["vcpu-quota"].reason
+
+
+def test_moto_without_service_quotas_is_unknown_not_a_crash(moto):
+    checks = run("b300")
+    assert checks["vcpu-quota"].status == "unknown"
+
+
+def test_odcr_active_in_its_az_passes(moto):
+    rid = "cr-0a1b2c3d4e5f60718"
+    ec2 = reservation_client(
+        "us-east-1", rid, State="active", ReservationType="default", InstanceType="p6-b300.48xlarge",
+        AvailabilityZone="us-east-1c", TotalInstanceCount=2, AvailableInstanceCount=2,
+    )
+    checks = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2})
+    assert checks["capacity-reservation"].status == "pass", checks["capacity-reservation"].reason
+    assert checks["capacity-end"].status == "pass"  # no end date
+    assert checks["fsx"].status == "pass" and checks["eks"].status == "pass"
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"State": "expired"}, "state expired"),
+        ({"AvailabilityZone": "us-east-1a"}, "AZ us-east-1a"),
+        ({"TotalInstanceCount": 1}, "1 instance(s) for 2 node(s)"),
+        ({"InstanceType": "p5.48xlarge"}, "instance type p5.48xlarge"),
+        ({"missing": True}, "does not exist"),
+    ],
+)
+def test_odcr_problems_fail(moto, fields, expected):
+    rid = "cr-0a1b2c3d4e5f60718"
+    base = {"State": "active", "ReservationType": "default", "InstanceType": "p6-b300.48xlarge",
+            "AvailabilityZone": "us-east-1c", "TotalInstanceCount": 2}
+    base.update(fields)
+    ec2 = reservation_client("us-east-1", rid, **base)
+    checks = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2})
+    assert checks["capacity-reservation"].status == "fail"
+    assert expected in checks["capacity-reservation"].reason
+
+
+def _block(end_offset_hours: float, state: str = "scheduled"):
+    return dict(
+        State=state, ReservationType="capacity-block", InstanceType="p6e-gb300.36xlarge", AvailabilityZone="us-east-1a",
+        TotalInstanceCount=2, StartDate=FIXED_NOW + timedelta(hours=2), EndDate=FIXED_NOW + timedelta(hours=end_offset_hours),
+    )
+
+
+def test_gb300_unknown_type_and_capacity_block_outlasting_the_ttl(moto):
+    rid = "cr-0123456789abcdef0"
+    ec2 = reservation_client("us-east-1", rid, **_block(24 * 7))
+    checks = run("gb300", overrides={"service-quotas": quota_client("us-east-1", 288), "ec2:DescribeCapacityReservations": ec2})
+    for name in ("instance-facts", "offered-in-region", "offered-in-az"):
+        assert checks[name].status == "unknown", checks[name]
+        assert "unknown to the EC2 catalog" in checks[name].reason
+    assert checks["capacity-reservation"].status == "warn"  # scheduled: says when it starts
+    assert "capacity block" in checks["capacity-reservation"].reason and "starts" in checks["capacity-reservation"].reason
+    assert checks["capacity-end"].status == "pass"
+    assert "trialTtlHours 48" in checks["capacity-end"].reason  # the TTL, said in the reason
+
+
+def test_capacity_block_ending_before_the_trial_expires_fails(moto):
+    rid = "cr-0123456789abcdef0"
+    ec2 = reservation_client("us-east-1", rid, **_block(24, state="active"))
+    checks = run("gb300", overrides={"service-quotas": quota_client("us-east-1", 288), "ec2:DescribeCapacityReservations": ec2})
+    assert checks["capacity-end"].status == "fail"
+    assert "before the stack expires" in checks["capacity-end"].reason and "now + trialTtlHours 48 h" in checks["capacity-end"].reason
+
+
+def test_capacity_block_quota_shortfall_is_a_warning(moto):
+    ec2 = reservation_client("us-east-1", "cr-0123456789abcdef0", **_block(24 * 7, state="active"))
+    checks = run("gb300", overrides={"service-quotas": quota_client("us-east-1", 0), "ec2:DescribeCapacityReservations": ec2})
+    assert checks["vcpu-quota"].status == "warn"
+
+
+def _publish_mirror(spec, bucket: str, *, drop: str | None = None, marker: bool = True):
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket=bucket)
+    prefix = mirror_key_prefix(spec)
+    files = [{"path": f"model-{i:05d}.safetensors", "size_bytes": 10 + i, "sha256": f"{i:064x}"} for i in range(3)]
+    for f in files:
+        if f["path"] != drop:
+            s3.put_object(Bucket=bucket, Key=f"{prefix}/{f['path']}", Body=b"x" * f["size_bytes"])
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST_NAME}", Body=json.dumps({"revision": spec.revision, "files": files}).encode())
+    if marker:
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{MARKER_NAME}", Body=b"{}")
+
+
+def test_mirror_complete_incomplete_and_missing(moto):
+    spec = load_stack("b300", now=FIXED_NOW)
+    clients = AwsClients("us-east-1")
+    assert preflight.check_mirror(spec, clients, None).status == "skip"  # pulumi names it
+    assert preflight.check_mirror(spec, clients, "no-such-mirror").status == "fail"
+    _publish_mirror(spec, "mirror-ok")
+    ok = preflight.check_mirror(spec, clients, "mirror-ok")
+    assert ok.status == "warn" and "3 files" in ok.reason and "lists 112 files" in ok.reason
+    _publish_mirror(spec, "mirror-partial", drop="model-00001.safetensors")
+    partial = preflight.check_mirror(spec, clients, "mirror-partial")
+    assert partial.status == "fail" and "1 missing" in partial.reason
+    _publish_mirror(spec, "mirror-unfinished", marker=False)
+    assert "did not finish" in preflight.check_mirror(spec, clients, "mirror-unfinished").reason
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="mirror-empty")
+    empty = preflight.check_mirror(spec, clients, "mirror-empty")
+    assert empty.status == "warn" and "manifest.json is missing" in empty.reason
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_runs_without_crashing(moto, stack):
+    checks = run(stack)
+    assert all(c.status in ("pass", "warn", "fail", "unknown", "skip") and c.reason for c in checks.values())
+    spec = load_stack(stack, now=FIXED_NOW)
+    if not spec.is_aws:
+        assert checks["offered-in-region"].status == "skip" and "not applicable" in checks["offered-in-region"].reason
+    else:
+        assert checks["offered-in-region"].status in ("pass", "unknown")
+
+
+def test_kubernetes_cluster_check_only_when_asked(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    nodes = {"items": [{"metadata": {"name": "mi355x-0"}, "status": {"allocatable": {"amd.com/gpu": "8"}}},
+                       {"metadata": {"name": "cpu-0"}, "status": {"allocatable": {"cpu": "16"}}}]}
+    seen = []
+
+    class Api(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append((self.path, self.headers.get("Authorization")))
+            body = json.dumps(nodes).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+            f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{server.server_address[1]}'}}}}]\n"
+            "users: [{name: u, user: {token: t0ken}}]\n"
+            "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
+        )
+        off = run("mi355x")
+        assert off["cluster"].status == "skip" and "--check-cluster" in off["cluster"].reason
+        assert not seen
+        on = run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)
+        assert on["cluster"].status == "pass"
+        assert on["gpu-nodes"].status == "pass" and "1 node(s) advertise 8x amd.com/gpu" in on["gpu-nodes"].reason
+        assert seen == [("/api/v1/nodes", "Bearer t0ken")]
+        nodes["items"] = nodes["items"][1:]
+        assert run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)["gpu-nodes"].status == "fail"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _cli(*args, env=None):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "scripts/preflight.py", *args], cwd=REPO_ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_against_moto_server_honors_aws_endpoint_url():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+        ok = _cli("--stack", "b300", "--json", env=env)
+        assert ok.returncode == 0, ok.stderr
+        report = json.loads(ok.stdout)
+        statuses = {c["name"]: c["status"] for c in report["checks"]}
+        assert statuses["offered-in-region"] == "pass" and statuses["vcpu-quota"] == "unknown"
+        bad = _cli("--stack", "b300", "--region", "eu-west-1", env=env)
+        assert bad.returncode == 1
+        assert "not offered in eu-west-1" in bad.stdout and "Traceback" not in bad.stderr
+    finally:
+        server.stop()
+
+
+def test_cli_usage_errors_exit_2_without_traceback():
+    missing = _cli("--stack", "nope")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("error: --stack: 'nope'") and "Traceback" not in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    assert _cli("--bogus").returncode == 2
+    helptext = _cli("--help")
+    assert helptext.returncode == 0
+    for flag in ("--stack", "--region", "--json", "--mirror-bucket", "--check-cluster", "--kubeconfig", "--context"):
+        assert flag in helptext.stdout
+

@@ -1,0 +1,372 @@
+"""The sweeper under moto: what is found, what is deleted, in which order, and what is never touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+
+import sweep  # noqa: E402
+
+REGION = "us-east-1"
+NOW = datetime(2026, 12, 10, 0, 0, tzinfo=timezone.utc)
+PAST = "2026-12-01T00:00:00Z"
+FUTURE = "2027-01-01T00:00:00Z"
+
+
+def tags(stack: str, expires: str | None = None, **extra: str) -> dict[str, str]:
+    out = {
+        sweep.TAG_STACK: stack,
+        sweep.TAG_PROJECT: "kimi-deploy",
+        sweep.TAG_OWNER: "ml-platform",
+        sweep.TAG_ENVIRONMENT: "trial",
+    }
+    if expires:
+        out[sweep.TAG_EXPIRES] = expires
+    out.update(extra)
+    return out
+
+
+def tag_list(d: dict[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in d.items()]
+
+
+def spec(resource_type: str, d: dict[str, str]) -> list[dict]:
+    return [{"ResourceType": resource_type, "Tags": tag_list(d)}]
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        yield
+
+
+class Recorder:
+    """A client factory that records every mutating call (service, operation, first id)."""
+
+    MUTATING = ("Delete", "Terminate", "Revoke", "Detach", "Cancel")
+
+    def __init__(self, capacity: list[dict] | None = None, refuse: dict[str, str] | None = None):
+        self.calls: list[tuple[str, str]] = []
+        self.capacity = capacity or []
+        self.refuse = refuse or {}  # operation name -> error code to raise
+        self._clients: dict[tuple[str, str], object] = {}
+
+    def __call__(self, service: str, region: str):
+        key = (service, region)
+        if key not in self._clients:
+            client = boto3.client(service, region_name=region)
+            client.meta.events.register("before-call", self._before)
+            self._clients[key] = client
+        return self._clients[key]
+
+    def _before(self, model, params, **kwargs):
+        op = model.name
+        if op.startswith(self.MUTATING):
+            self.calls.append((model.service_model.service_name, op))
+        if op in self.refuse:
+            from botocore.exceptions import ClientError
+
+            raise ClientError({"Error": {"Code": self.refuse[op], "Message": f"{op} refused by test"}}, op)
+        if op == "DescribeCapacityReservations":
+            # moto 5.2 does not implement capacity reservations: answer like EC2 would.
+            from botocore.awsrequest import AWSResponse
+
+            return (AWSResponse(None, 200, {}, None), {"CapacityReservations": self.capacity, "ResponseMetadata": {"HTTPStatusCode": 200}})
+        return None
+
+    def ops(self) -> list[str]:
+        return [op for _, op in self.calls]
+
+
+def build_world() -> dict[str, str]:
+    """An expired trial (b300), an active trial (gb300), a prod stack and a foreign resource."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.1.0/24", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ids: dict[str, str] = {"vpc": vpc, "subnet": subnet}
+
+    ids["sg_expired"] = ec2.create_security_group(GroupName="b300-api", Description="api", VpcId=vpc, TagSpecifications=spec("security-group", tags("b300", PAST)))["GroupId"]
+    ids["sg_active"] = ec2.create_security_group(GroupName="gb300-api", Description="api", VpcId=vpc, TagSpecifications=spec("security-group", tags("gb300", FUTURE)))["GroupId"]
+    # The active group allows the expired one: that rule must be revoked before the delete.
+    ec2.authorize_security_group_ingress(GroupId=ids["sg_active"], IpPermissions=[{"IpProtocol": "tcp", "FromPort": 8000, "ToPort": 8000, "UserIdGroupPairs": [{"GroupId": ids["sg_expired"]}]}])
+
+    ids["i_expired"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p6-b300.48xlarge", SubnetId=subnet, SecurityGroupIds=[ids["sg_expired"]], TagSpecifications=spec("instance", tags("b300", PAST)))["Instances"][0]["InstanceId"]
+    ids["i_active"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p6-b300.48xlarge", SubnetId=subnet, TagSpecifications=spec("instance", tags("gb300", FUTURE)))["Instances"][0]["InstanceId"]
+    ids["i_prod"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p6-b300.48xlarge", SubnetId=subnet, TagSpecifications=spec("instance", {**tags("b300-prod"), sweep.TAG_ENVIRONMENT: "prod"}))["Instances"][0]["InstanceId"]
+    ids["i_foreign"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="t3.micro", SubnetId=subnet, TagSpecifications=spec("instance", {"expires-at": PAST, "team": "other"}))["Instances"][0]["InstanceId"]
+    ids["i_retained"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="t3.micro", SubnetId=subnet, TagSpecifications=spec("instance", tags("b300", PAST, **{sweep.TAG_RETAIN: "true"})))["Instances"][0]["InstanceId"]
+
+    ids["eni_expired"] = ec2.create_network_interface(SubnetId=subnet, Groups=[ids["sg_expired"]], TagSpecifications=spec("network-interface", tags("b300", PAST)))["NetworkInterface"]["NetworkInterfaceId"]
+    ids["vol_expired"] = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100, Encrypted=True, TagSpecifications=spec("volume", tags("b300", PAST)))["VolumeId"]
+    ids["vol_active"] = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100, Encrypted=True, TagSpecifications=spec("volume", tags("gb300", FUTURE)))["VolumeId"]
+
+    elb = boto3.client("elbv2", region_name=REGION)
+    ids["lb_expired"] = elb.create_load_balancer(Name="b300-api", Subnets=[subnet], Type="network", Scheme="internal", Tags=tag_list(tags("b300", PAST)))["LoadBalancers"][0]["LoadBalancerArn"]
+
+    fsx = boto3.client("fsx", region_name=REGION)
+    lustre = {"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 1000}
+    ids["fs_expired"] = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=2400, SubnetIds=[subnet], LustreConfiguration=lustre, Tags=tag_list(tags("b300", PAST)))["FileSystem"]["FileSystemId"]
+    ids["fs_retained"] = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=2400, SubnetIds=[subnet], LustreConfiguration=lustre, Tags=tag_list(tags("b300", PAST, **{sweep.TAG_RETAIN: "true"})))["FileSystem"]["FileSystemId"]
+
+    eks = boto3.client("eks", region_name=REGION)
+    role = "arn:aws:iam::123456789012:role/eks"
+    eks.create_cluster(name="b300-eks", roleArn=role, resourcesVpcConfig={"subnetIds": [subnet]}, tags=tags("b300", PAST))
+    # No expires-at of its own: inherits the cluster's.
+    eks.create_nodegroup(clusterName="b300-eks", nodegroupName="gpu", nodeRole=role, subnets=[subnet], instanceTypes=["p6-b300.48xlarge"], tags={sweep.TAG_STACK: "b300"})
+
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="kimi-mirror-b300")
+    s3.put_bucket_tagging(Bucket="kimi-mirror-b300", Tagging={"TagSet": tag_list(tags("b300", PAST, **{sweep.TAG_ROLE: sweep.ROLE_WEIGHTS_MIRROR, sweep.TAG_RETAIN: "true"}))})
+    s3.put_object(Bucket="kimi-mirror-b300", Key="models/kimi/.weights-complete.json", Body=b"{}")
+    s3.create_bucket(Bucket="kimi-logs-b300")
+    s3.put_bucket_tagging(Bucket="kimi-logs-b300", Tagging={"TagSet": tag_list(tags("b300", PAST))})
+    return ids
+
+
+def by_id(report: dict) -> dict[str, dict]:
+    return {r["id"]: r for s in report["stacks"].values() for r in s["resources"]}
+
+
+def instance_state(iid: str) -> str:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    return ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+
+
+def sweeper(rec: Recorder, *, destroy: bool, destroyer=None) -> sweep.Sweeper:
+    return sweep.Sweeper(rec, [REGION], NOW, destroy=destroy, destroyer=destroyer, wait_seconds=5, poll_seconds=0.01)
+
+
+def test_dry_run_reports_expired_grouped_by_stack_and_deletes_nothing(aws):
+    ids = build_world()
+    rec = Recorder()
+    report = sweeper(rec, destroy=False).run()
+
+    assert rec.calls == []  # not a single mutating call
+    assert instance_state(ids["i_expired"]) == "running"
+    found = by_id(report)
+    assert set(report["stacks"]) == {"b300", "gb300", "b300-prod"}
+    assert report["stacks"]["b300"]["expired"] is True and report["stacks"]["gb300"]["expired"] is False
+    for key in ("i_expired", "sg_expired", "eni_expired", "vol_expired", "lb_expired", "fs_expired"):
+        assert found[ids[key]]["status"] == "would-delete", key
+    assert found["b300-eks"]["status"] == "would-delete"
+    assert found["b300-eks/gpu"]["status"] == "would-delete" and found["b300-eks/gpu"]["expires_at"] == PAST
+    for key in ("i_active", "sg_active", "vol_active", "i_prod"):
+        assert found[ids[key]]["status"] == "active", key
+    assert ids["i_foreign"] not in found  # not ours: no kimi-deploy:stack tag
+    assert found[ids["i_retained"]]["status"] == "kept"
+    assert found[ids["fs_retained"]]["status"] == "kept"
+    assert found["kimi-mirror-b300"]["status"] == "kept" and "retained" in found["kimi-mirror-b300"]["reason"]
+    assert found["kimi-logs-b300"]["status"] == "kept"
+    assert report["mode"] == "dry-run" and report["errors"] == []
+    assert report["exit_code"] == 1  # expired resources exist (a check that fails)
+
+
+def test_destroy_removes_expired_in_dependency_order_and_keeps_the_rest(aws):
+    ids = build_world()
+    rec = Recorder()
+    report = sweeper(rec, destroy=True).run()
+
+    found = by_id(report)
+    assert report["summary"]["failed"] == 0, report
+    assert report["exit_code"] == 0
+    assert instance_state(ids["i_expired"]) == "terminated"
+    for key in ("i_expired", "sg_expired", "eni_expired", "vol_expired", "lb_expired", "fs_expired"):
+        assert found[ids[key]]["status"] == "deleted", key
+
+    ec2 = boto3.client("ec2", region_name=REGION)
+    groups = {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]}
+    assert ids["sg_expired"] not in groups and ids["sg_active"] in groups
+    active = ec2.describe_security_groups(GroupIds=[ids["sg_active"]])["SecurityGroups"][0]
+    assert not any(p.get("UserIdGroupPairs") for p in active["IpPermissions"])  # the reference was revoked
+    volumes = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+    assert ids["vol_expired"] not in volumes and ids["vol_active"] in volumes
+    for key in ("i_active", "i_prod", "i_foreign", "i_retained"):
+        assert instance_state(ids[key]) == "running", key
+    fsx = boto3.client("fsx", region_name=REGION)
+    assert [f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]] == [ids["fs_retained"]]
+    assert boto3.client("eks", region_name=REGION).list_clusters()["clusters"] == []
+    s3 = boto3.client("s3", region_name=REGION)
+    assert {b["Name"] for b in s3.list_buckets()["Buckets"]} == {"kimi-mirror-b300", "kimi-logs-b300"}
+    assert s3.get_object(Bucket="kimi-mirror-b300", Key="models/kimi/.weights-complete.json")["Body"].read() == b"{}"
+
+    ops = rec.ops()
+    first = {op: ops.index(op) for op in reversed(ops)}
+    assert first["DeleteNodegroup"] < first["DeleteCluster"]
+    assert first["TerminateInstances"] < first["DeleteSecurityGroup"]
+    assert first["DeleteLoadBalancer"] < first["DeleteNetworkInterface"] < first["DeleteSecurityGroup"]
+    assert first["RevokeSecurityGroupIngress"] < first["DeleteSecurityGroup"]
+    assert first["DeleteFileSystem"] < first["DeleteSecurityGroup"]
+    assert first["TerminateInstances"] < first["DeleteVolume"]
+    assert not any(op in ("DeleteBucket", "DeleteObject", "DeleteObjects") for op in ops)
+
+
+def test_a_resource_that_refuses_deletion_fails_the_run(aws):
+    ids = build_world()
+    rec = Recorder(refuse={"TerminateInstances": "OperationNotPermitted"})
+    report = sweeper(rec, destroy=True).run()
+    found = by_id(report)
+    assert found[ids["i_expired"]]["status"] == "failed"
+    assert "OperationNotPermitted" in found[ids["i_expired"]]["reason"]
+    assert report["exit_code"] == 1
+    # The rest still went: one stuck instance does not stop the sweep.
+    assert found[ids["fs_expired"]]["status"] == "deleted"
+
+
+def test_cluster_with_a_retained_node_group_is_reported_not_forced(aws):
+    """EKS refuses to delete a cluster that still has node groups: failure, exit 1."""
+    build_world()
+    eks = boto3.client("eks", region_name=REGION)
+    eks.create_nodegroup(clusterName="b300-eks", nodegroupName="keep", nodeRole="arn:aws:iam::123456789012:role/eks", subnets=["subnet-1"], tags=tags("b300", PAST, **{sweep.TAG_RETAIN: "true"}))
+    report = sweeper(Recorder(), destroy=True).run()
+    found = by_id(report)
+    assert found["b300-eks/keep"]["status"] == "kept"
+    assert found["b300-eks"]["status"] == "failed" and "nodegroup" in found["b300-eks"]["reason"].lower()
+    assert report["exit_code"] == 1
+
+
+def test_capacity_blocks_still_paid_are_reported_never_cancelled(aws):
+    build_world()
+    block = {
+        "CapacityReservationId": "cr-0123456789abcdef0",
+        "InstanceType": "p6e-gb300.36xlarge",
+        "AvailabilityZone": "us-east-1a",
+        "TotalInstanceCount": 2,
+        "State": "active",
+        "ReservationType": "capacity-block",
+        "EndDate": datetime(2026, 12, 14, 11, 30, tzinfo=timezone.utc),
+        "Tags": tag_list(tags("gb300", PAST)),
+    }
+    ended = {**block, "CapacityReservationId": "cr-0fedcba9876543210", "State": "expired"}
+    rec = Recorder(capacity=[block, ended])
+    report = sweeper(rec, destroy=True).run()
+    assert [r["id"] for r in report["still_paid"]] == ["cr-0123456789abcdef0"]
+    paid = report["still_paid"][0]
+    assert "capacity block" in paid["reason"] and "2026-12-14T11:30:00Z" in paid["reason"]
+    assert not any("Capacity" in op for op in rec.ops())
+
+
+def test_invalid_expiry_is_reported_not_swept(aws):
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10, TagSpecifications=spec("volume", tags("b300", "next tuesday")))["VolumeId"]
+    report = sweeper(Recorder(), destroy=True).run()
+    found = by_id(report)
+    assert found[vol]["status"] == "active" and "not an RFC 3339 time" in found[vol]["reason"]
+    assert report["summary"]["invalid_expiry"] == 1
+    assert vol in {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+
+
+class FakeDestroyer:
+    def __init__(self, available: bool):
+        self._available = available
+        self.stacks: list[str] = []
+
+    def available(self) -> bool:
+        return self._available
+
+    def destroy(self, stack: str) -> sweep.DestroyOutcome:
+        self.stacks.append(stack)
+        return sweep.DestroyOutcome(stack, "destroyed")
+
+
+def test_pulumi_destroy_runs_first_per_expired_stack_or_is_reported_skipped(aws):
+    build_world()
+    with_cli = FakeDestroyer(available=True)
+    report = sweeper(Recorder(), destroy=True, destroyer=with_cli).run()
+    assert with_cli.stacks == ["b300"]  # only the expired stack, once
+    assert report["pulumi_destroy"] == [{"stack": "b300", "status": "destroyed", "reason": ""}]
+
+    no_cli = FakeDestroyer(available=False)
+    report = sweeper(Recorder(), destroy=False, destroyer=no_cli).run()
+    assert no_cli.stacks == [] and report["pulumi_destroy"] == []  # dry run: never
+
+
+def test_pulumi_destroy_without_cli_is_skipped_with_a_reason(aws, monkeypatch):
+    build_world()
+    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)
+    report = sweeper(Recorder(), destroy=True, destroyer=sweep.AutomationDestroyer()).run()
+    assert report["pulumi_destroy"] == [{"stack": "b300", "status": "skipped", "reason": "pulumi CLI not found: deleting through the AWS APIs only"}]
+    assert report["exit_code"] == 0
+
+
+def test_state_check_refuses_destroy_that_would_delete_a_retained_resource():
+    deployment = {
+        "resources": [
+            {"urn": "urn:pulumi:b300::kimi-deploy::aws:s3/bucket:Bucket::mirror", "retainOnDelete": True, "outputs": {"tags": {sweep.TAG_ROLE: sweep.ROLE_WEIGHTS_MIRROR}}},
+            {"urn": "urn:pulumi:b300::kimi-deploy::aws:fsx/lustreFileSystem:LustreFileSystem::fsx", "outputs": {"tags": {sweep.TAG_RETAIN: "true"}}},
+            {"urn": "urn:pulumi:b300::kimi-deploy::aws:ec2/instance:Instance::gpu", "outputs": {"tags": {sweep.TAG_STACK: "b300"}}},
+        ]
+    }
+    assert sweep.unsafe_retained_in_state(deployment) == ["urn:pulumi:b300::kimi-deploy::aws:fsx/lustreFileSystem:LustreFileSystem::fsx"]
+
+
+def test_cli_json_help_and_usage_errors(aws, capsys):
+    build_world()
+    rec = Recorder()
+    code = sweep.main(["--region", REGION, "--now", "2026-12-10T00:00:00Z", "--json"], clients=rec)
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["mode"] == "dry-run" and out["summary"]["would_delete"] >= 7
+    assert sweep.main(["--now", "yesterday"], clients=rec) == 2
+    assert "not an ISO 8601 time" in capsys.readouterr().err
+    code = sweep.main(["--region", REGION, "--now", "2026-11-01T00:00:00Z"], clients=rec)
+    assert code == 0  # nothing expired yet at that time
+    assert "kimi-deploy sweep" in capsys.readouterr().out
+
+
+def test_help_explains_every_flag():
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--help"], capture_output=True, text=True, check=True)
+    for flag in ("--region", "--now", "--destroy", "--json", "--no-pulumi", "--wait-seconds"):
+        assert flag in proc.stdout
+    assert "retain" in proc.stdout and "Exit 0" in proc.stdout
+
+
+def test_honors_aws_endpoint_url(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5999")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    client = sweep.default_client_factory("ec2", REGION)
+    assert client.meta.endpoint_url == "http://127.0.0.1:5999"
+
+
+def test_sweeps_a_moto_server_through_aws_endpoint_url(tmp_path):
+    """End to end as CI runs it: a subprocess, a real HTTP endpoint, --destroy --json."""
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}
+        env.pop("AWS_PROFILE", None)
+        ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing", aws_secret_access_key="testing")
+        vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10, TagSpecifications=spec("volume", tags("b300", PAST)))["VolumeId"]
+        proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--region", REGION, "--now", "2026-12-10T00:00:00Z", "--destroy", "--no-pulumi", "--json", "--wait-seconds", "5"], env=env, capture_output=True, text=True, timeout=120)
+        report = json.loads(proc.stdout)
+        assert by_id(report)[vol]["status"] == "deleted"
+        # moto's server does not implement DescribeCapacityReservations: an unlistable kind is
+        # reported and fails the run (nothing may be silently unchecked); nothing else failed.
+        assert [e for e in report["errors"] if "capacity reservations" not in e] == []
+        assert proc.returncode == (1 if report["errors"] else 0), proc.stderr
+        assert vol not in {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+    finally:
+        server.stop()

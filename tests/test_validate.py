@@ -1,0 +1,132 @@
+"""scripts/validate.py against the local OpenAI-compatible test server: a well-behaved server
+passes every check; each misbehaviour fails the matching check and only that one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import validate
+from scripts.validate import CHECKS, Options, make_client, run_checks
+from tests.openai_test_server import MISBEHAVIOURS, NEEDLE_RE, OpenAITestServer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODEL = "kimi-k3.1-pro"
+# Small but real: a 4k-token haystack, 8 short streams at concurrency 4.
+FAST = dict(needle_tokens=4096, concurrency=4, requests=8, max_tokens=24, prompt_tokens=256)
+
+EXPECTED_FAILURE = {
+    "raw-tool-tokens": "tools",
+    "merge-tool-calls": "parallel-tools",
+    "drop-reasoning": "round-trip",
+    "miss-needle": "needle",
+    "reject-effort": "reasoning-effort",
+    "error-stream": "throughput",
+}
+
+
+def run(server: OpenAITestServer, **overrides):
+    opts = Options(model=MODEL, **{**FAST, **overrides})
+    return {r.name: r for r in run_checks(make_client(server.base_url, "EMPTY", 30), opts)}
+
+
+def test_every_misbehaviour_has_a_check():
+    assert set(EXPECTED_FAILURE) == set(MISBEHAVIOURS)
+    assert set(EXPECTED_FAILURE.values()) == set(CHECKS)
+
+
+def test_well_behaved_server_passes_everything():
+    with OpenAITestServer() as server:
+        results = run(server)
+        bodies = list(server.requests)
+    assert {n: r.status for n, r in results.items()} == {n: "pass" for n in CHECKS}, {n: r.reason for n, r in results.items()}
+    # reasoning_effort travels as a top-level field.
+    assert [b["reasoning_effort"] for b in bodies if "reasoning_effort" in b] == ["low", "high", "max"]
+    # The round trip sends back the whole assistant message: content, reasoning_content, tool_calls.
+    turn2 = next(b for b in bodies if b["messages"][-1]["role"] == "tool")
+    assistant = turn2["messages"][1]
+    assert assistant["role"] == "assistant" and assistant["reasoning_content"] and assistant["tool_calls"]
+    assert "content" in assistant
+    assert turn2["messages"][-1]["tool_call_id"] == assistant["tool_calls"][0]["id"]
+    # The needle is in what the server received, once.
+    needle_body = next(b for b in bodies if "passphrase for the vault mentioned" in b["messages"][-1]["content"])
+    assert len(NEEDLE_RE.findall(needle_body["messages"][-1]["content"])) == 1
+    # Streams ask for usage; throughput figures are there for cost.py.
+    streams = [b for b in bodies if b.get("stream")]
+    assert len(streams) == FAST["requests"] and all(b["stream_options"] == {"include_usage": True} for b in streams)
+    metrics = results["throughput"].metrics
+    assert metrics["output_tokens_per_second"] > 0 and metrics["ttft_p95_seconds"] >= metrics["ttft_p50_seconds"]
+    assert metrics["concurrency"] == 4 and metrics["usage_reported"] is True
+
+
+@pytest.mark.parametrize("misbehaviour", MISBEHAVIOURS)
+def test_each_misbehaviour_fails_only_its_check(misbehaviour):
+    with OpenAITestServer(misbehave={misbehaviour}) as server:
+        results = run(server)
+    failed = {n for n, r in results.items() if r.status == "fail"}
+    assert failed == {EXPECTED_FAILURE[misbehaviour]}, {n: r.reason for n, r in results.items()}
+
+
+def test_needle_default_is_128k_tokens_and_capped_at_served_length():
+    assert validate.DEFAULT_NEEDLE_TOKENS == 131_072
+    with OpenAITestServer(max_model_len=16_384) as server:
+        result = run(server, checks=("needle",), needle_tokens=validate.DEFAULT_NEEDLE_TOKENS)["needle"]
+        received = server.requests[-1]["messages"][-1]["content"]
+    assert result.status == "pass"
+    assert "capped at the served max_model_len 16,384" in result.reason
+    assert result.metrics["target_tokens"] == 16_384 - 2048
+    assert abs(len(received) - (16_384 - 2048) * 4) < 2000
+
+
+def test_full_128k_haystack_reaches_the_server():
+    with OpenAITestServer() as server:
+        result = run(server, checks=("needle",), needle_tokens=131_072)["needle"]
+        received = server.requests[-1]["messages"][-1]["content"]
+    assert result.status == "pass"
+    assert len(received) >= 131_072 * 4 and len(NEEDLE_RE.findall(received)) == 1
+
+
+def test_thresholds_fail_the_throughput_check():
+    with OpenAITestServer() as server:
+        result = run(server, checks=("throughput",), min_output_tps=1e9)["throughput"]
+    assert result.status == "fail" and "--min-output-tps" in result.reason
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "scripts/validate.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_cli_json_api_key_and_exit_codes():
+    import os
+
+    with OpenAITestServer(api_key="sk-test-key") as server:
+        env = {**os.environ, "MY_KEY": "sk-test-key"}
+        base = ["--base-url", server.base_url, "--model", MODEL, "--checks", "tools,throughput", "--requests", "4", "--max-tokens", "8", "--json"]
+        ok = _cli(*base, "--api-key-env", "MY_KEY", env=env)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        report = json.loads(ok.stdout)
+        assert report["ok"] is True
+        statuses = {c["name"]: c["status"] for c in report["checks"]}
+        assert statuses == {"tools": "pass", "throughput": "pass", "parallel-tools": "skip", "round-trip": "skip",
+                            "reasoning-effort": "skip", "needle": "skip"}
+        wrong_key = _cli(*base, env={**os.environ, "VLLM_API_KEY": "nope"})
+        assert wrong_key.returncode == 1 and "HTTP 401" in wrong_key.stdout
+    unset = _cli("--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--api-key-env", "NO_SUCH_VAR_123")
+    assert unset.returncode == 2 and unset.stderr.startswith("error: --api-key-env") and "Traceback" not in unset.stderr
+    bad = _cli("--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--checks", "tools,bogus")
+    assert bad.returncode == 2 and "--checks" in bad.stderr
+    helptext = _cli("--help")
+    for flag in ("--base-url", "--model", "--api-key-env", "--checks", "--json", "--needle-tokens", "--concurrency",
+                 "--requests", "--max-tokens", "--timeout-seconds", "--min-output-tps", "--max-ttft-p95-seconds"):
+        assert flag in helptext.stdout
+
+
+def test_unreachable_endpoint_fails_checks_without_crashing():
+    results = run_checks(make_client("http://127.0.0.1:9/v1", "EMPTY", 2), Options(model=MODEL, checks=("tools",), **{k: v for k, v in FAST.items()}))
+    tools = {r.name: r for r in results}["tools"]
+    assert tools.status == "fail" and "cannot connect" in tools.reason

