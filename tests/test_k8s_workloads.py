@@ -422,7 +422,11 @@ def test_publish_job_uses_the_mirror_bucket_and_stages_on_nvme():
     argv = pod["containers"][0]["command"]
     dest = argv[argv.index("--dest") + 1]
     assert dest == run.outputs["mirrorUri"]  # the AWS edge's bucket, not the plan-time stand-in
-    assert argv[-2:] == ["--staging-dir", "/scratch/.kimi-deploy-staging"]
+    assert argv[-2:] == ["--staging-dir", "/models/.kimi-deploy-staging"]
+    nvme = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/models"]
+    assert len(nvme) == 1  # the node's NVMe holds the staged files, not the root disk
+    host = {v["name"]: v for v in pod["volumes"]}[nvme[0]["name"]]
+    assert host["hostPath"]["path"] == "/mnt/k8s-disks/0"
     assert pod["serviceAccountName"] == "kimi-mirror-publish"
     copy = run.named("weight-sync-node-copy").inputs["spec"]["template"]["spec"]["containers"][0]["command"]
     assert copy[copy.index("--source") + 1] == dest  # the node copy reads the mirror just published

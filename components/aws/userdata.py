@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Mapping, Sequence
 
 import yaml
 
 from components.spec.naming import NVME_RAID0_HOST_PATH
-from components.spec.weights import SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
+from components.spec.weights import STAGING_DIR, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
 
 from .common import HOST_TOOLS_DIR
 
@@ -38,8 +39,6 @@ HUB_ENV_FILE = f"{RUN_SECRETS_DIR}/hub.env"
 API_ENV_FILE = f"{RUN_SECRETS_DIR}/api.env"
 UNITS = ("kimi-nvme-raid0.service", "kimi-weights.service", "kimi-vllm.service")
 VLLM_CONTAINER = "kimi-vllm"
-# Staging of hub downloads before they go to S3: on the RAID0, not the root volume.
-STAGING_DIR_NAME = ".staging"
 MD_NAME = "kimi-nvme"
 
 
@@ -160,7 +159,6 @@ def sync_docker_command(cfg: Ec2BootConfig, step: SyncStep) -> list[str]:
     cmd = [
         "docker", "run", "--rm", "--network", "host", "--name", f"kimi-weight-sync-{step.name}",
         "-e", f"AWS_REGION={cfg.region}", "-e", f"AWS_DEFAULT_REGION={cfg.region}",
-        "-e", f"TMPDIR={WEIGHTS_MOUNT_PATH}/{STAGING_DIR_NAME}",
         "-v", f"{SYNC_SCRIPT_PATH}:{SYNC_SCRIPT_PATH}:ro",
         "-v", f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}",
     ]
@@ -202,7 +200,8 @@ def weights_script(cfg: Ec2BootConfig) -> str:
     if cfg.hub_token_parameter:
         lines.append(_q([SECRET_ENV_SCRIPT, HUB_ENV_FILE, cfg.region, f"{cfg.hub_token_env}={cfg.hub_token_parameter}"]))
     lines += [
-        f"mkdir -p {NVME_RAID0_HOST_PATH}/{STAGING_DIR_NAME}",
+        # The publish step's --staging-dir (weights.STAGING_DIR) as seen from the host.
+        f"mkdir -p {NVME_RAID0_HOST_PATH}/{PurePosixPath(STAGING_DIR).relative_to(WEIGHTS_MOUNT_PATH)}",
         f"docker pull --quiet {shlex.quote(cfg.image)}",
     ]
     for step in cfg.sync_steps:

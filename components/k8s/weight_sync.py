@@ -51,10 +51,6 @@ from .storage import FSX_VOLUME, SCRATCH_VOLUME, WEIGHTS_VOLUME, existing_claim_
 SYNC_PROGRAM_SOURCE = REPO_ROOT / "scripts" / "weight_sync.py"
 SYNC_PROGRAM_KEY = Path(SYNC_SCRIPT_PATH).name
 SYNC_PROGRAM_DIR = str(Path(SYNC_SCRIPT_PATH).parent)
-# Where the publish Job stages hub files before upload: on the GPU node's NVMe (1.5 TB passes
-# through; a container's ephemeral storage on the root disk cannot hold the files in flight).
-STAGING_SUBDIR = ".kimi-deploy-staging"
-SCRATCH_MOUNT_PATH = "/scratch"
 # Read rate assumed for copies from the in-region mirror: parallel ranged GETs (DESIGN.md 5: one
 # S3 connection tops out near 5 Gbps; the sync runs 16 files at once). Conservative on purpose.
 MIRROR_READ_BYTES_PER_SECOND = 500 * 10**6
@@ -101,8 +97,10 @@ def _volumes(spec: DeploymentSpec, step: SyncStep, program_configmap: str) -> tu
     ]
     kind = spec.config.storage.kind
     if step.name == "publish-mirror":
+        # The publish step stages hub files on the GPU node's NVMe (weights.STAGING_DIR): a
+        # container's ephemeral storage on the root disk cannot hold the files in flight.
         volumes.append(nvme_volume(spec, SCRATCH_VOLUME))
-        mounts.append({"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT_PATH})
+        mounts.append({"name": SCRATCH_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     elif kind == "pvc":
         volumes.append(existing_claim_volume(spec, read_only=False))
         mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
@@ -189,11 +187,8 @@ def job_spec(
 
 
 def step_argv(step: SyncStep) -> list[str]:
-    """``step.argv`` plus what only the cluster knows: the publish step stages on the node NVMe."""
-    argv = list(step.argv)
-    if step.name == "publish-mirror":
-        argv += ["--staging-dir", f"{SCRATCH_MOUNT_PATH}/{STAGING_SUBDIR}"]
-    return argv
+    """The container command of a sync step: exactly the core's argv (the EC2 path runs the same)."""
+    return list(step.argv)
 
 
 def declare_weight_sync(

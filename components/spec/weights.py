@@ -16,6 +16,9 @@ from .config import DeploymentSpec
 WEIGHTS_MOUNT_PATH = "/models"
 FSX_MOUNT_PATH = "/fsx"
 SYNC_SCRIPT_PATH = "/opt/kimi-deploy/weight_sync.py"
+# Publishing to the mirror verifies hub files on local disk before upload (workers x largest
+# shard, hundreds of GB): on the node's NVMe, mounted at WEIGHTS_MOUNT_PATH, never the root disk.
+STAGING_DIR = f"{WEIGHTS_MOUNT_PATH}/.kimi-deploy-staging"
 # The completion marker and manifest names: defined once, by the sync program itself (which
 # runs standalone inside the vLLM image and imports only the standard library at load).
 from scripts.weight_sync import MANIFEST_NAME, MARKER_NAME  # noqa: E402,F401
@@ -95,7 +98,8 @@ def sync_steps(spec: DeploymentSpec, mirror_bucket: str | None) -> tuple[SyncSte
     source = spec.hub_uri
     if mirror:
         dest = mirror_uri(spec, mirror_bucket)  # type: ignore[arg-type]
-        steps.append(SyncStep("publish-mirror", source, dest, False, True, False, _argv(source, dest)))
+        argv = _argv(source, dest) + ("--staging-dir", STAGING_DIR)
+        steps.append(SyncStep("publish-mirror", source, dest, False, True, False, argv))
         source = dest
     if kind == "fsx":
         return tuple(steps)

@@ -1,0 +1,228 @@
+"""Contract with the REAL vLLM 0.33.0 argument parser (CPU, offline; tests/vllm_contract.py).
+
+Every ``vllm serve`` command line the project generates must parse with vLLM's own parser,
+and the tool/reasoning parser names it uses must be registered in that vLLM. All argvs of
+this module go to the parser in ONE subprocess (importing vLLM takes seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXED_NOW, STACKS
+from tests.vllm_contract import check_argvs, format_failures
+
+MODEL = "moonshotai/Kimi-K3.1-Pro"
+ATTENTION_CONFIG = '{"use_prefill_query_quantization":true,"mla_prefill_backend":"flashinfer"}'
+COMPILATION_CONFIG = '{"cudagraph_mode":"FULL_DECODE_ONLY","custom_ops":["+fused_rms_norm_gated"]}'
+
+# DESIGN.md section 4: model flags + the official Blackwell recipe.
+BLACKWELL = [
+    MODEL, "--trust-remote-code", "--enable-auto-tool-choice",
+    "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3",
+    "--tensor-parallel-size", "8", "--load-format", "fastsafetensors",
+    "--gpu-memory-utilization", "0.95", "--max-model-len", "1048576",
+    "--kv-cache-dtype", "fp8", "--attention-config", ATTENTION_CONFIG,
+    "--enable-prefix-caching", "--no-enable-flashinfer-autotune",
+]  # fmt: skip
+# Multi-node without Ray, a worker (rank > 0 runs headless).
+MULTI_NODE_WORKER = [
+    "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29500", "--headless",
+]  # fmt: skip
+# The AMD MI355X recipe.
+AMD = [
+    MODEL, "--trust-remote-code", "--enable-auto-tool-choice",
+    "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3",
+    "--tensor-parallel-size", "8", "--load-format", "auto", "--gpu-memory-utilization", "0.95",
+    "--mm-encoder-tp-mode", "data", "--max-num-seqs", "128", "--max-num-batched-tokens", "4096",
+    "--compilation-config", COMPILATION_CONFIG,
+]  # fmt: skip
+
+KNOWN = {
+    "blackwell": BLACKWELL,
+    "blackwell-worker": BLACKWELL + MULTI_NODE_WORKER,
+    "amd": AMD,
+}
+BAD = {
+    "misspelt-flag": [MODEL, "--tensor-parallel-sise", "8"],
+    "bad-kv-cache-dtype": [MODEL, "--kv-cache-dtype", "fp5"],
+    "bad-int": [MODEL, "--tensor-parallel-size", "eight"],
+    "unknown-tool-parser": [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k9"],
+    "unknown-reasoning-parser": [MODEL, "--reasoning-parser", "kimi_k9"],
+}
+
+# VLLM_* variables a recipe sets that vLLM 0.33.0's envs.py does not define, with the reason
+# they are kept. Any other unknown VLLM_* name in a role's env is a typo and fails.
+UNKNOWN_VLLM_ENV_ALLOWED = {
+    "VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4": "AMD MI355X recipe (vllm-project/recipes Kimi-K3.yaml); "
+    "not in vllm 0.33.0 envs.py, read by the ROCm build the recipe targets (model card: vLLM >= 0.34.0)",
+}
+
+
+def _stack_roles() -> dict[str, Any]:
+    """stack -> (VllmCommand, [(label, role, argv), ...]) or the exception that stack raised."""
+    from components.spec.config import load_stack
+    from components.spec.vllm import build_vllm_command
+
+    out: dict[str, Any] = {}
+    for stack in STACKS:
+        try:
+            cmd = build_vllm_command(load_stack(stack, now=FIXED_NOW))
+            roles = []
+            for role in cmd.roles:
+                concrete = getattr(role, "concrete_argv", None)  # $(LWS_*) references -> examples
+                argv = tuple(concrete() if callable(concrete) else role.argv)
+                roles.append((f"{stack}/{role.name}", role, argv))
+            out[stack] = (cmd, roles)
+        except Exception as err:  # noqa: BLE001 - reported by that stack's test
+            out[stack] = err
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _everything() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]:
+    """(report, label -> result, stack roles): every argv of this module in one parser run."""
+    stacks = _stack_roles()
+    labels: list[str] = []
+    argvs: list[list[str]] = []
+    envs: list[dict[str, str] | None] = []
+    for name, argv in {**KNOWN, **BAD}.items():
+        labels.append(name)
+        argvs.append(list(argv))
+        envs.append(None)
+    for entry in stacks.values():
+        if isinstance(entry, Exception):
+            continue
+        for label, role, argv in entry[1]:
+            if argv[:2] != ("vllm", "serve"):
+                continue  # reported by the stack's test
+            labels.append(label)
+            argvs.append(list(argv[2:]))
+            envs.append(dict(role.env))
+    report = check_argvs(argvs, envs)
+    return report, dict(zip(labels, report["results"])), stacks
+
+
+def _result(label: str) -> dict[str, Any]:
+    return _everything()[1][label]
+
+
+def _parsed_ok(label: str) -> dict[str, Any]:
+    result = _result(label)
+    assert result["ok"], f"{label} rejected by vLLM [{result['stage']}]: {result['error']}"
+    return result["parsed"]
+
+
+def test_parser_is_vllm_0_33_0():
+    report = _everything()[0]
+    assert report["vllm_version"] == "0.33.0"
+
+
+@pytest.mark.parametrize("kind", ["tool_parsers", "reasoning_parsers"])
+def test_kimi_k3_parsers_are_registered(kind):
+    registered = _everything()[0][kind]
+    assert "kimi_k3" in registered, f"kimi_k3 not in vLLM's {kind}: {registered}"
+
+
+def test_blackwell_recipe_parses_with_the_right_values():
+    p = _parsed_ok("blackwell")
+    assert p["model_tag"] == MODEL and p["model"] == MODEL
+    assert p["trust_remote_code"] is True
+    assert p["enable_auto_tool_choice"] is True
+    assert p["tool_call_parser"] == "kimi_k3" and p["reasoning_parser"] == "kimi_k3"
+    assert p["tensor_parallel_size"] == 8
+    assert p["load_format"] == "fastsafetensors"
+    assert p["gpu_memory_utilization"] == 0.95
+    assert p["max_model_len"] == 1048576
+    assert p["kv_cache_dtype"] == "fp8"
+    assert p["attention_config"]["use_prefill_query_quantization"] is True
+    # vLLM resolves the backend name to its class path.
+    assert "flashinfer" in p["attention_config"]["mla_prefill_backend"].lower()
+    assert p["enable_prefix_caching"] is True
+    assert p["enable_flashinfer_autotune"] is False
+    assert p["headless"] is False
+
+
+def test_multi_node_worker_flags_parse():
+    p = _parsed_ok("blackwell-worker")
+    assert p["nnodes"] == 2 and p["node_rank"] == 1
+    assert p["master_addr"] == "10.0.0.1" and p["master_port"] == 29500
+    assert p["headless"] is True
+    assert p["tensor_parallel_size"] == 8
+
+
+def test_amd_recipe_parses_with_the_right_values():
+    p = _parsed_ok("amd")
+    assert p["load_format"] == "auto"
+    assert p["mm_encoder_tp_mode"] == "data"
+    assert p["max_num_seqs"] == 128 and p["max_num_batched_tokens"] == 4096
+    assert p["compilation_config"]["cudagraph_mode"] == "FULL_DECODE_ONLY"
+    assert p["compilation_config"]["custom_ops"] == ["+fused_rms_norm_gated"]
+
+
+@pytest.mark.parametrize(
+    ("label", "stage", "needle"),
+    [
+        ("misspelt-flag", "argparse", "--tensor-parallel-sise"),
+        ("bad-kv-cache-dtype", "config", "fp5"),
+        ("bad-int", "argparse", "eight"),
+        ("unknown-tool-parser", "registry", "kimi_k9"),
+        ("unknown-reasoning-parser", "registry", "kimi_k9"),
+    ],
+)
+def test_bad_command_lines_are_rejected(label, stage, needle):
+    result = _result(label)
+    assert not result["ok"], f"{label} was accepted by vLLM: {BAD[label]}"
+    assert result["stage"] == stage, result
+    assert needle in result["error"], result["error"]
+
+
+# --- THE MAIN TEST: every argv the project generates, for every stack --------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_argv_parses_with_real_vllm(stack):
+    report, results, stacks = _everything()
+    entry = stacks[stack]
+    if isinstance(entry, Exception):
+        raise entry
+    cmd, roles = entry
+    assert roles, f"{stack}: no vLLM roles"
+    for label, _, argv in roles:
+        assert argv[:2] == ("vllm", "serve") and len(argv) > 2, f"{label}: argv must be 'vllm serve MODEL ...': {argv[:3]}"
+    failures = format_failures([label for label, _, _ in roles], {"results": [results[label] for label, _, _ in roles]})
+    assert not failures, f"vLLM 0.33.0 rejects the generated command:\n{failures}"
+
+    total_nodes = sum(role.nodes for _, role, _ in roles)
+    for label, role, argv in roles:
+        p = results[label]["parsed"]
+        assert p["model_tag"] == argv[2] == cmd.model_path, label
+        assert p["tensor_parallel_size"] == cmd.tensor_parallel_size, label
+        assert p["decode_context_parallel_size"] == cmd.decode_context_parallel_size, label
+        assert p["served_model_name"] == list(cmd.served_model_names), label
+        assert p["headless"] is (not role.serves_http), label
+        if role.serves_http:
+            assert p["port"] == cmd.port, label
+        if total_nodes > 1:
+            assert p["nnodes"] == total_nodes, label
+        for kind, dest in (("tool_parsers", "tool_call_parser"), ("reasoning_parsers", "reasoning_parser")):
+            name = p.get(dest)
+            assert name, f"{label}: no {dest}"
+            assert name in report[kind], f"{label}: {dest} {name!r} is not registered in vLLM {report['vllm_version']}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_vllm_env_names_are_known(stack):
+    report, _, stacks = _everything()
+    entry = stacks[stack]
+    if isinstance(entry, Exception):
+        raise entry
+    known = set(report["env_vars"])
+    assert known, "vllm.envs lists no variables"
+    for label, role, _ in entry[1]:
+        unknown = sorted(k for k in role.env if k.startswith("VLLM_") and k not in known and k not in UNKNOWN_VLLM_ENV_ALLOWED)
+        assert not unknown, f"{label}: env names vLLM {report['vllm_version']} does not know (typo?): {unknown}"
+

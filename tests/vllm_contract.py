@@ -1,0 +1,124 @@
+"""Helper (not a test module): check ``vllm serve`` argvs with the REAL vLLM 0.33.0 parser.
+
+vLLM lives in its own venv (``.venv-vllm``, made by ``scripts/install_vllm_cpu.sh`` /
+``make vllm-parser``) so the main venv stays light. ``check_argvs`` runs
+``scripts/vllm_argv_check.py`` with that python once for many argvs (importing vLLM takes a
+few seconds; each argv then takes milliseconds) and returns its JSON report.
+
+Without the vLLM python: under CI (``CI=true``) that is an error, never a skip; elsewhere
+the calling test is skipped with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CHECK_SCRIPT = REPO_ROOT / "scripts" / "vllm_argv_check.py"
+ENV_VAR = "KIMI_VLLM_PYTHON"
+INSTALL_HINT = "bash scripts/install_vllm_cpu.sh (or: make vllm-parser)"
+TIMEOUT_S = 600
+
+_CACHE: dict[str, dict[str, Any]] = {}
+
+
+class VllmParserUnavailable(RuntimeError):
+    """The vLLM venv is missing or broken where it must be present (CI)."""
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def find_vllm_python() -> Path | None:
+    """The python of the vLLM venv: ``$KIMI_VLLM_PYTHON``, else ``<repo>/.venv-vllm/bin/python``.
+
+    Returns None when that file does not exist or is not executable.
+    """
+    configured = os.environ.get(ENV_VAR, "").strip()
+    path = Path(configured) if configured else REPO_ROOT / ".venv-vllm" / "bin" / "python"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def require_vllm_python() -> Path:
+    """``find_vllm_python()``, or fail (CI) / skip (elsewhere) with the reason."""
+    python = find_vllm_python()
+    if python is not None:
+        return python
+    where = os.environ.get(ENV_VAR) or str(REPO_ROOT / ".venv-vllm" / "bin" / "python")
+    reason = f"real vLLM parser not installed: no python at {where} ({ENV_VAR}); install it with {INSTALL_HINT}"
+    if _in_ci():
+        raise VllmParserUnavailable(reason + " -- CI must run the vLLM contract tests, not skip them")
+    pytest.skip(reason)
+    raise AssertionError("unreachable")  # pytest.skip raises
+
+
+def check_argvs(
+    argvs: Iterable[Sequence[str]],
+    envs: Iterable[Mapping[str, str] | None] | None = None,
+) -> dict[str, Any]:
+    """Parse every argv (what follows ``vllm serve``, model path first) with the real parser.
+
+    Args:
+        argvs: command lines; a leading ``vllm serve`` is tolerated.
+        envs: optional environment per argv (e.g. the role's env), same length as ``argvs``.
+
+    Returns:
+        The report of ``scripts/vllm_argv_check.py``: ``vllm_version``, ``tool_parsers``,
+        ``reasoning_parsers``, ``env_vars`` and ``results`` (one per argv, in order, each with
+        ``ok``, ``error``, ``stage``, ``parsed``, ``warnings``). Identical requests are cached.
+
+    Raises:
+        VllmParserUnavailable: under CI, no vLLM python.
+        RuntimeError: the check script failed (vLLM not importable, bad request, timeout).
+    """
+    request: dict[str, Any] = {"argvs": [[str(a) for a in argv] for argv in argvs]}
+    if envs is not None:
+        request["envs"] = [dict(e) if e is not None else None for e in envs]
+        if len(request["envs"]) != len(request["argvs"]):
+            raise ValueError("envs must have one item per argv")
+    key = json.dumps(request, sort_keys=True)
+    if key in _CACHE:
+        return _CACHE[key]
+    python = require_vllm_python()
+    try:
+        proc = subprocess.run(
+            [str(python), str(CHECK_SCRIPT)],
+            input=key,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            cwd=REPO_ROOT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{CHECK_SCRIPT.name} took more than {TIMEOUT_S}s") from None
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        report = None
+    if proc.returncode != 0 or not isinstance(report, dict) or "results" not in report:
+        detail = (report or {}).get("error") if isinstance(report, dict) else None
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        hint = f" (reinstall with {INSTALL_HINT})" if proc.returncode == 3 else ""
+        raise RuntimeError(
+            f"{CHECK_SCRIPT.name} with {python} exited {proc.returncode}{hint}: {detail or 'no report'}\n{tail}"
+        )
+    _CACHE[key] = report
+    return report
+
+
+def format_failures(labels: Sequence[str], report: Mapping[str, Any]) -> str:
+    """One line per failed argv: ``label [stage] error``, for assertion messages."""
+    lines = []
+    for label, result in zip(labels, report["results"]):
+        if not result["ok"]:
+            lines.append(f"{label} [{result['stage']}] {result['error']}")
+    return "\n".join(lines)
