@@ -528,7 +528,7 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
         lines.append("")
     for kind, sign in (("added", "+ add"), ("removed", "- remove")):
         if diff[kind]:
-            lines += [f"| | resource | type |", "|---|---|---|"]
+            lines += ["| | resource | type |", "|---|---|---|"]
             for r in diff[kind]:
                 lines.append(f"| {sign} | `{r['name']}` | `{r['type']}` |")
             lines.append("")

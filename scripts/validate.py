@@ -433,7 +433,7 @@ def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int]
             continue
         try:
             if name == "throughput":
-                result = check_throughput(client, opts, (lambda d, t: progress(name, d, t)) if progress else None)
+                result = check_throughput(client, opts, (lambda d, t, name=name: progress(name, d, t)) if progress else None)
             else:
                 if progress:
                     progress(name, 0, 1)

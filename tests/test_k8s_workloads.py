@@ -250,7 +250,7 @@ def test_commands_are_the_core_builder_argv(name):
 ])
 def test_gpu_resource_names_and_counts(name, resource, count, efa):
     run = plan_for(name)
-    for role, pod in vllm_pods(run).items():
+    for _role, pod in vllm_pods(run).items():
         res = vllm_container(pod)["resources"]
         assert res["limits"][resource] == count and res["requests"][resource] == count
         gpu_keys = {k for k in res["limits"] if k.endswith("/gpu")}

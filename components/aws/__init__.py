@@ -16,7 +16,6 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec.config import ConfigError
 from components.spec.weights import mirror_uri
 
 from .common import resource_prefix
