@@ -225,4 +225,3 @@ def test_stack_vllm_env_names_are_known(stack):
     for label, role, _ in entry[1]:
         unknown = sorted(k for k in role.env if k.startswith("VLLM_") and k not in known and k not in UNKNOWN_VLLM_ENV_ALLOWED)
         assert not unknown, f"{label}: env names vLLM {report['vllm_version']} does not know (typo?): {unknown}"
-

