@@ -156,14 +156,20 @@ def test_pinned_kubernetes_minor_is_shipped_by_the_validator():
 # -- custom resources ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", K8S_STACKS)
+def _custom_resources(name: str) -> list[dict]:
+    return [manifest(r) for r in k8s_objects(plan_for(name)) if r.inputs.get("kind") in CRD_FILES]
+
+
+@pytest.mark.parametrize("name", [s for s in K8S_STACKS if _custom_resources(s)])
 def test_custom_resources_validate_against_upstream_crds(name):
-    run = plan_for(name)
-    docs = [manifest(r) for r in k8s_objects(run) if r.inputs.get("kind") in CRD_FILES]
-    if not docs:
-        pytest.skip(f"{name} declares no LeaderWorkerSet or ComputeDomain")
-    for doc in docs:
+    for doc in _custom_resources(name):
         validate_against_crd(doc)
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_only_multi_node_copies_declare_custom_resources(name):
+    multi_node = plan_for(name).context.spec.nodes_per_copy > 1
+    assert bool(_custom_resources(name)) == multi_node
 
 
 def test_gb300_has_both_custom_resources():
