@@ -36,8 +36,8 @@ JOURNAL_NAME = "verified.jsonl"
 MANIFEST_VERSION = 1
 CHUNK_BYTES = 8 << 20
 # Local reads (file:// sources, re-hashing the destination) use a buffer that stays in the CPU's
-# cache between read(), sha256 and write(): 1 MiB measured faster than 8 MiB on 2 cores.
-LOCAL_CHUNK_BYTES = 1 << 20
+# cache (L2) between read(), sha256 and write(): 256 KiB cut system time 3-5x against 1 and 8 MiB.
+LOCAL_CHUNK_BYTES = 256 << 10
 # LocalDestination makes its files durable in batches (one syncfs per batch, not an fsync per
 # file); a batch ends after this many bytes and at the end of the run. See LocalDestination.
 SYNC_EVERY_BYTES = 16 << 30
@@ -293,14 +293,15 @@ class Sink:
                 self.progress.add(n)
         self._file = open(self.tmp_path, "ab", buffering=0)
 
-    def close(self, durable: bool = True) -> None:
-        """durable=True: fsync before closing. durable=False: the caller makes the file durable
-        later (LocalDestination's batched syncfs); writeback of its pages is started now, without
-        waiting, so that the final sync has little left to write."""
+    def close(self, durable: bool = True, writeback: bool = False) -> None:
+        """durable: fsync before closing. writeback (when the caller makes the file durable
+        later, with LocalDestination's batched syncfs): start writing its pages out now, without
+        waiting, so that the sync has little left to write (measured: median 2.9 s against 3.7 s
+        for 3 GB without it)."""
         if not self._file.closed:
             if durable:
                 os.fsync(self._file.fileno())
-            else:
+            elif writeback:
                 start_writeback(self._file.fileno())
             self._file.close()
 
@@ -720,7 +721,7 @@ def check_bytes(entry: FileEntry, size_bytes: int, sha256: str, git_sha1: str | 
 
 
 def fetch_verified(source: Source, entry: FileEntry, tmp_path: str, progress: Progress,
-                   durable: bool = True) -> str:
+                   durable: bool = True, writeback: bool = False) -> str:
     """Fetch `entry` into `tmp_path`, hashing as the bytes arrive; return its sha256 hex. On any
     failure the partial file is removed and its bytes taken off the progress count.
     Raises IntegrityError, SyncError, or the source's own (possibly transient) errors."""
@@ -728,7 +729,7 @@ def fetch_verified(source: Source, entry: FileEntry, tmp_path: str, progress: Pr
     ok = False
     try:
         source.fetch(entry, sink)
-        sink.close(durable=durable)
+        sink.close(durable=durable, writeback=writeback)
         sha = check_bytes(entry, sink.size_bytes, sink.sha256.hexdigest(),
                           sink.git_sha1.hexdigest() if sink.git_sha1 is not None else None)
         ok = True
@@ -1019,8 +1020,8 @@ class LocalDestination(Destination):
         final_path = self.target(entry.path)
         tmp = os.path.join(self.partial, hashlib.sha256(entry.path.encode()).hexdigest()[:32] + ".partial")
         result: list[str] = []
-        with_retries(lambda: result.append(fetch_verified(self.source, entry, tmp, progress, durable=False)),
-                     entry.path, self.log)
+        fetch = lambda: result.append(fetch_verified(self.source, entry, tmp, progress, durable=False, writeback=True))
+        with_retries(fetch, entry.path, self.log)
         os.makedirs(os.path.dirname(final_path), exist_ok=True)
         os.replace(tmp, final_path)  # verified; durable at the next sync point (see the class)
         self._journal_append(self._record(entry.path, result[-1], entry.git_sha1, final_path))
@@ -1072,6 +1073,8 @@ class S3Destination(Destination):
         client = s3_client(max_pool_connections=self.workers * S3_PART_CONCURRENCY + 8)
         config = TransferConfig(multipart_threshold=S3_PART_BYTES, multipart_chunksize=S3_PART_BYTES,
                                 max_concurrency=S3_PART_CONCURRENCY)
+        if self.staging_root:
+            os.makedirs(self.staging_root, exist_ok=True)  # e.g. a fresh NVMe mount
         staging = tempfile.mkdtemp(prefix="weight-sync-", dir=self.staging_root)
         try:
             if isinstance(self.source, (HfSource, ModelScopeSource)):

@@ -293,3 +293,109 @@ def test_modelscope_source_through_the_sdk(tmp_path, capsys, monkeypatch):
     assert read_tree(str(dest)) == files and summary["revision"] == "b" * 40
     assert {c[2] for c in calls if c[0] == "download"} == {"b" * 40}
     assert json.loads((dest / ws.MARKER_NAME).read_text())["revision"] == "b" * 40
+
+
+def journal_lines(dest) -> list[dict]:
+    return [json.loads(line) for line in (dest / ws.STATE_DIR_NAME / ws.JOURNAL_NAME).read_text().splitlines()]
+
+
+def test_marker_follows_one_sync_of_the_destination_and_no_fsync_per_file(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    dest = tmp_path / "dst"
+    events, real_syncfs, real_fsync = [], ws.syncfs, os.fsync
+    monkeypatch.setattr(ws, "syncfs", lambda path: (events.append(("syncfs", (dest / ws.MARKER_NAME).exists())),
+                                                    real_syncfs(path)))
+    monkeypatch.setattr(ws.os, "fsync", lambda fd: (events.append(("fsync", None)), real_fsync(fd)))
+    rc, summary, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "3")
+    assert rc == 0, err
+    assert events.count(("syncfs", False)) == 1 and ("syncfs", True) not in events
+    # after the sync: the compacted journal, manifest.json and the marker (file + directory each)
+    assert events.index(("syncfs", False)) == len(events) - 6 and events.count(("fsync", None)) == 5
+    lines = journal_lines(dest)
+    assert {rec["path"] for rec in lines[:-1]} == set(files)
+    assert lines[-1] == {"synced_through": max(rec["seq"] for rec in lines[:-1])}
+
+
+def test_periodic_sync_points_cover_only_files_recorded_before_them(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    dest = tmp_path / "dst"
+    monkeypatch.setattr(ws, "SYNC_EVERY_BYTES", 150_000)
+    monkeypatch.setattr(ws, "LocalDestination", type("NoCompact", (ws.LocalDestination,), {
+        "_finish": lambda self, summary, revision, entries: self._sync_point()}))
+    rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "1")
+    assert rc == 0, err
+    lines = journal_lines(dest)
+    syncs = [i for i, rec in enumerate(lines) if "synced_through" in rec]
+    assert len(syncs) >= 3 and syncs[-1] == len(lines) - 1
+    for i in syncs:  # with one worker, a sync point covers exactly the records before it
+        assert lines[i]["synced_through"] == max(rec["seq"] for rec in lines[:i] if "seq" in rec)
+
+
+def _power_loss_after_last_sync(dest, shard: str, files: dict) -> None:
+    """What a power loss can leave: the last file renamed and journaled after the last sync
+    point, its journal line on disk, its data not (same size here, wrong bytes, same mtime)."""
+    path = dest / shard
+    st = os.stat(path)
+    os.unlink(dest / ws.MARKER_NAME)
+    with open(path, "r+b") as f:
+        f.write(b"\0" * 4096)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    journal = dest / ws.STATE_DIR_NAME / ws.JOURNAL_NAME
+    lines = journal_lines(dest)
+    synced = lines[-1]["synced_through"]
+    rec = next(r for r in lines if r.get("path") == shard)
+    with open(journal, "a") as f:
+        f.write(json.dumps(dict(rec, seq=synced + 1)) + "\n")
+
+
+def test_fast_resume_rehashes_a_file_journaled_after_the_last_sync_point(tmp_path, src, capsys):
+    root, files = src
+    (root / ws.MANIFEST_NAME).write_text(json.dumps(manifest_for(files)))
+    dest = tmp_path / "dst"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    shard = "model-00003-of-00006.safetensors"
+    _power_loss_after_last_sync(dest, shard, files)
+    rc, summary, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 0, err
+    assert summary["files_transferred"] == 1 and summary["files_skipped"] == len(files) - 1
+    assert read_tree(str(dest)) == files and (dest / ws.MARKER_NAME).exists()
+    # An intact file journaled after the sync point is re-hashed and kept, not fetched again.
+    os.unlink(dest / ws.MARKER_NAME)
+    lines = journal_lines(dest)
+    rec = next(r for r in lines if r.get("path") == shard)
+    with open(dest / ws.STATE_DIR_NAME / ws.JOURNAL_NAME, "a") as f:
+        f.write(json.dumps(dict(rec, seq=lines[-1]["synced_through"] + 1)) + "\n")
+    rc, summary, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 0 and summary["files_transferred"] == 0 and summary["files_verified"] == 1
+    # ... and the same damage under a record the last sync point covers is trusted (fast mode).
+    st = os.stat(dest / shard)
+    os.unlink(dest / ws.MARKER_NAME)
+    with open(dest / shard, "r+b") as f:
+        f.write(b"\0" * 4096)
+    os.utime(dest / shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    rc, summary, _ = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 0 and summary["files_transferred"] == 0 and summary["files_verified"] == 0
+
+
+def test_untrusted_record_of_a_manifestless_source_is_rehashed_too(tmp_path, src, capsys):
+    root, files = src  # no manifest: the sha256 comes from the journal (same source size and mtime)
+    dest = tmp_path / "dst"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    _power_loss_after_last_sync(dest, "model-00002-of-00006.safetensors", files)
+    rc, summary, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
+    assert rc == 0 and summary["files_transferred"] == 1, err
+    assert read_tree(str(dest)) == files
+
+
+def test_new_records_continue_the_sequence_after_a_lost_tail(tmp_path, src, capsys, monkeypatch):
+    root, files = src
+    dest = tmp_path / "dst"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    last = journal_lines(dest)[-1]["synced_through"]
+    os.unlink(dest / ws.MARKER_NAME)
+    os.unlink(dest / "config.json")
+    with open(dest / ws.STATE_DIR_NAME / ws.JOURNAL_NAME, "a") as f:  # an old unsynced line
+        f.write(json.dumps({"path": "x", "seq": last + 5}) + "\n")
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
+    rec = next(r for r in journal_lines(dest) if r.get("path") == "config.json")
+    assert rec["seq"] > last + 5

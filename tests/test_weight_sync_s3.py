@@ -176,8 +176,7 @@ def test_mirror_copies_between_buckets_through_verified_staging(tmp_path, s3, ca
     src_bucket, dst_bucket = bucket_name(), bucket_name()
     publish_mirror(s3, src_bucket, "m", files)
     s3.create_bucket(Bucket=dst_bucket)
-    staging = tmp_path / "staging"
-    staging.mkdir()
+    staging = tmp_path / "nvme" / "staging"  # not there yet, as on a fresh node: the sync creates it
     rc, summary, err = run_json(capsys, "--source", f"s3://{src_bucket}/m", "--dest", f"s3://{dst_bucket}/copy",
                                 "--staging-dir", str(staging), "--s3-client", "boto3")
     assert rc == 0, err
