@@ -45,7 +45,7 @@ def test_shipped_aws_stacks_are_valid(stack):
         # A capacity reservation in another AZ than the nodes' AZ.
         ("b300-prod", "compute.capacity.availabilityZone", "us-east-1a", "kimi-deploy:compute.availabilityZone", "differs from the capacity reservation's AZ"),
         # A capacity reservation in an AZ that does not offer the type.
-        ("gb300", "compute.capacity.reservationId", "not-a-reservation", "kimi-deploy:compute.capacity.reservationId", "format cr-"),
+        ("gb300", "compute.capacity.reservationId", "not-a-reservation", "kimi-deploy:compute.capacity.reservationId", "not a capacity reservation id"),
         # An x86 AMI on arm64 (GB300) and the reverse.
         ("gb300", "compute.amiArchitecture", "x86_64", "kimi-deploy:compute.amiArchitecture", "does not match p6e-gb300.36xlarge (arm64)"),
         ("b300", "compute.amiArchitecture", "arm64", "kimi-deploy:compute.amiArchitecture", "does not match p6-b300.48xlarge (x86_64)"),
@@ -57,7 +57,7 @@ def test_shipped_aws_stacks_are_valid(stack):
         # The API endpoint CIDRs and the VPC size.
         ("gb300", "network.apiServerPublicCidrs", ["not-a-cidr"], "kimi-deploy:network.apiServerPublicCidrs", "is not a CIDR block"),
         ("b300", "network.vpcCidr", "10.0.0.0/26", "kimi-deploy:network.vpcCidr", "must be a /16 to /22 block"),
-        ("b300", "network.allowedCidrs", ["0.0.0.0/0"], "kimi-deploy:network.allowedCidrs", "whole internet"),
+        ("b300", "network.allowedCidrs", ["0.0.0.0/0"], "kimi-deploy:network.allowedCidrs", "most of the internet"),
     ],
 )
 def test_bad_aws_input_is_one_line_error(stack, path, value, key, fragment):

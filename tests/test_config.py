@@ -218,7 +218,7 @@ def test_ami_architecture_must_match():
 def test_open_world_cidr_is_rejected():
     cfg = base()
     cfg["network"] = {"allowedCidrs": ["0.0.0.0/0"]}
-    reject(cfg, "network.allowedCidrs", "0.0.0.0/0", "whole internet")
+    reject(cfg, "network.allowedCidrs", "0.0.0.0/0", "internet")
 
 
 def test_bad_cidr():
@@ -277,3 +277,142 @@ def test_missing_stack_file_lists_stacks():
     with pytest.raises(ConfigError) as info:
         load_stack("does-not-exist", now=FIXED_NOW)
     assert "--stack" in str(info.value) and "b300" in str(info.value)
+
+
+# -- found by a new-user trial: each was accepted before -----------------------------------------
+
+
+def test_replicas_on_ec2_must_be_one():
+    cfg = base()
+    cfg["compute"] = {**cfg["compute"], "replicas": 3}
+    reject(cfg, "compute.replicas", "3", "must be 1 on aws-ec2", "aws-eks")
+
+
+@pytest.mark.parametrize("value", [True, "2", 1.5])
+def test_replicas_must_be_an_integer(value):
+    cfg = base("b300-prod")
+    cfg["compute"] = {**cfg["compute"], "replicas": value}
+    reject(cfg, "compute.replicas", "not valid")
+
+
+@pytest.mark.parametrize(
+    "key,where",
+    [
+        ("owner", lambda c, v: c.__setitem__("owner", v)),
+        ("vllm.extraArgs", lambda c, v: c.__setitem__("vllm", {"extraArgs": ["--hf-token", v]})),
+        ("model.servedModelName", lambda c, v: c.__setitem__("model", {**c["model"], "servedModelName": v})),
+        ("kubernetes.nodeSelector.token", lambda c, v: c.__setitem__("kubernetes", {"nodeSelector": {"token": v}})),
+    ],
+)
+@pytest.mark.parametrize("token", ["hf_abcdefghijklmnopqrstuvwxyz0123", "ghp_abcdefghijklmnopqrstuvwxyz0123", "sk-abcdefghijklmnopqrstu", "AKIAABCDEFGHIJKLMNOP"])
+def test_credentials_in_plain_config_are_rejected_without_echo(key, where, token):
+    cfg = base()
+    where(cfg, token)
+    msg = reject(cfg, key, "credentials in plain config", "--secret")
+    assert token not in msg
+
+
+def test_hf_token_flag_is_reserved():
+    cfg = base()
+    cfg["vllm"] = {"extraArgs": ["--hf-token", "x"]}
+    reject(cfg, "vllm.extraArgs", "--hf-token", "toolkit owns")
+
+
+@pytest.mark.parametrize("owner", ["", "a" * 64, "team\u202eevil", "ml platform", "-lead"])
+def test_owner_must_be_a_label_value(owner):
+    cfg = base()
+    cfg["owner"] = owner
+    reject(cfg, "owner", "1-63 letters")
+
+
+@pytest.mark.parametrize("tag", ["v0.33.0 bad tag", "-v1", "a" * 129, "v1;rm"])
+def test_image_tag_is_validated(tag):
+    cfg = base()
+    cfg["vllm"] = {"imageTag": tag}
+    reject(cfg, "vllm.imageTag", "valid image tag")
+
+
+def test_image_reference_is_validated():
+    cfg = base()
+    cfg["vllm"] = {"image": "Not An Image"}
+    reject(cfg, "vllm.image", "valid image reference")
+    cfg["vllm"] = {"image": "registry.example.com:5000/vllm/vllm-openai@sha256:" + "a" * 64}
+    parse_spec(cfg, stack="t", now=FIXED_NOW)
+
+
+@pytest.mark.parametrize("path", ["mnt/nvme", "/", "/mnt/../etc"])
+def test_nvme_host_path_must_be_absolute(path):
+    cfg = base("mi355x")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "nvmeHostPath": path}
+    reject(cfg, "kubernetes.nvmeHostPath", "absolute path")
+
+
+def test_allowed_namespaces_are_dns_labels():
+    cfg = base("mi355x")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "allowedNamespaces": ["A B"]}
+    reject(cfg, "kubernetes.allowedNamespaces", "'A B'", "namespace name")
+
+
+@pytest.mark.parametrize("cidrs", [["0.0.0.0/1", "128.0.0.0/1"], ["10.0.0.0/7"]])
+def test_broad_client_cidrs_are_rejected(cidrs):
+    cfg = base()
+    cfg["network"] = {"allowedCidrs": cidrs}
+    reject(cfg, "network.allowedCidrs", "broader than /8")
+
+
+def test_public_api_server_cidr_must_be_narrow():
+    cfg = base("gb300")
+    cfg["network"] = {**cfg["network"], "apiServerPublicCidrs": ["0.0.0.0/0"]}
+    reject(cfg, "network.apiServerPublicCidrs", "broader than /8")
+
+
+def test_no_client_network_warns():
+    cfg = base()
+    cfg["network"] = {"allowedCidrs": []}
+    spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
+    assert any("no client outside" in w for w in spec.warnings)
+
+
+def test_trial_expiry_cannot_be_years_away():
+    cfg = base()
+    cfg["expiresAt"] = "2036-01-01T00:00:00Z"
+    reject(cfg, "expiresAt", "2036-01-01T00:00:00Z", "720 h", "staging")
+
+
+def test_uppercase_commit_gets_a_precise_message():
+    cfg = base()
+    cfg["model"] = {**cfg["model"], "revision": "ABCDEF0123456789ABCDEF0123456789ABCDEF01"}
+    reject(cfg, "model.revision", "upper case")
+
+
+def test_malformed_reservation_id():
+    cfg = base()
+    cfg["compute"] = {"capacity": {"type": "odcr", "reservationId": "cr-xyz", "availabilityZone": "us-east-1a"}}
+    reject(cfg, "compute.capacity.reservationId", "'cr-xyz'", "not a capacity reservation id")
+
+
+def test_missing_license_says_unset():
+    cfg = base()
+    cfg["model"] = {k: v for k, v in cfg["model"].items() if k != "licenseAcknowledged"}
+    msg = reject(cfg, "model.licenseAcknowledged", "(unset) must be true")
+    assert "None" not in msg
+
+
+def test_license_must_be_a_real_boolean():
+    cfg = base()
+    cfg["model"] = {**cfg["model"], "licenseAcknowledged": "yes"}
+    reject(cfg, "model.licenseAcknowledged", "'yes'")
+
+
+def test_duplicate_yaml_keys_are_rejected(tmp_path):
+    (tmp_path / "Pulumi.dup.yaml").write_text("config:\n  kimi-deploy:target: b300\n  kimi-deploy:target: gb300\n")
+    with pytest.raises(ConfigError) as info:
+        load_stack("dup", stacks_dir=tmp_path, now=FIXED_NOW)
+    assert "duplicate key 'kimi-deploy:target'" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_secure_value_on_a_plain_key_is_rejected_without_ciphertext(tmp_path):
+    (tmp_path / "Pulumi.sec.yaml").write_text("config:\n  kimi-deploy:owner:\n    secure: v1:CIPHERTEXTabc\n")
+    with pytest.raises(ConfigError) as info:
+        load_stack("sec", stacks_dir=tmp_path, now=FIXED_NOW)
+    assert "not a secret key" in str(info.value) and "CIPHERTEXT" not in str(info.value)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from . import fsx, naming
 from .model import MODELS, ModelProfile
@@ -36,6 +36,20 @@ _RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Kubernetes label values (also valid AWS tag values): the owner is both.
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# Docker tag grammar; an image reference is name[:tag][@sha256:digest].
+_IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_IMAGE_RE = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+# Values shaped like credentials: they belong in secret keys, never in plain config.
+_CREDENTIAL_RE = re.compile(
+    r"hf_[A-Za-z0-9]{20,}|ms-[A-Za-z0-9-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9_-]{16,}|"
+    r"\b(AKIA|ASIA)[A-Z0-9]{16}\b|-----BEGIN [A-Z ]*PRIVATE KEY-----|client-key-data:"
+)
+# Trials are short by design; anything longer is a staging stack.
+MAX_TRIAL_HOURS = 24 * 30
+# Client CIDRs broader than this are "the internet" for practical purposes.
+MIN_CLIENT_PREFIX_LENGTH = 8
 
 
 class ConfigError(ValueError):
@@ -51,7 +65,8 @@ class ConfigError(ValueError):
         bare = key.startswith(NAMESPACE + ":") or ":" in key or key.startswith("-") or key.isupper()
         self.key = key if bare else f"{NAMESPACE}:{key}"
         self.value = value
-        super().__init__(f"{self.key}: {value!r} {allowed}")
+        shown = "(unset)" if value is None else repr(value)
+        super().__init__(f"{self.key}: {shown} {allowed}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,7 +84,7 @@ class ModelConfig(_Raw):
     profile: str = "kimi-k3.1-pro"
     source: Literal["huggingface", "modelscope"] = "huggingface"
     revision: str = "main"
-    license_acknowledged: bool = Field(False, alias="licenseAcknowledged")
+    license_acknowledged: StrictBool | None = Field(None, alias="licenseAcknowledged")
     served_model_name: str | None = Field(None, alias="servedModelName")
 
 
@@ -88,10 +103,10 @@ class ComputeConfig(_Raw):
 
     instance_type: str | None = Field(None, alias="instanceType")
     availability_zone: str | None = Field(None, alias="availabilityZone")
-    replicas: int = Field(1, ge=1, le=64)
-    efa: bool | None = None
+    replicas: StrictInt = Field(1, ge=1, le=64)
+    efa: StrictBool | None = None
     capacity: CapacityConfig = CapacityConfig()
-    root_volume_gib: int = Field(500, alias="rootVolumeGib", ge=100, le=16_384)
+    root_volume_gib: StrictInt = Field(500, alias="rootVolumeGib", ge=100, le=16_384)
     ami_id: str | None = Field(None, alias="amiId")
     ami_architecture: Literal["x86_64", "arm64"] | None = Field(None, alias="amiArchitecture")
     usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
@@ -126,11 +141,11 @@ class FsxConfig(_Raw):
     """``kimi-deploy:storage.fsx``: FSx for Lustre settings (used when storage.kind needs FSx)."""
 
     deployment_type: str = Field("PERSISTENT_2", alias="deploymentType")
-    throughput_per_tib: int = Field(1000, alias="throughputPerTib")
-    capacity_gib: int | None = Field(None, alias="capacityGib")
+    throughput_per_tib: StrictInt = Field(1000, alias="throughputPerTib")
+    capacity_gib: StrictInt | None = Field(None, alias="capacityGib")
     headroom_fraction: float = Field(0.10, alias="headroomFraction", ge=0, le=2)
     efa: bool = False
-    metadata_iops: int | None = Field(None, alias="metadataIops")
+    metadata_iops: StrictInt | None = Field(None, alias="metadataIops")
 
 
 class StorageConfig(_Raw):
@@ -148,8 +163,8 @@ class VllmConfig(_Raw):
 
     image_tag: str | None = Field(None, alias="imageTag")
     image: str | None = None
-    port: int = Field(8000, ge=1024, le=65535)
-    decode_context_parallel_size: int = Field(1, alias="decodeContextParallelSize", ge=1)
+    port: StrictInt = Field(8000, ge=1024, le=65535)
+    decode_context_parallel_size: StrictInt = Field(1, alias="decodeContextParallelSize", ge=1)
     max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024)
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = Field(
         None, alias="kvCacheDtype"
@@ -182,7 +197,7 @@ class RawConfig(_Raw):
     owner: str
     region: str | None = None
     expires_at: datetime | None = Field(None, alias="expiresAt")
-    trial_ttl_hours: int = Field(DEFAULT_TRIAL_TTL_HOURS, alias="trialTtlHours", ge=1, le=24 * 30)
+    trial_ttl_hours: StrictInt = Field(DEFAULT_TRIAL_TTL_HOURS, alias="trialTtlHours", ge=1, le=24 * 30)
     protect: bool | None = None
     model: ModelConfig = ModelConfig()
     compute: ComputeConfig = ComputeConfig()
@@ -389,6 +404,12 @@ def parse_spec(
         raise _pydantic_error(err, plain) from None
 
     warnings: list[str] = []
+    for path, text in _walk_strings(plain):
+        if _CREDENTIAL_RE.search(text):
+            secret_key = "hfToken" if "hf_" in text else "apiKey"
+            raise ConfigError(
+                path, "[looks like a credential]", f"must not hold credentials in plain config: use `pulumi config set --secret kimi-deploy:{secret_key}`"
+            )
 
     # Target, platform, environment -------------------------------------------------------
     supported_targets = [t for t, p in TARGETS.items() if p.unsupported_reason is None]
@@ -396,8 +417,10 @@ def parse_spec(
         _check_choice("target", raw.target, supported_targets)
     _check_choice("platform", raw.platform, PLATFORMS)
     _check_choice("environment", raw.environment, ENVIRONMENTS)
-    if not raw.owner.strip():
-        raise ConfigError("owner", raw.owner, "must name the owning team or person")
+    if not _LABEL_VALUE_RE.match(raw.owner):
+        raise ConfigError(
+            "owner", raw.owner, "must name the owning team or person: 1-63 letters, digits, '-', '_' or '.' (it becomes an AWS tag and a Kubernetes label)"
+        )
     target = TARGETS[raw.target]
     model = MODELS.get(raw.model.profile)
     if model is None:
@@ -440,6 +463,10 @@ def parse_spec(
         )
 
     is_aws = raw.platform.startswith("aws-")
+    if raw.platform == "aws-ec2" and raw.compute.replicas != 1:
+        raise ConfigError(
+            "compute.replicas", raw.compute.replicas, "must be 1 on aws-ec2 (one instance serves one copy; use aws-eks for more copies)"
+        )
     region = raw.region
     if is_aws and not region:
         raise ConfigError("aws:region", None, "is required for AWS platforms (pulumi config set aws:region us-east-1)")
@@ -465,9 +492,11 @@ def parse_spec(
     if cap.type in ("odcr", "capacity-block"):
         if not is_aws:
             raise ConfigError("compute.capacity.type", cap.type, "needs an AWS platform (aws-ec2, aws-eks)")
-        if not cap.reservation_id or not _RESERVATION_RE.match(cap.reservation_id):
+        if not cap.reservation_id:
+            raise ConfigError("compute.capacity.reservationId", None, f"is required for {cap.type} (format cr-0123456789abcdef0)")
+        if not _RESERVATION_RE.match(cap.reservation_id):
             raise ConfigError(
-                "compute.capacity.reservationId", cap.reservation_id, f"is required for {cap.type} (format cr-0123456789abcdef0)"
+                "compute.capacity.reservationId", cap.reservation_id, "is not a capacity reservation id (cr- and 8 to 17 hex digits)"
             )
         if not cap.availability_zone:
             raise ConfigError(
@@ -520,13 +549,19 @@ def parse_spec(
             net = ipaddress.ip_network(cidr, strict=True)
         except ValueError:
             raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
-        if net.prefixlen == 0:
-            raise ConfigError(key, cidr, "opens the API port to the whole internet (name the client networks)")
+        if net.prefixlen < MIN_CLIENT_PREFIX_LENGTH:
+            raise ConfigError(
+                key, cidr, f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client networks)"
+            )
     for cidr in raw.network.api_server_public_cidrs:
         try:
             ipaddress.ip_network(cidr, strict=True)
         except ValueError:
             raise ConfigError("network.apiServerPublicCidrs", cidr, "is not a CIDR block (e.g. 203.0.113.0/24)") from None
+        if ipaddress.ip_network(cidr).prefixlen < MIN_CLIENT_PREFIX_LENGTH:
+            raise ConfigError(
+                "network.apiServerPublicCidrs", cidr, f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: name your egress CIDR, not the internet"
+            )
     try:
         ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
     except ValueError:
@@ -538,6 +573,11 @@ def parse_spec(
         warnings.append(
             "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port "
             "forwarding), or set network.apiServerPublicCidrs to your egress CIDR"
+        )
+    if is_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
+        warnings.append(
+            "network.allowedCidrs and network.allowedSecurityGroupIds are empty: no client outside the "
+            "deployment can reach the API port"
         )
     if raw.network.vpc_id and not raw.network.private_subnet_ids:
         raise ConfigError("network.privateSubnetIds", [], "is required with network.vpcId (the private subnets to use)")
@@ -609,14 +649,24 @@ def parse_spec(
     if target.image_family == "rocm" and raw.vllm.kv_cache_dtype not in (None, "auto", "bfloat16"):
         # The ROCm recipe serves the KV cache in the model dtype; FP8 MLA KV is a CUDA path.
         raise ConfigError("vllm.kvCacheDtype", raw.vllm.kv_cache_dtype, "is not part of the MI355X recipe (allowed: auto, bfloat16)")
-    reserved = {"--api-key", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
+    reserved = {"--api-key", "--hf-token", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
     for arg in raw.vllm.extra_args:
         if arg.split("=", 1)[0] in reserved:
             raise ConfigError("vllm.extraArgs", arg, f"sets a flag the toolkit owns ({', '.join(sorted(reserved))}); use the matching config key")
+    if raw.vllm.image_tag is not None and not _IMAGE_TAG_RE.match(raw.vllm.image_tag):
+        raise ConfigError("vllm.imageTag", raw.vllm.image_tag, "is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)")
+    if raw.vllm.image is not None and not _IMAGE_RE.match(raw.vllm.image):
+        raise ConfigError("vllm.image", raw.vllm.image, "is not a valid image reference (registry/name:tag or name@sha256:digest)")
     if raw.vllm.image and raw.vllm.image_tag:
         raise ConfigError("vllm.image", raw.vllm.image, "and vllm.imageTag are both set (set one)")
 
     # Kubernetes -----------------------------------------------------------------------------
+    host_path = raw.kubernetes.nvme_host_path
+    if not host_path.startswith("/") or host_path.rstrip("/") == "" or ".." in host_path.split("/"):
+        raise ConfigError("kubernetes.nvmeHostPath", host_path, "must be an absolute path below / without '..' (where the node's NVMe is mounted)")
+    for ns in raw.kubernetes.allowed_namespaces:
+        if not _DNS_LABEL_RE.match(ns):
+            raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
     if not _DNS_LABEL_RE.match(raw.kubernetes.namespace):
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
     from .versions import KNOWN_ADDONS
@@ -633,6 +683,8 @@ def parse_spec(
     rev = raw.model.revision
     if not _REVISION_RE.match(rev):
         raise ConfigError("model.revision", rev, "is not a revision (a 40-hex commit, or in a trial a branch or tag name)")
+    if re.fullmatch(r"[0-9a-fA-F]{40}", rev) and not _COMMIT_RE.match(rev):
+        raise ConfigError("model.revision", rev, "is a commit in upper case: write it in lower case as the hub does")
     if not _COMMIT_RE.match(rev):
         if raw.environment != "trial":
             raise ConfigError(
@@ -642,9 +694,9 @@ def parse_spec(
             f"model.revision '{rev}' is a branch, not a commit: the weight sync resolves and records the "
             "commit; pin it before staging or prod"
         )
-    if not raw.model.license_acknowledged:
+    if raw.model.license_acknowledged is not True:
         raise ConfigError(
-            "model.licenseAcknowledged", False, f"must be true: {model.display_name} license is {model.license_summary}"
+            "model.licenseAcknowledged", raw.model.license_acknowledged, f"must be true: {model.display_name} license is {model.license_summary}"
         )
 
     # Expiry and protection ----------------------------------------------------------------
@@ -656,6 +708,10 @@ def parse_spec(
             raise ConfigError(
                 "expiresAt", format_utc(expires_at), f"is already in the past (now {format_utc(now)}); extend it or remove it to use trialTtlHours"
             )
+    if raw.environment == "trial" and expires_at is not None and expires_at - now > timedelta(hours=MAX_TRIAL_HOURS):
+        raise ConfigError(
+            "expiresAt", format_utc(expires_at), f"is more than {MAX_TRIAL_HOURS} h away: a trial is short by design (use a staging stack)"
+        )
     if raw.environment == "prod" and expires_at is not None:
         raise ConfigError("expiresAt", format_utc(expires_at), "is set on a prod stack (prod does not expire; use a trial or staging stack)")
     if cap.type == "capacity-block" and cap.ends_at is not None:
@@ -700,6 +756,18 @@ def parse_spec(
     )
 
 
+def _walk_strings(value: Any, path: str = ""):
+    """``(dotted key, text)`` for every string inside a config value."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _walk_strings(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _walk_strings(v, path)
+    elif isinstance(value, str):
+        yield path, value
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
@@ -711,6 +779,21 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 class StackFileError(ConfigError):
     """A stack file is missing or not a Pulumi stack config file."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one map (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def stack_names(stacks_dir: Path = STACKS_DIR) -> list[str]:
@@ -730,7 +813,7 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     if not path.is_file():
         raise StackFileError("--stack", stack, f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as err:
         raise StackFileError("--stack", stack, f"file is not valid YAML: {str(err).splitlines()[0]}") from None
     config = data.get("config", {}) if isinstance(data, dict) else None
@@ -776,7 +859,12 @@ def load_stack(
     full = read_stack_config(stack, stacks_dir)
     for key, value in full.items():
         name = key.partition(":")[2]
-        if key.startswith(NAMESPACE + ":") and name in SECRET_KEYS and not (isinstance(value, dict) and "secure" in value):
+        is_secure = isinstance(value, dict) and set(value) == {"secure"}
+        if key.startswith(NAMESPACE + ":") and name in SECRET_KEYS and not is_secure:
             raise ConfigError(key, "[plaintext]", "is a secret and must be set with `pulumi config set --secret` (never in plain text)")
+        if key.startswith(NAMESPACE + ":") and name not in SECRET_KEYS and is_secure:
+            raise ConfigError(
+                key, "[secure value]", f"is not a secret key (secret keys: {', '.join(SECRET_KEYS)}); set it without --secret"
+            )
     ns, secrets = namespace_config(full)
     return parse_spec(ns, stack=stack, project=project, now=now, secrets_set=secrets)
