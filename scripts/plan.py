@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -24,6 +25,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from components.spec.config import ConfigError, format_utc, load_stack, read_stack_config, stack_names  # noqa: E402
+from scripts._cli import CliParser  # noqa: E402
 
 DEFAULT_STACK = "b300"
 FORMATS = ("table", "json", "markdown")
@@ -57,7 +59,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         ConfigError: the stack file is missing or invalid (one line).
     """
     from components.plan_engine import run_program
-    from components.spec.sizing import compute_sizing
+    from components.spec.sizing import compute_sizing, first_deploy_seconds, sync_expected_seconds
     from components.spec.vllm import build_vllm_command
     from components.spec.weights import sync_steps
 
@@ -72,6 +74,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         mirror_bucket = spec.config.storage.mirror.bucket_name or "<mirror-bucket>"
     steps = sync_steps(spec, mirror_bucket if spec.config.storage.mirror.enabled else None)
     st = sizing.storage
+    # Registration order under the mock engine depends on async scheduling: sort for
+    # reproducible documents and diffs.
+    resources = sorted(run.resources, key=lambda r: (r.type, r.name))
     return {
         "stack": stack,
         "target": spec.target.name,
@@ -95,7 +100,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "gpus_per_node": spec.target.gpus_per_node,
             "replicas": spec.replicas,
             "instance_type": spec.instance.instance_type,
-            "capacity": spec.config.compute.capacity.type,
+            "capacity": spec.config.compute.capacity.type if spec.is_aws else "existing cluster",
         },
         "sizing": {
             "storage_kind": st.kind,
@@ -113,6 +118,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "max_model_len": sizing.max_model_len,
             "full_context_sequences": sizing.full_context_sequences,
             "download_seconds_at_100MBps": sizing.download_seconds_at_100MBps,
+            "first_deploy_seconds": first_deploy_seconds(spec, sizing, steps),
             "usd_per_hour": sizing.usd_per_hour,
             "price_source": sizing.price_source,
         },
@@ -134,14 +140,21 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             ],
         },
         "weight_sync": [
-            {"name": s.name, "source": s.source, "dest": s.dest, "per_node": s.per_node, "argv": list(s.argv)}
+            {
+                "name": s.name,
+                "source": s.source,
+                "dest": s.dest,
+                "per_node": s.per_node,
+                "expected_seconds": sync_expected_seconds(spec, sizing, s),
+                "argv": list(s.argv),
+            }
             for s in steps
         ],
         "expires_at": run.outputs.get("expiresAt"),
         "expires_rule": _expiry_rule(spec),
         "protect": spec.protect,
         "warnings": list(spec.warnings),
-        "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources],
+        "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources],
         "outputs": run.outputs,
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
@@ -170,8 +183,9 @@ def _duration(seconds: float | None) -> str:
 def _summarize_inputs(inputs: dict[str, Any], limit: int = 110) -> str:
     keys = (
         "instanceType", "ami", "availabilityZone", "storageCapacity", "deploymentType",
-        "perUnitStorageThroughput", "cidrBlock", "bucket", "version", "chart", "capacityType",
-        "kind", "name", "role",
+        "perUnitStorageThroughput", "cidrBlock", "cidrIpv4", "ipProtocol", "fromPort", "toPort",
+        "bucket", "key", "version", "chart", "capacityType", "kind", "name", "role", "policyArn",
+        "serviceName", "vpcEndpointType", "type",
     )
     parts = []
     for key in keys:
@@ -184,39 +198,77 @@ def _summarize_inputs(inputs: dict[str, Any], limit: int = 110) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
-    """The plan as Markdown (pull-request comments, docs)."""
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The plan's summary as ``(label, text)`` rows, shared by the table and Markdown."""
     sz, nodes, model = doc["sizing"], doc["nodes"], doc["model"]
     price = f"USD {sz['usd_per_hour']:.2f}/h ({sz['price_source']})" if sz["usd_per_hour"] else sz["price_source"]
-    lines = [
-        f"### Plan: `{doc['stack']}` — {doc['target_display']}",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| platform / environment | {doc['platform']} / {doc['environment']} |",
-        f"| GPU nodes | {nodes['gpu_nodes']} x {nodes['instance_type']} ({nodes['replicas']} copy(ies) x {nodes['nodes_per_copy']} node(s) x {nodes['gpus_per_node']} GPUs), {nodes['capacity']} |",
-        f"| model | {model['id']}@{model['revision']} ({model['weights_bytes'] / 1e12:.2f} TB, {model['files']} files) |",
-        f"| storage | {sz['storage_kind']}, {sz['storage_capacity_gib'] or '?'} GiB (needs {sz['storage_needed_gib']} GiB) |",
-        f"| weight load | {_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s ({sz['read_source']}) |",
-        f"| startup budget | {sz['startup_budget_seconds']} s (probes, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts) |",
-        f"| KV cache | {sz['kv_cache_tokens']:,} tokens (TP: {sz['kv_cache_tokens_tp']:,}; DCP: {sz['kv_cache_tokens_dcp']:,}) |",
-        f"| hub download at 100 MB/s | {_duration(sz['download_seconds_at_100MBps'])} |",
-        f"| cost | {price} |",
-        f"| expires | {doc['expires_rule']} |",
-        "",
+    where = f"  ({doc['region']} {doc['availability_zone'] or ''})".rstrip() + (")" if doc["region"] and not doc["availability_zone"] else "") if doc["region"] else ""
+    where = where.replace(" )", ")")
+    storage = f"{sz['storage_kind']}: {sz['storage_capacity_gib'] or '?'} GiB available, {sz['storage_needed_gib']} GiB needed"
+    if sz["fsx_capacity_gib"]:
+        storage += f"; FSx {sz['fsx_capacity_gib']:,} GiB x {sz['fsx_throughput_per_tib_mbps']} MB/s/TiB"
+    mirror = any(s["name"] == "publish-mirror" for s in doc["weight_sync"])
+    download = _duration(sz["download_seconds_at_100MBps"]) + " at 100 MB/s " + (
+        "(once, into the in-region mirror)" if mirror else "(on every node: this stack has no mirror)"
+    )
+    steps = " + ".join(f"{s['name']} {_duration(s['expected_seconds'])}" for s in doc["weight_sync"])
+    first = f"about {_duration(sz['first_deploy_seconds'])} with nothing downloaded yet ({steps} + load + warm-up; plus infrastructure and image pull)"
+    ttl = doc["expires_at"] and not doc["expires_rule"].startswith("explicit")
+    expires = doc["expires_rule"] + (f" -> {doc['expires_at']} if created now" if ttl else "")
+    return [
+        ("target", doc["target_display"]),
+        ("platform / environment", f"{doc['platform']} / {doc['environment']}{where}"),
+        (
+            "GPU nodes",
+            f"{nodes['gpu_nodes']} x {nodes['instance_type']} = {_plural(nodes['replicas'], 'copy')} x "
+            f"{_plural(nodes['nodes_per_copy'], 'node')} x {nodes['gpus_per_node']} GPUs; capacity: {nodes['capacity']}",
+        ),
+        ("model", f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {model['files']} files, from {model['source']})"),
+        ("storage", storage),
+        ("weight load", f"{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node  ({sz['read_source']})"),
+        ("startup budget", f"{sz['startup_budget_seconds']} s  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)"),
+        (
+            "KV cache",
+            f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
+            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences",
+        ),
+        ("hub download", download),
+        ("first deploy", first),
+        ("cost", price),
+        ("expires", expires),
     ]
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The plan as Markdown (pull-request comments, docs)."""
+    lines = [f"### Plan: `{doc['stack']}` — {doc['target_display']}", "", "| | |", "|---|---|"]
+    lines += [f"| {label} | {text.replace('|', '/')} |" for label, text in summary_rows(doc)]
+    lines.append("")
     for w in doc["warnings"]:
         lines.append(f"> ⚠ {w}")
     lines.append("")
     for role in doc["vllm"]["roles"]:
-        lines.append(f"**vLLM {role['name']}** ({role['nodes']} node(s) per copy), image `{doc['vllm']['image']}`")
+        lines.append(f"**vLLM {role['name']}** ({_plural(role['nodes'], 'node')} per copy), image `{doc['vllm']['image']}`")
         lines.append("```sh")
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in role["env"].items())
-        lines.append(f"{env} \\\n  " + " \\\n  ".join(_argv_lines(role["argv"])))
+        env = [f"{k}={shlex.quote(v)}" for k, v in role["env"].items()]
+        env += [f"{k}=<{v}>" for k, v in role["secret_env"].items()]
+        lines.append(" \\\n".join(env) + " \\\n  " + " \\\n  ".join(_argv_lines(role["argv"])))
         lines.append("```")
+    lines += ["", "**Weight sync**", ""]
+    for step in doc["weight_sync"]:
+        where = "on every GPU node" if step["per_node"] else "once"
+        lines.append(f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`")
     lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
     for r in doc["resources"]:
         lines.append(f"| `{r['type']}` | {r['name']} | {_summarize_inputs(r['inputs']).replace('|', '/')} |")
+    if doc["outputs"]:
+        lines += ["", "**Outputs**", "", "| output | value |", "|---|---|"]
+        for k, v in doc["outputs"].items():
+            lines.append(f"| {k} | `{v if isinstance(v, str) else json.dumps(v)}` |")
     return "\n".join(lines) + "\n"
 
 
@@ -244,45 +296,37 @@ def _argv_lines(argv: list[str]) -> list[str]:
     return out
 
 
-def render_table(doc: dict[str, Any]) -> None:
-    """Print the plan for people (rich)."""
+def render_table(doc: dict[str, Any], file=None) -> None:
+    """Print the plan for people (rich), to ``file`` (default standard output)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 150)
-    sz, nodes, model = doc["sizing"], doc["nodes"], doc["model"]
+    interactive = file is None and sys.stdout.isatty()
+    console = Console(file=file, width=None if interactive else 150, soft_wrap=False)
     summary = Table(title=f"kimi-deploy plan: {doc['stack']}", show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
-    price = f"USD {sz['usd_per_hour']:.2f}/h  ({sz['price_source']})" if sz["usd_per_hour"] else sz["price_source"]
-    rows = [
-        ("target", doc["target_display"]),
-        ("platform / environment", f"{doc['platform']} / {doc['environment']}" + (f"  ({doc['region']} {doc['availability_zone'] or ''})" if doc["region"] else "")),
-        ("GPU nodes", f"{nodes['gpu_nodes']} x {nodes['instance_type']} = {nodes['replicas']} copy(ies) x {nodes['nodes_per_copy']} node(s) x {nodes['gpus_per_node']} GPUs; capacity {nodes['capacity']}"),
-        ("model", f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {model['files']} files, from {model['source']})"),
-        ("storage", f"{sz['storage_kind']}: {sz['storage_capacity_gib'] or '?'} GiB available, {sz['storage_needed_gib']} GiB needed" + (f"; FSx {sz['fsx_capacity_gib']} GiB x {sz['fsx_throughput_per_tib_mbps']} MB/s/TiB" if sz["fsx_capacity_gib"] else "")),
-        ("weight load", f"{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node  ({sz['read_source']})"),
-        ("startup budget", f"{sz['startup_budget_seconds']} s  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)"),
-        ("KV cache", f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); {sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences"),
-        ("hub download", f"{_duration(sz['download_seconds_at_100MBps'])} at 100 MB/s (once, into the mirror)"),
-        ("cost", price),
-        ("expires", doc["expires_rule"] + (f"  -> {doc['expires_at']}" if doc["expires_at"] else "")),
-    ]
-    for k, v in rows:
-        summary.add_row(k, escape(v))
+    for label, text in summary_rows(doc):
+        summary.add_row(label, escape(text))
     console.print(summary)
     for w in doc["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
+        console.print("[yellow]warning:[/yellow] " + escape(w), soft_wrap=True, highlight=False)
     for role in doc["vllm"]["roles"]:
-        console.print(f"\n[bold]vLLM {role['name']}[/bold] ({role['nodes']} node(s) per copy)  image {doc['vllm']['image']}", highlight=False)
+        console.print(
+            f"\n[bold]vLLM {role['name']}[/bold] ({_plural(role['nodes'], 'node')} per copy)  image " + escape(doc["vllm"]["image"]),
+            highlight=False,
+        )
         for k, v in {**role["env"], **role["secret_env"]}.items():
-            console.print(f"  {k}={v}", highlight=False, markup=False)
-        console.print("  " + " \\\n    ".join(_argv_lines(role["argv"])), highlight=False, markup=False)
+            console.print(f"  {k}={v}", highlight=False, markup=False, soft_wrap=True)
+        console.print("  " + " \\\n    ".join(_argv_lines(role["argv"])), highlight=False, markup=False, soft_wrap=True)
     console.print("\n[bold]weight sync[/bold]", highlight=False)
-    for s in doc["weight_sync"]:
-        where = "on every GPU node" if s["per_node"] else "once"
-        console.print(f"  {s['name']} ({where}): {s['source']} -> {s['dest']}", highlight=False, markup=False)
+    for step in doc["weight_sync"]:
+        where = "on every GPU node" if step["per_node"] else "once"
+        console.print(
+            f"  {step['name']} ({where}, about {_duration(step['expected_seconds'])}): {step['source']} -> {step['dest']}",
+            highlight=False, markup=False, soft_wrap=True,
+        )
     table = Table(title=f"\nresources ({len(doc['resources'])})", title_justify="left")
     table.add_column("type", overflow="fold")
     table.add_column("name", overflow="fold")
@@ -300,17 +344,27 @@ def render_table(doc: dict[str, Any]) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="plan.py",
         description="Offline plan of a kimi-deploy stack: every resource `pulumi up` would declare, "
-        "the exact vLLM command per node role, sizing and cost. Needs no cloud account and no Pulumi CLI.",
+        "the exact vLLM command per node role, sizing and cost. Needs no cloud account and no Pulumi CLI. "
+        "Exit codes: 0 ok, 1 a secret found in a plain input, 2 usage or config error.",
     )
     parser.add_argument("--stack", default=DEFAULT_STACK, help=f"stack name: stacks/Pulumi.<stack>.yaml (default {DEFAULT_STACK}; all: {', '.join(stack_names())})")
     parser.add_argument("--format", choices=FORMATS, default="table", help="table for people (default), json for machines (one document), markdown for pull requests")
     parser.add_argument("--now", help="the clock as ISO 8601 (default: now); fixes trial expiries for reproducible plans and diffs")
     parser.add_argument("--diff-against", metavar="GIT_REF", help="show what changes against the stack as rendered at GIT_REF (a temporary git worktree); with --format markdown|json|table")
-    parser.add_argument("--output", metavar="FILE", help="write the result to FILE instead of standard output")
+    parser.add_argument("--output", metavar="FILE", help="write the result to FILE instead of standard output (any format)")
     return parser
+
+
+def _open_output(path: str | None):
+    if not path:
+        return None
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as err:
+        raise ConfigError("--output", path, f"cannot be written: {err.strerror}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,22 +376,20 @@ def main(argv: list[str] | None = None) -> int:
 
             return plan_diff.main_diff(args.stack, args.diff_against, fmt=args.format, now=now, output=args.output)
         doc = build_plan_document(args.stack, now=now)
+        out = _open_output(args.output)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.format == "json":
-        text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
-    elif args.format == "markdown":
-        text = render_markdown(doc)
-    else:
-        text = None
-    if text is not None:
-        if args.output:
-            Path(args.output).write_text(text)
+    try:
+        if args.format == "json":
+            (out or sys.stdout).write(json.dumps(doc, indent=2) + "\n")
+        elif args.format == "markdown":
+            (out or sys.stdout).write(render_markdown(doc))
         else:
-            sys.stdout.write(text)
-    else:
-        render_table(doc)
+            render_table(doc, file=out)
+    finally:
+        if out is not None:
+            out.close()
     if doc["secret_leaks"]:
         for leak in doc["secret_leaks"]:
             print(f"error: secret kimi-deploy:{leak['secret']} appears in plain input {leak['resource']}.{leak['path']}", file=sys.stderr)
@@ -346,4 +398,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Pulumi's mock monitor leaves per-thread asyncio loops that, collected at interpreter exit,
+    # sometimes print "Exception ignored ... Invalid file descriptor: -1". Nothing is pending:
+    # leave without the noisy teardown.
+    os._exit(code)

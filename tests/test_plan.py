@@ -137,3 +137,36 @@ def test_placeholder_marks_unset_secrets():
     run = run_program(config, stack="mi355x", now=FIXED_NOW)
     text = json.dumps([r.inputs for r in run.resources])
     assert PLACEHOLDER_PREFIX not in text  # placeholders are secrets too: masked like real ones
+
+
+def test_output_file_for_every_format(tmp_path):
+    for fmt in ("table", "json", "markdown"):
+        target = tmp_path / f"plan.{fmt}"
+        proc = run_plan("--stack", "b300", "--format", fmt, "--now", NOW, "--output", str(target))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "" and target.read_text().strip()
+        assert "vllm" in target.read_text()
+
+
+def test_unwritable_output_is_one_line():
+    proc = run_plan("--stack", "b300", "--format", "json", "--output", "/nonexistent-dir/plan.json")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "--output: '/nonexistent-dir/plan.json' cannot be written" in proc.stderr
+
+
+def test_json_is_reproducible_and_sorted():
+    first = run_plan("--stack", "gb300", "--format", "json", "--now", NOW)
+    second = run_plan("--stack", "gb300", "--format", "json", "--now", NOW)
+    assert first.returncode == second.returncode == 0
+    assert first.stdout == second.stdout
+    assert first.stderr == second.stderr == ""  # no asyncio teardown noise
+    keys = [(r["type"], r["name"]) for r in json.loads(first.stdout)["resources"]]
+    assert keys == sorted(keys)
+
+
+def test_first_deploy_time_is_shown():
+    doc = plan_script.build_plan_document("b300", now=FIXED_NOW)
+    assert doc["sizing"]["first_deploy_seconds"] > doc["sizing"]["download_seconds_at_100MBps"]
+    assert [s["expected_seconds"] for s in doc["weight_sync"]] == [15_600, 3_120]
+    text = plan_script.render_markdown(doc)
+    assert "first deploy" in text and "publish-mirror 4.3 h" in text and "**Weight sync**" in text

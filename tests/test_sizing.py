@@ -123,3 +123,36 @@ def test_price_b300_on_demand_and_unknown_gb300():
     assert gb300.usd_per_hour is None and "compute.usdPerHour" in gb300.price_source
     prod = compute_sizing(load_stack("b300-prod", now=FIXED_NOW))
     assert prod.usd_per_hour == pytest.approx(2 * 142.416)
+
+
+def test_sync_times_and_first_deploy():
+    from components.spec.sizing import (
+        ENGINE_WARMUP_SECONDS,
+        MIRROR_READ_BYTES_PER_SECOND,
+        first_deploy_seconds,
+        sync_budget_seconds,
+        sync_expected_seconds,
+    )
+    from components.spec.weights import sync_steps
+
+    spec = load_stack("b300", now=FIXED_NOW)
+    sizing = compute_sizing(spec)
+    publish, copy = sync_steps(spec, "bucket")
+    assert sync_expected_seconds(spec, sizing, publish) == 15_600  # the hub at 100 MB/s
+    assert sync_expected_seconds(spec, sizing, copy) == WEIGHTS // MIRROR_READ_BYTES_PER_SECOND
+    assert sync_budget_seconds(spec, sizing, publish) == 31_200
+    total = first_deploy_seconds(spec, sizing, (publish, copy))
+    assert total == 15_600 + 3_120 + sizing.load_seconds + ENGINE_WARMUP_SECONDS
+    assert total > 5 * 3600  # the plan must not suggest an hour: the first deploy downloads 1.56 TB
+
+
+def test_fsx_node_copy_shares_the_file_system():
+    from components.spec.sizing import sync_expected_seconds
+    from components.spec.weights import sync_steps
+
+    spec = load_stack("b300-prod", now=FIXED_NOW)
+    sizing = compute_sizing(spec)
+    copy = sync_steps(spec, "bucket")[-1]
+    assert copy.needs_fsx
+    per_node = sizing.storage.fsx_read_bytes_per_second // spec.gpu_nodes
+    assert sync_expected_seconds(spec, sizing, copy) == -(-WEIGHTS // per_node)

@@ -16,13 +16,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.spec.sizing import sync_budget_seconds
 from components.spec.weights import sync_steps
 
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
 from .storage import FsxVolumeSource, declare_fsx_volume
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
-from .weight_sync import declare_weight_sync, sync_budget_seconds
+from .weight_sync import declare_weight_sync
 
 TYPE_TOKEN = "kimi-deploy:k8s:Workloads"
 

@@ -20,7 +20,6 @@ Pulumi awaits each Job's completion within its sync budget; the vLLM workload de
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ import pulumi_kubernetes as k8s
 
 from components.spec.config import REPO_ROOT, DeploymentSpec
 from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
-from components.spec.sizing import Sizing
+from components.spec.sizing import Sizing, sync_budget_seconds
 from components.spec.weights import FSX_MOUNT_PATH, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
 
 from .common import (
@@ -51,11 +50,6 @@ from .storage import FSX_VOLUME, SCRATCH_VOLUME, WEIGHTS_VOLUME, existing_claim_
 SYNC_PROGRAM_SOURCE = REPO_ROOT / "scripts" / "weight_sync.py"
 SYNC_PROGRAM_KEY = Path(SYNC_SCRIPT_PATH).name
 SYNC_PROGRAM_DIR = str(Path(SYNC_SCRIPT_PATH).parent)
-# Read rate assumed for copies from the in-region mirror: parallel ranged GETs (DESIGN.md 5: one
-# S3 connection tops out near 5 Gbps; the sync runs 16 files at once). Conservative on purpose.
-MIRROR_READ_BYTES_PER_SECOND = 500 * 10**6
-# Every sync budget gets this multiple of its expected time, rounded up to whole minutes.
-SYNC_SAFETY_FACTOR = 2.0
 # Retries of a failed sync container (it resumes from its journal) per completion.
 SYNC_RETRIES_PER_COMPLETION = 6
 
@@ -67,23 +61,6 @@ def sync_program_text(path: Path = SYNC_PROGRAM_SOURCE) -> str:
         FileNotFoundError: the program is missing from the checkout.
     """
     return path.read_text()
-
-
-def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
-    """Seconds a sync step may take before Pulumi and the Job give up.
-
-    Hub sources: ``SYNC_SAFETY_FACTOR`` x the download at 100 MB/s (DESIGN.md 4: over 4 hours).
-    FSx sources: the file system's throughput shared by all GPU nodes copying at once.
-    Mirror sources: ``MIRROR_READ_BYTES_PER_SECOND``.
-    """
-    if step.needs_hub_token or step.source == spec.hub_uri:
-        expected = sizing.download_seconds_at_100MBps
-    elif step.needs_fsx and sizing.storage.fsx_read_bytes_per_second:
-        per_node = max(1, sizing.storage.fsx_read_bytes_per_second // spec.gpu_nodes)
-        expected = math.ceil(sizing.weights_bytes / per_node)
-    else:
-        expected = math.ceil(sizing.weights_bytes / MIRROR_READ_BYTES_PER_SECOND)
-    return int(math.ceil(SYNC_SAFETY_FACTOR * expected / 60) * 60)
 
 
 def _volumes(spec: DeploymentSpec, step: SyncStep, program_configmap: str) -> tuple[list[dict], list[dict]]:

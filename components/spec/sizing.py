@@ -15,6 +15,7 @@ from .config import ConfigError, DeploymentSpec
 from .model import ModelProfile
 from .targets import GB, GpuFacts
 from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
+from .weights import SyncStep
 
 GIB = 2**30
 TIB = 2**40
@@ -30,6 +31,15 @@ ENGINE_WARMUP_SECONDS = 900
 STARTUP_SAFETY_FACTOR = 2.0
 # Timeouts are rounded up to whole minutes.
 _ROUND_SECONDS = 60
+
+# Hub download rate the budgets and first-deploy estimate assume: DESIGN.md section 4 (at
+# 100 MB/s sustained the checkpoint takes over 4 hours).
+HUB_DOWNLOAD_MEGABYTES_PER_SECOND = 100
+# Read rate assumed for copies from the in-region mirror: parallel ranged GETs (one S3
+# connection tops out near 5 Gbps; the sync runs 16 files at once). Conservative on purpose.
+MIRROR_READ_BYTES_PER_SECOND = 500 * 10**6
+# Every sync budget gets this multiple of its expected time, rounded up to whole minutes.
+SYNC_SAFETY_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -275,3 +285,32 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         usd_per_hour=price,
         price_source=price_source,
     )
+
+
+def sync_expected_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
+    """Expected seconds of one weight-sync step on a first deploy (nothing there yet).
+
+    Hub sources: the download at ``HUB_DOWNLOAD_MEGABYTES_PER_SECOND``. FSx sources: the file
+    system's throughput shared by all GPU nodes copying at once. Mirror sources:
+    ``MIRROR_READ_BYTES_PER_SECOND`` per node.
+    """
+    if step.needs_hub_token or step.source == spec.hub_uri:
+        return download_seconds(sizing.weights_bytes, HUB_DOWNLOAD_MEGABYTES_PER_SECOND)
+    if step.needs_fsx and sizing.storage.fsx_read_bytes_per_second:
+        per_node = max(1, sizing.storage.fsx_read_bytes_per_second // spec.gpu_nodes)
+        return math.ceil(sizing.weights_bytes / per_node)
+    return math.ceil(sizing.weights_bytes / MIRROR_READ_BYTES_PER_SECOND)
+
+
+def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
+    """Seconds a sync step may take before Pulumi and the Job give up:
+    ``SYNC_SAFETY_FACTOR`` x the expected time, rounded up to whole minutes."""
+    expected = sync_expected_seconds(spec, sizing, step)
+    return int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
+
+
+def first_deploy_seconds(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> int:
+    """Expected seconds from `pulumi up` to a served model on a first deploy with an empty
+    mirror: the sync steps one after the other, then the weight load and engine warm-up.
+    (Infrastructure creation and the image pull come on top.)"""
+    return sum(sync_expected_seconds(spec, sizing, s) for s in steps) + sizing.load_seconds + ENGINE_WARMUP_SECONDS
