@@ -12,9 +12,10 @@ Only the standard library is imported at module level; rich is imported when a t
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from typing import Any, Callable, Iterable, Sequence, TextIO
+from typing import Any, Callable, Iterable, NoReturn, Sequence, TextIO
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -28,6 +29,36 @@ _STATUS_STYLES = {PASS: "green", SKIP: "dim", UNKNOWN: "cyan", WARN: "yellow", F
 
 class UsageError(Exception):
     """The command line is wrong (exit 2). ``str(err)`` is one line naming the flag."""
+
+
+class CliParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` for every script here (STYLE.md rule 10).
+
+    - Flags must be spelled out: ``allow_abbrev=False``, so ``--api-key sk-x`` is rejected
+      instead of being taken as ``--api-key-env``.
+    - A usage error is ONE line on stderr, ``error: <message> (see --help)``, and exit 2 (no
+      multi-line usage block). Values of unrecognized arguments are left out of the message:
+      they may be secrets typed as the wrong flag (only the flag names are echoed).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"error: {one_line(usage_message(message))} (see --help)\n")
+
+
+def usage_message(message: str) -> str:
+    """argparse's ``message`` with the values of unrecognized arguments dropped (flag names kept)."""
+    head = "unrecognized arguments: "
+    if not message.startswith(head):
+        return message
+    tokens = message[len(head):].split()
+    flags = [token.split("=", 1)[0] for token in tokens if token.startswith("-")]
+    hidden = sum(1 for token in tokens if not token.startswith("-") or "=" in token)
+    shown = " ".join(flags) if flags else "(no flag)"
+    return f"unrecognized arguments: {shown}" + (f" ({hidden} value(s) not shown)" if hidden else "")
 
 
 def one_line(text: object) -> str:

@@ -26,15 +26,42 @@ if str(REPO_ROOT) not in sys.path:
 from components.spec import cost as costmodel  # noqa: E402
 from components.spec.config import DeploymentSpec, load_stack, stack_names  # noqa: E402
 from components.spec.sizing import compute_sizing  # noqa: E402
-from scripts._cli import UsageError, print_json, print_table, run_cli  # noqa: E402
+from scripts._cli import CliParser, UsageError, print_json, print_table, run_cli  # noqa: E402
 
 DEFAULT_TASKS_PER_MONTH = 1_000
 DEFAULT_BUSY_FRACTION = 0.5
+# Sane ranges of the money flags: a GPU node costs USD 1-1,000 an hour (the largest list prices
+# are ~USD 140); exchange rates of any currency the API may bill in sit well inside 0.001-10,000.
+USD_PER_HOUR_RANGE = (0.01, 100_000.0)
+RMB_PER_USD_RANGE = (0.01, 1_000.0)
+MAX_TASKS_PER_MONTH = 10**12
+
+
+def _number(kind: type, low: float, high: float, *, low_open: bool = False) -> Any:
+    """An argparse ``type``: a finite ``kind`` in ``[low, high]`` (``(low, high]`` with
+    ``low_open``); the error names the value and the allowed range (nan, inf, 1e308 rejected)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (allowed {_range(low, high, low_open)})")
+        if value < low or value > high or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{text} is outside the allowed range {_range(low, high, low_open)}")
+        return value
+
+    return parse
+
+
+def _range(low: float, high: float, low_open: bool) -> str:
+    return f"{'(' if low_open else '['}{low:g}, {high:g}]"
 
 
 def build_parser() -> argparse.ArgumentParser:
     ref = costmodel.REFERENCE_TASK
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="scripts/cost.py",
         description="Compare self-hosting a stack with the model vendor's API price for your volume.",
         epilog="Example: python scripts/cost.py --stack b300 --tasks-per-month 5000 "
@@ -42,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--stack", required=True, help=f"stack name: stacks/Pulumi.<stack>.yaml ({', '.join(stack_names())})")
     parser.add_argument(
-        "--tasks-per-month", type=int, default=DEFAULT_TASKS_PER_MONTH, metavar="N",
+        "--tasks-per-month", type=_number(int, 0, MAX_TASKS_PER_MONTH), default=DEFAULT_TASKS_PER_MONTH, metavar="N",
         help=f"agent tasks your team runs per month (default {DEFAULT_TASKS_PER_MONTH:,})",
     )
     parser.add_argument(
@@ -51,30 +78,30 @@ def build_parser() -> argparse.ArgumentParser:
         "deployment can serve --tasks-per-month at the measured output tokens/s",
     )
     parser.add_argument(
-        "--busy-fraction", type=float, default=DEFAULT_BUSY_FRACTION, metavar="F",
+        "--busy-fraction", type=_number(float, 0, 1, low_open=True), default=DEFAULT_BUSY_FRACTION, metavar="F",
         help="share of the month the endpoint runs at the measured throughput, 0-1 "
         f"(default {DEFAULT_BUSY_FRACTION}: traffic has peaks and idle hours)",
     )
     parser.add_argument(
-        "--rmb-per-usd", type=float, default=costmodel.DEFAULT_RMB_PER_USD, metavar="RATE",
+        "--rmb-per-usd", type=_number(float, *RMB_PER_USD_RANGE), default=costmodel.DEFAULT_RMB_PER_USD, metavar="RATE",
         help=f"exchange rate, RMB per USD (default {costmodel.DEFAULT_RMB_PER_USD}, approximate: "
         "use your finance team's rate)",
     )
     parser.add_argument(
-        "--usd-per-hour", type=float, metavar="USD",
+        "--usd-per-hour", type=_number(float, *USD_PER_HOUR_RANGE), metavar="USD",
         help="price of one GPU node per hour, USD; overrides the stack's price (compute.usdPerHour, "
         "the capacity-block price or the on-demand list price)",
     )
     parser.add_argument(
-        "--task-tokens", type=int, default=ref.total_tokens, metavar="N",
+        "--task-tokens", type=_number(int, 1, 10**12), default=ref.total_tokens, metavar="N",
         help=f"tokens per task, input plus output (default {ref.total_tokens:,}: the reference coding-agent task)",
     )
     parser.add_argument(
-        "--input-fraction", type=float, default=ref.input_fraction, metavar="F",
+        "--input-fraction", type=_number(float, 0, 1), default=ref.input_fraction, metavar="F",
         help=f"share of a task's tokens that is input, 0-1 (default {ref.input_fraction})",
     )
     parser.add_argument(
-        "--cached-input-fraction", type=float, default=ref.cached_input_fraction, metavar="F",
+        "--cached-input-fraction", type=_number(float, 0, 1), default=ref.cached_input_fraction, metavar="F",
         help=f"share of the input that hits the API's prefix cache, 0-1 (default {ref.cached_input_fraction})",
     )
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
@@ -98,9 +125,17 @@ def read_throughput(path: Path) -> dict[str, Any]:
         raise UsageError(f"--throughput-json: {path} is not the JSON of scripts/validate.py --json (no 'checks' list)")
     for check in checks:
         if isinstance(check, dict) and check.get("name") == "throughput":
-            metrics = check.get("metrics") or {}
-            if check.get("status") != "pass" or not isinstance(metrics.get("output_tokens_per_second"), (int, float)):
-                raise UsageError(f"--throughput-json: the throughput check in {path} did not pass ({check.get('reason')})")
+            if check.get("status") != "pass":
+                why = f": {check['reason']}" if check.get("reason") else ""
+                raise UsageError(f"--throughput-json: the throughput check in {path} has status {check.get('status')!r}, not 'pass'{why}")
+            metrics = check.get("metrics")
+            if not isinstance(metrics, dict):
+                raise UsageError(f"--throughput-json: the throughput check in {path} has no 'metrics' object")
+            tps = metrics.get("output_tokens_per_second")
+            if "output_tokens_per_second" not in metrics:
+                raise UsageError(f"--throughput-json: the throughput check in {path} has no metrics.output_tokens_per_second")
+            if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not math.isfinite(tps) or tps <= 0:
+                raise UsageError(f"--throughput-json: metrics.output_tokens_per_second in {path} is {tps!r}; expected a positive number")
             return metrics
     raise UsageError(f"--throughput-json: {path} has no throughput check (run validate.py with --checks throughput)")
 

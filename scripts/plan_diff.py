@@ -2,9 +2,11 @@
 """Offline plan diff: what a change does to a stack, with no cloud account and no secret.
 
 ``scripts/plan.py --stack S --diff-against GIT_REF`` calls ``main_diff``: the stack is rendered
-at GIT_REF (in a temporary ``git worktree``, by that commit's own ``scripts/plan.py``, so the old
-program renders the old plan) and in the working tree, both with the same clock, and the two
-plan documents are compared:
+at GIT_REF (in a temporary ``git worktree``, by that commit's own ``scripts/plan.py`` in an
+isolated interpreter, so only the old program renders the old plan) and in the working tree, both
+with the same clock, and the two plan documents are compared. When the base cannot be rendered
+(no scripts/plan.py there, or old code that fails on the stack) the whole new plan is shown as
+added under a banner ``base could not be rendered at REF: <reason>`` (JSON ``base_error``):
 
 - resources keyed by (type, name): added, removed, changed with each changed input as a dotted
   path (``rootBlockDevice.volumeSize``, ``spec.template.spec.containers[0].image``) and its old
@@ -21,15 +23,14 @@ collapsible details, ⚠ on replacements). Inputs in plan documents are already 
 (``[secret]``); values that look like credentials are redacted again here as a second fence.
 
 Run directly: ``python scripts/plan_diff.py --stack b300 --against origin/main``.
-Exit codes: 0 ok (with or without changes); 1 the new plan has a secret leak; 2 usage, git or
-config error.
+Exit codes: 0 ok (with or without changes, also when the base could not be rendered); 1 the new
+plan has a secret leak; 2 usage, git or config error (or the working tree's plan fails).
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -43,6 +44,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from scripts._cli import CliParser  # noqa: E402  (standard library only)
+
 NOW_ENV = "KIMI_DEPLOY_NOW"  # components.program.NOW_ENV (not imported: this module needs no Pulumi)
 FORMATS = ("markdown", "json", "table")
 # GitHub rejects issue comments over 65,536 characters; leave room for the other stacks' headers.
@@ -434,18 +440,58 @@ def redact(text: str) -> str:
     return _CREDENTIAL_RES[-1].sub(lambda m: m.group(1) + "[redacted]", text)
 
 
-def _fmt(value: Any, limit: int = 60) -> str:
-    """A value for a table cell: inline code, one line, long strings summarized."""
-    if value == _MISSING:
-        return "*absent*"
+# Before/after cells: values up to this many characters are shown whole; longer ones are cut to
+# a window of this size around the first difference, so the change itself is always visible.
+VALUE_CHARS = 100
+_CONTEXT_CHARS = 24  # characters shown before the first difference
+
+
+def _plain(value: Any) -> str | None:
+    """One-line redacted text of a value (newlines as ``\\n``); None for an absent value."""
+    if value is None or value == _MISSING:
+        return None
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    text = redact(text)
-    if "\n" in text or len(text) > limit:
-        digest = hashlib.sha256(text.encode()).hexdigest()[:10]
-        lines = text.count("\n") + 1
-        shown = text.splitlines()[0][: limit - 20] if text else ""
-        return f"`{_cell(shown)}…` ({len(text):,} chars, {lines} lines, sha256 {digest})"
-    return f"`{_cell(text)}`" if text else "`\"\"`"
+    return redact(text).replace("\r", "").replace("\n", "\\n")
+
+
+def value_pair(old: Any, new: Any, limit: int = VALUE_CHARS) -> tuple[str | None, str | None]:
+    """``old`` and ``new`` as plain one-line texts for a before/after table (None = absent).
+
+    Short values stay whole. A longer one is cut to ``limit`` characters starting a little
+    before the first character where the two differ, with ``…`` where text was left out, so
+    ``vllm/vllm-openai:v0.33.0`` -> ``v0.34.0`` stays visible inside a long command line.
+    """
+    a, b = _plain(old), _plain(new)
+    start = 0
+    if a is not None and b is not None and max(len(a), len(b)) > limit:
+        common = 0
+        while common < min(len(a), len(b)) and a[common] == b[common]:
+            common += 1
+        start = max(0, common - _CONTEXT_CHARS)
+    return _window(a, start, limit), _window(b, start, limit)
+
+
+def _window(text: str | None, start: int, limit: int) -> str | None:
+    """At most ``limit`` characters of ``text`` from about ``start``, ``…`` marking cuts."""
+    if text is None or len(text) <= limit:
+        return text
+    start = max(0, min(start, len(text) - (limit - 1)))  # never start later than a full tail needs
+    if start == 0:
+        return text[: limit - 1] + "…"
+    if start + limit - 1 >= len(text):
+        return "…" + text[start:]
+    return "…" + text[start : start + limit - 2] + "…"
+
+
+def fmt_pair(old: Any, new: Any, limit: int = VALUE_CHARS) -> tuple[str, str]:
+    """Markdown cells for a before/after pair (``value_pair`` in inline code; ``*absent*``)."""
+    cells = []
+    for text in value_pair(old, new, limit):
+        if text is None:
+            cells.append("*absent*")
+        else:
+            cells.append(f"`{_cell(text)}`" if text else '`""`')
+    return cells[0], cells[1]
 
 
 def _cell(text: str) -> str:
@@ -491,9 +537,13 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
     s = diff["summary"]
     against = f" vs `{_cell(ref)}`" if ref else ""
     lines: list[str] = []
+    banner = []
+    if diff.get("base_error"):
+        banner = [f"> ⚠ **{_cell(redact(diff['base_error']))}** — everything below is the whole new plan, shown as added", ""]
     if not has_changes(diff):
         lines.append(f"#### `{stack}`{against}: no changes")
-        return "\n".join(lines) + "\n"
+        lines += [""] + banner if banner else []
+        return "\n".join(lines).rstrip("\n") + "\n"
     counts = f"{s['added']} to add, {s['removed']} to remove, {s['changed']} to change"
     if s["replaced"]:
         counts += f" (**⚠ {s['replaced']} replaced**)"
@@ -501,6 +551,7 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
         counts += f", {s['disruptive']} disruptive in place"
     lines.append(f"#### `{stack}`{against}: {counts}")
     lines.append("")
+    lines += banner
     if diff["secret_leaks"]:
         for leak in diff["secret_leaks"]:
             lines.append(f"> ❌ secret `kimi-deploy:{leak.get('secret')}` appears in the plain input `{leak.get('resource')}.{leak.get('path')}`")
@@ -537,7 +588,7 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
     if vl["fields"] or vl["roles"]:
         lines += ["**vLLM**", "", "| role | setting | before | after |", "|---|---|---|---|"]
         for f in vl["fields"]:
-            lines.append(f"| all | `{f['path']}` | {_fmt(f['old'])} | {_fmt(f['new'])} |")
+            lines.append(f"| all | `{f['path']}` | {' | '.join(fmt_pair(f['old'], f['new']))} |")
         for role in vl["roles"]:
             if role["status"] != "changed":
                 lines.append(f"| `{role['name']}` | role {role['status']} | | |")
@@ -545,16 +596,15 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
             if role["nodes"]:
                 lines.append(f"| `{role['name']}` | nodes | `{role['nodes'][0]}` | `{role['nodes'][1]}` |")
             for a in role["argv"]:
-                old = "*absent*" if a["old"] is None else _fmt(a["old"] or "(flag)")
-                new = "*absent*" if a["new"] is None else _fmt(a["new"] or "(flag)")
+                old, new = fmt_pair(None if a["old"] is None else (a["old"] or "(flag)"), None if a["new"] is None else (a["new"] or "(flag)"))
                 lines.append(f"| `{role['name']}` | `{a['flag']}` | {old} | {new} |")
             for e in role["env"]:
-                lines.append(f"| `{role['name']}` | `{e['path']}` | {_fmt(e['old'])} | {_fmt(e['new'])} |")
+                lines.append(f"| `{role['name']}` | `{e['path']}` | {' | '.join(fmt_pair(e['old'], e['new']))} |")
         lines.append("")
     if diff["plan"]:
         lines += ["<details><summary>Plan settings (" + str(len(diff["plan"])) + " changed: sizing, cost, expiry, outputs)</summary>", "", "| setting | before | after |", "|---|---|---|"]
         for f in diff["plan"]:
-            lines.append(f"| `{f['path']}` | {_fmt(f['old'])} | {_fmt(f['new'])} |")
+            lines.append(f"| `{f['path']}` | {' | '.join(fmt_pair(f['old'], f['new']))} |")
         lines += ["", "</details>", ""]
     for w in diff["warnings"]["added"]:
         lines.append(f"> new warning: {_cell(redact(w))}")
@@ -569,7 +619,7 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
         for c in diff["changed"]:
             for f in c["fields"]:
                 mark = "⚠ replaces" if f["replaces"] else ("⚠ disrupts" if f["disrupts"] else "")
-                lines.append(f"| `{c['name']}` | `{f['path']}` | {_fmt(f['old'])} | {_fmt(f['new'])} | {mark} |")
+                lines.append(f"| `{c['name']}` | `{f['path']}` | {' | '.join(fmt_pair(f['old'], f['new']))} | {mark} |")
         long_diffs = _long_text_diffs(diff)
         if long_diffs:
             lines += ["", *long_diffs]
@@ -594,18 +644,21 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
 # Rendering a stack at a git ref
 # ---------------------------------------------------------------------------------------------
 
-# Used in a worktree whose commit has no scripts/plan.py yet: the same document, built from the
-# mock engine of that commit (keys beyond resources/outputs may be missing; they diff as absent).
-_FALLBACK_RENDER = r"""
-import json, sys
-from datetime import datetime
-sys.path.insert(0, ".")
-from components.spec.config import read_stack_config
-from components.plan_engine import run_program
-stack, now = sys.argv[1], datetime.fromisoformat(sys.argv[2].replace("Z", "+00:00"))
-run = run_program(read_stack_config(stack), stack=stack, now=now)
-print(json.dumps({"stack": stack, "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources],
-                  "outputs": run.outputs, "secret_leaks": [], "warnings": []}))
+class RenderError(PlanDiffError):
+    """A tree's own scripts/plan.py is missing or could not render the stack (one line)."""
+
+
+# Runs a tree's own scripts/plan.py as `python scripts/plan.py ...` would, but isolated: started
+# with -I (no PYTHONPATH or other PYTHON* variables, no user site, no cwd or script directory
+# added by Python itself), so only that tree and the interpreter's site-packages (the current
+# venv: same dependencies) are importable. argv: the tree, then plan.py's arguments.
+_ISOLATED_PLAN = r"""
+import os, runpy, sys
+tree = os.path.abspath(sys.argv[1])
+script = os.path.join(tree, "scripts", "plan.py")
+sys.path[:0] = [os.path.join(tree, "scripts"), tree]
+sys.argv = [script, *sys.argv[2:]]
+runpy.run_path(script, run_name="__main__")
 """
 
 
@@ -626,33 +679,32 @@ def _now_iso(now: datetime | None) -> str:
 def render_tree(stack: str, tree: Path, now: datetime | None = None, python: str | None = None) -> dict[str, Any]:
     """The plan document of ``stack`` as the code and stack files in directory ``tree`` render it.
 
-    Runs ``tree/scripts/plan.py --format json`` in a subprocess (so that tree's own program is
-    imported, not this one) with ``--now`` and ``KIMI_DEPLOY_NOW`` fixed. A tree without the
-    stack file renders as ``{}`` (the stack is new or deleted); a tree without plan.py uses the
-    mock engine directly.
+    Runs ``tree/scripts/plan.py --format json`` in an isolated subprocess (``_ISOLATED_PLAN``:
+    cwd ``tree``, ``python -I``, no PYTHONPATH), so that tree's own program is imported and
+    nothing of this checkout, with ``--now`` and ``KIMI_DEPLOY_NOW`` fixed. A tree without the
+    stack file renders as ``{}`` (the stack is new or deleted).
 
     Raises:
-        PlanDiffError: the plan failed in that tree (its last error line).
+        RenderError: the tree has no scripts/plan.py, or its plan failed (its last error line).
     """
     if not (tree / "stacks" / f"Pulumi.{stack}.yaml").is_file():
         return {}
+    if not (tree / "scripts" / "plan.py").is_file():
+        raise RenderError("it has no scripts/plan.py")
     iso = _now_iso(now)
-    env = {**os.environ, NOW_ENV: iso, "PYTHONDONTWRITEBYTECODE": "1"}
-    env.pop("PYTHONPATH", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env[NOW_ENV] = iso
     python = python or sys.executable
-    if (tree / "scripts" / "plan.py").is_file():
-        cmd = [python, "scripts/plan.py", "--stack", stack, "--format", "json", "--now", iso]
-    else:
-        cmd = [python, "-c", _FALLBACK_RENDER, stack, iso]
+    cmd = [python, "-I", "-B", "-c", _ISOLATED_PLAN, str(tree), "--stack", stack, "--format", "json", "--now", iso]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     # plan.py exits 1 when the plan holds a secret leak but still prints the document.
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PlanDiffError(f"plan of {stack} failed in {tree.name}: {redact(last)}")
+        last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}, no output"])[-1]
+        raise RenderError(f"plan of {stack} failed: {redact(last)}")
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError as err:
-        raise PlanDiffError(f"plan of {stack} in {tree.name} printed no JSON document ({err})") from None
+        raise RenderError(f"plan of {stack} printed no JSON document ({err})") from None
 
 
 def render_at_ref(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: datetime | None = None) -> dict[str, Any]:
@@ -662,7 +714,8 @@ def render_at_ref(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: dateti
     there (``render_tree``) and removes the worktree again, also on errors.
 
     Raises:
-        PlanDiffError: ``ref`` is unknown, git fails, or the plan at ``ref`` fails.
+        PlanDiffError: ``ref`` is unknown or git fails.
+        RenderError: the tree at ``ref`` has no scripts/plan.py or its plan fails.
     """
     repo_root = Path(repo_root)
     commit = _git(repo_root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
@@ -680,15 +733,33 @@ def render_at_ref(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: dateti
 
 
 def diff_against(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: datetime | None = None) -> dict[str, Any]:
-    """``diff_documents(plan at ref, plan of the working tree)`` with ``stack`` and ``ref`` added."""
+    """``diff_documents(plan at ref, plan of the working tree)`` with ``stack``, ``ref``,
+    ``stack_status`` and ``base_error`` added.
+
+    When the base cannot be rendered (no scripts/plan.py at ``ref``, or old code that fails on
+    this stack) the diff is against nothing: the whole new plan shows as added, ``base_error``
+    says why (``"base could not be rendered at REF: <reason>"``) and ``stack_status`` is
+    ``"base-unrendered"``. Otherwise ``base_error`` is None.
+
+    Raises:
+        PlanDiffError: git fails, ``ref`` is unknown, or the working tree's own plan fails.
+    """
     now = now or datetime.now(timezone.utc).replace(microsecond=0)
-    old = render_at_ref(stack, ref, repo_root, now)
-    new = render_tree(stack, Path(repo_root), now)
-    if not old and not new:
+    base_error = None
+    try:
+        old = render_at_ref(stack, ref, repo_root, now)
+    except RenderError as err:
+        old, base_error = {}, f"base could not be rendered at {ref}: {err}"
+    try:
+        new = render_tree(stack, Path(repo_root), now)
+    except RenderError as err:
+        raise PlanDiffError(f"working tree: {err}") from None
+    if not old and not new and base_error is None:
         raise PlanDiffError(f"stack {stack!r} exists neither at {ref} nor in the working tree")
     diff = diff_documents(old, new)
     diff["stack"], diff["ref"] = stack, ref
-    diff["stack_status"] = "added" if not old else ("removed" if not new else "present")
+    diff["base_error"] = base_error
+    diff["stack_status"] = "base-unrendered" if base_error else ("added" if not old else ("removed" if not new else "present"))
     return diff
 
 
@@ -700,6 +771,10 @@ def render_table(diff: Mapping[str, Any]) -> None:
     console = Console(width=None if sys.stdout.isatty() else 150)
     s = diff["summary"]
     console.print(f"[bold]{diff.get('stack')}[/bold] vs {diff.get('ref')}: {s['added']} to add, {s['removed']} to remove, {s['changed']} to change, {s['replaced']} replaced", highlight=False)
+    if diff.get("base_error"):
+        from rich.markup import escape
+
+        console.print(f"[yellow]⚠ {escape(redact(diff['base_error']))}: the whole new plan is shown as added[/yellow]", highlight=False)
     table = Table(show_lines=False)
     for col in ("", "resource", "type", "input", "before", "after"):
         table.add_column(col, overflow="fold")
@@ -710,12 +785,12 @@ def render_table(diff: Mapping[str, Any]) -> None:
     for c in diff["changed"]:
         for f in c["fields"]:
             mark = "[red]⚠ replace[/red]" if f["replaces"] else ("[yellow]⚠[/yellow]" if f["disrupts"] else "~")
-            table.add_row(mark, c["name"], c["type"], f["path"], redact(json.dumps(f["old"]))[:60], redact(json.dumps(f["new"]))[:60])
+            table.add_row(mark, c["name"], c["type"], f["path"], *(t if t is not None else "(absent)" for t in value_pair(f["old"], f["new"])))
     for role in diff["vllm"]["roles"]:
         for a in role["argv"]:
             table.add_row("~", f"vllm {role['name']}", "argv", a["flag"], str(a["old"]), str(a["new"]))
     for f in diff["vllm"]["fields"] + diff["plan"]:
-        table.add_row("~", "plan", "", f["path"], redact(json.dumps(f["old"]))[:60], redact(json.dumps(f["new"]))[:60])
+        table.add_row("~", "plan", "", f["path"], *(t if t is not None else "(absent)" for t in value_pair(f["old"], f["new"])))
     console.print(table)
 
 
@@ -742,7 +817,7 @@ def main_diff(stack: str, ref: str, *, fmt: str = "markdown", now: datetime | No
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="plan_diff.py",
         description="Offline plan diff of kimi-deploy stacks between a git ref and the working tree "
         "(no cloud account, no Pulumi CLI, no secret). Same as `scripts/plan.py --diff-against`.",

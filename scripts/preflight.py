@@ -16,8 +16,11 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
 An API that cannot answer (type unknown to the catalog, access denied, not implemented by the
-endpoint, no credentials) gives ``unknown``, never a crash. boto3 honors AWS_ENDPOINT_URL.
-Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error.
+endpoint, no credentials) gives ``unknown``, never a crash; a check that does not apply to the
+stack is ``skip`` with or without credentials. boto3 honors AWS_ENDPOINT_URL (on localhost with no
+credentials set, dummy ones are used and a note says so).
+Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error, or nothing could be
+checked: no AWS credentials, or the AWS endpoint cannot be reached (the checks are still printed).
 """
 
 from __future__ import annotations
@@ -44,11 +47,13 @@ from components.spec.config import DeploymentSpec, format_utc, load_stack, stack
 from components.spec.targets import MIB, ec2_vcpu_quota  # noqa: E402
 from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix  # noqa: E402
 from scripts._cli import (  # noqa: E402
+    EXIT_USAGE,
     FAIL,
     PASS,
     SKIP,
     UNKNOWN,
     WARN,
+    CliParser,
     UsageError,
     exit_code,
     one_line,
@@ -84,10 +89,36 @@ class Check:
     reason: str
 
 
+NO_CREDENTIALS = (
+    "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+    "or AWS_ENDPOINT_URL for a local endpoint (e.g. moto on 127.0.0.1)"
+)
+# Credentials used when AWS_ENDPOINT_URL is a local endpoint (moto) and none are configured.
+DUMMY_CREDENTIALS = ("testing", "testing")
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def local_endpoint() -> str | None:
+    """``AWS_ENDPOINT_URL`` when it points at this machine (localhost, 127.0.0.0/8, ::1), else None."""
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("AWS_ENDPOINT_URL", "")
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return None
+    return url if host in _LOCAL_HOSTS or host.startswith("127.") else None
+
+
 class AwsClients:
     """boto3 clients for one region; ``overrides`` lets tests answer single services or
     operations (``"service-quotas"``, ``"ec2:DescribeCapacityReservations"``) with stubbed
     clients while everything else goes to moto or AWS.
+
+    Without credentials and with ``AWS_ENDPOINT_URL`` on this machine (a local moto), dummy
+    credentials are used and ``notes`` says so. ``unreachable`` is set (one line) by the first
+    call that cannot connect; every later call is then ``unknown`` at once instead of waiting
+    for the same timeout again.
     """
 
     def __init__(self, region: str, session: Any = None, overrides: Mapping[str, Any] | None = None):
@@ -95,11 +126,21 @@ class AwsClients:
         from botocore.config import Config
 
         self.region = region
-        self.session = session or boto3.session.Session()
         self.overrides = dict(overrides or {})
+        self.notes: list[str] = []
+        self.unreachable: str | None = None
+        self.reached = False  # some call got an answer: the network path to AWS works
+        if session is None:
+            session = boto3.session.Session()
+            endpoint = local_endpoint()
+            if endpoint and not self.overrides and _credentials(session) is None:
+                session = boto3.session.Session(aws_access_key_id=DUMMY_CREDENTIALS[0], aws_secret_access_key=DUMMY_CREDENTIALS[1])
+                self.notes.append(f"no AWS credentials set: using dummy credentials for the local endpoint {endpoint}")
+        self.session = session
         # Few retries and short timeouts: an endpoint that does not answer is "unknown", fast.
-        self._config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=20)
+        self._config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=3, read_timeout=20)
         self._cache: dict[str, Any] = {}
+        self._has_credentials: bool | None = None
 
     def get(self, service: str, operation: str | None = None) -> Any:
         """The client for ``service`` (an override for ``service:operation`` or ``service`` first)."""
@@ -111,13 +152,19 @@ class AwsClients:
         return self._cache[service]
 
     def has_credentials(self) -> bool:
-        """Whether credentials can be found (overrides count as credentials)."""
+        """Whether credentials can be found (overrides count as credentials); looked up once."""
         if self.overrides:
             return True
-        try:
-            return self.session.get_credentials() is not None
-        except Exception:  # a broken profile is the user's to fix; report it as unknown
-            return False
+        if self._has_credentials is None:
+            self._has_credentials = _credentials(self.session) is not None
+        return self._has_credentials
+
+
+def _credentials(session: Any) -> Any:
+    try:
+        return session.get_credentials()
+    except Exception:  # noqa: BLE001 - a broken profile is the user's to fix; reported as no credentials
+        return None
 
 
 class ApiUnknown(Exception):
@@ -127,11 +174,26 @@ class ApiUnknown(Exception):
 def _call(clients: AwsClients, service: str, operation: str, method: str, **kwargs: Any) -> dict[str, Any]:
     """Call ``service.method(**kwargs)``; errors that mean "cannot tell" raise ``ApiUnknown``,
     other ``ClientError`` codes propagate for the check to judge."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
+    if not clients.has_credentials():
+        raise ApiUnknown(NO_CREDENTIALS.split(":")[0])
+    if clients.unreachable:
+        raise ApiUnknown(f"{operation} not tried: {clients.unreachable}")
     try:
-        return getattr(clients.get(service, operation), method)(**kwargs)
+        answer = getattr(clients.get(service, operation), method)(**kwargs)
+        clients.reached = True
+        return answer
+    except BotoConnectionError as err:
+        # Once AWS answered, an endpoint that does not resolve is a service missing from the
+        # region (check_service says so); otherwise the endpoint as a whole cannot be reached.
+        if clients.reached and isinstance(err, EndpointConnectionError) and not os.environ.get("AWS_ENDPOINT_URL"):
+            raise ApiUnknown(f"{operation}: {one_line(err)[:200]}") from err
+        clients.unreachable = f"cannot reach the AWS endpoint ({one_line(err)[:200]})"
+        raise ApiUnknown(f"{operation}: {clients.unreachable}") from None
     except ClientError as err:
+        clients.reached = True
         code = err.response.get("Error", {}).get("Code", "")
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if code in _UNKNOWN_CODES or status >= 500 or "NotImplemented" in code:
@@ -364,7 +426,7 @@ def check_service(spec: DeploymentSpec, clients: AwsClients, service: str) -> Ch
     try:
         _call(clients, service, op, method, **kwargs)
     except ApiUnknown as err:
-        if isinstance(err.__context__, EndpointConnectionError):
+        if isinstance(err.__cause__, EndpointConnectionError):
             return Check(service, FAIL, f"{title} has no endpoint in {clients.region}")
         return Check(service, UNKNOWN, str(err))
     except ClientError as err:
@@ -551,38 +613,38 @@ def run_checks(
     else:
         region = region or spec.region
         clients = clients or AwsClients(region)
-        if not clients.has_credentials():
-            reason = "no AWS credentials (set AWS_PROFILE or AWS_ACCESS_KEY_ID; AWS_ENDPOINT_URL for a test endpoint)"
-            checks += [Check(n, UNKNOWN, reason) for n in aws_names]
-        else:
-            step("instance type")
-            facts, known = check_instance_facts(spec, clients)
-            checks.append(facts)
-            step("offerings")
-            checks += check_offerings(spec, clients, spec.availability_zone, known)
-            step("quota")
-            checks.append(check_quota(spec, clients))
-            step("capacity reservation")
-            checks += check_reservation(spec, clients, now)
-            step("FSx and EKS")
-            checks.append(check_service(spec, clients, "fsx"))
-            checks.append(check_service(spec, clients, "eks"))
-            step("S3 mirror")
-            checks.append(check_mirror(spec, clients, mirror_bucket))
+        # Without credentials every check still runs: one that does not apply to the stack is
+        # `skip` either way; one that needs an API answer is `unknown` (``_call``).
+        step("instance type")
+        facts, known = check_instance_facts(spec, clients)
+        checks.append(facts)
+        step("offerings")
+        checks += check_offerings(spec, clients, spec.availability_zone, known)
+        step("quota")
+        checks.append(check_quota(spec, clients))
+        step("capacity reservation")
+        checks += check_reservation(spec, clients, now)
+        step("FSx and EKS")
+        checks.append(check_service(spec, clients, "fsx"))
+        checks.append(check_service(spec, clients, "eks"))
+        step("S3 mirror")
+        checks.append(check_mirror(spec, clients, mirror_bucket))
     step("cluster")
     checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
     return checks
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="scripts/preflight.py",
         description="Check that a stack can get its GPU capacity before `pulumi up`: instance offered in "
         "the region and AZ, facts match the profile, vCPU quota, capacity reservation or block, FSx/EKS, "
         "the S3 weight mirror and (optionally) the Kubernetes cluster. Statuses: pass, warn, fail, "
         "unknown (the API could not answer), skip (not applicable).",
-        epilog="Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error. AWS credentials "
-        "and AWS_ENDPOINT_URL are read from the environment as boto3 does.",
+        epilog="Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error, no AWS credentials, "
+        "or the AWS endpoint cannot be reached (nothing was checked; the per-check results are still printed). "
+        "AWS credentials and AWS_ENDPOINT_URL are read from the environment as boto3 does; with AWS_ENDPOINT_URL "
+        "on localhost/127.0.0.1 and no credentials, dummy credentials are used (a local moto).",
     )
     parser.add_argument("--stack", required=True, help=f"stack name: stacks/Pulumi.<stack>.yaml ({', '.join(stack_names())})")
     parser.add_argument("--region", help="AWS region to check instead of the stack's aws:region (e.g. to compare regions)")
@@ -610,35 +672,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     now = datetime.now(timezone.utc)
     spec = load_stack(args.stack, now=now)
     region = args.region or spec.region
+    clients = AwsClients(region) if spec.is_aws else None
+    common: dict[str, Any] = {
+        "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
+        "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
+    }
     if sys.stderr.isatty() and not args.json:
         from rich.console import Console
 
         with Console(stderr=True).status("preflight") as status:
-            checks = run_checks(
-                spec, region=region, now=now, mirror_bucket=args.mirror_bucket, check_cluster_enabled=args.check_cluster,
-                kubeconfig=args.kubeconfig, context=args.context, progress=lambda s: status.update(f"preflight: {s}"),
-            )
+            checks = run_checks(spec, **common, progress=lambda s: status.update(f"preflight: {s}"))
     else:
-        checks = run_checks(
-            spec, region=region, now=now, mirror_bucket=args.mirror_bucket, check_cluster_enabled=args.check_cluster,
-            kubeconfig=args.kubeconfig, context=args.context,
-        )
+        checks = run_checks(spec, **common)
     code = exit_code(c.status for c in checks)
+    notes = list(clients.notes) if clients else []
+    # Nothing checked is no green light: no credentials or no endpoint is exit 2, not 0 (or 1).
+    error = None
+    if clients is not None and not clients.has_credentials():
+        error = NO_CREDENTIALS
+    elif clients is not None and clients.unreachable:
+        error = f"{clients.unreachable}: check the network or AWS_ENDPOINT_URL"
+    if error:
+        code = EXIT_USAGE
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         print_json({
             "stack": spec.stack, "platform": spec.platform, "region": region,
             "availability_zone": spec.availability_zone, "instance_type": spec.instance.instance_type,
-            "gpu_nodes": spec.gpu_nodes, "ok": code == 0, "checks": [asdict(c) for c in checks],
+            "gpu_nodes": spec.gpu_nodes, "ok": code == 0, "error": error, "notes": notes, "checks": [asdict(c) for c in checks],
         })
     else:
         where = f"{region} / {spec.availability_zone or 'any AZ'}" if spec.is_aws else spec.platform
+        result = "NOT CHECKED (see the error below)" if error else ("FAILED" if code else "ok (nothing failed)")
         print_table(
             f"Preflight: stack {spec.stack} ({spec.gpu_nodes}x {spec.instance.instance_type}, {where})",
             ("check", "status", "reason"),
             [(c.name, c.status, c.reason) for c in checks],
             status_column=1,
-            caption="result: " + ("FAILED" if code else "ok (nothing failed)"),
+            caption="result: " + result,
         )
+    if error:
+        print(f"error: {error}", file=sys.stderr)
     return code
 
 

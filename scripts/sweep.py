@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -51,6 +52,14 @@ from components.spec.naming import (  # noqa: E402  one place for tag keys
     TAG_STACK,
 )
 from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES  # noqa: E402
+from scripts._cli import CliParser  # noqa: E402
+
+# AWS region names: us-east-1, us-gov-west-1, ap-southeast-2, eu-central-1 ...
+REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
+# Botocore client settings: an endpoint that does not answer fails in seconds, not minutes
+# (a connect timeout of 5 s and 3 attempts; the first refused or timed-out connection of a
+# region stops that region's discovery, see ``EndpointUnreachable``).
+CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
 
 # Tag keys this sweeper relies on (set by components/program.py and the AWS edge).
 
@@ -165,7 +174,7 @@ def default_client_factory(service: str, region: str):
     import boto3
     from botocore.config import Config
 
-    kwargs: dict[str, Any] = {"region_name": region, "config": Config(retries={"max_attempts": 8, "mode": "adaptive"})}
+    kwargs: dict[str, Any] = {"region_name": region, "config": Config(**CLIENT_CONFIG)}
     endpoint = os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         kwargs["endpoint_url"] = endpoint
@@ -185,8 +194,26 @@ def _paginate(client, op: str, key: str, **kwargs) -> list[dict]:
 _OURS = [{"Name": "tag-key", "Values": [TAG_STACK]}]
 
 
+class EndpointUnreachable(Exception):
+    """The AWS endpoint of a region cannot be reached (refused, DNS, timeout); ``str(err)`` is
+    one line with the region and the reason."""
+
+
+def _is_connection_error(err: Exception) -> bool:
+    try:
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+    except ImportError:  # pragma: no cover - boto3 is a dependency
+        return False
+    return isinstance(err, BotoConnectionError)
+
+
 def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[Found], list[str]]:
-    """Everything of ours in ``region``, and errors of kinds that could not be listed."""
+    """Everything of ours in ``region``, and errors of kinds that could not be listed.
+
+    Raises:
+        EndpointUnreachable: the first call that cannot connect (the other kinds would only
+            wait for the same timeout again).
+    """
     found: list[Found] = []
     errors: list[str] = []
     ec2 = clients("ec2", region)
@@ -197,6 +224,8 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
         except Exception as err:  # noqa: BLE001 - one unlistable kind must not hide the others
             if _is_credentials_error(err):
                 raise
+            if _is_connection_error(err):
+                raise EndpointUnreachable(f"{region}: cannot reach the AWS endpoint while listing {what}: {_one_line(err)}") from None
             errors.append(f"{region}: could not list {what}: {_one_line(err)}")
 
     def instances():
@@ -412,7 +441,11 @@ class Sweeper:
         errors: list[str] = []
         destroys: list[DestroyOutcome] = []
         for region in self.regions:
-            found, errs = discover(self.clients, region, self.now)
+            try:
+                found, errs = discover(self.clients, region, self.now)
+            except EndpointUnreachable as err:
+                errors.append(str(err))  # nothing of this region is known: the run fails (exit 1)
+                continue
             errors += errs
             if self.destroy and self.destroyer is not None:
                 expired_stacks = sorted({f.stack for f in found if f.expired and not f.retained and f.kind in DELETE_ORDER})
@@ -651,7 +684,7 @@ def default_regions() -> list[str]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="sweep.py",
         description="Find what kimi-deploy created (tag kimi-deploy:stack) whose expires-at tag has passed, grouped by "
         "stack, and with --destroy remove it. Never deletes the weight mirror, S3 buckets, or anything tagged "
@@ -706,10 +739,15 @@ def main(argv: list[str] | None = None, *, clients: ClientFactory | None = None,
     except ValueError:
         print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
         return 2
-    if args.wait_seconds < 0:
-        print("error: --wait-seconds must be >= 0", file=sys.stderr)
+    if not 0 <= args.wait_seconds <= 86_400:  # also rejects nan
+        print(f"error: --wait-seconds: {args.wait_seconds:g} must be between 0 and 86400 seconds", file=sys.stderr)
         return 2
     regions = args.region or default_regions()
+    for region in regions:
+        if not REGION_RE.match(region):
+            where = "--region" if args.region else "region (from AWS_REGION, AWS_DEFAULT_REGION or a stack's aws:region)"
+            print(f"error: {where}: {region!r} is not an AWS region name (e.g. us-east-1)", file=sys.stderr)
+            return 2
     if destroyer is None and args.destroy and not args.no_pulumi:
         destroyer = AutomationDestroyer()
     if args.no_pulumi:

@@ -15,7 +15,9 @@ Checks (``--checks`` picks some; all by default), built on the official ``openai
                     served max_model_len)
   throughput        N concurrent streams: time to first token p50/p95, inter-token latency,
                     output tokens per second
-Only the given base URL is contacted. Exit codes: 0 all passed, 1 a check failed, 2 usage error.
+Only the given base URL is contacted: first one GET /v1/models, so an endpoint that cannot be reached
+fails at once with the reason (exit 1). A password in the URL is shown as ***.
+Exit codes: 0 all passed, 1 a check failed or the endpoint cannot be reached, 2 usage error.
 """
 
 from __future__ import annotations
@@ -37,7 +39,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from scripts._cli import FAIL, PASS, SKIP, UsageError, exit_code, one_line, print_json, print_table, run_cli  # noqa: E402
+from scripts._cli import (  # noqa: E402
+    EXIT_CHECK_FAILED,
+    FAIL,
+    PASS,
+    SKIP,
+    CliParser,
+    UsageError,
+    exit_code,
+    one_line,
+    print_json,
+    print_table,
+    run_cli,
+)
 
 CHECKS: tuple[str, ...] = ("tools", "parallel-tools", "round-trip", "reasoning-effort", "needle", "throughput")
 EFFORTS: tuple[str, ...] = ("low", "high", "max")
@@ -451,6 +465,63 @@ def make_client(base_url: str, api_key: str, timeout_seconds: float) -> Any:
     return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_seconds)
 
 
+# Reachability probe: one short request before any check, so a dead endpoint is one clear
+# reason instead of six failed checks (each waiting for its own timeout).
+PROBE_TIMEOUT_SECONDS = 10.0
+
+
+def check_base_url(url: str) -> str:
+    """``url`` if it is a usable http(s) base URL.
+
+    Raises:
+        UsageError: not http(s), no host, a malformed host or port (``http://[::1``), or a URL
+            the HTTP client rejects; the message shows the URL with any password masked.
+    """
+    from urllib.parse import urlsplit
+
+    shown = mask_url(url)
+    allowed = "an http(s) URL such as http://10.0.1.23:8000/v1"
+    if not re.match(r"^https?://[^\s/]+", url) or any(c.isspace() for c in url):
+        raise UsageError(f"--base-url: {shown!r} is not {allowed}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number or out of range
+        if not parts.hostname:
+            raise ValueError("no host")
+    except ValueError as err:
+        raise UsageError(f"--base-url: {shown!r} is not a valid URL ({one_line(err)[:80]}); expected {allowed}") from None
+    return url
+
+
+def mask_url(url: str) -> str:
+    """``url`` with the password of ``user:password@`` replaced by ``***`` (for tables, JSON, errors)."""
+    match = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)([^/@?#]*)@", url)
+    if not match or ":" not in match.group(2):
+        return url
+    user = match.group(2).split(":", 1)[0]
+    return f"{match.group(1)}{user}:***@{url[match.end():]}"
+
+
+def probe(client: Any, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> str | None:
+    """None when the endpoint answers at all (any HTTP status: the checks then say what is
+    wrong), else the one-line reason it cannot be reached (refused, DNS, timeout)."""
+    import openai
+
+    try:
+        client.with_options(timeout=timeout_seconds).models.list()
+    except openai.APITimeoutError:
+        return f"no answer within {timeout_seconds:g} s"
+    except openai.APIConnectionError as err:
+        return one_line(err.__cause__ or err)[:160] or "connection failed"
+    except openai.OpenAIError:
+        return None
+    except Exception as err:  # the HTTP client's InvalidURL and the like: the URL is the user's
+        if "URL" in type(err).__name__ or isinstance(err, ValueError):
+            raise UsageError(f"--base-url: {mask_url(str(client.base_url))!r} is not a valid URL ({one_line(err)[:80]})") from None
+        raise
+    return None
+
+
 def _positive(kind: type, low: float, high: float) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
@@ -465,11 +536,12 @@ def _positive(kind: type, low: float, high: float) -> Callable[[str], Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="scripts/validate.py",
         description="Validate a deployed OpenAI-compatible endpoint: tool calls, multi-turn reasoning round trip, "
         "reasoning_effort, long-context needle, throughput and latency.",
-        epilog="Exit codes: 0 all selected checks passed, 1 a check failed, 2 usage error. "
+        epilog="Exit codes: 0 all selected checks passed, 1 a check failed or the endpoint cannot be reached "
+        "(one GET /v1/models is tried first), 2 usage error. "
         "Example: python scripts/validate.py --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro --json > validate.json",
     )
     parser.add_argument("--base-url", required=True, help="the endpoint's OpenAI base URL, e.g. http://HOST:8000/v1 (the only address contacted)")
@@ -496,8 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not re.match(r"^https?://[^\s/]+", args.base_url):
-        raise UsageError(f"--base-url: {args.base_url!r} is not an http(s) URL (e.g. http://10.0.1.23:8000/v1)")
+    check_base_url(args.base_url)
+    shown_url = mask_url(args.base_url)
     checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
     unknown = [c for c in checks if c not in CHECKS]
     if unknown or not checks:
@@ -513,7 +585,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=args.concurrency, requests=args.requests, max_tokens=args.max_tokens, prompt_tokens=args.prompt_tokens,
         min_output_tps=args.min_output_tps, max_ttft_p95_seconds=args.max_ttft_p95_seconds,
     )
-    client = make_client(args.base_url, api_key, args.timeout_seconds)
+    try:
+        client = make_client(args.base_url, api_key, args.timeout_seconds)
+    except Exception as err:  # noqa: BLE001 - the HTTP client rejects the URL (InvalidURL)
+        if "URL" in type(err).__name__ or isinstance(err, ValueError):
+            raise UsageError(f"--base-url: {shown_url!r} is not a valid URL ({one_line(err)[:80]})") from None
+        raise
+    unreachable = probe(client, min(PROBE_TIMEOUT_SECONDS, args.timeout_seconds))
+    if unreachable is not None:
+        message = f"cannot connect to {shown_url}: {unreachable}"
+        if args.json:
+            print_json({"base_url": shown_url, "model": args.model, "ok": False, "error": message,
+                        "checks": [asdict(CheckResult(n, SKIP, "not run: the endpoint cannot be reached")) for n in CHECKS]})
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     if sys.stderr.isatty() and not args.json:
         from rich.progress import Progress
 
@@ -524,9 +609,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = run_checks(client, opts)
     code = exit_code(r.status for r in results)
     if args.json:
-        print_json({"base_url": args.base_url, "model": args.model, "ok": code == 0, "checks": [asdict(r) for r in results]})
+        print_json({"base_url": shown_url, "model": args.model, "ok": code == 0, "checks": [asdict(r) for r in results]})
     else:
-        print_table(f"Validate: {args.model} at {args.base_url}", ("check", "status", "reason"),
+        print_table(f"Validate: {args.model} at {shown_url}", ("check", "status", "reason"),
                     [(r.name, r.status, r.reason) for r in results], status_column=1,
                     caption="result: " + ("FAILED" if code else "all selected checks passed"))
     return code

@@ -56,6 +56,21 @@ class UsageError(Exception):
     """The command line is wrong (exit 2)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without abbreviated flags, whose usage errors are one line on stderr and exit 2
+    (this file stays self-contained: the same behaviour as scripts/_cli.py's CliParser)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        if message.startswith("unrecognized arguments: "):  # values may be secrets: flag names only
+            message = "unrecognized arguments: " + (" ".join(
+                t.split("=", 1)[0] for t in message.split(": ", 1)[1].split() if t.startswith("-")) or "(no flag)")
+        self.exit(2, f"weight_sync: usage error: {' '.join(message.split())} (see --help)\n")
+
+
 class SyncError(Exception):
     """A permanent failure: bad source, missing object, auth, no space, corrupt data (exit 1)."""
 
@@ -589,6 +604,16 @@ class ModelScopeSource(Source):
         sink.adopt(model_file_download(self.repo, entry.path, revision=self.revision, local_dir=self.staging_dir))
 
 
+def resolve_nonempty(source: Source) -> tuple[str, list[FileEntry]]:
+    """``source.resolve()``, refusing a source without files: an empty checkpoint must never
+    get a completion marker (vLLM would start on nothing). Raises SyncError."""
+    revision, entries = source.resolve()
+    if not entries:
+        raise SyncError(f"source has no files: {source.uri} (revision {revision}) lists nothing to copy; "
+                        "check the path, prefix or revision")
+    return revision, entries
+
+
 def make_source(uri: str, s3_client_kind: str, workers: int) -> Source:
     """Build the Source for a URI. Raises UsageError for an unknown scheme or bad form."""
     if uri.startswith("hf://"):
@@ -915,14 +940,14 @@ class LocalDestination(Destination):
 
     def run(self) -> Summary:
         summary = Summary(self.source.uri, self.root)
-        os.makedirs(self.root, exist_ok=True)
-        os.makedirs(self.state, exist_ok=True)
         if isinstance(self.source, FileSource):
             if os.path.realpath(self.source.root) == os.path.realpath(self.root):
                 raise UsageError("--source and --dest are the same directory")
         if isinstance(self.source, (HfSource, ModelScopeSource)):
-            self.source.staging_dir = os.path.join(self.state, "hub")
-        revision, entries = self.source.resolve()
+            self.source.staging_dir = os.path.join(self.state, "hub")  # created with the state directory
+        revision, entries = resolve_nonempty(self.source)  # before anything is written
+        os.makedirs(self.root, exist_ok=True)
+        os.makedirs(self.state, exist_ok=True)
         self._check_entries(entries)
         summary.revision, summary.files_total = revision, len(entries)
         summary.bytes_total = sum(e.size_bytes for e in entries)
@@ -1079,7 +1104,7 @@ class S3Destination(Destination):
         try:
             if isinstance(self.source, (HfSource, ModelScopeSource)):
                 self.source.staging_dir = os.path.join(staging, "hub")
-            revision, entries = self.source.resolve()
+            revision, entries = resolve_nonempty(self.source)
             seen = set()
             for e in entries:
                 if e.path in seen:
@@ -1192,7 +1217,7 @@ class S3Destination(Destination):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; --help explains every flag."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="weight_sync.py",
         description="Copy a model checkpoint with per-file size and sha256 verification, resuming "
                     "where an interrupted run stopped. The destination gets " + MARKER_NAME +
@@ -1229,6 +1254,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> Summary:
     """Run one sync from parsed arguments. Raises UsageError, SyncError."""
+    for flag, value in (("--source", args.source), ("--dest", args.dest)):
+        if not value.strip() or value != value.strip():  # '' would mean the current directory
+            raise UsageError(f"{flag} {value!r}: must be a non-empty URI or path without surrounding spaces")
     if args.workers < 1 or args.workers > 256:
         raise UsageError(f"--workers {args.workers}: must be between 1 and 256")
     source = make_source(args.source, args.s3_client, args.workers)

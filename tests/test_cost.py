@@ -116,3 +116,51 @@ def test_usage_errors_exit_2(tmp_path):
     helptext = _cost("--help").stdout
     for flag in ("--stack", "--tasks-per-month", "--throughput-json", "--json", "--rmb-per-usd", "--usd-per-hour", "--busy-fraction"):
         assert flag in helptext
+
+
+def _usage_error(out, *needles):
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    for needle in needles:
+        assert needle in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--usd-per-hour", "nan"), ("--usd-per-hour", "inf"), ("--usd-per-hour", "1e308"),
+                                         ("--usd-per-hour", "-5"), ("--rmb-per-usd", "nan"), ("--rmb-per-usd", "inf"),
+                                         ("--rmb-per-usd", "-inf"), ("--busy-fraction", "nan"), ("--task-tokens", "0")])
+def test_money_flags_must_be_finite_and_sane(flag, value):
+    _usage_error(_cost("--stack", "b300", f"{flag}={value}"), flag, value)
+
+
+def test_abbreviated_flags_and_usage_errors_are_one_line():
+    _usage_error(_cost("--stack", "b300", "--usd", "100"), "unrecognized arguments: --usd")
+    _usage_error(_cost("--tasks-per-month", "5"), "--stack")  # no multi-line usage block
+
+
+@pytest.mark.parametrize("metrics, needle", [
+    ({"concurrency": 8}, "has no metrics.output_tokens_per_second"),
+    ({"output_tokens_per_second": "fast"}, "metrics.output_tokens_per_second in"),
+    (None, "has no 'metrics' object"),
+])
+def test_throughput_json_names_the_missing_or_wrong_metric(tmp_path, metrics, needle):
+    check = {"name": "throughput", "status": "pass", "reason": "ok"}
+    if metrics is not None:
+        check["metrics"] = metrics
+    path = tmp_path / "validate.json"
+    path.write_text(json.dumps({"ok": True, "checks": [check]}))
+    out = _cost("--stack", "b300", "--throughput-json", str(path))
+    _usage_error(out, "--throughput-json", needle)
+    assert "(None)" not in out.stderr
+    check.update(status="fail", reason="3 of 16 streams failed")
+    path.write_text(json.dumps({"ok": False, "checks": [check]}))
+    _usage_error(_cost("--stack", "b300", "--throughput-json", str(path)), "status 'fail'", "3 of 16 streams failed")
+
+
+def test_price_source_cites_the_price_list_not_a_file_outside_the_repo():
+    assert PRICE.source.startswith("Kimi open platform price list")
+    report = json.loads(_cost("--stack", "b300", "--json").stdout)
+    table = _cost("--stack", "b300").stdout
+    assert report["api_price_source"].startswith("Kimi open platform price list")
+    for text in (report["api_price_source"], table):
+        assert "DESIGN.md" not in text
+    assert "Kimi open platform price list" in table

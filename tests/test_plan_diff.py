@@ -281,3 +281,95 @@ def test_scheduled_sweeper():
     run = next(s["run"] for s in steps if "scripts/sweep.py" in s.get("run", ""))
     assert "$DESTROY_FLAG --json" in run and '--region "${{ matrix.region }}"' in run
     assert "--destroy" in wf["jobs"]["sweep"]["env"]["DESTROY_FLAG"]
+
+
+# --- base renders in isolation; a base that cannot render is reported, not a crash -----------------
+
+_COMMIT = ("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q")
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """Four commits: HEAD~3 has no scripts/plan.py; HEAD~2 lacks components/spec/versions.py,
+    which its own code imports (old code that cannot render); HEAD~1 is whole; HEAD adds a
+    module only the new code imports and changes a vLLM flag of b300."""
+    repo = tmp_path_factory.mktemp("history") / "kimi-deploy"
+    shutil.copytree(REPO_ROOT, repo, ignore=_COPY_IGNORE)
+    plan_py, versions = (repo / "scripts" / "plan.py").read_text(), (repo / "components" / "spec" / "versions.py").read_text()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "scripts" / "plan.py").unlink()
+    _git(repo, "add", "-A")
+    _git(repo, *_COMMIT, "-m", "no plan.py yet")
+    (repo / "scripts" / "plan.py").write_text(plan_py)
+    (repo / "components" / "spec" / "versions.py").unlink()
+    _git(repo, "add", "-A")
+    _git(repo, *_COMMIT, "-m", "versions.py missing")
+    (repo / "components" / "spec" / "versions.py").write_text(versions)
+    _git(repo, "add", "-A")
+    _git(repo, *_COMMIT, "-m", "whole")
+    (repo / "components" / "spec" / "trial_probe.py").write_text("VALUE = 1\n")
+    config = repo / "components" / "spec" / "config.py"
+    config.write_text(config.read_text() + "\nfrom . import trial_probe  # noqa: E402,F401  only the new code has it\n")
+    stack = repo / "stacks" / "Pulumi.b300.yaml"
+    assert "gpuMemoryUtilization: 0.95" in stack.read_text()
+    stack.write_text(stack.read_text().replace("gpuMemoryUtilization: 0.95", "gpuMemoryUtilization: 0.9"))
+    _git(repo, "add", "-A")
+    _git(repo, *_COMMIT, "-m", "new module, new flag")
+    return repo
+
+
+def test_base_renders_with_only_its_own_tree(history, monkeypatch):
+    # Even with the working tree on PYTHONPATH, the base imports only the old tree: no
+    # trial_probe there, and the old stack file (0.95) is what it renders.
+    monkeypatch.setenv("PYTHONPATH", str(history))
+    d = plan_diff.diff_against("b300", "HEAD~1", history, FIXED_NOW)
+    assert d["base_error"] is None and d["stack_status"] == "present"
+    [role] = [r for r in d["vllm"]["roles"] if r["status"] == "changed"]
+    assert {"flag": "--gpu-memory-utilization", "old": "0.95", "new": "0.9"} in role["argv"]
+    assert d["summary"]["added"] == d["summary"]["removed"] == 0
+
+
+@pytest.mark.parametrize("ref, reason", [("HEAD~2", "components.spec.versions"), ("HEAD~3", "has no scripts/plan.py")])
+def test_base_that_cannot_render_shows_the_whole_plan_as_added(history, ref, reason):
+    proc = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", ref, "--format", "json",
+                           "--now", "2026-11-30T12:00:00Z"], cwd=history, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["base_error"].startswith(f"base could not be rendered at {ref}: ") and reason in d["base_error"], d["base_error"]
+    assert "\n" not in d["base_error"] and d["stack_status"] == "base-unrendered"
+    assert d["summary"]["added"] > 0 and d["summary"]["removed"] == d["summary"]["changed"] == 0
+    md = plan_diff.render_markdown(d, "b300", ref)
+    assert f"> ⚠ **base could not be rendered at {ref}: " in md and "shown as added" in md
+    assert md.splitlines()[0].startswith(f"#### `b300` vs `{ref}`: {d['summary']['added']} to add")
+
+
+def test_an_unknown_ref_is_still_a_git_error(history):
+    with pytest.raises(plan_diff.PlanDiffError, match="git rev-parse"):
+        plan_diff.diff_against("b300", "no-such-ref", history, FIXED_NOW)
+
+
+def test_before_and_after_values_are_visible_in_the_markdown():
+    image_old = "vllm/vllm-openai@sha256:" + "a" * 64
+    image_new = "vllm/vllm-openai@sha256:" + "a" * 60 + "bbbb"
+    argv = "--a 1 " * 30
+    old = doc((INSTANCE, "gpu", {"ami": "ami-1", "image": image_old, "cmd": argv + "--gpu-memory-utilization 0.95", "tags": {"t": "x"}}))
+    new = doc((INSTANCE, "gpu", {"ami": "ami-2", "image": image_new, "cmd": argv + "--gpu-memory-utilization 0.9", "tags": {"t": "y"}}))
+    md = plan_diff.render_markdown(plan_diff.diff_documents(old, new), "b300")
+    rows = {line.split("|")[2].strip(): line for line in md.splitlines() if line.startswith("| `gpu` |")}
+    assert "| `ami-1` | `ami-2` |" in rows["`ami`"]  # short values whole
+    image = rows["`image`"]
+    assert f"`{image_old}` | `{image_new}`" in image  # an image digest (88 chars) is shown whole: the change is at its end
+    cmd = rows["`cmd`"]
+    assert "--gpu-memory-utilization 0.95`" in cmd and "--gpu-memory-utilization 0.9`" in cmd and cmd.count("`…") == 2  # long: cut in front, the end shown
+    old_text, new_text = plan_diff.value_pair("x" * 500 + "1" + "y" * 500, "x" * 500 + "2" + "y" * 500)
+    assert len(old_text) <= plan_diff.VALUE_CHARS + 1 and old_text.startswith("…") and old_text.endswith("…")
+    assert "x1y" in old_text and "x2y" in new_text
+    assert plan_diff.value_pair(None, "new") == (None, "new")
+
+
+@pytest.mark.parametrize("argv, needle", [(["--stack", "b300"], "--against"), (["--against", "HEAD", "--stac", "b300"], "unrecognized arguments: --stac"),
+                                          (["--against", "HEAD", "--format", "yaml"], "invalid choice")])
+def test_cli_usage_errors_are_one_line(argv, needle):
+    proc = subprocess.run([sys.executable, "scripts/plan_diff.py", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and needle in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

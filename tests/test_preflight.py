@@ -323,3 +323,91 @@ def test_cli_usage_errors_exit_2_without_traceback():
     for flag in ("--stack", "--region", "--json", "--mirror-bucket", "--check-cluster", "--kubeconfig", "--context"):
         assert flag in helptext.stdout
 
+
+
+# --- new-user trial defects: no credentials, unreachable endpoint, local moto ---------------------
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    """No credentials anywhere boto3 looks (environment, files, instance metadata)."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return {"HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@pytest.mark.parametrize("stack", [s for s in STACKS if load_stack(s, now=FIXED_NOW).is_aws])
+def test_a_check_that_does_not_apply_is_skip_with_or_without_credentials(moto, stack, no_credentials):
+    spec = load_stack(stack, now=FIXED_NOW)
+    without = by_name(run_checks(spec, now=FIXED_NOW, clients=AwsClients(spec.region)))
+    assert {c.status for c in without.values()} <= {"skip", "unknown"}
+    assert without["instance-facts"].status == "unknown" and "no AWS credentials" in without["instance-facts"].reason
+    import boto3
+
+    with_creds = by_name(run_checks(spec, now=FIXED_NOW, clients=AwsClients(spec.region, session=boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing"))))
+    for name, check in with_creds.items():
+        if check.status == "skip" or without[name].status == "skip":
+            assert without[name] == check, name
+
+
+def test_no_credentials_is_exit_2_with_one_line_and_the_per_check_unknowns(no_credentials):
+    out = _cli("--stack", "b300", "--json", env=no_credentials)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID")
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    report = json.loads(out.stdout)
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert report["ok"] is False and report["error"].startswith("no AWS credentials")
+    assert statuses["instance-facts"] == "unknown" and statuses["capacity-reservation"] == "skip" and statuses["fsx"] == "skip"
+    table = _cli("--stack", "b300", env=no_credentials)
+    assert table.returncode == 2 and "result: ok" not in table.stdout and "NOT CHECKED" in table.stdout
+
+
+def test_local_endpoint_alone_works_with_dummy_credentials(no_credentials):
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        out = _cli("--stack", "b300", "--json", env={**no_credentials, "AWS_ENDPOINT_URL": f"http://{host}:{port}"})
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert {c["name"]: c["status"] for c in report["checks"]}["offered-in-region"] == "pass"
+    assert any("dummy credentials" in n for n in report["notes"]) and "dummy credentials" in out.stderr
+
+
+def test_unreachable_endpoint_is_unknown_and_exit_2_in_seconds():
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    for stack in STACKS:
+        spec = load_stack(stack, now=FIXED_NOW)
+        if not spec.is_aws:
+            continue
+        started = time.monotonic()
+        out = _cli("--stack", stack, "--json", env=env)
+        assert time.monotonic() - started < 20
+        assert out.returncode == 2, (stack, out.stdout + out.stderr)
+        assert out.stderr.strip().splitlines()[-1].startswith("error: cannot reach the AWS endpoint")
+        report = json.loads(out.stdout)
+        statuses = {c["name"]: c["status"] for c in report["checks"]}
+        assert "fail" not in statuses.values(), (stack, report["checks"])  # connectivity is not a failed check
+        for name in ("fsx", "eks"):
+            assert statuses[name] in ("unknown", "skip") and "has no endpoint" not in str(report["checks"])
+
+
+def test_usage_errors_are_one_line_without_abbreviations():
+    for argv, needle in ((["--stack", "b300", "--mirror", "b"], "unrecognized arguments: --mirror"), (["--region", "us-east-1"], "--stack")):
+        out = _cli(*argv)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr

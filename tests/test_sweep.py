@@ -370,3 +370,52 @@ def test_sweeps_a_moto_server_through_aws_endpoint_url(tmp_path):
         assert vol not in {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
     finally:
         server.stop()
+
+
+# --- new-user trial defects --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--region", "x y"], "--region: 'x y' is not an AWS region name"),
+    (["--region", "us-east-1", "--wait-seconds", "-1"], "--wait-seconds: -1 must be between 0"),
+    (["--region", "us-east-1", "--wait-seconds", "nan"], "--wait-seconds: nan"),
+    (["--regio", "us-east-1"], "unrecognized arguments: --regio"),  # no abbreviations
+    (["--now"], "--now: expected one argument"),
+])
+def test_usage_errors_are_one_line_exit_2(argv, needle):
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), *argv], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr, proc.stderr
+
+
+def test_bad_region_from_the_environment_names_its_source(monkeypatch, capsys):
+    monkeypatch.setenv("AWS_REGION", "us east")
+    assert sweep.main([], clients=Recorder()) == 2
+    assert "'us east' is not an AWS region name" in capsys.readouterr().err
+
+
+def test_client_fails_fast_on_an_unreachable_endpoint(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    config = sweep.default_client_factory("ec2", REGION).meta.config
+    assert config.connect_timeout <= 5 and config.read_timeout <= 30
+    assert config.retries["mode"] == "standard" and config.retries["total_max_attempts"] <= 4  # was 9 attempts, adaptive
+
+
+def test_unreachable_endpoint_is_exit_1_with_the_reason_in_seconds():
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--region", REGION, "--region", "eu-west-1", "--json"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 20
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [e.split(":")[0] for e in report["errors"]] == [REGION, "eu-west-1"]  # one reason per region, not one per kind
+    assert all("cannot reach the AWS endpoint" in e and "Could not connect" in e for e in report["errors"])

@@ -130,3 +130,64 @@ def test_unreachable_endpoint_fails_checks_without_crashing():
     results = run_checks(make_client("http://127.0.0.1:9/v1", "EMPTY", 2), Options(model=MODEL, checks=("tools",), **{k: v for k, v in FAST.items()}))
     tools = {r.name: r for r in results}["tools"]
     assert tools.status == "fail" and "cannot connect" in tools.reason
+
+
+# --- new-user trial defects: one-line usage errors, URL handling, fail fast ----------------------
+
+
+def _one_line_usage_error(proc, *needles):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: ")
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def test_abbreviated_flags_are_rejected_and_values_never_echoed():
+    # --api-key was taken as --api-key-env and the key echoed back in the error.
+    out = _cli("--api-key", "sk-secret-123", "--base-url", "http://127.0.0.1:9/v1", "--model", MODEL)
+    _one_line_usage_error(out, "--api-key", "--help")
+    assert "sk-secret-123" not in out.stderr + out.stdout
+    _one_line_usage_error(_cli("--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--conc", "2"), "--conc")
+    _one_line_usage_error(_cli("--model", MODEL), "--base-url")  # missing required flag: one line, no usage block
+
+
+@pytest.mark.parametrize("url, needle", [("http://[::1", "Invalid IPv6 URL"), ("http://host:99999/v1", "Port"),
+                                         ("ftp://host/v1", "http(s) URL"), ("http://exa mple/v1", "http(s) URL")])
+def test_malformed_base_url_is_a_usage_error(url, needle):
+    _one_line_usage_error(_cli("--base-url", url, "--model", MODEL), "--base-url", needle)
+
+
+def test_password_in_base_url_is_masked_everywhere():
+    assert validate.mask_url("http://user:pa55@h:8000/v1") == "http://user:***@h:8000/v1"
+    assert validate.mask_url("http://h:8000/v1") == "http://h:8000/v1"
+    assert validate.mask_url("http://token@h/v1") == "http://token@h/v1"  # no password part
+    with OpenAITestServer() as server:
+        url = server.base_url.replace("http://", "http://user:pa55word@")
+        base = ["--base-url", url, "--model", MODEL, "--checks", "tools"]
+        as_json = _cli(*base, "--json")
+        table = _cli(*base)
+    assert as_json.returncode == 0 and table.returncode == 0, as_json.stderr + table.stderr
+    assert json.loads(as_json.stdout)["base_url"] == url.replace("pa55word", "***")
+    assert "pa55word" not in as_json.stdout + as_json.stderr + table.stdout + table.stderr
+    assert "user:***@" in table.stdout
+
+
+def test_dead_endpoint_fails_fast_with_one_reason():
+    import time
+
+    started = time.monotonic()
+    out = _cli("--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--json")
+    assert time.monotonic() - started < 20
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert out.stderr.startswith("error: cannot connect to http://127.0.0.1:9/v1: ")
+    report = json.loads(out.stdout)
+    assert report["ok"] is False and report["error"].startswith("cannot connect to")
+    assert {c["status"] for c in report["checks"]} == {"skip"}  # no check ran: one reason, not six failures
+
+
+def test_probe_is_one_request_and_an_http_error_still_runs_the_checks():
+    with OpenAITestServer(api_key="right") as server:
+        assert validate.probe(make_client(server.base_url, "wrong", 30)) is None  # 401 answers: reachable
+    assert "refused" in validate.probe(make_client("http://127.0.0.1:9/v1", "EMPTY", 30)).lower()

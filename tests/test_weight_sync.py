@@ -399,3 +399,44 @@ def test_new_records_continue_the_sequence_after_a_lost_tail(tmp_path, src, caps
     assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
     rec = next(r for r in journal_lines(dest) if r.get("path") == "config.json")
     assert rec["seq"] > last + 5
+
+
+# --- new-user trial defects: empty sources, empty paths, one-line usage errors -------------------
+
+
+def test_empty_source_directory_fails_and_writes_nothing(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)  # directories but no file
+    dest = tmp_path / "dst"
+    rc, _, err = run_json(capsys, "--source", f"file://{empty}", "--dest", str(dest))
+    assert rc == 1 and "source has no files" in err and len(err.strip().splitlines()) == 1, err
+    assert not dest.exists()  # no marker, not even the state directory
+
+
+def test_source_manifest_listing_no_files_fails(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / ws.MANIFEST_NAME).write_text(json.dumps({"version": 1, "revision": "0" * 40, "files": []}))
+    dest = tmp_path / "dst"
+    rc, _, err = run_json(capsys, "--source", f"file://{src}", "--dest", str(dest))
+    assert rc == 1 and "source has no files" in err
+    assert not (dest / ws.MARKER_NAME).exists()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--source", "file://{src}", "--dest", ""], "--dest ''"),
+    (["--source", "", "--dest", "{dst}"], "--source ''"),
+    (["--source", "file://{src}", "--dest", " "], "--dest ' '"),
+    (["--source", "file://{src}", "--dest", "{dst}", "--dst", "{dst}"], "unrecognized arguments: --dst"),  # no abbreviations
+    (["--source", "file://{src}", "--de", "{dst}"], "required: --dest"),
+    (["--source", "file://{src}", "--dest", "{dst}", "--work", "2"], "unrecognized arguments: --work"),
+    (["--dest", "{dst}"], "--source"),
+])
+def test_empty_paths_and_abbreviations_are_one_line_usage_errors(tmp_path, argv, needle):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    paths = {"src": str(tmp_path / "no-such-source"), "dst": str(tmp_path / "dst")}
+    r = subprocess.run([sys.executable, SCRIPT, *(a.format(**paths) for a in argv)], capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd"] and list(cwd.iterdir()) == []  # no .weights-sync/ anywhere

@@ -151,3 +151,11 @@ def test_sigkill_mid_run_keeps_completed_files_and_resumes(hub, tmp_path):
     assert summary["files_skipped"] >= len(done_before)
     assert summary["files_transferred"] == len(files) - summary["files_skipped"]
     assert read_tree(str(dest)) == files and (dest / MARKER).exists()
+
+
+def test_hub_repo_without_files_fails_without_a_marker(hub, tmp_path):
+    hub.state.add_repo("moonshotai/empty", {})
+    dest = tmp_path / "dst"
+    r = sync(hub, tmp_path, "hf://moonshotai/empty@main", dest)
+    assert r.returncode == 1 and "source has no files" in r.stderr, r.stderr
+    assert not (dest / MARKER).exists()

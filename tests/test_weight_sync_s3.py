@@ -183,3 +183,20 @@ def test_mirror_copies_between_buckets_through_verified_staging(tmp_path, s3, ca
     assert summary["files_transferred"] == len(files) and not list(staging.iterdir())
     for rel, data in files.items():
         assert s3.get_object(Bucket=dst_bucket, Key=f"copy/{rel}")["Body"].read() == data
+
+
+def test_mirror_with_an_empty_manifest_fails_without_a_marker(tmp_path, s3, capsys):
+    bucket = bucket_name()
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="m/manifest.json", Body=json.dumps({"version": 1, "revision": "0" * 40, "files": []}).encode())
+    dest = tmp_path / "dst"
+    rc = ws.main(["--source", f"s3://{bucket}/m", "--dest", str(dest), "--json", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "source has no files" in err, err
+    assert not dest.exists()
+    # Publishing an empty source to a mirror is refused the same way: no manifest, no marker.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc = ws.main(["--source", f"file://{empty}", "--dest", f"s3://{bucket}/n", "--json", "--quiet"])
+    assert rc == 1 and "source has no files" in capsys.readouterr().err
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="n/")

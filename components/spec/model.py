@@ -181,7 +181,7 @@ KIMI_K3_1_PRO = ModelProfile(
         input_cache_miss_per_mtok=13.0,
         input_cache_hit_per_mtok=1.3,
         output_per_mtok=68.0,
-        source="Kimi open platform price list (DESIGN.md section 4)",
+        source="Kimi open platform price list (RMB per 1M tokens)",
     ),
     license_summary=(
         "MIT plus two commercial conditions: offering the model as a service with more than "
