@@ -96,13 +96,21 @@ def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 
 def run_with_timeouts(stack: str, overrides: dict | None = None) -> tuple[Any, dict[str, Any]]:
     """Run ``stack`` with a stack transformation recording every resource's custom timeouts."""
+    run, options, _ = run_with_options(stack, overrides)
+    return run, {name: o.custom_timeouts for name, o in options.items() if o is not None and o.custom_timeouts is not None}
+
+
+def run_with_options(stack: str, overrides: dict | None = None) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Run ``stack`` recording every resource's options and object: ``(run, name -> ResourceOptions,
+    name -> pulumi.Resource)``."""
     captured: dict[str, Any] = {}
+    resources: dict[str, Any] = {}
     original = program.declare
 
     def declare(ctx):
         def capture(args):
-            if args.opts is not None and args.opts.custom_timeouts is not None:
-                captured[args.name] = args.opts.custom_timeouts
+            captured[args.name] = args.opts
+            resources[args.name] = args.resource
             return None
 
         pulumi.runtime.register_stack_transformation(capture)
@@ -115,7 +123,7 @@ def run_with_timeouts(stack: str, overrides: dict | None = None) -> tuple[Any, d
         run = run_program(config, stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW)
     finally:
         program.declare = original
-    return run, captured
+    return run, captured, resources
 
 
 def seconds(text: str) -> int:
@@ -210,10 +218,36 @@ def test_pulumi_timeouts_and_progress_deadline_cover_the_startup_budget(name):
         assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     for lws in of_kind(run, "LeaderWorkerSet"):
         assert lws["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Available"
+        # Same no-surge rollout as the Deployment: no spare GPU node for a surge group.
+        assert lws["spec"]["rolloutStrategy"] == {
+            "type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}}
     for job_name, t in timeouts.items():
         if job_name.startswith("weight-sync-"):
             job = run.named(job_name).inputs["spec"]
             assert seconds(t.create) == job["activeDeadlineSeconds"] >= 1800
+
+
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_service_awaits_after_the_workload_with_its_timeouts(name):
+    """Pulumi's Service await waits for ready endpoints (10 min by default): the Service must be
+    created after the workload is ready and wait at least as long as the workload may."""
+    run, options, resources = run_with_options(name)
+    workload = "vllm-leaderworkerset" if of_kind(run, "LeaderWorkerSet") else "vllm-deployment"
+    svc_opts, wl_opts = options["vllm-service"], options[workload]
+    assert any(d is resources[workload] for d in (svc_opts.depends_on or [])), "Service does not depend on the workload"
+    svc = one(run, "Service")
+    assert "pulumi.com/skipAwait" not in svc["metadata"].get("annotations", {})
+    budget = run.context.sizing.startup_budget_seconds
+    extra = vllm_service.LOAD_BALANCER_BUDGET_SECONDS if svc["spec"]["type"] == "LoadBalancer" else 0
+    assert seconds(svc_opts.custom_timeouts.create) == seconds(wl_opts.custom_timeouts.create) + extra >= budget + extra
+    assert seconds(svc_opts.custom_timeouts.update) == seconds(wl_opts.custom_timeouts.update) + extra
+
+
+def test_load_balancer_service_timeouts_cover_nlb_provisioning():
+    run, options, _ = run_with_options("gb300", overrides=with_k8s("gb300", serviceType="internal-nlb"))
+    assert one(run, "Service")["spec"]["type"] == "LoadBalancer"
+    create = seconds(options["vllm-service"].custom_timeouts.create)
+    assert create == seconds(options["vllm-leaderworkerset"].custom_timeouts.create) + vllm_service.LOAD_BALANCER_BUDGET_SECONDS
 
 
 def test_update_timeout_grows_with_replicas():
@@ -633,8 +667,15 @@ def test_app_kubernetes_io_labels_and_valid_label_values(name):
     assert workload["metadata"]["annotations"]["kimi-deploy/stack"] == name
 
 
-def test_pod_disruption_budget_follows_replicas():
-    assert one(plan_for("b300-prod"), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
-    pdb = one(plan_for("gb300"), "PodDisruptionBudget")["spec"]
-    assert pdb["maxUnavailable"] == 0
-    assert pdb["selector"]["matchExpressions"][0]["values"] == ["leader", "worker"]
+@pytest.mark.parametrize("name", K8S_STACKS)
+def test_pod_disruption_budget_never_blocks_node_replacement(name):
+    """One pod evicted at a time (replicas 2 in b300-prod; 1 in gb300 and mi355x): a budget of 0
+    for a single copy would make every managed node-group update fail with PodEvictionFailure
+    (the GPU node group cannot surge); not-ready pods (a recreated group) are always evictable."""
+    run = plan_for(name)
+    pdb = one(run, "PodDisruptionBudget")["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert "minAvailable" not in pdb
+    roles = ["leader", "worker"] if of_kind(run, "LeaderWorkerSet") else ["server"]
+    assert pdb["selector"]["matchExpressions"][0]["values"] == roles

@@ -14,6 +14,19 @@ Pulumi waits for the workload with custom timeouts (per pod: the startup budget 
 pull budget; a rolling update replaces one copy at a time, so updates get one budget per copy)
 and the Deployment's ``progressDeadlineSeconds`` matches, so neither Pulumi's default 10 minutes
 nor the controller's default 600 s deadline fails a 1.5 TB load.
+
+The Service depends on the workload and carries the same custom timeouts (plus a load balancer
+provisioning budget for an internal NLB): Pulumi's Service await waits for ready endpoints (and,
+for ``LoadBalancer``, an ingress address), so ``pulumi up`` reports the Service ready only when
+the model is served behind it.
+
+Disruptions: rolling updates replace one copy at a time with no surge (``maxSurge: 0``,
+``maxUnavailable: 1``, Deployment and LeaderWorkerSet alike): the GPU node group cannot grow past
+its reserved nodes, so a surge copy could never schedule. The PodDisruptionBudget allows one
+vLLM pod to be evicted at a time and always allows evicting pods that are not ready. With one
+copy (``replicas: 1``) that permits draining its node: a single copy cannot stay available
+through a node replacement anyway, and a budget of 0 would make every managed node-group update
+fail with ``PodEvictionFailure``.
 """
 
 from __future__ import annotations
@@ -49,6 +62,9 @@ from .storage import serving_volume
 
 # Time to pull the ~25 GB vLLM image and schedule, added to the startup budget per pod.
 IMAGE_PULL_BUDGET_SECONDS = 1_800
+# Time for the cloud provider to provision an internal NLB and publish its hostname, added to
+# the Service's timeouts when it is a LoadBalancer.
+LOAD_BALANCER_BUDGET_SECONDS = 900
 # Probe timing (seconds).
 STARTUP_PERIOD_SECONDS = 10
 PROBE_TIMEOUT_SECONDS = 5
@@ -295,11 +311,19 @@ def _vllm_pods_selector(spec: DeploymentSpec, components: list[str]) -> dict[str
 
 
 def pdb_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
-    """At most one vLLM pod voluntarily evicted at a time when there are several copies; none
-    when there is one (a drain would take the only copy down for a full reload: an operator
-    deletes the pod on purpose instead)."""
+    """At most one vLLM pod voluntarily evicted at a time; pods that are not ready (a copy that
+    is still loading, or a LeaderWorkerSet group being recreated) may always be evicted.
+
+    With several copies this keeps the others serving while one node is drained. With one copy
+    it deliberately does not block: a single copy cannot stay available through a node
+    replacement (the GPU node group has no spare node to move to), and ``maxUnavailable: 0``
+    would block every drain forever, so managed node-group updates would fail with
+    ``PodEvictionFailure``. Without ``AlwaysAllow``, the recreated pods of a multi-node group
+    (running, not yet ready) would exhaust the budget and block the drain of the next node.
+    """
     return {
-        "maxUnavailable": 1 if spec.replicas > 1 else 0,
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
         "selector": _vllm_pods_selector(spec, [role_component(r) for r in command.roles]),
     }
 
@@ -334,6 +358,14 @@ def pod_monitor_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, An
         "selector": _vllm_pods_selector(spec, serving_components(command)),
         "podMetricsEndpoints": [{"port": HTTP_PORT_NAME, "path": "/metrics", "interval": "30s"}],
     }
+
+
+def service_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
+    """``(create_seconds, update_seconds)`` of the Service: the workload's rollout timeouts, plus
+    the load balancer provisioning budget for an internal NLB."""
+    create_s, update_s = rollout_timeouts(spec, sizing)
+    extra = LOAD_BALANCER_BUDGET_SECONDS if spec.config.kubernetes.service_type == "internal-nlb" else 0
+    return create_s + extra, update_s + extra
 
 
 def declare_vllm(
@@ -388,12 +420,19 @@ def declare_vllm(
             opts=opts(custom_timeouts=timeouts),
         )
     body, notes = service_spec(spec, command)
+    # Pulumi's Service await waits until its endpoints are ready (and a LoadBalancer has an
+    # ingress address), 10 minutes by default: far less than a 1.5 TB load. The Service depends
+    # on the workload (created only after the workload's await saw ready pods) and gets the
+    # workload's timeouts (plus the NLB provisioning budget), so its await still holds when the
+    # pods are reloading (a replaced Service, a restarted copy). Not ``pulumi.com/skipAwait``:
+    # that would report "ready" with no ready endpoint and no NLB hostname
+    # (the ``loadBalancerHostname`` output reads the Service's status).
+    svc_create_s, svc_update_s = service_timeouts(spec, sizing)
     out["service"] = k8s.core.v1.Service(
         "vllm-service",
         metadata=metadata(spec, VLLM_NAME, serving_components(command)[0], tags, annotations=notes),
         spec=body,
-        # Ready pods come later (the workload's own wait); an internal NLB needs no public address.
-        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+        opts=opts(out["workload"], custom_timeouts=pulumi.CustomTimeouts(create=f"{svc_create_s}s", update=f"{svc_update_s}s")),
     )
     out["pdb"] = k8s.policy.v1.PodDisruptionBudget(
         "vllm-pdb",
