@@ -1,6 +1,7 @@
 """Resource options that guard data and capacity, as the engine receives them: the mirror is
-retained on destroy (and protected in prod), the file system is protected in prod, GPU node
-groups never reset their desired size, and the GPU instance is replaced delete-first."""
+retained on destroy (and protected in prod), the file system is protected in prod and created
+after its security-group rules, GPU node groups never reset their desired size, the GPU
+instance is replaced delete-first, and its launch template keeps the DLAMI it was created with."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from tests.conftest import FIXED_NOW, TEST_SECRETS
 _RUNS: dict[str, dict[str, dict]] = {}
 
 
-def options_for(stack: str) -> dict[str, dict]:
-    """Logical name -> the options the engine received for each resource of ``stack``."""
-    if stack in _RUNS:
+def options_for(stack: str, overrides: dict | None = None) -> dict[str, dict]:
+    """Logical name -> the options the engine received for each resource of ``stack``
+    (``overrides`` replaces full config keys and disables caching). ``dependencies`` holds the
+    logical names of every resource it waits for (explicit ``depends_on`` and inputs')."""
+    if stack in _RUNS and overrides is None:
         return _RUNS[stack]
     seen: dict[str, dict] = {}
     original = pulumi_mocks.MockMonitor.RegisterResource
@@ -28,15 +31,17 @@ def options_for(stack: str) -> dict[str, dict]:
             "retain_on_delete": request.retainOnDelete,
             "ignore_changes": list(request.ignoreChanges),
             "delete_before_replace": request.deleteBeforeReplace,
+            "dependencies": sorted(urn.rsplit("::", 1)[1] for urn in request.dependencies),
         }
         return original(self, request)
 
     pulumi_mocks.MockMonitor.RegisterResource = recording
     try:
-        run_program(read_stack_config(stack), stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW)
+        run_program({**read_stack_config(stack), **(overrides or {})}, stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW)
     finally:
         pulumi_mocks.MockMonitor.RegisterResource = original
-    _RUNS[stack] = seen
+    if overrides is None:
+        _RUNS[stack] = seen
     return seen
 
 
@@ -78,3 +83,35 @@ def test_node_groups_keep_the_desired_size_they_are_given(stack):
 def test_gpu_instance_is_replaced_delete_first():
     # A capacity block or ODCR holds only the instances paid for.
     assert options_for("b300")["gpu-instance"]["delete_before_replace"] is True
+
+
+def _rule_names(opts: dict[str, dict], prefix: str) -> set[str]:
+    rule_types = ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+    return {n for n, o in opts.items() if o["type"] in rule_types and n.startswith(prefix)}
+
+
+def test_file_system_waits_for_its_security_group_rules():
+    # FSx validates the Lustre port rules at creation (InvalidNetworkSettings without them).
+    opts = options_for("b300-prod")
+    rules = _rule_names(opts, "net-fsx-")
+    # Lustre 988 and 1018-1023 from itself and from each client group, plus the egress rule.
+    assert {"net-fsx-self-988", "net-fsx-self-1018", "net-fsx-client0-988", "net-fsx-client1-1018", "net-fsx-egress"} <= rules
+    assert rules <= set(opts["fsx-fs"]["dependencies"])
+
+
+def test_file_system_with_efa_waits_for_the_efa_group_rules():
+    stack = read_stack_config("b300-prod")
+    storage = {**stack["kimi-deploy:storage"], "fsx": {**stack["kimi-deploy:storage"]["fsx"], "efa": True}}
+    opts = options_for("b300-prod", overrides={"kimi-deploy:storage": storage})
+    deps = set(opts["fsx-fs"]["dependencies"])
+    assert {"net-efa-in-self", "net-efa-out-self"} <= deps and _rule_names(opts, "net-fsx-") <= deps
+
+
+def test_ec2_launch_template_keeps_the_dlami_it_was_created_with():
+    # A new DLAMI release must not make a new template version (that replaces the instance).
+    assert options_for("b300")["gpu-lt"]["ignore_changes"] == ["imageId"]
+    # An explicit compute.amiId is how the operator moves to another AMI: never ignored.
+    compute = {"availabilityZone": "us-east-1a", "amiId": "ami-0123456789abcdef0", "amiArchitecture": "x86_64"}
+    assert options_for("b300", overrides={"kimi-deploy:compute": compute})["gpu-lt"]["ignore_changes"] == []
+    # EKS templates carry no imageId unless compute.amiId is set: nothing to pin there.
+    assert options_for("gb300")["eks-gpu-lt"]["ignore_changes"] == []

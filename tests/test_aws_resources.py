@@ -340,7 +340,8 @@ def test_eks_gpu_node_group(stack, ami_type, arch_capacity):
     cluster = run.named("eks-cluster").inputs
     assert tuple(int(x) for x in cluster["version"].split(".")) >= (1, 33) and cluster["version"] == EKS_VERSION
     assert cluster["encryptionConfig"]["resources"] == ["secrets"]
-    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True and cluster["vpcConfig"]["endpointPublicAccess"] is False
+    # EKS/eksctl defaults: private endpoint plus the IAM-authenticated public one.
+    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True and cluster["vpcConfig"]["endpointPublicAccess"] is True
     assert cluster["accessConfig"]["authenticationMode"] == "API"
     ng = run.named("eks-gpu").inputs
     assert ng["amiType"] == ami_type
@@ -388,7 +389,7 @@ def test_eks_custom_ami_gets_cluster_details_in_nodeconfig():
     assert config["spec"]["cluster"]["cidr"] == "172.20.0.0/16"
 
 
-def test_eks_multi_node_efa_interfaces_and_cluster_placement_group():
+def test_eks_multi_node_efa_interfaces_and_no_placement_group_in_a_capacity_block():
     run = plan_for("gb300")
     spec = run.context.spec
     lt = run.named("eks-gpu-lt").inputs
@@ -399,8 +400,8 @@ def test_eks_multi_node_efa_interfaces_and_cluster_placement_group():
     assert sorted(n["networkCardIndex"] for n in efa) == list(range(1, spec.instance.network_cards))
     assert all(n["securityGroups"] == ["sg-eks-cluster-cluster", "net-gpu-sg-id", "net-efa-sg-id"] for n in nics)
     assert "vpcSecurityGroupIds" not in lt
-    assert run.named("eks-gpu-placement").inputs["strategy"] == "cluster"
-    assert lt["placement"] == {"groupName": "eks-gpu-placement-a1b2c3d"}
+    # A capacity block is placed already: a new placement group could fail the launch.
+    assert not run.of_type("aws:ec2/placementGroup:PlacementGroup") and "placement" not in lt
     # b300-prod: single-node copies, EFA off: no interfaces, no placement group.
     prod = plan_for("b300-prod").named("eks-gpu-lt").inputs
     assert "networkInterfaces" not in prod and "placement" not in prod
@@ -437,3 +438,69 @@ def test_api_server_public_endpoint_only_for_named_cidrs():
     net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPublicCidrs": ["203.0.113.0/24"]}
     vpc = plan_for("gb300", overrides={"kimi-deploy:network": net}).named("eks-cluster").inputs["vpcConfig"]
     assert vpc["endpointPublicAccess"] is True and vpc["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def _b300_prod_compute(cap_type: str, efa: bool) -> dict:
+    cap = {"type": cap_type}
+    if cap_type != "on-demand":
+        cap.update(reservationId="cr-0a1b2c3d4e5f60718", availabilityZone="us-east-1c")
+    return {"kimi-deploy:compute": {"replicas": 2, "availabilityZone": "us-east-1c", "efa": efa, "capacity": cap}}
+
+
+@pytest.mark.parametrize(("cap_type", "placed"), [("on-demand", True), ("odcr", False)])
+def test_eks_cluster_placement_group_only_for_on_demand_capacity(cap_type, placed):
+    run = plan_for("b300-prod", overrides=_b300_prod_compute(cap_type, efa=True))
+    lt = run.named("eks-gpu-lt").inputs
+    assert any(n["interfaceType"] == "efa-only" for n in lt["networkInterfaces"])
+    groups = run.of_type("aws:ec2/placementGroup:PlacementGroup")
+    if placed:
+        assert [g.inputs["strategy"] for g in groups] == ["cluster"]
+        assert lt["placement"] == {"groupName": "eks-gpu-placement-a1b2c3d"}
+    else:
+        assert groups == [] and "placement" not in lt
+
+
+def test_vpc_cni_enforces_network_policy():
+    run = plan_for("gb300")
+    addons = {r.inputs["addonName"]: r.inputs for r in run.of_type("aws:eks/addon:Addon")}
+    assert json.loads(addons["vpc-cni"]["configurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert all("configurationValues" not in a for name, a in addons.items() if name != "vpc-cni")
+
+
+def test_api_server_public_endpoint_is_on_by_default_and_iam_authenticated():
+    run = plan_for("gb300")
+    vpc = run.named("eks-cluster").inputs["vpcConfig"]
+    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is True
+    assert vpc["publicAccessCidrs"] == ["0.0.0.0/0"]
+    assert any("public (IAM-authenticated) from any address" in w for w in run.context.spec.warnings)
+    assert not any("inside the VPC" in w for w in run.context.spec.warnings)
+
+
+def test_api_server_private_only_turns_the_public_endpoint_off():
+    net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPrivateOnly": True}
+    run = plan_for("gb300", overrides={"kimi-deploy:network": net})
+    vpc = run.named("eks-cluster").inputs["vpcConfig"]
+    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is False
+    assert "publicAccessCidrs" not in vpc
+    assert any("run `pulumi up` from inside the VPC" in w for w in run.context.spec.warnings)
+
+
+def test_admin_roles_get_cluster_admin_access_entries():
+    from components.aws.cluster import access_entry_suffix
+
+    arns = ["arn:aws:iam::123456789012:role/platform-admins", "arn:aws:iam::210987654321:user/ops/alice"]
+    k8s = {**read_stack_config("b300-prod")["kimi-deploy:kubernetes"], "adminRoleArns": arns}
+    run = plan_for("b300-prod", overrides={"kimi-deploy:kubernetes": k8s})
+    assert run.named("eks-cluster").inputs["accessConfig"]["authenticationMode"] in ("API", "API_AND_CONFIG_MAP")
+    entries = run.of_type("aws:eks/accessEntry:AccessEntry")
+    assert sorted(e.inputs["principalArn"] for e in entries) == sorted(arns)
+    assert all(e.inputs["clusterName"] == "kimi-deploy-b300-prod" and e.inputs["type"] == "STANDARD" for e in entries)
+    policies = run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    assert sorted(p.inputs["principalArn"] for p in policies) == sorted(arns)
+    for p in policies:
+        assert p.inputs["policyArn"] == "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+        assert p.inputs["accessScope"] == {"type": "cluster"}
+        assert p.inputs["clusterName"] == "kimi-deploy-b300-prod"
+    # Names follow the ARN, not its position (reordering replaces nothing).
+    assert {e.name for e in entries} == {f"eks-admin-{access_entry_suffix(a)}" for a in arns}
+    assert not plan_for("b300-prod").of_type("aws:eks/accessEntry:AccessEntry")

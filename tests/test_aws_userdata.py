@@ -121,6 +121,56 @@ def test_raid0_uses_instance_store_only_and_is_idempotent(files):
     assert "EXPECTED=8" in script
 
 
+def test_raid_unit_runs_after_the_dlami_nvme_unit(files):
+    unit = files["/etc/systemd/system/kimi-nvme-raid0.service"]
+    assert "After=local-fs.target dlami-nvme.service" in unit
+    assert "Requires=dlami-nvme" not in unit  # other AMIs have no such unit
+    assert "WantedBy=multi-user.target" in unit  # runs at every boot: the bind mount is redone
+
+
+def _run_raid_script(files, tmp_path, mounted: set[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run the RAID script with ``mountpoint``, ``mount``, ``mkdir``, ``mdadm`` and ``dnf``
+    stubbed (they log their argv); ``mounted`` are the paths ``mountpoint -q`` reports."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    for tool in ("mount", "mkdir", "mdadm", "dnf", "mkfs.xfs", "blkid"):
+        (bin_dir / tool).write_text(f'#!/bin/bash\necho "{tool} $*" >> "{log}"\n')
+    cases = " ".join(shlex.quote(m) for m in sorted(mounted)) or "''"
+    (bin_dir / "mountpoint").write_text(
+        f'#!/bin/bash\nfor m in {cases}; do [ "$2" = "$m" ] && exit 0; done\nexit 1\n'
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    script = tmp_path / "nvme-raid0.sh"
+    script.write_text(files[userdata.RAID_SCRIPT])
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return result, calls
+
+
+def test_raid_on_the_dlami_bind_mounts_its_nvme_array(files, tmp_path):
+    # The DLAMI's dlami-nvme.service already striped and mounted the instance store.
+    result, calls = _run_raid_script(files, tmp_path, {userdata.DLAMI_NVME_PATH})
+    assert result.returncode == 0, result.stderr
+    assert f"mount --bind {userdata.DLAMI_NVME_PATH} {NVME_RAID0_HOST_PATH}" in calls
+    assert not any(c.startswith(("mdadm", "mkfs", "dnf")) for c in calls), calls
+
+
+def test_raid_is_a_no_op_when_already_mounted(files, tmp_path):
+    result, calls = _run_raid_script(files, tmp_path, {userdata.DLAMI_NVME_PATH, NVME_RAID0_HOST_PATH})
+    assert result.returncode == 0, result.stderr
+    assert calls == []
+
+
+def test_raid_without_the_dlami_array_builds_its_own(files):
+    script = files[userdata.RAID_SCRIPT]
+    dlami = script.index(f'mountpoint -q "$DLAMI_NVME"')
+    assert f"DLAMI_NVME={userdata.DLAMI_NVME_PATH}" in script
+    assert script.index('mountpoint -q "$MOUNT"') < dlami < script.index("mdadm --assemble")
+
+
 def test_cloud_config_passes_cloud_init_schema(run, tmp_path):
     if shutil.which("cloud-init") is None:
         pytest.skip("cloud-init is not installed (CI installs it from .ci/apt-packages.txt)")

@@ -416,3 +416,72 @@ def test_secure_value_on_a_plain_key_is_rejected_without_ciphertext(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_stack("sec", stacks_dir=tmp_path, now=FIXED_NOW)
     assert "not a secret key" in str(info.value) and "CIPHERTEXT" not in str(info.value)
+
+
+def test_eks_public_api_endpoint_by_default_warns_it_is_open():
+    spec = parse_spec(base("gb300"), stack="t", now=FIXED_NOW)
+    assert spec.config.network.api_server_private_only is False
+    assert any("the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs" == w for w in spec.warnings)
+    assert not any("inside the VPC" in w for w in spec.warnings)
+
+
+def test_eks_public_api_endpoint_restricted_does_not_warn():
+    cfg = base("gb300")
+    cfg["network"] = {**cfg["network"], "apiServerPublicCidrs": ["203.0.113.0/24"]}
+    spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
+    assert not any("EKS API endpoint" in w for w in spec.warnings)
+
+
+def test_eks_private_only_api_endpoint_warns_to_run_inside_the_vpc():
+    cfg = base("gb300")
+    cfg["network"] = {**cfg["network"], "apiServerPrivateOnly": True}
+    spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
+    assert any("the EKS API endpoint is private: run `pulumi up` from inside the VPC" in w for w in spec.warnings)
+    assert not any("is public" in w for w in spec.warnings)
+
+
+def test_private_only_with_public_cidrs_is_rejected():
+    cfg = base("gb300")
+    cfg["network"] = {**cfg["network"], "apiServerPrivateOnly": True, "apiServerPublicCidrs": ["203.0.113.0/24"]}
+    reject(cfg, "network.apiServerPrivateOnly", "apiServerPublicCidrs")
+
+
+def test_private_only_must_be_a_real_boolean():
+    cfg = base("gb300")
+    cfg["network"] = {**cfg["network"], "apiServerPrivateOnly": "yes"}
+    reject(cfg, "network.apiServerPrivateOnly")
+
+
+def test_admin_role_arns_are_accepted_on_eks():
+    cfg = base("gb300")
+    arns = ["arn:aws:iam::123456789012:role/platform-admins", "arn:aws:iam::123456789012:user/ops/alice"]
+    cfg["kubernetes"] = {**cfg["kubernetes"], "adminRoleArns": arns}
+    assert parse_spec(cfg, stack="t", now=FIXED_NOW).config.kubernetes.admin_role_arns == tuple(arns)
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "platform-admins",
+        "arn:aws:iam::12345:role/x",
+        "arn:aws:sts::123456789012:assumed-role/Admin/session",
+        "arn:aws:iam::123456789012:group/admins",
+        "arn:aws:iam::123456789012:role/",
+    ],
+)
+def test_admin_role_arns_must_be_iam_role_or_user_arns(arn):
+    cfg = base("gb300")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "adminRoleArns": [arn]}
+    reject(cfg, "kubernetes.adminRoleArns", "is not an IAM role or user ARN")
+
+
+def test_admin_role_arns_only_on_eks():
+    cfg = base("b300")
+    cfg["kubernetes"] = {"adminRoleArns": ["arn:aws:iam::123456789012:role/platform-admins"]}
+    reject(cfg, "kubernetes.adminRoleArns", "only for aws-eks")
+
+
+def test_admin_role_arns_without_duplicates():
+    cfg = base("gb300")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "adminRoleArns": ["arn:aws:iam::123456789012:role/a"] * 2}
+    reject(cfg, "kubernetes.adminRoleArns", "twice")

@@ -161,9 +161,11 @@ def declare_aws(ctx) -> AwsResult:
         )
 
     if sizing.storage.fsx_capacity_gib is not None:
-        fsx_groups = [network.lustre_security_group("net", client_groups)]
+        lustre_group, fsx_rules = network.lustre_security_group("net", client_groups)
+        fsx_groups = [lustre_group]
         if spec.config.storage.fsx.efa and network.efa_security_group_id is not None:
             fsx_groups.append(network.efa_security_group_id)
+            fsx_rules = [*fsx_rules, *network.efa_security_group_rules]
         lustre = LustreStorage(
             "fsx",
             LustreArgs(
@@ -172,6 +174,7 @@ def declare_aws(ctx) -> AwsResult:
                 tags=ctx.tags,
                 subnet_id=gpu_subnet,
                 security_group_ids=fsx_groups,
+                security_group_rules=fsx_rules,
                 mirror_bucket=result.mirror_bucket,  # parse_spec requires the mirror for FSx kinds
             ),
             pulumi.ResourceOptions(parent=root),

@@ -4,15 +4,34 @@ templates, add-ons, Pod Identity roles for the weight jobs, and a Kubernetes pro
 GPU node groups: the EKS AL2023 NVIDIA AMI of the instance's architecture (``amiType``
 ``AL2023_x86_64_NVIDIA`` or ``AL2023_ARM_64_NVIDIA``; EKS keeps it matched to the cluster
 version), or ``compute.amiId`` (``CUSTOM``, with the cluster details in the NodeConfig); a
-nodeadm ``NodeConfig`` with ``localStorage: RAID0``; EFA interfaces and a cluster placement
-group for multi-node copies; capacity type ``CAPACITY_BLOCK`` (market type ``capacity-block``
-in the template) or ODCR targeting; subnets pinned to the GPU (reservation's) AZ. The desired
-size is set at creation only (``ignore_changes``): the operator or an autoscaler owns it after.
+nodeadm ``NodeConfig`` with ``localStorage: RAID0``; EFA interfaces for multi-node copies, and
+a cluster placement group for on-demand ones only (capacity blocks and ODCRs are already placed:
+a new placement group the reservation was not made in fails with InsufficientInstanceCapacity);
+capacity type ``CAPACITY_BLOCK`` (market type ``capacity-block`` in the template) or ODCR
+targeting; subnets pinned to the GPU (reservation's) AZ. The desired size is set at creation
+only (``ignore_changes``): the operator or an autoscaler owns it after.
+
+API endpoint (EKS and eksctl defaults): private endpoint on, public endpoint on and
+IAM-authenticated, so a first ``pulumi up`` from a laptop can create the Kubernetes objects.
+``network.apiServerPublicCidrs`` restricts the public endpoint to those sources;
+``network.apiServerPrivateOnly: true`` turns it off (run ``pulumi up`` from inside the VPC then).
+
+Access: authentication mode ``API`` (EKS access entries). The identity that creates the cluster
+is admin; ``kubernetes.adminRoleArns`` (IAM role or user ARNs) adds an access entry with
+``AmazonEKSClusterAdminPolicy`` at cluster scope for each, e.g.::
+
+    kimi-deploy:kubernetes:
+      adminRoleArns:
+        - arn:aws:iam::123456789012:role/platform-admins
+
+Network policy: the ``vpc-cni`` add-on runs with ``enableNetworkPolicy`` so the Kubernetes
+edge's NetworkPolicies are enforced.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +71,14 @@ ADDONS_AFTER_NODES = ("coredns",)
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 # Changes of desired size made by the operator or an autoscaler are kept.
 DESIRED_SIZE_IGNORED = ["scalingConfig.desiredSize"]
+# Add-on configuration values (JSON, the add-on's schema). vpc-cni: enforce NetworkPolicy (EKS
+# user guide, "Restrict Pod network traffic with Kubernetes network policies").
+ADDON_CONFIGURATION = {"vpc-cni": json.dumps({"enableNetworkPolicy": "true"})}
+# Granted to each of kubernetes.adminRoleArns (EKS access policy, cluster scope).
+CLUSTER_ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
+# Any address: the public endpoint when network.apiServerPublicCidrs is empty (EKS's default,
+# written out so removing the restriction later is a change EKS sees).
+ANY_IPV4 = "0.0.0.0/0"
 
 
 def gpu_node_labels(spec: DeploymentSpec) -> dict[str, str]:
@@ -63,6 +90,22 @@ def gpu_capacity_type(spec: DeploymentSpec) -> str:
     """Node group capacity type: ``CAPACITY_BLOCK`` for capacity blocks, else ``ON_DEMAND``
     (an ODCR is on-demand capacity targeted by the launch template)."""
     return "CAPACITY_BLOCK" if spec.config.compute.capacity.type == "capacity-block" else "ON_DEMAND"
+
+
+def uses_placement_group(spec: DeploymentSpec) -> bool:
+    """A new cluster placement group for the GPU nodes: on-demand capacity with EFA or
+    multi-node copies only. Capacity blocks and ODCRs are placed already; launching them into a
+    placement group the reservation was not created in can fail (InsufficientInstanceCapacity)."""
+    return spec.config.compute.capacity.type == "on-demand" and (spec.efa_enabled or spec.nodes_per_copy > 1)
+
+
+def access_entry_suffix(principal_arn: str) -> str:
+    """A stable logical-name suffix for an admin principal: its name and a short digest (the
+    list may be reordered without replacing entries)."""
+    import hashlib
+
+    tail = re.sub(r"[^A-Za-z0-9-]+", "-", principal_arn.rsplit("/", 1)[-1]).strip("-").lower()[:32]
+    return f"{tail}-{hashlib.sha256(principal_arn.encode()).hexdigest()[:8]}"
 
 
 def kubeconfig_json(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
@@ -163,6 +206,7 @@ class EksCluster(pulumi.ComponentResource):
         if args.install_fsx_csi:
             late.append(self._addon(cluster, FSX_CSI_ADDON, depends_on=[system]))
         associations = self._create_pod_identities(cluster, early)
+        self.admin_access = self._create_admin_access(cluster)
         self.gpu_node_group_names = pulumi.Output.all(gpu.node_group_name)
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
@@ -213,12 +257,10 @@ class EksCluster(pulumi.ComponentResource):
             managed=iam.CLUSTER_MANAGED_POLICIES,
             description=f"kimi-deploy {spec.stack}: EKS control plane",
         )
-        public = list(net.api_server_public_cidrs)
-        vpc_config: dict[str, Any] = dict(
-            subnet_ids=a.private_subnet_ids, endpoint_private_access=True, endpoint_public_access=bool(public)
-        )
+        public = not net.api_server_private_only
+        vpc_config: dict[str, Any] = dict(subnet_ids=a.private_subnet_ids, endpoint_private_access=True, endpoint_public_access=public)
         if public:
-            vpc_config["public_access_cidrs"] = public
+            vpc_config["public_access_cidrs"] = list(net.api_server_public_cidrs) or [ANY_IPV4]
         return aws.eks.Cluster(
             f"{name}-cluster",
             name=a.cluster_name,
@@ -242,6 +284,7 @@ class EksCluster(pulumi.ComponentResource):
             f"{self._name}-addon-{addon}",
             cluster_name=cluster.name,
             addon_name=addon,
+            configuration_values=ADDON_CONFIGURATION.get(addon),
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="PRESERVE",
             tags=tags(self._args.tags),
@@ -299,7 +342,7 @@ class EksCluster(pulumi.ComponentResource):
             extra["network_interfaces"] = efa_network_interfaces(spec.instance, groups)
         else:
             extra["vpc_security_group_ids"] = groups
-        if spec.efa_enabled or spec.nodes_per_copy > 1:
+        if uses_placement_group(spec):
             placement = aws.ec2.PlacementGroup(
                 f"{name}-gpu-placement", strategy="cluster", tags=tags(a.tags, f"{spec.stack}-gpu"), opts=child(self)
             )
@@ -339,6 +382,34 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags(a.tags, f"{spec.stack}-gpu"),
             opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED),
         )
+
+    # -- access ------------------------------------------------------------------------------
+    def _create_admin_access(self, cluster: aws.eks.Cluster) -> list[aws.eks.AccessPolicyAssociation]:
+        """An access entry plus ``AmazonEKSClusterAdminPolicy`` (cluster scope) for each of
+        ``kubernetes.adminRoleArns`` (the cluster's authentication mode is ``API``)."""
+        a, name = self._args, self._name
+        out = []
+        for arn in a.spec.config.kubernetes.admin_role_arns:
+            suffix = access_entry_suffix(arn)
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{suffix}",
+                cluster_name=cluster.name,
+                principal_arn=arn,
+                type="STANDARD",
+                tags=tags(a.tags),
+                opts=child(self),
+            )
+            out.append(
+                aws.eks.AccessPolicyAssociation(
+                    f"{name}-admin-policy-{suffix}",
+                    cluster_name=cluster.name,
+                    principal_arn=entry.principal_arn,
+                    policy_arn=pulumi.Output.concat("arn:", a.partition, ":eks::aws:cluster-access-policy/", CLUSTER_ADMIN_ACCESS_POLICY),
+                    access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                    opts=child(self, depends_on=[entry]),
+                )
+            )
+        return out
 
     # -- Pod Identity -----------------------------------------------------------------------
     def _create_pod_identities(self, cluster: aws.eks.Cluster, after: list[pulumi.Resource]) -> list[aws.eks.PodIdentityAssociation]:

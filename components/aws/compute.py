@@ -6,6 +6,12 @@ NVIDIA Driver GPU AMI for Amazon Linux 2023, found through its public SSM parame
 ``compute.amiId``), IMDSv2 required, an encrypted gp3 root volume, capacity targeting
 (on-demand, an ODCR, or a capacity block), the ``#cloud-config`` of ``userdata.py``, and an
 instance profile with Session Manager (no SSH key, no inbound SSH rule).
+
+AMI pinning: the DLAMI parameter moves to each new release, and a new launch-template version
+replaces the instance (losing the NVMe copy of the weights). So the DLAMI is resolved once, at
+creation: the template ignores later changes of ``imageId``; every other change of the template
+still makes a new version. To move to another AMI deliberately, set ``compute.amiId`` (an
+explicit AMI is never ignored).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from .userdata import Ec2BootConfig, ec2_cloud_config
 DLAMI_SSM_PARAMETER = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
 # Root device of Amazon Linux 2023 AMIs (DLAMI and EKS AL2023 alike).
 ROOT_DEVICE_NAME = "/dev/xvda"
+# The DLAMI found through SSM is pinned at creation (see the module docstring).
+DLAMI_PINNED_IGNORE_CHANGES = ["imageId"]
 # Tagged on instances, volumes and interfaces launched from a template.
 LAUNCHED_RESOURCE_TYPES: tuple[str, ...] = ("instance", "volume", "network-interface")
 
@@ -292,7 +300,9 @@ class Ec2GpuServer(pulumi.ComponentResource):
             update_default_version=True,
             tag_specifications=launched_tag_specifications(a.tags, f"{spec.stack}-gpu"),
             tags=tags(a.tags, f"{spec.stack}-gpu"),
-            opts=child(self),
+            # The SSM-resolved DLAMI changes with every release: keep the one the template was
+            # created with. An explicit compute.amiId is followed.
+            opts=child(self, ignore_changes=[] if spec.config.compute.ami_id else list(DLAMI_PINNED_IGNORE_CHANGES)),
             **network,
             **capacity_options(spec),
         )

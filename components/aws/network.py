@@ -85,6 +85,8 @@ class Network(pulumi.ComponentResource):
         gpu_availability_zone: the GPU AZ (plain string).
         gpu_security_group_id: GPU nodes' group (vLLM port from allowed sources only).
         efa_security_group_id: the EFA group, or None when EFA is off.
+        efa_security_group_rules: the EFA group's rules (empty when EFA is off): what uses the
+            group at creation (FSx validates its rules) depends on them.
         s3_endpoint_id: the S3 gateway endpoint, or None when not created.
     """
 
@@ -99,6 +101,7 @@ class Network(pulumi.ComponentResource):
         net = spec.config.network
         self.gpu_availability_zone = gpu_availability_zone(spec)
         self.s3_endpoint_id: pulumi.Output[str] | None = None
+        self.efa_security_group_rules: list[pulumi.Resource] = []
         if net.vpc_id:
             self._use_existing(name)
         else:
@@ -302,7 +305,7 @@ class Network(pulumi.ComponentResource):
             tags=tags(a.tags, f"{a.spec.stack}-efa"),
             opts=child(self),
         )
-        aws.vpc.SecurityGroupIngressRule(
+        inbound = aws.vpc.SecurityGroupIngressRule(
             f"{name}-efa-in-self",
             security_group_id=sg.id,
             ip_protocol="-1",
@@ -311,7 +314,7 @@ class Network(pulumi.ComponentResource):
             tags=tags(a.tags),
             opts=child(self),
         )
-        aws.vpc.SecurityGroupEgressRule(
+        outbound = aws.vpc.SecurityGroupEgressRule(
             f"{name}-efa-out-self",
             security_group_id=sg.id,
             ip_protocol="-1",
@@ -320,11 +323,19 @@ class Network(pulumi.ComponentResource):
             tags=tags(a.tags),
             opts=child(self),
         )
+        self.efa_security_group_rules = [inbound, outbound]
         return sg.id
 
-    def lustre_security_group(self, name: str, client_security_group_ids: list[pulumi.Input[str]]) -> pulumi.Output[str]:
+    def lustre_security_group(
+        self, name: str, client_security_group_ids: list[pulumi.Input[str]]
+    ) -> tuple[pulumi.Output[str], list[pulumi.Resource]]:
         """A security group for an FSx for Lustre file system: Lustre ports from the clients and
-        from itself (FSx servers talk to each other), nothing else."""
+        from itself (FSx servers talk to each other), nothing else.
+
+        Returns:
+            ``(group id, rules)``. FSx validates the group's rules when the file system is
+            created (InvalidNetworkSettings), so the file system must depend on ``rules``.
+        """
         a = self._args
         sg = aws.ec2.SecurityGroup(
             f"{name}-fsx-sg",
@@ -334,9 +345,10 @@ class Network(pulumi.ComponentResource):
             opts=child(self),
         )
         sources: list[tuple[str, pulumi.Input[str]]] = [("self", sg.id)] + [(f"client{i}", g) for i, g in enumerate(client_security_group_ids)]
+        rules: list[pulumi.Resource] = []
         for label, source in sources:
             for low, high in LUSTRE_PORTS:
-                aws.vpc.SecurityGroupIngressRule(
+                rules.append(aws.vpc.SecurityGroupIngressRule(
                     f"{name}-fsx-{label}-{low}",
                     security_group_id=sg.id,
                     ip_protocol="tcp",
@@ -346,8 +358,8 @@ class Network(pulumi.ComponentResource):
                     description=f"Lustre {low}-{high} from {label}",
                     tags=tags(a.tags),
                     opts=child(self),
-                )
-        aws.vpc.SecurityGroupEgressRule(
+                ))
+        rules.append(aws.vpc.SecurityGroupEgressRule(
             f"{name}-fsx-egress",
             security_group_id=sg.id,
             ip_protocol="-1",
@@ -355,5 +367,5 @@ class Network(pulumi.ComponentResource):
             description="Outbound: Lustre clients, S3 for the data repository association",
             tags=tags(a.tags),
             opts=child(self),
-        )
-        return sg.id
+        ))
+        return sg.id, rules

@@ -9,7 +9,7 @@ imports the mirror prefix through a data repository association with auto-import
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,8 @@ class LustreArgs:
         subnet_id: the subnet in the GPU AZ.
         security_group_ids: the file system's groups (Lustre ports; the EFA group when EFA is on).
         mirror_bucket: the mirror bucket's name.
+        security_group_rules: the rules of those groups; the file system depends on them (FSx
+            validates the Lustre port rules at creation: InvalidNetworkSettings otherwise).
     """
 
     spec: DeploymentSpec
@@ -192,6 +194,7 @@ class LustreArgs:
     subnet_id: pulumi.Input[str]
     security_group_ids: list[pulumi.Input[str]]
     mirror_bucket: pulumi.Input[str]
+    security_group_rules: list[pulumi.Resource] = field(default_factory=list)
 
 
 class LustreStorage(pulumi.ComponentResource):
@@ -239,7 +242,7 @@ class LustreStorage(pulumi.ComponentResource):
             data_compression_type="NONE",
             log_configuration=aws.fsx.LustreFileSystemLogConfigurationArgs(level="WARN_ERROR"),
             tags=tags(args.tags, f"{spec.stack}-weights"),
-            opts=child(self, protect=spec.protect),
+            opts=child(self, protect=spec.protect, depends_on=list(args.security_group_rules)),
             **extra,
         )
         prefix = spec.config.storage.mirror.prefix.strip("/")

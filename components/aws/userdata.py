@@ -2,7 +2,10 @@
 
 - ``ec2_cloud_config``: the ``#cloud-config`` of a single ``aws-ec2`` GPU instance. It writes
   three small scripts and three systemd units, then starts them:
-  ``kimi-nvme-raid0`` (RAID0 over the instance-store NVMe, idempotent across reboots) ->
+  ``kimi-nvme-raid0`` (the instance-store NVMe as one RAID0 at ``NVME_RAID0_HOST_PATH``,
+  idempotent across reboots: on the Deep Learning AMI, whose ``dlami-nvme.service`` already
+  stripes and mounts every instance-store disk at ``/opt/dlami/nvme``, a bind mount of that;
+  on another AMI, an mdadm RAID0 of its own) ->
   ``kimi-weights`` (fetch the weight-sync program from the mirror, verify its sha256, run the
   ``publish-mirror`` and ``node-copy`` steps of ``spec/weights.py sync_steps`` inside the pinned
   vLLM image) -> ``kimi-vllm`` (the vLLM container with the argv and env of
@@ -38,6 +41,10 @@ VLLM_ENV_FILE = f"{HOST_TOOLS_DIR}/vllm.env"
 HUB_ENV_FILE = f"{RUN_SECRETS_DIR}/hub.env"
 API_ENV_FILE = f"{RUN_SECRETS_DIR}/api.env"
 UNITS = ("kimi-nvme-raid0.service", "kimi-weights.service", "kimi-vllm.service")
+# The Deep Learning AMI's own RAID0 of the instance store (DLAMI release notes), made by this
+# unit at every boot before user data runs.
+DLAMI_NVME_PATH = "/opt/dlami/nvme"
+DLAMI_NVME_UNIT = "dlami-nvme.service"
 VLLM_CONTAINER = "kimi-vllm"
 MD_NAME = "kimi-nvme"
 
@@ -83,17 +90,30 @@ def _q(args: Sequence[str]) -> str:
 
 
 def raid0_script(nvme_devices: int) -> str:
-    """Shell script: RAID0 over every instance-store NVMe device (never the EBS root), XFS,
-    mounted at ``NVME_RAID0_HOST_PATH``. Re-assembles the array after a reboot; recreates it
-    after a stop/start (instance store comes back empty)."""
+    """Shell script: the instance-store NVMe as one RAID0 mounted at ``NVME_RAID0_HOST_PATH``.
+
+    On the Deep Learning AMI ``dlami-nvme.service`` has already striped and mounted every
+    instance-store disk at ``DLAMI_NVME_PATH`` (the disks are busy: mdadm would fail), so that
+    mount is bind-mounted at the host path. Elsewhere: RAID0 over every instance-store NVMe
+    device (never the EBS root), XFS; re-assembled after a reboot, recreated after a stop/start
+    (instance store comes back empty). The unit runs it at every boot."""
     return f"""#!/bin/bash
-# RAID0 over the instance-store NVMe devices, mounted at {NVME_RAID0_HOST_PATH}.
-# Idempotent: mounted -> nothing; array present -> mount; devices blank -> create, format, mount.
+# The instance-store NVMe as one RAID0, mounted at {NVME_RAID0_HOST_PATH}.
+# Idempotent: mounted -> nothing; DLAMI array mounted -> bind mount it; array present -> mount;
+# devices blank -> create, format, mount.
 set -euo pipefail
 MOUNT={shlex.quote(NVME_RAID0_HOST_PATH)}
+DLAMI_NVME={shlex.quote(DLAMI_NVME_PATH)}
 EXPECTED={nvme_devices}
 if mountpoint -q "$MOUNT"; then
   echo "kimi-nvme: $MOUNT already mounted"
+  exit 0
+fi
+if mountpoint -q "$DLAMI_NVME"; then
+  # Deep Learning AMI: {DLAMI_NVME_UNIT} owns the instance-store disks and their RAID0.
+  mkdir -p "$MOUNT"
+  mount --bind "$DLAMI_NVME" "$MOUNT"
+  echo "kimi-nvme: $DLAMI_NVME (DLAMI RAID0) bind-mounted at $MOUNT"
   exit 0
 fi
 command -v mdadm >/dev/null 2>&1 || dnf install -y -q mdadm
@@ -235,7 +255,8 @@ def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
     """The three units, by file name."""
     raid = f"""[Unit]
 Description=kimi-deploy: RAID0 of the instance-store NVMe at {NVME_RAID0_HOST_PATH}
-After=local-fs.target
+# On the Deep Learning AMI, after its own RAID0 is mounted (no such unit elsewhere: no-op).
+After=local-fs.target {DLAMI_NVME_UNIT}
 Before=kimi-weights.service
 
 [Service]

@@ -33,6 +33,8 @@ DEFAULT_TRIAL_TTL_HOURS = 72
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
+# An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
+_IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
 _AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -123,8 +125,11 @@ class NetworkConfig(_Raw):
     # An existing VPC may already route S3 through a gateway endpoint (a second one on the same
     # route tables fails); set false there.
     s3_gateway_endpoint: bool = Field(True, alias="s3GatewayEndpoint")
-    # EKS API server: private endpoint always; a public endpoint only for these CIDRs (none = off).
+    # EKS API server (as EKS and eksctl default): private endpoint always, plus the public one
+    # (IAM-authenticated), from these CIDRs only when set (none = any address). apiServerPrivateOnly
+    # turns the public endpoint off (then `pulumi up` must run from inside the VPC).
     api_server_public_cidrs: tuple[str, ...] = Field((), alias="apiServerPublicCidrs")
+    api_server_private_only: StrictBool = Field(False, alias="apiServerPrivateOnly")
 
 
 class MirrorConfig(_Raw):
@@ -186,6 +191,8 @@ class KubernetesConfig(_Raw):
     allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
     nvme_host_path: str = Field("/mnt/k8s-disks/0", alias="nvmeHostPath")
     context: str | None = None
+    # aws-eks: IAM roles/users granted cluster admin (EKS access entries), besides the creator.
+    admin_role_arns: tuple[str, ...] = Field((), alias="adminRoleArns")
 
 
 class RawConfig(_Raw):
@@ -569,10 +576,20 @@ def parse_spec(
     if not 16 <= ipaddress.ip_network(raw.network.vpc_cidr).prefixlen <= 22:
         # Subnets are /prefix+4 (an EKS node with 17 ENIs and pod IPs needs room).
         raise ConfigError("network.vpcCidr", raw.network.vpc_cidr, "must be a /16 to /22 block (subnets are a sixteenth of it)")
-    if raw.platform == "aws-eks" and not raw.network.api_server_public_cidrs:
+    if raw.network.api_server_private_only and raw.network.api_server_public_cidrs:
+        raise ConfigError(
+            "network.apiServerPrivateOnly",
+            True,
+            "turns the public EKS endpoint off, but network.apiServerPublicCidrs is set (set one)",
+        )
+    if raw.platform == "aws-eks" and raw.network.api_server_private_only:
         warnings.append(
             "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port "
-            "forwarding), or set network.apiServerPublicCidrs to your egress CIDR"
+            "forwarding), or unset network.apiServerPrivateOnly and set network.apiServerPublicCidrs to your egress CIDR"
+        )
+    elif raw.platform == "aws-eks" and not raw.network.api_server_public_cidrs:
+        warnings.append(
+            "the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs"
         )
     if is_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
         warnings.append(
@@ -669,6 +686,17 @@ def parse_spec(
             raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
     if not _DNS_LABEL_RE.match(raw.kubernetes.namespace):
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
+    for arn in raw.kubernetes.admin_role_arns:
+        if not _IAM_PRINCIPAL_ARN_RE.match(arn):
+            raise ConfigError(
+                "kubernetes.adminRoleArns", arn, "is not an IAM role or user ARN (arn:aws:iam::123456789012:role/NAME; not an sts assumed-role ARN)"
+            )
+    if len(set(raw.kubernetes.admin_role_arns)) != len(raw.kubernetes.admin_role_arns):
+        raise ConfigError("kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), "names an ARN twice")
+    if raw.kubernetes.admin_role_arns and raw.platform != "aws-eks":
+        raise ConfigError(
+            "kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), f"is only for aws-eks (EKS access entries), not {raw.platform}"
+        )
     from .versions import KNOWN_ADDONS
 
     for addon in raw.kubernetes.installed_addons:
