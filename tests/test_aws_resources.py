@@ -504,3 +504,13 @@ def test_admin_roles_get_cluster_admin_access_entries():
     # Names follow the ARN, not its position (reordering replaces nothing).
     assert {e.name for e in entries} == {f"eks-admin-{access_entry_suffix(a)}" for a in arns}
     assert not plan_for("b300-prod").of_type("aws:eks/accessEntry:AccessEntry")
+
+
+def test_api_rules_are_named_by_source_and_ipv6_uses_its_field():
+    """Reordering allowedCidrs must not replace rules; an IPv6 client network goes to cidrIpv6."""
+    run = plan_for("b300", overrides={"kimi-deploy:network": {"allowedCidrs": ["2001:db8::/32", "10.0.0.0/8"]}})
+    rules = {r.name: r.inputs for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+             if "-gpu-api-cidr-" in r.name}
+    assert rules["net-gpu-api-cidr-10.0.0.0_8"]["cidrIpv4"] == "10.0.0.0/8"
+    v6 = rules["net-gpu-api-cidr-2001-db8--_32"]
+    assert v6["cidrIpv6"] == "2001:db8::/32" and "cidrIpv4" not in v6

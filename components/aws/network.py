@@ -250,21 +250,24 @@ class Network(pulumi.ComponentResource):
             tags=tags(a.tags, f"{spec.stack}-gpu"),
             opts=child(self),
         )
-        for i, cidr in enumerate(net.allowed_cidrs):
+        # Rules are named after their source, not their position: reordering the config list
+        # must not replace (and briefly drop) a rule.
+        for cidr in net.allowed_cidrs:
+            family = {"cidr_ipv6": cidr} if ":" in cidr else {"cidr_ipv4": cidr}
             aws.vpc.SecurityGroupIngressRule(
-                f"{name}-gpu-api-cidr-{i}",
+                f"{name}-gpu-api-cidr-{cidr.replace('/', '_').replace(':', '-')}",
                 security_group_id=sg.id,
                 ip_protocol="tcp",
                 from_port=port,
                 to_port=port,
-                cidr_ipv4=cidr,
                 description=f"vLLM API from {cidr} (network.allowedCidrs)",
                 tags=tags(a.tags),
                 opts=child(self),
+                **family,
             )
-        for i, group in enumerate(net.allowed_security_group_ids):
+        for group in net.allowed_security_group_ids:
             aws.vpc.SecurityGroupIngressRule(
-                f"{name}-gpu-api-sg-{i}",
+                f"{name}-gpu-api-sg-{group}",
                 security_group_id=sg.id,
                 ip_protocol="tcp",
                 from_port=port,
