@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.rmtree(dest, ignore_errors=True)
                     prepare()
                     runs[name].append(timed(cmd, env))
-            for name, _, dest in cases:
+            for _name, _, dest in cases:
                 if dest != keep_last:
                     shutil.rmtree(dest, ignore_errors=True)
             return [record(name, runs[name]) for name, _, _ in cases]

@@ -166,7 +166,7 @@ def test_raid_is_a_no_op_when_already_mounted(files, tmp_path):
 
 def test_raid_without_the_dlami_array_builds_its_own(files):
     script = files[userdata.RAID_SCRIPT]
-    dlami = script.index(f'mountpoint -q "$DLAMI_NVME"')
+    dlami = script.index('mountpoint -q "$DLAMI_NVME"')
     assert f"DLAMI_NVME={userdata.DLAMI_NVME_PATH}" in script
     assert script.index('mountpoint -q "$MOUNT"') < dlami < script.index("mdadm --assemble")
 
