@@ -17,7 +17,7 @@ import pulumi
 import pulumi_random as random
 
 from components.spec import naming
-from components.spec.config import NAMESPACE, SECRET_KEYS, ConfigError, DeploymentSpec, format_utc, parse_spec
+from components.spec.config import NAMESPACE, SECRET_KEYS, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
 from components.spec.sizing import Sizing, compute_sizing
 from components.spec.vllm import VllmCommand, build_vllm_command
 
@@ -61,13 +61,7 @@ def current_time() -> datetime:
         ConfigError: ``KIMI_DEPLOY_NOW`` is not an ISO 8601 time.
     """
     raw = os.environ.get(NOW_ENV)
-    if not raw:
-        return datetime.now(timezone.utc)
-    try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError(NOW_ENV, raw, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return parse_utc(raw, NOW_ENV) if raw else datetime.now(timezone.utc)
 
 
 def read_namespace_config() -> tuple[dict[str, Any], frozenset[str]]:

@@ -24,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from components.spec.config import ConfigError, format_utc, load_stack, read_stack_config, stack_names  # noqa: E402
+from components.spec.config import ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names  # noqa: E402
 from scripts._cli import CliParser  # noqa: E402
 
 DEFAULT_STACK = "b300"
@@ -34,11 +34,7 @@ FORMATS = ("table", "json", "markdown")
 def _parse_now(text: str | None) -> datetime:
     if not text:
         return datetime.now(timezone.utc).replace(microsecond=0)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError("--now", text, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return parse_utc(text, "--now")
 
 
 def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: Path | None = None) -> dict[str, Any]:

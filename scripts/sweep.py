@@ -51,6 +51,8 @@ from components.spec.naming import (  # noqa: E402  one place for tag keys
     TAG_ROLE,
     TAG_STACK,
 )
+from components.spec.config import format_utc as _utc  # noqa: E402
+from components.spec.config import parse_utc  # noqa: E402
 from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES  # noqa: E402
 from scripts._cli import CliParser  # noqa: E402
 
@@ -87,12 +89,7 @@ def parse_time(text: str) -> datetime:
     Raises:
         ValueError: not a time.
     """
-    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
-
-
-def _utc(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return parse_utc(text, TAG_EXPIRES)
 
 
 def _tags(pairs: Iterable[Mapping[str, str]] | Mapping[str, str] | None) -> dict[str, str]:

@@ -38,8 +38,6 @@ GPU_NODE_LABEL_VALUE = "true"
 # Port name of the OpenAI API on vLLM pods and the Service.
 HTTP_PORT_NAME = "http"
 
-# Hub token env var per model source, as scripts/weight_sync.py reads them.
-HUB_TOKEN_ENV = {"huggingface": "HF_TOKEN", "modelscope": "MODELSCOPE_API_TOKEN"}
 # Secret config key -> (Secret name, key in the Secret).
 SECRET_REFS: Mapping[str, tuple[str, str]] = {
     "apiKey": (API_KEY_SECRET, API_KEY_SECRET_KEY),

@@ -29,10 +29,9 @@ import pulumi_kubernetes as k8s
 from components.spec.config import REPO_ROOT, DeploymentSpec
 from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.spec.sizing import Sizing, sync_budget_seconds
-from components.spec.weights import FSX_MOUNT_PATH, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
+from components.spec.weights import FSX_MOUNT_PATH, HUB_TOKEN_ENV, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
 
 from .common import (
-    HUB_TOKEN_ENV,
     SYNC_PROGRAM_CONFIGMAP_PREFIX,
     gpu_node_selector,
     gpu_tolerations,

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from . import fsx, naming
 from .model import MODELS, ModelProfile
 from .targets import PLATFORMS, TARGETS, InstanceFacts, TargetProfile
+from .versions import VLLM_PORT
 
 NAMESPACE = "kimi-deploy"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -168,7 +169,7 @@ class VllmConfig(_Raw):
 
     image_tag: str | None = Field(None, alias="imageTag")
     image: str | None = None
-    port: StrictInt = Field(8000, ge=1024, le=65535)
+    port: StrictInt = Field(VLLM_PORT, ge=1024, le=65535)
     decode_context_parallel_size: StrictInt = Field(1, alias="decodeContextParallelSize", ge=1)
     max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024)
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = Field(
@@ -342,6 +343,23 @@ class DeploymentSpec:
 def format_utc(moment: datetime) -> str:
     """``moment`` as an RFC 3339 UTC string with seconds, e.g. ``2026-12-01T00:00:00Z``."""
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_utc(text: str, key: str) -> datetime:
+    """An ISO 8601 / RFC 3339 time (``Z`` allowed; no zone means UTC) as an aware UTC datetime.
+
+    Args:
+        text: the time as given.
+        key: the flag, env var or config key it came from (named in the error).
+
+    Raises:
+        ConfigError: not a time.
+    """
+    try:
+        moment = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(key, text, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
 def _fmt_loc(loc: tuple[Any, ...]) -> str:

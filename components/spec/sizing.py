@@ -281,7 +281,7 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         kv_cache_tokens_dcp=tokens_dcp,
         max_model_len=max_len,
         full_context_sequences=tokens_dcp // max_len,
-        download_seconds_at_100MBps=download_seconds(model.weights_bytes, 100),
+        download_seconds_at_100MBps=download_seconds(model.weights_bytes, HUB_DOWNLOAD_MEGABYTES_PER_SECOND),
         usd_per_hour=price,
         price_source=price_source,
     )
