@@ -204,6 +204,10 @@ def is_transient(exc: BaseException) -> bool:
 
 def describe(exc: BaseException) -> str:
     """One line for a user: the error class and message, secrets never included."""
+    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+        return (f"{type(exc).__name__}: no usable AWS credentials for the S3 mirror: on a node the instance "
+                "profile (or the Kubernetes service account's IAM role) provides them; elsewhere set AWS_PROFILE or "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for a local S3)")
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return text if isinstance(exc, (SyncError, TransientError, UsageError)) else f"{type(exc).__name__}: {text}"
 
@@ -1436,6 +1440,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("weight_sync: interrupted; completed files are kept, run again to resume", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:  # run outside the venv / image: say how to install, exit 2
+        print(f"weight_sync: error: the Python module {exc.name!r} is not installed for {sys.executable}: "
+              "run `make setup` (or `pip install -r requirements.txt`) and use .venv/bin/python", file=sys.stderr)
+        return 2
     except Exception as exc:  # permanent failures end in one clear line, not a traceback
         if os.environ.get("WEIGHT_SYNC_DEBUG"):
             raise
