@@ -203,3 +203,33 @@ def test_plan_diff_outside_a_git_clone_says_clone_it(tmp_path):
                env={"GIT_CEILING_DIRECTORIES": str(tmp_path)})
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("error: a plan diff needs a git clone: ") and "clone the repository" in out.stderr
+
+
+# --- make, CI and the repository's hygiene ------------------------------------------------------
+
+
+def test_make_help_lists_every_target():
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY:")).split(":", 1)[1].split()
+    out = _run(["make", "--no-print-directory", "help"])
+    assert out.returncode == 0
+    listed = {line.split()[1] for line in out.stdout.splitlines() if line.strip().startswith("make ")}
+    assert listed == set(phony), set(phony) ^ listed
+
+
+def test_make_plan_says_what_it_installs_on_a_fresh_machine():
+    out = _run(["make", "--no-print-directory", "-n", "plan", "VENV=/nonexistent-venv"])
+    assert out.returncode == 0 and "installing the Pulumi SDKs" in out.stdout and "first run only, about" in out.stdout
+
+
+def test_the_test_workflow_fetches_the_crds_before_the_tests():
+    workflow = (REPO_ROOT / ".github" / "workflows" / "test.yml").read_text()
+    assert "make crds" in workflow and workflow.index("make crds") < workflow.index("run: make test")
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert "make crds" in ci and "KIMI_CRDS_DIR" in ci
+
+
+@pytest.mark.parametrize("path", ["policy/venv/bin/python", ".crds/x.yaml", ".venv-vllm/bin/python"])
+def test_gitignore_covers_generated_directories(path):
+    out = _run(["git", "check-ignore", "-q", path])
+    assert out.returncode == 0, path
