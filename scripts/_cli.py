@@ -1,6 +1,6 @@
 """Shared command-line helpers: exit codes, one-line errors, check statuses, rich tables vs --json.
 
-STYLE.md rule 10: exit 0 ok / 1 a check failed / 2 usage or config error, and no traceback for
+The project's convention: exit 0 ok / 1 a check failed / 2 usage or config error, and no traceback for
 a user's mistake. A script's ``main(argv) -> int`` raises ``UsageError`` (or the core's
 ``ConfigError``) for mistakes; ``run_cli(main)`` turns them into one line on stderr and exit 2::
 
@@ -35,7 +35,7 @@ class UsageError(Exception):
 
 
 class CliParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` for every script here (STYLE.md rule 10).
+    """``argparse.ArgumentParser`` for every script here.
 
     - Flags must be spelled out: ``allow_abbrev=False``, so ``--api-key sk-x`` is rejected
       instead of being taken as ``--api-key-env``.

@@ -1,4 +1,4 @@
-"""The cost model and scripts/cost.py against the figures in DESIGN.md section 4 and the
+"""The cost model and scripts/cost.py against the reference task's published figures and the
 prices in the core (never re-typed here: read from MODELS / INSTANCES / compute_sizing)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every Kubernetes object in every stack's plan validates against the Kubernetes OpenAPI schema
 of the pinned minor version (kubernetes-validate, strict: unknown fields fail), and the
 LeaderWorkerSet and ComputeDomain objects against the upstream CRD schemas read from
-``$KIMI_CRDS_DIR`` (``.ci/run`` points it at ../shared/crds). Helm releases are not manifests:
+``$KIMI_CRDS_DIR`` or ``.crds`` (``make crds``: the pinned upstream releases, scripts/crds.py). Helm releases are not manifests:
 their chart, version and values are asserted in test_k8s_workloads.py."""
 
 from __future__ import annotations
