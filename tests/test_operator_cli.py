@@ -252,3 +252,39 @@ def test_code_and_docs_cite_public_sources_not_files_a_user_lacks():
                     name == "tests/test_cost.py" and text.count(needle) == text.count(f'"{needle}" not in')):
                 offenders.append(f"{name}: {needle}")
     assert offenders == []
+
+
+# --- the README's first-day examples are the real outputs and names ----------------------------
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_readme_make_help_block_is_the_real_output():
+    readme = (REPO_ROOT / "README.md").read_text()
+    out = _run(["make", "--no-print-directory", "-s", "help"]).stdout
+    for line in out.splitlines():
+        assert _flat(line) in _flat(readme), line
+
+
+def test_readme_names_the_real_units_outputs_and_commands():
+    from components.aws.userdata import UNITS
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    for unit in UNITS:
+        assert f"journalctl -u {unit}" in readme or f"`{unit}`" in readme, unit
+    for needle in ("AWS-StartPortForwardingSession", "session-manager-plugin", "pulumi stack output apiKey --show-secrets",
+                   "aws eks update-kubeconfig", "weightSyncJobs", "PULUMI_CONFIG_PASSPHRASE", "make iam-policy",
+                   "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu make test", "--base-url http://localhost:8000/v1"):
+        assert needle in readme, needle
+    assert "TEST_MINUTES" not in readme and "MAKE_HELP" not in readme
+
+
+def test_readme_cost_example_is_the_real_verdict():
+    readme = _flat((REPO_ROOT / "README.md").read_text())
+    out = _run([sys.executable, "scripts/cost.py", "--stack", "b300", "--tasks-per-month", "1000", "--json"])
+    report = json.loads(out.stdout)
+    assert "api is cheaper at 1,000 tasks/month IF one deployment can serve them" in report["verdict"]
+    assert _flat(report["verdict"]).split(" (")[0] in readme
+    assert f"{report['break_even_tasks_per_month']:,} tasks/month" in readme
