@@ -323,7 +323,7 @@ def hub_error_message(exc: BaseException, hub: str, repo: str, revision: str | N
                 "gaierror", "ConnectionRefusedError", "NewConnectionError"}:
             return (f"{where}: cannot reach the hub at {endpoint} ({type(e).__name__}): check this machine's "
                     f"network path to it (DNS, proxy, NAT gateway or security-group egress) and "
-                    f"{info['endpoint_env']} (now {os.environ.get(info['endpoint_env'], 'unset')!r})")
+                    f"{info['endpoint_env']} ({'set' if os.environ.get(info['endpoint_env']) else 'unset: the public hub'})")
     return None
 
 

@@ -70,7 +70,6 @@ def test_weight_sync_without_aws_credentials_says_where_they_come_from(tmp_path)
     env = {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"),
            "AWS_EC2_METADATA_DISABLED": "true", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
            "AWS_PROFILE": "", "AWS_ENDPOINT_URL": ""}
-    env = {k: v for k, v in env.items()}
     full = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     full.update({k: v for k, v in env.items() if v})
     out = subprocess.run([sys.executable, "scripts/weight_sync.py", "--source", "s3://bucket/prefix", "--dest",

@@ -232,7 +232,7 @@ def test_unreachable_host_names_the_endpoint_and_hf_endpoint(hub, tmp_path):
     started = time.monotonic()
     r = subprocess.run([sys.executable, SCRIPT, "--source", "hf://org/model@main", "--dest", str(tmp_path / "d")],
                        env=env, capture_output=True, text=True, timeout=60)
-    _one_line_error(r, "hf://org/model@main", "cannot reach the hub at " + dead, "HF_ENDPOINT", dead)
+    _one_line_error(r, "hf://org/model@main", "cannot reach the hub at " + dead, "HF_ENDPOINT (set)")
     assert time.monotonic() - started < 30
 
 
@@ -241,3 +241,31 @@ def test_hub_error_message_is_none_for_other_errors():
     import weight_sync
     assert weight_sync.hub_error_message(ValueError("x"), "hf", "org/m", "main") is None
     assert weight_sync.hub_error_message(OSError(28, "No space left"), "hf", "org/m", "main") is None
+
+
+def test_modelscope_errors_name_the_modelscope_key_and_host(monkeypatch):
+    """The ModelScope SDK's own classes, matched by name (the SDK is not a dependency here)."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import weight_sync
+
+    class NotExistError(Exception):
+        pass
+
+    class HTTPError(OSError):
+        def __init__(self, status):
+            super().__init__(f"{status} Client Error")
+            self.response = type("R", (), {"status_code": status})()
+
+    monkeypatch.delenv("MODELSCOPE_API_TOKEN", raising=False)
+    monkeypatch.setenv("MODELSCOPE_DOMAIN", "https://user:pw@ms.example.cn")
+    missing = weight_sync.hub_error_message(NotExistError("model not exist"), "modelscope", "org/m", None)
+    assert missing.startswith("modelscope://org/m@master on ms.example.cn: repository not found")
+    assert "kimi-deploy:modelscopeToken" in missing and "pw" not in missing
+    revision = weight_sync.hub_error_message(NotExistError("Revision v9 not exist"), "modelscope", "org/m", "v9")
+    assert "revision 'v9' does not exist" in revision and "kimi-deploy:model.revision" in revision
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN", "ms-secret-token-123")
+    rejected = weight_sync.hub_error_message(HTTPError(401), "modelscope", "org/m", "master")
+    assert "rejected the token" in rejected and "ms-secret-token-123" not in rejected
+    refused = weight_sync.hub_error_message(ConnectionRefusedError(111, "refused"), "modelscope", "org/m", "master")
+    assert "cannot reach the hub at https://ms.example.cn" in refused and "MODELSCOPE_DOMAIN (set)" in refused
+    assert "pw" not in refused
