@@ -287,3 +287,11 @@ def test_readme_cost_example_is_the_real_verdict():
     assert "api is cheaper at 1,000 tasks/month IF one deployment can serve them" in report["verdict"]
     assert _flat(report["verdict"]).split(" (")[0] in readme
     assert f"{report['break_even_tasks_per_month']:,} tasks/month" in readme
+
+
+def test_preflight_with_every_check_skipped_is_not_ok():
+    out = _run([sys.executable, "scripts/preflight.py", "--stack", "mi355x", "--json"])
+    assert out.returncode == 2, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert report["ok"] is False and report["counts"]["skip"] == len(report["checks"])
+    assert out.stderr.strip() == f"error: nothing could be checked ({len(report['checks'])} skipped); pass --check-cluster to check the cluster"
