@@ -1,6 +1,6 @@
 """Shared command-line helpers: exit codes, one-line errors, check statuses, rich tables vs --json.
 
-STYLE.md rule 10: exit 0 ok / 1 a check failed / 2 usage or config error, and no traceback for
+The project's convention: exit 0 ok / 1 a check failed / 2 usage or config error, and no traceback for
 a user's mistake. A script's ``main(argv) -> int`` raises ``UsageError`` (or the core's
 ``ConfigError``) for mistakes; ``run_cli(main)`` turns them into one line on stderr and exit 2::
 
@@ -8,6 +8,9 @@ a user's mistake. A script's ``main(argv) -> int`` raises ``UsageError`` (or the
         sys.exit(run_cli(main))
 
 Only the standard library is imported at module level; rich is imported when a table is drawn.
+Importing this module first (every script does, before any third-party import) installs
+``missing_module_hook``: run without the project's virtualenv, a script prints how to set it up
+(``make setup``) and exits 2 instead of a ``ModuleNotFoundError`` traceback.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ class UsageError(Exception):
 
 
 class CliParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` for every script here (STYLE.md rule 10).
+    """``argparse.ArgumentParser`` for every script here.
 
     - Flags must be spelled out: ``allow_abbrev=False``, so ``--api-key sk-x`` is rejected
       instead of being taken as ``--api-key-env``.
@@ -79,6 +82,11 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
         return int(main(argv) or 0)
     except (UsageError, ConfigError) as err:
         print(f"error: {one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as err:
+        if not _is_third_party(err):
+            raise
+        print(missing_module_message(err), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -129,3 +137,142 @@ def print_table(
 def _width() -> int | None:
     """Terminal width, or 120 columns when stdout is not a terminal (logs, pipes)."""
     return None if sys.stdout.isatty() else 120
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts: "ok" only when the checks ran
+
+
+def status_counts(statuses: Iterable[str]) -> dict[str, int]:
+    """How many checks ended in each status: ``{"pass": 3, "skip": 8, ...}`` (every status, 0s kept)."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+_COUNT_WORDS = {PASS: "passed", WARN: "warned", FAIL: "failed", UNKNOWN: "unknown", SKIP: "skipped"}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``"3 passed, 1 warned, 8 skipped"``: the non-zero counts, failures first."""
+    order = (FAIL, PASS, WARN, UNKNOWN, SKIP)
+    return ", ".join(f"{counts[s]} {_COUNT_WORDS[s]}" for s in order if counts.get(s)) or "no checks"
+
+
+def verdict(counts: dict[str, int]) -> tuple[str, int]:
+    """The one-line result of a run of checks and its exit code.
+
+    - any ``fail``: ``"FAILED (1 failed, 3 passed, ...)"``, exit 1;
+    - nothing passed, warned or failed (every check skipped or unknown): ``"NOTHING CHECKED
+      (8 skipped, 3 unknown)"``, exit 2: there is no green light without a check that ran;
+    - every check passed or warned: ``"ok (11 passed)"``, exit 0;
+    - otherwise ``"nothing failed, but not everything was checked (3 passed, 8 skipped)"``, exit 0.
+    """
+    text = counts_text(counts)
+    if counts.get(FAIL):
+        return f"FAILED ({text})", EXIT_CHECK_FAILED
+    if not (counts.get(PASS) or counts.get(WARN)):
+        return f"NOTHING CHECKED ({text})", EXIT_USAGE
+    if counts.get(UNKNOWN) or counts.get(SKIP):
+        return f"nothing failed, but not everything was checked ({text})", EXIT_OK
+    return f"ok ({text})", EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# AWS sessions: one way for every script to read credentials and AWS_ENDPOINT_URL
+
+# Credentials used when AWS_ENDPOINT_URL is a local endpoint (moto) and none are configured.
+DUMMY_AWS_CREDENTIALS = ("testing", "testing")
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def local_aws_endpoint() -> str | None:
+    """``AWS_ENDPOINT_URL`` when it points at this machine (localhost, 127.0.0.0/8, ::1), else None."""
+    import os
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("AWS_ENDPOINT_URL", "")
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return None
+    return url if host in _LOCAL_HOSTS or host.startswith("127.") else None
+
+
+def aws_session(notes: list[str] | None = None) -> Any:
+    """A boto3 ``Session`` as every script here makes it (preflight, sweep).
+
+    Endpoints are left to botocore, which reads ``AWS_ENDPOINT_URL`` and the per-service
+    ``AWS_ENDPOINT_URL_<SERVICE>`` (and ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``) itself, so no
+    script passes ``endpoint_url`` (that would override the per-service variables). Source:
+    https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html. Credentials come
+    from boto3's usual chain; when there are none and ``AWS_ENDPOINT_URL`` is on this machine
+    (a local moto), dummy credentials are used and a line is appended to ``notes``.
+    """
+    import boto3
+
+    session = boto3.session.Session()
+    endpoint = local_aws_endpoint()
+    if endpoint and _aws_credentials(session) is None:
+        session = boto3.session.Session(aws_access_key_id=DUMMY_AWS_CREDENTIALS[0],
+                                        aws_secret_access_key=DUMMY_AWS_CREDENTIALS[1])
+        if notes is not None:
+            notes.append(f"no AWS credentials set: using dummy credentials for the local endpoint {endpoint}")
+    return session
+
+
+def _aws_credentials(session: Any) -> Any:
+    try:
+        return session.get_credentials()
+    except Exception:  # noqa: BLE001 - a broken profile is reported as no credentials
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Run without the virtualenv: say how to set it up
+
+_OWN_PACKAGES = ("components", "scripts", "tests")
+# Modules only the test and benchmark tools need (requirements-dev.txt): `make setup-dev`.
+_DEV_MODULES = ("moto", "pytest", "hypothesis", "cfn_lint", "ruff")
+
+
+def _is_third_party(err: ModuleNotFoundError) -> bool:
+    top = (err.name or "").split(".")[0]
+    return bool(top) and top not in _OWN_PACKAGES
+
+
+def missing_module_message(err: ModuleNotFoundError) -> str:
+    """One line for a script run without the project's virtualenv: which module is missing,
+    for which interpreter, and the command that installs it (``make setup``, which creates
+    ``.venv`` from requirements.txt; ``make setup-dev`` for the test tools)."""
+    import os
+
+    top = (err.name or "?").split(".")[0]
+    target = "setup-dev" if top in _DEV_MODULES else "setup"
+    script = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "scripts/<script>.py"
+    return (f"error: the Python module {top!r} is not installed for {sys.executable}: run `make {target}` once "
+            f"(creates .venv from requirements{'-dev' if target == 'setup-dev' else ''}.txt; a minute or two the first "
+            f"time), then `.venv/bin/python {script} ...` (or `source .venv/bin/activate` first)")
+
+
+def missing_module_hook(exc_type: type, exc: BaseException, tb: Any) -> None:
+    """``sys.excepthook``: a third-party ``ModuleNotFoundError`` reaching the top is one line
+    (``missing_module_message``) and exit 2; anything else goes to the previous hook."""
+    if isinstance(exc, ModuleNotFoundError) and _is_third_party(exc):
+        import os
+
+        print(missing_module_message(exc), file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(EXIT_USAGE)
+    _previous_hook(exc_type, exc, tb)
+
+
+_previous_hook = sys.excepthook
+if sys.excepthook is sys.__excepthook__:  # leave a debugger's or test runner's hook alone
+    sys.excepthook = missing_module_hook
+
+
+if __name__ == "__main__":  # a library, not a command; it still answers --help
+    print(__doc__.strip() + "\n\nThis module is imported by the scripts in scripts/; run those (each answers --help).")
+    sys.exit(EXIT_OK if sys.argv[1:] in ([], ["-h"], ["--help"]) else EXIT_USAGE)

@@ -23,6 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
 from components.spec import cost as costmodel  # noqa: E402
 from components.spec.config import DeploymentSpec, load_stack, stack_names  # noqa: E402
 from components.spec.sizing import compute_sizing  # noqa: E402
@@ -195,6 +196,9 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
             "capacity counts output tokens only (decode-bound; prefix caching serves most input) at the "
             "measured concurrency: measure at your real concurrency"
         )
+    volume = volume_verdict(args.tasks_per_month, month_rmb, api_month_rmb, break_even, capacity)
+    if volume["deployments_needed"] is not None and month_rmb is not None:
+        cheaper = "self-hosted" if volume["self_hosted_cost_at_volume_rmb"] < api_month_rmb else "api"
     return {
         "stack": spec.stack,
         "target": spec.target.name,
@@ -224,8 +228,58 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
         "break_even_tasks_per_month": break_even,
         "cheaper_at_this_volume": cheaper,
         "capacity": capacity,
+        "capacity_checked": capacity is not None,
+        "deployments_needed": volume["deployments_needed"],
+        "self_hosted_cost_at_volume_rmb": volume["self_hosted_cost_at_volume_rmb"],
+        "verdict": volume["verdict"],
         "notes": notes,
     }
+
+
+def volume_verdict(
+    tasks_per_month: int,
+    month_rmb: float | None,
+    api_month_rmb: float,
+    break_even: int | None,
+    capacity: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The verdict at a volume, counting the deployments the volume needs.
+
+    Args:
+        tasks_per_month: the volume.
+        month_rmb: one deployment's cost per month (RMB), or None when its price is unknown.
+        api_month_rmb: the API's cost for the volume (RMB per month).
+        break_even: tasks per month at which ONE deployment costs what the API does, or None.
+        capacity: ``estimate``'s capacity dict (``tasks_per_month_capacity`` of one deployment,
+            measured by ``validate.py --checks throughput``), or None when not measured.
+
+    Returns:
+        ``{"deployments_needed": int | None, "self_hosted_cost_at_volume_rmb": float | None,
+        "verdict": str}``: with capacity, the volume needs ``ceil(volume / capacity)``
+        deployments (at least 1) and self-hosting costs that many times one deployment; without
+        it, the verdict assumes one deployment and says capacity was not checked.
+    """
+    if month_rmb is None:
+        return {"deployments_needed": None, "self_hosted_cost_at_volume_rmb": None,
+                "verdict": "unknown: the self-hosted price is unknown (pass --usd-per-hour)"}
+    per_deployment = capacity["tasks_per_month_capacity"] if capacity else None
+    if not per_deployment:
+        cheaper = "self-hosted" if month_rmb < api_month_rmb else "api"
+        why = ("capacity measured as 0 tasks/month" if capacity else
+               "capacity not checked: pass --throughput-json from `validate.py --checks throughput --json`")
+        return {"deployments_needed": None, "self_hosted_cost_at_volume_rmb": None,
+                "verdict": f"{cheaper} is cheaper at {tasks_per_month:,} tasks/month IF one deployment can serve "
+                           f"them ({why})"}
+    needed = max(1, math.ceil(tasks_per_month / per_deployment))
+    cost_rmb = round(needed * month_rmb, 2)
+    cheaper = "self-hosted" if cost_rmb < api_month_rmb else "api"
+    text = (f"{cheaper} is cheaper at {tasks_per_month:,} tasks/month: {needed} deployment"
+            f"{'s' if needed != 1 else ''} of {per_deployment:,} tasks/month each cost {cost_rmb:,.0f} RMB/month, "
+            f"the API {api_month_rmb:,.0f} RMB/month")
+    if break_even is not None and break_even > per_deployment:
+        text += (f"; self-hosting never breaks even at this throughput (break-even {break_even:,} tasks/month "
+                 f"is above one deployment's capacity)")
+    return {"deployments_needed": needed, "self_hosted_cost_at_volume_rmb": cost_rmb, "verdict": text}
 
 
 def _money(value: float | None, unit: str) -> str:
@@ -245,7 +299,7 @@ def print_report(report: dict[str, Any]) -> None:
         ("Self-hosted per month", _money(report["self_hosted_cost_per_month_usd"], "USD"),
          f"{report['hours_per_month']:.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD"),
         ("Break-even", "unknown" if report["break_even_tasks_per_month"] is None else f"{report['break_even_tasks_per_month']:,} tasks/month",
-         "" if report["cheaper_at_this_volume"] is None else f"cheaper at {report['tasks_per_month']:,} tasks/month: {report['cheaper_at_this_volume']}"),
+         "one deployment vs the API"),
     ]
     cap = report["capacity"]
     if cap is not None:
@@ -254,6 +308,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{cap['output_tokens_per_second']:,} output tok/s at concurrency {cap['concurrency']}, busy {cap['busy_fraction']:.0%}: "
             + ("enough" if cap["can_serve"] else f"NOT enough, {cap['deployments_needed']} deployments needed"),
         ))
+    rows.append(("Verdict", report["cheaper_at_this_volume"] or "unknown", report["verdict"]))
     print_table(
         f"Cost: stack {report['stack']} ({report['gpu_nodes']}x {report['instance_type']})",
         ("item", "value", "how"),

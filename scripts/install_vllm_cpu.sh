@@ -18,6 +18,19 @@
 # bytecode: about 6x faster than pip here.
 set -euo pipefail
 
+case "${1:-}" in
+  -h | --help)
+    # The comment block at the top of this file is the help text.
+    sed -n '2,/^set -euo pipefail$/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  "") ;;
+  *)
+    printf 'install_vllm_cpu: usage error: unknown argument %s (see --help; settings come from the environment)\n' "${1%%=*}" >&2
+    exit 2
+    ;;
+esac
+
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REQS="$REPO_ROOT/requirements-vllm.txt"
 VENV="${VLLM_VENV:-.venv-vllm}"

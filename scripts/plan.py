@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
 from components.spec.config import ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names  # noqa: E402
 from scripts._cli import CliParser  # noqa: E402
 

@@ -669,6 +669,27 @@ def _git(repo_root: Path, *args: str) -> str:
     return proc.stdout
 
 
+def _resolve_ref(repo_root: Path, ref: str) -> str:
+    """The commit ``ref`` names in the git repository at ``repo_root``.
+
+    Raises:
+        PlanDiffError: one sentence with the fix: git is not installed, ``repo_root`` is not a
+            git clone (a downloaded archive), or ``ref`` names no commit here.
+    """
+    if shutil.which("git") is None:
+        raise PlanDiffError("a plan diff needs git on PATH (install git, e.g. `apt-get install git`)")
+    inside = subprocess.run(["git", "-C", str(repo_root), "rev-parse", "--git-dir"], capture_output=True, text=True)
+    if inside.returncode != 0:
+        raise PlanDiffError(f"a plan diff needs a git clone: {repo_root} is not a git repository "
+                            "(clone the repository with git instead of downloading an archive)")
+    proc = subprocess.run(["git", "-C", str(repo_root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise PlanDiffError(f"git ref {ref!r}: no such commit, branch or tag in {repo_root} (list them with "
+                            f"`git branch -a` and `git tag`; a remote branch may need `git fetch origin` first)")
+    return proc.stdout.strip()
+
+
 def _now_iso(now: datetime | None) -> str:
     moment = now or datetime.now(timezone.utc).replace(microsecond=0)
     if moment.tzinfo is None:
@@ -718,7 +739,7 @@ def render_at_ref(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: dateti
         RenderError: the tree at ``ref`` has no scripts/plan.py or its plan fails.
     """
     repo_root = Path(repo_root)
-    commit = _git(repo_root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+    commit = _resolve_ref(repo_root, ref)
     tmp = Path(tempfile.mkdtemp(prefix="kimi-plan-diff-"))
     tree = tmp / "tree"
     try:

@@ -19,8 +19,12 @@ An API that cannot answer (type unknown to the catalog, access denied, not imple
 endpoint, no credentials) gives ``unknown``, never a crash; a check that does not apply to the
 stack is ``skip`` with or without credentials. boto3 honors AWS_ENDPOINT_URL (on localhost with no
 credentials set, dummy ones are used and a note says so).
-Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error, or nothing could be
-checked: no AWS credentials, or the AWS endpoint cannot be reached (the checks are still printed).
+The result line counts the statuses and says "ok" only when every check ran and passed (or
+warned): "ok (11 passed)"; otherwise "nothing failed, but not everything was checked (3 passed,
+8 skipped)", "FAILED (...)" or "NOT CHECKED (...)".
+Exit codes: 0 nothing failed and at least one check passed or warned, 1 a check failed, 2 usage
+or config error, or nothing could be checked: no AWS credentials, the AWS endpoint cannot be
+reached, or every check was skipped or unknown (the checks are still printed).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
 from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names  # noqa: E402
 from components.spec.targets import MIB, ec2_vcpu_quota  # noqa: E402
 from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix  # noqa: E402
@@ -61,6 +66,7 @@ from scripts._cli import (  # noqa: E402
     print_table,
     run_cli,
 )
+from scripts._cli import DUMMY_AWS_CREDENTIALS, aws_session, local_aws_endpoint, counts_text, status_counts, verdict  # noqa: E402
 
 # Capacity reservation states that will (scheduled) or do (active) hold instances.
 _GOOD_RESERVATION_STATES = ("active", "scheduled")
@@ -93,21 +99,9 @@ NO_CREDENTIALS = (
     "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
     "or AWS_ENDPOINT_URL for a local endpoint (e.g. moto on 127.0.0.1)"
 )
-# Credentials used when AWS_ENDPOINT_URL is a local endpoint (moto) and none are configured.
-DUMMY_CREDENTIALS = ("testing", "testing")
-_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
-
-
-def local_endpoint() -> str | None:
-    """``AWS_ENDPOINT_URL`` when it points at this machine (localhost, 127.0.0.0/8, ::1), else None."""
-    from urllib.parse import urlsplit
-
-    url = os.environ.get("AWS_ENDPOINT_URL", "")
-    try:
-        host = urlsplit(url).hostname or ""
-    except ValueError:
-        return None
-    return url if host in _LOCAL_HOSTS or host.startswith("127.") else None
+# AWS_ENDPOINT_URL and the dummy credentials for a local endpoint: one helper for every script.
+DUMMY_CREDENTIALS = DUMMY_AWS_CREDENTIALS
+local_endpoint = local_aws_endpoint
 
 
 class AwsClients:
@@ -131,11 +125,7 @@ class AwsClients:
         self.unreachable: str | None = None
         self.reached = False  # some call got an answer: the network path to AWS works
         if session is None:
-            session = boto3.session.Session()
-            endpoint = local_endpoint()
-            if endpoint and not self.overrides and _credentials(session) is None:
-                session = boto3.session.Session(aws_access_key_id=DUMMY_CREDENTIALS[0], aws_secret_access_key=DUMMY_CREDENTIALS[1])
-                self.notes.append(f"no AWS credentials set: using dummy credentials for the local endpoint {endpoint}")
+            session = boto3.session.Session() if self.overrides else aws_session(self.notes)
         self.session = session
         # Few retries and short timeouts: an endpoint that does not answer is "unknown", fast.
         self._config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=3, read_timeout=20)
@@ -641,8 +631,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the region and AZ, facts match the profile, vCPU quota, capacity reservation or block, FSx/EKS, "
         "the S3 weight mirror and (optionally) the Kubernetes cluster. Statuses: pass, warn, fail, "
         "unknown (the API could not answer), skip (not applicable).",
-        epilog="Exit codes: 0 nothing failed, 1 a check failed, 2 usage or config error, no AWS credentials, "
-        "or the AWS endpoint cannot be reached (nothing was checked; the per-check results are still printed). "
+        epilog="Exit codes: 0 nothing failed and at least one check passed or warned (the result line says "
+        "'ok' only when no check was skipped or unknown, else e.g. 'nothing failed, but not everything was "
+        "checked (3 passed, 8 skipped)'), 1 a check failed, 2 usage or config error, no AWS credentials, the "
+        "AWS endpoint cannot be reached, or every check was skipped or unknown (nothing was checked; the "
+        "per-check results are still printed). "
         "AWS credentials and AWS_ENDPOINT_URL are read from the environment as boto3 does; with AWS_ENDPOINT_URL "
         "on localhost/127.0.0.1 and no credentials, dummy credentials are used (a local moto).",
     )
@@ -685,6 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         checks = run_checks(spec, **common)
     code = exit_code(c.status for c in checks)
+    counts = status_counts(c.status for c in checks)
+    result, verdict_code = verdict(counts)
     notes = list(clients.notes) if clients else []
     # Nothing checked is no green light: no credentials or no endpoint is exit 2, not 0 (or 1).
     error = None
@@ -692,19 +687,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = NO_CREDENTIALS
     elif clients is not None and clients.unreachable:
         error = f"{clients.unreachable}: check the network or AWS_ENDPOINT_URL"
+    elif verdict_code == EXIT_USAGE:
+        error = (f"nothing could be checked ({counts_text(counts)})"
+                 + ("; pass --check-cluster to check the cluster" if not args.check_cluster else ""))
     if error:
         code = EXIT_USAGE
+        result = f"NOT CHECKED ({counts_text(counts)}): see the error below"
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
         print_json({
             "stack": spec.stack, "platform": spec.platform, "region": region,
             "availability_zone": spec.availability_zone, "instance_type": spec.instance.instance_type,
-            "gpu_nodes": spec.gpu_nodes, "ok": code == 0, "error": error, "notes": notes, "checks": [asdict(c) for c in checks],
+            "gpu_nodes": spec.gpu_nodes, "ok": code == 0 and result.startswith("ok"), "exit_code": code,
+            "result": result, "counts": counts, "error": error, "notes": notes, "checks": [asdict(c) for c in checks],
         })
     else:
         where = f"{region} / {spec.availability_zone or 'any AZ'}" if spec.is_aws else spec.platform
-        result = "NOT CHECKED (see the error below)" if error else ("FAILED" if code else "ok (nothing failed)")
         print_table(
             f"Preflight: stack {spec.stack} ({spec.gpu_nodes}x {spec.instance.instance_type}, {where})",
             ("check", "status", "reason"),

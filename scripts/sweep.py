@@ -42,6 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
 from components.spec.naming import (  # noqa: E402  one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
@@ -55,6 +56,7 @@ from components.spec.config import format_utc as _utc  # noqa: E402
 from components.spec.config import parse_utc  # noqa: E402
 from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES  # noqa: E402
 from scripts._cli import CliParser  # noqa: E402
+from scripts._cli import aws_session  # noqa: E402
 
 # AWS region names: us-east-1, us-gov-west-1, ap-southeast-2, eu-central-1 ...
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
@@ -166,16 +168,19 @@ def classify(kind: str, rid: str, region: str, tags: Mapping[str, str], now: dat
 ClientFactory = Callable[[str, str], Any]
 
 
+_SESSIONS: list[Any] = []  # one boto3 session per process (scripts._cli.aws_session)
+SESSION_NOTES: list[str] = []
+
+
 def default_client_factory(service: str, region: str):
-    """A boto3 client; ``AWS_ENDPOINT_URL`` (and boto3's per-service variants) are honored."""
-    import boto3
+    """A boto3 client from ``scripts._cli.aws_session``, the same session preflight uses:
+    ``AWS_ENDPOINT_URL`` and boto3's per-service variants are read by botocore itself, and a
+    local endpoint without credentials gets dummy ones (noted in ``SESSION_NOTES``)."""
     from botocore.config import Config
 
-    kwargs: dict[str, Any] = {"region_name": region, "config": Config(**CLIENT_CONFIG)}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        kwargs["endpoint_url"] = endpoint
-    return boto3.client(service, **kwargs)
+    if not _SESSIONS:
+        _SESSIONS.append(aws_session(SESSION_NOTES))
+    return _SESSIONS[0].client(service, region_name=region, config=Config(**CLIENT_CONFIG))
 
 
 def _paginate(client, op: str, key: str, **kwargs) -> list[dict]:
@@ -753,6 +758,8 @@ def main(argv: list[str] | None = None, *, clients: ClientFactory | None = None,
     sweeper = Sweeper(clients or default_client_factory, regions, now, destroy=args.destroy, destroyer=destroyer, wait_seconds=args.wait_seconds, log=log)
     try:
         report = sweeper.run()
+        for note in SESSION_NOTES:
+            print(f"note: {note}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001
         if _is_credentials_error(err):
             print(f"error: no usable AWS credentials ({_one_line(err)}); configure them or set AWS_ENDPOINT_URL", file=sys.stderr)

@@ -593,7 +593,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     unreachable = probe(client, min(PROBE_TIMEOUT_SECONDS, args.timeout_seconds))
     if unreachable is not None:
-        message = f"cannot connect to {shown_url}: {unreachable}"
+        message = (f"cannot connect to {shown_url}: {unreachable}. Is the server up and reachable from here? "
+                   "An EC2 endpoint is private: start the Session Manager port forward (README, \"First day\") "
+                   "and pass --base-url http://localhost:8000/v1; on the node, "
+                   "`journalctl -u kimi-vllm.service -f` shows whether vLLM is still loading")
         if args.json:
             print_json({"base_url": shown_url, "model": args.model, "ok": False, "error": message,
                         "checks": [asdict(CheckResult(n, SKIP, "not run: the endpoint cannot be reached")) for n in CHECKS]})

@@ -147,6 +147,13 @@ def _read_request() -> tuple[list[list[str]], list[dict[str, str] | None]]:
 
 
 def main() -> int:
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if sys.argv[1:]:  # the request comes on stdin only
+        print(f"vllm_argv_check: usage error: no arguments are taken (got {len(sys.argv) - 1}); the request is "
+              "JSON on stdin (see --help)", file=sys.stderr)
+        return 2
     # Keep stdout for the JSON alone: anything vLLM or a native library prints goes to stderr.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)

@@ -3,7 +3,12 @@
 It implements the endpoints huggingface_hub calls for `HfApi.model_info(files_metadata=True)`
 and `hf_hub_download` (HEAD and GET on /resolve/, with Range), plus fault injection: a number
 of 5xx answers per file, corrupted bytes on the first download of a file, a delay per download,
-and a required token. Files of 1 KiB or more, and every *.safetensors, are "LFS" files (the hub
+and a required token. Access modes answer as the real hub does (status and ``X-Error-Code`` /
+``X-Error-Message`` headers, which huggingface_hub/utils/_http.py ``hf_raise_for_status`` maps to
+its exception classes): gated repos (metadata public, files 401 GatedRepo without a token and 403
+GatedRepo for an account not granted), private repos (401 RepoNotFound without a token, 404
+RepoNotFound for a token without access), and revoked tokens (401 "Invalid credentials in
+Authorization header", no error code). Files of 1 KiB or more, and every *.safetensors, are "LFS" files (the hub
 gives their sha256); others are plain git blobs (the hub gives their git blob id).
 """
 from __future__ import annotations
@@ -37,6 +42,9 @@ class HubState:
         self.truncate_always: set[str] = set()
         self.download_delay_seconds = 0.0
         self.required_token: str | None = None
+        self.gated: dict[str, set[str]] = {}  # repo_id -> tokens whose account was granted access
+        self.private: dict[str, set[str]] = {}  # repo_id -> tokens that may read it
+        self.invalid_tokens: set[str] = set()  # revoked or expired: every request answers 401
         self.requests: list[tuple[str, str]] = []
         self.lock = threading.Lock()
 
@@ -74,8 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, code: str, message: str, head_only: bool = False):
         body = json.dumps({"error": message}).encode()
-        self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message,
-                                  "Content-Type": "application/json"}, head_only)
+        headers = {"X-Error-Code": code} if code else {}  # the hub sends no code for a revoked token
+        self._send(status, body, {**headers, "X-Error-Message": message, "Content-Type": "application/json"},
+                   head_only)
 
     def _resolve(self, repo_id: str, rev: str):
         repo = self.server.state.repos.get(repo_id)
@@ -90,6 +99,33 @@ class _Handler(BaseHTTPRequestHandler):
         token = self.server.state.required_token
         if token and self.headers.get("Authorization") != f"Bearer {token}":
             self._error(401, "RepoNotFound", "Invalid credentials", head_only)
+            return False
+        sent = self._token()
+        if sent and sent in self.server.state.invalid_tokens:
+            self._error(401, "", "Invalid credentials in Authorization header", head_only)
+            return False
+        return True
+
+    def _token(self) -> str | None:
+        auth = self.headers.get("Authorization", "")
+        return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+
+    def _repo_access(self, repo_id: str, files_route: bool, head_only: bool) -> bool:
+        """Private and gated repos, answered as huggingface.co does. False when refused (sent)."""
+        state, token = self.server.state, self._token()
+        if repo_id in state.private and token not in state.private[repo_id]:
+            if token is None:
+                self._error(401, "RepoNotFound", "Repository not found", head_only)
+            else:
+                self._error(404, "RepoNotFound", "Repository not found", head_only)
+            return False
+        if files_route and repo_id in state.gated and token not in state.gated[repo_id]:
+            if token is None:
+                self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access to "
+                            "it and be authenticated to access it. Please log in.", head_only)
+            else:
+                self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted and you are not in the "
+                            f"authorized list. Visit https://huggingface.co/{repo_id} to ask for access.", head_only)
             return False
         return True
 
@@ -108,6 +144,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)
         if m:
+            if not self._repo_access(m.group(1), files_route=False, head_only=head_only):
+                return
             commit, files = self._resolve(m.group(1), urllib.parse.unquote(m.group(2)))
             if commit is None:
                 return self._error(404, files, f"{files}: {m.group(1)}@{m.group(2)}", head_only)
@@ -122,6 +160,8 @@ class _Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if not m:
             return self._error(404, "NotFound", f"no route {path}", head_only)
+        if not self._repo_access(m.group(1), files_route=True, head_only=head_only):
+            return
         commit, files = self._resolve(m.group(1), urllib.parse.unquote(m.group(2)))
         if commit is None:
             return self._error(404, files, f"{files}: {m.group(1)}", head_only)

@@ -1,5 +1,5 @@
 """A tiny OpenAI-compatible chat server for testing scripts/validate.py, with switches that make
-it misbehave the way Kimi deployments are known to (DESIGN.md section 8).
+it misbehave the way Kimi deployments are known to (public bug reports against vLLM's Kimi parsers).
 
 It answers like vLLM with the kimi_k3 parsers: ``reasoning_content`` beside ``content``,
 ``tool_calls`` for any city it finds in the last user message (one call per city), a final

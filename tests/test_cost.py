@@ -1,4 +1,4 @@
-"""The cost model and scripts/cost.py against the figures in DESIGN.md section 4 and the
+"""The cost model and scripts/cost.py against the reference task's published figures and the
 prices in the core (never re-typed here: read from MODELS / INSTANCES / compute_sizing)."""
 
 from __future__ import annotations
@@ -164,3 +164,37 @@ def test_price_source_cites_the_price_list_not_a_file_outside_the_repo():
     for text in (report["api_price_source"], table):
         assert "DESIGN.md" not in text
     assert "Kimi open platform price list" in table
+
+
+def test_verdict_counts_the_deployments_the_volume_needs(tmp_path):
+    """Above one deployment's capacity the volume needs two: the verdict flips to the API."""
+    validate_json = {"ok": True, "checks": [{"name": "throughput", "status": "pass", "reason": "",
+                                             "metrics": {"output_tokens_per_second": 6000.0, "concurrency": 64}}]}
+    path = tmp_path / "validate.json"
+    path.write_text(json.dumps(validate_json))
+    capacity = int(6000 * 730 * 3600 * 0.5 / 222_500)
+    volume = str(capacity + 1)
+    unchecked = json.loads(_cost("--stack", "b300", "--json", "--tasks-per-month", volume).stdout)
+    assert unchecked["capacity_checked"] is False and unchecked["deployments_needed"] is None
+    assert unchecked["cheaper_at_this_volume"] == "self-hosted" and "capacity not checked" in unchecked["verdict"]
+    checked = json.loads(_cost("--stack", "b300", "--json", "--tasks-per-month", volume,
+                               "--throughput-json", str(path)).stdout)
+    assert checked["capacity_checked"] is True and checked["deployments_needed"] == 2
+    one = checked["self_hosted_cost_per_month_rmb"]
+    assert checked["self_hosted_cost_at_volume_rmb"] == round(2 * one, 2)
+    assert checked["cheaper_at_this_volume"] == "api" and "2 deployments" in checked["verdict"]
+    table = _cost("--stack", "b300", "--tasks-per-month", volume, "--throughput-json", str(path))
+    assert "2 deployments" in " ".join(table.stdout.split()) and "Verdict" in table.stdout
+    low = json.loads(_cost("--stack", "b300", "--json", "--tasks-per-month", str(capacity // 2),
+                           "--throughput-json", str(path)).stdout)
+    assert low["deployments_needed"] == 1
+
+
+def test_verdict_says_when_self_hosting_never_breaks_even(tmp_path):
+    validate_json = {"ok": True, "checks": [{"name": "throughput", "status": "pass", "reason": "",
+                                             "metrics": {"output_tokens_per_second": 100.0, "concurrency": 1}}]}
+    path = tmp_path / "validate.json"
+    path.write_text(json.dumps(validate_json))
+    report = json.loads(_cost("--stack", "b300", "--json", "--tasks-per-month", "100000",
+                              "--throughput-json", str(path)).stdout)
+    assert report["cheaper_at_this_volume"] == "api" and "never breaks even" in report["verdict"]

@@ -1,7 +1,7 @@
 """Every Kubernetes object in every stack's plan validates against the Kubernetes OpenAPI schema
 of the pinned minor version (kubernetes-validate, strict: unknown fields fail), and the
 LeaderWorkerSet and ComputeDomain objects against the upstream CRD schemas read from
-``$KIMI_CRDS_DIR`` (``.ci/run`` points it at ../shared/crds). Helm releases are not manifests:
+``$KIMI_CRDS_DIR`` or ``.crds`` (``make crds``: the pinned upstream releases, scripts/crds.py). Helm releases are not manifests:
 their chart, version and values are asserted in test_k8s_workloads.py."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from components.spec.versions import KUBERNETES_VERSION
+from scripts.crds import CRDS, DEFAULT_DEST, verify as verify_crds
 from tests.conftest import plan_for
 from tests.test_k8s_workloads import K8S_STACKS, k8s_objects, manifest, of_kind, one
 
@@ -30,19 +31,30 @@ CRD_FILES = {
 # Kinds validated elsewhere: PodMonitor's CRD is not shipped here (only declared when the
 # cluster already runs the Prometheus Operator); its fields are asserted directly.
 NOT_CORE = set(CRD_FILES) | {"PodMonitor"}
+# Every pinned CRD (scripts/crds.py: project, tag, sha256), the loader's table.
+ALL_CRD_FILES = {c.kind: c.file for c in CRDS}
 
 
 def validate_core(doc: dict[str, Any]) -> None:
     kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def crds_dir() -> Path:
+    """``$KIMI_CRDS_DIR``, else ``.crds`` (``make crds``). Missing: skip on a laptop, FAIL under
+    ``CI=true`` (the schema tests must never be skipped in CI)."""
     value = os.environ.get(CRDS_ENV)
-    if not value:
-        pytest.skip(f"{CRDS_ENV} is not set (the upstream LeaderWorkerSet/ComputeDomain CRDs; .ci/run sets it to ../shared/crds)")
-    path = Path(value)
+    path = Path(value) if value else DEFAULT_DEST
     if not path.is_dir():
-        pytest.skip(f"{CRDS_ENV}={value} is not a directory")
+        why = (f"{CRDS_ENV}={value} is not a directory" if value else
+               f"{CRDS_ENV} is not set and {DEFAULT_DEST.name}/ does not exist")
+        message = f"{why}: run `make crds` (downloads the pinned upstream CRDs) or point {CRDS_ENV} at a local copy"
+        if _ci():
+            pytest.fail(f"CI=true and the CRD schema tests cannot run: {message}", pytrace=False)
+        pytest.skip(message)
     return path
 
 
@@ -53,7 +65,7 @@ def _load_crd(path: Path) -> dict[str, Any]:
 
 def crd_schema(kind: str, api_version: str) -> dict[str, Any]:
     """The openAPIV3Schema of ``kind`` at ``api_version`` from its CRD file."""
-    crd = _load_crd(crds_dir() / CRD_FILES[kind])
+    crd = _load_crd(crds_dir() / ALL_CRD_FILES[kind])
     group, _, version = api_version.partition("/")
     assert crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == kind
     for entry in crd["spec"]["versions"]:
@@ -192,3 +204,42 @@ def test_crd_validation_can_fail():
     cd["spec"]["numNodes"] = -1
     with pytest.raises(jsonschema.ValidationError):
         validate_against_crd(cd)
+
+
+# -- the pinned CRDs themselves --------------------------------------------------------------------
+
+
+def test_the_crd_directory_matches_the_pins():
+    """The files the tests read are the pinned upstream releases (scripts/crds.py sha256s)."""
+    assert verify_crds(crds_dir()) == []
+
+
+@pytest.mark.parametrize("crd", CRDS, ids=lambda c: c.kind)
+def test_every_pinned_crd_loads_with_a_structural_schema(crd):
+    schema = crd_schema(crd.kind, crd.api_version)
+    assert schema["type"] == "object" and "spec" in schema["properties"]
+
+
+def test_pod_monitor_validates_against_the_prometheus_operator_crd():
+    from tests.test_k8s_workloads import with_k8s
+
+    run = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=["amd-gpu-operator", "prometheus-operator"]))
+    monitor = one(run, "PodMonitor")
+    validate_against_crd(monitor)
+    typo = copy.deepcopy(monitor)
+    typo["spec"]["podMetricsEndpoints"][0]["intervall"] = "30s"
+    with pytest.raises(AssertionError, match="intervall"):
+        validate_against_crd(typo)
+
+
+def test_missing_crds_fail_under_ci_and_skip_elsewhere(tmp_path):
+    import subprocess
+    import sys
+
+    test = f"{Path(__file__).resolve()}::test_the_crd_directory_matches_the_pins"
+    env = {**os.environ, CRDS_ENV: str(tmp_path / "absent")}
+    for ci, expected in (("true", 1), ("", 0)):
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", test],
+                             env={**env, "CI": ci}, capture_output=True, text=True, timeout=120)
+        assert out.returncode == expected, out.stdout[-2000:]
+        assert "make crds" in out.stdout

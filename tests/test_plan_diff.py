@@ -220,7 +220,7 @@ def test_plan_py_diff_against_cli(two_commits):
     assert proc.stdout.startswith("#### `b300` vs `HEAD~1`:") and "⚠ **replace**" in proc.stdout
     assert "| + add |" in proc.stdout and "`--gpu-memory-utilization`" in proc.stdout
     bad = subprocess.run([sys.executable, "scripts/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"], cwd=two_commits, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: git rev-parse") and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.startswith("error: git ref 'no-such-ref': no such commit, branch or tag in ") and "Traceback" not in bad.stderr
 
 
 # --- CI workflows ----------------------------------------------------------------------------
@@ -344,7 +344,7 @@ def test_base_that_cannot_render_shows_the_whole_plan_as_added(history, ref, rea
 
 
 def test_an_unknown_ref_is_still_a_git_error(history):
-    with pytest.raises(plan_diff.PlanDiffError, match="git rev-parse"):
+    with pytest.raises(plan_diff.PlanDiffError, match="git ref 'no-such-ref': no such commit, branch or tag"):
         plan_diff.diff_against("b300", "no-such-ref", history, FIXED_NOW)
 
 

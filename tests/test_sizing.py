@@ -1,4 +1,4 @@
-"""Sizing against the figures in DESIGN.md (sections 4 and 5)."""
+"""Sizing against the model's published size (1.56 TB) and the FSx for Lustre capacity steps."""
 
 from __future__ import annotations
 

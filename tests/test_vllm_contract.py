@@ -19,7 +19,7 @@ MODEL = "moonshotai/Kimi-K3.1-Pro"
 ATTENTION_CONFIG = '{"use_prefill_query_quantization":true,"mla_prefill_backend":"flashinfer"}'
 COMPILATION_CONFIG = '{"cudagraph_mode":"FULL_DECODE_ONLY","custom_ops":["+fused_rms_norm_gated"]}'
 
-# DESIGN.md section 4: model flags + the official Blackwell recipe.
+# Model flags + the official Blackwell recipe (vllm-project/recipes, models/moonshotai/Kimi-K3.yaml).
 BLACKWELL = [
     MODEL, "--trust-remote-code", "--enable-auto-tool-choice",
     "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3",

@@ -105,8 +105,8 @@ def test_transient_5xx_are_retried(hub, tmp_path):
 
 
 @pytest.mark.parametrize("source, needle", [
-    ("hf://org/missing@main", "RepositoryNotFoundError"),
-    ("hf://org/model@no-such-branch", "RevisionNotFoundError"),
+    ("hf://org/missing@main", "hf://org/missing@main on 127.0.0.1:"),
+    ("hf://org/model@no-such-branch", "revision 'no-such-branch' does not exist in org/model"),
 ])
 def test_unknown_repo_or_revision_is_permanent(hub, tmp_path, source, needle):
     hub.state.add_repo("org/model", checkpoint_files(seed=15))
@@ -166,3 +166,113 @@ def test_hub_repo_without_files_fails_without_a_marker(hub, tmp_path):
     r = sync(hub, tmp_path, "hf://moonshotai/empty@main", dest)
     assert r.returncode == 1 and "source has no files" in r.stderr, r.stderr
     assert not (dest / MARKER).exists()
+
+
+# Hub errors a user can act on: one line naming the repo, revision and host and what to do, never
+# the token. The local hub answers as huggingface.co does (status + X-Error-Code, see hub_server).
+GRANTED, NOT_GRANTED, REVOKED = "hf_granted_token_111", "hf_not_granted_222", "hf_revoked_token_333"
+
+
+def _one_line_error(r, *needles):
+    assert r.returncode == 1, r.stderr
+    lines = [line for line in r.stderr.strip().splitlines() if "error" in line]  # progress lines aside
+    assert len(lines) == 1 and lines[0].startswith("weight_sync: error: "), r.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    for token in (GRANTED, NOT_GRANTED, REVOKED):
+        assert token not in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr and "retry" not in r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("token, needles", [
+    (None, ["gated model and no token was sent", "accept the model's terms", "kimi-deploy:hfToken"]),
+    (NOT_GRANTED, ["has not been granted access", "accept the model's terms", "/org/gated"]),
+])
+def test_gated_repo_says_accept_the_terms_and_set_the_token(hub, tmp_path, token, needles):
+    files = checkpoint_files(seed=20)
+    hub.state.add_repo("org/gated", files)
+    hub.state.gated["org/gated"] = {GRANTED}
+    extra = {"HF_TOKEN": token} if token else {}
+    line = _one_line_error(sync(hub, tmp_path, "hf://org/gated@main", tmp_path / "dst", **extra),
+                           "hf://org/gated@main", "127.0.0.1", *needles)
+    assert not (tmp_path / "dst" / MARKER).exists() and line.startswith("weight_sync: error: ")
+    r = sync(hub, tmp_path, "hf://org/gated@main", tmp_path / "dst", HF_TOKEN=GRANTED)
+    assert r.returncode == 0, r.stderr
+    assert read_tree(str(tmp_path / "dst")) == files
+
+
+@pytest.mark.parametrize("token, needles", [
+    (None, ["repository not found, or private/gated and no token was sent", "kimi-deploy:hfToken"]),
+    (NOT_GRANTED, ["private and the token's account cannot read it", "kimi-deploy:hfToken"]),
+])
+def test_private_repo_names_the_repo_and_the_token_key(hub, tmp_path, token, needles):
+    hub.state.add_repo("org/private", checkpoint_files(seed=21))
+    hub.state.private["org/private"] = {GRANTED}
+    extra = {"HF_TOKEN": token} if token else {}
+    _one_line_error(sync(hub, tmp_path, "hf://org/private@v1", tmp_path / "dst", **extra),
+                    "hf://org/private@v1", "127.0.0.1", *needles)
+
+
+def test_revoked_token_says_make_a_new_one(hub, tmp_path):
+    hub.state.add_repo("org/model", checkpoint_files(seed=22))
+    hub.state.invalid_tokens.add(REVOKED)
+    _one_line_error(sync(hub, tmp_path, "hf://org/model@main", tmp_path / "dst", HF_TOKEN=REVOKED),
+                    "hf://org/model@main", "rejected the token", "invalid or expired",
+                    "https://huggingface.co/settings/tokens", "kimi-deploy:hfToken")
+
+
+def test_unknown_revision_names_the_revision_and_the_config_key(hub, tmp_path):
+    hub.state.add_repo("org/model", checkpoint_files(seed=23))
+    _one_line_error(sync(hub, tmp_path, "hf://org/model@no-such-branch", tmp_path / "dst"),
+                    "hf://org/model@no-such-branch", "revision 'no-such-branch' does not exist",
+                    "kimi-deploy:model.revision")
+
+
+def test_unreachable_host_names_the_endpoint_and_hf_endpoint(hub, tmp_path):
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    env = env_for(hub, tmp_path)
+    env["HF_ENDPOINT"] = dead
+    started = time.monotonic()
+    r = subprocess.run([sys.executable, SCRIPT, "--source", "hf://org/model@main", "--dest", str(tmp_path / "d")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    _one_line_error(r, "hf://org/model@main", "cannot reach the hub at " + dead, "HF_ENDPOINT (set)")
+    assert time.monotonic() - started < 30
+
+
+def test_hub_error_message_is_none_for_other_errors():
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import weight_sync
+    assert weight_sync.hub_error_message(ValueError("x"), "hf", "org/m", "main") is None
+    assert weight_sync.hub_error_message(OSError(28, "No space left"), "hf", "org/m", "main") is None
+
+
+def test_modelscope_errors_name_the_modelscope_key_and_host(monkeypatch):
+    """The ModelScope SDK's own classes, matched by name (the SDK is not a dependency here)."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import weight_sync
+
+    class NotExistError(Exception):
+        pass
+
+    class HTTPError(OSError):
+        def __init__(self, status):
+            super().__init__(f"{status} Client Error")
+            self.response = type("R", (), {"status_code": status})()
+
+    monkeypatch.delenv("MODELSCOPE_API_TOKEN", raising=False)
+    monkeypatch.setenv("MODELSCOPE_DOMAIN", "https://user:pw@ms.example.cn")
+    missing = weight_sync.hub_error_message(NotExistError("model not exist"), "modelscope", "org/m", None)
+    assert missing.startswith("modelscope://org/m@master on ms.example.cn: repository not found")
+    assert "kimi-deploy:modelscopeToken" in missing and "pw" not in missing
+    revision = weight_sync.hub_error_message(NotExistError("Revision v9 not exist"), "modelscope", "org/m", "v9")
+    assert "revision 'v9' does not exist" in revision and "kimi-deploy:model.revision" in revision
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN", "ms-secret-token-123")
+    rejected = weight_sync.hub_error_message(HTTPError(401), "modelscope", "org/m", "master")
+    assert "rejected the token" in rejected and "ms-secret-token-123" not in rejected
+    refused = weight_sync.hub_error_message(ConnectionRefusedError(111, "refused"), "modelscope", "org/m", "master")
+    assert "cannot reach the hub at https://ms.example.cn" in refused and "MODELSCOPE_DOMAIN (set)" in refused
+    assert "pw" not in refused

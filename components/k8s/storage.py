@@ -18,7 +18,7 @@ from components.spec.weights import FSX_MOUNT_PATH, WEIGHTS_MOUNT_PATH
 
 from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, dns_name, metadata, nvme_host_path
 
-# CSI driver name of FSx for Lustre (DESIGN.md section 5).
+# CSI driver name of FSx for Lustre (https://github.com/kubernetes-sigs/aws-fsx-csi-driver).
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
 WEIGHTS_VOLUME = "weights"
 FSX_VOLUME = "fsx"

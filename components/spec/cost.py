@@ -2,8 +2,9 @@
 
 Pure functions over the model's ``ApiPrice`` (``model.py``) and the hourly price the sizing
 derives (``sizing.gpu_usd_per_hour``: config override, capacity-block price, on-demand list
-price). No Pulumi import. The reference task and its figures are DESIGN.md section 4:
-4.45M tokens, 95 % input, 90 % of the input cached -> about 26 RMB per task.
+price). No Pulumi import. The reference task is an estimate of a coding-agent task:
+4.45M tokens, 95 % input, 90 % of the input cached -> about 26 RMB per task at the Kimi open
+platform's list prices (https://platform.moonshot.cn/docs/pricing/chat).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class TaskProfile:
         return self.total_tokens - self.input_tokens
 
 
-# The reference coding-agent task of DESIGN.md section 4.
+# The reference coding-agent task (an estimate; override with cost.py --task-tokens etc.).
 REFERENCE_TASK = TaskProfile(total_tokens=4_450_000, input_fraction=0.95, cached_input_fraction=0.90)
 
 

@@ -1,7 +1,7 @@
 """FSx for Lustre facts: valid capacities, throughput tiers and metadata IOPS.
 
 Source: Amazon FSx for Lustre user guide (storage capacity, throughput and metadata
-configuration), as collected in ../shared/DESIGN.md section 5. moto accepts sizes AWS rejects,
+configuration: https://docs.aws.amazon.com/fsx/latest/LustreGuide/). moto accepts sizes AWS rejects,
 so these rules are enforced here and tested on their own.
 """
 

@@ -2,7 +2,7 @@
 
 Facts for Kimi K3.1 Pro come from its model card, the vLLM recipe
 (vllm-project/recipes, models/moonshotai/Kimi-K3.yaml) and the Kimi open platform price list,
-as collected in ../shared/DESIGN.md section 4. Adding a model adds an entry to ``MODELS``.
+and the model card (https://huggingface.co/moonshotai/Kimi-K3.1-Pro). Adding a model adds an entry to ``MODELS``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ MIRROR_PUBLISH_SERVICE_ACCOUNT = "kimi-mirror-publish"
 VLLM_SERVICE_ACCOUNT = "kimi-vllm"
 
 # Host path of the instance-store RAID0: EKS AL2023 nodeadm `localStorage: RAID0` mounts it
-# at /mnt/k8s-disks/0 (DESIGN.md section 5); the EC2 user data uses the same path.
+# at /mnt/k8s-disks/0 (https://awslabs.github.io/amazon-eks-ami/nodeadm/); the EC2 user data uses the same path.
 NVME_RAID0_HOST_PATH = "/mnt/k8s-disks/0"
 
 # Node labels the GPU node groups carry and the workloads select.

@@ -32,8 +32,8 @@ STARTUP_SAFETY_FACTOR = 2.0
 # Timeouts are rounded up to whole minutes.
 _ROUND_SECONDS = 60
 
-# Hub download rate the budgets and first-deploy estimate assume: DESIGN.md section 4 (at
-# 100 MB/s sustained the checkpoint takes over 4 hours).
+# Hub download rate the budgets and first-deploy estimate assume (an estimate: at 100 MB/s
+# sustained the 1.56 TB checkpoint takes over 4 hours).
 HUB_DOWNLOAD_MEGABYTES_PER_SECOND = 100
 # Read rate assumed for copies from the in-region mirror: parallel ranged GETs (one S3
 # connection tops out near 5 Gbps; the sync runs 16 files at once). Conservative on purpose.
@@ -118,7 +118,8 @@ def download_seconds(weights_bytes: int, megabytes_per_second: float) -> int:
 def fsx_capacity_gib(weights_bytes: int, headroom_fraction: float = STORAGE_HEADROOM_FRACTION) -> int:
     """Smallest valid FSx for Lustre capacity (GiB) holding the weights plus headroom.
 
-    1.56 TB = 1,453 GiB; with 10 % headroom 1,598 GiB -> 2,400 GiB (DESIGN.md section 5).
+    1.56 TB = 1,453 GiB; with 10 % headroom 1,598 GiB -> 2,400 GiB (FSx for Lustre capacity steps:
+    https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html).
     """
     return fsx.round_up_capacity_gib(weights_bytes * (1 + headroom_fraction) / GIB)
 

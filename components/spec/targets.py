@@ -1,7 +1,7 @@
 """GPU, instance and target profiles: the hardware facts every other module reads.
 
 Adding a target adds an entry to ``TARGETS`` (and its instances to ``INSTANCES``), not a code path.
-All figures carry their source in the comment beside them (see ../shared/DESIGN.md, section 3).
+All figures carry their source in the comment beside them.
 """
 
 from __future__ import annotations

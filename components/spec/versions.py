@@ -83,7 +83,8 @@ HELM_CHARTS: Mapping[str, HelmChart] = MappingProxyType(
             "aws-efa-k8s-device-plugin", "v0.5.20", "https://aws.github.io/eks-charts",
             "kube-system", "aws/eks-charts stable/aws-efa-k8s-device-plugin",
         ),
-        # ComputeDomains (resource.nvidia.com/v1beta1) for multi-node NVLink; >= 25.8 (DESIGN.md 3).
+        # ComputeDomains (resource.nvidia.com/v1beta1) for multi-node NVLink; >= 25.8
+        # (https://github.com/NVIDIA/k8s-dra-driver-gpu).
         "nvidia-dra-driver": HelmChart(
             "nvidia-dra-driver-gpu", "25.12.0", "https://helm.ngc.nvidia.com/nvidia",
             "nvidia-dra-driver-gpu", "NVIDIA/k8s-dra-driver-gpu deployments/helm/nvidia-dra-driver-gpu",

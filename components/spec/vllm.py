@@ -23,7 +23,8 @@ WORKER_INDEX_REF = "$(LWS_WORKER_INDEX)"
 # Example values used to check argv with the real vLLM parser (the references are strings there).
 EXAMPLE_REF_VALUES: Mapping[str, str] = MappingProxyType({LEADER_ADDRESS_REF: "10.0.0.1", WORKER_INDEX_REF: "1"})
 
-# NCCL settings for multi-node NVLink (GB300 trays in one NVLink domain; DESIGN.md section 3).
+# NCCL settings for multi-node NVLink (GB300 trays in one NVLink domain; NCCL environment variables:
+# https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
 MNNVL_NCCL_ENV: Mapping[str, str] = MappingProxyType(
     {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}
 )
