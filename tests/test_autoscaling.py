@@ -286,3 +286,22 @@ def test_subquery_hold_rejects_windows_below_one_step():
     with pytest.raises(ValueError, match="at least 30"):
         scaling_queries("kimi", "m", 10)
     assert re.search(r"\[3600s:30s\]", scaling_queries("kimi", "m", 3600).queue)
+
+
+# -- GPU node capacity --------------------------------------------------------------------------
+
+
+def _gpu_node_group(run) -> dict:
+    (group,) = [r for r in run.of_type("aws:eks/nodeGroup:NodeGroup") if r.name.endswith("-gpu")]
+    return group.inputs["scalingConfig"]
+
+
+def test_gpu_node_group_range_follows_the_replicas_and_reservations_keep_min_zero():
+    assert _gpu_node_group(plan_for("b300-prod")) == {"minSize": 0, "desiredSize": 2, "maxSize": 2}
+    # ODCR: max follows maxReplicas, min stays 0 (reserved capacity), desired is the first count
+    assert _gpu_node_group(autoscaled("b300-prod")) == {"minSize": 0, "desiredSize": 2, "maxSize": 3}
+    # gb300: two trays per copy, capacity block
+    assert _gpu_node_group(autoscaled("gb300")) == {"minSize": 0, "desiredSize": 2, "maxSize": 4}
+    on_demand = {"kimi-deploy:compute": {"replicas": 2, "availabilityZone": "us-east-1c", "capacity": {"type": "on-demand"}}}
+    assert _gpu_node_group(autoscaled("b300-prod", on_demand)) == {"minSize": 1, "desiredSize": 2, "maxSize": 3}
+

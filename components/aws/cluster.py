@@ -46,6 +46,7 @@ from components.spec.naming import (
     TARGET_NODE_LABEL,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
+from components.spec.scaling import gpu_node_group_size
 from components.spec.versions import EKS_VERSION
 
 from . import iam
@@ -364,7 +365,6 @@ class EksCluster(pulumi.ComponentResource):
             **extra,
             **capacity_options(spec),
         )
-        nodes = spec.gpu_nodes
         return aws.eks.NodeGroup(
             f"{name}-gpu",
             cluster_name=cluster.name,
@@ -374,7 +374,8 @@ class EksCluster(pulumi.ComponentResource):
             capacity_type=gpu_capacity_type(spec),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
             # min 0: a capacity block ends, or the operator scales to zero between sessions.
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=nodes, max_size=nodes),
+            # autoscaled stacks: min/max follow autoscaling.minReplicas/maxReplicas (spec/scaling.py).
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(**gpu_node_group_size(spec)),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             labels=gpu_node_labels(spec),

@@ -183,3 +183,21 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
         scale_down_saves=not reserved,
         notes=tuple(notes),
     )
+
+
+def gpu_node_group_size(spec: DeploymentSpec) -> dict[str, int]:
+    """``min_size``/``desired_size``/``max_size`` of the EKS GPU node group.
+
+    Desired is the first node count (``compute.replicas`` x nodes per copy; the node group ignores
+    later changes, so `pulumi up` never fights the cluster autoscaler). Max is the autoscaler's
+    maximum x nodes per copy (else the first count). Min is 0 for reserved capacity (a capacity
+    block ends; EKS scales its node group to 0) and for stacks that are not autoscaled (the
+    operator may scale to zero between sessions), else the autoscaler's minimum x nodes per copy.
+    """
+    nodes = spec.nodes_per_copy
+    desired = spec.gpu_nodes
+    if not autoscaling_enabled(spec):
+        return {"min_size": 0, "desired_size": desired, "max_size": desired}
+    reserved = spec.config.compute.capacity.type in RESERVED_CAPACITY_TYPES
+    low = 0 if reserved else spec.config.autoscaling.min_replicas * nodes
+    return {"min_size": low, "desired_size": desired, "max_size": max_replicas(spec) * nodes}
