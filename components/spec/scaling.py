@@ -157,8 +157,8 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
         )
     elif not reserved:
         notes.append(
-            f"on-demand GPU node group ranges {lo * nodes}..{hi * nodes} nodes; its desired size is owned by the cluster "
-            "autoscaler (tags k8s.io/cluster-autoscaler/*), never reset by `pulumi up`"
+            f"on-demand GPU node group ranges {lo * nodes}..{hi * nodes} nodes: a node autoscaler (cluster-autoscaler, not "
+            "installed by this stack) adds nodes for pending replicas; `pulumi up` never resets the desired size"
         )
     if per_node_sync_seconds(spec, sizing):
         notes.append("a replica on a fresh node copies its weights to the node's NVMe before loading (included in the scale-up time)")
