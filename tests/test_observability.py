@@ -123,7 +123,7 @@ def test_every_alert_parses_and_reads_only_exported_metrics(name):
 
 def test_alert_thresholds_follow_the_sizing_and_config():
     run = plan_for("mi355x")
-    spec, sizing = run.context.spec, run.context.sizing
+    sizing = run.context.sizing
     from components.k8s.vllm_service import per_pod_budget_seconds
 
     budget = per_pod_budget_seconds(sizing)
