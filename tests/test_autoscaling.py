@@ -305,3 +305,15 @@ def test_gpu_node_group_range_follows_the_replicas_and_reservations_keep_min_zer
     on_demand = {"kimi-deploy:compute": {"replicas": 2, "availabilityZone": "us-east-1c", "capacity": {"type": "on-demand"}}}
     assert _gpu_node_group(autoscaled("b300-prod", on_demand)) == {"minSize": 1, "desiredSize": 2, "maxSize": 3}
 
+
+
+@pytest.mark.parametrize("name", ["b300-prod", "gb300"])
+def test_the_commented_keys_in_the_stack_file_turn_autoscaling_on(name):
+    from components.spec.config import STACKS_DIR
+
+    text = (STACKS_DIR / f"Pulumi.{name}.yaml").read_text()
+    block = text[text.index("  # Replica autoscaling"):].splitlines()[1:]
+    keys = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block if line.startswith("  # ")))
+    assert sorted(keys) == ["kimi-deploy:autoscaling", "kimi-deploy:observability"]
+    run = plan_for(name, overrides=keys)
+    validate_against_crd(one(run, "ScaledObject"))
