@@ -160,7 +160,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
 
 def scaling_section(spec, sizing) -> dict[str, Any]:
     """``{"scaling": {...}}`` of an autoscaled stack, else ``{}``: ``min_replicas``,
-    ``max_replicas``, ``initial_replicas``, ``controller``, ``scale_up_seconds`` (+ source),
+    ``max_replicas``, ``initial_replicas``, ``controller``, ``scale_up_seconds`` (+ source, + the
+    budget-based bound),
     ``scale_down_delay_seconds``, ``gpu_nodes_min``/``gpu_nodes_max``, ``usd_per_hour_at_min``,
     ``usd_per_hour_at_max`` (None when no price is known), ``price_source``,
     ``scale_down_saves``, ``notes`` (``components/spec/scaling.py``); with
@@ -177,6 +178,7 @@ def scaling_section(spec, sizing) -> dict[str, Any]:
         "controller": plan.controller,
         "scale_up_seconds": plan.scale_up_seconds,
         "scale_up_source": plan.scale_up_source,
+        "scale_up_bound_seconds": plan.scale_up_bound_seconds,
         "scale_down_delay_seconds": plan.scale_down_delay_seconds,
         "gpu_nodes_min": plan.node_min,
         "gpu_nodes_max": plan.node_max,

@@ -88,8 +88,8 @@ def test_triggers_read_queue_kv_cache_and_busy_replicas_with_a_hold_longer_than_
     plan = scaling_plan(spec, sizing)
     triggers = {t["name"]: t for t in one(run, "ScaledObject")["spec"]["triggers"]}
     assert set(triggers) == {"queue", "kv-cache", "busy-replicas"}
-    assert plan.scale_up_seconds >= sizing.startup_budget_seconds
-    assert plan.scale_down_delay_seconds == plan.scale_up_seconds + SCALE_DOWN_MARGIN_SECONDS
+    assert plan.scale_up_bound_seconds >= sizing.startup_budget_seconds
+    assert plan.scale_down_delay_seconds == max(plan.scale_up_bound_seconds, plan.scale_up_seconds) + SCALE_DOWN_MARGIN_SECONDS
     for name_, trig in triggers.items():
         meta = trig["metadata"]
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
@@ -117,7 +117,7 @@ def test_scale_up_at_once_scale_down_slowly_one_copy_at_a_time(name):
     assert down["stabilizationWindowSeconds"] == HPA_MAX_STABILIZATION_SECONDS
     assert down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": HPA_MAX_POLICY_PERIOD_SECONDS}] and down["selectPolicy"] == "Min"
     assert body["cooldownPeriod"] == plan.scale_down_delay_seconds > run.context.sizing.startup_budget_seconds
-    assert body["initialCooldownPeriod"] == plan.scale_up_seconds
+    assert body["initialCooldownPeriod"] == plan.scale_up_bound_seconds
     assert body["fallback"]["behavior"] == "currentReplicasIfHigher"
     assert body["advanced"]["restoreToOriginalReplicaCount"] is False
 
@@ -227,7 +227,7 @@ def test_plan_scaling_section_for_mi355x_and_none_without_autoscaling():
     assert sc["usd_per_hour_at_min"] is None and "compute.usdPerHour" in sc["price_source"]
     assert any("frees 8 GPUs" in n for n in sc["notes"])
     # mi355x has no mirror: a fresh node downloads from the hub before loading
-    assert sc["scale_up_seconds"] > compute_sizing(spec_with("mi355x")).startup_budget_seconds
+    assert sc["scale_up_bound_seconds"] > compute_sizing(spec_with("mi355x")).startup_budget_seconds
     from scripts.plan import scaling_section
 
     plain = load_stack("gb300", now=FIXED_NOW)
@@ -317,3 +317,21 @@ def test_the_commented_keys_in_the_stack_file_turn_autoscaling_on(name):
     assert sorted(keys) == ["kimi-deploy:autoscaling", "kimi-deploy:observability"]
     run = plan_for(name, overrides=keys)
     validate_against_crd(one(run, "ScaledObject"))
+
+
+def test_scale_up_time_uses_the_time_to_ready_model_where_present():
+    spec = spec_with("b300-prod")
+    sizing = compute_sizing(spec)
+    plan = scaling_plan(spec, sizing)
+    try:
+        from components.spec.time_to_ready import time_to_ready
+    except ImportError:
+        # Without the model: the budget-based bound, and the plan says so.
+        assert plan.scale_up_seconds == plan.scale_up_bound_seconds
+        assert plan.scale_up_source.startswith("per-node weight copy") and "startup budget" in plan.scale_up_source
+        return
+    from components.spec.weights import sync_steps
+
+    expected = time_to_ready(spec, sizing, sync_steps(spec, "mirror-bucket")).scenarios["replaced_node"].total_seconds
+    assert plan.scale_up_seconds == int(expected) and plan.scale_up_source.startswith("time-to-ready model")
+    assert plan.scale_down_delay_seconds > max(plan.scale_up_seconds, plan.scale_up_bound_seconds)

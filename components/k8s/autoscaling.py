@@ -143,8 +143,8 @@ def scaled_object_spec(spec: DeploymentSpec, sizing: Sizing, plan: ScalingPlan, 
         "scaleTargetRef": workload_ref(multi_node),
         "pollingInterval": POLLING_INTERVAL_SECONDS,
         "cooldownPeriod": plan.scale_down_delay_seconds,
-        # A first start loads for up to the scale-up time: no scale-to-zero before that.
-        "initialCooldownPeriod": plan.scale_up_seconds,
+        # A first start loads for up to the scale-up bound: no scale-to-zero before that.
+        "initialCooldownPeriod": plan.scale_up_bound_seconds,
         "minReplicaCount": plan.min_replicas,
         "maxReplicaCount": plan.max_replicas,
         "fallback": {"failureThreshold": FALLBACK_FAILURE_THRESHOLD, "replicas": max(plan.min_replicas, 1), "behavior": "currentReplicasIfHigher"},

@@ -47,6 +47,8 @@ class ScalingPlan:
         controller: ``keda`` (ScaledObject) or ``hpa`` (autoscaling/v2 on external metrics).
         scale_up_seconds: time from the scaler's decision to a new replica serving.
         scale_up_source: how ``scale_up_seconds`` was derived.
+        scale_up_bound_seconds: the budget-based upper bound of a scale-up (startup budget plus
+            the per-node copy); the scale-down delay and the first cooldown exceed it.
         scale_down_delay_seconds: how long demand must stay low before a replica is removed.
         nodes_per_replica: GPU nodes of one copy.
         node_min, node_max: GPU node range that follows the replicas (``aws-eks`` node group).
@@ -62,6 +64,7 @@ class ScalingPlan:
     controller: str
     scale_up_seconds: int
     scale_up_source: str
+    scale_up_bound_seconds: int
     scale_down_delay_seconds: int
     nodes_per_replica: int
     node_min: int
@@ -94,9 +97,10 @@ def per_node_sync_seconds(spec: DeploymentSpec, sizing: Sizing) -> int:
     return sum(sync_expected_seconds(spec, sizing, s) for s in steps if s.per_node)
 
 
-def scale_up_seconds(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, str]:
-    """``(seconds, source)`` of one scale-up: the per-node weight copy (node-local storage) plus
-    the startup budget (``sizing.startup_budget_seconds``), which bounds load and warm-up."""
+def scale_up_bound_seconds(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, str]:
+    """``(seconds, source)`` bounding one scale-up: the per-node weight copy (node-local storage)
+    plus the startup budget (``sizing.startup_budget_seconds``: 2x the expected load + warm-up).
+    The scale-down delay and KEDA's first cooldown are derived from this bound."""
     copy_s = per_node_sync_seconds(spec, sizing)
     budget = sizing.startup_budget_seconds
     if copy_s:
@@ -104,14 +108,31 @@ def scale_up_seconds(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, str]:
     return budget, f"startup budget {budget} s (weights shared; no per-node copy)"
 
 
+def scale_up_seconds(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, str]:
+    """``(seconds, source)`` of one scale-up, as the plan shows it.
+
+    With the time-to-ready model (``components/spec/time_to_ready.py``, merged separately) this
+    is its ``replaced_node`` scenario: a new replica on a fresh node is exactly that (launch,
+    boot, image pull, per-node copy, load, engine init). Without it, ``scale_up_bound_seconds``.
+    """
+    try:
+        from .time_to_ready import time_to_ready  # the time-to-ready model, when present
+    except ImportError:
+        return scale_up_bound_seconds(spec, sizing)
+    steps = sync_steps(spec, "mirror-bucket" if spec.config.storage.mirror.enabled else None)
+    scenario = time_to_ready(spec, sizing, steps).scenarios["replaced_node"]
+    return int(scenario.total_seconds), "time-to-ready model, replaced-node scenario"
+
+
 def scale_down_delay_seconds(spec: DeploymentSpec, sizing: Sizing) -> int:
-    """``autoscaling.scaleDownDelaySeconds``, else scale-up time + ``SCALE_DOWN_MARGIN_SECONDS``.
+    """``autoscaling.scaleDownDelaySeconds``, else the scale-up bound (or the time-to-ready
+    estimate, whichever is longer) + ``SCALE_DOWN_MARGIN_SECONDS``.
 
     Raises:
-        ValueError: a configured delay not longer than the scale-up time (a replica could be
+        ConfigError: a configured delay not longer than that scale-up time (a replica could be
             removed while the one just added is still starting).
     """
-    up, _ = scale_up_seconds(spec, sizing)
+    up = max(scale_up_bound_seconds(spec, sizing)[0], scale_up_seconds(spec, sizing)[0])
     configured = spec.config.autoscaling.scale_down_delay_seconds
     if configured is None:
         return up + SCALE_DOWN_MARGIN_SECONDS
@@ -173,6 +194,7 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
         controller=asc.controller,
         scale_up_seconds=up,
         scale_up_source=up_source,
+        scale_up_bound_seconds=scale_up_bound_seconds(spec, sizing)[0],
         scale_down_delay_seconds=scale_down_delay_seconds(spec, sizing),
         nodes_per_replica=nodes,
         node_min=lo * nodes,
