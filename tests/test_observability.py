@@ -260,13 +260,32 @@ def test_gpu_exporters_are_pinned_addons_of_the_vendor_unless_installed():
     chart = HELM_CHARTS["amd-metrics-exporter"]
     assert releases["amd-metrics-exporter"]["chart"] == chart.chart and releases["amd-metrics-exporter"]["version"] == chart.version
     values = releases["amd-metrics-exporter"]["values"]
-    assert values["serviceMonitor"] == {"enabled": True, "honorLabels": True}
+    assert values["serviceMonitor"] == {"enabled": True, "honorLabels": True, "labels": {}}
     assert values["nodeSelector"]["amd.com/gpu.product-name"] == "AMD_Instinct_MI355X"
     nvidia = autoscaled("gb300")
     assert "dcgm-exporter" in nvidia.outputs["kubernetesAddons"]
     dcgm = addon_values(nvidia.context.spec, "dcgm-exporter")
-    assert dcgm["serviceMonitor"] == {"enabled": False, "honorLabels": True}  # no Prometheus Operator on gb300
+    assert dcgm["serviceMonitor"] == {"enabled": False, "honorLabels": True, "additionalLabels": {}}  # no Prometheus Operator on gb300
     installed = plan_for("mi355x", overrides={"kimi-deploy:kubernetes": {
         **read_stack_config("mi355x")["kimi-deploy:kubernetes"], "installedAddons": ["amd-gpu-operator", "prometheus-operator", "amd-metrics-exporter", "keda"]}})
     assert addons_to_install(installed.context.spec) == ()
     assert HELM_CHARTS["keda"].version == "2.20.2"  # matches the CRDs the ScaledObject is validated against
+
+
+def test_monitor_labels_reach_every_object_a_prometheus_selects():
+    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube-prometheus-stack"}}
+    run = plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
+    for kind in ("PodMonitor", "PrometheusRule"):
+        doc = one(run, kind)
+        assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        validate_against_crd(doc)
+    assert addon_values(run.context.spec, "amd-metrics-exporter")["serviceMonitor"]["labels"] == {"release": "kube-prometheus-stack"}
+    assert "release" not in one(plan_for("mi355x"), "PodMonitor")["metadata"]["labels"]
+
+
+def test_bad_monitor_label_is_a_config_error():
+    from components.spec.config import ConfigError
+
+    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube prometheus"}}
+    with pytest.raises(ConfigError, match=r"observability.monitorLabels: \{'release': 'kube prometheus'\} is not a valid Kubernetes label"):
+        plan_for("mi355x", overrides={"kimi-deploy:observability": observability})

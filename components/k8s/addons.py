@@ -129,18 +129,19 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
     if name == "keda":
         return {}
     service_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
+    monitor_labels = spec.config.observability.monitor_labels
     if name == "dcgm-exporter":
         return {
             "affinity": _gpu_node_affinity(spec),
             "tolerations": tolerations,
             # honorLabels keeps the exporter's namespace/pod labels (the pod holding the GPU).
-            "serviceMonitor": {"enabled": service_monitor, "honorLabels": True},
+            "serviceMonitor": {"enabled": service_monitor, "honorLabels": True, "additionalLabels": dict(monitor_labels)},
         }
     if name == "amd-metrics-exporter":
         return {
             "nodeSelector": gpu_node_selector(spec),
             "tolerations": tolerations,
-            "serviceMonitor": {"enabled": service_monitor, "honorLabels": True},
+            "serviceMonitor": {"enabled": service_monitor, "honorLabels": True, "labels": dict(monitor_labels)},
         }
     raise KeyError(name)
 

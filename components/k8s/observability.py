@@ -12,7 +12,9 @@ Prometheus alerts.
   Prometheus Operator is installed (``kubernetes.installedAddons: prometheus-operator``) and
   ``observability.alerts`` is true: no ready replica, queue growing, KV cache near full, weight
   sync failed or stalled, startup past its budget, GPU errors. Thresholds come from the sizing
-  (startup budget, sync budgets) and config.
+  (startup budget, sync budgets) and config. ``observability.monitorLabels`` (e.g.
+  ``release: kube-prometheus-stack``) go on it, the PodMonitor and the exporters' ServiceMonitors,
+  so a Prometheus with a label selector picks them up.
 
 Metric names and their sources: ``components/spec/metrics.py``.
 """
@@ -321,7 +323,7 @@ def declare_observability(
             "vllm-alerts",
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
-            metadata=metadata(spec, VLLM_NAME, "alerts"),
+            metadata={**metadata(spec, VLLM_NAME, "alerts"), "labels": {**labels(spec, "alerts"), **spec.config.observability.monitor_labels}},
             spec=prometheus_rule_spec(spec, sizing, multi_node, per_pod_budget_seconds),
             opts=opts,
         )

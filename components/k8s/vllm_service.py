@@ -484,7 +484,7 @@ def declare_vllm(
             "vllm-pod-monitor",
             api_version="monitoring.coreos.com/v1",
             kind="PodMonitor",
-            metadata=metadata(spec, VLLM_NAME, "metrics"),
+            metadata={**metadata(spec, VLLM_NAME, "metrics"), "labels": {**labels(spec, "metrics"), **spec.config.observability.monitor_labels}},
             spec=pod_monitor_spec(spec, command),
             opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
         )

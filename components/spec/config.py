@@ -232,6 +232,9 @@ class ObservabilityConfig(_Raw):
     # Labels of the Prometheus pods the NetworkPolicy admits to the metrics port (the Prometheus
     # Operator labels its pods app.kubernetes.io/name=prometheus).
     prometheus_pod_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}, alias="prometheusPodLabels")
+    # Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by
+    # (kube-prometheus-stack by default: release=<its Helm release name>).
+    monitor_labels: dict[str, str] = Field(default_factory=dict, alias="monitorLabels")
     queue_alert_minutes: StrictInt = Field(10, alias="queueAlertMinutes", ge=1, le=1440)
     kv_cache_alert_fraction: float = Field(0.95, alias="kvCacheAlertFraction", gt=0, le=1)
 
@@ -866,6 +869,10 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
             raise ConfigError(key, ns, f"is only for the aws-eks and kubernetes platforms, not {raw.platform}")
         if not _DNS_LABEL_RE.match(ns):
             raise ConfigError(key, ns, "is not a valid namespace name (lowercase DNS label)")
+    for label_key, label_value in {**obs.monitor_labels, **obs.prometheus_pod_labels}.items():
+        if not re.match(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", label_key) or not _LABEL_VALUE_RE.match(label_value):
+            which = "observability.monitorLabels" if label_key in obs.monitor_labels else "observability.prometheusPodLabels"
+            raise ConfigError(which, {label_key: label_value}, "is not a valid Kubernetes label (key [prefix/]name, value 1-63 of letters, digits, '-', '_', '.')")
     if obs.prometheus_url is not None and not _URL_RE.match(obs.prometheus_url):
         raise ConfigError("observability.prometheusUrl", obs.prometheus_url, "is not an http(s) URL without credentials (e.g. http://prometheus-operated.monitoring.svc:9090)")
     scrapers = "prometheus-operator" in k8s_cfg.installed_addons or obs.prometheus_url is not None
