@@ -335,3 +335,36 @@ def test_scale_up_time_uses_the_time_to_ready_model_where_present():
     expected = time_to_ready(spec, sizing, sync_steps(spec, "mirror-bucket")).scenarios["replaced_node"].total_seconds
     assert plan.scale_up_seconds == int(expected) and plan.scale_up_source.startswith("time-to-ready model")
     assert plan.scale_down_delay_seconds > max(plan.scale_up_seconds, plan.scale_up_bound_seconds)
+
+
+def test_cluster_autoscaler_runs_with_its_pod_identity_on_autoscaled_eks_only():
+    import parliament
+
+    from components.aws.common import resource_prefix
+    from components.aws.node_autoscaler import cluster_autoscaler_policy
+    from components.k8s.addons import addon_values
+    from components.spec.naming import CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+
+    run = autoscaled("b300-prod")
+    spec = run.context.spec
+    cluster = resource_prefix(spec.project, spec.stack)
+    (assoc,) = [r for r in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+                if r.inputs["serviceAccount"] == CLUSTER_AUTOSCALER_SERVICE_ACCOUNT]
+    assert assoc.inputs["namespace"] == CLUSTER_AUTOSCALER_NAMESPACE == "kube-system"
+    (policy,) = [r for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.inputs["name"] == "cluster-autoscaler"]
+    doc = json.loads(policy.inputs["policy"])
+    assert policy.inputs["policy"] == cluster_autoscaler_policy(cluster)
+    (scale,) = [s for s in doc["Statement"] if s["Sid"] == "ScaleOwnNodeGroups"]
+    assert scale["Condition"] == {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster}": "owned"}}
+    assert parliament.analyze_policy_string(policy.inputs["policy"]).findings == []
+    (release,) = [r for r in run.of_type(HELM_RELEASE) if r.name == "addon-cluster-autoscaler"]
+    values = release.inputs["values"]
+    assert values == addon_values(spec, "cluster-autoscaler")
+    assert values["autoDiscovery"]["clusterName"] == cluster and values["awsRegion"] == "us-east-1"
+    assert values["rbac"]["serviceAccount"]["name"] == CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+    from components.spec.versions import EKS_VERSION
+
+    assert values["image"]["tag"].startswith(f"v{EKS_VERSION}.")  # the autoscaler minor matches the cluster
+    # not on stacks without autoscaling, nor on existing clusters (their node autoscaler is theirs)
+    assert not [r for r in plan_for("b300-prod").of_type(HELM_RELEASE) if r.name == "addon-cluster-autoscaler"]
+    assert "cluster-autoscaler" not in plan_for("mi355x").outputs["kubernetesAddons"]

@@ -51,6 +51,7 @@ from components.spec.versions import EKS_VERSION
 
 from . import iam
 from .common import child, tags
+from .node_autoscaler import declare_node_autoscaler_identity
 from .compute import capacity_options, efa_network_interfaces, launched_tag_specifications, metadata_options, root_volume
 from .userdata import ClusterDetails, eks_node_user_data
 
@@ -207,6 +208,7 @@ class EksCluster(pulumi.ComponentResource):
         if args.install_fsx_csi:
             late.append(self._addon(cluster, FSX_CSI_ADDON, depends_on=[system]))
         associations = self._create_pod_identities(cluster, early)
+        associations += declare_node_autoscaler_identity(self, name, args.spec, cluster, args.partition, args.tags, early)
         self.admin_access = self._create_admin_access(cluster)
         self.gpu_node_group_names = pulumi.Output.all(gpu.node_group_name)
         self.kubeconfig = pulumi.Output.secret(

@@ -52,6 +52,9 @@ def scaling_addons(spec: DeploymentSpec) -> list[str]:
     asc, obs = spec.config.autoscaling, spec.config.observability
     if asc.enabled and asc.controller == "keda":
         out.append("keda")
+    if asc.enabled and spec.platform == "aws-eks":
+        # GPU nodes follow the replicas (its Pod Identity role: components/aws/node_autoscaler.py).
+        out.append("cluster-autoscaler")
     if obs.gpu_exporter and (obs.prometheus_namespace or obs.grafana_namespace):
         out.append(gpu_exporter_for(spec.target.gpu.vendor))
     return out
@@ -128,6 +131,24 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
         return {}
     if name == "keda":
         return {}
+    if name == "cluster-autoscaler":
+        from components.aws.common import resource_prefix  # the EKS cluster's name (aws edge)
+        from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+        from components.spec.versions import CLUSTER_AUTOSCALER_IMAGE_TAG
+
+        return {
+            "cloudProvider": "aws",
+            "awsRegion": spec.region,
+            "autoDiscovery": {"clusterName": resource_prefix(spec.project, spec.stack)},
+            "image": {"tag": CLUSTER_AUTOSCALER_IMAGE_TAG},
+            "rbac": {"serviceAccount": {"create": True, "name": CLUSTER_AUTOSCALER_SERVICE_ACCOUNT}},
+            "extraArgs": {
+                # GPU nodes hold their weight copy on local NVMe (hostPath): still removable when empty.
+                "skip-nodes-with-local-storage": False,
+                "balance-similar-node-groups": True,
+                "expander": "least-waste",
+            },
+        }
     service_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
     monitor_labels = spec.config.observability.monitor_labels
     if name == "dcgm-exporter":

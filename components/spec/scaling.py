@@ -178,8 +178,8 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
         )
     elif not reserved:
         notes.append(
-            f"on-demand GPU node group ranges {lo * nodes}..{hi * nodes} nodes: a node autoscaler (cluster-autoscaler, not "
-            "installed by this stack) adds nodes for pending replicas; `pulumi up` never resets the desired size"
+            f"on-demand GPU node group ranges {lo * nodes}..{hi * nodes} nodes: the cluster autoscaler (installed here) adds "
+            "a node for a pending replica and removes an empty one; `pulumi up` never resets the desired size"
         )
     if per_node_sync_seconds(spec, sizing):
         notes.append("a replica on a fresh node copies its weights to the node's NVMe before loading (included in the scale-up time)")

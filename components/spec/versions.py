@@ -105,6 +105,12 @@ HELM_CHARTS: Mapping[str, HelmChart] = MappingProxyType(
             "keda", "2.20.2", "https://kedacore.github.io/charts",
             "keda", "kedacore/charts keda",
         ),
+        # Cluster autoscaler (aws-eks with autoscaling): raises the GPU node group's desired size for
+        # pending replicas. Its minor must match the cluster's (CLUSTER_AUTOSCALER_IMAGE_TAG).
+        "cluster-autoscaler": HelmChart(
+            "cluster-autoscaler", "9.50.0", "https://kubernetes.github.io/autoscaler",
+            "kube-system", "kubernetes/autoscaler charts/cluster-autoscaler",
+        ),
         # NVIDIA GPU metrics (DCGM_FI_DEV_*; etc/default-counters.csv of the exporter release).
         "dcgm-exporter": HelmChart(
             "dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts",
@@ -117,6 +123,9 @@ HELM_CHARTS: Mapping[str, HelmChart] = MappingProxyType(
         ),
     }
 )
+
+# The cluster autoscaler release for EKS_VERSION 1.33 (registry.k8s.io/autoscaling/cluster-autoscaler).
+CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.33.1"
 
 # Cluster software a stack may declare as already installed (kubernetes.installedAddons) without
 # this toolkit installing it: each covers the add-ons listed beside it.
