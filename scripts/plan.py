@@ -209,7 +209,8 @@ def scaling_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "autoscaling",
             f"{sc['min_replicas']}..{sc['max_replicas']} replicas ({sc['controller']}), {sc['gpu_nodes_min']}..{sc['gpu_nodes_max']} GPU nodes; "
-            f"scale-up about {_duration(sc['scale_up_seconds'])}, scale-down after {_duration(sc['scale_down_delay_seconds'])} of low demand",
+            f"scale-up about {_duration(sc['scale_up_seconds'])}, scale-down after {_duration(sc['scale_down_delay_seconds'])} of low demand "
+            "(then one copy per 30 min)",
         ),
         ("cost at min / max", f"{price(sc['usd_per_hour_at_min'])} / {price(sc['usd_per_hour_at_max'])}{saves}"),
         *(("scaling note", note) for note in sc["notes"]),
