@@ -155,7 +155,67 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "outputs": run.outputs,
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
+        **scaling_section(spec, sizing),
     }
+
+
+def scaling_section(spec, sizing) -> dict[str, Any]:
+    """``{"scaling": {...}}`` of an autoscaled stack, else ``{}``: ``min_replicas``,
+    ``max_replicas``, ``initial_replicas``, ``controller``, ``scale_up_seconds`` (+ source, + the
+    budget-based bound),
+    ``scale_down_delay_seconds``, ``gpu_nodes_min``/``gpu_nodes_max``, ``usd_per_hour_at_min``,
+    ``usd_per_hour_at_max`` (None when no price is known), ``price_source``,
+    ``scale_down_saves``, ``notes`` (``components/spec/scaling.py``); with
+    ``autoscaling.controller: hpa`` also ``adapter_rules`` (what prometheus-adapter must serve)."""
+    from components.spec.scaling import scaling_plan
+
+    plan = scaling_plan(spec, sizing)
+    if plan is None:
+        return {}
+    section: dict[str, Any] = {
+        "min_replicas": plan.min_replicas,
+        "max_replicas": plan.max_replicas,
+        "initial_replicas": plan.initial_replicas,
+        "controller": plan.controller,
+        "scale_up_seconds": plan.scale_up_seconds,
+        "scale_up_source": plan.scale_up_source,
+        "scale_up_bound_seconds": plan.scale_up_bound_seconds,
+        "scale_down_delay_seconds": plan.scale_down_delay_seconds,
+        "gpu_nodes_min": plan.node_min,
+        "gpu_nodes_max": plan.node_max,
+        "usd_per_hour_at_min": plan.usd_per_hour_at_min,
+        "usd_per_hour_at_max": plan.usd_per_hour_at_max,
+        "price_source": plan.price_source,
+        "scale_down_saves": plan.scale_down_saves,
+        "notes": list(plan.notes),
+    }
+    if plan.controller == "hpa":
+        from components.k8s.autoscaling import adapter_rules
+
+        section["adapter_rules"] = adapter_rules(spec, plan)
+    return {"scaling": section}
+
+
+def scaling_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """Summary rows of the ``scaling`` section (none when the stack is not autoscaled)."""
+    sc = doc.get("scaling")
+    if not sc:
+        return []
+
+    def price(value: float | None) -> str:
+        return f"USD {value:.2f}/h" if value is not None else "price unknown"
+
+    saves = "" if sc["scale_down_saves"] else " (reserved: scaling down saves nothing)"
+    return [
+        (
+            "autoscaling",
+            f"{sc['min_replicas']}..{sc['max_replicas']} replicas ({sc['controller']}), {sc['gpu_nodes_min']}..{sc['gpu_nodes_max']} GPU nodes; "
+            f"scale-up about {_duration(sc['scale_up_seconds'])}, scale-down after {_duration(sc['scale_down_delay_seconds'])} of low demand "
+            "(then one copy per 30 min)",
+        ),
+        ("cost at min / max", f"{price(sc['usd_per_hour_at_min'])} / {price(sc['usd_per_hour_at_max'])}{saves}"),
+        *(("scaling note", note) for note in sc["notes"]),
+    ]
 
 
 def _expiry_rule(spec) -> str:
@@ -237,7 +297,7 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("first deploy", first),
         ("cost", price),
         ("expires", expires),
-    ]
+    ] + scaling_rows(doc)
 
 
 def render_markdown(doc: dict[str, Any]) -> str:

@@ -46,10 +46,12 @@ from components.spec.naming import (
     TARGET_NODE_LABEL,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
+from components.spec.scaling import gpu_node_group_size
 from components.spec.versions import EKS_VERSION
 
 from . import iam
 from .common import child, tags
+from .node_autoscaler import declare_node_autoscaler_identity
 from .compute import capacity_options, efa_network_interfaces, launched_tag_specifications, metadata_options, root_volume
 from .userdata import ClusterDetails, eks_node_user_data
 
@@ -206,6 +208,7 @@ class EksCluster(pulumi.ComponentResource):
         if args.install_fsx_csi:
             late.append(self._addon(cluster, FSX_CSI_ADDON, depends_on=[system]))
         associations = self._create_pod_identities(cluster, early)
+        associations += declare_node_autoscaler_identity(self, name, args.spec, cluster, args.partition, args.tags, early)
         self.admin_access = self._create_admin_access(cluster)
         self.gpu_node_group_names = pulumi.Output.all(gpu.node_group_name)
         self.kubeconfig = pulumi.Output.secret(
@@ -364,7 +367,6 @@ class EksCluster(pulumi.ComponentResource):
             **extra,
             **capacity_options(spec),
         )
-        nodes = spec.gpu_nodes
         return aws.eks.NodeGroup(
             f"{name}-gpu",
             cluster_name=cluster.name,
@@ -374,7 +376,8 @@ class EksCluster(pulumi.ComponentResource):
             capacity_type=gpu_capacity_type(spec),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
             # min 0: a capacity block ends, or the operator scales to zero between sessions.
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=nodes, max_size=nodes),
+            # autoscaled stacks: min/max follow autoscaling.minReplicas/maxReplicas (spec/scaling.py).
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(**gpu_node_group_size(spec)),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             labels=gpu_node_labels(spec),

@@ -22,6 +22,7 @@ from components.spec.weights import sync_steps
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
 from .storage import FsxVolumeSource, declare_fsx_volume
+from .scaling_edge import declare_scaling_and_observability
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
 from .weight_sync import declare_weight_sync
 
@@ -90,6 +91,7 @@ class KimiWorkloads(pulumi.ComponentResource):
             lws_release=self.addons.get("lws"),
             dra_release=self.addons.get("nvidia-dra-driver"),
         )
+        self.scaling = declare_scaling_and_observability(ctx, self.vllm, self.addons, self.provider, self, prereqs)
         self.namespace = pulumi.Output.from_input(spec.config.kubernetes.namespace)
         self.service_name = pulumi.Output.from_input(VLLM_NAME)
         self.register_outputs({"namespace": self.namespace, "service_name": self.service_name})

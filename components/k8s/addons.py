@@ -37,7 +37,27 @@ def required_addons(spec: DeploymentSpec) -> tuple[str, ...]:
         needed.append("nvidia-dra-driver")
     if spec.nodes_per_copy > 1:
         needed.append("lws")
+    needed += scaling_addons(spec)
     return tuple(needed)
+
+
+def scaling_addons(spec: DeploymentSpec) -> list[str]:
+    """Add-ons of autoscaling and observability (``components/k8s/autoscaling.py``,
+    ``observability.py``): ``keda`` for a KEDA-scaled stack; the GPU vendor's metrics exporter
+    (``dcgm-exporter`` or ``amd-metrics-exporter``) when a Prometheus or Grafana namespace is
+    configured and ``observability.gpuExporter`` is true."""
+    from components.spec.metrics import gpu_exporter_for
+
+    out: list[str] = []
+    asc, obs = spec.config.autoscaling, spec.config.observability
+    if asc.enabled and asc.controller == "keda":
+        out.append("keda")
+    if asc.enabled and spec.platform == "aws-eks":
+        # GPU nodes follow the replicas (its Pod Identity role: components/aws/node_autoscaler.py).
+        out.append("cluster-autoscaler")
+    if obs.gpu_exporter and (obs.prometheus_namespace or obs.grafana_namespace):
+        out.append(gpu_exporter_for(spec.target.gpu.vendor))
+    return out
 
 
 def installed_addons(spec: DeploymentSpec) -> frozenset[str]:
@@ -109,6 +129,41 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
         }
     if name == "lws":
         return {}
+    if name == "keda":
+        return {}
+    if name == "cluster-autoscaler":
+        from components.aws.common import resource_prefix  # the EKS cluster's name (aws edge)
+        from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+        from components.spec.versions import CLUSTER_AUTOSCALER_IMAGE_TAG
+
+        return {
+            "cloudProvider": "aws",
+            "awsRegion": spec.region,
+            "autoDiscovery": {"clusterName": resource_prefix(spec.project, spec.stack)},
+            "image": {"tag": CLUSTER_AUTOSCALER_IMAGE_TAG},
+            "rbac": {"serviceAccount": {"create": True, "name": CLUSTER_AUTOSCALER_SERVICE_ACCOUNT}},
+            "extraArgs": {
+                # GPU nodes hold their weight copy on local NVMe (hostPath): still removable when empty.
+                "skip-nodes-with-local-storage": False,
+                "balance-similar-node-groups": True,
+                "expander": "least-waste",
+            },
+        }
+    service_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
+    monitor_labels = spec.config.observability.monitor_labels
+    if name == "dcgm-exporter":
+        return {
+            "affinity": _gpu_node_affinity(spec),
+            "tolerations": tolerations,
+            # honorLabels keeps the exporter's namespace/pod labels (the pod holding the GPU).
+            "serviceMonitor": {"enabled": service_monitor, "honorLabels": True, "additionalLabels": dict(monitor_labels)},
+        }
+    if name == "amd-metrics-exporter":
+        return {
+            "nodeSelector": gpu_node_selector(spec),
+            "tolerations": tolerations,
+            "serviceMonitor": {"enabled": service_monitor, "honorLabels": True, "labels": dict(monitor_labels)},
+        }
     raise KeyError(name)
 
 

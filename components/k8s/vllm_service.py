@@ -39,6 +39,7 @@ import pulumi_kubernetes as k8s
 
 from components.spec.config import DeploymentSpec
 from components.spec.naming import VLLM_SERVICE_ACCOUNT
+from components.spec.scaling import autoscaling_enabled, max_replicas
 from components.spec.sizing import Sizing
 from components.spec.vllm import VllmCommand, VllmRole
 from components.spec.weights import MARKER_NAME
@@ -122,7 +123,7 @@ def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
     """``(create_seconds, update_seconds)`` for Pulumi's custom timeouts: copies start together
     on create; a rolling update replaces one copy at a time (``maxUnavailable: 1``)."""
     per_pod = per_pod_budget_seconds(sizing)
-    return per_pod, per_pod * spec.replicas
+    return per_pod, per_pod * max_replicas(spec)
 
 
 def startup_probe(port: int, sizing: Sizing) -> dict[str, Any]:
@@ -245,7 +246,10 @@ def pod_template(
 
 def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
     """The ComputeDomain (NVIDIA DRA driver) every GB300 vLLM pod joins through its channel claim."""
-    return {"numNodes": spec.gpu_nodes, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
+    # Autoscaled: the node count changes with the replicas and the spec is immutable, so 0 (the
+    # driver's recommended value with IMEX daemons addressed by DNS name: numNodes only feeds status).
+    num_nodes = 0 if autoscaling_enabled(spec) else spec.gpu_nodes
+    return {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
 
 
 def deployment_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool) -> dict[str, Any]:
@@ -330,7 +334,16 @@ def pdb_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
 
 def network_policy_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
     """Ingress to vLLM pods: the API port from the configured namespaces and CIDRs only; all
-    ports between the pods of a multi-node group (torch.distributed and NCCL)."""
+    ports between the pods of a multi-node group (torch.distributed and NCCL); the scrape of
+    ``/metrics`` from the Prometheus pods of ``observability.prometheusNamespace``.
+
+    vLLM 0.33.0 serves ``/metrics`` on the API port (``entrypoints/serve/instrumentator/metrics.py``
+    mounts it on the API app; the arg parser has no separate metrics port) and a NetworkPolicy
+    cannot filter by path. The narrowest rule: the serving pods' API port only, only from pods
+    labelled ``observability.prometheusPodLabels`` in that namespace (namespace AND pod selector
+    in one peer). The API itself stays closed to them: every ``/v1`` route needs the API key
+    (vLLM's AuthenticationMiddleware), which Prometheus does not have; ``/metrics`` and
+    ``/health`` are the unauthenticated paths it can read."""
     k8s_cfg, net = spec.config.kubernetes, spec.config.network
     peers: list[dict[str, Any]] = []
     if k8s_cfg.allowed_namespaces:
@@ -345,11 +358,25 @@ def network_policy_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str,
     roles = [role_component(r) for r in command.roles]
     if len(command.roles) > 1:
         rules.append({"from": [{"podSelector": _vllm_pods_selector(spec, roles)}]})
+    rules += metrics_scrape_rules(spec, command)
     return {
         "podSelector": _vllm_pods_selector(spec, roles),
         "policyTypes": ["Ingress"],
         "ingress": rules,
     }
+
+
+def metrics_scrape_rules(spec: DeploymentSpec, command: VllmCommand) -> list[dict[str, Any]]:
+    """The NetworkPolicy rule admitting Prometheus to the metrics (API) port, or none when
+    ``observability.prometheusNamespace`` is unset (see ``network_policy_spec``)."""
+    obs = spec.config.observability
+    if not obs.prometheus_namespace:
+        return []
+    peer = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": obs.prometheus_namespace}},
+        "podSelector": {"matchLabels": dict(sorted(obs.prometheus_pod_labels.items()))},
+    }
+    return [{"from": [peer], "ports": [{"protocol": "TCP", "port": command.port}]}]
 
 
 def pod_monitor_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
@@ -358,6 +385,12 @@ def pod_monitor_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, An
         "selector": _vllm_pods_selector(spec, serving_components(command)),
         "podMetricsEndpoints": [{"port": HTTP_PORT_NAME, "path": "/metrics", "interval": "30s"}],
     }
+
+
+def replicas_owned_by_scaler(spec: DeploymentSpec) -> list[str]:
+    """``ignore_changes`` of the workload: ``spec.replicas`` when an autoscaler owns it (the
+    manifest's count is only the first one), else nothing."""
+    return ["spec.replicas"] if autoscaling_enabled(spec) else []
 
 
 def service_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
@@ -410,14 +443,14 @@ def declare_vllm(
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
             spec=leaderworkerset_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor),
-            opts=opts(lws_release, out.get("compute_domain"), custom_timeouts=timeouts),
+            opts=opts(lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     else:
         out["workload"] = k8s.apps.v1.Deployment(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
             spec=deployment_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor),
-            opts=opts(custom_timeouts=timeouts),
+            opts=opts(custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     body, notes = service_spec(spec, command)
     # Pulumi's Service await waits until its endpoints are ready (and a LoadBalancer has an
@@ -451,7 +484,7 @@ def declare_vllm(
             "vllm-pod-monitor",
             api_version="monitoring.coreos.com/v1",
             kind="PodMonitor",
-            metadata=metadata(spec, VLLM_NAME, "metrics"),
+            metadata={**metadata(spec, VLLM_NAME, "metrics"), "labels": {**labels(spec, "metrics"), **spec.config.observability.monitor_labels}},
             spec=pod_monitor_spec(spec, command),
             opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
         )

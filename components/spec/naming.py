@@ -7,6 +7,10 @@ from __future__ import annotations
 WEIGHT_SYNC_SERVICE_ACCOUNT = "kimi-weight-sync"
 MIRROR_PUBLISH_SERVICE_ACCOUNT = "kimi-mirror-publish"
 VLLM_SERVICE_ACCOUNT = "kimi-vllm"
+# The cluster autoscaler's service account (aws-eks with autoscaling): the Helm release creates it,
+# the AWS edge binds its Pod Identity role to it.
+CLUSTER_AUTOSCALER_NAMESPACE = "kube-system"
+CLUSTER_AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 
 # Host path of the instance-store RAID0: EKS AL2023 nodeadm `localStorage: RAID0` mounts it
 # at /mnt/k8s-disks/0 (https://awslabs.github.io/amazon-eks-ami/nodeadm/); the EC2 user data uses the same path.

@@ -100,8 +100,33 @@ HELM_CHARTS: Mapping[str, HelmChart] = MappingProxyType(
             "oci://registry.k8s.io/lws/charts/lws", "0.9.0", None,
             "lws-system", "kubernetes-sigs/lws charts/lws",
         ),
+        # KEDA (keda.sh/v1alpha1 ScaledObject) for replica autoscaling; the chart version is the
+        # KEDA release, matching the CRDs the tests validate against (kedacore/keda v2.20.2).
+        "keda": HelmChart(
+            "keda", "2.20.2", "https://kedacore.github.io/charts",
+            "keda", "kedacore/charts keda",
+        ),
+        # Cluster autoscaler (aws-eks with autoscaling): raises the GPU node group's desired size for
+        # pending replicas. Its minor must match the cluster's (CLUSTER_AUTOSCALER_IMAGE_TAG).
+        "cluster-autoscaler": HelmChart(
+            "cluster-autoscaler", "9.50.0", "https://kubernetes.github.io/autoscaler",
+            "kube-system", "kubernetes/autoscaler charts/cluster-autoscaler",
+        ),
+        # NVIDIA GPU metrics (DCGM_FI_DEV_*; etc/default-counters.csv of the exporter release).
+        "dcgm-exporter": HelmChart(
+            "dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts",
+            "gpu-monitoring", "NVIDIA/dcgm-exporter deployment (chart 4.8.2)",
+        ),
+        # AMD GPU metrics (gpu_gfx_activity, gpu_used_vram, ...; docs/configuration/metricslist.md).
+        "amd-metrics-exporter": HelmChart(
+            "device-metrics-exporter-charts", "v1.5.4", "https://rocm.github.io/device-metrics-exporter",
+            "kube-amd-gpu", "ROCm/device-metrics-exporter helm-charts (docs/installation/kubernetes-helm.md)",
+        ),
     }
 )
+
+# The cluster autoscaler release for EKS_VERSION 1.33 (registry.k8s.io/autoscaling/cluster-autoscaler).
+CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.33.1"
 
 # Cluster software a stack may declare as already installed (kubernetes.installedAddons) without
 # this toolkit installing it: each covers the add-ons listed beside it.
@@ -111,6 +136,8 @@ ADDON_EQUIVALENTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "amd-gpu-operator": ("amd-device-plugin",),
         # Prometheus Operator: its PodMonitor CRD exists, so scraping uses a PodMonitor.
         "prometheus-operator": (),
+        # prometheus-adapter: serves external metrics to an autoscaling/v2 HPA (autoscaling.controller hpa).
+        "prometheus-adapter": (),
     }
 )
 KNOWN_ADDONS: tuple[str, ...] = tuple(HELM_CHARTS) + tuple(ADDON_EQUIVALENTS)

@@ -1,0 +1,330 @@
+"""Observability of the vLLM deployment (``kimi-deploy:observability``): a Grafana dashboard and
+Prometheus alerts.
+
+- Dashboard: ``components/k8s/dashboards/kimi-vllm.json`` (the file is generated from
+  ``dashboard()`` by ``scripts/render_dashboard.py``; a test keeps them equal). With
+  ``observability.grafanaNamespace`` it is declared as a ConfigMap there, labelled
+  ``grafana_dashboard: "1"``, the label the Grafana sidecar of the grafana and
+  kube-prometheus-stack charts watches by default (``sidecar.dashboards.label``). Its variables
+  (data source, namespace, model name) make one file serve every stack and vendor: the GPU panels
+  query both the DCGM and the AMD exporter names and show whichever exists.
+- Alerts: a ``PrometheusRule`` (monitoring.coreos.com/v1) in the workload namespace when the
+  Prometheus Operator is installed (``kubernetes.installedAddons: prometheus-operator``) and
+  ``observability.alerts`` is true: no ready replica, queue growing, KV cache near full, weight
+  sync failed or stalled, startup past its budget, GPU errors. Thresholds come from the sizing
+  (startup budget, sync budgets) and config. ``observability.monitorLabels`` (e.g.
+  ``release: kube-prometheus-stack``) go on it, the PodMonitor and the exporters' ServiceMonitors,
+  so a Prometheus with a label selector picks them up.
+
+Metric names and their sources: ``components/spec/metrics.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.spec import metrics as m
+from components.spec.config import DeploymentSpec
+from components.spec.sizing import Sizing, sync_budget_seconds, sync_expected_seconds
+from components.spec.weights import sync_steps
+
+from .common import VLLM_NAME, labels, metadata
+
+DASHBOARD_PATH = Path(__file__).resolve().parent / "dashboards" / "kimi-vllm.json"
+DASHBOARD_CONFIGMAP = "kimi-vllm-dashboard"
+DASHBOARD_UID = "kimi-vllm"
+# Label (and value) the Grafana dashboard sidecar selects ConfigMaps by (grafana chart default).
+GRAFANA_DASHBOARD_LABEL = ("grafana_dashboard", "1")
+# Weight-sync Job names start with this (components/k8s/weight_sync.py).
+WEIGHT_SYNC_JOB_PREFIX = "kimi-weights-"
+# A sync step is "stalled" when it runs this many times its expected duration.
+SYNC_STALL_FACTOR = 1.5
+KV_CACHE_ALERT_MINUTES = 5
+NO_READY_ALERT_MINUTES = 5
+
+
+# -- alerts ----------------------------------------------------------------------------------------
+
+
+def serving_pod_regex(multi_node: bool) -> str:
+    """Pod names of the serving vLLM pods: LeaderWorkerSet leaders ``kimi-vllm-<group>``;
+    Deployment pods ``kimi-vllm-<replicaset hash>-<suffix>``."""
+    return f"{VLLM_NAME}-[0-9]+" if multi_node else f"{VLLM_NAME}-[a-z0-9]+-[a-z0-9]+"
+
+
+def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_budget_seconds: int) -> list[dict[str, Any]]:
+    """The alerting rules (prometheus-operator ``Rule`` objects) of the deployment.
+
+    ``per_pod_budget_seconds``: creation-to-ready budget of one vLLM pod (image pull + startup
+    budget; ``vllm_service.per_pod_budget_seconds``).
+    """
+    ns = spec.config.kubernetes.namespace
+    obs = spec.config.observability
+    sel = m.vllm_selector(ns, spec.served_model_name)
+    pods = f'namespace="{ns}",pod=~"{serving_pod_regex(multi_node)}"'
+    budget = per_pod_budget_seconds
+    queue_minutes = obs.queue_alert_minutes
+    rules: list[dict[str, Any]] = [
+        {
+            "alert": "KimiVllmNoReadyReplica",
+            "expr": (
+                f"(count({m.KSM_POD_INFO}{{{pods}}}) > 0)"
+                f" unless on() (count({m.KSM_POD_STATUS_READY}{{{pods},condition=\"true\"}} == 1) > 0)"
+                f" unless on() (count((time() - {m.KSM_POD_CREATED}{{{pods}}}) < {budget}) > 0)"
+            ),
+            "for": f"{NO_READY_ALERT_MINUTES}m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": f"No vLLM replica of {spec.stack} is ready and none is still within its {budget} s startup budget",
+                "description": f"Pods exist in namespace {ns} but none serves the model: the endpoint is down.",
+            },
+        },
+        {
+            "alert": "KimiVllmStartupOverBudget",
+            "expr": (
+                f"((time() - {m.KSM_POD_CREATED}{{{pods}}}) > {budget})"
+                f" and on(namespace, pod) ({m.KSM_POD_STATUS_READY}{{{pods},condition=\"false\"}} == 1)"
+            ),
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "vLLM pod {{ $labels.pod }} is not ready " + f"{budget} s after creation (its startup budget)",
+                "description": "The startup probe will restart it; check the weight copy, the load and `kubectl logs`.",
+            },
+        },
+        {
+            "alert": "KimiVllmQueueGrowing",
+            "expr": (
+                f"(sum({m.VLLM_NUM_REQUESTS_WAITING}{{{sel}}}) > 0)"
+                f" and (deriv(sum({m.VLLM_NUM_REQUESTS_WAITING}{{{sel}}})[{queue_minutes}m:1m]) > 0)"
+            ),
+            "for": f"{queue_minutes}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"vLLM request queue of {spec.stack} has grown for {queue_minutes} minutes",
+                "description": "Demand exceeds the serving replicas; a scale-up takes the whole startup budget.",
+            },
+        },
+        {
+            "alert": "KimiVllmKvCacheNearFull",
+            "expr": f"max({m.VLLM_KV_CACHE_USAGE}{{{sel}}}) > {obs.kv_cache_alert_fraction:g}",
+            "for": f"{KV_CACHE_ALERT_MINUTES}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"vLLM KV cache above {obs.kv_cache_alert_fraction:.0%} for {KV_CACHE_ALERT_MINUTES} minutes",
+                "description": "Requests are preempted or queued; add replicas or lower max-model-len.",
+            },
+        },
+        {
+            "alert": "KimiWeightSyncFailed",
+            "expr": f'{m.KSM_JOB_FAILED}{{namespace="{ns}",job_name=~"{WEIGHT_SYNC_JOB_PREFIX}.*"}} > 0',
+            "for": "1m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Weight-sync Job {{ $labels.job_name }} has failed pods",
+                "description": "Replicas wait for the weight-complete marker; `kubectl logs job/{{ $labels.job_name }}`.",
+            },
+        },
+    ]
+    steps = sync_steps(spec, "mirror-bucket" if spec.config.storage.mirror.enabled else None)
+    for step in steps:
+        stall = int(SYNC_STALL_FACTOR * sync_expected_seconds(spec, sizing, step))
+        jobs = f'namespace="{ns}",job_name=~"{WEIGHT_SYNC_JOB_PREFIX}{step.name}-.*"'
+        rules.append({
+            "alert": "KimiWeightSyncStalled",
+            "expr": (
+                f"((time() - {m.KSM_JOB_START_TIME}{{{jobs}}}) > {stall})"
+                f" and on(namespace, job_name) ({m.KSM_JOB_ACTIVE}{{{jobs}}} > 0)"
+            ),
+            "labels": {"severity": "warning", "step": step.name},
+            "annotations": {
+                "summary": f"Weight sync {step.name} is still running after {stall} s "
+                f"({SYNC_STALL_FACTOR:g}x its expected time; the Job gives up at {sync_budget_seconds(spec, sizing, step)} s)",
+                "description": "Check the source's throughput and the Job's progress log.",
+            },
+        })
+    if spec.target.gpu.vendor == "amd":
+        gpu_rule = {
+            "alert": "KimiGpuUncorrectableEcc",
+            "expr": f"delta({m.AMD_ECC_UNCORRECTABLE}[10m]) > 0",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "AMD GPU uncorrectable ECC errors (device metrics exporter)",
+                "description": "A GPU of the cluster reported uncorrectable ECC errors in the last 10 minutes; drain its node.",
+            },
+        }
+    else:
+        gpu_rule = {
+            "alert": "KimiGpuXidError",
+            "expr": f'{m.DCGM_XID_ERRORS}{{namespace="{ns}"}} > 0',
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "NVIDIA XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.Hostname }} (DCGM exporter)",
+                "description": "An XID error hit a GPU serving the model; see the NVIDIA XID catalog before restarting.",
+            },
+        }
+    rules.append(gpu_rule)
+    return rules
+
+
+def prometheus_rule_spec(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_budget_seconds: int) -> dict[str, Any]:
+    """The PrometheusRule ``spec``: one group of the deployment's alerts."""
+    return {"groups": [{"name": f"kimi-vllm-{spec.stack}", "rules": alert_rules(spec, sizing, multi_node, per_pod_budget_seconds)}]}
+
+
+# -- dashboard -------------------------------------------------------------------------------------
+
+_SEL = 'namespace="$namespace",model_name="$model_name"'
+
+
+def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
+    return {"datasource": {"type": "prometheus", "uid": "${datasource}"}, "expr": expr, "legendFormat": legend, "refId": ref}
+
+
+def _panel(pid: int, title: str, kind: str, grid: tuple[int, int, int, int], unit: str, targets: list[tuple[str, str]]) -> dict[str, Any]:
+    x, y, w, h = grid
+    return {
+        "id": pid,
+        "title": title,
+        "type": kind,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "targets": [_target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(targets)],
+    }
+
+
+def _quantiles(metric: str) -> list[tuple[str, str]]:
+    return [
+        (f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{_SEL}}}[5m])))", f"p{int(q * 100)}")
+        for q in (0.5, 0.9, 0.99)
+    ]
+
+
+def dashboard() -> dict[str, Any]:
+    """The Grafana dashboard (JSON model, schemaVersion 39) of a vLLM deployment."""
+    panels = [
+        _panel(1, "Serving replicas", "stat", (0, 0, 4, 4), "none", [(f"count({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "replicas")]),
+        _panel(2, "Requests waiting", "stat", (4, 0, 4, 4), "none", [(f"sum({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting")]),
+        _panel(3, "Requests running", "stat", (8, 0, 4, 4), "none", [(f"sum({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "running")]),
+        _panel(4, "KV cache usage (max)", "stat", (12, 0, 4, 4), "percentunit", [(f"max({m.VLLM_KV_CACHE_USAGE}{{{_SEL}}})", "kv")]),
+        _panel(5, "Generation tokens/s", "stat", (16, 0, 4, 4), "none", [(f"sum(rate({m.VLLM_GENERATION_TOKENS}_total{{{_SEL}}}[5m]))", "tokens/s")]),
+        _panel(6, "Requests/s", "stat", (20, 0, 4, 4), "reqps", [(f"sum(rate({m.VLLM_REQUEST_SUCCESS}_total{{{_SEL}}}[5m]))", "requests/s")]),
+        _panel(7, "Time to first token", "timeseries", (0, 4, 12, 8), "s", _quantiles(m.VLLM_TTFT)),
+        _panel(8, "Inter-token latency", "timeseries", (12, 4, 12, 8), "s", _quantiles(m.VLLM_ITL)),
+        _panel(9, "Throughput (tokens/s)", "timeseries", (0, 12, 12, 8), "none", [
+            (f"sum(rate({m.VLLM_PROMPT_TOKENS}_total{{{_SEL}}}[5m]))", "prompt"),
+            (f"sum(rate({m.VLLM_GENERATION_TOKENS}_total{{{_SEL}}}[5m]))", "generation"),
+        ]),
+        _panel(10, "Queue depth", "timeseries", (12, 12, 12, 8), "none", [
+            (f"sum({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting"),
+            (f"sum(rate({m.VLLM_NUM_PREEMPTIONS}_total{{{_SEL}}}[5m]))", "preemptions/s"),
+        ]),
+        _panel(11, "Running and waiting per replica", "timeseries", (0, 20, 12, 8), "none", [
+            (f"sum by (pod) ({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "running {{pod}}"),
+            (f"sum by (pod) ({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting {{pod}}"),
+        ]),
+        _panel(12, "KV cache usage per replica", "timeseries", (12, 20, 12, 8), "percentunit", [
+            (f"max by (pod) ({m.VLLM_KV_CACHE_USAGE}{{{_SEL}}})", "{{pod}}"),
+        ]),
+        _panel(13, "GPU utilisation", "timeseries", (0, 28, 12, 8), "percent", [
+            (f'avg by (Hostname) ({m.DCGM_GPU_UTIL}{{namespace="$namespace"}})', "NVIDIA {{Hostname}}"),
+            (f"avg by (hostname) ({m.AMD_GFX_ACTIVITY})", "AMD {{hostname}}"),
+        ]),
+        _panel(14, "GPU memory used", "timeseries", (12, 28, 12, 8), "bytes", [
+            (f'sum by (Hostname) ({m.DCGM_FB_USED}{{namespace="$namespace"}}) * 1048576', "NVIDIA {{Hostname}}"),
+            (f"sum by (hostname) ({m.AMD_USED_VRAM}) * 1000000", "AMD {{hostname}}"),
+        ]),
+    ]
+    variables = [
+        {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus", "hide": 0},
+        {
+            "name": "namespace", "label": "Namespace", "type": "query", "hide": 0, "refresh": 2,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "query": {"query": f"label_values({m.VLLM_NUM_REQUESTS_RUNNING}, namespace)", "refId": "namespace"},
+            "definition": f"label_values({m.VLLM_NUM_REQUESTS_RUNNING}, namespace)",
+        },
+        {
+            "name": "model_name", "label": "Served model", "type": "query", "hide": 0, "refresh": 2,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "query": {"query": f'label_values({m.VLLM_NUM_REQUESTS_RUNNING}{{namespace="$namespace"}}, model_name)', "refId": "model_name"},
+            "definition": f'label_values({m.VLLM_NUM_REQUESTS_RUNNING}{{namespace="$namespace"}}, model_name)',
+        },
+    ]
+    return {
+        "uid": DASHBOARD_UID,
+        "title": "Kimi K3.1 Pro on vLLM",
+        "description": "kimi-deploy: latency, throughput, queue, KV cache, replicas and GPUs of one deployment.",
+        "tags": ["kimi-deploy", "vllm"],
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "templating": {"list": variables},
+        "panels": panels,
+    }
+
+
+def dashboard_text() -> str:
+    """The dashboard as the committed file holds it (2-space JSON, trailing newline)."""
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+def dashboard_expressions(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(panel title, expr)`` of every query in a dashboard document."""
+    return [(p["title"], t["expr"]) for p in doc["panels"] for t in p.get("targets", [])]
+
+
+def substitute_variables(expr: str) -> str:
+    """An expression with the dashboard variables replaced by sample values (for parsing)."""
+    return expr.replace("$namespace", "kimi").replace("$model_name", "kimi-k3.1-pro")
+
+
+# -- resources ------------------------------------------------------------------------------------
+
+
+def alerts_enabled(spec: DeploymentSpec) -> bool:
+    """Whether a PrometheusRule is declared: alerts on and the Prometheus Operator installed."""
+    return spec.config.observability.alerts and "prometheus-operator" in spec.config.kubernetes.installed_addons
+
+
+def declare_observability(
+    spec: DeploymentSpec,
+    sizing: Sizing,
+    multi_node: bool,
+    per_pod_budget_seconds: int,
+    provider: k8s.Provider,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource],
+) -> dict[str, pulumi.Resource]:
+    """Declare the dashboard ConfigMap (with ``observability.grafanaNamespace``) and the
+    PrometheusRule (``alerts_enabled``). Returns role -> resource."""
+    out: dict[str, pulumi.Resource] = {}
+    opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on)
+    grafana_ns = spec.config.observability.grafana_namespace
+    if grafana_ns:
+        meta = metadata(spec, DASHBOARD_CONFIGMAP, "dashboard")
+        meta["namespace"] = grafana_ns
+        meta["labels"] = {**labels(spec, "dashboard"), GRAFANA_DASHBOARD_LABEL[0]: GRAFANA_DASHBOARD_LABEL[1]}
+        out["dashboard"] = k8s.core.v1.ConfigMap(
+            "vllm-dashboard",
+            metadata=meta,
+            data={DASHBOARD_PATH.name: DASHBOARD_PATH.read_text()},
+            opts=opts,
+        )
+    if alerts_enabled(spec):
+        out["alerts"] = k8s.apiextensions.CustomResource(
+            "vllm-alerts",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata={**metadata(spec, VLLM_NAME, "alerts"), "labels": {**labels(spec, "alerts"), **spec.config.observability.monitor_labels}},
+            spec=prometheus_rule_spec(spec, sizing, multi_node, per_pod_budget_seconds),
+            opts=opts,
+        )
+    return out

@@ -1,0 +1,38 @@
+"""Wiring of autoscaling and observability into the workloads component (one call from
+``KimiWorkloads``), so the component's constructor gains one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.spec.scaling import scaling_plan
+
+from .autoscaling import declare_autoscaling
+from .observability import declare_observability
+from .vllm_service import per_pod_budget_seconds
+
+
+def declare_scaling_and_observability(
+    ctx: Any,
+    vllm: dict[str, pulumi.Resource],
+    addons: dict[str, pulumi.Resource],
+    provider: k8s.Provider,
+    parent: pulumi.Resource,
+    prereqs: list[pulumi.Resource],
+) -> dict[str, pulumi.Resource]:
+    """Declare the ScaledObject/HPA (``autoscaling.enabled``), the dashboard ConfigMap and the
+    PrometheusRule. Returns role -> resource (``autoscaler``, ``dashboard``, ``alerts``)."""
+    spec, sizing = ctx.spec, ctx.sizing
+    multi_node = len(ctx.vllm.roles) > 1
+    out: dict[str, pulumi.Resource] = {}
+    plan = scaling_plan(spec, sizing)
+    if plan is not None:
+        deps = [vllm["workload"], *([addons["keda"]] if "keda" in addons else [])]
+        out["autoscaler"] = declare_autoscaling(spec, sizing, plan, multi_node, provider, parent, deps)
+    out.update(
+        declare_observability(spec, sizing, multi_node, per_pod_budget_seconds(sizing), provider, parent, list(prereqs))
+    )
+    return out

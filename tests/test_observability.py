@@ -1,0 +1,291 @@
+"""Observability (issue 15): every PromQL expression the stack ships (scaler queries, alerts,
+dashboard) parses with a real PromQL parser (promql-parser, the Rust parser's Python binding) and
+names only series the pinned vLLM (its loggers.py, read from the installed wheel), the pinned GPU
+exporters or kube-state-metrics export; each alert reads at least one of them; the dashboard file
+is what the code builds and its ConfigMap is labelled for the Grafana sidecar; the NetworkPolicy
+admits the Prometheus pods to the metrics port only; the GPU exporters are pinned add-ons."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import promql_parser
+import pytest
+
+from components.k8s import observability as obs
+from components.k8s.addons import addon_values, addons_to_install
+from components.spec import metrics as m
+from components.spec.config import load_stack, read_stack_config
+from components.spec.versions import HELM_CHARTS, VLLM_VERSION
+from tests.conftest import FIXED_NOW, plan_for
+from tests.test_autoscaling import autoscaled
+from tests.test_k8s_schemas import validate_against_crd, validate_core
+from tests.test_k8s_workloads import HELM_RELEASE, of_kind, one
+from tests.vllm_contract import require_vllm_python
+
+REQUIRED_ALERTS = {
+    "KimiVllmNoReadyReplica", "KimiVllmStartupOverBudget", "KimiVllmQueueGrowing", "KimiVllmKvCacheNearFull",
+    "KimiWeightSyncFailed", "KimiWeightSyncStalled",
+}
+
+
+def vllm_package() -> Path:
+    """site-packages/vllm of the pinned engine's venv (skips where it is not installed)."""
+    python = require_vllm_python()
+    found = sorted(python.resolve().parent.parent.glob("lib/python3*/site-packages/vllm")) or sorted(
+        Path(python).parent.parent.glob("lib/python3*/site-packages/vllm")
+    )
+    if not found:
+        pytest.skip(f"no vllm package next to {python}")
+    return found[0]
+
+
+def engine_metric_names() -> set[str]:
+    """Metric names the pinned vLLM registers (``name="vllm:..."`` in v1/metrics/loggers.py)."""
+    text = (vllm_package() / "v1" / "metrics" / "loggers.py").read_text()
+    return set(re.findall(r'name="(vllm:[a-z0-9_]+)"', text))
+
+
+def selectors(expr: str) -> list[str]:
+    """Series names of every vector selector in ``expr`` (parsed; raises ValueError if invalid)."""
+    names: list[str] = []
+    promql_parser.walk(promql_parser.parse(expr), lambda n: names.append(n.name) if isinstance(n, promql_parser.VectorSelector) and n.name else None)
+    return names
+
+
+def all_alerts(run) -> list[dict]:
+    return [r for g in one(run, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+
+
+# -- the metric registry -------------------------------------------------------------------------
+
+
+def test_pinned_vllm_registers_every_engine_metric_we_read():
+    registered = engine_metric_names()
+    assert len(registered) > 30  # the regex reads the real file
+    missing = set(m.VLLM_METRICS) - registered
+    assert not missing, f"vLLM {VLLM_VERSION} does not register {sorted(missing)}"
+
+
+def test_vllm_serves_metrics_on_the_api_port_without_a_metrics_port_option():
+    pkg = vllm_package()
+    mount = (pkg / "entrypoints" / "serve" / "instrumentator" / "metrics.py").read_text()
+    assert 'Mount("/metrics", make_asgi_app(' in mount  # mounted on the API app itself
+    cli = "".join(p.read_text() for p in (pkg / "entrypoints").rglob("cli_args.py"))
+    assert not re.search(r"metrics[-_]port", cli), "vLLM now has a metrics port option: give /metrics its own port in the NetworkPolicy"
+
+
+def test_registry_check_can_fail():
+    with pytest.raises(ValueError):
+        selectors("sum(rate(vllm:generation_tokens_total[5m])")  # unbalanced
+    assert "vllm:generation_tokens_totl" not in m.known_series_names()
+    assert selectors('max(vllm:kv_cache_usage_perc{namespace="kimi"}) > 0.9') == ["vllm:kv_cache_usage_perc"]
+
+
+# -- alerts ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["mi355x", "gb300"])
+def test_prometheus_rule_validates_and_has_every_alert(name):
+    extra = {}
+    if name == "gb300":
+        extra = {"kimi-deploy:kubernetes": {**read_stack_config("gb300")["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}}
+    run = autoscaled(name, extra)
+    rule = one(run, "PrometheusRule")
+    validate_against_crd(rule)
+    alerts = {a["alert"] for a in all_alerts(run)}
+    gpu_alert = "KimiGpuUncorrectableEcc" if name == "mi355x" else "KimiGpuXidError"
+    assert REQUIRED_ALERTS | {gpu_alert} == alerts
+
+
+@pytest.mark.parametrize("name", ["mi355x", "gb300"])
+def test_every_alert_parses_and_reads_only_exported_metrics(name):
+    extra = {"kimi-deploy:kubernetes": {**read_stack_config(name)["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}}
+    run = autoscaled(name, extra)
+    known = m.known_series_names()
+    engine = engine_metric_names()
+    vendor_metrics = m.GPU_EXPORTER_METRICS[m.gpu_exporter_for(run.context.spec.target.gpu.vendor)]
+    for alert in all_alerts(run):
+        names = selectors(alert["expr"])
+        assert names, f"{alert['alert']} reads no metric"
+        unknown = [n for n in names if n not in known]
+        assert not unknown, f"{alert['alert']}: {unknown} are not exported by vLLM, the GPU exporter or kube-state-metrics"
+        for n in names:
+            if n.startswith("vllm:"):
+                base = re.sub(r"_(total|bucket|sum|count|created)$", "", n)
+                assert n in engine or base in engine, f"{alert['alert']}: {n} not registered by vLLM {VLLM_VERSION}"
+            if n.startswith(("DCGM_", "gpu_")):
+                assert n in vendor_metrics, f"{alert['alert']}: {n} is another vendor's metric"
+        assert alert["labels"]["severity"] in ("warning", "critical") and alert["annotations"]["summary"]
+
+
+def test_alert_thresholds_follow_the_sizing_and_config():
+    run = plan_for("mi355x")
+    sizing = run.context.sizing
+    from components.k8s.vllm_service import per_pod_budget_seconds
+
+    budget = per_pod_budget_seconds(sizing)
+    alerts = {a["alert"]: a for a in all_alerts(run)}
+    assert f"< {budget})" in alerts["KimiVllmNoReadyReplica"]["expr"] and f"> {budget})" in alerts["KimiVllmStartupOverBudget"]["expr"]
+    assert alerts["KimiVllmQueueGrowing"]["for"] == "10m" and "[10m:1m]" in alerts["KimiVllmQueueGrowing"]["expr"]
+    assert alerts["KimiVllmKvCacheNearFull"]["expr"].endswith("> 0.95")
+    assert 'pod=~"kimi-vllm-[a-z0-9]+-[a-z0-9]+"' in alerts["KimiVllmNoReadyReplica"]["expr"]
+    assert 'job_name=~"kimi-weights-node-copy-.*"' in alerts["KimiWeightSyncStalled"]["expr"]
+    changed = plan_for("mi355x", overrides={"kimi-deploy:observability": {
+        **read_stack_config("mi355x")["kimi-deploy:observability"], "queueAlertMinutes": 30, "kvCacheAlertFraction": 0.9}})
+    alerts = {a["alert"]: a for a in all_alerts(changed)}
+    assert alerts["KimiVllmQueueGrowing"]["for"] == "30m" and alerts["KimiVllmKvCacheNearFull"]["expr"].endswith("> 0.9")
+
+
+def test_lws_alerts_select_the_leader_pods():
+    extra = {"kimi-deploy:kubernetes": {**read_stack_config("gb300")["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}}
+    alerts = {a["alert"]: a for a in all_alerts(autoscaled("gb300", extra))}
+    assert 'pod=~"kimi-vllm-[0-9]+"' in alerts["KimiVllmNoReadyReplica"]["expr"]
+    assert re.fullmatch(obs.serving_pod_regex(True), "kimi-vllm-0") and not re.fullmatch(obs.serving_pod_regex(True), "kimi-vllm-0-1")
+    assert re.fullmatch(obs.serving_pod_regex(False), "kimi-vllm-7d9f8c6b5-x2k4q")
+
+
+def test_no_prometheus_rule_without_the_operator_or_with_alerts_off():
+    assert not of_kind(plan_for("b300-prod"), "PrometheusRule")
+    off = plan_for("mi355x", overrides={"kimi-deploy:observability": {**read_stack_config("mi355x")["kimi-deploy:observability"], "alerts": False}})
+    assert not of_kind(off, "PrometheusRule")
+
+
+# -- scaler queries --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["b300-prod", "gb300", "mi355x"])
+def test_scaler_queries_parse_and_read_the_engine_metrics(name):
+    engine = engine_metric_names()
+    for trig in one(autoscaled(name), "ScaledObject")["spec"]["triggers"]:
+        if trig["type"] != "prometheus":
+            continue
+        names = selectors(trig["metadata"]["query"])
+        assert names and set(names) <= engine, f"{trig['name']}: {names}"
+
+
+# -- dashboard ------------------------------------------------------------------------------------
+
+
+def test_dashboard_file_is_what_the_code_builds():
+    assert obs.DASHBOARD_PATH.read_text() == obs.dashboard_text()
+    from scripts.render_dashboard import SVG_PATH, layout_svg, main
+
+    assert SVG_PATH.read_text() == layout_svg(obs.dashboard())
+    assert main(["--check"]) == 0
+
+
+def test_dashboard_panels_cover_the_issue_and_every_query_parses():
+    doc = json.loads(obs.DASHBOARD_PATH.read_text())
+    titles = {p["title"] for p in doc["panels"]}
+    for wanted in ("Time to first token", "Inter-token latency", "Throughput (tokens/s)", "Queue depth", "KV cache usage per replica",
+                   "Running and waiting per replica", "GPU utilisation", "GPU memory used"):
+        assert wanted in titles
+    known = m.known_series_names()
+    engine = engine_metric_names()
+    seen: set[str] = set()
+    for title, expr in obs.dashboard_expressions(doc):
+        names = selectors(obs.substitute_variables(expr))
+        assert names and set(names) <= known, f"{title}: {names}"
+        seen.update(names)
+        for n in names:
+            if n.startswith("vllm:"):
+                assert re.sub(r"_(total|bucket|sum|count)$", "", n) in engine, f"{title}: {n}"
+    # both vendors' GPU metrics, so one file serves B300/GB300 and MI355X
+    assert {m.DCGM_GPU_UTIL, m.DCGM_FB_USED, m.AMD_GFX_ACTIVITY, m.AMD_USED_VRAM} <= seen
+
+
+def test_dashboard_panels_do_not_overlap():
+    cells: dict[tuple[int, int], str] = {}
+    for p in obs.dashboard()["panels"]:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells.get((x, y))}"
+                cells[(x, y)] = p["title"]
+
+
+def test_dashboard_configmap_for_the_grafana_sidecar():
+    run = plan_for("mi355x")
+    (cm,) = [c for c in of_kind(run, "ConfigMap") if c["metadata"]["name"] == obs.DASHBOARD_CONFIGMAP]
+    validate_core(cm)
+    assert cm["metadata"]["namespace"] == "monitoring" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["kimi-vllm.json"]) == obs.dashboard()
+    assert not [c for c in of_kind(plan_for("b300-prod"), "ConfigMap") if c["metadata"]["name"] == obs.DASHBOARD_CONFIGMAP]
+
+
+# -- NetworkPolicy --------------------------------------------------------------------------------
+
+
+def test_network_policy_admits_prometheus_pods_to_the_metrics_port_only():
+    run = plan_for("mi355x")
+    policy = one(run, "NetworkPolicy")
+    validate_core(policy)
+    scrape = [r for r in policy["spec"]["ingress"] if any("podSelector" in p and "namespaceSelector" in p for p in r["from"])]
+    assert scrape == [{
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}],
+        "ports": [{"protocol": "TCP", "port": 8000}],
+    }]
+    # the client rule is unchanged: monitoring is not a client namespace
+    client = [r for r in policy["spec"]["ingress"] if r not in scrape]
+    assert all("monitoring" not in json.dumps(r) for r in client)
+
+
+def test_network_policy_has_no_scrape_rule_without_a_prometheus_namespace():
+    policy = one(plan_for("b300-prod"), "NetworkPolicy")
+    assert not [r for r in policy["spec"]["ingress"] if any("podSelector" in p and "namespaceSelector" in p for p in r["from"])]
+
+
+def test_plan_warns_when_a_configured_scraper_would_be_blocked():
+    from components.spec.config import namespace_config, parse_spec
+
+    full = dict(read_stack_config("mi355x"))
+    full["kimi-deploy:observability"] = {"grafanaNamespace": "monitoring", "prometheusUrl": "http://prom.monitoring.svc:9090"}
+    ns, secrets = namespace_config(full)
+    spec = parse_spec(ns, stack="mi355x", now=FIXED_NOW, secrets_set=secrets)
+    assert any("NetworkPolicy blocks its scrape" in w for w in spec.warnings)
+    assert not any("NetworkPolicy blocks" in w for w in load_stack("mi355x", now=FIXED_NOW).warnings)
+
+
+# -- GPU exporters ----------------------------------------------------------------------------------
+
+
+def test_gpu_exporters_are_pinned_addons_of_the_vendor_unless_installed():
+    run = plan_for("mi355x")
+    releases = {r.name.removeprefix("addon-"): r.inputs for r in run.of_type(HELM_RELEASE)}
+    chart = HELM_CHARTS["amd-metrics-exporter"]
+    assert releases["amd-metrics-exporter"]["chart"] == chart.chart and releases["amd-metrics-exporter"]["version"] == chart.version
+    values = releases["amd-metrics-exporter"]["values"]
+    assert values["serviceMonitor"] == {"enabled": True, "honorLabels": True, "labels": {}}
+    assert values["nodeSelector"]["amd.com/gpu.product-name"] == "AMD_Instinct_MI355X"
+    nvidia = autoscaled("gb300")
+    assert "dcgm-exporter" in nvidia.outputs["kubernetesAddons"]
+    dcgm = addon_values(nvidia.context.spec, "dcgm-exporter")
+    assert dcgm["serviceMonitor"] == {"enabled": False, "honorLabels": True, "additionalLabels": {}}  # no Prometheus Operator on gb300
+    installed = plan_for("mi355x", overrides={"kimi-deploy:kubernetes": {
+        **read_stack_config("mi355x")["kimi-deploy:kubernetes"], "installedAddons": ["amd-gpu-operator", "prometheus-operator", "amd-metrics-exporter", "keda"]}})
+    assert addons_to_install(installed.context.spec) == ()
+    assert HELM_CHARTS["keda"].version == "2.20.2"  # matches the CRDs the ScaledObject is validated against
+
+
+def test_monitor_labels_reach_every_object_a_prometheus_selects():
+    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube-prometheus-stack"}}
+    run = plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
+    for kind in ("PodMonitor", "PrometheusRule"):
+        doc = one(run, kind)
+        assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        validate_against_crd(doc)
+    assert addon_values(run.context.spec, "amd-metrics-exporter")["serviceMonitor"]["labels"] == {"release": "kube-prometheus-stack"}
+    assert "release" not in one(plan_for("mi355x"), "PodMonitor")["metadata"]["labels"]
+
+
+def test_bad_monitor_label_is_a_config_error():
+    from components.spec.config import ConfigError
+
+    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube prometheus"}}
+    with pytest.raises(ConfigError, match=r"observability.monitorLabels: \{'release': 'kube prometheus'\} is not a valid Kubernetes label"):
+        plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
