@@ -9,6 +9,7 @@ are recorded as ``"[secret]"``; a secret's value found in a plain input is repor
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -120,6 +121,16 @@ def _walk_strings(value: Any, path: str = ""):
 OutputFn = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
+def stable_digits(text: str, digits: int = 8) -> str:
+    """``digits`` decimal digits derived from ``text`` by sha256: the same on every run.
+
+    Python's ``hash()`` of a string is salted per process (``PYTHONHASHSEED``), so a mock value
+    built from it changed between two plans of the same stack and every plan diff showed a false
+    change (a replaced FSx PersistentVolume). Mock values use this instead.
+    """
+    return str(int(hashlib.sha256(text.encode()).hexdigest(), 16) % 10**digits).zfill(digits)
+
+
 def _arn(service: str, kind: str) -> OutputFn:
     return lambda name, inputs: {"arn": f"arn:aws:{service}::{MOCK_ACCOUNT_ID}:{kind}/{name}"}
 
@@ -142,7 +153,7 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
         "vpcConfig": {**(i.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{name}-cluster"},
     },
     "aws:fsx/lustreFileSystem:LustreFileSystem": lambda name, i: {
-        "dnsName": f"fs-{abs(hash(name)) % 10**8:08d}.fsx.us-east-1.amazonaws.com",
+        "dnsName": f"fs-{stable_digits(name)}.fsx.us-east-1.amazonaws.com",
         "mountName": "abcdefgh",
         "arn": f"arn:aws:fsx:us-east-1:{MOCK_ACCOUNT_ID}:file-system/fs-{name}",
     },
