@@ -21,6 +21,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime.sync_await import _sync_await
 
 from components.spec.config import NAMESPACE, SECRET_KEYS
+from components.spec.config_reader import cli_config_strings
 
 SECRET_MASK = "[secret]"
 # Value given to secrets a stack does not set, so the plan renders; obviously not a real one.
@@ -235,23 +236,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 
 def pulumi_config_strings(stack_config: Mapping[str, Any]) -> dict[str, str]:
-    """Stack-file config values as the strings Pulumi hands a program (objects as JSON)."""
-
-    def default(obj: Any) -> Any:
-        if isinstance(obj, (_dt.datetime, _dt.date)):
-            text = obj.isoformat()
-            return text.replace("+00:00", "Z")
-        raise TypeError(f"cannot serialize {type(obj).__name__}")
-
-    out: dict[str, str] = {}
-    for key, value in stack_config.items():
-        if isinstance(value, str):
-            out[key] = value
-        elif isinstance(value, (_dt.datetime, _dt.date)):
-            out[key] = default(value)
-        else:
-            out[key] = json.dumps(value, default=default)
-    return out
+    """Stack-file config values as the strings the Pulumi CLI hands a program
+    (``config_reader.cli_config_strings``: top-level scalars as text, objects as JSON)."""
+    return cli_config_strings(stack_config)
 
 
 def run_program(

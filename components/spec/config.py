@@ -37,6 +37,8 @@ _RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
 # An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
 _IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
 _AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+# AWS region names: us-east-1, ap-southeast-2, us-gov-west-1, cn-north-1, eusc-de-east-1.
+_REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes label values (also valid AWS tag values): the owner is both.
@@ -78,7 +80,9 @@ class ConfigError(ValueError):
 
 
 class _Raw(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True)
+    # No coercion of numbers to strings: `revision: 1234` is an error, not "1234" (the engine hands
+    # top-level values as strings already; config_reader decodes them by type).
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class ModelConfig(_Raw):
@@ -382,13 +386,36 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
             break
     kind = first["type"]
     if kind == "extra_forbidden":
-        return ConfigError(key, value, "is not a known key (check the spelling; see README 'Configuration')")
+        from .config_reader import did_you_mean
+
+        siblings = _model_keys_at(loc[:-1])
+        hint = did_you_mean(str(loc[-1]), siblings) or (f" (keys: {', '.join(siblings)})" if siblings else "")
+        return ConfigError(key, value, "is not a known key" + hint)
+    if kind == "string_type" and isinstance(value, (int, float)):
+        what = "a boolean" if isinstance(value, bool) else "a number"
+        return ConfigError(key, value, f"is {what}, not a string: quote it in the stack file ('{value}')")
     if kind == "missing":
         return ConfigError(key, None, "is required")
     if kind == "literal_error":
         expected = first.get("ctx", {}).get("expected", "")
         return ConfigError(key, value, f"is not allowed (allowed: {expected})")
     return ConfigError(key, value, f"is not valid: {first['msg'].lower()}")
+
+
+def _model_keys_at(loc: tuple[Any, ...]) -> list[str]:
+    """Config keys (aliases) of the model at pydantic location ``loc`` in ``RawConfig``, sorted."""
+    model: Any = RawConfig
+    for part in loc:
+        info = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None) if isinstance(part, str) else None
+        if info is None:
+            if isinstance(part, int):
+                continue
+            return []
+        candidates = [info.annotation, *getattr(info.annotation, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return sorted(f.alias or n for n, f in model.model_fields.items() if n != "region" or model is not RawConfig)
 
 
 def _check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
@@ -493,6 +520,9 @@ def parse_spec(
             "compute.replicas", raw.compute.replicas, "must be 1 on aws-ec2 (one instance serves one copy; use aws-eks for more copies)"
         )
     region = raw.region
+    if region is not None and not _REGION_RE.match(region):
+        # Checked on every platform and target, with or without offering facts (preflight asks AWS).
+        raise ConfigError("aws:region", region, "is not an AWS region name (e.g. us-east-1)")
     if is_aws and not region:
         raise ConfigError("aws:region", None, "is required for AWS platforms (pulumi config set aws:region us-east-1)")
     if is_aws and instance.cloud != "aws":
@@ -514,6 +544,10 @@ def parse_spec(
             raise ConfigError(
                 "compute.availabilityZone", az, f"does not offer {instance_type} (allowed: {', '.join(offered)})"
             )
+    if cap.availability_zone is not None and not _AZ_RE.match(cap.availability_zone):
+        raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, "is not an availability zone name (e.g. us-east-1a)")
+    if is_aws and cap.availability_zone and region and not cap.availability_zone.startswith(region):
+        raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, f"is not in region {region}")
     if cap.type in ("odcr", "capacity-block"):
         if not is_aws:
             raise ConfigError("compute.capacity.type", cap.type, "needs an AWS platform (aws-ec2, aws-eks)")
@@ -858,40 +892,47 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     path = stacks_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackFileError("--stack", stack, f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})")
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    text = path.read_text()
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
-        raise StackFileError("--stack", stack, f"file is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise StackFileError("--stack", stack, f"file {shown} is not valid YAML: {_yaml_error_text(err)}") from None
+    if data is None:
+        raise StackFileError("--stack", stack, f"file {shown} is empty (it needs a 'config:' map; see stacks/Pulumi.b300.yaml)")
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
-        raise StackFileError("--stack", stack, "file has no 'config:' map")
+        raise StackFileError("--stack", stack, f"file {shown} has no 'config:' map")
+    for key in config:
+        if not isinstance(key, str):
+            raise StackFileError("--stack", stack, f"file {shown} has a config key {key!r} that is not a string (write namespace:key)")
     return config
 
 
+def _yaml_error_text(err: yaml.YAMLError) -> str:
+    """A PyYAML error as ``line L, column C: reason`` (1-based, as editors count)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    reason = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    if context and context not in reason:
+        reason = f"{reason} ({context})"
+    return f"line {mark.line + 1}, column {mark.column + 1}: {reason}" if mark is not None else reason
+
+
 def namespace_config(full_config: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
-    """Split full config keys into the ``kimi-deploy`` namespace map (prefix removed, plus
-    ``region`` from ``aws:region``) and the set of secret keys that have a value.
+    """The ``kimi-deploy`` namespace map (prefix removed, plus ``region`` from ``aws:region``) and
+    the set of secret keys that have a value, read from a stack file's ``config:`` map exactly as
+    ``pulumi up`` reads it: converted to the strings the CLI hands the program
+    (``config_reader.cli_config_strings``), then decoded by the program's reader
+    (``config_reader.read_config_strings``).
 
     Raises:
-        ConfigError: a secret key holds a plain value instead of a secure one is not an error
-            here (Pulumi config files may carry either); a key in our namespace that is a
-            secret must not be given as a non-secret in a committed file (``ConfigError``).
+        ConfigError: an unknown namespace or key, or a value not of its key's type.
     """
-    ns: dict[str, Any] = {}
-    secrets: set[str] = set()
-    for key, value in full_config.items():
-        if key == "aws:region":
-            ns["region"] = value
-            continue
-        prefix, _, name = key.partition(":")
-        if prefix != NAMESPACE:
-            continue
-        if name in SECRET_KEYS:
-            if value not in (None, ""):
-                secrets.add(name)
-            continue
-        ns[name] = value
-    return ns, frozenset(secrets)
+    from .config_reader import cli_config_strings, read_config_strings
+
+    secure = {k for k, v in full_config.items() if isinstance(v, dict) and set(v) == {"secure"}}
+    return read_config_strings(cli_config_strings(full_config), secure)
 
 
 def load_stack(

@@ -1,0 +1,223 @@
+"""One way to read config: the offline plan reads a stack file as the Pulumi engine hands config to
+the program (top-level values as strings, ``--path`` objects as JSON) and through the program's
+own reader; every unknown name is named with a did-you-mean; every value has its type and format."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.plan_engine import run_program
+from components.spec.config import STACKS_DIR, ConfigError, load_stack, read_stack_config
+from components.spec.config_reader import (
+    AWS_PROVIDER_CONFIG_KEYS,
+    KUBERNETES_PROVIDER_CONFIG_KEYS,
+    cli_config_strings,
+    read_config_strings,
+)
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import plan as plan_script  # noqa: E402
+
+SITE = Path(yaml.__file__).resolve().parents[1]
+
+
+def _as_cli_stores(value, top: bool):
+    """What `pulumi config set KEY VALUE` (top level: a string) and `pulumi config set --path`
+    (inside objects: "true"/"false" -> bool, integers without a leading zero -> int, anything
+    else a string) write into the stack file. Source: pulumi/pulumi
+    sdk/go/common/resource/config/map.go adjustObjectValue."""
+    if isinstance(value, dict):
+        return {k: _as_cli_stores(v, False) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_cli_stores(v, False) for v in value]
+    text = "true" if value is True else "false" if value is False else str(value)
+    if top:
+        return text
+    if text in ("true", "false"):
+        return text == "true"
+    if re.fullmatch(r"-?[1-9][0-9]*|0", text):
+        return int(text)
+    return text
+
+
+def _write_stack(tmp_path: Path, name: str, config: dict) -> Path:
+    (tmp_path / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_stack_written_by_pulumi_config_set_gives_the_same_plan(name, tmp_path):
+    original = read_stack_config(name)
+    rewritten = {k: _as_cli_stores(v, True) for k, v in original.items()}
+    text = yaml.safe_dump({"config": rewritten}, sort_keys=False)
+    assert "'" in text  # top-level numbers and booleans are now quoted strings
+    stacks_dir = _write_stack(tmp_path, name, rewritten)
+    before = plan_script.build_plan_document(name, now=FIXED_NOW)
+    after = plan_script.build_plan_document(name, now=FIXED_NOW, stacks_dir=stacks_dir)
+    assert json.dumps(after, sort_keys=True) == json.dumps(before, sort_keys=True)
+
+
+def test_quoted_and_unquoted_top_level_values_are_the_same_string():
+    quoted = cli_config_strings({"kimi-deploy:trialTtlHours": "24", "kimi-deploy:protect": "true"})
+    bare = cli_config_strings({"kimi-deploy:trialTtlHours": 24, "kimi-deploy:protect": True})
+    assert quoted == bare == {"kimi-deploy:trialTtlHours": "24", "kimi-deploy:protect": "true"}
+    values, _ = read_config_strings(bare)
+    assert values == {"trialTtlHours": 24, "protect": True}
+
+
+def test_a_string_that_looks_like_a_number_stays_a_string():
+    """`pulumi config set kimi-deploy:owner 1234` hands the program "1234": owner is a string key."""
+    values, _ = read_config_strings({"kimi-deploy:owner": "1234", "kimi-deploy:target": "b300"})
+    assert values == {"owner": "1234", "target": "b300"}
+
+
+def _program_error(name: str, overrides: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        run_program({**read_stack_config(name), **overrides}, stack=name, now=FIXED_NOW)
+    return str(info.value)
+
+
+def _plan_error(name: str, overrides: dict, tmp_path: Path) -> str:
+    stacks_dir = _write_stack(tmp_path, name, {**read_stack_config(name), **overrides})
+    with pytest.raises(ConfigError) as info:
+        load_stack(name, stacks_dir=stacks_dir, now=FIXED_NOW)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        ({"kimi-deploy:trialTtlHours": "a day"}, "kimi-deploy:trialTtlHours: 'a day' is not an integer"),
+        ({"kimi-deploy:protect": "yes please"}, "kimi-deploy:protect: 'yes please' is not a boolean"),
+        ({"kimi-deploi:trialTtlHours": 24}, "did you mean kimi-deploy?"),
+        ({"aws:regoin": "us-east-1"}, "aws:regoin: 'us-east-1' is not a key of the aws provider; did you mean region?"),
+        ({"kimi-deploy:trialTTLHours": 24}, "kimi-deploy:trialTTLHours: '24' is not a known key; did you mean trialTtlHours?"),
+    ],
+)
+def test_plan_and_program_reject_the_same_names_and_types(overrides, needle, tmp_path):
+    plan_msg = _plan_error("b300", overrides, tmp_path)
+    program_msg = _program_error("b300", overrides)
+    assert plan_msg == program_msg
+    assert needle in plan_msg and "\n" not in plan_msg
+
+
+def test_a_typo_in_the_namespace_no_longer_gives_the_default_ttl(tmp_path):
+    cfg = {k: v for k, v in read_stack_config("b300").items() if k != "kimi-deploy:trialTtlHours"}
+    cfg["kimi-deploi:trialTtlHours"] = 24
+    stacks_dir = _write_stack(tmp_path, "b300", cfg)
+    with pytest.raises(ConfigError, match=r"^kimi-deploi:trialTtlHours: '24' is in namespace 'kimi-deploi' that nothing reads .*did you mean kimi-deploy\?$"):
+        load_stack("b300", stacks_dir=stacks_dir, now=FIXED_NOW)
+
+
+def test_nested_unknown_keys_get_a_did_you_mean():
+    with pytest.raises(ConfigError, match=r"^kimi-deploy:model\.revison: 'main' is not a known key; did you mean revision\?$"):
+        read_and_parse({"kimi-deploy:model": {"revison": "main"}})
+    with pytest.raises(ConfigError, match=r"kimi-deploy:storage\.mirror\.prefx: .*did you mean prefix\?"):
+        read_and_parse({"kimi-deploy:storage": {"mirror": {"prefx": "models"}}})
+
+
+def read_and_parse(overrides: dict, stack: str = "b300"):
+    from components.spec.config import namespace_config, parse_spec
+
+    full = {**read_stack_config(stack), **overrides}
+    ns, secrets = namespace_config(full)
+    return parse_spec(ns, stack=stack, now=FIXED_NOW, secrets_set=secrets)
+
+
+def test_empty_stack_file_says_it_is_empty(tmp_path):
+    (tmp_path / "Pulumi.blank.yaml").write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match=r"^--stack: 'blank' file .*Pulumi\.blank\.yaml is empty"):
+        read_stack_config("blank", tmp_path)
+
+
+def test_yaml_errors_give_file_line_column_and_reason(tmp_path):
+    (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  kimi-deploy:target: b300\n  kimi-deploy:owner: [ml\n")
+    with pytest.raises(ConfigError) as info:
+        read_stack_config("bad", tmp_path)
+    msg = str(info.value)
+    assert re.search(r"Pulumi\.bad\.yaml is not valid YAML: line \d+, column \d+: ", msg), msg
+    assert "\n" not in msg
+    (tmp_path / "Pulumi.dup.yaml").write_text("config:\n  kimi-deploy:target: b300\n  kimi-deploy:target: gb300\n")
+    with pytest.raises(ConfigError, match=r"line 3, column 3: duplicate key 'kimi-deploy:target'"):
+        read_stack_config("dup", tmp_path)
+
+
+@pytest.mark.parametrize("region", ["../../etc/passwd", " ", "US-EAST-1", "us-east-1a"])
+@pytest.mark.parametrize("stack", ["gb300", "b300"])
+def test_region_format_is_checked_with_or_without_offering_facts(stack, region):
+    with pytest.raises(ConfigError, match=r"^aws:region: .* is not an AWS region name"):
+        read_and_parse({"aws:region": region}, stack)
+
+
+def test_region_offerings_are_checked_where_known():
+    with pytest.raises(ConfigError, match=r"^aws:region: 'eu-west-1' does not offer p6-b300.48xlarge"):
+        compute = {k: v for k, v in read_stack_config("b300")["kimi-deploy:compute"].items() if k != "availabilityZone"}
+        read_and_parse({"aws:region": "eu-west-1", "kimi-deploy:compute": compute}, "b300")
+
+
+@pytest.mark.parametrize("az,needle", [(1, "is a number, not a string"), ("1", "is not an availability zone name"), ("us-west-2a", "is not in region us-east-1")])
+def test_capacity_availability_zone_has_its_format(az, needle):
+    cfg = read_stack_config("gb300")
+    compute = json.loads(json.dumps(cfg["kimi-deploy:compute"]))
+    compute["capacity"]["availabilityZone"] = az
+    with pytest.raises(ConfigError, match=r"^kimi-deploy:compute\.capacity\.availabilityZone: ") as info:
+        read_and_parse({"kimi-deploy:compute": compute}, "gb300")
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "section,path,value",
+    [
+        ("model", ("revision",), 1234),
+        ("model", ("servedModelName",), 7),
+        ("storage", ("mirror", "prefix"), 5),
+    ],
+)
+def test_numbers_where_strings_are_expected_are_errors(section, path, value):
+    cfg = json.loads(json.dumps(read_stack_config("b300")[f"kimi-deploy:{section}"]))
+    node = cfg
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    key = ".".join((section, *path))
+    with pytest.raises(ConfigError, match=rf"^kimi-deploy:{re.escape(key)}: {value} is a number, not a string: quote it"):
+        read_and_parse({f"kimi-deploy:{section}": cfg})
+
+
+def _sdk_config_keys(path: Path, pattern: str) -> set[str]:
+    return set(re.findall(pattern, path.read_text()))
+
+
+def test_provider_key_lists_match_the_installed_sdks():
+    aws = _sdk_config_keys(SITE / "pulumi_aws" / "config" / "vars.py", r"__config__\.get\w*\('(\w+)'")
+    assert set(AWS_PROVIDER_CONFIG_KEYS) == aws
+    props = _sdk_config_keys(SITE / "pulumi_kubernetes" / "provider.py", r'__props__\.__dict__\["(\w+)"\]')
+    camel = {p.split("_")[0] + "".join(w.title() for w in p.split("_")[1:]) for p in props}
+    assert set(KUBERNETES_PROVIDER_CONFIG_KEYS) == camel
+
+
+def test_secret_values_are_never_shown_in_name_errors():
+    with pytest.raises(ConfigError) as info:
+        read_config_strings({"kimi-deploy:hfTokn": "hf_SECRETVALUE0123456789abcdef"}, {"kimi-deploy:hfTokn"})
+    assert "SECRETVALUE" not in str(info.value) and "did you mean hfToken?" in str(info.value)
+
+
+def test_program_reads_config_only_through_the_reader():
+    """components/program.py decodes no config value itself (no json.loads of config)."""
+    tree = ast.parse((REPO_ROOT / "components" / "program.py").read_text())
+    calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert "json.loads" not in calls and "read_config_strings" in calls
+
+
+def test_stack_files_are_unchanged_by_this_test_module():
+    assert {p.name for p in STACKS_DIR.glob("Pulumi.*.yaml")} == {f"Pulumi.{s}.yaml" for s in STACKS}
+    assert shutil.which("git") is not None
