@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping

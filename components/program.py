@@ -124,6 +124,11 @@ def build_context(now: datetime | None = None) -> DeploymentContext:
     spec = parse_spec(values, stack=pulumi.get_stack(), project=pulumi.get_project(), now=now, secrets_set=secrets_set)
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
+    if spec.platform == "aws-ec2":
+        # Hard limits before any resource (the trial-expiry marker below is one) is declared.
+        from components.aws.compute import check_ec2_user_data
+
+        check_ec2_user_data(spec, command, hub_token_set=spec.hub_token_key in secrets_set)
     cfg = pulumi.Config(NAMESPACE)
     expires_at = _expiry(spec, now)
     tags: dict[str, Any] = dict(spec.tags)

@@ -221,3 +221,40 @@ def test_program_reads_config_only_through_the_reader():
 def test_stack_files_are_unchanged_by_this_test_module():
     assert {p.name for p in STACKS_DIR.glob("Pulumi.*.yaml")} == {f"Pulumi.{s}.yaml" for s in STACKS}
     assert shutil.which("git") is not None
+
+
+# --- hard limits at config time -------------------------------------------------------------
+
+
+def test_oversized_extra_args_is_a_config_error_before_any_resource():
+    from components.aws.userdata import USER_DATA_LIMIT_BYTES
+    from components.plan_engine import RecordingMocks
+
+    vllm = dict(read_stack_config("b300").get("kimi-deploy:vllm", {}))
+    vllm["extraArgs"] = ["--override-generation-config", "{" + ",".join(f'"k{i}": {i}' for i in range(1500)) + "}"]
+    declared: list[str] = []
+    original = RecordingMocks.new_resource
+
+    def spy(self, args):
+        declared.append(args.name)
+        return original(self, args)
+
+    RecordingMocks.new_resource = spy
+    try:
+        msg = _program_error("b300", {"kimi-deploy:vllm": vllm})
+    finally:
+        RecordingMocks.new_resource = original
+    assert msg.startswith("kimi-deploy:vllm.extraArgs: ['--override-generation-config', ") and "\n" not in msg
+    assert f"over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before base64)" in msg
+    assert declared == []
+
+
+def test_shipped_ec2_stack_user_data_fits_with_the_longest_bucket_name():
+    from components.aws.compute import check_ec2_user_data
+    from components.aws.userdata import USER_DATA_LIMIT_BYTES
+    from components.spec.sizing import compute_sizing
+    from components.spec.vllm import build_vllm_command
+
+    spec = load_stack("b300", now=FIXED_NOW)
+    size = check_ec2_user_data(spec, build_vllm_command(spec, compute_sizing(spec)), hub_token_set=True)
+    assert 4_000 < size <= USER_DATA_LIMIT_BYTES

@@ -128,6 +128,79 @@ def secret_parameter_name(project: str, stack: str, what: str) -> str:
     return f"/{project}/{stack}/{what}"
 
 
+def ec2_boot_config(
+    spec: DeploymentSpec,
+    vllm: VllmCommand,
+    *,
+    region: str,
+    bucket: str,
+    tools_object_key: str,
+    tools_sha256: str,
+    api_key_parameter: str,
+    hub_token_parameter: str | None,
+) -> Ec2BootConfig:
+    """The boot configuration of the ``aws-ec2`` GPU instance (``userdata.ec2_cloud_config``'s input)."""
+    server = vllm.role("server")
+    return Ec2BootConfig(
+        region=region,
+        image=vllm.image,
+        vllm_argv=server.argv,
+        vllm_env=server.env,
+        port=vllm.port,
+        sync_steps=sync_steps(spec, bucket),
+        tools_uri=f"s3://{bucket}/{tools_object_key}",
+        tools_sha256=tools_sha256,
+        api_key_parameter=api_key_parameter,
+        hub_token_parameter=hub_token_parameter,
+        hub_token_env=HUB_TOKEN_ENV[spec.model_source],
+        nvme_devices=spec.instance.nvme_devices,
+        efa=spec.efa_enabled,
+    )
+
+
+# The longest S3 bucket name (S3 naming rules: 3-63 characters): the mirror's name is known only
+# after `pulumi up`, so the config-time size check assumes the longest one.
+_LONGEST_BUCKET_NAME = "b" * 63
+
+
+def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, hub_token_set: bool) -> int:
+    """Render the ``aws-ec2`` user data as ``pulumi up`` will (longest possible bucket name) and
+    check EC2's limit before any resource is declared.
+
+    Returns:
+        The worst-case raw size in bytes.
+
+    Raises:
+        ConfigError: over ``USER_DATA_LIMIT_BYTES`` (16 KB raw, before base64; "User data is
+            limited to 16 KB, in raw form, before it is base64-encoded", EC2 User Guide, "Run
+            commands when you launch an EC2 instance with user data input"). Names
+            ``vllm.extraArgs`` when the extra flags push it over, else ``vllm``.
+    """
+    from components.spec.config import ConfigError
+
+    from .storage import WEIGHT_SYNC_KEY
+    from .userdata import USER_DATA_LIMIT_BYTES, cloud_config_text
+
+    def size(command: VllmCommand) -> int:
+        cfg = ec2_boot_config(
+            spec, command, region=spec.region or "", bucket=_LONGEST_BUCKET_NAME, tools_object_key=WEIGHT_SYNC_KEY,
+            tools_sha256="0" * 64, api_key_parameter=secret_parameter_name(spec.project, spec.stack, "vllm-api-key"),
+            hub_token_parameter=secret_parameter_name(spec.project, spec.stack, "hub-token") if hub_token_set else None,
+        )
+        return len(cloud_config_text(cfg).encode())
+
+    total = size(vllm)
+    if total <= USER_DATA_LIMIT_BYTES:
+        return total
+    extra = list(spec.config.vllm.extra_args)
+    key, value = ("vllm.extraArgs", extra) if extra else ("vllm", "(the serving command)")
+    raise ConfigError(
+        key, value,
+        f"makes the EC2 user data {total:,} bytes, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before base64); "
+        "shorten it or use aws-eks",
+    )
+
+
 @dataclass
 class Ec2GpuServerArgs:
     """Inputs of ``Ec2GpuServer``.
@@ -256,23 +329,11 @@ class Ec2GpuServer(pulumi.ComponentResource):
     def _user_data(self) -> pulumi.Output[str]:
         a = self._args
         spec, vllm = a.spec, a.vllm
-        server = vllm.role("server")
 
         def render(bucket: str) -> str:
-            cfg = Ec2BootConfig(
-                region=a.region,
-                image=vllm.image,
-                vllm_argv=server.argv,
-                vllm_env=server.env,
-                port=vllm.port,
-                sync_steps=sync_steps(spec, bucket),
-                tools_uri=f"s3://{bucket}/{a.tools_object_key}",
-                tools_sha256=a.tools_sha256,
-                api_key_parameter=self.api_key_parameter,
-                hub_token_parameter=self.hub_token_parameter,
-                hub_token_env=HUB_TOKEN_ENV[spec.model_source],
-                nvme_devices=spec.instance.nvme_devices,
-                efa=spec.efa_enabled,
+            cfg = ec2_boot_config(
+                spec, vllm, region=a.region, bucket=bucket, tools_object_key=a.tools_object_key, tools_sha256=a.tools_sha256,
+                api_key_parameter=self.api_key_parameter, hub_token_parameter=self.hub_token_parameter,
             )
             return base64.b64encode(ec2_cloud_config(cfg).encode()).decode()
 
