@@ -749,6 +749,7 @@ def parse_spec(
         raise ConfigError(
             "kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), f"is only for aws-eks (EKS access entries), not {raw.platform}"
         )
+    _check_kubernetes_fields_and_limits(raw, stack, project)
     from .versions import KNOWN_ADDONS
 
     for addon in raw.kubernetes.installed_addons:
@@ -834,6 +835,32 @@ def parse_spec(
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
     )
+
+
+def _check_kubernetes_fields_and_limits(raw: RawConfig, stack: str, project: str) -> None:
+    """Free-form Kubernetes fields against the Kubernetes schema (``k8s_schema``) and hard limits
+    (``limits``) of what the stack's names and tags become.
+
+    Raises:
+        ConfigError: naming the key (``kubernetes.tolerations[0].effect``), the value and the rule.
+    """
+    from . import k8s_schema, limits
+
+    found = k8s_schema.tolerations_problem(raw.kubernetes.tolerations)
+    if found:
+        raise ConfigError(f"kubernetes.tolerations{found[0]}", found[1], found[2])
+    found = k8s_schema.node_selector_problem(raw.kubernetes.node_selector)
+    if found:
+        raise ConfigError(f"kubernetes.nodeSelector{found[0]}", found[1], found[2])
+    # The stack name becomes the app.kubernetes.io/instance label and a tag value on everything.
+    if why := limits.label_value_problem(stack):
+        raise ConfigError("--stack", stack, f"{why} (the stack name is the app.kubernetes.io/instance label); use a shorter stack name")
+    tags = {naming.TAG_STACK: stack, naming.TAG_ENVIRONMENT: raw.environment, naming.TAG_TARGET: raw.target,
+            naming.TAG_OWNER: raw.owner, naming.TAG_PROJECT: project, naming.TAG_EXPIRES_AT: "2026-12-01T00:00:00Z"}
+    broken = limits.tags_problem(tags, reserved=1)  # + Name
+    if broken:
+        key = {naming.TAG_OWNER: "owner", naming.TAG_STACK: "--stack", naming.TAG_PROJECT: "--project"}.get(broken[0], "owner")
+        raise ConfigError(key, broken[1], broken[2])
 
 
 def _walk_strings(value: Any, path: str = ""):
