@@ -23,6 +23,13 @@ from components.spec.config import NAMESPACE, SECRET_KEYS
 from components.spec.config_reader import cli_config_strings
 
 SECRET_MASK = "[secret]"
+# What the plan shows instead of a value the provider computes at `pulumi up` (ids, addresses,
+# generated names): the mock engine needs some value to run the program, the plan must not
+# present it as real.
+KNOWN_AFTER_UP = "<known after pulumi up>"
+# Mock values shorter than this are replaced only where they are the whole string (a short id
+# such as ``fs-id`` could be part of unrelated text).
+_MIN_SUBSTRING_MARK_CHARS = 8
 # Value given to secrets a stack does not set, so the plan renders; obviously not a real one.
 PLACEHOLDER_PREFIX = "PLAN-PLACEHOLDER-NOT-A-REAL-"
 MOCK_ACCOUNT_ID = "123456789012"
@@ -63,6 +70,31 @@ class PlanRun:
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_leaks: list[tuple[str, str, str]] = field(default_factory=list)
     context: Any = None
+    computed_values: dict[str, str] = field(default_factory=dict)
+
+    def mark_computed(self, value: Any) -> Any:
+        """``value`` (a JSON-like document) with every provider-computed mock value replaced by
+        ``KNOWN_AFTER_UP``: whole strings always, substrings when the mock value has at least
+        ``_MIN_SUBSTRING_MARK_CHARS`` characters (an ARN or URL around it stays readable).
+        Longest values first, so the result does not depend on dict order."""
+        exact = set(self.computed_values)
+        parts = sorted((v for v in exact if len(v) >= _MIN_SUBSTRING_MARK_CHARS), key=lambda v: (-len(v), v))
+
+        def mark(item: Any) -> Any:
+            if isinstance(item, dict):
+                return {k: mark(v) for k, v in item.items()}
+            if isinstance(item, list):
+                return [mark(v) for v in item]
+            if isinstance(item, str):
+                if item in exact:
+                    return KNOWN_AFTER_UP
+                for part in parts:
+                    if part in item:
+                        item = item.replace(part, KNOWN_AFTER_UP)
+                return item
+            return item
+
+        return mark(value)
 
     def of_type(self, type_token: str) -> list[RecordedResource]:
         """Resources whose type token equals ``type_token``."""
@@ -175,9 +207,23 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
     "aws:ec2/placementGroup:PlacementGroup": lambda name, i: {"name": i.get("name") or f"{name}-a1b2c3d"},
     "aws:ssm/parameter:Parameter": lambda name, i: {"arn": f"arn:aws:ssm:us-east-1:{MOCK_ACCOUNT_ID}:parameter{i.get('name')}"},
     "aws:kms/key:Key": lambda name, i: {"arn": f"arn:aws:kms:us-east-1:{MOCK_ACCOUNT_ID}:key/{name}"},
+    # The AWS Load Balancer Controller writes the NLB's name into the Service's status.
+    "kubernetes:core/v1:Service": lambda name, i: (
+        {"status": {"loadBalancer": {"ingress": [{"hostname": f"k8s-{name}-{stable_digits(name, 10)}.elb.us-east-1.amazonaws.com"}]}}}
+        if (i.get("spec") or {}).get("type") == "LoadBalancer"
+        else {}
+    ),
 }
 
 CallFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+# Result fields of data-source calls that only AWS knows (the rest echo the arguments or the region).
+CALL_COMPUTED_FIELDS: dict[str, tuple[str, ...]] = {
+    "aws:index/getCallerIdentity:getCallerIdentity": ("accountId", "arn", "userId"),
+    "aws:ssm/getParameter:getParameter": ("value",),
+    "aws:ec2/getAmi:getAmi": ("id",),
+    "aws:ec2/getRouteTables:getRouteTables": ("ids",),
+}
 
 CALL_RESULTS: dict[str, CallFn] = {
     "aws:index/getCallerIdentity:getCallerIdentity": lambda a: {
@@ -223,15 +269,25 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 if secret in text:
                     self.run.secret_leaks.append((key, args.name, path))
         state = dict(_unwrap(args.inputs))
+        self.run.computed_values[resource_id] = f"{args.name}.id"
         extra = RESOURCE_OUTPUTS.get(args.typ)
         if extra is not None:
-            state.update(extra(args.name, state))
+            computed = extra(args.name, state)
+            given = {text for _, text in _walk_strings(state)}
+            for path, text in _walk_strings(computed):
+                if text not in given and text:
+                    self.run.computed_values.setdefault(text, f"{args.name}.{path}")
+            state.update(computed)
         return resource_id, state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         fn = CALL_RESULTS.get(args.token)
+        result = fn(dict(_unwrap(args.args))) if fn else {}
+        for key in CALL_COMPUTED_FIELDS.get(args.token, ()):
+            for path, text in _walk_strings(result.get(key)):
+                self.run.computed_values.setdefault(text, f"{args.token.rsplit(':', 1)[-1]}.{key}{path}")
         # (result, failures): the mock monitor iterates the failures, so an empty list, never None.
-        return (fn(dict(_unwrap(args.args))) if fn else {}), []
+        return result, []
 
 
 def pulumi_config_strings(stack_config: Mapping[str, Any]) -> dict[str, str]:

@@ -70,7 +70,8 @@ class ConfigError(ValueError):
         bare = key.startswith(NAMESPACE + ":") or ":" in key or key.startswith("-") or key.isupper()
         self.key = key if bare else f"{NAMESPACE}:{key}"
         self.value = value
-        shown = "(unset)" if value is None else repr(value)
+        # Booleans as YAML writes them (true/false), not Python's True/False.
+        shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else repr(value)
         super().__init__(f"{self.key}: {shown} {allowed}")
 
 
@@ -813,6 +814,11 @@ def parse_spec(
             f"the model card asks for vLLM >= {model.min_vllm_version}; the pinned {VLLM_VERSION} is the newest "
             "release and registers the kimi_k3 parsers. Set vllm.imageTag when a newer release ships."
         )
+    from .examples import example_value_warnings
+
+    warnings.extend(
+        example_value_warnings({"model.revision": rev, "compute.capacity.reservationId": cap.reservation_id})
+    )
     if raw.environment == "prod" and protect is False:
         warnings.append("protect is false on a prod stack: `pulumi destroy` can delete the weight mirror and file system")
 
