@@ -88,3 +88,18 @@ def test_booleans_in_messages_are_yaml_booleans():
                     "network": {"apiServerPrivateOnly": True, "apiServerPublicCidrs": ["203.0.113.0/24"]},
                     "model": {"licenseAcknowledged": True}}, stack="t", now=FIXED_NOW)
     assert ": true turns the public EKS endpoint off" in str(info.value)
+
+
+def test_cost_how_column_shows_quantities_and_unit_prices(monkeypatch):
+    import cost as cost_script
+
+    captured = {}
+    monkeypatch.setattr(cost_script, "print_table", lambda title, columns, rows, **kw: captured.update(rows=list(rows)))
+    assert cost_script.main(["--stack", "b300-prod"]) == 0
+    how = {item: text for item, _, text in captured["rows"]}
+    assert how["API cost per task"] == (
+        "0.42M uncached in x 13.00 + 3.80M cached in x 1.30 + 0.22M out x 68.00 RMB/1M tokens = 5.50 + 4.95 + 15.13 RMB"
+    )
+    assert how["API cost, 1,000 tasks/month"].startswith("1,000 tasks x 25.57 RMB; ")
+    assert how["Self-hosted per hour"].startswith("2x p6-b300.48xlarge x 142.42 USD/h; ")
+    assert how["Self-hosted per month"].startswith("284.83 USD/h x 730 h; ")
