@@ -258,3 +258,18 @@ def test_shipped_ec2_stack_user_data_fits_with_the_longest_bucket_name():
     spec = load_stack("b300", now=FIXED_NOW)
     size = check_ec2_user_data(spec, build_vllm_command(spec, compute_sizing(spec)), hub_token_set=True)
     assert 4_000 < size <= USER_DATA_LIMIT_BYTES
+
+
+def test_unknown_top_level_key_of_the_stack_file_gets_a_did_you_mean(tmp_path):
+    (tmp_path / "Pulumi.typo.yaml").write_text("confg:\n  kimi-deploy:target: b300\n")
+    with pytest.raises(ConfigError, match=r"top-level key 'confg' that Pulumi does not read .*; did you mean config\?$"):
+        read_stack_config("typo", tmp_path)
+    (tmp_path / "Pulumi.esc.yaml").write_text("environment:\n  - team/gpu\nconfig:\n  kimi-deploy:target: b300\n")
+    assert read_stack_config("esc", tmp_path) == {"kimi-deploy:target": "b300"}
+
+
+def test_existing_claim_is_a_kubernetes_name():
+    cfg = read_stack_config("mi355x")
+    storage = {"kind": "pvc", "existingClaim": "Weights_PVC"}
+    with pytest.raises(ConfigError, match=r"^kimi-deploy:storage\.existingClaim: 'Weights_PVC' is not a DNS-1123 subdomain"):
+        read_and_parse({"kimi-deploy:storage": {**cfg.get("kimi-deploy:storage", {}), **storage}}, "mi355x")

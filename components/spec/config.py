@@ -663,6 +663,10 @@ def parse_spec(
             raise ConfigError("storage.kind", st.kind, "needs a Kubernetes platform (aws-eks, kubernetes)")
         if not st.existing_claim:
             raise ConfigError("storage.existingClaim", None, "is required when storage.kind is pvc")
+        from .limits import dns1123_subdomain_problem
+
+        if why := dns1123_subdomain_problem(st.existing_claim):
+            raise ConfigError("storage.existingClaim", st.existing_claim, f"{why} (a PersistentVolumeClaim name)")
     if st.kind == "nvme" and instance.nvme_total_bytes < needed * 1.05:
         raise ConfigError(
             "storage.kind", st.kind, f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of weights (use fsx)"
@@ -890,6 +894,11 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
+# Top-level keys of a Pulumi stack settings file (pulumi/pulumi sdk/go/common/workspace/project.go,
+# ProjectStack: secretsprovider, encryptedkey, encryptionsalt, config, environment).
+STACK_FILE_KEYS: tuple[str, ...] = ("config", "encryptedkey", "encryptionsalt", "environment", "secretsprovider")
+
+
 class StackFileError(ConfigError):
     """A stack file is missing or not a Pulumi stack config file."""
 
@@ -933,6 +942,16 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
         raise StackFileError("--stack", stack, f"file {shown} is not valid YAML: {_yaml_error_text(err)}") from None
     if data is None:
         raise StackFileError("--stack", stack, f"file {shown} is empty (it needs a 'config:' map; see stacks/Pulumi.b300.yaml)")
+    if isinstance(data, dict):
+        from .config_reader import did_you_mean
+
+        for top in data:
+            if top not in STACK_FILE_KEYS:
+                raise StackFileError(
+                    "--stack", stack,
+                    f"file {shown} has a top-level key {top!r} that Pulumi does not read (allowed: {', '.join(STACK_FILE_KEYS)})"
+                    + did_you_mean(str(top), STACK_FILE_KEYS),
+                )
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
         raise StackFileError("--stack", stack, f"file {shown} has no 'config:' map")
