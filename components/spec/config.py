@@ -965,9 +965,10 @@ def _yaml_error_text(err: yaml.YAMLError) -> str:
     """A PyYAML error as ``line L, column C: reason`` (1-based, as editors count)."""
     mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
     reason = getattr(err, "problem", None) or str(err).splitlines()[0]
-    context = getattr(err, "context", None)
+    context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
     if context and context not in reason:
-        reason = f"{reason} ({context})"
+        where = f" started at line {context_mark.line + 1}, column {context_mark.column + 1}" if context_mark is not None and context_mark is not mark else ""
+        reason = f"{reason} ({context}{where})"
     return f"line {mark.line + 1}, column {mark.column + 1}: {reason}" if mark is not None else reason
 
 
