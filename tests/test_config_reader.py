@@ -273,3 +273,8 @@ def test_existing_claim_is_a_kubernetes_name():
     storage = {"kind": "pvc", "existingClaim": "Weights_PVC"}
     with pytest.raises(ConfigError, match=r"^kimi-deploy:storage\.existingClaim: 'Weights_PVC' is not a DNS-1123 subdomain"):
         read_and_parse({"kimi-deploy:storage": {**cfg.get("kimi-deploy:storage", {}), **storage}}, "mi355x")
+
+
+def test_region_in_our_namespace_points_to_aws_region():
+    with pytest.raises(ConfigError, match=r"^kimi-deploy:region: 'us-east-1' is not read: the region is aws:region"):
+        read_config_strings({"kimi-deploy:region": "us-east-1"})

@@ -84,3 +84,16 @@ def test_diff_against_head_of_an_unchanged_tree_is_empty(committed_copy):
 
     changed = {d["stack"]: d for d in diffs if plan_diff.has_changes(d) or d.get("base_error")}
     assert not changed, json.dumps(changed, indent=1)[:4000]
+
+
+def test_no_salted_hash_in_the_program_or_the_plan():
+    """Python's hash() of str/bytes is salted per process: nothing the plan shows may use it."""
+    import ast
+
+    files = [*sorted((REPO_ROOT / "components").rglob("*.py")), REPO_ROOT / "scripts" / "plan.py", REPO_ROOT / "scripts" / "plan_diff.py"]
+    offenders = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hash":
+                offenders.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert offenders == []

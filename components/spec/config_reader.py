@@ -240,6 +240,8 @@ def read_config_strings(
                 secrets.add(name)
             continue
         kind = fields.get(name)
+        if name == "region":
+            raise ConfigError(full_key, shown, "is not read: the region is aws:region (pulumi config set aws:region us-east-1)")
         if kind is None:
             allowed = sorted([*fields, *SECRET_KEYS])
             raise ConfigError(
