@@ -101,6 +101,9 @@ def _plan_error(name: str, overrides: dict, tmp_path: Path) -> str:
         ({"kimi-deploi:trialTtlHours": 24}, "did you mean kimi-deploy?"),
         ({"aws:regoin": "us-east-1"}, "aws:regoin: 'us-east-1' is not a key of the aws provider; did you mean region?"),
         ({"kimi-deploy:trialTTLHours": 24}, "kimi-deploy:trialTTLHours: '24' is not a known key; did you mean trialTtlHours?"),
+        # Inside a map a quoted number stays a string (JSON), for `pulumi up` as for the plan.
+        ({"kimi-deploy:compute": {"replicas": "1"}}, "kimi-deploy:compute.replicas: '1' is not valid: input should be a valid integer"),
+        ({"kimi-deploy:model": {"revision": 1234, "licenseAcknowledged": True}}, "kimi-deploy:model.revision: 1234 is a number, not a string"),
     ],
 )
 def test_plan_and_program_reject_the_same_names_and_types(overrides, needle, tmp_path):
