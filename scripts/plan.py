@@ -250,7 +250,7 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
 def render_markdown(doc: dict[str, Any]) -> str:
     """The plan as Markdown (pull-request comments, docs)."""
     lines = [f"### Plan: `{doc['stack']}` — {doc['target_display']}", "", "| | |", "|---|---|"]
-    lines += [f"| {label} | {text.replace('|', '/')} |" for label, text in summary_rows(doc)]
+    lines += [f"| {label} | {text.replace('|', '/').replace('<', '&lt;')} |" for label, text in summary_rows(doc)]
     lines.append("")
     for w in doc["warnings"]:
         lines.append(f"> ⚠ {w}")
@@ -268,12 +268,21 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines.append(f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`")
     lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
     for r in doc["resources"]:
-        lines.append(f"| `{r['type']}` | {r['name']} | {_summarize_inputs(r['inputs']).replace('|', '/')} |")
+        # Outside code spans `<known after pulumi up>` would be read as an HTML tag and hidden.
+        lines.append(f"| `{r['type']}` | {r['name']} | {_summarize_inputs(r['inputs']).replace('|', '/').replace('<', '&lt;')} |")
     if doc["outputs"]:
         lines += ["", "**Outputs**", "", "| output | value |", "|---|---|"]
         for k, v in doc["outputs"].items():
-            lines.append(f"| {k} | `{v if isinstance(v, str) else json.dumps(v)}` |")
+            lines.append(f"| {k} | `{_output_text(v)}` |")
     return "\n".join(lines) + "\n"
+
+
+def _output_text(value: Any) -> str:
+    """A stack output for people: strings as they are, ``(none)`` for an output without a value
+    (e.g. ``gpuUsdPerHour`` where no public price exists), JSON for the rest."""
+    if value is None:
+        return "(none)"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _argv_lines(argv: list[str]) -> list[str]:
@@ -343,7 +352,7 @@ def render_table(doc: dict[str, Any], file=None) -> None:
         out.add_column(style="bold")
         out.add_column(overflow="fold")
         for k, v in doc["outputs"].items():
-            out.add_row(k, escape(json.dumps(v) if not isinstance(v, str) else v))
+            out.add_row(k, escape(_output_text(v)))
         console.print(out)
 
 

@@ -103,3 +103,14 @@ def test_cost_how_column_shows_quantities_and_unit_prices(monkeypatch):
     assert how["API cost, 1,000 tasks/month"].startswith("1,000 tasks x 25.57 RMB; ")
     assert how["Self-hosted per hour"].startswith("2x p6-b300.48xlarge x 142.42 USD/h; ")
     assert how["Self-hosted per month"].startswith("284.83 USD/h x 730 h; ")
+
+
+def test_markdown_keeps_the_marker_visible(docs):
+    """GitHub hides `<word ...>` outside code spans as an HTML tag: the marker is escaped there."""
+    text = plan_script.render_markdown(docs["b300-prod"])
+    for line in text.splitlines():
+        outside_code = re.sub(r"`[^`]*`", "", line)
+        assert "<known" not in outside_code, line
+    assert "bucket=&lt;known after pulumi up>" in text and f"`{KNOWN_AFTER_UP}`" in text
+    assert "| gpuUsdPerHour | `284.832` |" in text
+    assert "`(none)`" in plan_script.render_markdown(docs["gb300"])

@@ -248,4 +248,34 @@ def read_config_strings(
                 full_key, shown, "is not a known key" + (did_you_mean(name, allowed) or f" (keys: {', '.join(allowed)})")
             )
         values[name] = _decode_secret(full_key, kind, text) if full_key in secret_full_keys else _decode(full_key, kind, text)
+    _check_provider_default_tags(config.get("aws:defaultTags"))
     return values, frozenset(secrets)
+
+
+# Tags the program puts on every taggable resource besides the provider's default tags: the five
+# ``DeploymentSpec.tags``, ``expires-at`` and ``Name``.
+OWN_TAGS_PER_RESOURCE = 7
+
+
+def _check_provider_default_tags(text: str | None) -> None:
+    """``aws:defaultTags`` count against AWS's 50 tags per resource together with the program's own.
+
+    Raises:
+        ConfigError: the default tags are not ``{"tags": {...}}``, or they and the program's own
+            tags break a limit (``limits.tags_problem``).
+    """
+    from .config import ConfigError
+    from .limits import tags_problem
+
+    if not text:
+        return
+    try:
+        tags = (json.loads(text) or {}).get("tags") or {}
+    except (ValueError, AttributeError):
+        raise ConfigError("aws:defaultTags", text, "is not a map with a 'tags' map (see the AWS provider's defaultTags)") from None
+    if not isinstance(tags, dict):
+        raise ConfigError("aws:defaultTags", text, "has 'tags' that is not a map")
+    broken = tags_problem({str(k): str(v) for k, v in tags.items()}, reserved=OWN_TAGS_PER_RESOURCE)
+    if broken:
+        key, value, why = broken
+        raise ConfigError(f"aws:defaultTags.tags.{key}" if key else "aws:defaultTags.tags", value if key else len(tags), why)
