@@ -291,3 +291,52 @@ def test_provider_default_tags_count_against_the_limit():
         read_config_strings({"aws:defaultTags": json.dumps({"tags": {"cost-center": "x" * 257}})})
     values, _ = read_config_strings({"aws:defaultTags": json.dumps({"tags": {f"t{i}": "x" for i in range(43)}})})
     assert values == {}
+
+
+# --- random bad stack files: never a traceback, and the same verdict from plan and program --------
+
+_BAD_VALUES = (1234, "1234", True, "true", None, "", [], {}, "../../etc/passwd", " ", 0.5, "x" * 300, {"secure": "AAEA"}, [1, 2])
+
+
+def _mutations(seed: int, count: int):
+    import random
+
+    rng = random.Random(seed)
+    base = read_stack_config("b300")
+    out = []
+    for _ in range(count):
+        cfg = json.loads(json.dumps(base, default=str))
+        key = rng.choice(sorted(cfg))
+        if rng.random() < 0.25:  # a typo in a name
+            name = key if not isinstance(cfg[key], dict) or rng.random() < 0.5 else rng.choice(sorted(cfg[key]))
+            i = rng.randrange(len(name) - 1)
+            typo = name[:i] + name[i + 1] + name[i] + name[i + 2:]
+            if name == key:
+                cfg[typo] = cfg.pop(key)
+            else:
+                cfg[key][typo] = cfg[key].pop(name)
+        elif isinstance(cfg[key], dict) and cfg[key] and rng.random() < 0.7:
+            cfg[key][rng.choice(sorted(cfg[key]))] = rng.choice(_BAD_VALUES)
+        else:
+            cfg[key] = rng.choice(_BAD_VALUES)
+        out.append(cfg)
+    return out
+
+
+def _verdict(fn) -> str:
+    try:
+        fn()
+    except ConfigError as err:
+        return f"error: {err}"
+    return "ok"
+
+
+@pytest.mark.parametrize("index,cfg", list(enumerate(_mutations(seed=12, count=30))))
+def test_random_bad_stack_files_get_the_same_one_line_verdict_from_plan_and_program(index, cfg, tmp_path):
+    stacks_dir = _write_stack(tmp_path, "b300", cfg)
+    plan = _verdict(lambda: load_stack("b300", stacks_dir=stacks_dir, now=FIXED_NOW))
+    assert "\n" not in plan
+    if "is a secret and must be set with" in plan or "is not a secret key" in plan:
+        return  # the plan's committed-file rule about secure values; the engine decrypts them
+    program = _verdict(lambda: run_program(read_stack_config("b300", stacks_dir), stack="b300", now=FIXED_NOW))
+    assert plan == program

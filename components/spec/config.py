@@ -392,6 +392,9 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
         siblings = _model_keys_at(loc[:-1])
         hint = did_you_mean(str(loc[-1]), siblings) or (f" (keys: {', '.join(siblings)})" if siblings else "")
         return ConfigError(key, value, "is not a known key" + hint)
+    if kind in ("model_type", "dict_type"):
+        keys = _model_keys_at(loc)
+        return ConfigError(key, value, "is not a map" + (f" (keys: {', '.join(keys)})" if keys else " (write its keys under it)"))
     if kind == "string_type" and isinstance(value, (int, float)):
         what = "a boolean" if isinstance(value, bool) else "a number"
         return ConfigError(key, value, f"is {what}, not a string: quote it in the stack file ('{value}')")
