@@ -4,6 +4,11 @@ Used by ``scripts/plan.py`` (the offline plan) and by the tests. No CLI, no prov
 no cloud: ``pulumi.runtime.set_mocks`` stands in for the engine, and each resource's recorded
 inputs are exactly what ``pulumi up`` would send to the provider. Inputs that are Pulumi secrets
 are recorded as ``"[secret]"``; a secret's value found in a plain input is reported as a leak.
+
+Values only the provider knows (ids, IPs, generated names, ARNs with the account id) get mock
+values so the program runs; every one is a stable function of its inputs (never the salted
+``hash()``), and ``PlanRun.computed_values`` lists them so that the plan shows
+``KNOWN_AFTER_UP`` in their place (``PlanRun.mark_computed``).
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ class PlanRun:
         secret_leaks: ``(secret key, resource name, input path)`` where a secret's value sits in
             a plain input (must be empty; tests and the plan fail on any).
         context: the ``DeploymentContext`` of the run (spec, sizing, vLLM command).
+        computed_values: mock value -> where it came from (``net-vpc.id``,
+            ``gpu-instance.privateIp``, ``getCallerIdentity.accountId``): values that exist only
+            after ``pulumi up``.
     """
 
     resources: list[RecordedResource] = field(default_factory=list)

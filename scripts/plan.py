@@ -6,6 +6,10 @@ engine with the stack's config, records every resource and its inputs, and print
 (target, nodes x GPUs, storage, load time, startup budget, KV tokens, cost), the exact
 ``vllm serve`` command per node role, the weight-sync runs and the resource table.
 
+Values that exist only after ``pulumi up`` (ids, addresses, generated names) print as
+``<known after pulumi up>`` (``components.plan_engine.KNOWN_AFTER_UP``); example values shipped in
+``stacks/`` print a warning until replaced (``components.spec.examples``).
+
 Exit codes: 0 ok; 1 the plan found a problem (a secret in a plain input); 2 usage or config error.
 """
 
