@@ -34,11 +34,11 @@ DEFAULT_TRIAL_TTL_HOURS = 72
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
+# AWS region names: us-east-1, ap-southeast-2, us-gov-west-1, cn-north-1, eusc-de-east-1.
+_REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
 # An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
 _IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
 _AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
-# AWS region names: us-east-1, ap-southeast-2, us-gov-west-1, cn-north-1, eusc-de-east-1.
-_REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes label values (also valid AWS tag values): the owner is both.
