@@ -181,6 +181,14 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _output_text(value: Any) -> str:
+    """A stack output for people: strings as they are, ``(none)`` for an output without a value
+    (e.g. ``gpuUsdPerHour`` where no public price exists), JSON for the rest."""
+    if value is None:
+        return "(none)"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _summarize_inputs(inputs: dict[str, Any], limit: int = 110) -> str:
     keys = (
         "instanceType", "ami", "availabilityZone", "storageCapacity", "deploymentType",
@@ -242,7 +250,7 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "KV cache",
             f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
-            f"{sz['full_context_sequences']:,} x {sz['max_model_len']:,}-token sequences",
+            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences",
         ),
         ("hub download", download),
         ("first deploy", first),
@@ -279,14 +287,6 @@ def render_markdown(doc: dict[str, Any]) -> str:
         for k, v in doc["outputs"].items():
             lines.append(f"| {k} | `{_output_text(v)}` |")
     return "\n".join(lines) + "\n"
-
-
-def _output_text(value: Any) -> str:
-    """A stack output for people: strings as they are, ``(none)`` for an output without a value
-    (e.g. ``gpuUsdPerHour`` where no public price exists), JSON for the rest."""
-    if value is None:
-        return "(none)"
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _argv_lines(argv: list[str]) -> list[str]:
