@@ -162,7 +162,7 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
 
     if args.usd_per_hour is not None:
         usd_per_hour: float | None = args.usd_per_hour * spec.gpu_nodes
-        price_source = f"--usd-per-hour {args.usd_per_hour} x {spec.gpu_nodes} node" + ("" if spec.gpu_nodes == 1 else "s")
+        price_source = f"--usd-per-hour {args.usd_per_hour} x {spec.gpu_nodes} node(s)"
     else:
         sizing = compute_sizing(spec)
         usd_per_hour, price_source = sizing.usd_per_hour, sizing.price_source

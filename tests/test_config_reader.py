@@ -340,3 +340,21 @@ def test_random_bad_stack_files_get_the_same_one_line_verdict_from_plan_and_prog
         return  # the plan's committed-file rule about secure values; the engine decrypts them
     program = _verdict(lambda: run_program(read_stack_config("b300", stacks_dir), stack="b300", now=FIXED_NOW))
     assert plan == program
+
+
+def test_the_size_check_renders_the_same_user_data_as_the_program():
+    """check_ec2_user_data measures render_ec2_user_data; it must equal what the launch template
+    gets (so a field added to one and not the other fails here)."""
+    import base64
+
+    from components.aws.compute import render_ec2_user_data
+    from tests.conftest import plan_for
+
+    run = plan_for("b300")
+    lt = next(r for r in run.resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate")
+    actual = base64.b64decode(lt.inputs["userData"]).decode()
+    sha = re.search(r"\b[0-9a-f]{64}\b", actual).group(0)
+    spec = run.context.spec
+    rendered = render_ec2_user_data(spec, run.context.vllm, bucket="mirror-bucket-a1b2c3d", tools_sha256=sha,
+                                    hub_token_set=spec.hub_token_key in spec.secrets_set)
+    assert rendered == actual

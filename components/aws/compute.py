@@ -128,34 +128,30 @@ def secret_parameter_name(project: str, stack: str, what: str) -> str:
     return f"/{project}/{stack}/{what}"
 
 
-def ec2_boot_config(
-    spec: DeploymentSpec,
-    vllm: VllmCommand,
-    *,
-    region: str,
-    bucket: str,
-    tools_object_key: str,
-    tools_sha256: str,
-    api_key_parameter: str,
-    hub_token_parameter: str | None,
-) -> Ec2BootConfig:
-    """The boot configuration of the ``aws-ec2`` GPU instance (``userdata.ec2_cloud_config``'s input)."""
+def render_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, bucket: str, tools_sha256: str, hub_token_set: bool) -> str:
+    """The ``#cloud-config`` text ``Ec2GpuServer._user_data`` renders for ``bucket``, without the
+    size check (it builds the same ``Ec2BootConfig``; tests/test_config_reader.py checks that the
+    two stay equal on the shipped aws-ec2 stack)."""
+    from .storage import WEIGHT_SYNC_KEY
+    from .userdata import cloud_config_text
+
     server = vllm.role("server")
-    return Ec2BootConfig(
-        region=region,
+    cfg = Ec2BootConfig(
+        region=spec.region or "",
         image=vllm.image,
         vllm_argv=server.argv,
         vllm_env=server.env,
         port=vllm.port,
         sync_steps=sync_steps(spec, bucket),
-        tools_uri=f"s3://{bucket}/{tools_object_key}",
+        tools_uri=f"s3://{bucket}/{WEIGHT_SYNC_KEY}",
         tools_sha256=tools_sha256,
-        api_key_parameter=api_key_parameter,
-        hub_token_parameter=hub_token_parameter,
+        api_key_parameter=secret_parameter_name(spec.project, spec.stack, "vllm-api-key"),
+        hub_token_parameter=secret_parameter_name(spec.project, spec.stack, "hub-token") if hub_token_set else None,
         hub_token_env=HUB_TOKEN_ENV[spec.model_source],
         nvme_devices=spec.instance.nvme_devices,
         efa=spec.efa_enabled,
     )
+    return cloud_config_text(cfg)
 
 
 # The longest S3 bucket name (S3 naming rules: 3-63 characters): the mirror's name is known only
@@ -178,18 +174,10 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, hub_token_se
     """
     from components.spec.config import ConfigError
 
-    from .storage import WEIGHT_SYNC_KEY
-    from .userdata import USER_DATA_LIMIT_BYTES, cloud_config_text
+    from .userdata import USER_DATA_LIMIT_BYTES
 
-    def size(command: VllmCommand) -> int:
-        cfg = ec2_boot_config(
-            spec, command, region=spec.region or "", bucket=_LONGEST_BUCKET_NAME, tools_object_key=WEIGHT_SYNC_KEY,
-            tools_sha256="0" * 64, api_key_parameter=secret_parameter_name(spec.project, spec.stack, "vllm-api-key"),
-            hub_token_parameter=secret_parameter_name(spec.project, spec.stack, "hub-token") if hub_token_set else None,
-        )
-        return len(cloud_config_text(cfg).encode())
-
-    total = size(vllm)
+    text = render_ec2_user_data(spec, vllm, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set)
+    total = len(text.encode())
     if total <= USER_DATA_LIMIT_BYTES:
         return total
     extra = list(spec.config.vllm.extra_args)
@@ -329,11 +317,23 @@ class Ec2GpuServer(pulumi.ComponentResource):
     def _user_data(self) -> pulumi.Output[str]:
         a = self._args
         spec, vllm = a.spec, a.vllm
+        server = vllm.role("server")
 
         def render(bucket: str) -> str:
-            cfg = ec2_boot_config(
-                spec, vllm, region=a.region, bucket=bucket, tools_object_key=a.tools_object_key, tools_sha256=a.tools_sha256,
-                api_key_parameter=self.api_key_parameter, hub_token_parameter=self.hub_token_parameter,
+            cfg = Ec2BootConfig(
+                region=a.region,
+                image=vllm.image,
+                vllm_argv=server.argv,
+                vllm_env=server.env,
+                port=vllm.port,
+                sync_steps=sync_steps(spec, bucket),
+                tools_uri=f"s3://{bucket}/{a.tools_object_key}",
+                tools_sha256=a.tools_sha256,
+                api_key_parameter=self.api_key_parameter,
+                hub_token_parameter=self.hub_token_parameter,
+                hub_token_env=HUB_TOKEN_ENV[spec.model_source],
+                nvme_devices=spec.instance.nvme_devices,
+                efa=spec.efa_enabled,
             )
             return base64.b64encode(ec2_cloud_config(cfg).encode()).decode()
 

@@ -741,6 +741,9 @@ def parse_spec(
     host_path = raw.kubernetes.nvme_host_path
     if not host_path.startswith("/") or host_path.rstrip("/") == "" or ".." in host_path.split("/"):
         raise ConfigError("kubernetes.nvmeHostPath", host_path, "must be an absolute path below / without '..' (where the node's NVMe is mounted)")
+    from .limits import check_kubernetes_fields_and_limits
+
+    check_kubernetes_fields_and_limits(raw, stack, project)
     for ns in raw.kubernetes.allowed_namespaces:
         if not _DNS_LABEL_RE.match(ns):
             raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
@@ -757,7 +760,6 @@ def parse_spec(
         raise ConfigError(
             "kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), f"is only for aws-eks (EKS access entries), not {raw.platform}"
         )
-    _check_kubernetes_fields_and_limits(raw, stack, project)
     from .versions import KNOWN_ADDONS
 
     for addon in raw.kubernetes.installed_addons:
@@ -787,6 +789,11 @@ def parse_spec(
         raise ConfigError(
             "model.licenseAcknowledged", raw.model.license_acknowledged, f"must be true: {model.display_name} license is {model.license_summary}"
         )
+    from .examples import example_value_warnings
+
+    warnings.extend(
+        example_value_warnings({"model.revision": rev, "compute.capacity.reservationId": cap.reservation_id})
+    )
 
     # Expiry and protection ----------------------------------------------------------------
     expires_at = raw.expires_at
@@ -821,11 +828,6 @@ def parse_spec(
             f"the model card asks for vLLM >= {model.min_vllm_version}; the pinned {VLLM_VERSION} is the newest "
             "release and registers the kimi_k3 parsers. Set vllm.imageTag when a newer release ships."
         )
-    from .examples import example_value_warnings
-
-    warnings.extend(
-        example_value_warnings({"model.revision": rev, "compute.capacity.reservationId": cap.reservation_id})
-    )
     if raw.environment == "prod" and protect is False:
         warnings.append("protect is false on a prod stack: `pulumi destroy` can delete the weight mirror and file system")
 
@@ -848,32 +850,6 @@ def parse_spec(
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
     )
-
-
-def _check_kubernetes_fields_and_limits(raw: RawConfig, stack: str, project: str) -> None:
-    """Free-form Kubernetes fields against the Kubernetes schema (``k8s_schema``) and hard limits
-    (``limits``) of what the stack's names and tags become.
-
-    Raises:
-        ConfigError: naming the key (``kubernetes.tolerations[0].effect``), the value and the rule.
-    """
-    from . import k8s_schema, limits
-
-    found = k8s_schema.tolerations_problem(raw.kubernetes.tolerations)
-    if found:
-        raise ConfigError(f"kubernetes.tolerations{found[0]}", found[1], found[2])
-    found = k8s_schema.node_selector_problem(raw.kubernetes.node_selector)
-    if found:
-        raise ConfigError(f"kubernetes.nodeSelector{found[0]}", found[1], found[2])
-    # The stack name becomes the app.kubernetes.io/instance label and a tag value on everything.
-    if why := limits.label_value_problem(stack):
-        raise ConfigError("--stack", stack, f"{why} (the stack name is the app.kubernetes.io/instance label); use a shorter stack name")
-    tags = {naming.TAG_STACK: stack, naming.TAG_ENVIRONMENT: raw.environment, naming.TAG_TARGET: raw.target,
-            naming.TAG_OWNER: raw.owner, naming.TAG_PROJECT: project, naming.TAG_EXPIRES_AT: "2026-12-01T00:00:00Z"}
-    broken = limits.tags_problem(tags, reserved=1)  # + Name
-    if broken:
-        key = {naming.TAG_OWNER: "owner", naming.TAG_STACK: "--stack", naming.TAG_PROJECT: "--project"}.get(broken[0], "owner")
-        raise ConfigError(key, broken[1], broken[2])
 
 
 def _walk_strings(value: Any, path: str = ""):
@@ -955,12 +931,13 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
                     f"file {shown} has a top-level key {top!r} that Pulumi does not read (allowed: {', '.join(STACK_FILE_KEYS)})"
                     + did_you_mean(str(top), STACK_FILE_KEYS),
                 )
+        raw_config = data.get("config")
+        for key in raw_config if isinstance(raw_config, dict) else ():
+            if not isinstance(key, str):
+                raise StackFileError("--stack", stack, f"file {shown} has a config key {key!r} that is not a string (write namespace:key)")
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
-        raise StackFileError("--stack", stack, f"file {shown} has no 'config:' map")
-    for key in config:
-        if not isinstance(key, str):
-            raise StackFileError("--stack", stack, f"file {shown} has a config key {key!r} that is not a string (write namespace:key)")
+        raise StackFileError("--stack", stack, "file has no 'config:' map")
     return config
 
 
