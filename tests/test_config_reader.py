@@ -268,7 +268,7 @@ def test_unknown_top_level_key_of_the_stack_file_gets_a_did_you_mean(tmp_path):
     with pytest.raises(ConfigError, match=r"top-level key 'confg' that Pulumi does not read .*; did you mean config\?$"):
         read_stack_config("typo", tmp_path)
     (tmp_path / "Pulumi.esc.yaml").write_text("environment:\n  - team/gpu\nconfig:\n  kimi-deploy:target: b300\n")
-    assert read_stack_config("esc", tmp_path) == {"kimi-deploy:target": "b300"}
+    assert read_stack_config("esc", tmp_path)["kimi-deploy:target"] == "b300"
 
 
 def test_existing_claim_is_a_kubernetes_name():
