@@ -23,15 +23,27 @@ def _parse(k8s_overrides: dict, stack: str = "b300-prod", stack_name: str | None
     return parse_spec(ns, stack=stack_name or stack, now=FIXED_NOW, secrets_set=secrets)
 
 
+def _without_descriptions(value):
+    if isinstance(value, dict):
+        return {k: _without_descriptions(v) for k, v in value.items() if k not in ("description", "$schema", "$id")}
+    if isinstance(value, list):
+        return [_without_descriptions(v) for v in value]
+    return value
+
+
 def test_shipped_fragment_is_the_pinned_schema():
+    """The fragment equals kubernetes-validate's schema (descriptions aside) for every version it
+    lists, and those include the Kubernetes version the program deploys."""
     shipped = k8s_schema.scheduling_schema()
-    assert shipped["kubernetesVersion"] == KUBERNETES_VERSION
-    base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{KUBERNETES_VERSION}.0-local-strict"
-    podspec = json.loads((base / "podspec-v1.json").read_text())
-    tol = json.loads((base / "toleration-v1.json").read_text())
-    tol.pop("$schema", None), tol.pop("$id", None)
-    assert shipped["nodeSelector"] == podspec["properties"]["nodeSelector"]
-    assert shipped["toleration"] == tol
+    assert KUBERNETES_VERSION in shipped["kubernetesVersions"]
+    root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    for version in shipped["kubernetesVersions"]:
+        base = root / f"v{version}.0-local-strict"
+        podspec = json.loads((base / "podspec-v1.json").read_text())
+        tol = json.loads((base / "toleration-v1.json").read_text())
+        assert shipped["nodeSelector"] == _without_descriptions(podspec["properties"]["nodeSelector"]), version
+        assert shipped["toleration"] == _without_descriptions(tol), version
+    assert shipped["toleration"]["additionalProperties"] is False
     assert "kubernetes-validate" in shipped["source"]
 
 

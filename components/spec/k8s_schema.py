@@ -5,11 +5,14 @@ validated here, naming the key, instead of failing at the API server half-way th
 ``pulumi up``:
 
 1. Structure and types: JSON Schema (``jsonschema``, a runtime requirement) against the fragment
-   shipped in ``data/k8s_v1_33_scheduling_schema.json``: ``PodSpec.nodeSelector`` and
-   ``io.k8s.api.core.v1.Toleration`` extracted verbatim from kubernetes-validate 1.37.0's
-   ``kubernetes-json-schema/v1.33.0-local-strict`` (the pinned ``KUBERNETES_VERSION``; the file
-   names its source, and tests/test_k8s_config_schema.py checks it still equals the installed
-   dev dependency's schema). Strict: unknown fields (``tolerationSecond``) are errors.
+   shipped in ``data/k8s_scheduling_schema.json``: ``PodSpec.nodeSelector`` and
+   ``io.k8s.api.core.v1.Toleration`` extracted from kubernetes-validate 1.37.0's
+   ``kubernetes-json-schema/v<version>-local-strict`` with the descriptions removed. The structure
+   is the same for Kubernetes 1.25 to 1.37 (the file lists them and names its source);
+   tests/test_k8s_config_schema.py re-derives it from the installed dev dependency and requires
+   the pinned ``versions.KUBERNETES_VERSION`` among them. Strict: unknown fields
+   (``tolerationSecond``) are errors. The runtime needs only ``jsonschema``, not the 40 MB
+   kubernetes-validate.
 2. What the schema leaves to the API server (``ValidateTolerations`` and label validation in
    kubernetes/kubernetes ``pkg/apis/core/validation/validation.go``): operator ``Equal`` or
    ``Exists``; an empty key needs ``Exists``; ``Exists`` takes no value; effect ``NoSchedule``,
@@ -28,14 +31,14 @@ from typing import Any, Mapping, Sequence
 
 from .limits import label_key_problem, label_value_problem
 
-SCHEMA_FILE = Path(__file__).with_name("data") / "k8s_v1_33_scheduling_schema.json"
+SCHEMA_FILE = Path(__file__).with_name("data") / "k8s_scheduling_schema.json"
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 @lru_cache(maxsize=1)
 def scheduling_schema() -> dict[str, Any]:
-    """The shipped schema fragment: ``{"source", "kubernetesVersion", "nodeSelector", "toleration"}``."""
+    """The shipped schema fragment: ``{"source", "kubernetesVersions", "nodeSelector", "toleration"}``."""
     return json.loads(SCHEMA_FILE.read_text())
 
 
