@@ -4,12 +4,17 @@ Used by ``scripts/plan.py`` (the offline plan) and by the tests. No CLI, no prov
 no cloud: ``pulumi.runtime.set_mocks`` stands in for the engine, and each resource's recorded
 inputs are exactly what ``pulumi up`` would send to the provider. Inputs that are Pulumi secrets
 are recorded as ``"[secret]"``; a secret's value found in a plain input is reported as a leak.
+
+Values only the provider knows (ids, IPs, generated names, ARNs with the account id) get mock
+values so the program runs; every one is a stable function of its inputs (never the salted
+``hash()``), and ``PlanRun.computed_values`` lists them so that the plan shows
+``KNOWN_AFTER_UP`` in their place (``PlanRun.mark_computed``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -20,8 +25,16 @@ from pulumi.runtime import rpc
 from pulumi.runtime.sync_await import _sync_await
 
 from components.spec.config import NAMESPACE, SECRET_KEYS
+from components.spec.config_reader import cli_config_strings
 
 SECRET_MASK = "[secret]"
+# What the plan shows instead of a value the provider computes at `pulumi up` (ids, addresses,
+# generated names): the mock engine needs some value to run the program, the plan must not
+# present it as real.
+KNOWN_AFTER_UP = "<known after pulumi up>"
+# Mock values shorter than this are replaced only where they are the whole string (a short id
+# such as ``fs-id`` could be part of unrelated text).
+_MIN_SUBSTRING_MARK_CHARS = 8
 # Value given to secrets a stack does not set, so the plan renders; obviously not a real one.
 PLACEHOLDER_PREFIX = "PLAN-PLACEHOLDER-NOT-A-REAL-"
 MOCK_ACCOUNT_ID = "123456789012"
@@ -56,12 +69,40 @@ class PlanRun:
         secret_leaks: ``(secret key, resource name, input path)`` where a secret's value sits in
             a plain input (must be empty; tests and the plan fail on any).
         context: the ``DeploymentContext`` of the run (spec, sizing, vLLM command).
+        computed_values: mock value -> where it came from (``net-vpc.id``,
+            ``gpu-instance.privateIp``, ``getCallerIdentity.accountId``): values that exist only
+            after ``pulumi up``.
     """
 
     resources: list[RecordedResource] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_leaks: list[tuple[str, str, str]] = field(default_factory=list)
     context: Any = None
+    computed_values: dict[str, str] = field(default_factory=dict)
+
+    def mark_computed(self, value: Any) -> Any:
+        """``value`` (a JSON-like document) with every provider-computed mock value replaced by
+        ``KNOWN_AFTER_UP``: whole strings always, substrings when the mock value has at least
+        ``_MIN_SUBSTRING_MARK_CHARS`` characters (an ARN or URL around it stays readable).
+        Longest values first, so the result does not depend on dict order."""
+        exact = set(self.computed_values)
+        parts = sorted((v for v in exact if len(v) >= _MIN_SUBSTRING_MARK_CHARS), key=lambda v: (-len(v), v))
+
+        def mark(item: Any) -> Any:
+            if isinstance(item, dict):
+                return {k: mark(v) for k, v in item.items()}
+            if isinstance(item, list):
+                return [mark(v) for v in item]
+            if isinstance(item, str):
+                if item in exact:
+                    return KNOWN_AFTER_UP
+                for part in parts:
+                    if part in item:
+                        item = item.replace(part, KNOWN_AFTER_UP)
+                return item
+            return item
+
+        return mark(value)
 
     def of_type(self, type_token: str) -> list[RecordedResource]:
         """Resources whose type token equals ``type_token``."""
@@ -120,6 +161,16 @@ def _walk_strings(value: Any, path: str = ""):
 OutputFn = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
+def stable_digits(text: str, digits: int = 8) -> str:
+    """``digits`` decimal digits derived from ``text`` by sha256: the same on every run.
+
+    Python's ``hash()`` of a string is salted per process (``PYTHONHASHSEED``), so a mock value
+    built from it changed between two plans of the same stack and every plan diff showed a false
+    change (a replaced FSx PersistentVolume). Mock values use this instead.
+    """
+    return str(int(hashlib.sha256(text.encode()).hexdigest(), 16) % 10**digits).zfill(digits)
+
+
 def _arn(service: str, kind: str) -> OutputFn:
     return lambda name, inputs: {"arn": f"arn:aws:{service}::{MOCK_ACCOUNT_ID}:{kind}/{name}"}
 
@@ -142,7 +193,7 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
         "vpcConfig": {**(i.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{name}-cluster"},
     },
     "aws:fsx/lustreFileSystem:LustreFileSystem": lambda name, i: {
-        "dnsName": f"fs-{abs(hash(name)) % 10**8:08d}.fsx.us-east-1.amazonaws.com",
+        "dnsName": f"fs-{stable_digits(name)}.fsx.us-east-1.amazonaws.com",
         "mountName": "abcdefgh",
         "arn": f"arn:aws:fsx:us-east-1:{MOCK_ACCOUNT_ID}:file-system/fs-{name}",
     },
@@ -164,9 +215,23 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
     "aws:ec2/placementGroup:PlacementGroup": lambda name, i: {"name": i.get("name") or f"{name}-a1b2c3d"},
     "aws:ssm/parameter:Parameter": lambda name, i: {"arn": f"arn:aws:ssm:us-east-1:{MOCK_ACCOUNT_ID}:parameter{i.get('name')}"},
     "aws:kms/key:Key": lambda name, i: {"arn": f"arn:aws:kms:us-east-1:{MOCK_ACCOUNT_ID}:key/{name}"},
+    # The AWS Load Balancer Controller writes the NLB's name into the Service's status.
+    "kubernetes:core/v1:Service": lambda name, i: (
+        {"status": {"loadBalancer": {"ingress": [{"hostname": f"k8s-{name}-{stable_digits(name, 10)}.elb.us-east-1.amazonaws.com"}]}}}
+        if (i.get("spec") or {}).get("type") == "LoadBalancer"
+        else {}
+    ),
 }
 
 CallFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+# Result fields of data-source calls that only AWS knows (the rest echo the arguments or the region).
+CALL_COMPUTED_FIELDS: dict[str, tuple[str, ...]] = {
+    "aws:index/getCallerIdentity:getCallerIdentity": ("accountId", "arn", "userId"),
+    "aws:ssm/getParameter:getParameter": ("value",),
+    "aws:ec2/getAmi:getAmi": ("id",),
+    "aws:ec2/getRouteTables:getRouteTables": ("ids",),
+}
 
 CALL_RESULTS: dict[str, CallFn] = {
     "aws:index/getCallerIdentity:getCallerIdentity": lambda a: {
@@ -212,35 +277,31 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 if secret in text:
                     self.run.secret_leaks.append((key, args.name, path))
         state = dict(_unwrap(args.inputs))
+        self.run.computed_values[resource_id] = f"{args.name}.id"
         extra = RESOURCE_OUTPUTS.get(args.typ)
         if extra is not None:
-            state.update(extra(args.name, state))
+            computed = extra(args.name, state)
+            given = {text for _, text in _walk_strings(state)}
+            for path, text in _walk_strings(computed):
+                if text not in given and text:
+                    self.run.computed_values.setdefault(text, f"{args.name}.{path}")
+            state.update(computed)
         return resource_id, state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         fn = CALL_RESULTS.get(args.token)
+        result = fn(dict(_unwrap(args.args))) if fn else {}
+        for key in CALL_COMPUTED_FIELDS.get(args.token, ()):
+            for path, text in _walk_strings(result.get(key)):
+                self.run.computed_values.setdefault(text, f"{args.token.rsplit(':', 1)[-1]}.{key}{path}")
         # (result, failures): the mock monitor iterates the failures, so an empty list, never None.
-        return (fn(dict(_unwrap(args.args))) if fn else {}), []
+        return result, []
 
 
 def pulumi_config_strings(stack_config: Mapping[str, Any]) -> dict[str, str]:
-    """Stack-file config values as the strings Pulumi hands a program (objects as JSON)."""
-
-    def default(obj: Any) -> Any:
-        if isinstance(obj, (_dt.datetime, _dt.date)):
-            text = obj.isoformat()
-            return text.replace("+00:00", "Z")
-        raise TypeError(f"cannot serialize {type(obj).__name__}")
-
-    out: dict[str, str] = {}
-    for key, value in stack_config.items():
-        if isinstance(value, str):
-            out[key] = value
-        elif isinstance(value, (_dt.datetime, _dt.date)):
-            out[key] = default(value)
-        else:
-            out[key] = json.dumps(value, default=default)
-    return out
+    """Stack-file config values as the strings the Pulumi CLI hands a program
+    (``config_reader.cli_config_strings``: top-level scalars as text, objects as JSON)."""
+    return cli_config_strings(stack_config)
 
 
 def run_program(

@@ -7,7 +7,6 @@ declared. Config errors stop the program before any resource is declared, as one
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -17,7 +16,8 @@ import pulumi
 import pulumi_random as random
 
 from components.spec import naming
-from components.spec.config import NAMESPACE, SECRET_KEYS, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
+from components.spec.config import NAMESPACE, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
+from components.spec.config_reader import read_config_strings
 from components.spec.sizing import Sizing, compute_sizing
 from components.spec.vllm import VllmCommand, build_vllm_command
 
@@ -65,28 +65,23 @@ def current_time() -> datetime:
 
 
 def read_namespace_config() -> tuple[dict[str, Any], frozenset[str]]:
-    """All ``kimi-deploy:*`` config of the running stack (secrets excluded) and the set of
-    secret keys that are set. Object values are JSON-decoded, as ``pulumi.Config.get_object`` does."""
-    cfg = pulumi.Config(NAMESPACE)
-    keys: set[str] = set()
-    for source in (pulumi.runtime.config.CONFIG.get(), pulumi.runtime.config.get_config_env()):
-        keys.update(k.partition(":")[2] for k in source if k.startswith(NAMESPACE + ":"))
-    values: dict[str, Any] = {}
-    secrets: set[str] = set()
-    for key in sorted(keys):
-        if key in SECRET_KEYS:
-            if cfg.get(key):
-                secrets.add(key)
-            continue
-        raw = cfg.get(key)
-        try:
-            values[key] = json.loads(raw) if raw is not None else None
-        except (TypeError, ValueError):
-            values[key] = raw
-    region = pulumi.Config("aws").get("region")
-    if region:
-        values["region"] = region
-    return values, frozenset(secrets)
+    """All ``kimi-deploy:*`` config of the running stack (secrets excluded), decoded by type, and
+    the set of secret keys that are set.
+
+    Reads every config key the engine handed the program (full key -> string) and decodes it with
+    ``config_reader.read_config_strings``: the same function the offline plan and the scripts use
+    on a stack file (after converting it as the CLI does), so both accept and reject the same files.
+
+    Raises:
+        ConfigError: an unknown namespace or key, or a value not of its key's type.
+    """
+    from pulumi.runtime import config as runtime_config
+
+    keys: set[str] = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
+    strings = {key: runtime_config.get_config(key) for key in sorted(keys)}
+    strings = {k: v for k, v in strings.items() if v is not None}
+    secret_keys = {k for k in strings if runtime_config.is_config_secret(k)}
+    return read_config_strings(strings, secret_keys)
 
 
 def _expiry(spec: DeploymentSpec, now: datetime) -> pulumi.Output[str] | None:
@@ -129,6 +124,11 @@ def build_context(now: datetime | None = None) -> DeploymentContext:
     spec = parse_spec(values, stack=pulumi.get_stack(), project=pulumi.get_project(), now=now, secrets_set=secrets_set)
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
+    if spec.platform == "aws-ec2":
+        # Hard limits before any resource (the trial-expiry marker below is one) is declared.
+        from components.aws.compute import check_ec2_user_data
+
+        check_ec2_user_data(spec, command, hub_token_set=spec.hub_token_key in secrets_set)
     cfg = pulumi.Config(NAMESPACE)
     expires_at = _expiry(spec, now)
     tags: dict[str, Any] = dict(spec.tags)

@@ -212,6 +212,12 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
             "output_tokens": round(task.output_tokens),
         },
         "api_price_source": price.source,
+        "api_price_per_million_tokens": {
+            "currency": price.currency,
+            "uncached_input": price.input_cache_miss_per_mtok,
+            "cached_input": price.input_cache_hit_per_mtok,
+            "output": price.output_per_mtok,
+        },
         "api_cost_breakdown_rmb": {
             "uncached_input": round(costmodel.to_rmb(api.uncached_input, price.currency, rate), 2),
             "cached_input": round(costmodel.to_rmb(api.cached_input, price.currency, rate), 2),
@@ -289,15 +295,23 @@ def _money(value: float | None, unit: str) -> str:
 def print_report(report: dict[str, Any]) -> None:
     task = report["task"]
     b = report["api_cost_breakdown_rmb"]
+    unit = report["api_price_per_million_tokens"]
+    per_hour = report["self_hosted_cost_per_hour_usd"]
+    nodes = report["gpu_nodes"]
+    # The "how" column shows quantities x unit prices = amounts, so every figure can be re-derived.
     rows = [
         ("API cost per task", _money(report["api_cost_per_task_rmb"], "RMB"),
-         f"{task['uncached_input_tokens'] / 1e6:.2f}M uncached in {b['uncached_input']} + "
-         f"{task['cached_input_tokens'] / 1e6:.2f}M cached in {b['cached_input']} + "
-         f"{task['output_tokens'] / 1e6:.2f}M out {b['output']}"),
-        (f"API cost, {report['tasks_per_month']:,} tasks/month", _money(report["api_cost_per_month_rmb"], "RMB"), report["api_price_source"]),
-        ("Self-hosted per hour", _money(report["self_hosted_cost_per_hour_usd"], "USD"), report["price_source"]),
+         f"{task['uncached_input_tokens'] / 1e6:.2f}M uncached in x {unit['uncached_input']:,.2f} + "
+         f"{task['cached_input_tokens'] / 1e6:.2f}M cached in x {unit['cached_input']:,.2f} + "
+         f"{task['output_tokens'] / 1e6:.2f}M out x {unit['output']:,.2f} {unit['currency']}/1M tokens "
+         f"= {b['uncached_input']:,.2f} + {b['cached_input']:,.2f} + {b['output']:,.2f} RMB"),
+        (f"API cost, {report['tasks_per_month']:,} tasks/month", _money(report["api_cost_per_month_rmb"], "RMB"),
+         f"{report['tasks_per_month']:,} tasks x {_money(report['api_cost_per_task_rmb'], 'RMB')}; {report['api_price_source']}"),
+        ("Self-hosted per hour", _money(per_hour, "USD"),
+         (f"{nodes}x {report['instance_type']} x {_money(per_hour / nodes, 'USD')}/h; " if per_hour is not None else "") + report["price_source"]),
         ("Self-hosted per month", _money(report["self_hosted_cost_per_month_usd"], "USD"),
-         f"{report['hours_per_month']:.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD"),
+         (f"{_money(per_hour, 'USD')}/h x " if per_hour is not None else "")
+         + f"{report['hours_per_month']:,.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD"),
         ("Break-even", "unknown" if report["break_even_tasks_per_month"] is None else f"{report['break_even_tasks_per_month']:,} tasks/month",
          "one deployment vs the API"),
     ]

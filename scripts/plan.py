@@ -6,6 +6,10 @@ engine with the stack's config, records every resource and its inputs, and print
 (target, nodes x GPUs, storage, load time, startup budget, KV tokens, cost), the exact
 ``vllm serve`` command per node role, the weight-sync runs and the resource table.
 
+Values that exist only after ``pulumi up`` (ids, addresses, generated names) print as
+``<known after pulumi up>`` (``components.plan_engine.KNOWN_AFTER_UP``); example values shipped in
+``stacks/`` print a warning until replaced (``components.spec.examples``).
+
 Exit codes: 0 ok; 1 the plan found a problem (a secret in a plain input); 2 usage or config error.
 """
 
@@ -136,7 +140,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
                 for r in command.roles
             ],
         },
-        "weight_sync": [
+        "weight_sync": run.mark_computed([
             {
                 "name": s.name,
                 "source": s.source,
@@ -146,13 +150,14 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
                 "argv": list(s.argv),
             }
             for s in steps
-        ],
+        ]),
         "expires_at": run.outputs.get("expiresAt"),
         "expires_rule": _expiry_rule(spec),
         "protect": spec.protect,
         "warnings": list(spec.warnings),
-        "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources],
-        "outputs": run.outputs,
+        # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP.
+        "resources": run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
+        "outputs": run.mark_computed(run.outputs),
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
         **scaling_section(spec, sizing),
@@ -237,6 +242,14 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _output_text(value: Any) -> str:
+    """A stack output for people: strings as they are, ``(none)`` for an output without a value
+    (e.g. ``gpuUsdPerHour`` where no public price exists), JSON for the rest."""
+    if value is None:
+        return "(none)"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _summarize_inputs(inputs: dict[str, Any], limit: int = 110) -> str:
     keys = (
         "instanceType", "ami", "availabilityZone", "storageCapacity", "deploymentType",
@@ -255,19 +268,26 @@ def _summarize_inputs(inputs: dict[str, Any], limit: int = 110) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# Plurals that are not word + "s".
+_IRREGULAR_PLURALS = {"copy": "copies"}
+
+
 def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
+    """``1 copy``, ``2 copies``, ``1,200 files`` (thousands separated)."""
+    return f"{count:,} " + (word if count == 1 else _IRREGULAR_PLURALS.get(word, word + "s"))
 
 
 def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """The plan's summary as ``(label, text)`` rows, shared by the table and Markdown."""
     sz, nodes, model = doc["sizing"], doc["nodes"], doc["model"]
     price = f"USD {sz['usd_per_hour']:.2f}/h ({sz['price_source']})" if sz["usd_per_hour"] else sz["price_source"]
-    where = f"  ({doc['region']} {doc['availability_zone'] or ''})".rstrip() + (")" if doc["region"] and not doc["availability_zone"] else "") if doc["region"] else ""
-    where = where.replace(" )", ")")
-    storage = f"{sz['storage_kind']}: {sz['storage_capacity_gib'] or '?'} GiB available, {sz['storage_needed_gib']} GiB needed"
+    where = ""
+    if doc["region"]:
+        where = f"  ({doc['region']}" + (f", AZ {doc['availability_zone']})" if doc["availability_zone"] else ")")
+    available = f"{sz['storage_capacity_gib']:,}" if sz["storage_capacity_gib"] else "?"
+    storage = f"{sz['storage_kind']}: {available} GiB available, {sz['storage_needed_gib']:,} GiB needed"
     if sz["fsx_capacity_gib"]:
-        storage += f"; FSx {sz['fsx_capacity_gib']:,} GiB x {sz['fsx_throughput_per_tib_mbps']} MB/s/TiB"
+        storage += f"; FSx {sz['fsx_capacity_gib']:,} GiB x {sz['fsx_throughput_per_tib_mbps']:,} MB/s/TiB"
     mirror = any(s["name"] == "publish-mirror" for s in doc["weight_sync"])
     download = _duration(sz["download_seconds_at_100MBps"]) + " at 100 MB/s " + (
         "(once, into the in-region mirror)" if mirror else "(on every node: this stack has no mirror)"
@@ -281,13 +301,13 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("platform / environment", f"{doc['platform']} / {doc['environment']}{where}"),
         (
             "GPU nodes",
-            f"{nodes['gpu_nodes']} x {nodes['instance_type']} = {_plural(nodes['replicas'], 'copy')} x "
-            f"{_plural(nodes['nodes_per_copy'], 'node')} x {nodes['gpus_per_node']} GPUs; capacity: {nodes['capacity']}",
+            f"{nodes['gpu_nodes']}x {nodes['instance_type']} = {_plural(nodes['replicas'], 'copy')} x "
+            f"{_plural(nodes['nodes_per_copy'], 'node')} x {_plural(nodes['gpus_per_node'], 'GPU')}; capacity: {nodes['capacity']}",
         ),
-        ("model", f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {model['files']} files, from {model['source']})"),
+        ("model", f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {_plural(model['files'], 'file')}, from {model['source']})"),
         ("storage", storage),
         ("weight load", f"{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node  ({sz['read_source']})"),
-        ("startup budget", f"{sz['startup_budget_seconds']} s  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)"),
+        ("startup budget", f"{_duration(sz['startup_budget_seconds'])} ({sz['startup_budget_seconds']:,} s)  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)"),
         (
             "KV cache",
             f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
@@ -303,7 +323,7 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
 def render_markdown(doc: dict[str, Any]) -> str:
     """The plan as Markdown (pull-request comments, docs)."""
     lines = [f"### Plan: `{doc['stack']}` — {doc['target_display']}", "", "| | |", "|---|---|"]
-    lines += [f"| {label} | {text.replace('|', '/')} |" for label, text in summary_rows(doc)]
+    lines += [f"| {label} | {text.replace('|', '/').replace('<', '&lt;')} |" for label, text in summary_rows(doc)]
     lines.append("")
     for w in doc["warnings"]:
         lines.append(f"> ⚠ {w}")
@@ -321,11 +341,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines.append(f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`")
     lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
     for r in doc["resources"]:
-        lines.append(f"| `{r['type']}` | {r['name']} | {_summarize_inputs(r['inputs']).replace('|', '/')} |")
+        # Outside code spans `<known after pulumi up>` would be read as an HTML tag and hidden.
+        lines.append(f"| `{r['type']}` | {r['name']} | {_summarize_inputs(r['inputs']).replace('|', '/').replace('<', '&lt;')} |")
     if doc["outputs"]:
         lines += ["", "**Outputs**", "", "| output | value |", "|---|---|"]
         for k, v in doc["outputs"].items():
-            lines.append(f"| {k} | `{v if isinstance(v, str) else json.dumps(v)}` |")
+            lines.append(f"| {k} | `{_output_text(v)}` |")
     return "\n".join(lines) + "\n"
 
 
@@ -396,7 +417,7 @@ def render_table(doc: dict[str, Any], file=None) -> None:
         out.add_column(style="bold")
         out.add_column(overflow="fold")
         for k, v in doc["outputs"].items():
-            out.add_row(k, escape(json.dumps(v) if not isinstance(v, str) else v))
+            out.add_row(k, escape(_output_text(v)))
         console.print(out)
 
 

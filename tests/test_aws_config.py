@@ -82,7 +82,7 @@ def test_region_without_the_instance_type_is_rejected():
 def test_efa_on_a_type_without_efa_is_rejected():
     values = _ns("mi355x")
     _set(values, "compute.efa", True)
-    with pytest.raises(ConfigError, match="compute.efa: True is not supported by BM.GPU.MI355X.8"):
+    with pytest.raises(ConfigError, match="compute.efa: true is not supported by BM.GPU.MI355X.8"):
         _parse(values, "mi355x")
 
 

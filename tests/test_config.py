@@ -166,7 +166,7 @@ def test_commit_revision_is_accepted_in_prod():
 def test_license_must_be_acknowledged():
     cfg = base()
     cfg["model"] = {**cfg["model"], "licenseAcknowledged": False}
-    reject(cfg, "model.licenseAcknowledged", "False", "USD 20M", "Internal use is exempt")
+    reject(cfg, "model.licenseAcknowledged", ": false must be true", "USD 20M", "Internal use is exempt")
 
 
 def test_region_must_offer_the_instance():

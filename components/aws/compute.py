@@ -128,6 +128,67 @@ def secret_parameter_name(project: str, stack: str, what: str) -> str:
     return f"/{project}/{stack}/{what}"
 
 
+def render_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, bucket: str, tools_sha256: str, hub_token_set: bool) -> str:
+    """The ``#cloud-config`` text ``Ec2GpuServer._user_data`` renders for ``bucket``, without the
+    size check (it builds the same ``Ec2BootConfig``; tests/test_config_reader.py checks that the
+    two stay equal on the shipped aws-ec2 stack)."""
+    from .storage import WEIGHT_SYNC_KEY
+    from .userdata import cloud_config_text
+
+    server = vllm.role("server")
+    cfg = Ec2BootConfig(
+        region=spec.region or "",
+        image=vllm.image,
+        vllm_argv=server.argv,
+        vllm_env=server.env,
+        port=vllm.port,
+        sync_steps=sync_steps(spec, bucket),
+        tools_uri=f"s3://{bucket}/{WEIGHT_SYNC_KEY}",
+        tools_sha256=tools_sha256,
+        api_key_parameter=secret_parameter_name(spec.project, spec.stack, "vllm-api-key"),
+        hub_token_parameter=secret_parameter_name(spec.project, spec.stack, "hub-token") if hub_token_set else None,
+        hub_token_env=HUB_TOKEN_ENV[spec.model_source],
+        nvme_devices=spec.instance.nvme_devices,
+        efa=spec.efa_enabled,
+    )
+    return cloud_config_text(cfg)
+
+
+# The longest S3 bucket name (S3 naming rules: 3-63 characters): the mirror's name is known only
+# after `pulumi up`, so the config-time size check assumes the longest one.
+_LONGEST_BUCKET_NAME = "b" * 63
+
+
+def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, hub_token_set: bool) -> int:
+    """Render the ``aws-ec2`` user data as ``pulumi up`` will (longest possible bucket name) and
+    check EC2's limit before any resource is declared.
+
+    Returns:
+        The worst-case raw size in bytes.
+
+    Raises:
+        ConfigError: over ``USER_DATA_LIMIT_BYTES`` (16 KB raw, before base64; "User data is
+            limited to 16 KB, in raw form, before it is base64-encoded", EC2 User Guide, "Run
+            commands when you launch an EC2 instance with user data input"). Names
+            ``vllm.extraArgs`` when the extra flags push it over, else ``vllm``.
+    """
+    from components.spec.config import ConfigError
+
+    from .userdata import USER_DATA_LIMIT_BYTES
+
+    text = render_ec2_user_data(spec, vllm, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set)
+    total = len(text.encode())
+    if total <= USER_DATA_LIMIT_BYTES:
+        return total
+    extra = list(spec.config.vllm.extra_args)
+    key, value = ("vllm.extraArgs", extra) if extra else ("vllm", "(the serving command)")
+    raise ConfigError(
+        key, value,
+        f"makes the EC2 user data {total:,} bytes, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before base64); "
+        "shorten it or use aws-eks",
+    )
+
+
 @dataclass
 class Ec2GpuServerArgs:
     """Inputs of ``Ec2GpuServer``.

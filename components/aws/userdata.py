@@ -323,8 +323,19 @@ def ec2_cloud_config(cfg: Ec2BootConfig) -> str:
     """The complete ``#cloud-config`` user data.
 
     Raises:
-        ValueError: the result exceeds EC2's 16 KB user-data limit.
+        ValueError: the result exceeds EC2's 16 KB user-data limit (``program.build_context``
+            checks the same rendering with ``compute.check_ec2_user_data`` before any resource is
+            declared, so a stack never gets here with too much user data).
     """
+    text = cloud_config_text(cfg)
+    size = len(text.encode())
+    if size > USER_DATA_LIMIT_BYTES:
+        raise ValueError(f"EC2 user data is {size} bytes; the limit is {USER_DATA_LIMIT_BYTES}")
+    return text
+
+
+def cloud_config_text(cfg: Ec2BootConfig) -> str:
+    """The ``#cloud-config`` text of ``cfg`` without the size check (UTF-8 bytes = raw size)."""
     files = [
         (RAID_SCRIPT, raid0_script(cfg.nvme_devices), "0755"),
         (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
@@ -341,11 +352,7 @@ def ec2_cloud_config(cfg: Ec2BootConfig) -> str:
             ["systemctl", "start", "--no-block", UNITS[-1]],
         ],
     }
-    text = "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=1_000_000)
-    size = len(text.encode())
-    if size > USER_DATA_LIMIT_BYTES:
-        raise ValueError(f"EC2 user data is {size} bytes; the limit is {USER_DATA_LIMIT_BYTES}")
-    return text
+    return "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=1_000_000)
 
 
 # -- EKS ------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ DEFAULT_TRIAL_TTL_HOURS = 72
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
+# AWS region names: us-east-1, ap-southeast-2, us-gov-west-1, cn-north-1, eusc-de-east-1.
+_REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
 # An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
 _IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
 _AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
@@ -68,7 +70,8 @@ class ConfigError(ValueError):
         bare = key.startswith(NAMESPACE + ":") or ":" in key or key.startswith("-") or key.isupper()
         self.key = key if bare else f"{NAMESPACE}:{key}"
         self.value = value
-        shown = "(unset)" if value is None else repr(value)
+        # Booleans as YAML writes them (true/false), not Python's True/False.
+        shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else repr(value)
         super().__init__(f"{self.key}: {shown} {allowed}")
 
 
@@ -78,7 +81,9 @@ class ConfigError(ValueError):
 
 
 class _Raw(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True)
+    # No coercion of numbers to strings: `revision: 1234` is an error, not "1234" (the engine hands
+    # top-level values as strings already; config_reader decodes them by type).
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class ModelConfig(_Raw):
@@ -427,13 +432,39 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
             break
     kind = first["type"]
     if kind == "extra_forbidden":
-        return ConfigError(key, value, "is not a known key (check the spelling; see README 'Configuration')")
+        from .config_reader import did_you_mean
+
+        siblings = _model_keys_at(loc[:-1])
+        hint = did_you_mean(str(loc[-1]), siblings) or (f" (keys: {', '.join(siblings)})" if siblings else "")
+        return ConfigError(key, value, "is not a known key" + hint)
+    if kind in ("model_type", "dict_type"):
+        keys = _model_keys_at(loc)
+        return ConfigError(key, value, "is not a map" + (f" (keys: {', '.join(keys)})" if keys else " (write its keys under it)"))
+    if kind == "string_type" and isinstance(value, (int, float)):
+        what = "a boolean" if isinstance(value, bool) else "a number"
+        return ConfigError(key, value, f"is {what}, not a string: quote it in the stack file ('{value}')")
     if kind == "missing":
         return ConfigError(key, None, "is required")
     if kind == "literal_error":
         expected = first.get("ctx", {}).get("expected", "")
         return ConfigError(key, value, f"is not allowed (allowed: {expected})")
     return ConfigError(key, value, f"is not valid: {first['msg'].lower()}")
+
+
+def _model_keys_at(loc: tuple[Any, ...]) -> list[str]:
+    """Config keys (aliases) of the model at pydantic location ``loc`` in ``RawConfig``, sorted."""
+    model: Any = RawConfig
+    for part in loc:
+        info = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None) if isinstance(part, str) else None
+        if info is None:
+            if isinstance(part, int):
+                continue
+            return []
+        candidates = [info.annotation, *getattr(info.annotation, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return sorted(f.alias or n for n, f in model.model_fields.items() if n != "region" or model is not RawConfig)
 
 
 def _check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
@@ -538,6 +569,9 @@ def parse_spec(
             "compute.replicas", raw.compute.replicas, "must be 1 on aws-ec2 (one instance serves one copy; use aws-eks for more copies)"
         )
     region = raw.region
+    if region is not None and not _REGION_RE.match(region):
+        # Checked on every platform and target, with or without offering facts (preflight asks AWS).
+        raise ConfigError("aws:region", region, "is not an AWS region name (e.g. us-east-1)")
     if is_aws and not region:
         raise ConfigError("aws:region", None, "is required for AWS platforms (pulumi config set aws:region us-east-1)")
     if is_aws and instance.cloud != "aws":
@@ -559,6 +593,10 @@ def parse_spec(
             raise ConfigError(
                 "compute.availabilityZone", az, f"does not offer {instance_type} (allowed: {', '.join(offered)})"
             )
+    if cap.availability_zone is not None and not _AZ_RE.match(cap.availability_zone):
+        raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, "is not an availability zone name (e.g. us-east-1a)")
+    if is_aws and cap.availability_zone and region and not cap.availability_zone.startswith(region):
+        raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, f"is not in region {region}")
     if cap.type in ("odcr", "capacity-block"):
         if not is_aws:
             raise ConfigError("compute.capacity.type", cap.type, "needs an AWS platform (aws-ec2, aws-eks)")
@@ -673,6 +711,10 @@ def parse_spec(
             raise ConfigError("storage.kind", st.kind, "needs a Kubernetes platform (aws-eks, kubernetes)")
         if not st.existing_claim:
             raise ConfigError("storage.existingClaim", None, "is required when storage.kind is pvc")
+        from .limits import dns1123_subdomain_problem
+
+        if why := dns1123_subdomain_problem(st.existing_claim):
+            raise ConfigError("storage.existingClaim", st.existing_claim, f"{why} (a PersistentVolumeClaim name)")
     if st.kind == "nvme" and instance.nvme_total_bytes < needed * 1.05:
         raise ConfigError(
             "storage.kind", st.kind, f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of weights (use fsx)"
@@ -744,6 +786,9 @@ def parse_spec(
     host_path = raw.kubernetes.nvme_host_path
     if not host_path.startswith("/") or host_path.rstrip("/") == "" or ".." in host_path.split("/"):
         raise ConfigError("kubernetes.nvmeHostPath", host_path, "must be an absolute path below / without '..' (where the node's NVMe is mounted)")
+    from .limits import check_kubernetes_fields_and_limits
+
+    check_kubernetes_fields_and_limits(raw, stack, project)
     for ns in raw.kubernetes.allowed_namespaces:
         if not _DNS_LABEL_RE.match(ns):
             raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
@@ -790,6 +835,11 @@ def parse_spec(
         raise ConfigError(
             "model.licenseAcknowledged", raw.model.license_acknowledged, f"must be true: {model.display_name} license is {model.license_summary}"
         )
+    from .examples import example_value_warnings
+
+    warnings.extend(
+        example_value_warnings({"model.revision": rev, "compute.capacity.reservationId": cap.reservation_id})
+    )
 
     # Expiry and protection ----------------------------------------------------------------
     expires_at = raw.expires_at
@@ -940,6 +990,11 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
+# Top-level keys of a Pulumi stack settings file (pulumi/pulumi sdk/go/common/workspace/project.go,
+# ProjectStack: secretsprovider, encryptedkey, encryptionsalt, config, environment).
+STACK_FILE_KEYS: tuple[str, ...] = ("config", "encryptedkey", "encryptionsalt", "environment", "secretsprovider")
+
+
 class StackFileError(ConfigError):
     """A stack file is missing or not a Pulumi stack config file."""
 
@@ -975,40 +1030,59 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     path = stacks_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackFileError("--stack", stack, f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})")
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    text = path.read_text()
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
-        raise StackFileError("--stack", stack, f"file is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise StackFileError("--stack", stack, f"file {shown} is not valid YAML: {_yaml_error_text(err)}") from None
+    if data is None:
+        raise StackFileError("--stack", stack, f"file {shown} is empty (it needs a 'config:' map; see stacks/Pulumi.b300.yaml)")
+    if isinstance(data, dict):
+        from .config_reader import did_you_mean
+
+        for top in data:
+            if top not in STACK_FILE_KEYS:
+                raise StackFileError(
+                    "--stack", stack,
+                    f"file {shown} has a top-level key {top!r} that Pulumi does not read (allowed: {', '.join(STACK_FILE_KEYS)})"
+                    + did_you_mean(str(top), STACK_FILE_KEYS),
+                )
+        raw_config = data.get("config")
+        for key in raw_config if isinstance(raw_config, dict) else ():
+            if not isinstance(key, str):
+                raise StackFileError("--stack", stack, f"file {shown} has a config key {key!r} that is not a string (write namespace:key)")
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
         raise StackFileError("--stack", stack, "file has no 'config:' map")
     return config
 
 
+def _yaml_error_text(err: yaml.YAMLError) -> str:
+    """A PyYAML error as ``line L, column C: reason`` (1-based, as editors count)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    reason = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and context not in reason:
+        where = f" started at line {context_mark.line + 1}, column {context_mark.column + 1}" if context_mark is not None and context_mark is not mark else ""
+        reason = f"{reason} ({context}{where})"
+    return f"line {mark.line + 1}, column {mark.column + 1}: {reason}" if mark is not None else reason
+
+
 def namespace_config(full_config: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
-    """Split full config keys into the ``kimi-deploy`` namespace map (prefix removed, plus
-    ``region`` from ``aws:region``) and the set of secret keys that have a value.
+    """The ``kimi-deploy`` namespace map (prefix removed, plus ``region`` from ``aws:region``) and
+    the set of secret keys that have a value, read from a stack file's ``config:`` map exactly as
+    ``pulumi up`` reads it: converted to the strings the CLI hands the program
+    (``config_reader.cli_config_strings``), then decoded by the program's reader
+    (``config_reader.read_config_strings``).
 
     Raises:
-        ConfigError: a secret key holds a plain value instead of a secure one is not an error
-            here (Pulumi config files may carry either); a key in our namespace that is a
-            secret must not be given as a non-secret in a committed file (``ConfigError``).
+        ConfigError: an unknown namespace or key, or a value not of its key's type.
     """
-    ns: dict[str, Any] = {}
-    secrets: set[str] = set()
-    for key, value in full_config.items():
-        if key == "aws:region":
-            ns["region"] = value
-            continue
-        prefix, _, name = key.partition(":")
-        if prefix != NAMESPACE:
-            continue
-        if name in SECRET_KEYS:
-            if value not in (None, ""):
-                secrets.add(name)
-            continue
-        ns[name] = value
-    return ns, frozenset(secrets)
+    from .config_reader import cli_config_strings, read_config_strings
+
+    secure = {k for k, v in full_config.items() if isinstance(v, dict) and set(v) == {"secure"}}
+    return read_config_strings(cli_config_strings(full_config), secure)
 
 
 def load_stack(

@@ -1,0 +1,40 @@
+"""Example values shipped in ``stacks/Pulumi.*.yaml`` that a user must replace with their own.
+
+They are syntactically valid (so the example stacks plan), but deploying them fails or pulls the
+wrong weights: the example commit pin is not a real revision of the model, and the reservation ids
+are not the user's capacity. ``parse_spec`` adds a warning for each one still in place, so every
+plan says so until it is replaced. This is the only list of them (tests check each one still
+appears in a shipped stack file, so the list cannot go stale).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+# config key (without namespace) -> (example value, what to put there instead)
+SHIPPED_EXAMPLE_VALUES: Mapping[str, Mapping[str, str]] = {
+    "model.revision": {
+        "4f1e2d3c5b6a79880716253443526170819a0b1c": "the commit your trial's weight sync recorded (resolved_revision in .weights-complete.json)",
+    },
+    "compute.capacity.reservationId": {
+        "cr-0123456789abcdef0": "your capacity block's reservation id (aws ec2 describe-capacity-reservations)",
+        "cr-0a1b2c3d4e5f60718": "your on-demand capacity reservation's id (aws ec2 describe-capacity-reservations)",
+    },
+}
+
+
+def example_value_warnings(values: Mapping[str, str | None]) -> list[str]:
+    """One warning per config value that is still a shipped example.
+
+    Args:
+        values: config key (``model.revision``) -> the value in use (None when unset).
+
+    Returns:
+        ``["model.revision 4f1e... is the example value shipped in stacks/: replace it with ..."]``.
+    """
+    out = []
+    for key, value in values.items():
+        replacement = SHIPPED_EXAMPLE_VALUES.get(key, {}).get(value or "")
+        if replacement:
+            out.append(f"{key} {value} is the example value shipped in stacks/: replace it with {replacement} before `pulumi up`")
+    return out
