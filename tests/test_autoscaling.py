@@ -257,7 +257,7 @@ def test_plan_json_carries_scaling_and_the_table_rows(tmp_path):
      r"autoscaling.schedule.0.timezone: 'Mars/Base' is not an IANA time zone"),
     ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "controller": "hpa"}}, r"autoscaling.controller: 'hpa' needs an external metrics adapter"),
     ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 1}}, r"compute.replicas: 2 is the initial replica count and must lie within"),
-    ({"kimi-deploy:observability": {}}, r"autoscaling.enabled: True needs observability.prometheusNamespace"),
+    ({"kimi-deploy:observability": {}}, r"autoscaling.enabled: true needs observability.prometheusNamespace"),
     ({"kimi-deploy:observability": {"prometheusNamespace": "Monitoring"}}, r"observability.prometheusNamespace: 'Monitoring' is not a valid namespace"),
     ({"kimi-deploy:observability": {"prometheusUrl": "http://user:pw@prom:9090"}}, r"observability.prometheusUrl: .* is not an http\(s\) URL"),
     ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "scaleDownDelaySeconds": 600}}, r"autoscaling.scaleDownDelaySeconds: 600 must exceed the scale-up time"),
@@ -276,7 +276,7 @@ def test_autoscaling_is_refused_on_aws_ec2():
     full = dict(read_stack_config("b300"))
     full["kimi-deploy:autoscaling"] = {"enabled": True}
     ns, secrets = namespace_config(full)
-    with pytest.raises(ConfigError, match=r"kimi-deploy:autoscaling.enabled: True is only for the aws-eks and kubernetes platforms"):
+    with pytest.raises(ConfigError, match=r"kimi-deploy:autoscaling.enabled: true is only for the aws-eks and kubernetes platforms"):
         parse_spec(ns, stack="b300", now=FIXED_NOW, secrets_set=secrets)
 
 
