@@ -771,13 +771,16 @@ def parse_spec(
             )
     protect = raw.protect if raw.protect is not None else raw.environment == "prod"
 
-    from .versions import VLLM_VERSION
+    from .engine import check_engine
+    from .versions import vllm_image
 
-    if _version_tuple(VLLM_VERSION) < _version_tuple(model.min_vllm_version) and not raw.vllm.image and not raw.vllm.image_tag:
-        warnings.append(
-            f"the model card asks for vLLM >= {model.min_vllm_version}; the pinned {VLLM_VERSION} is the newest "
-            "release and registers the kimi_k3 parsers. Set vllm.imageTag when a newer release ships."
-        )
+    # Engine support: a build known not to serve the model stops the plan and `pulumi up` (exit 2).
+    engine_key = "vllm.imageTag" if raw.vllm.image_tag else "vllm.image"
+    engine = check_engine(
+        raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag), engine_key, target.image_family, model
+    )
+    if not engine.is_release:
+        warnings.append(f"engine: {engine.describe()}; the model card asks for vLLM >= {model.min_vllm_version}")
     if raw.environment == "prod" and protect is False:
         warnings.append("protect is false on a prod stack: `pulumi destroy` can delete the weight mirror and file system")
 
@@ -865,7 +868,35 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
         raise StackFileError("--stack", stack, "file has no 'config:' map")
-    return config
+    return _overlay(config, stack)
+
+
+# Offline runs only (scripts/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
+# JSON config merged over every stack file, one level deep into maps, as `pulumi config set`
+# would add it: e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
+CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
+
+
+def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
+    import json
+    import os
+
+    text = os.environ.get(CONFIG_OVERLAY_ENV, "").strip()
+    if not text:
+        return config
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
+    if not isinstance(extra, dict):
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
+    merged = dict(config)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 def namespace_config(full_config: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
