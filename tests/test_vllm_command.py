@@ -116,3 +116,23 @@ def test_served_model_names():
     _, cmd = command("b300")
     assert cmd.served_model_names == ("kimi-k3.1-pro", "moonshotai/Kimi-K3.1-Pro")
     assert flag_value(cmd.role("server").argv, "--served-model-name") == "kimi-k3.1-pro"
+
+
+def test_dcp_adds_the_recipe_settings_and_workspace_and_plain_tp_does_not():
+    _, tp = command("b300", decodeContextParallelSize=1)
+    _, dcp = command("b300", decodeContextParallelSize=8)
+    tp_argv, dcp_argv = tp.role("server").argv, dcp.role("server").argv
+    assert "--dcp-comm-backend" not in tp_argv and "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE" not in tp.role("server").env
+    assert flag_value(dcp_argv, "--dcp-comm-backend") == "a2a"
+    assert flag_value(dcp_argv, "--attention-backend") == "TOKENSPEED_MLA"
+    assert dcp_argv.count("--attention-config") == 1 and "TRTLLM_RAGGED" in flag_value(dcp_argv, "--attention-config")
+    assert int(dcp.role("server").env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]) >= 1_611_661_312
+
+
+def test_dcp_needs_memory_outside_the_pool_for_its_workspace():
+    from components.spec.config import ConfigError
+
+    with pytest.raises(ConfigError, match="vllm.gpuMemoryUtilization.*FlashInfer workspace"):
+        command("b300", decodeContextParallelSize=8, gpuMemoryUtilization=0.99)
+    spec, _ = command("b300", decodeContextParallelSize=8)
+    assert any(w.startswith("DCP 8:") and "slower" in w for w in spec.warnings)

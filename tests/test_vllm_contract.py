@@ -353,3 +353,15 @@ def test_mi355x_selects_the_a8w4_moe_path_by_a_value_vllm_accepts():
     text = (installed_site_packages() / "vllm/envs.py").read_text()
     start = text.index('"VLLM_ROCM_USE_AITER_MOE_SITUV2": env_with_choices(')
     assert '"a8w4"' in text[start:start + 400]
+
+
+def test_dcp_stack_carries_the_recipe_dcp_settings_as_vllm_parses_them():
+    """b300-prod runs DCP8: vLLM's own parser must see the recipe's DCP backends."""
+    _, results, stacks = _everything()
+    cmd, roles = stacks["b300-prod"]
+    assert cmd.decode_context_parallel_size == 8
+    p = results["b300-prod/server"]["parsed"]
+    assert p["decode_context_parallel_size"] == 8 and p["dcp_comm_backend"] == "a2a"
+    assert "TOKENSPEED_MLA" in str(p["attention_backend"]).upper()
+    assert "TRTLLM_RAGGED" in str(p["attention_config"]["mla_prefill_backend"]).upper()
+    assert int(roles[0][1].env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]) > 1_611_661_312  # vllm#50781

@@ -679,6 +679,25 @@ def parse_spec(
         raise ConfigError(
             "vllm.decodeContextParallelSize", dcp, f"must divide the tensor-parallel size {tp} (allowed: {', '.join(divisors)})"
         )
+    recipe_dcp_env = model.recipes[target.image_family].dcp_env if target.image_family in model.recipes else {}
+    if dcp > 1 and "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE" in recipe_dcp_env:
+        # The DCP workspace is allocated by the attention backend, beside vLLM's memory pool: the
+        # share of GPU memory gpuMemoryUtilization leaves out must hold it twice over.
+        workspace = int(recipe_dcp_env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"])
+        outside = (1 - raw.vllm.gpu_memory_utilization) * target.gpu.memory_bytes
+        if outside < 2 * workspace:
+            most = 1 - 2 * workspace / target.gpu.memory_bytes
+            raise ConfigError(
+                "vllm.gpuMemoryUtilization", raw.vllm.gpu_memory_utilization,
+                f"leaves {outside / 1024**3:.1f} GiB per GPU outside vLLM's pool; DCP {dcp} needs room for a "
+                f"{workspace / 1024**3:.0f} GiB FlashInfer workspace twice over (at most {most:.3f})",
+            )
+        warnings.append(
+            f"DCP {dcp}: about {dcp * model.dcp_kv_efficiency:.1f}x the KV tokens of plain TP (long sessions, "
+            f"bigger prefix cache) for decode steps about 7-25% slower, a {workspace / 1024**3:.0f} GiB "
+            "FlashInfer workspace per GPU (default 394 MiB; vllm#50781) and the recipe's DCP backends "
+            "(--dcp-comm-backend a2a, TOKENSPEED_MLA decode, TRTLLM_RAGGED prefill)"
+        )
     if raw.vllm.max_model_len is not None and raw.vllm.max_model_len > model.max_context_tokens:
         raise ConfigError("vllm.maxModelLen", raw.vllm.max_model_len, f"exceeds the model's context of {model.max_context_tokens:,} tokens")
     if target.image_family == "rocm" and raw.vllm.kv_cache_dtype not in (None, "auto", "bfloat16"):

@@ -22,12 +22,17 @@ class VendorRecipe:
         flags: further flags as ``(flag, value or None)`` pairs, in recipe order.
         env: environment variables the recipe sets (the engine-ready timeout is added
             from the sizing, not here).
+        dcp_flags: flags the recipe adds with decode context parallelism (DCP > 1); a flag
+            also in ``flags`` replaces it there.
+        dcp_env: environment added with DCP > 1.
     """
 
     load_format: str
     kv_cache_dtype: str
     flags: tuple[tuple[str, str | None], ...]
     env: Mapping[str, str]
+    dcp_flags: tuple[tuple[str, str | None], ...] = ()
+    dcp_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,12 @@ _KIMI_KV_LAYERS = 24
 _KIMI_KV_FP8 = _KIMI_KV_LAYERS * 656
 _KIMI_KV_BF16 = _KIMI_KV_LAYERS * 1_152
 
+# FlashInfer's trtllm-gen MLA decode carves a softmax-stats slab out of vLLM's FlashInfer workspace
+# when DCP needs the LSE; at DCP8 that alone took 1,611,661,312 B against the 413,138,944 B
+# (394 MiB) default of VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE (vllm-project/vllm#50781, #50791).
+# 2 GiB covers it with about a third to spare (estimate; the slab grows with heads x batch).
+DCP_FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
+
 # Calibration against the vLLM recipe: 8x B300 (275,040 MiB each) with FP8 KV and
 # --gpu-memory-utilization 0.95 holds about 2.6M tokens at TP8 and about 18.5M with DCP8.
 # 0.95 x 288.40 GB - 195.0 GB weights/GPU - 2.6M x 15,744 B = 38.0 GB per GPU left for the
@@ -167,6 +178,18 @@ KIMI_K3_1_PRO = ModelProfile(
                     ("--enable-prefix-caching", None),
                     ("--no-enable-flashinfer-autotune", None),
                 ),
+                # The recipe's decode_context_parallelism feature (vllm-project/recipes
+                # models/moonshotai/Kimi-K3.yaml, #814): all-to-all DCP exchange, the
+                # TOKENSPEED_MLA decode backend and TRTLLM_RAGGED MLA prefill under FP8 KV.
+                dcp_flags=(
+                    ("--dcp-comm-backend", "a2a"),
+                    ("--attention-backend", "TOKENSPEED_MLA"),
+                    (
+                        "--attention-config",
+                        '{"use_prefill_query_quantization":true,"mla_prefill_backend":"TRTLLM_RAGGED"}',
+                    ),
+                ),
+                dcp_env=MappingProxyType({"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE": str(DCP_FLASHINFER_WORKSPACE_BYTES)}),
                 env=MappingProxyType(
                     {
                         "VLLM_ALLREDUCE_USE_FLASHINFER": "1",

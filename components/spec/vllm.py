@@ -124,14 +124,19 @@ def _common_argv(spec: DeploymentSpec, sizing: Sizing) -> list[str]:
     dtype = kv_cache_dtype(spec)
     if dtype != "auto":
         argv += ["--kv-cache-dtype", dtype]
-    if cfg.decode_context_parallel_size > 1:
+    dcp = cfg.decode_context_parallel_size > 1
+    if dcp:
         argv += ["--decode-context-parallel-size", str(cfg.decode_context_parallel_size)]
+    dcp_flags = dict(recipe.dcp_flags) if dcp else {}
     for flag, value in recipe.flags:
+        value = dcp_flags.pop(flag, value)
         if flag == "--enable-prefix-caching" and not cfg.enable_prefix_caching:
             continue
         argv.append(flag)
         if value is not None:
             argv.append(value)
+    for flag, value in dcp_flags.items():
+        argv += [flag] if value is None else [flag, value]
     if not cfg.enable_prefix_caching:
         argv.append("--no-enable-prefix-caching")
     return argv
@@ -147,6 +152,8 @@ def _served_names(spec: DeploymentSpec) -> tuple[str, ...]:
 def _env(spec: DeploymentSpec, sizing: Sizing) -> dict[str, str]:
     recipe = spec.model.recipes[spec.target.image_family]
     env = dict(recipe.env)
+    if spec.config.vllm.decode_context_parallel_size > 1:
+        env.update(recipe.dcp_env)
     env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(sizing.startup_budget_seconds)
     # Weights are local; the server must never reach for the hub at start.
     env["HF_HUB_OFFLINE"] = "1"
