@@ -298,11 +298,13 @@ class DeploymentSpec:
 
     @property
     def efa_enabled(self) -> bool:
-        """EFA on GPU nodes: explicit setting, else on for AWS multi-node copies and EFA types."""
-        explicit = self.config.compute.efa
-        if explicit is not None:
-            return explicit
-        return self.is_aws and self.instance.efa_interfaces > 0 and self.nodes_per_copy > 1
+        """EFA on GPU nodes and in the vLLM pods: only when ``compute.efa`` is true.
+
+        Off by default: the stock vLLM image has neither libfabric's EFA provider nor
+        aws-ofi-nccl, so NCCL could not use the devices (it would fall back to sockets);
+        GB300 TP8 runs over multi-node NVLink inside one NVL72 domain (ComputeDomain) anyway.
+        """
+        return bool(self.config.compute.efa)
 
     @property
     def served_model_name(self) -> str:
@@ -547,6 +549,16 @@ def parse_spec(
         )
     if raw.compute.efa and instance.efa_interfaces == 0:
         raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
+    if raw.compute.efa:
+        from .versions import VLLM_IMAGES
+
+        image_repo = (raw.vllm.image or "").split("@")[0].rpartition(":")[0] or (raw.vllm.image or "").split("@")[0]
+        if not raw.vllm.image or image_repo in VLLM_IMAGES.values():
+            raise ConfigError(
+                "compute.efa", True,
+                "needs vllm.image set to a build with libfabric's EFA provider and aws-ofi-nccl (the stock "
+                f"{', '.join(VLLM_IMAGES.values())} images have neither, so NCCL would fall back to sockets)",
+            )
     if is_aws and not instance.offered_azs and not (cap.availability_zone or az):
         raise ConfigError(
             "compute.availabilityZone", None, f"is required: there are no offering facts for {instance_type} (name an AZ that offers it; preflight checks it)"

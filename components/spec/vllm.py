@@ -28,6 +28,13 @@ MNNVL_NCCL_ENV: Mapping[str, str] = MappingProxyType(
     {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}
 )
 
+# NCCL docs (Environment Variables): INFO level, limited to initialisation and the network layer,
+# names the transport of every channel and the network plugin in the log.
+NCCL_TRANSPORT_LOG_ENV: Mapping[str, str] = MappingProxyType({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
+# With compute.efa (an image carrying aws-ofi-nccl): libfabric may use the EFA provider only, so a
+# missing device fails the start instead of NCCL falling back to TCP (libfabric fabric(7)).
+EFA_NCCL_ENV: Mapping[str, str] = MappingProxyType({"FI_PROVIDER": "efa"})
+
 
 @dataclass(frozen=True)
 class VllmRole:
@@ -159,6 +166,11 @@ def _env(spec: DeploymentSpec, sizing: Sizing) -> dict[str, str]:
     env["HF_HUB_OFFLINE"] = "1"
     if spec.nodes_per_copy > 1 and spec.target.needs_compute_domain:
         env.update(MNNVL_NCCL_ENV)
+    if spec.nodes_per_copy > 1:
+        # Log the transport NCCL chose (P2P/CUMEM, NVLS, NET/OFI or NET/Socket) at startup.
+        env.update(NCCL_TRANSPORT_LOG_ENV)
+    if spec.efa_enabled:
+        env.update(EFA_NCCL_ENV)
     return env
 
 
