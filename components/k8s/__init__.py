@@ -23,7 +23,7 @@ from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
 from .storage import FsxVolumeSource, declare_fsx_volume
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
-from .weight_sync import declare_weight_sync
+from .weight_sync import declare_weight_sync, node_copy_init
 
 TYPE_TOKEN = "kimi-deploy:k8s:Workloads"
 
@@ -80,15 +80,20 @@ class KimiWorkloads(pulumi.ComponentResource):
         if fsx is not None:
             self.fsx_volume = declare_fsx_volume(spec, fsx, self.provider, self, [self.namespace_resource, *cluster_ready])
             prereqs += list(self.fsx_volume)
+        program: list[pulumi.Resource] = []
         self.jobs = declare_weight_sync(
-            spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, ctx.tags, self.provider, self, prereqs
+            spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, ctx.tags, self.provider, self, prereqs,
+            program_out=program,
         )
         marker_wait = max(MIN_MARKER_WAIT_SECONDS, sum(sync_budget_seconds(spec, ctx.sizing, s) for s in steps))
+        # The node-local copy runs in every vLLM pod, on its own node (weights follow the node).
+        node_copy = node_copy_init(spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None)
         self.vllm = declare_vllm(
             spec, ctx.sizing, ctx.vllm, ctx.tags, marker_wait, self.provider, self,
-            [*prereqs, *self.jobs, *self.addons.values()],
+            [*prereqs, *program, *self.jobs, *self.addons.values()],
             lws_release=self.addons.get("lws"),
             dra_release=self.addons.get("nvidia-dra-driver"),
+            node_copy=node_copy,
         )
         self.namespace = pulumi.Output.from_input(spec.config.kubernetes.namespace)
         self.service_name = pulumi.Output.from_input(VLLM_NAME)
