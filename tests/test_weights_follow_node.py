@@ -37,10 +37,26 @@ def test_pulumi_waits_and_progress_deadline_include_the_copy(stack):
     run, timeouts = run_with_timeouts(stack)
     spec, sizing = run.context.spec, run.context.sizing
     copy = next(s for s in sync_steps(spec, "b" if spec.config.storage.mirror.enabled else None) if s.name == "node-copy")
-    per_pod = sizing.startup_budget_seconds + vllm_service.IMAGE_PULL_BUDGET_SECONDS + sync_budget_seconds(spec, sizing, copy)
+    per_pod = (sizing.startup_budget_seconds + vllm_service.ENGINE_TIMEOUT_MARGIN_SECONDS + vllm_service.IMAGE_PULL_BUDGET_SECONDS
+               + sync_budget_seconds(spec, sizing, copy))
     workload = "vllm-leaderworkerset" if spec.nodes_per_copy > 1 else "vllm-deployment"
     assert seconds(timeouts[workload].create) == per_pod
     assert seconds(timeouts[workload].update) == per_pod * spec.replicas
     if spec.nodes_per_copy == 1:
         deployment = run.named("vllm-deployment").inputs["spec"]
         assert deployment["progressDeadlineSeconds"] == per_pod
+
+
+@pytest.mark.parametrize("stack", ["b300-prod", "gb300", "mi355x"])
+def test_startup_probe_window_ends_after_the_engine_ready_timeout(stack):
+    """vLLM's own 'engine not ready' error must come before the kubelet's probe kill."""
+    run = plan_for(stack)
+    for role, pod in vllm_pods(run).items():
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == "vllm")
+        if "startupProbe" not in container:
+            continue  # headless workers serve no HTTP
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        engine_timeout = int(env["VLLM_ENGINE_READY_TIMEOUT_S"])
+        probe = container["startupProbe"]
+        window = probe["failureThreshold"] * probe["periodSeconds"]
+        assert window >= engine_timeout + 60, (role, window, engine_timeout)

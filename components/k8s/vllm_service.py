@@ -66,6 +66,10 @@ IMAGE_PULL_BUDGET_SECONDS = 1_800
 # Time for the cloud provider to provision an internal NLB and publish its hostname, added to
 # the Service's timeouts when it is a LoadBalancer.
 LOAD_BALANCER_BUDGET_SECONDS = 900
+# The startup probe's window outlasts VLLM_ENGINE_READY_TIMEOUT_S by this much, so vLLM's own
+# "engine not ready within N s" error is logged and exits the container before the kubelet
+# kills it for a failed probe (which would leave only "Startup probe failed" behind).
+ENGINE_TIMEOUT_MARGIN_SECONDS = 300
 # Probe timing (seconds).
 STARTUP_PERIOD_SECONDS = 10
 PROBE_TIMEOUT_SECONDS = 5
@@ -117,7 +121,7 @@ sys.exit(0 if name in ids else 1)
 def per_pod_budget_seconds(sizing: Sizing, node_copy_seconds: int = 0) -> int:
     """Seconds one vLLM pod may take from creation to ready: image pull + the node-local copy
     of its init container (``node_copy_seconds``, its sync budget; 0 without one) + the startup budget."""
-    return sizing.startup_budget_seconds + IMAGE_PULL_BUDGET_SECONDS + node_copy_seconds
+    return sizing.startup_budget_seconds + ENGINE_TIMEOUT_MARGIN_SECONDS + IMAGE_PULL_BUDGET_SECONDS + node_copy_seconds
 
 
 def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: int = 0) -> tuple[int, int]:
@@ -128,12 +132,13 @@ def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: in
 
 
 def startup_probe(port: int, sizing: Sizing) -> dict[str, Any]:
-    """``/health`` until the engine is up; ``failureThreshold x periodSeconds`` >= the startup budget."""
+    """``/health`` until the engine is up; ``failureThreshold x periodSeconds`` >= the startup budget
+    (= ``VLLM_ENGINE_READY_TIMEOUT_S``) + ``ENGINE_TIMEOUT_MARGIN_SECONDS``: vLLM's timeout fires first."""
     return {
         "httpGet": {"path": "/health", "port": port},
         "periodSeconds": STARTUP_PERIOD_SECONDS,
         "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
-        "failureThreshold": math.ceil(sizing.startup_budget_seconds / STARTUP_PERIOD_SECONDS),
+        "failureThreshold": math.ceil((sizing.startup_budget_seconds + ENGINE_TIMEOUT_MARGIN_SECONDS) / STARTUP_PERIOD_SECONDS),
     }
 
 
