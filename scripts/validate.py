@@ -7,16 +7,22 @@ Checks (``--checks`` picks some; all by default), built on the official ``openai
   tools             a request with tools returns tool_calls whose arguments are JSON matching the
                     schema, and no raw tool-call tokens in content
   parallel-tools    a request that needs two calls gets two separate calls
+  stream-tools      the same two requests streamed (as agents send them): tool_calls rebuilt from
+                    the deltas are complete, separate, valid JSON, with no raw tool tokens in content
+  concurrent-tools  --concurrency streams with tools at once, one city each: every stream gets a
+                    complete call for its own city
   round-trip        the complete assistant message (content, reasoning_content, tool_calls) goes
-                    back with the tool results; the next turn succeeds, uses them, and the
-                    prompt shows the reasoning was kept
+                    back with the tool results; the next turn succeeds and uses them; the same
+                    turn 2 sent without reasoning_content must count fewer prompt tokens (else
+                    the server drops it, however short the reasoning)
   reasoning-effort  reasoning_effort low, high and max are accepted as a top-level field
   needle            one fact retrieved from a long haystack (default 128k tokens, capped at the
                     served max_model_len)
   throughput        N concurrent streams: time to first token p50/p95, inter-token latency,
                     output tokens per second
 Only the given base URL is contacted: first one GET /v1/models, so an endpoint that cannot be reached
-fails at once with the reason (exit 1). A password in the URL is shown as ***.
+fails at once with the reason (exit 1), and a 404 there says in one line that --base-url should
+probably end in /v1. A password in the URL is shown as ***.
 Exit codes: 0 all passed, 1 a check failed or the endpoint cannot be reached, 2 usage error.
 """
 
@@ -53,7 +59,9 @@ from scripts._cli import (  # noqa: E402
     run_cli,
 )
 
-CHECKS: tuple[str, ...] = ("tools", "parallel-tools", "round-trip", "reasoning-effort", "needle", "throughput")
+CHECKS: tuple[str, ...] = (
+    "tools", "parallel-tools", "stream-tools", "concurrent-tools", "round-trip", "reasoning-effort", "needle", "throughput",
+)
 EFFORTS: tuple[str, ...] = ("low", "high", "max")
 DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
 DEFAULT_NEEDLE_TOKENS = 128 * 1024
@@ -250,21 +258,23 @@ def check_round_trip(client: Any, opts: Options) -> CheckResult:
         return CheckResult(name, FAIL, "turn 2 asked for the tool again instead of using its result")
     if observation not in (reply.content or ""):
         return CheckResult(name, FAIL, f"turn 2 does not use the tool result ({observation} missing): {one_line(reply.content or '')[:80]!r}")
-    metrics: dict[str, Any] = {}
-    u1, u2 = first.usage, second.usage
-    if u1 and u2 and u1.completion_tokens:
-        # A server that keeps the returned message re-reads all of turn 1's output (reasoning
-        # included) as prompt; one that drops reasoning_content shows a shorter prompt.
-        expected = u1.prompt_tokens + u1.completion_tokens
-        slack = max(8, int(0.05 * u1.completion_tokens))
-        metrics = {"turn1_prompt_tokens": u1.prompt_tokens, "turn1_completion_tokens": u1.completion_tokens, "turn2_prompt_tokens": u2.prompt_tokens}
-        if u2.prompt_tokens + slack < expected:
-            return CheckResult(
-                name, FAIL,
-                f"turn 2's prompt has {u2.prompt_tokens} tokens, fewer than turn 1's prompt + output ({expected}): "
-                "the server drops the returned reasoning_content",
-                metrics,
-            )
+    # The same turn 2 without the reasoning: a server that reads reasoning_content counts more
+    # prompt tokens with it; one that drops it counts the same, however short the reasoning is.
+    stripped = {k: v for k, v in assistant.items() if k not in ("reasoning_content", "reasoning")}
+    without = _chat(client, opts, messages=[user, stripped, *results], tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=1)
+    with_tokens = second.usage.prompt_tokens if second.usage else None
+    without_tokens = without.usage.prompt_tokens if without.usage else None
+    metrics: dict[str, Any] = {"turn2_prompt_tokens": with_tokens, "turn2_prompt_tokens_without_reasoning": without_tokens,
+                               "reasoning_chars": len(reasoning)}
+    if with_tokens is None or without_tokens is None:
+        return CheckResult(name, FAIL, "no usage in the turn-2 responses: cannot tell whether reasoning_content is kept", metrics)
+    if with_tokens <= without_tokens:
+        return CheckResult(
+            name, FAIL,
+            f"turn 2 counts {with_tokens} prompt tokens with reasoning_content and {without_tokens} without: "
+            "the server drops the returned reasoning_content",
+            metrics,
+        )
     return CheckResult(name, PASS, f"{len(calls)} tool result(s) returned with reasoning ({field_name}); turn 2 used them", metrics)
 
 
@@ -428,9 +438,132 @@ def check_throughput(client: Any, opts: Options, progress: Callable[[int, int], 
     return CheckResult(name, PASS, summary, metrics)
 
 
+def stream_tool_calls(client: Any, opts: Options, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One streamed chat request with the weather tool; the reply rebuilt from its deltas.
+
+    Returns:
+        ``{"calls": [{"id", "name", "arguments"}] (by delta index), "content": str,
+        "reasoning": str, "finish_reason": str | None}``.
+
+    Raises:
+        CheckFailed: the request failed.
+    """
+    import openai
+
+    calls: dict[int, dict[str, str]] = {}
+    content, reasoning, finish = [], [], None
+    try:
+        stream = client.chat.completions.create(
+            model=opts.model, messages=messages, tools=[WEATHER_TOOL], tool_choice="auto", stream=True,
+            max_tokens=CHECK_MAX_TOKENS,
+        )
+        for chunk in stream:
+            for choice in chunk.choices:
+                delta = choice.delta
+                finish = choice.finish_reason or finish
+                if delta is None:
+                    continue
+                content.append(delta.content or "")
+                reasoning.append(reasoning_of(delta)[1] or "")
+                for tc in delta.tool_calls or []:
+                    call = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    call["id"] = tc.id or call["id"]
+                    if tc.function is not None:
+                        call["name"] = tc.function.name or call["name"]
+                        call["arguments"] += tc.function.arguments or ""
+    except openai.OpenAIError as err:
+        raise CheckFailed(_describe_error(err)) from None
+    return {"calls": [calls[i] for i in sorted(calls)], "content": "".join(content), "reasoning": "".join(reasoning),
+            "finish_reason": finish}
+
+
+def streamed_call_problem(reply: dict[str, Any], cities: Sequence[str]) -> str | None:
+    """Why a streamed reply is not one complete call per city in ``cities`` (None when it is):
+    raw tool tokens in the text, no call, an empty call (no id, name or arguments), merged or
+    broken arguments (not JSON, not the schema), a city missing or asked for twice."""
+    leaked = RAW_TOOL_TOKEN_RE.search(reply["content"]) or RAW_TOOL_TOKEN_RE.search(reply["reasoning"])
+    if leaked:
+        return f"raw tool-call tokens in the streamed text ({leaked.group(0)!r})"
+    calls = reply["calls"]
+    if not calls:
+        return f"no tool_calls in the stream (finish_reason {reply['finish_reason']}); content: {one_line(reply['content'])[:80]!r}"
+    for call in calls:
+        if not call["id"] or not call["name"] or not call["arguments"].strip():
+            return f"an empty tool call in the stream: {json.dumps(call)[:100]}"
+    ids = [c["id"] for c in calls]
+    if len(set(ids)) != len(ids):
+        return f"tool call ids are not distinct: {ids}"
+    from types import SimpleNamespace
+
+    parsed, problems = _validate_calls(
+        [SimpleNamespace(function=SimpleNamespace(name=c["name"], arguments=c["arguments"])) for c in calls]
+    )
+    if problems:
+        return f"{problems[0]} (merged calls?)" if len(calls) < len(cities) else problems[0]
+    asked = sorted(a.get("city", "").lower() for a in parsed)
+    if asked != sorted(c.lower() for c in cities):
+        return f"{len(calls)} streamed call(s) for {asked}, expected one each for {sorted(c.lower() for c in cities)}"
+    return None
+
+
+def check_stream_tools(client: Any, opts: Options) -> CheckResult:
+    name = "stream-tools"
+    cases = (
+        (("Paris",), "What is the weather in Paris right now? Use the get_weather tool."),
+        (("Paris", "Tokyo"), "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in this turn."),
+    )
+    for cities, prompt in cases:
+        reply = stream_tool_calls(client, opts, [{"role": "user", "content": prompt}])
+        problem = streamed_call_problem(reply, cities)
+        if problem:
+            return CheckResult(name, FAIL, f"{len(cities)}-call stream: {problem}")
+    return CheckResult(name, PASS, "streamed single and two-call requests: tool_calls rebuilt from the deltas are complete and separate")
+
+
+CONCURRENT_CITIES: tuple[str, ...] = ("Paris", "Tokyo", "Berlin", "Lima")
+
+
+def check_concurrent_tools(client: Any, opts: Options) -> CheckResult:
+    name = "concurrent-tools"
+    n = max(2, opts.concurrency)
+    cities = [CONCURRENT_CITIES[i % len(CONCURRENT_CITIES)] for i in range(n)]
+    problems: list[str] = []
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        futures = {pool.submit(stream_tool_calls, client, opts, [{"role": "user", "content":
+                   f"What is the weather in {city} right now? Use the get_weather tool."}]): (i, city) for i, city in enumerate(cities)}
+        for future in as_completed(futures):
+            i, city = futures[future]
+            try:
+                problem = streamed_call_problem(future.result(), (city,))
+            except CheckFailed as err:
+                problem = str(err)
+            if problem:
+                problems.append(f"stream {i + 1} ({city}): {problem}")
+    if problems:
+        return CheckResult(name, FAIL, f"{len(problems)} of {n} concurrent tool streams wrong; first: {sorted(problems)[0]}", {"streams": n})
+    return CheckResult(name, PASS, f"{n} concurrent tool streams, each a complete call for its own city", {"streams": n})
+
+
+def base_url_problem(client: Any, shown_url: str) -> str | None:
+    """One line when ``GET <base-url>/models`` answers 404 (a base URL without ``/v1`` is the
+    usual cause), else None. Other answers are left to the checks."""
+    import openai
+
+    try:
+        client.models.list()
+    except openai.NotFoundError:
+        hint = "should --base-url end in /v1?" if not shown_url.rstrip("/").endswith("/v1") else "is this an OpenAI-compatible server?"
+        return f"GET {shown_url.rstrip('/')}/models answered 404: {hint} (e.g. http://HOST:8000/v1)"
+    except openai.OpenAIError:
+        return None
+    return None
+
+
 RUNNERS: dict[str, Callable[..., CheckResult]] = {
     "tools": check_tools,
     "parallel-tools": check_parallel_tools,
+    "stream-tools": check_stream_tools,
+    "concurrent-tools": check_concurrent_tools,
     "round-trip": check_round_trip,
     "reasoning-effort": check_reasoning_effort,
     "needle": check_needle,
@@ -601,6 +734,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_json({"base_url": shown_url, "model": args.model, "ok": False, "error": message,
                         "checks": [asdict(CheckResult(n, SKIP, "not run: the endpoint cannot be reached")) for n in CHECKS]})
         print(f"error: {message}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    wrong_url = base_url_problem(client, shown_url)
+    if wrong_url is not None:
+        if args.json:
+            print_json({"base_url": shown_url, "model": args.model, "ok": False, "error": wrong_url,
+                        "checks": [asdict(CheckResult(n, SKIP, "not run: wrong base URL")) for n in CHECKS]})
+        print(f"error: {wrong_url}", file=sys.stderr)
         return EXIT_CHECK_FAILED
     if sys.stderr.isatty() and not args.json:
         from rich.progress import Progress

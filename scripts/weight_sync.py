@@ -49,6 +49,12 @@ RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
 INTEGRITY_ATTEMPTS = 2  # a file whose bytes do not match is fetched once more, then the run fails
 LOG_INTERVAL_SECONDS = 5.0
+# Stall detection: a file transfer that delivers fewer than MIN_BYTES_PER_SECOND on average over
+# any THROUGHPUT_WINDOW_SECONDS is abandoned as transient (then retried, then the run fails). A
+# read timeout alone never fires on a connection that trickles a few bytes at a time.
+# --min-bytes-per-second / --throughput-window-seconds set them; 0 turns the check off.
+MIN_BYTES_PER_SECOND = 1_000_000
+THROUGHPUT_WINDOW_SECONDS = 120.0
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -422,9 +428,31 @@ class Sink:
         self.sha256 = hashlib.sha256()
         self.git_sha1 = hashlib.sha1(b"blob %d\0" % git_blob_size) if git_blob_size is not None else None
         self.size_bytes = 0
+        self._window_start, self._window_bytes = time.monotonic(), 0
+
+    def _check_throughput(self, added: int) -> None:
+        """Raise TransientError when the last window delivered less than MIN_BYTES_PER_SECOND."""
+        if MIN_BYTES_PER_SECOND <= 0 or THROUGHPUT_WINDOW_SECONDS <= 0:
+            return
+        self._window_bytes += added
+        elapsed = time.monotonic() - self._window_start
+        if elapsed < THROUGHPUT_WINDOW_SECONDS:
+            return
+        rate = self._window_bytes / elapsed
+        if rate < MIN_BYTES_PER_SECOND:
+            raise TransientError(
+                f"stalled transfer: {rate:,.0f} B/s over the last {elapsed:.0f} s, below the minimum "
+                f"{MIN_BYTES_PER_SECOND:,} B/s (--min-bytes-per-second)"
+            )
+        self._window_start, self._window_bytes = time.monotonic(), 0
 
     def write(self, data) -> int:
-        """Append `data` (bytes-like); returns its length. Counted in progress."""
+        """Append `data` (bytes-like); returns its length. Counted in progress.
+
+        Raises:
+            TransientError: the transfer is slower than MIN_BYTES_PER_SECOND over a window.
+        """
+        self._check_throughput(len(data))
         view = memoryview(data)
         self.sha256.update(view)
         if self.git_sha1 is not None:
@@ -1396,6 +1424,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with an s3:// destination, local directory for verifying hub files before "
                         "upload (default: the system temporary directory); needs workers x largest file")
     p.add_argument("--quiet", action="store_true", help="no progress output (errors are still printed)")
+    p.add_argument("--min-bytes-per-second", type=int, default=MIN_BYTES_PER_SECOND, metavar="N",
+                   help="abandon and retry a file transfer slower than N bytes/s over a window "
+                        f"(default {MIN_BYTES_PER_SECOND:,}; 0 = off)")
+    p.add_argument("--throughput-window-seconds", type=float, default=THROUGHPUT_WINDOW_SECONDS, metavar="S",
+                   help=f"the window of --min-bytes-per-second (default {THROUGHPUT_WINDOW_SECONDS:g} s)")
     return p
 
 
@@ -1406,6 +1439,10 @@ def run(args: argparse.Namespace) -> Summary:
             raise UsageError(f"{flag} {value!r}: must be a non-empty URI or path without surrounding spaces")
     if args.workers < 1 or args.workers > 256:
         raise UsageError(f"--workers {args.workers}: must be between 1 and 256")
+    if args.min_bytes_per_second < 0 or args.throughput_window_seconds <= 0:
+        raise UsageError("--min-bytes-per-second must be >= 0 and --throughput-window-seconds > 0")
+    global MIN_BYTES_PER_SECOND, THROUGHPUT_WINDOW_SECONDS
+    MIN_BYTES_PER_SECOND, THROUGHPUT_WINDOW_SECONDS = args.min_bytes_per_second, args.throughput_window_seconds
     source = make_source(args.source, args.s3_client, args.workers)
 
     def log(message: str) -> None:

@@ -8,11 +8,17 @@ one, and streaming with a final usage chunk. Token counts are characters / 4.
 
 Misbehaviours (``OpenAITestServer(misbehave={...})``):
   raw-tool-tokens   tool calls are parsed but the raw tool-call tokens also leak into ``content``
-  merge-tool-calls  several calls come back as one call with concatenated arguments
+                    (non-streamed)
+  merge-tool-calls  several calls come back as one call with concatenated arguments (non-streamed)
+  stream-merge-tool-calls  streamed: every call's deltas carry index 0, so a client rebuilds one
+                    call with the ids overwritten and the arguments concatenated
+  concurrent-mixup  streamed tool requests that overlap in time get the city of another request
   drop-reasoning    ``reasoning_content`` of a returned assistant message is ignored
+  drop-short-reasoning  the same, only when the reasoning is shorter than 400 characters (what a
+                    prompt-size heuristic misses: the tool results hide it)
   miss-needle       the needle is never found
   reject-effort     ``reasoning_effort: max`` is answered with HTTP 400
-  error-stream      streaming requests are answered with HTTP 503
+  error-stream      streaming requests without tools are answered with HTTP 503
 Bound to 127.0.0.1 on a free port; ``with OpenAITestServer() as server: server.base_url``.
 """
 
@@ -27,7 +33,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MISBEHAVIOURS = ("raw-tool-tokens", "merge-tool-calls", "drop-reasoning", "miss-needle", "reject-effort", "error-stream")
+MISBEHAVIOURS = ("raw-tool-tokens", "merge-tool-calls", "stream-merge-tool-calls", "concurrent-mixup", "drop-reasoning",
+                 "drop-short-reasoning", "miss-needle", "reject-effort", "error-stream")
+SHORT_REASONING_CHARS = 400
 CITIES = ("Paris", "Tokyo", "Berlin", "Lima")
 REASONING = "The user wants weather data; I should call the weather tool for each city mentioned, then report. " * 2
 NEEDLE_RE = re.compile(r"The secret passphrase for the vault is ([A-Za-z0-9-]+)\.")
@@ -50,6 +58,8 @@ class OpenAITestServer:
         self.max_model_len, self.token_delay_seconds = max_model_len, token_delay_seconds
         self.requests: list[dict[str, Any]] = []
         self.issued_reasoning: dict[str, str] = {}  # tool call id -> reasoning sent with it
+        self._tool_streams_in_flight = 0
+        self._last_tool_stream_city: str | None = None
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -73,8 +83,11 @@ class OpenAITestServer:
         count = tokens(json.dumps(body.get("tools") or []))
         for message in body.get("messages", []):
             count += 4 + tokens(message.get("content") if isinstance(message.get("content"), str) else json.dumps(message.get("content")))
-            if message.get("role") == "assistant" and "drop-reasoning" not in self.misbehave:
-                count += tokens(message.get("reasoning_content") or message.get("reasoning"))
+            reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+            dropped = "drop-reasoning" in self.misbehave or (
+                "drop-short-reasoning" in self.misbehave and len(reasoning) < SHORT_REASONING_CHARS)
+            if message.get("role") == "assistant" and not dropped:
+                count += tokens(reasoning)
             for call in message.get("tool_calls") or []:
                 count += tokens(call["function"]["name"]) + tokens(call["function"]["arguments"])
         return count
@@ -102,15 +115,34 @@ class OpenAITestServer:
         if body.get("tools") and cities:
             calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                       "function": {"name": "get_weather", "arguments": json.dumps({"city": c, "unit": "celsius"})}} for c in cities]
-            if "merge-tool-calls" in self.misbehave and len(calls) > 1:
+            if "merge-tool-calls" in self.misbehave and len(calls) > 1 and not body.get("stream"):
                 calls = [{**calls[0], "function": {"name": "get_weather", "arguments": "".join(c["function"]["arguments"] for c in calls)}}]
             with self._lock:
                 for call in calls:
                     self.issued_reasoning[call["id"]] = REASONING
-            content = RAW_TOOL_TOKENS if "raw-tool-tokens" in self.misbehave else None
+            content = RAW_TOOL_TOKENS if "raw-tool-tokens" in self.misbehave and not body.get("stream") else None
             return 200, {"role": "assistant", "reasoning_content": REASONING, "content": content, "tool_calls": calls}
         words = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
         return 200, {"role": "assistant", "reasoning_content": "Thinking briefly.", "content": " ".join(["word"] * words)}
+
+    def mix_up(self, body: dict[str, Any]) -> dict[str, Any]:
+        """concurrent-mixup: a streamed tool request that overlaps another gets the other's city."""
+        text = body["messages"][-1].get("content") or ""
+        own = next((c for c in CITIES if c in text), None)
+        with self._lock:
+            self._tool_streams_in_flight += 1
+            other, self._last_tool_stream_city = self._last_tool_stream_city, own
+        try:
+            time.sleep(0.3)  # long enough for requests sent together to overlap
+            with self._lock:
+                overlapping = self._tool_streams_in_flight > 1
+        finally:
+            with self._lock:
+                self._tool_streams_in_flight -= 1
+        if not overlapping or not own or not other or other == own:
+            return body
+        last = {**body["messages"][-1], "content": text.replace(own, other)}
+        return {**body, "messages": [*body["messages"][:-1], last]}
 
     # -- HTTP --------------------------------------------------------------------------------
 
@@ -159,9 +191,11 @@ class OpenAITestServer:
                 if body.get("model") != server.model:
                     self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.", "type": "NotFoundError"}})
                     return
-                if body.get("stream") and "error-stream" in server.misbehave:
+                if body.get("stream") and not body.get("tools") and "error-stream" in server.misbehave:
                     self._json(503, {"error": {"message": "overloaded", "type": "ServiceUnavailableError"}})
                     return
+                if body.get("stream") and body.get("tools") and "concurrent-mixup" in server.misbehave:
+                    body = server.mix_up(body)
                 status, message = server.reply(body)
                 if status != 200:
                     self._json(status, message)
@@ -187,11 +221,20 @@ class OpenAITestServer:
 
                 base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": server.model}
                 send({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
-                pieces = [("reasoning_content", message.get("reasoning_content") or "")]
-                pieces += [("content", w + " ") for w in (message.get("content") or "").split()]
-                for field, text in pieces:
+                pieces: list[dict[str, Any]] = [{"reasoning_content": message.get("reasoning_content") or ""}]
+                pieces += [{"content": w + " "} for w in (message.get("content") or "").split()]
+                for i, call in enumerate(message.get("tool_calls") or []):
+                    # vLLM's streamed tool calls: the id and name first, then argument pieces.
+                    index = 0 if "stream-merge-tool-calls" in server.misbehave else i
+                    fn, args = call["function"], call["function"]["arguments"]
+                    pieces.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                                   "function": {"name": fn["name"], "arguments": ""}}]})
+                    half = len(args) // 2
+                    for part in (args[:half], args[half:]):
+                        pieces.append({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+                for delta in pieces:
                     time.sleep(server.token_delay_seconds)
-                    send({**base, "choices": [{"index": 0, "delta": {field: text}, "finish_reason": None}]})
+                    send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
                 send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
                 if (body.get("stream_options") or {}).get("include_usage"):
                     send({**base, "choices": [], "usage": usage})

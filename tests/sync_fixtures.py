@@ -10,6 +10,7 @@ import random
 import re
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -135,7 +136,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            with proxy.lock:
+                trickle = (self.command == "GET" and proxy.trickle_pattern and re.search(proxy.trickle_pattern, self.path)
+                           and proxy.trickles_left > 0 and resp.status < 300)
+                if trickle:
+                    proxy.trickles_left -= 1
+                    proxy.trickles_sent += 1
+            if trickle:  # a slow drip: never silent long enough for a read timeout
+                try:
+                    for i in range(0, len(data), proxy.trickle_bytes):
+                        self.wfile.write(data[i:i + proxy.trickle_bytes])
+                        self.wfile.flush()
+                        time.sleep(proxy.trickle_interval_seconds)
+                except OSError:
+                    pass  # the client gave up on the slow body
+            else:
+                self.wfile.write(data)
         conn.close()
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
@@ -147,10 +163,16 @@ class FaultProxy(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, target_port: int, fail_pattern: str | None = None, failures: int = 0):
+    def __init__(self, target_port: int, fail_pattern: str | None = None, failures: int = 0,
+                 trickle_pattern: str | None = None, trickles: int = 0, trickle_bytes: int = 1024,
+                 trickle_interval_seconds: float = 0.05):
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
         self.target_port, self.fail_pattern, self.failures_left = target_port, fail_pattern, failures
         self.failures_sent = 0
+        # The first `trickles` GETs matching trickle_pattern get their body in trickle_bytes
+        # pieces every trickle_interval_seconds (a stalled-but-alive transfer).
+        self.trickle_pattern, self.trickles_left, self.trickles_sent = trickle_pattern, trickles, 0
+        self.trickle_bytes, self.trickle_interval_seconds = trickle_bytes, trickle_interval_seconds
         self.requests: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
         self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"

@@ -122,8 +122,18 @@ def test_allowed_security_groups_reach_the_api_port():
     assert "cidrIpv4" not in rules[0]
 
 
+# EFA is opt-in (compute.efa) and needs an image with aws-ofi-nccl (test data: not a real image).
+EFA_OVERRIDES = {
+    "kimi-deploy:compute": {**read_stack_config("gb300")["kimi-deploy:compute"], "efa": True},
+    "kimi-deploy:vllm": {
+        **{k: v for k, v in read_stack_config("gb300")["kimi-deploy:vllm"].items() if k != "imageTag"},
+        "image": "registry.example.com/vllm-efa@sha256:" + "e" * 64,
+    },
+}
+
+
 def test_efa_security_group_is_all_traffic_to_and_from_itself():
-    run = plan_for("gb300")
+    run = plan_for("gb300", overrides=EFA_OVERRIDES)
     assert run.context.spec.efa_enabled
     sg = "net-efa-sg-id"
     ingress = run.named("net-efa-in-self").inputs
@@ -183,7 +193,8 @@ def test_fsx_with_efa_is_persistent_2_with_metadata_and_the_efa_group():
     fsx_cfg = {"deploymentType": "PERSISTENT_2", "throughputPerTib": 500, "efa": True}
     run = plan_for("b300-prod", overrides={"kimi-deploy:storage": {"kind": "fsx", "fsx": fsx_cfg}, "kimi-deploy:compute": {
         "replicas": 1, "availabilityZone": "us-east-1c", "efa": True,
-        "capacity": {"type": "odcr", "reservationId": "cr-0a1b2c3d4e5f60718", "availabilityZone": "us-east-1c"}}})
+        "capacity": {"type": "odcr", "reservationId": "cr-0a1b2c3d4e5f60718", "availabilityZone": "us-east-1c"}},
+        "kimi-deploy:vllm": {"decodeContextParallelSize": 8, "image": "registry.example.com/vllm-efa@sha256:" + "e" * 64}})
     fs = run.named("fsx-fs").inputs
     assert fs["efaEnabled"] is True
     assert fs["metadataConfiguration"] == {"mode": "AUTOMATIC"}
@@ -390,7 +401,7 @@ def test_eks_custom_ami_gets_cluster_details_in_nodeconfig():
 
 
 def test_eks_multi_node_efa_interfaces_and_no_placement_group_in_a_capacity_block():
-    run = plan_for("gb300")
+    run = plan_for("gb300", overrides=EFA_OVERRIDES)
     spec = run.context.spec
     lt = run.named("eks-gpu-lt").inputs
     nics = lt["networkInterfaces"]
@@ -444,7 +455,10 @@ def _b300_prod_compute(cap_type: str, efa: bool) -> dict:
     cap = {"type": cap_type}
     if cap_type != "on-demand":
         cap.update(reservationId="cr-0a1b2c3d4e5f60718", availabilityZone="us-east-1c")
-    return {"kimi-deploy:compute": {"replicas": 2, "availabilityZone": "us-east-1c", "efa": efa, "capacity": cap}}
+    out = {"kimi-deploy:compute": {"replicas": 2, "availabilityZone": "us-east-1c", "efa": efa, "capacity": cap}}
+    if efa:  # EFA needs an image with aws-ofi-nccl (test data)
+        out["kimi-deploy:vllm"] = {"decodeContextParallelSize": 8, "image": "registry.example.com/vllm-efa@sha256:" + "e" * 64}
+    return out
 
 
 @pytest.mark.parametrize(("cap_type", "placed"), [("on-demand", True), ("odcr", False)])

@@ -22,7 +22,7 @@ from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEM
 from components.k8s.weight_sync import sync_program_text
 from components.plan_engine import SECRET_MASK, run_program
 from components.spec.config import ConfigError, read_stack_config
-from components.spec.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT
+from components.spec.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.spec.versions import HELM_CHARTS
 from components.spec.weights import MARKER_NAME, SYNC_SCRIPT_PATH
 from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
@@ -142,9 +142,10 @@ def with_k8s(stack: str, **changes: Any) -> dict:
 
 
 EXPECTED_WORKLOAD = {
-    "b300-prod": {"Deployment": 1, "Job": 2, "PersistentVolume": 1, "PersistentVolumeClaim": 1, "LeaderWorkerSet": 0, "ComputeDomain": 0},
-    "gb300": {"Deployment": 0, "Job": 2, "PersistentVolume": 0, "LeaderWorkerSet": 1, "ComputeDomain": 1},
-    "mi355x": {"Deployment": 1, "Job": 1, "PersistentVolume": 0, "LeaderWorkerSet": 0, "ComputeDomain": 0},
+    # Jobs: publish-mirror only; the node-local copy is an init container of the vLLM pods.
+    "b300-prod": {"Deployment": 1, "Job": 1, "PersistentVolume": 1, "PersistentVolumeClaim": 1, "LeaderWorkerSet": 0, "ComputeDomain": 0},
+    "gb300": {"Deployment": 0, "Job": 1, "PersistentVolume": 0, "LeaderWorkerSet": 1, "ComputeDomain": 1},
+    "mi355x": {"Deployment": 1, "Job": 0, "PersistentVolume": 0, "LeaderWorkerSet": 0, "ComputeDomain": 0},
 }
 
 
@@ -161,7 +162,8 @@ def test_kubernetes_stacks_declare_the_complete_workload_set(name):
     for kind, count in EXPECTED_WORKLOAD[name].items():
         assert kinds.count(kind) == count, f"{name}: {kind} x{kinds.count(kind)}, expected {count}"
     assert run.outputs["serviceUrl"] == "http://kimi-vllm.kimi.svc.cluster.local:8000/v1"
-    assert run.outputs["weightSyncJobs"] and all(n.startswith("kimi-weights-") for n in run.outputs["weightSyncJobs"])
+    assert len(run.outputs["weightSyncJobs"]) == EXPECTED_WORKLOAD[name]["Job"]
+    assert all(n.startswith("kimi-weights-") for n in run.outputs["weightSyncJobs"])
 
 
 def test_ec2_stack_declares_no_kubernetes_objects():
@@ -282,7 +284,7 @@ def test_commands_are_the_core_builder_argv(name):
 
 @pytest.mark.parametrize("name, resource, count, efa", [
     ("b300-prod", "nvidia.com/gpu", "8", None),
-    ("gb300", "nvidia.com/gpu", "4", "16"),
+    ("gb300", "nvidia.com/gpu", "4", None),  # EFA is opt-in (compute.efa): tests/test_serve_transport.py
     ("mi355x", "amd.com/gpu", "8", None),
 ])
 def test_gpu_resource_names_and_counts(name, resource, count, efa):
@@ -354,12 +356,13 @@ def test_secrets_reach_pods_only_through_secret_key_ref(name):
 def test_hub_token_reaches_only_the_jobs_that_read_the_hub():
     run = plan_for("gb300")
     publish = run.named("weight-sync-publish-mirror").inputs["spec"]["template"]["spec"]["containers"][0]
-    copy = run.named("weight-sync-node-copy").inputs["spec"]["template"]["spec"]["containers"][0]
     assert any(e["name"] == "HF_TOKEN" for e in publish["env"])
-    assert not any(e["name"] == "HF_TOKEN" for e in copy["env"])
     for pod in vllm_pods(run).values():
+        copy = next(c for c in pod["spec"]["initContainers"] if c["name"] == "weight-sync")
+        assert not any(e["name"] == "HF_TOKEN" for e in copy["env"])  # it reads the mirror
         assert not any(e["name"] == "HF_TOKEN" for e in vllm_container(pod)["env"])
-        assert pod["spec"]["serviceAccountName"] == VLLM_SERVICE_ACCOUNT
+        # The node copy runs in the pod: the pod has the sync account's mirror read access.
+        assert pod["spec"]["serviceAccountName"] == WEIGHT_SYNC_SERVICE_ACCOUNT != VLLM_SERVICE_ACCOUNT
 
 
 def test_generated_api_key_is_the_programs_random_password():
@@ -397,8 +400,9 @@ def test_leaderworkerset_replicas_follow_config():
     run = plan_for("gb300", overrides={"kimi-deploy:compute": compute})
     assert one(run, "LeaderWorkerSet")["spec"]["replicas"] == 2
     assert one(run, "ComputeDomain")["spec"]["numNodes"] == 4
-    node_copy = run.named("weight-sync-node-copy").inputs["spec"]
-    assert node_copy["completions"] == node_copy["parallelism"] == 4
+    tmpl = one(run, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):  # every pod of every group copies onto its node
+        assert [c["name"] for c in tmpl[role]["spec"]["initContainers"]] == ["weight-sync"]
 
 
 # -- weight-sync Jobs -------------------------------------------------------------------------------
@@ -409,35 +413,33 @@ def _job_name(run, step: str) -> str:
 
 
 def test_job_whose_spec_changes_gets_a_new_name():
-    base = plan_for("mi355x")
-    again = plan_for("mi355x", overrides={})  # uncached: a second, independent run
-    assert _job_name(again, "node-copy") == _job_name(base, "node-copy")
-    vllm = dict(read_stack_config("mi355x")["kimi-deploy:vllm"], imageTag="v0.33.1")
-    changed = plan_for("mi355x", overrides={"kimi-deploy:vllm": vllm})
-    assert _job_name(changed, "node-copy") != _job_name(base, "node-copy")
-    model = dict(read_stack_config("mi355x")["kimi-deploy:model"], revision="0" * 40)
-    moved = plan_for("mi355x", overrides={"kimi-deploy:model": model})
-    assert _job_name(moved, "node-copy") != _job_name(base, "node-copy")
-    name = _job_name(base, "node-copy")
-    assert name == "kimi-weights-node-copy-" + spec_hash(base.named("weight-sync-node-copy").inputs["spec"])
+    base = plan_for("gb300")
+    again = plan_for("gb300", overrides={})  # uncached: a second, independent run
+    assert _job_name(again, "publish-mirror") == _job_name(base, "publish-mirror")
+    vllm = dict(read_stack_config("gb300")["kimi-deploy:vllm"], imageTag="nightly-" + "2" * 40)
+    changed = plan_for("gb300", overrides={"kimi-deploy:vllm": vllm})
+    assert _job_name(changed, "publish-mirror") != _job_name(base, "publish-mirror")
+    model = dict(read_stack_config("gb300")["kimi-deploy:model"], revision="0" * 40)
+    moved = plan_for("gb300", overrides={"kimi-deploy:model": model})
+    assert _job_name(moved, "publish-mirror") != _job_name(base, "publish-mirror")
+    name = _job_name(base, "publish-mirror")
+    assert name == "kimi-weights-publish-mirror-" + spec_hash(base.named("weight-sync-publish-mirror").inputs["spec"])
 
 
 @pytest.mark.parametrize("name", K8S_STACKS)
-def test_node_local_copy_runs_once_per_gpu_node(name):
+def test_node_local_copy_is_an_init_container_of_every_vllm_pod(name):
     run = plan_for(name)
-    spec = run.context.spec
-    job = run.named("weight-sync-node-copy").inputs["spec"]
-    pod = job["template"]["spec"]
-    assert job["completions"] == job["parallelism"] == spec.gpu_nodes
-    assert job["completionMode"] == "Indexed"
-    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert anti["topologyKey"] == "kubernetes.io/hostname"
-    assert anti["labelSelector"]["matchLabels"].items() <= job["template"]["metadata"]["labels"].items()
-    assert pod["nodeSelector"] == vllm_pods(run)[run.context.vllm.roles[0].name]["spec"]["nodeSelector"]
-    assert pod["restartPolicy"] == "OnFailure"
-    assert "ttlSecondsAfterFinished" not in job
-    argv = pod["containers"][0]["command"]
-    assert argv[:2] == ["python3", SYNC_SCRIPT_PATH] and argv[argv.index("--dest") + 1] == run.context.vllm.model_path
+    assert not [r for r in run.resources if r.name == "weight-sync-node-copy"]  # no Job to re-run
+    for role, pod in vllm_pods(run).items():
+        inits = pod["spec"]["initContainers"]
+        assert [c["name"] for c in inits] == ["weight-sync"], role
+        argv = inits[0]["command"]
+        assert argv[:2] == ["python3", SYNC_SCRIPT_PATH] and argv[argv.index("--dest") + 1] == run.context.vllm.model_path
+        weights = next(v for v in pod["spec"]["volumes"] if v["name"] == "weights")
+        assert "hostPath" in weights  # the node's own NVMe
+        mount = next(m for m in inits[0]["volumeMounts"] if m["name"] == "weights")
+        assert mount["mountPath"] == "/models" and not mount.get("readOnly")
+        assert next(m for m in vllm_container(pod)["volumeMounts"] if m["name"] == "weights")["readOnly"] is True
 
 
 @pytest.mark.parametrize("name", K8S_STACKS)
@@ -465,12 +467,15 @@ def test_publish_job_uses_the_mirror_bucket_and_stages_on_nvme():
     host = {v["name"]: v for v in pod["volumes"]}[nvme[0]["name"]]
     assert host["hostPath"]["path"] == "/mnt/k8s-disks/0"
     assert pod["serviceAccountName"] == "kimi-mirror-publish"
-    copy = run.named("weight-sync-node-copy").inputs["spec"]["template"]["spec"]["containers"][0]["command"]
+    copy = vllm_pods(run)["leader"]["spec"]["initContainers"][0]["command"]
     assert copy[copy.index("--source") + 1] == dest  # the node copy reads the mirror just published
 
 
 def test_wait_for_marker_init_container():
-    run = plan_for("b300-prod")
+    # A shared claim (pvc) is filled once by a Job; its pods wait for the marker.
+    storage = {"kind": "pvc", "existingClaim": "kimi-weights", "readGBps": 4, "mirror": {"enabled": False}}
+    run = plan_for("mi355x", overrides={"kimi-deploy:storage": storage})
+    assert run.named("weight-sync-node-copy")
     for pod in vllm_pods(run).values():
         init = pod["spec"]["initContainers"][0]
         assert init["command"][:2] == ["python3", "-c"]
@@ -532,7 +537,7 @@ def test_readiness_script_against_an_authenticated_models_endpoint(key, name, ok
 
 @pytest.mark.parametrize("name, expected", [
     ("b300-prod", ["nvidia-device-plugin"]),
-    ("gb300", ["nvidia-device-plugin", "efa-device-plugin", "nvidia-dra-driver", "lws"]),
+    ("gb300", ["nvidia-device-plugin", "nvidia-dra-driver", "lws"]),
     # the stack lists amd-gpu-operator as installed; KEDA and the AMD exporter for autoscaling/observability
     ("mi355x", ["keda", "amd-metrics-exporter"]),
 ])
@@ -550,7 +555,9 @@ def test_addons_are_pinned_helm_releases_of_what_the_target_needs(name, expected
 
 
 def test_gpu_addons_tolerate_and_select_the_gpu_nodes():
-    run = plan_for("gb300")
+    from tests.test_aws_resources import EFA_OVERRIDES
+
+    run = plan_for("gb300", overrides=EFA_OVERRIDES)
     values = {r.name.removeprefix("addon-"): r.inputs["values"] for r in run.of_type(HELM_RELEASE)}
     taint = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
     assert taint in values["nvidia-device-plugin"]["tolerations"]
@@ -567,7 +574,7 @@ def test_gpu_addons_tolerate_and_select_the_gpu_nodes():
 def test_installed_addons_are_not_installed_again():
     run = plan_for("gb300", overrides=with_k8s("gb300", installedAddons=["lws", "nvidia-gpu-operator"]))
     names = [r.name.removeprefix("addon-") for r in run.of_type(HELM_RELEASE)]
-    assert names == ["efa-device-plugin", "nvidia-dra-driver"]
+    assert names == ["nvidia-dra-driver"]
     assert one(run, "LeaderWorkerSet")  # still declared: the controller is already there
 
 
@@ -596,8 +603,8 @@ def test_fsx_static_volume_and_claim():
     assert pv["spec"]["mountOptions"] == ["flock"] and pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pv["spec"]["claimRef"]["name"] == pvc["metadata"]["name"]
     assert pv["spec"]["capacity"]["storage"] == f"{run.context.sizing.storage.fsx_capacity_gib}Gi"
-    copy = run.named("weight-sync-node-copy").inputs["spec"]["template"]["spec"]
-    assert {"name": "fsx", "mountPath": "/fsx", "readOnly": True} in copy["containers"][0]["volumeMounts"]
+    copy = vllm_pods(run)["server"]["spec"]["initContainers"][0]
+    assert {"name": "fsx", "mountPath": "/fsx", "readOnly": True} in copy["volumeMounts"]
     # vLLM serves from the node's NVMe copy, not from FSx.
     server = vllm_pods(run)["server"]["spec"]
     assert [v for v in server["volumes"] if v["name"] == "weights"][0]["hostPath"]["path"] == "/mnt/k8s-disks/0"

@@ -110,7 +110,7 @@ def test_gpu_memory_utilization_too_low_is_a_config_error():
     from components.spec.config import ConfigError
 
     ns, _ = namespace_config(read_stack_config("b300"))
-    ns["vllm"] = {"gpuMemoryUtilization": 0.7}
+    ns["vllm"] = {**ns["vllm"], "gpuMemoryUtilization": 0.7}
     with pytest.raises(ConfigError) as info:
         compute_sizing(parse_spec(ns, stack="t", now=FIXED_NOW))
     assert str(info.value).startswith("kimi-deploy:vllm.gpuMemoryUtilization: 0.7")

@@ -22,7 +22,10 @@ FAST = dict(needle_tokens=4096, concurrency=4, requests=8, max_tokens=24, prompt
 EXPECTED_FAILURE = {
     "raw-tool-tokens": "tools",
     "merge-tool-calls": "parallel-tools",
+    "stream-merge-tool-calls": "stream-tools",
+    "concurrent-mixup": "concurrent-tools",
     "drop-reasoning": "round-trip",
+    "drop-short-reasoning": "round-trip",
     "miss-needle": "needle",
     "reject-effort": "reasoning-effort",
     "error-stream": "throughput",
@@ -56,7 +59,10 @@ def test_well_behaved_server_passes_everything():
     needle_body = next(b for b in bodies if "passphrase for the vault mentioned" in b["messages"][-1]["content"])
     assert len(NEEDLE_RE.findall(needle_body["messages"][-1]["content"])) == 1
     # Streams ask for usage; throughput figures are there for cost.py.
-    streams = [b for b in bodies if b.get("stream")]
+    streams = [b for b in bodies if b.get("stream") and not b.get("tools")]
+    # stream-tools: a single and a two-call request; concurrent-tools: one stream per worker.
+    tool_streams = [b for b in bodies if b.get("stream") and b.get("tools")]
+    assert len(tool_streams) == 2 + FAST["concurrency"]
     assert len(streams) == FAST["requests"] and all(b["stream_options"] == {"include_usage": True} for b in streams)
     metrics = results["throughput"].metrics
     assert metrics["output_tokens_per_second"] > 0 and metrics["ttft_p95_seconds"] >= metrics["ttft_p50_seconds"]
@@ -113,7 +119,7 @@ def test_cli_json_api_key_and_exit_codes():
         assert report["ok"] is True
         statuses = {c["name"]: c["status"] for c in report["checks"]}
         assert statuses == {"tools": "pass", "throughput": "pass", "parallel-tools": "skip", "round-trip": "skip",
-                            "reasoning-effort": "skip", "needle": "skip"}
+                            "reasoning-effort": "skip", "needle": "skip", "stream-tools": "skip", "concurrent-tools": "skip"}
         wrong_key = _cli(*base, env={**os.environ, "VLLM_API_KEY": "nope"})
         assert wrong_key.returncode == 1 and "HTTP 401" in wrong_key.stdout
     unset = _cli("--base-url", "http://127.0.0.1:9/v1", "--model", MODEL, "--api-key-env", "NO_SUCH_VAR_123")
@@ -191,3 +197,37 @@ def test_probe_is_one_request_and_an_http_error_still_runs_the_checks():
     with OpenAITestServer(api_key="right") as server:
         assert validate.probe(make_client(server.base_url, "wrong", 30)) is None  # 401 answers: reachable
     assert "refused" in validate.probe(make_client("http://127.0.0.1:9/v1", "EMPTY", 30)).lower()
+
+
+def test_a_base_url_without_v1_is_named_in_one_line():
+    with OpenAITestServer() as server:
+        root = server.base_url.removesuffix("/v1")
+        proc = _cli("--base-url", root, "--model", MODEL, "--checks", "tools")
+        right = _cli("--base-url", server.base_url, "--model", MODEL, "--checks", "tools")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "404" in proc.stderr and "should --base-url end in /v1?" in proc.stderr and "Traceback" not in proc.stderr
+    assert right.returncode == 0, right.stdout + right.stderr
+
+
+@pytest.mark.parametrize(("reply", "needle"), [
+    ({"calls": [], "content": "", "reasoning": "", "finish_reason": "stop"}, "no tool_calls"),
+    ({"calls": [{"id": "a", "name": "get_weather", "arguments": '{"city": "Paris"}'}], "content": "<|tool_call_begin|>",
+      "reasoning": "", "finish_reason": "tool_calls"}, "raw tool-call tokens"),
+    ({"calls": [{"id": "a", "name": "get_weather", "arguments": ""}], "content": "", "reasoning": "", "finish_reason": "tool_calls"},
+     "empty tool call"),
+    ({"calls": [{"id": "b", "name": "get_weather", "arguments": '{"city": "Paris"}{"city": "Tokyo"}'}], "content": "",
+      "reasoning": "", "finish_reason": "tool_calls"}, "merged calls"),
+])
+def test_streamed_reply_problems_are_named(reply, needle):
+    problem = validate.streamed_call_problem(reply, ("Paris", "Tokyo") if "merged" in needle else ("Paris",))
+    assert problem and needle in problem
+
+
+def test_short_reasoning_drop_is_caught_by_comparing_turn_2_with_and_without_it():
+    """The tool result in turn 2 is bigger than the short reasoning: only the A/B comparison sees it."""
+    with OpenAITestServer(misbehave={"drop-short-reasoning"}) as server:
+        result = run(server, checks=("round-trip",))["round-trip"]
+        turn2 = [b for b in server.requests if b["messages"][-1]["role"] == "tool"]
+    assert result.status == "fail" and "drops the returned reasoning_content" in result.reason
+    assert len(turn2) == 2 and "reasoning_content" in turn2[0]["messages"][1] and "reasoning_content" not in turn2[1]["messages"][1]
+    assert result.metrics["reasoning_chars"] < 400

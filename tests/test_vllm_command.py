@@ -9,7 +9,7 @@ import pytest
 from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
 from components.spec.sizing import compute_sizing
 from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, build_vllm_command
-from tests.conftest import FIXED_NOW, STACKS
+from tests.conftest import FIXED_NOW, STACKS, TEST_ENGINE_TAG
 
 NVIDIA_ONLY_FLAGS = ("--attention-config", "--no-enable-flashinfer-autotune", "fastsafetensors")
 NVIDIA_ONLY_ENV = ("VLLM_ALLREDUCE_USE_FLASHINFER", "NCCL_MNNVL_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE")
@@ -57,7 +57,7 @@ def test_b300_uses_the_blackwell_recipe():
     assert "--enable-prefix-caching" in argv and "--no-enable-flashinfer-autotune" in argv
     env = cmd.role("server").env
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["VLLM_ALLREDUCE_USE_FLASHINFER"] == "1"
-    assert cmd.image == "vllm/vllm-openai:v0.33.0"
+    assert cmd.image == "vllm/vllm-openai:" + TEST_ENGINE_TAG  # the stand-in engine (conftest.py)
 
 
 def test_mi355x_uses_the_rocm_recipe_and_nothing_nvidia():
@@ -116,3 +116,23 @@ def test_served_model_names():
     _, cmd = command("b300")
     assert cmd.served_model_names == ("kimi-k3.1-pro", "moonshotai/Kimi-K3.1-Pro")
     assert flag_value(cmd.role("server").argv, "--served-model-name") == "kimi-k3.1-pro"
+
+
+def test_dcp_adds_the_recipe_settings_and_workspace_and_plain_tp_does_not():
+    _, tp = command("b300", decodeContextParallelSize=1)
+    _, dcp = command("b300", decodeContextParallelSize=8)
+    tp_argv, dcp_argv = tp.role("server").argv, dcp.role("server").argv
+    assert "--dcp-comm-backend" not in tp_argv and "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE" not in tp.role("server").env
+    assert flag_value(dcp_argv, "--dcp-comm-backend") == "a2a"
+    assert flag_value(dcp_argv, "--attention-backend") == "TOKENSPEED_MLA"
+    assert dcp_argv.count("--attention-config") == 1 and "TRTLLM_RAGGED" in flag_value(dcp_argv, "--attention-config")
+    assert int(dcp.role("server").env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]) >= 1_611_661_312
+
+
+def test_dcp_needs_memory_outside_the_pool_for_its_workspace():
+    from components.spec.config import ConfigError
+
+    with pytest.raises(ConfigError, match="vllm.gpuMemoryUtilization.*FlashInfer workspace"):
+        command("b300", decodeContextParallelSize=8, gpuMemoryUtilization=0.99)
+    spec, _ = command("b300", decodeContextParallelSize=8)
+    assert any(w.startswith("DCP 8:") and "slower" in w for w in spec.warnings)

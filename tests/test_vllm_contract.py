@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXED_NOW, STACKS
-from tests.vllm_contract import check_argvs, format_failures
+from tests.vllm_contract import check_argvs, format_failures, installed_site_packages, names_in_installed_source, wheel_features
 
 MODEL = "moonshotai/Kimi-K3.1-Pro"
 ATTENTION_CONFIG = '{"use_prefill_query_quantization":true,"mla_prefill_backend":"flashinfer"}'
@@ -54,11 +54,16 @@ BAD = {
     "unknown-reasoning-parser": [MODEL, "--reasoning-parser", "kimi_k9"],
 }
 
-# VLLM_* variables a recipe sets that vLLM 0.33.0's envs.py does not define, with the reason
-# they are kept. Any other unknown VLLM_* name in a role's env is a typo and fails.
-UNKNOWN_VLLM_ENV_ALLOWED = {
-    "VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4": "AMD MI355X recipe (vllm-project/recipes Kimi-K3.yaml); "
-    "not in vllm 0.33.0 envs.py, read by the ROCm build the recipe targets (model card: vLLM >= 0.34.0)",
+# Environment variables read by C libraries (no Python source to grep), each with the public
+# documentation of the name. Every other name must be in vllm.envs or in the installed source.
+LIBRARY_ENV_SOURCES = {
+    "NCCL_MNNVL_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+    "NCCL_CUMEM_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+    "NCCL_NVLS_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+    "NCCL_DEBUG": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+    "NCCL_DEBUG_SUBSYS": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+    "FI_PROVIDER": "libfabric fabric(7) man page, Environment variables (ofiwg.github.io/libfabric)",
+    "FI_EFA_USE_DEVICE_RDMA": "libfabric fi_efa(7) man page (ofiwg.github.io/libfabric)",
 }
 
 
@@ -116,9 +121,11 @@ def _parsed_ok(label: str) -> dict[str, Any]:
     return result["parsed"]
 
 
-def test_parser_is_vllm_0_33_0():
+def test_parser_is_the_pinned_vllm():
+    from components.spec.versions import VLLM_VERSION
+
     report = _everything()[0]
-    assert report["vllm_version"] == "0.33.0"
+    assert report["vllm_version"] == VLLM_VERSION
 
 
 @pytest.mark.parametrize("kind", ["tool_parsers", "reasoning_parsers"])
@@ -214,14 +221,147 @@ def test_stack_argv_parses_with_real_vllm(stack):
             assert name in report[kind], f"{label}: {dest} {name!r} is not registered in vLLM {report['vllm_version']}"
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_stack_vllm_env_names_are_known(stack):
-    report, _, stacks = _everything()
-    entry = stacks[stack]
-    if isinstance(entry, Exception):
-        raise entry
+# --- Engine features: what versions.py claims about the pinned release vs the installed wheel ---
+
+
+@pytest.mark.parametrize("family", ["cuda", "rocm"])
+def test_pinned_release_claims_only_features_its_wheel_has(family):
+    """versions.VLLM_RELEASE_GAPS must record every required feature the installed wheel lacks."""
+    from components.spec.engine import release_gaps
+    from components.spec.model import MODELS
+    from components.spec.versions import VLLM_VERSION
+
+    site = installed_site_packages()
+    has = wheel_features(site, family)
+    for model in MODELS.values():
+        requirement = model.engine_requirements.get(family)
+        if requirement is None:
+            continue
+        gaps = set(release_gaps(VLLM_VERSION, family, requirement))
+        for feature in requirement.features:
+            assert feature in has, f"no probe for {feature} on {family} in tests/vllm_contract.py FEATURE_PROBES"
+            if not has[feature]:
+                assert feature in gaps, f"vLLM {VLLM_VERSION} lacks {feature} on {family} but versions.py claims it"
+
+
+def test_the_feature_probe_sees_the_lack_in_0_33_0_source():
+    """The probe is not vacuous: in the installed 0.33.0 source the markers are present."""
+    site = installed_site_packages()
+    text = (site / "vllm/models/kimi_k3/nvidia/mla.py").read_text()
+    assert "use_sparse=False" in text and "indexer=None" in text
+    assert wheel_features(site, "cuda")["sparse-indexer-mla"] is False
+
+
+# --- Every env name we set is read by the pinned engine or a named library ----------------------
+
+
+def _pod_specs(value: Any):
+    if isinstance(value, dict):
+        if isinstance(value.get("containers"), list):
+            yield value
+        for v in value.values():
+            yield from _pod_specs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _pod_specs(v)
+
+
+def _variants() -> dict[str, Any]:
+    """label -> spec: every stack, plus DCP on every stack that allows it."""
+    from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
+
+    out: dict[str, Any] = {}
+    for stack in STACKS:
+        out[stack] = load_stack(stack, now=FIXED_NOW)
+        ns, secrets = namespace_config(read_stack_config(stack))
+        ns["vllm"] = {**ns.get("vllm", {}), "decodeContextParallelSize": 8}
+        out[f"{stack}+dcp8"] = parse_spec(ns, stack=stack, now=FIXED_NOW, secrets_set=secrets)
+    return out
+
+
+def _all_env_names() -> dict[str, set[str]]:
+    """env name -> where it is set (roles of every variant, k8s vLLM containers, EC2 env files)."""
+    import base64
+
+    import yaml
+
+    from components.aws.userdata import API_ENV_FILE, VLLM_ENV_FILE
+    from components.spec.vllm import build_vllm_command
+    from tests.conftest import plan_for
+
+    where: dict[str, set[str]] = {}
+    for label, spec in _variants().items():
+        cmd = build_vllm_command(spec)
+        for role in cmd.roles:
+            for name in [*role.env, *role.secret_env]:
+                where.setdefault(name, set()).add(f"{label}/{role.name}")
+    for stack in STACKS:
+        run = plan_for(stack)
+        image = run.context.vllm.image
+        for res in run.resources:
+            if res.type.startswith("kubernetes:"):
+                for pod in _pod_specs(res.inputs):
+                    for c in pod["containers"]:
+                        if c.get("image") == image and list(c.get("command") or c.get("args") or [])[:1] != ["python3"]:
+                            for e in c.get("env", []):
+                                where.setdefault(e["name"], set()).add(f"{stack}/{res.name}/{c.get('name')}")
+            if res.type == "aws:ec2/launchTemplate:LaunchTemplate" and res.inputs.get("userData"):
+                text = base64.b64decode(res.inputs["userData"]).decode()
+                if not text.startswith("#cloud-config"):
+                    continue
+                doc = yaml.safe_load(text)
+                for f in doc["write_files"]:
+                    if f["path"] == VLLM_ENV_FILE:
+                        for line in f["content"].splitlines():
+                            where.setdefault(line.split("=", 1)[0], set()).add(f"{stack}/ec2:{VLLM_ENV_FILE}")
+                    if API_ENV_FILE in f["content"] and "VLLM_API_KEY=" in f["content"]:
+                        where.setdefault("VLLM_API_KEY", set()).add(f"{stack}/ec2:{API_ENV_FILE}")
+    return where
+
+
+def test_every_env_name_we_set_is_read_by_the_pinned_engine_or_a_named_library():
+    report = _everything()[0]
+    where = _all_env_names()
+    assert {"VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_API_KEY", "HF_HUB_OFFLINE"} <= set(where), sorted(where)
+    # All three sources were read: roles, Kubernetes manifests, EC2 env files.
+    for source in ("/server", "vllm-deployment/vllm", "ec2:"):
+        assert any(source in w for w in where["VLLM_API_KEY"] | where["HF_HUB_OFFLINE"]), (source, where["HF_HUB_OFFLINE"])
     known = set(report["env_vars"])
     assert known, "vllm.envs lists no variables"
-    for label, role, _ in entry[1]:
-        unknown = sorted(k for k in role.env if k.startswith("VLLM_") and k not in known and k not in UNKNOWN_VLLM_ENV_ALLOWED)
-        assert not unknown, f"{label}: env names vLLM {report['vllm_version']} does not know (typo?): {unknown}"
+    rest = set(where) - known - set(LIBRARY_ENV_SOURCES)
+    found = names_in_installed_source(installed_site_packages(), rest)
+    unproven = sorted(rest - found)
+    assert not unproven, "env names no code of vLLM " + report["vllm_version"] + " (or its packages) reads: " + "; ".join(
+        f"{n} (set in {', '.join(sorted(where[n])[:3])})" for n in unproven
+    )
+
+
+def test_env_proof_is_not_vacuous():
+    """The old recipe names are caught: nothing in the installed packages reads them."""
+    site = installed_site_packages()
+    assert names_in_installed_source(site, ["VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4", "SAFETENSORS_FAST_GPU"]) == set()
+    assert "VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4" not in _everything()[0]["env_vars"]
+    assert names_in_installed_source(site, ["AITER_BF16_FP8_MOE_BOUND"]) == {"AITER_BF16_FP8_MOE_BOUND"}
+
+
+def test_mi355x_selects_the_a8w4_moe_path_by_a_value_vllm_accepts():
+    from components.spec.config import load_stack
+    from components.spec.vllm import build_vllm_command
+
+    env = build_vllm_command(load_stack("mi355x", now=FIXED_NOW)).role("server").env
+    assert env["VLLM_ROCM_USE_AITER_MOE_SITUV2"] == "a8w4"
+    text = (installed_site_packages() / "vllm/envs.py").read_text()
+    start = text.index('"VLLM_ROCM_USE_AITER_MOE_SITUV2": env_with_choices(')
+    assert '"a8w4"' in text[start:start + 400]
+
+
+def test_dcp_stack_carries_the_recipe_dcp_settings_as_vllm_parses_them():
+    """b300-prod runs DCP8: vLLM's own parser must see the recipe's DCP backends."""
+    _, results, stacks = _everything()
+    cmd, roles = stacks["b300-prod"]
+    assert cmd.decode_context_parallel_size == 8
+    p = results["b300-prod/server"]["parsed"]
+    assert p["decode_context_parallel_size"] == 8 and p["dcp_comm_backend"] == "a2a"
+    assert "TOKENSPEED_MLA" in str(p["attention_backend"]).upper()
+    assert "TRTLLM_RAGGED" in str(p["attention_config"]["mla_prefill_backend"]).upper()
+    assert int(roles[0][1].env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]) > 1_611_661_312  # vllm#50781

@@ -120,3 +120,62 @@ def format_failures(labels: Sequence[str], report: Mapping[str, Any]) -> str:
         if not result["ok"]:
             lines.append(f"{label} [{result['stage']}] {result['error']}")
     return "\n".join(lines)
+
+
+# --- The installed wheel's source: features and the env names its packages read ----------------
+
+
+def installed_site_packages() -> Path:
+    """The site-packages directory holding the vLLM venv's ``vllm`` package (vLLM is not imported).
+
+    Raises:
+        VllmParserUnavailable / pytest.skip: as ``require_vllm_python``.
+        RuntimeError: the vLLM python cannot locate the package.
+    """
+    python = require_vllm_python()
+    code = "import importlib.util, os; print(os.path.dirname(os.path.dirname(importlib.util.find_spec('vllm').origin)))"
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"{python} cannot locate vllm: {proc.stderr.strip()[-300:]}")
+    return Path(proc.stdout.strip())
+
+
+# Where each engine feature lives in the wheel, per image family, and the source text that says a
+# build LACKS it (the call that builds the Kimi-K3 MLA passes these when the feature is not wired).
+FEATURE_PROBES: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
+    "sparse-indexer-mla": {
+        "cuda": ("vllm/models/kimi_k3/nvidia/mla.py", ("use_sparse=False", "indexer=None")),
+        "rocm": ("vllm/models/kimi_k3/amd/linear.py", ("indexer=None", "is_sparse=False")),
+    },
+}
+
+
+def wheel_features(site_packages: Path, family: str) -> dict[str, bool]:
+    """feature -> whether the installed wheel implements it for ``family`` (by ``FEATURE_PROBES``).
+
+    A missing probe file means the feature (and the model) is absent: False.
+    """
+    out: dict[str, bool] = {}
+    for feature, by_family in FEATURE_PROBES.items():
+        if family not in by_family:
+            continue
+        rel, lacking_markers = by_family[family]
+        path = site_packages / rel
+        text = path.read_text() if path.is_file() else ""
+        out[feature] = bool(text) and not any(marker in text for marker in lacking_markers)
+    return out
+
+
+def names_in_installed_source(site_packages: Path, names: Iterable[str]) -> set[str]:
+    """The subset of ``names`` that occurs verbatim in some ``*.py`` of the installed packages
+    (one ``grep -rhoF`` over site-packages)."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return set()
+    proc = subprocess.run(
+        ["grep", "-rhowF", *[arg for n in wanted for arg in ("-e", n)], "--include=*.py", str(site_packages)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"grep failed: {proc.stderr.strip()[-300:]}")
+    return set(proc.stdout.split()) & set(wanted)

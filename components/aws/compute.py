@@ -24,7 +24,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.spec.config import DeploymentSpec
-from components.spec.sizing import Sizing
+from components.spec.sizing import Sizing, sync_budget_seconds
 from components.spec.targets import InstanceFacts
 from components.spec.vllm import VllmCommand
 from components.spec.weights import HUB_TOKEN_ENV, sync_steps
@@ -320,13 +320,14 @@ class Ec2GpuServer(pulumi.ComponentResource):
         server = vllm.role("server")
 
         def render(bucket: str) -> str:
+            steps = sync_steps(spec, bucket)
             cfg = Ec2BootConfig(
                 region=a.region,
                 image=vllm.image,
                 vllm_argv=server.argv,
                 vllm_env=server.env,
                 port=vllm.port,
-                sync_steps=sync_steps(spec, bucket),
+                sync_steps=steps,
                 tools_uri=f"s3://{bucket}/{a.tools_object_key}",
                 tools_sha256=a.tools_sha256,
                 api_key_parameter=self.api_key_parameter,
@@ -334,6 +335,7 @@ class Ec2GpuServer(pulumi.ComponentResource):
                 hub_token_env=HUB_TOKEN_ENV[spec.model_source],
                 nvme_devices=spec.instance.nvme_devices,
                 efa=spec.efa_enabled,
+                weights_timeout_seconds=sum(sync_budget_seconds(spec, a.sizing, step) for step in steps),
             )
             return base64.b64encode(ec2_cloud_config(cfg).encode()).decode()
 

@@ -11,6 +11,15 @@
   vLLM image) -> ``kimi-vllm`` (the vLLM container with the argv and env of
   ``spec/vllm.py``, restarted on failure). Secrets are fetched at boot from SSM SecureString
   parameters into ``/run`` (tmpfs); user data holds only their names.
+
+  The weights unit STARTS vLLM when it succeeds (``ExecStartPost=``), on its first attempt or a
+  later ``Restart=`` attempt. vLLM has no ``Requires=`` on it: on systemd 252 (AL2023) a queued
+  start of a unit that ``Requires=`` a failing one-shot fails with "dependency failed" and is
+  never retried, even when the one-shot's retry succeeds (``RestartMode=direct`` needs 254).
+  vLLM is not enabled on its own either, so it never starts without the weights: at every boot
+  the weights unit runs (a complete copy is a fast no-op) and starts it. Each weights attempt
+  has a finite ``TimeoutStartSec`` (the sync budget); after ``StartLimitBurst`` failed attempts
+  it stays failed, visible in ``systemctl status kimi-weights``.
 - ``eks_node_user_data``: the MIME multi-part user data of EKS GPU nodes: a nodeadm
   ``NodeConfig`` with ``localStorage: RAID0`` (plus the cluster details for a custom AMI).
 
@@ -67,6 +76,8 @@ class Ec2BootConfig:
         hub_token_env: env var the sync reads the hub token from (``HF_TOKEN``...).
         nvme_devices: instance-store NVMe devices expected (a warning when fewer are found).
         efa: pass the EFA devices into the vLLM container.
+        weights_timeout_seconds: ``TimeoutStartSec`` of one weights attempt: the sum of the sync
+            steps' budgets (``sizing.sync_budget_seconds``); None = no timeout (tests only).
     """
 
     region: str
@@ -83,6 +94,7 @@ class Ec2BootConfig:
     nvme_devices: int
     efa: bool = False
     extra_docker_args: Sequence[str] = field(default_factory=tuple)
+    weights_timeout_seconds: int | None = None
 
 
 def _q(args: Sequence[str]) -> str:
@@ -251,8 +263,19 @@ def env_file(env: Mapping[str, str]) -> str:
     return "".join(f"{k}={env[k]}\n" for k in sorted(env))
 
 
+WEIGHTS_START_LIMIT_BURST = 3
+WEIGHTS_RESTART_SECONDS = 120
+
+
+def _start_limit_interval(cfg: Ec2BootConfig) -> str:
+    # The window must span every attempt, or systemd forgets the early failures and retries forever.
+    if cfg.weights_timeout_seconds is None:
+        return "infinity"
+    return str(WEIGHTS_START_LIMIT_BURST * (cfg.weights_timeout_seconds + WEIGHTS_RESTART_SECONDS) + 3600)
+
+
 def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
-    """The three units, by file name."""
+    """The three units, by file name (see the module docstring for how they chain)."""
     raid = f"""[Unit]
 Description=kimi-deploy: RAID0 of the instance-store NVMe at {NVME_RAID0_HOST_PATH}
 # On the Deep Learning AMI, after its own RAID0 is mounted (no such unit elsewhere: no-op).
@@ -267,29 +290,37 @@ ExecStart={RAID_SCRIPT}
 [Install]
 WantedBy=multi-user.target
 """
+    timeout = "infinity" if cfg.weights_timeout_seconds is None else str(cfg.weights_timeout_seconds)
     weights = f"""[Unit]
-Description=kimi-deploy: weight sync (hub -> S3 mirror -> local NVMe)
+Description=kimi-deploy: weight sync (hub -> S3 mirror -> local NVMe), then start vLLM
 Requires=docker.service kimi-nvme-raid0.service
 After=docker.service kimi-nvme-raid0.service network-online.target
 Wants=network-online.target
-StartLimitIntervalSec=0
+# At most {WEIGHTS_START_LIMIT_BURST} attempts (each up to its timeout plus the restart delay), then failed for good.
+StartLimitIntervalSec={_start_limit_interval(cfg)}
+StartLimitBurst={WEIGHTS_START_LIMIT_BURST}
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
 ExecStart={WEIGHTS_SCRIPT}
-# A first publish downloads 1.56 TB: no start timeout; retry after a failure.
-TimeoutStartSec=infinity
+# Only after a successful sync, on whichever attempt: queue vLLM's start (--no-block: vLLM is
+# ordered after this unit, which is still activating here).
+ExecStartPost=/usr/bin/systemctl start --no-block {UNITS[2]}
+# One attempt may take the sync budget (sizing.sync_budget_seconds); a stalled one is killed.
+TimeoutStartSec={timeout}
 Restart=on-failure
-RestartSec=120
+RestartSec={WEIGHTS_RESTART_SECONDS}
 
 [Install]
 WantedBy=multi-user.target
 """
     vllm = f"""[Unit]
 Description=kimi-deploy: vLLM OpenAI server on port {cfg.port}
-Requires=docker.service kimi-weights.service
-After=docker.service kimi-weights.service
+# Started by {UNITS[1]} when the weights are complete; ordered after it, never Requires= it
+# (a failed attempt there must not fail this start for good).
+Requires=docker.service
+After=docker.service {UNITS[1]}
 StartLimitIntervalSec=0
 
 [Service]
@@ -300,9 +331,6 @@ ExecStop=/usr/bin/docker stop --time 60 {VLLM_CONTAINER}
 Restart=on-failure
 RestartSec=30
 TimeoutStopSec=90
-
-[Install]
-WantedBy=multi-user.target
 """
     return dict(zip(UNITS, (raid, weights, vllm)))
 
@@ -347,9 +375,10 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
         "write_files": [{"path": p, "owner": "root:root", "permissions": m, "content": c} for p, c, m in files],
         "runcmd": [
             ["systemctl", "daemon-reload"],
-            ["systemctl", "enable", *UNITS],
+            # vLLM is not enabled: the weights unit starts it at every boot once the copy is complete.
+            ["systemctl", "enable", *UNITS[:2]],
             # --no-block: the first weight sync takes hours; cloud-init must not wait for it.
-            ["systemctl", "start", "--no-block", UNITS[-1]],
+            ["systemctl", "start", "--no-block", UNITS[1]],
         ],
     }
     return "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=1_000_000)

@@ -24,7 +24,7 @@ from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TO
 from .storage import FsxVolumeSource, declare_fsx_volume
 from .scaling_edge import declare_scaling_and_observability
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
-from .weight_sync import declare_weight_sync
+from .weight_sync import declare_weight_sync, node_copy_init
 
 TYPE_TOKEN = "kimi-deploy:k8s:Workloads"
 
@@ -81,15 +81,20 @@ class KimiWorkloads(pulumi.ComponentResource):
         if fsx is not None:
             self.fsx_volume = declare_fsx_volume(spec, fsx, self.provider, self, [self.namespace_resource, *cluster_ready])
             prereqs += list(self.fsx_volume)
+        program: list[pulumi.Resource] = []
         self.jobs = declare_weight_sync(
-            spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, ctx.tags, self.provider, self, prereqs
+            spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, ctx.tags, self.provider, self, prereqs,
+            program_out=program,
         )
         marker_wait = max(MIN_MARKER_WAIT_SECONDS, sum(sync_budget_seconds(spec, ctx.sizing, s) for s in steps))
+        # The node-local copy runs in every vLLM pod, on its own node (weights follow the node).
+        node_copy = node_copy_init(spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None)
         self.vllm = declare_vllm(
             spec, ctx.sizing, ctx.vllm, ctx.tags, marker_wait, self.provider, self,
-            [*prereqs, *self.jobs, *self.addons.values()],
+            [*prereqs, *program, *self.jobs, *self.addons.values()],
             lws_release=self.addons.get("lws"),
             dra_release=self.addons.get("nvidia-dra-driver"),
+            node_copy=node_copy,
         )
         self.scaling = declare_scaling_and_observability(ctx, self.vllm, self.addons, self.provider, self, prereqs)
         self.namespace = pulumi.Output.from_input(spec.config.kubernetes.namespace)

@@ -60,12 +60,17 @@ from .common import (
     selector_labels,
 )
 from .storage import serving_volume
+from .weight_sync import NodeCopyInit
 
 # Time to pull the ~25 GB vLLM image and schedule, added to the startup budget per pod.
 IMAGE_PULL_BUDGET_SECONDS = 1_800
 # Time for the cloud provider to provision an internal NLB and publish its hostname, added to
 # the Service's timeouts when it is a LoadBalancer.
 LOAD_BALANCER_BUDGET_SECONDS = 900
+# The startup probe's window outlasts VLLM_ENGINE_READY_TIMEOUT_S by this much, so vLLM's own
+# "engine not ready within N s" error is logged and exits the container before the kubelet
+# kills it for a failed probe (which would leave only "Startup probe failed" behind).
+ENGINE_TIMEOUT_MARGIN_SECONDS = 300
 # Probe timing (seconds).
 STARTUP_PERIOD_SECONDS = 10
 PROBE_TIMEOUT_SECONDS = 5
@@ -114,25 +119,27 @@ sys.exit(0 if name in ids else 1)
 """
 
 
-def per_pod_budget_seconds(sizing: Sizing) -> int:
-    """Seconds one vLLM pod may take from creation to ready: image pull + the startup budget."""
-    return sizing.startup_budget_seconds + IMAGE_PULL_BUDGET_SECONDS
+def per_pod_budget_seconds(sizing: Sizing, node_copy_seconds: int = 0) -> int:
+    """Seconds one vLLM pod may take from creation to ready: image pull + the node-local copy
+    of its init container (``node_copy_seconds``, its sync budget; 0 without one) + the startup budget."""
+    return sizing.startup_budget_seconds + ENGINE_TIMEOUT_MARGIN_SECONDS + IMAGE_PULL_BUDGET_SECONDS + node_copy_seconds
 
 
-def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
+def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: int = 0) -> tuple[int, int]:
     """``(create_seconds, update_seconds)`` for Pulumi's custom timeouts: copies start together
     on create; a rolling update replaces one copy at a time (``maxUnavailable: 1``)."""
-    per_pod = per_pod_budget_seconds(sizing)
+    per_pod = per_pod_budget_seconds(sizing, node_copy_seconds)
     return per_pod, per_pod * max_replicas(spec)
 
 
 def startup_probe(port: int, sizing: Sizing) -> dict[str, Any]:
-    """``/health`` until the engine is up; ``failureThreshold x periodSeconds`` >= the startup budget."""
+    """``/health`` until the engine is up; ``failureThreshold x periodSeconds`` >= the startup budget
+    (= ``VLLM_ENGINE_READY_TIMEOUT_S``) + ``ENGINE_TIMEOUT_MARGIN_SECONDS``: vLLM's timeout fires first."""
     return {
         "httpGet": {"path": "/health", "port": port},
         "periodSeconds": STARTUP_PERIOD_SECONDS,
         "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
-        "failureThreshold": math.ceil(sizing.startup_budget_seconds / STARTUP_PERIOD_SECONDS),
+        "failureThreshold": math.ceil((sizing.startup_budget_seconds + ENGINE_TIMEOUT_MARGIN_SECONDS) / STARTUP_PERIOD_SECONDS),
     }
 
 
@@ -168,10 +175,12 @@ def serving_components(command: VllmCommand) -> list[str]:
 
 def pod_template(
     spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, role: VllmRole, marker_wait_seconds: int,
-    scrape_annotations: bool,
+    scrape_annotations: bool, node_copy: NodeCopyInit | None = None,
 ) -> dict[str, Any]:
-    """The pod template of ``role``: marker wait, the vLLM container, GPUs, EFA, ComputeDomain
-    claim, /dev/shm, scheduling; secrets only through ``secretKeyRef``."""
+    """The pod template of ``role``: the node-local weight copy (``node_copy``, an init
+    container running the sync onto the pod's own node) or else a marker wait, the vLLM
+    container, GPUs, EFA, ComputeDomain claim, /dev/shm, scheduling; secrets only through
+    ``secretKeyRef``."""
     volume, mount_path = serving_volume(spec)
     marker = f"{command.model_path}/{MARKER_NAME}"
     target, instance = spec.target, spec.instance
@@ -220,8 +229,12 @@ def pod_template(
         "volumeMounts": [{"name": volume["name"], "mountPath": mount_path, "readOnly": True}],
         "securityContext": hardened_container_security(),
     }
+    volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+    if node_copy is not None:
+        init = node_copy.container
+        volumes += list(node_copy.volumes)
     pod: dict[str, Any] = {
-        "serviceAccountName": VLLM_SERVICE_ACCOUNT,
+        "serviceAccountName": node_copy.service_account if node_copy is not None else VLLM_SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,
         # Service links would inject *_PORT variables; vLLM reads VLLM_PORT from the env.
         "enableServiceLinks": False,
@@ -230,7 +243,7 @@ def pod_template(
         "tolerations": gpu_tolerations(spec),
         "initContainers": [init],
         "containers": [container],
-        "volumes": [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}],
+        "volumes": volumes,
     }
     if use_compute_domain:
         pod["resourceClaims"] = [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": COMPUTE_DOMAIN_CLAIM_TEMPLATE}]
@@ -252,7 +265,10 @@ def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
     return {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
 
 
-def deployment_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool) -> dict[str, Any]:
+def deployment_spec(
+    spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool,
+    node_copy: NodeCopyInit | None = None,
+) -> dict[str, Any]:
     """Deployment spec of a single-node copy: ``replicas`` copies, one at a time on update
     (``maxSurge: 0``: the GPU nodes are all in use, a surge pod could never schedule)."""
     role = command.role("server")
@@ -260,13 +276,16 @@ def deployment_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, 
         "replicas": spec.replicas,
         "selector": {"matchLabels": selector_labels(spec, role_component(role))},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-        "progressDeadlineSeconds": per_pod_budget_seconds(sizing),
+        "progressDeadlineSeconds": per_pod_budget_seconds(sizing, node_copy.budget_seconds if node_copy else 0),
         "revisionHistoryLimit": 3,
-        "template": pod_template(spec, sizing, command, role, marker_wait_seconds, scrape),
+        "template": pod_template(spec, sizing, command, role, marker_wait_seconds, scrape, node_copy),
     }
 
 
-def leaderworkerset_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool) -> dict[str, Any]:
+def leaderworkerset_spec(
+    spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool,
+    node_copy: NodeCopyInit | None = None,
+) -> dict[str, Any]:
     """LeaderWorkerSet spec of a copy spanning ``nodes_per_copy`` nodes: group size = nodes,
     leader and worker commands from the core builder, the whole group recreated when a pod restarts."""
     leader, worker = command.role("leader"), command.role("worker")
@@ -277,8 +296,8 @@ def leaderworkerset_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmComm
         "leaderWorkerTemplate": {
             "size": leader.nodes + worker.nodes,
             "restartPolicy": "RecreateGroupOnPodRestart",
-            "leaderTemplate": pod_template(spec, sizing, command, leader, marker_wait_seconds, scrape),
-            "workerTemplate": pod_template(spec, sizing, command, worker, marker_wait_seconds, scrape),
+            "leaderTemplate": pod_template(spec, sizing, command, leader, marker_wait_seconds, scrape, node_copy),
+            "workerTemplate": pod_template(spec, sizing, command, worker, marker_wait_seconds, scrape, node_copy),
         },
     }
 
@@ -393,10 +412,10 @@ def replicas_owned_by_scaler(spec: DeploymentSpec) -> list[str]:
     return ["spec.replicas"] if autoscaling_enabled(spec) else []
 
 
-def service_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
+def service_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: int = 0) -> tuple[int, int]:
     """``(create_seconds, update_seconds)`` of the Service: the workload's rollout timeouts, plus
     the load balancer provisioning budget for an internal NLB."""
-    create_s, update_s = rollout_timeouts(spec, sizing)
+    create_s, update_s = rollout_timeouts(spec, sizing, node_copy_seconds)
     extra = LOAD_BALANCER_BUDGET_SECONDS if spec.config.kubernetes.service_type == "internal-nlb" else 0
     return create_s + extra, update_s + extra
 
@@ -412,6 +431,7 @@ def declare_vllm(
     depends_on: list[pulumi.Resource],
     lws_release: pulumi.Resource | None,
     dra_release: pulumi.Resource | None,
+    node_copy: NodeCopyInit | None = None,
 ) -> dict[str, pulumi.Resource]:
     """Declare the workload, ComputeDomain, Service, PDB, NetworkPolicy and scraping.
 
@@ -423,7 +443,8 @@ def declare_vllm(
 
     out: dict[str, pulumi.Resource] = {}
     scrape_with_pod_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
-    create_s, update_s = rollout_timeouts(spec, sizing)
+    copy_s = node_copy.budget_seconds if node_copy is not None else 0
+    create_s, update_s = rollout_timeouts(spec, sizing, copy_s)
     timeouts = pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s")
     multi_node = len(command.roles) > 1
     if spec.target.needs_compute_domain and multi_node:
@@ -442,14 +463,14 @@ def declare_vllm(
             api_version="leaderworkerset.x-k8s.io/v1",
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
-            spec=leaderworkerset_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor),
+            spec=leaderworkerset_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, node_copy),
             opts=opts(lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     else:
         out["workload"] = k8s.apps.v1.Deployment(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
-            spec=deployment_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor),
+            spec=deployment_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, node_copy),
             opts=opts(custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     body, notes = service_spec(spec, command)
@@ -460,7 +481,7 @@ def declare_vllm(
     # pods are reloading (a replaced Service, a restarted copy). Not ``pulumi.com/skipAwait``:
     # that would report "ready" with no ready endpoint and no NLB hostname
     # (the ``loadBalancerHostname`` output reads the Service's status).
-    svc_create_s, svc_update_s = service_timeouts(spec, sizing)
+    svc_create_s, svc_update_s = service_timeouts(spec, sizing, copy_s)
     out["service"] = k8s.core.v1.Service(
         "vllm-service",
         metadata=metadata(spec, VLLM_NAME, serving_components(command)[0], tags, annotations=notes),

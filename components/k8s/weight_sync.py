@@ -2,14 +2,12 @@
 from a ConfigMap (no extra image to build or push).
 
 The runs are exactly ``components/spec/weights.py`` ``sync_steps``: ``publish-mirror`` once (hub ->
-S3 mirror), then ``node-copy``. For node-local NVMe, ``node-copy`` is one Indexed Job with one
-completion per GPU node, ``parallelism`` equal to the completions and a required pod
-anti-affinity on the host name, so every GPU node receives its own copy in parallel before any
-vLLM pod starts. Nodes do not exist when the program runs, so a Job cannot be pinned to a node
-by name; the anti-affinity plus the GPU node selector spreads exactly one pod onto each GPU node.
-``restartPolicy: OnFailure`` retries a failed copy in place, on the same node (the sync resumes).
-vLLM pods wait for the completion marker in an init container (``vllm_service.py``), and their
-service account holds no S3 or hub credentials: only these Jobs read the mirror or the hub.
+S3 mirror, a Job), then ``node-copy``. For node-local NVMe, ``node-copy`` is NOT a Job: it is
+the ``weight-sync`` init container of every vLLM pod (``node_copy_init``), so the copy runs on
+whatever node the pod lands on, including nodes added or replaced after ``pulumi up`` (a Job
+runs once, on the nodes of that day). Those pods run as the weight-sync service account (read
+access to the mirror; the hub token only in the init container's env when it reads the hub).
+For a shared claim (``pvc``) ``node-copy`` stays one Job and vLLM pods wait for its marker.
 
 Job names end in a hash of the Job's spec (``common.spec_hash``): any change (image, revision,
 bucket, program text) gives a new name, so Pulumi replaces the Job instead of failing on its
@@ -20,6 +18,7 @@ Pulumi awaits each Job's completion within its sync budget; the vLLM workload de
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +166,64 @@ def step_argv(step: SyncStep) -> list[str]:
     return list(step.argv)
 
 
+def sync_program_configmap_name(text: str | None = None) -> str:
+    """Name of the ConfigMap that carries the sync program (ends in a hash of its text)."""
+    return f"{SYNC_PROGRAM_CONFIGMAP_PREFIX}-{spec_hash(text if text is not None else sync_program_text())}"
+
+
+@dataclass(frozen=True)
+class NodeCopyInit:
+    """The node-local copy as an init container of every vLLM pod (weights follow the node).
+
+    Attributes:
+        container: the ``weight-sync`` init container: the ``node-copy`` step's exact argv
+            (``argv`` may be an Output carrying the bucket), its env and mounts; the weights
+            volume is mounted read-write.
+        volumes: pod volumes it needs besides the serving volume (program ConfigMap, /tmp, FSx).
+        service_account: the pod's service account: the weight-sync one (mirror read access).
+        budget_seconds: the step's sync budget (``sizing.sync_budget_seconds``): what a first
+            copy may add to the pod's time to ready.
+    """
+
+    container: dict[str, Any]
+    volumes: tuple[dict[str, Any], ...]
+    service_account: str
+    budget_seconds: int
+
+
+def node_copy_init(
+    spec: DeploymentSpec, sizing: Sizing, image: str, mirror_bucket: pulumi.Input[str] | None, hub_token_set: bool
+) -> NodeCopyInit | None:
+    """The ``node-copy`` step as an init container, when that step runs per GPU node.
+
+    Every vLLM pod runs the same resumable, verified sync onto its own node before vLLM starts,
+    so a node that is added or replaced later (auto-repair, a capacity block scaled up, an AMI
+    update) gets its copy with its first pod, with no Job to re-run; on a node whose copy is
+    complete the sync finds the marker and manifest intact and exits in seconds. None for a
+    shared claim (``pvc``: one Job) and ``fsx`` (no copy).
+    """
+    bucket = pulumi.Output.from_input(mirror_bucket) if mirror_bucket is not None else None
+    steps = sync_steps(spec, "mirror-bucket" if bucket is not None else None)
+    index = next((i for i, s in enumerate(steps) if s.name == "node-copy" and s.per_node), None)
+    if index is None:
+        return None
+    step = steps[index]
+    argv: Any = bucket.apply(lambda b: step_argv(sync_steps(spec, b)[index])) if bucket is not None else step_argv(step)
+    volumes, mounts = _volumes(spec, step, sync_program_configmap_name())
+    container = {
+        "name": "weight-sync",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": argv,
+        "env": _env(spec, step, hub_token_set),
+        "resources": {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "64Gi"}},
+        "volumeMounts": mounts,
+        "securityContext": hardened_container_security(),
+    }
+    extra = tuple(v for v in volumes if v["name"] != WEIGHTS_VOLUME)
+    return NodeCopyInit(container, extra, WEIGHT_SYNC_SERVICE_ACCOUNT, sync_budget_seconds(spec, sizing, step))
+
+
 def declare_weight_sync(
     spec: DeploymentSpec,
     sizing: Sizing,
@@ -177,15 +234,18 @@ def declare_weight_sync(
     provider: k8s.Provider,
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource],
+    program_out: list[pulumi.Resource] | None = None,
 ) -> list[k8s.batch.v1.Job]:
-    """The sync program ConfigMap and one Job per ``sync_steps`` entry, each after the previous.
+    """The sync program ConfigMap and one Job per ``sync_steps`` entry, each after the previous,
+    except a per-node ``node-copy`` (an init container of the vLLM pods: ``node_copy_init``).
+    ``program_out``, when given, receives the ConfigMap (the vLLM pods depend on it).
 
     ``mirror_bucket`` is the mirror bucket's name (an Output from the AWS edge) or None. The
     step list only depends on whether a bucket is given, so it is computed with a stand-in and
     each Job's argv is recomputed from the real name by the same ``sync_steps``.
     """
     text = sync_program_text()
-    cm_name = f"{SYNC_PROGRAM_CONFIGMAP_PREFIX}-{spec_hash(text)}"
+    cm_name = sync_program_configmap_name(text)
     configmap = k8s.core.v1.ConfigMap(
         "weight-sync-program",
         metadata=metadata(spec, cm_name, "weight-sync"),
@@ -193,11 +253,15 @@ def declare_weight_sync(
         immutable=True,
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )
+    if program_out is not None:
+        program_out.append(configmap)  # the vLLM pods' node-copy init container mounts it too
     bucket = pulumi.Output.from_input(mirror_bucket) if mirror_bucket is not None else None
     steps = sync_steps(spec, "mirror-bucket" if bucket is not None else None)
     jobs: list[k8s.batch.v1.Job] = []
     previous: list[pulumi.Resource] = [configmap, *depends_on]
     for index, step in enumerate(steps):
+        if step.name == "node-copy" and step.per_node:
+            continue  # an init container of every vLLM pod (node_copy_init), not a Job
         if bucket is not None:
             argv: Any = bucket.apply(lambda b, i=index: step_argv(sync_steps(spec, b)[i]))
         else:

@@ -348,11 +348,13 @@ class DeploymentSpec:
 
     @property
     def efa_enabled(self) -> bool:
-        """EFA on GPU nodes: explicit setting, else on for AWS multi-node copies and EFA types."""
-        explicit = self.config.compute.efa
-        if explicit is not None:
-            return explicit
-        return self.is_aws and self.instance.efa_interfaces > 0 and self.nodes_per_copy > 1
+        """EFA on GPU nodes and in the vLLM pods: only when ``compute.efa`` is true.
+
+        Off by default: the stock vLLM image has neither libfabric's EFA provider nor
+        aws-ofi-nccl, so NCCL could not use the devices (it would fall back to sockets);
+        GB300 TP8 runs over multi-node NVLink inside one NVL72 domain (ComputeDomain) anyway.
+        """
+        return bool(self.config.compute.efa)
 
     @property
     def served_model_name(self) -> str:
@@ -630,6 +632,16 @@ def parse_spec(
         )
     if raw.compute.efa and instance.efa_interfaces == 0:
         raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
+    if raw.compute.efa:
+        from .versions import VLLM_IMAGES
+
+        image_repo = (raw.vllm.image or "").split("@")[0].rpartition(":")[0] or (raw.vllm.image or "").split("@")[0]
+        if not raw.vllm.image or image_repo in VLLM_IMAGES.values():
+            raise ConfigError(
+                "compute.efa", True,
+                "needs vllm.image set to a build with libfabric's EFA provider and aws-ofi-nccl (the stock "
+                f"{', '.join(VLLM_IMAGES.values())} images have neither, so NCCL would fall back to sockets)",
+            )
     if is_aws and not instance.offered_azs and not (cap.availability_zone or az):
         raise ConfigError(
             "compute.availabilityZone", None, f"is required: there are no offering facts for {instance_type} (name an AZ that offers it; preflight checks it)"
@@ -766,6 +778,25 @@ def parse_spec(
         raise ConfigError(
             "vllm.decodeContextParallelSize", dcp, f"must divide the tensor-parallel size {tp} (allowed: {', '.join(divisors)})"
         )
+    recipe_dcp_env = model.recipes[target.image_family].dcp_env if target.image_family in model.recipes else {}
+    if dcp > 1 and "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE" in recipe_dcp_env:
+        # The DCP workspace is allocated by the attention backend, beside vLLM's memory pool: the
+        # share of GPU memory gpuMemoryUtilization leaves out must hold it twice over.
+        workspace = int(recipe_dcp_env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"])
+        outside = (1 - raw.vllm.gpu_memory_utilization) * target.gpu.memory_bytes
+        if outside < 2 * workspace:
+            most = 1 - 2 * workspace / target.gpu.memory_bytes
+            raise ConfigError(
+                "vllm.gpuMemoryUtilization", raw.vllm.gpu_memory_utilization,
+                f"leaves {outside / 1024**3:.1f} GiB per GPU outside vLLM's pool; DCP {dcp} needs room for a "
+                f"{workspace / 1024**3:.0f} GiB FlashInfer workspace twice over (at most {most:.3f})",
+            )
+        warnings.append(
+            f"DCP {dcp}: about {dcp * model.dcp_kv_efficiency:.1f}x the KV tokens of plain TP (long sessions, "
+            f"bigger prefix cache) for decode steps about 7-25% slower, a {workspace / 1024**3:.0f} GiB "
+            "FlashInfer workspace per GPU (default 394 MiB; vllm#50781) and the recipe's DCP backends "
+            "(--dcp-comm-backend a2a, TOKENSPEED_MLA decode, TRTLLM_RAGGED prefill)"
+        )
     if raw.vllm.max_model_len is not None and raw.vllm.max_model_len > model.max_context_tokens:
         raise ConfigError("vllm.maxModelLen", raw.vllm.max_model_len, f"exceeds the model's context of {model.max_context_tokens:,} tokens")
     if target.image_family == "rocm" and raw.vllm.kv_cache_dtype not in (None, "auto", "bfloat16"):
@@ -867,13 +898,16 @@ def parse_spec(
             )
     protect = raw.protect if raw.protect is not None else raw.environment == "prod"
 
-    from .versions import VLLM_VERSION
+    from .engine import check_engine
+    from .versions import vllm_image
 
-    if _version_tuple(VLLM_VERSION) < _version_tuple(model.min_vllm_version) and not raw.vllm.image and not raw.vllm.image_tag:
-        warnings.append(
-            f"the model card asks for vLLM >= {model.min_vllm_version}; the pinned {VLLM_VERSION} is the newest "
-            "release and registers the kimi_k3 parsers. Set vllm.imageTag when a newer release ships."
-        )
+    # Engine support: a build known not to serve the model stops the plan and `pulumi up` (exit 2).
+    engine_key = "vllm.imageTag" if raw.vllm.image_tag else "vllm.image"
+    engine = check_engine(
+        raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag), engine_key, target.image_family, model
+    )
+    if not engine.is_release:
+        warnings.append(f"engine: {engine.describe()}; the model card asks for vLLM >= {model.min_vllm_version}")
     if raw.environment == "prod" and protect is False:
         warnings.append("protect is false on a prod stack: `pulumi destroy` can delete the weight mirror and file system")
 
@@ -1055,7 +1089,35 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
         raise StackFileError("--stack", stack, "file has no 'config:' map")
-    return config
+    return _overlay(config, stack)
+
+
+# Offline runs only (scripts/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
+# JSON config merged over every stack file, one level deep into maps, as `pulumi config set`
+# would add it: e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
+CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
+
+
+def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
+    import json
+    import os
+
+    text = os.environ.get(CONFIG_OVERLAY_ENV, "").strip()
+    if not text:
+        return config
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
+    if not isinstance(extra, dict):
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
+    merged = dict(config)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 def _yaml_error_text(err: yaml.YAMLError) -> str:

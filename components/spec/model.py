@@ -7,7 +7,7 @@ and the model card (https://huggingface.co/moonshotai/Kimi-K3.1-Pro). Adding a m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -22,12 +22,38 @@ class VendorRecipe:
         flags: further flags as ``(flag, value or None)`` pairs, in recipe order.
         env: environment variables the recipe sets (the engine-ready timeout is added
             from the sizing, not here).
+        dcp_flags: flags the recipe adds with decode context parallelism (DCP > 1); a flag
+            also in ``flags`` replaces it there.
+        dcp_env: environment added with DCP > 1.
     """
 
     load_format: str
     kv_cache_dtype: str
     flags: tuple[tuple[str, str | None], ...]
     env: Mapping[str, str]
+    dcp_flags: tuple[tuple[str, str | None], ...] = ()
+    dcp_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class EngineRequirement:
+    """What the serving engine must implement to run a model on one GPU vendor.
+
+    Attributes:
+        min_version: the lowest vLLM release that serves the model (``X.Y.Z``).
+        features: engine features the model needs, as named in ``versions.VLLM_RELEASE_GAPS``
+            and checked in the installed wheel by ``tests/vllm_contract.py``.
+        source: where the requirement comes from.
+    """
+
+    min_version: str
+    features: tuple[str, ...]
+    source: str
+
+
+# K3.1 Pro's 24 Gated DSA layers select the top 2,048 tokens with a sparse indexer; a build
+# whose Kimi-K3 MLA runs dense (no indexer) computes different attention.
+SPARSE_INDEXER_MLA = "sparse-indexer-mla"
 
 
 @dataclass(frozen=True)
@@ -71,6 +97,8 @@ class ModelProfile:
         recipes: image family (``cuda``/``rocm``) -> vendor recipe.
         api_price: the vendor API price, for cost comparisons.
         license_summary: the commercial conditions users must acknowledge.
+        engine_requirements: image family (``cuda``/``rocm``) -> what the engine must implement
+            (``engine.check_engine`` enforces it).
     """
 
     name: str
@@ -92,6 +120,7 @@ class ModelProfile:
     recipes: Mapping[str, VendorRecipe]
     api_price: ApiPrice
     license_summary: str
+    engine_requirements: Mapping[str, EngineRequirement] = field(default_factory=lambda: MappingProxyType({}))
 
     def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
         """KV bytes per token per GPU for ``kv_cache_dtype`` (``fp8*`` or ``auto``/``bfloat16``)."""
@@ -105,6 +134,12 @@ class ModelProfile:
 _KIMI_KV_LAYERS = 24
 _KIMI_KV_FP8 = _KIMI_KV_LAYERS * 656
 _KIMI_KV_BF16 = _KIMI_KV_LAYERS * 1_152
+
+# FlashInfer's trtllm-gen MLA decode carves a softmax-stats slab out of vLLM's FlashInfer workspace
+# when DCP needs the LSE; at DCP8 that alone took 1,611,661,312 B against the 413,138,944 B
+# (394 MiB) default of VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE (vllm-project/vllm#50781, #50791).
+# 2 GiB covers it with about a third to spare (estimate; the slab grows with heads x batch).
+DCP_FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
 
 # Calibration against the vLLM recipe: 8x B300 (275,040 MiB each) with FP8 KV and
 # --gpu-memory-utilization 0.95 holds about 2.6M tokens at TP8 and about 18.5M with DCP8.
@@ -143,6 +178,18 @@ KIMI_K3_1_PRO = ModelProfile(
                     ("--enable-prefix-caching", None),
                     ("--no-enable-flashinfer-autotune", None),
                 ),
+                # The recipe's decode_context_parallelism feature (vllm-project/recipes
+                # models/moonshotai/Kimi-K3.yaml, #814): all-to-all DCP exchange, the
+                # TOKENSPEED_MLA decode backend and TRTLLM_RAGGED MLA prefill under FP8 KV.
+                dcp_flags=(
+                    ("--dcp-comm-backend", "a2a"),
+                    ("--attention-backend", "TOKENSPEED_MLA"),
+                    (
+                        "--attention-config",
+                        '{"use_prefill_query_quantization":true,"mla_prefill_backend":"TRTLLM_RAGGED"}',
+                    ),
+                ),
+                dcp_env=MappingProxyType({"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE": str(DCP_FLASHINFER_WORKSPACE_BYTES)}),
                 env=MappingProxyType(
                     {
                         "VLLM_ALLREDUCE_USE_FLASHINFER": "1",
@@ -166,8 +213,13 @@ KIMI_K3_1_PRO = ModelProfile(
                 env=MappingProxyType(
                     {
                         "VLLM_ROCM_USE_AITER": "1",
-                        "SAFETENSORS_FAST_GPU": "1",
-                        "VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4": "1",
+                        # The recipe's SAFETENSORS_FAST_GPU=1 is dropped: no code in vLLM 0.33.0 or
+                        # the packages it installs reads it (tests/test_vllm_contract.py).
+                        # vLLM >= 0.33.0 reads VLLM_ROCM_USE_AITER_MOE_SITUV2 (auto|a4w4|a8w4|a16w4;
+                        # auto = a4w4) and derives AITER's switches from it (vllm/envs.py,
+                        # vllm/_aiter_ops.py). The recipe's ..._SITUV2_A8W4 name (vllm#50582
+                        # era) is read by no code in 0.33.0: a8w4 needs the new name.
+                        "VLLM_ROCM_USE_AITER_MOE_SITUV2": "a8w4",
                         "AITER_BF16_FP8_MOE_BOUND": "0",
                         # Required on ROCm (recipe).
                         "VLLM_USE_BREAKABLE_CUDAGRAPH": "0",
@@ -188,6 +240,22 @@ KIMI_K3_1_PRO = ModelProfile(
         "USD 20M revenue over 12 months needs a separate agreement; a product with more than "
         "100M monthly active users or USD 20M monthly revenue must show 'Kimi K3.1-Pro' "
         "prominently. Internal use is exempt from both."
+    ),
+    engine_requirements=MappingProxyType(
+        {
+            family: EngineRequirement(
+                min_version="0.34.0",
+                features=(SPARSE_INDEXER_MLA,),
+                source=(
+                    "model card moonshotai/Kimi-K3.1-Pro (vLLM >= 0.34.0); vLLM 0.33.0 builds the "
+                    f"Kimi-K3 MLA without the sparse indexer ({where})"
+                ),
+            )
+            for family, where in (
+                ("cuda", "vllm/models/kimi_k3/nvidia/mla.py: use_sparse=False, indexer=None"),
+                ("rocm", "vllm/models/kimi_k3/amd/linear.py: indexer=None, is_sparse=False"),
+            )
+        }
     ),
 )
 

@@ -10,8 +10,21 @@ from types import MappingProxyType
 from typing import Mapping
 
 # vLLM: 0.33.0 is the newest release (PyPI, 2026-11) and already registers the kimi_k3 tool and
-# reasoning parsers; the model card asks for >= 0.34.0 (the plan warns until it is pinned here).
+# reasoning parsers, but it cannot serve K3.1 Pro (VLLM_RELEASE_GAPS): the model card asks for
+# >= 0.34.0, so the default image is refused (engine.check_engine) until a stack sets
+# kimi-deploy:vllm.image to a build that has the features, pinned by commit or digest.
+# tests/test_vllm_contract.py checks the installed wheel of this version against the gaps below.
 VLLM_VERSION = "0.33.0"
+
+# Features (model.EngineRequirement.features) each vLLM release is known to LACK, per image family,
+# read from the release's own source. A release not listed lacks nothing known.
+VLLM_RELEASE_GAPS: Mapping[str, Mapping[str, frozenset[str]]] = MappingProxyType(
+    {
+        # vllm/models/kimi_k3/nvidia/mla.py: use_sparse=False, indexer=None ("sparse/indexer MLA"
+        # out of scope); vllm/models/kimi_k3/amd/linear.py: indexer=None, is_sparse=False.
+        "0.33.0": MappingProxyType({"cuda": frozenset({"sparse-indexer-mla"}), "rocm": frozenset({"sparse-indexer-mla"})}),
+    }
+)
 VLLM_IMAGES: Mapping[str, str] = MappingProxyType(
     {
         # Multi-arch manifest: the arm64 variant is pulled on Grace (GB300) nodes.

@@ -29,6 +29,13 @@ MNNVL_NCCL_ENV: Mapping[str, str] = MappingProxyType(
     {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}
 )
 
+# NCCL docs (Environment Variables): INFO level, limited to initialisation and the network layer,
+# names the transport of every channel and the network plugin in the log.
+NCCL_TRANSPORT_LOG_ENV: Mapping[str, str] = MappingProxyType({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
+# With compute.efa (an image carrying aws-ofi-nccl): libfabric may use the EFA provider only, so a
+# missing device fails the start instead of NCCL falling back to TCP (libfabric fabric(7)).
+EFA_NCCL_ENV: Mapping[str, str] = MappingProxyType({"FI_PROVIDER": "efa"})
+
 
 @dataclass(frozen=True)
 class VllmRole:
@@ -125,14 +132,19 @@ def _common_argv(spec: DeploymentSpec, sizing: Sizing) -> list[str]:
     dtype = kv_cache_dtype(spec)
     if dtype != "auto":
         argv += ["--kv-cache-dtype", dtype]
-    if cfg.decode_context_parallel_size > 1:
+    dcp = cfg.decode_context_parallel_size > 1
+    if dcp:
         argv += ["--decode-context-parallel-size", str(cfg.decode_context_parallel_size)]
+    dcp_flags = dict(recipe.dcp_flags) if dcp else {}
     for flag, value in recipe.flags:
+        value = dcp_flags.pop(flag, value)
         if flag == "--enable-prefix-caching" and not cfg.enable_prefix_caching:
             continue
         argv.append(flag)
         if value is not None:
             argv.append(value)
+    for flag, value in dcp_flags.items():
+        argv += [flag] if value is None else [flag, value]
     if not cfg.enable_prefix_caching:
         argv.append("--no-enable-prefix-caching")
     return argv
@@ -148,11 +160,18 @@ def _served_names(spec: DeploymentSpec) -> tuple[str, ...]:
 def _env(spec: DeploymentSpec, sizing: Sizing) -> dict[str, str]:
     recipe = spec.model.recipes[spec.target.image_family]
     env = dict(recipe.env)
+    if spec.config.vllm.decode_context_parallel_size > 1:
+        env.update(recipe.dcp_env)
     env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(sizing.startup_budget_seconds)
     # Weights are local; the server must never reach for the hub at start.
     env["HF_HUB_OFFLINE"] = "1"
     if spec.nodes_per_copy > 1 and spec.target.needs_compute_domain:
         env.update(MNNVL_NCCL_ENV)
+    if spec.nodes_per_copy > 1:
+        # Log the transport NCCL chose (P2P/CUMEM, NVLS, NET/OFI or NET/Socket) at startup.
+        env.update(NCCL_TRANSPORT_LOG_ENV)
+    if spec.efa_enabled:
+        env.update(EFA_NCCL_ENV)
     return env
 
 

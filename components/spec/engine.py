@@ -1,0 +1,138 @@
+"""Which vLLM build an image is, and whether it can serve the model: engine support as data.
+
+An image reference resolves to one of four kinds of build:
+
+- ``release``: ``<repo>:v<X.Y.Z>`` (a tagged vLLM release). Its version and what it lacks are
+  known (``versions.VLLM_RELEASE_GAPS``); the model's ``EngineRequirement`` for the vendor says
+  which minimum version and features it needs.
+- ``nightly``: ``<repo>:nightly-<40-hex commit>``, the vLLM CI's per-commit image tag (immutable:
+  one commit, one tag). Not a release.
+- ``digest``: any ``name@sha256:<64 hex>`` (immutable). Not known to be a release.
+- ``mutable``: any other tag (``latest``, ``nightly``, ``kimi-k3``, a branch): it can change under
+  a running deployment, so it is refused.
+
+``check_engine`` raises ``ConfigError`` (exit 2) for a release known not to serve the model and
+for a mutable tag; it returns the build otherwise, for the plan to show. Pure: no Pulumi.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .model import EngineRequirement, ModelProfile
+from .versions import VLLM_RELEASE_GAPS, VLLM_VERSION
+
+_RELEASE_TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(?:-[A-Za-z0-9_.-]+)?$")
+_NIGHTLY_TAG_RE = re.compile(r"^nightly-([0-9a-f]{40})$")
+_DIGEST_RE = re.compile(r"@sha256:([0-9a-f]{64})$")
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """The vLLM build an image reference names.
+
+    Attributes:
+        image: the full image reference.
+        kind: ``release``, ``nightly``, ``digest`` or ``mutable``.
+        version: ``X.Y.Z`` for a release, else None.
+        pin: the commit (nightly) or digest (digest) that makes the reference immutable, else None.
+    """
+
+    image: str
+    kind: str
+    version: str | None
+    pin: str | None
+
+    @property
+    def is_release(self) -> bool:
+        """Whether this is a tagged vLLM release (the plan says so when it is not)."""
+        return self.kind == "release"
+
+    def describe(self) -> str:
+        """One line for the plan: what the build is, e.g. ``release 0.33.0`` or ``nightly (not a release) ...``."""
+        if self.kind == "release":
+            return f"vLLM release {self.version}"
+        if self.kind == "nightly":
+            return f"vLLM nightly build of commit {self.pin} (not a release; pinned by commit tag)"
+        if self.kind == "digest":
+            return f"image pinned by digest sha256:{self.pin[:12]}... (not a release: its vLLM version is not known here)"
+        return "mutable tag (refused)"
+
+
+def parse_engine_image(image: str) -> EngineBuild:
+    """Classify an image reference (``name[:tag][@sha256:digest]``) as an ``EngineBuild``.
+
+    A digest wins over the tag (the registry serves the digest whatever the tag says).
+    """
+    digest = _DIGEST_RE.search(image)
+    if digest:
+        return EngineBuild(image, "digest", None, digest.group(1))
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        tag = ""
+    release = _RELEASE_TAG_RE.match(tag)
+    if release:
+        return EngineBuild(image, "release", ".".join(release.groups()), None)
+    nightly = _NIGHTLY_TAG_RE.match(tag)
+    if nightly:
+        return EngineBuild(image, "nightly", None, nightly.group(1))
+    return EngineBuild(image, "mutable", None, None)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def release_gaps(version: str, image_family: str, requirement: EngineRequirement) -> tuple[str, ...]:
+    """Required features that release ``version`` is known to lack for ``image_family``.
+
+    Every release below ``requirement.min_version`` lacks them all (the model card's word);
+    a release at or above it lacks what ``versions.VLLM_RELEASE_GAPS`` records.
+    """
+    if _version_tuple(version) < _version_tuple(requirement.min_version):
+        return requirement.features
+    known = VLLM_RELEASE_GAPS.get(version, {}).get(image_family, frozenset())
+    return tuple(f for f in requirement.features if f in known)
+
+
+def check_engine(image: str, image_key: str, image_family: str, model: ModelProfile) -> EngineBuild:
+    """The build ``image`` names, refused when it is known not to serve ``model`` on ``image_family``.
+
+    Args:
+        image: the resolved image reference.
+        image_key: the config key that chose it (``vllm.image``, ``vllm.imageTag``), for the message;
+            ``vllm.image`` when the toolkit's default pin was used.
+        image_family: ``cuda`` or ``rocm``.
+        model: the model profile (its ``engine_requirements``).
+
+    Returns:
+        The ``EngineBuild``.
+
+    Raises:
+        ConfigError: a release known to lack a required feature, or a mutable tag.
+    """
+    from .config import ConfigError  # config imports this module
+
+    build = parse_engine_image(image)
+    requirement = model.engine_requirements.get(image_family)
+    if build.kind == "mutable":
+        raise ConfigError(
+            image_key, image,
+            "is a mutable tag; pin the engine immutably: a release tag vX.Y.Z, a nightly by commit "
+            "(vllm/vllm-openai:nightly-<40-hex commit>) or name@sha256:<digest>",
+        )
+    if requirement is None or build.kind != "release":
+        return build
+    gaps = release_gaps(build.version or "", image_family, requirement)
+    if gaps:
+        default = "" if image_key != "vllm.image" or build.version != VLLM_VERSION else " (the toolkit's default pin)"
+        raise ConfigError(
+            image_key, image,
+            f"cannot serve {model.display_name}{default}: vLLM {build.version} lacks {', '.join(gaps)}; "
+            f"{model.display_name} needs vLLM >= {requirement.min_version} ({requirement.source}). "
+            "No such release exists yet: set kimi-deploy:vllm.image to a build that has it, pinned by "
+            "commit (vllm/vllm-openai:nightly-<40-hex commit>) or digest (name@sha256:<64 hex>), "
+            f"or kimi-deploy:vllm.imageTag to v{requirement.min_version} or later once released",
+        )
+    return build

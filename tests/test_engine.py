@@ -1,0 +1,97 @@
+"""Engine support is data and is enforced (components/spec/engine.py, model.engine_requirements).
+
+The shipped stacks are checked WITHOUT the test overlay of conftest.py: no vLLM release serves
+K3.1 Pro, so each must stop with one line naming the key, the minimum and the source.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from components.spec.config import ConfigError, load_stack
+from components.spec.engine import check_engine, parse_engine_image
+from components.spec.model import KIMI_K3_1_PRO, SPARSE_INDEXER_MLA
+from components.spec.versions import VLLM_VERSION
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
+
+COMMIT = "b22afe45ac797ae58e67a7a3ad79ee5714024420"
+DIGEST = "5ee06541ff9fbd220c0a8f51608e72ea0da8d1a71ebf812af7d7c6b5a1aebbb7"
+
+
+@pytest.mark.parametrize(
+    ("image", "kind", "version", "pin"),
+    [
+        ("vllm/vllm-openai:v0.33.0", "release", "0.33.0", None),
+        ("vllm/vllm-openai:v0.34.0-cu130", "release", "0.34.0", None),
+        (f"vllm/vllm-openai:nightly-{COMMIT}", "nightly", None, COMMIT),
+        (f"vllm/vllm-openai-rocm@sha256:{DIGEST}", "digest", None, DIGEST),
+        (f"registry.example.com:5000/vllm:v0.33.0@sha256:{DIGEST}", "digest", None, DIGEST),
+        ("vllm/vllm-openai:nightly", "mutable", None, None),
+        ("vllm/vllm-openai:kimi-k3", "mutable", None, None),
+        ("vllm/vllm-openai", "mutable", None, None),
+    ],
+)
+def test_image_references_are_classified(image, kind, version, pin):
+    build = parse_engine_image(image)
+    assert (build.kind, build.version, build.pin) == (kind, version, pin)
+    assert build.is_release is (kind == "release")
+
+
+def test_every_vendor_requires_the_sparse_indexer_at_0_34():
+    for family in ("cuda", "rocm"):
+        req = KIMI_K3_1_PRO.engine_requirements[family]
+        assert req.min_version == "0.34.0" and SPARSE_INDEXER_MLA in req.features
+        assert "model card" in req.source and "indexer" in req.source
+
+
+@pytest.mark.parametrize("family", ["cuda", "rocm"])
+def test_a_release_below_the_minimum_is_refused_naming_key_minimum_and_source(family):
+    with pytest.raises(ConfigError) as err:
+        check_engine(f"vllm/vllm-openai:v{VLLM_VERSION}", "vllm.imageTag", family, KIMI_K3_1_PRO)
+    msg = str(err.value)
+    assert msg.startswith("kimi-deploy:vllm.imageTag: ") and "\n" not in msg
+    assert ">= 0.34.0" in msg and "model card" in msg and SPARSE_INDEXER_MLA in msg
+    assert "nightly-<40-hex commit>" in msg and "sha256" in msg
+
+
+def test_a_mutable_tag_is_refused():
+    with pytest.raises(ConfigError, match="mutable tag"):
+        check_engine("vllm/vllm-openai:kimi-k3", "vllm.image", "cuda", KIMI_K3_1_PRO)
+
+
+@pytest.mark.parametrize("image", [f"vllm/vllm-openai:nightly-{COMMIT}", f"vllm/vllm-openai@sha256:{DIGEST}", "vllm/vllm-openai:v0.34.0"])
+def test_immutable_builds_that_are_not_known_to_lack_support_pass(image):
+    assert check_engine(image, "vllm.image", "cuda", KIMI_K3_1_PRO).kind in {"nightly", "digest", "release"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stacks_are_refused_until_an_engine_is_set(stack, monkeypatch):
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_stack(stack, now=FIXED_NOW)
+    assert err.value.key == "kimi-deploy:vllm.image" and "0.34.0" in str(err.value)
+
+
+def test_plan_cli_exits_2_with_one_line_for_the_shipped_default(monkeypatch):
+    env = {k: v for k, v in __import__("os").environ.items() if k != "KIMI_DEPLOY_CONFIG_OVERLAY"}
+    proc = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "kimi-deploy:vllm.image" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_nightly_engine_plans_and_the_plan_says_it_is_not_a_release(stack, monkeypatch):
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "nightly-%s"}}' % COMMIT)
+    spec = load_stack(stack, now=FIXED_NOW)
+    assert any("not a release" in w and COMMIT in w for w in spec.warnings), spec.warnings
+
+
+def test_a_too_old_image_tag_is_refused_by_the_config_key_that_set_it(monkeypatch):
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "v0.33.1"}}')
+    with pytest.raises(ConfigError) as err:
+        load_stack("b300", now=FIXED_NOW)
+    assert err.value.key == "kimi-deploy:vllm.imageTag"
