@@ -38,7 +38,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec.config import DeploymentSpec
+from components.spec.config import DeploymentSpec, eks_version_of
 from components.spec.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
@@ -46,7 +46,6 @@ from components.spec.naming import (
     TARGET_NODE_LABEL,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
-from components.spec.versions import EKS_VERSION
 
 from . import iam
 from .common import child, tags
@@ -90,6 +89,26 @@ def gpu_capacity_type(spec: DeploymentSpec) -> str:
     """Node group capacity type: ``CAPACITY_BLOCK`` for capacity blocks, else ``ON_DEMAND``
     (an ODCR is on-demand capacity targeted by the launch template)."""
     return "CAPACITY_BLOCK" if spec.config.compute.capacity.type == "capacity-block" else "ON_DEMAND"
+
+
+def reserved_capacity(spec: DeploymentSpec) -> bool:
+    """Whether the GPU nodes run on a reservation (ODCR or capacity block) that holds exactly the
+    instances paid for: no room for a replacement node before the old one is gone."""
+    return spec.config.compute.capacity.type in ("odcr", "capacity-block")
+
+
+def gpu_update_config(spec: DeploymentSpec) -> aws.eks.NodeGroupUpdateConfigArgs:
+    """The GPU node group's update strategy (EKS user guide, "Update a managed node group",
+    ``updateConfig.updateStrategy``): ``DEFAULT`` launches new nodes before it drains the old
+    ones, which a fully used reservation has no room for, so the update fails; ``MINIMAL``
+    terminates first. Reserved capacity (ODCR, capacity block) gets ``MINIMAL`` with one node
+    unavailable at a time; on-demand keeps ``DEFAULT``.
+
+    Capacity blocks also need the node group scaled to 0 before a version or AMI upgrade (EKS
+    user guide, "Capacity Blocks for ML"; README "Upgrading GPU nodes on a capacity block")."""
+    if reserved_capacity(spec):
+        return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="MINIMAL")
+    return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="DEFAULT")
 
 
 def uses_placement_group(spec: DeploymentSpec) -> bool:
@@ -264,7 +283,7 @@ class EksCluster(pulumi.ComponentResource):
         return aws.eks.Cluster(
             f"{name}-cluster",
             name=a.cluster_name,
-            version=EKS_VERSION,
+            version=eks_version_of(spec.config),
             role_arn=cluster_role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(**vpc_config),
             access_config=aws.eks.ClusterAccessConfigArgs(authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
@@ -274,7 +293,7 @@ class EksCluster(pulumi.ComponentResource):
             kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(service_ipv4_cidr=SERVICE_IPV4_CIDR),
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
             bootstrap_self_managed_addons=False,
-            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=spec.config.kubernetes.eks_support_type),
             tags=tags(a.tags, a.cluster_name),
             opts=child(self, depends_on=[logs]),
         )
@@ -375,12 +394,14 @@ class EksCluster(pulumi.ComponentResource):
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
             # min 0: a capacity block ends, or the operator scales to zero between sessions.
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=0, desired_size=nodes, max_size=nodes),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            update_config=gpu_update_config(spec),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             labels=gpu_node_labels(spec),
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
             tags=tags(a.tags, f"{spec.stack}-gpu"),
-            opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED),
+            # On a reservation the old node group must release its instances before a
+            # replacement (new AMI type, capacity type or subnets) can launch into it.
+            opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED, delete_before_replace=reserved_capacity(spec)),
         )
 
     # -- access ------------------------------------------------------------------------------

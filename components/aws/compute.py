@@ -23,6 +23,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.spec import naming
 from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing
 from components.spec.targets import InstanceFacts
@@ -118,9 +119,25 @@ def efa_network_interfaces(
     return nics
 
 
+# Tags that change during a stack's life (extending a trial moves ``expires-at``): never in a
+# launch template, whose ``tagSpecifications`` are part of its version.
+CHANGING_TAG_KEYS: tuple[str, ...] = (naming.TAG_EXPIRES_AT,)
+
+
 def launched_tag_specifications(ctx_tags: dict[str, Any], name: str) -> list[aws.ec2.LaunchTemplateTagSpecificationArgs]:
-    """Tags for what a launch template launches (instances, volumes, interfaces)."""
-    return [aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=tags(ctx_tags, name)) for t in LAUNCHED_RESOURCE_TYPES]
+    """Tags for what a launch template launches (instances, volumes, interfaces): the stack's
+    tags without ``CHANGING_TAG_KEYS``.
+
+    A launch template's ``tagSpecifications`` are part of its version, and the instance and node
+    groups follow the template's latest version: a changing ``expires-at`` there would make a
+    new version on every extension of a trial, which recreates the EC2 instance
+    (terraform-provider-aws forces a new ``aws_instance`` on a launch-template version change)
+    and recycles every EKS node. The expiry is tagged on the instance and node group resources
+    themselves (an in-place tag update); the sweeper gives nodes their node group's or
+    cluster's expiry.
+    """
+    stable = {k: v for k, v in tags(ctx_tags, name).items() if k not in CHANGING_TAG_KEYS}
+    return [aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=stable) for t in LAUNCHED_RESOURCE_TYPES]
 
 
 def secret_parameter_name(project: str, stack: str, what: str) -> str:

@@ -36,7 +36,8 @@ _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
 # An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
 _IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
-_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+# An AZ (us-east-1a) or a Local Zone (us-east-1-dfw-2a: the parent region, the zone group, a letter).
+_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|-[a-z]+-\d[a-z])$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes label values (also valid AWS tag values): the owner is both.
@@ -194,6 +195,11 @@ class KubernetesConfig(_Raw):
     context: str | None = None
     # aws-eks: IAM roles/users granted cluster admin (EKS access entries), besides the creator.
     admin_role_arns: tuple[str, ...] = Field((), alias="adminRoleArns")
+    # aws-eks: the EKS (Kubernetes minor) version, default versions.EKS_VERSION, and the
+    # cluster's upgrade policy: STANDARD (auto-upgraded at the end of standard support) or
+    # EXTENDED (stays, billed at the extended-support rate once past it). See _check_eks_version.
+    eks_version: str | None = Field(None, alias="eksVersion")
+    eks_support_type: Literal["STANDARD", "EXTENDED"] = Field("STANDARD", alias="eksSupportType")
 
 
 class RawConfig(_Raw):
@@ -715,6 +721,7 @@ def parse_spec(
         raise ConfigError(
             "kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), f"is only for aws-eks (EKS access entries), not {raw.platform}"
         )
+    _check_eks_version(raw, now, warnings)
     from .versions import KNOWN_ADDONS
 
     for addon in raw.kubernetes.installed_addons:
@@ -800,6 +807,67 @@ def parse_spec(
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
     )
+
+
+def eks_version_of(raw: RawConfig) -> str:
+    """The EKS version a stack creates: ``kubernetes.eksVersion`` or ``versions.EKS_VERSION``."""
+    from .versions import EKS_VERSION
+
+    return raw.kubernetes.eks_version or EKS_VERSION
+
+
+def _check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> None:
+    """``kubernetes.eksVersion`` / ``eksSupportType`` against the EKS support calendar at ``now``.
+
+    EKS accepts ``upgradePolicy.supportType: STANDARD`` only for a version still in standard
+    support (EKS user guide, "Manage EKS extended support"); past it the cluster runs in
+    extended support, billed per cluster-hour at ``EKS_EXTENDED_USD_PER_CLUSTER_HOUR`` instead of
+    ``EKS_STANDARD_USD_PER_CLUSTER_HOUR``. So an out-of-standard version needs EXTENDED chosen
+    explicitly (then a warning states the price), and a version past extended support or not in
+    ``versions.EKS_VERSIONS`` is refused.
+
+    Raises:
+        ConfigError: ``kubernetes.eksVersion`` or ``kubernetes.eksSupportType`` is not allowed.
+    """
+    from .versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_STANDARD_USD_PER_CLUSTER_HOUR, EKS_VERSIONS, eks_support_status
+
+    k8s = raw.kubernetes
+    if raw.platform != "aws-eks":
+        if k8s.eks_version is not None:
+            raise ConfigError("kubernetes.eksVersion", k8s.eks_version, f"is only for aws-eks, not {raw.platform}")
+        return
+    version = eks_version_of(raw)
+    if version not in EKS_VERSIONS:
+        raise ConfigError("kubernetes.eksVersion", version, f"is not a known EKS version (allowed: {', '.join(EKS_VERSIONS)})")
+    if _version_tuple(version) < (1, 34):
+        raise ConfigError("kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)")
+    facts = EKS_VERSIONS[version]
+    status = eks_support_status(version, now)
+    newest = [v for v in EKS_VERSIONS if eks_support_status(v, now) == "standard"]
+    if status == "unsupported":
+        raise ConfigError(
+            "kubernetes.eksVersion", version,
+            f"left extended support on {facts.end_of_extended_support.isoformat()} (in standard support now: {', '.join(newest) or 'none known'})",
+        )
+    if status == "extended" and k8s.eks_support_type != "EXTENDED":
+        raise ConfigError(
+            "kubernetes.eksVersion", version,
+            f"left standard support on {facts.end_of_standard_support.isoformat()}: EKS refuses supportType STANDARD for it "
+            f"(use one of {', '.join(newest) or 'none known'}, or set kubernetes.eksSupportType: EXTENDED at "
+            f"USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of {EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f})",
+        )
+    if status == "extended":
+        warnings.append(
+            f"EKS {version} is in extended support (standard support ended {facts.end_of_standard_support.isoformat()}): "
+            f"the control plane bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of "
+            f"{EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f}; move to {', '.join(newest) or 'a newer version'}"
+        )
+    elif raw.expires_at is not None and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or timezone.utc).date() >= facts.end_of_standard_support:
+        warnings.append(
+            f"EKS {version} leaves standard support on {facts.end_of_standard_support.isoformat()}, before the stack expires: "
+            + ("EKS upgrades the cluster then (supportType STANDARD)" if k8s.eks_support_type == "STANDARD"
+               else f"it then bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour (supportType EXTENDED)")
+        )
 
 
 def _walk_strings(value: Any, path: str = ""):

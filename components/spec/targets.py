@@ -330,3 +330,19 @@ def ec2_vcpu_quota(instance_type: str) -> tuple[str, str] | None:
     # The quota groups families by their leading letters: "p6-b300", "p6e-gb300" -> "p".
     letters = re.match(r"[a-z]*", instance_type.lower())
     return EC2_ON_DEMAND_VCPU_QUOTAS.get(letters.group(0) if letters else "")
+
+
+# A Local Zone name: the parent region, the zone group's location code and a letter
+# (``us-east-1-dfw-2a``); AZ names end in a letter right after the region (``us-east-1a``).
+_LOCAL_ZONE_RE = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-\d)-[a-z]+-\d[a-z]$")
+
+
+def is_local_zone(zone: str | None) -> bool:
+    """Whether ``zone`` is named like a Local Zone (``us-east-1-dfw-2a``) rather than an AZ.
+
+    The name is the plan's offline guess; preflight confirms it with ``ZoneType`` from EC2
+    DescribeAvailabilityZones (``local-zone`` vs ``availability-zone``). P6e UltraServer
+    capacity blocks have been sold in Local Zones (e.g. Dallas ``us-east-1-dfw-2a``).
+    """
+    return bool(zone and _LOCAL_ZONE_RE.match(zone))
+
