@@ -103,14 +103,16 @@ def efa_network_interfaces(
     instance: InstanceFacts, security_group_ids: list[pulumi.Input[str]], subnet_id: pulumi.Input[str] | None = None
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """Network interfaces for EFA (EC2 user guide, "Maximize network bandwidth ... multiple
-    network cards"): an ENA primary on card 0 device 0; one EFA-only interface on every
-    EFA-capable card at device 0 (card 0 device 1 when card 0 has EFA too)."""
+    network cards"): an ENA primary on card 0 device 0; one EFA-only interface on each card of
+    the instance's published EFA layout (``InstanceFacts.efa_cards``, e.g. the odd cards 1-15 on
+    P6e), at device 0 (card 0 device 1 when the layout includes card 0). Without a recorded
+    layout: every EFA-capable card (the last ``efa_interfaces`` cards)."""
     common = dict(security_groups=security_group_ids, delete_on_termination="true")
     if subnet_id is not None:
         common["subnet_id"] = subnet_id
     nics = [aws.ec2.LaunchTemplateNetworkInterfaceArgs(network_card_index=0, device_index=0, interface_type="interface", **common)]
-    first_efa_card = max(instance.network_cards - instance.efa_interfaces, 0)
-    for card in range(first_efa_card, instance.network_cards):
+    cards = instance.efa_cards or tuple(range(max(instance.network_cards - instance.efa_interfaces, 0), instance.network_cards))
+    for card in cards:
         nics.append(
             aws.ec2.LaunchTemplateNetworkInterfaceArgs(
                 network_card_index=card, device_index=1 if card == 0 else 0, interface_type="efa-only", **common

@@ -61,6 +61,13 @@ class InstanceFacts:
             DescribeInstanceTypeOfferings as shipped in moto 5.2). Empty for shapes outside
             that catalog; preflight asks the live API.
         in_ec2_catalog: whether EC2's DescribeInstanceTypes knows the type (moto 5.2 data).
+        network_card_interface_types: per network card (index = card), the interface types it
+            takes (``interface``, ``efa``, ``efa-only``), as EC2 DescribeInstanceTypes reports
+            them in ``NetworkInfo.NetworkCards[].InterfaceTypes``. Empty where not recorded.
+        efa_cards: the network cards that get one EFA-only interface in a launch template (the
+            family's published EFA layout, data per instance; empty = no EFA layout).
+        facts_source: where the figures come from (``unverified`` when they are an analogy
+            that preflight's DescribeInstanceTypes must confirm).
     """
 
     instance_type: str
@@ -79,6 +86,9 @@ class InstanceFacts:
     price_region: str | None
     offered_azs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     in_ec2_catalog: bool = True
+    network_card_interface_types: tuple[tuple[str, ...], ...] = ()
+    efa_cards: tuple[int, ...] = ()
+    facts_source: str = ""
 
     @property
     def nvme_total_bytes(self) -> int:
@@ -147,6 +157,10 @@ GPUS: Mapping[str, GpuFacts] = MappingProxyType(
     }
 )
 
+# Interface types of a network card (EC2 DescribeInstanceTypes NetworkCards[].InterfaceTypes).
+_ENA_ONLY = ("interface",)
+_EFA_CAPABLE = ("interface", "efa", "efa-only")
+
 # Offerings of p6-b300.48xlarge (moto 5.2 DescribeInstanceTypeOfferings, availability-zone).
 _P6_B300_AZS = MappingProxyType(
     {
@@ -180,6 +194,12 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             usd_per_hour_on_demand=142.416,
             price_region="us-east-1",
             offered_azs=_P6_B300_AZS,
+            # Card 0 ENA only, cards 1-16 EFA-capable at 400 Gbps (DescribeInstanceTypes, moto 5.2).
+            network_card_interface_types=(_ENA_ONLY,) + (_EFA_CAPABLE,) * 16,
+            # One EFA-only interface on each of cards 1-16: the full 6.4 Tbps (EC2 user guide,
+            # "Maximize network bandwidth ... multiple network cards").
+            efa_cards=tuple(range(1, 17)),
+            facts_source="EC2 DescribeInstanceTypes (moto 5.2 data), checked live by preflight",
         ),
         "p6e-gb300.36xlarge": InstanceFacts(
             instance_type="p6e-gb300.36xlarge",
@@ -201,6 +221,13 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             price_region=None,
             offered_azs=MappingProxyType({}),
             in_ec2_catalog=False,
+            # Unverified, as p6e-gb200: card 0 ENA only; EFA on cards 1-16.
+            network_card_interface_types=(_ENA_ONLY,) + (_EFA_CAPABLE,) * 16,
+            # P6e layout (EC2 user guide, P6e-GB200 EFA configuration; AWS ParallelCluster
+            # #6930): EFA-only interfaces on the odd cards 1-15 give the full bandwidth; AWS
+            # recommends 4 or 8 EFA interfaces per tray, not 16. Eight here.
+            efa_cards=(1, 3, 5, 7, 9, 11, 13, 15),
+            facts_source="unverified: by analogy with p6e-gb200.36xlarge; preflight compares DescribeInstanceTypes",
         ),
         "BM.GPU.MI355X.8": InstanceFacts(
             instance_type="BM.GPU.MI355X.8",
