@@ -100,6 +100,9 @@ class CapacityConfig(_Raw):
     availability_zone: str | None = Field(None, alias="availabilityZone")
     ends_at: datetime | None = Field(None, alias="endsAt")
     usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+    # Instances (trays) in the capacity block as bought, for UltraServer blocks (default: the
+    # smallest UltraServer of the type, targets.InstanceFacts.ultraserver_instances).
+    block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1)
 
 
 class ComputeConfig(_Raw):
@@ -551,6 +554,7 @@ def parse_spec(
         raise ConfigError(
             "compute.capacity.type", cap.type, "is not available for gb300: AWS sells GB300 only as UltraServer capacity blocks (allowed: capacity-block)"
         )
+    _check_ultraserver_block(raw, instance, target.nodes_per_copy * raw.compute.replicas, warnings)
     if raw.compute.efa and instance.efa_interfaces == 0:
         raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
     if is_aws and not instance.offered_azs and not (cap.availability_zone or az):
@@ -807,6 +811,52 @@ def parse_spec(
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
     )
+
+
+def block_instances(raw: RawConfig, instance: InstanceFacts, nodes: int) -> int | None:
+    """Instances paid for in an UltraServer capacity block: ``compute.capacity.blockInstances``,
+    else the smallest whole number of the type's smallest UltraServer holding ``nodes``; None
+    for capacity sold per instance (or not a capacity block)."""
+    cap = raw.compute.capacity
+    if cap.type != "capacity-block" or not instance.ultraserver_instances:
+        return None
+    if cap.block_instances is not None:
+        return cap.block_instances
+    fitting = [n for n in instance.ultraserver_instances if n >= nodes]
+    if fitting:
+        return fitting[0]
+    largest = instance.ultraserver_instances[-1]
+    return -(-nodes // largest) * largest
+
+
+def _check_ultraserver_block(raw: RawConfig, instance: InstanceFacts, nodes: int, warnings: list[str]) -> None:
+    """An UltraServer capacity block is bought whole: warn when the node group uses a fraction of
+    it (the price covers every tray), refuse a block smaller than the node group.
+
+    Raises:
+        ConfigError: ``compute.capacity.blockInstances`` is below the GPU nodes or not a whole
+            number of the type's UltraServers.
+    """
+    billed = block_instances(raw, instance, nodes)
+    if billed is None:
+        if raw.compute.capacity.block_instances is not None:
+            raise ConfigError(
+                "compute.capacity.blockInstances", raw.compute.capacity.block_instances,
+                f"is only for UltraServer capacity blocks (capacity-block of {instance.instance_type} is sold per instance)",
+            )
+        return
+    sizes = instance.ultraserver_instances
+    if billed < nodes:
+        raise ConfigError("compute.capacity.blockInstances", billed, f"is smaller than the {nodes} GPU nodes the stack runs")
+    if not any(billed % n == 0 for n in sizes):
+        raise ConfigError(
+            "compute.capacity.blockInstances", billed, f"is not a whole number of UltraServers ({' or '.join(str(n) for n in sizes)} {instance.instance_type} each)"
+        )
+    if nodes < billed:
+        warnings.append(
+            f"the capacity block holds {billed} {instance.instance_type} (whole UltraServers) and is paid in full, "
+            f"but the node group uses {nodes}: {billed - nodes} trays sit idle (raise compute.replicas to use them)"
+        )
 
 
 def eks_version_of(raw: RawConfig) -> str:

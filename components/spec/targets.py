@@ -68,6 +68,9 @@ class InstanceFacts:
             family's published EFA layout, data per instance; empty = no EFA layout).
         facts_source: where the figures come from (``unverified`` when they are an analogy
             that preflight's DescribeInstanceTypes must confirm).
+        ultraserver_instances: instances (trays) per UltraServer, for types sold only as whole
+            UltraServers in capacity blocks (the block is paid in full however many trays the
+            node group uses); smallest first. Empty for types sold per instance.
     """
 
     instance_type: str
@@ -89,6 +92,7 @@ class InstanceFacts:
     network_card_interface_types: tuple[tuple[str, ...], ...] = ()
     efa_cards: tuple[int, ...] = ()
     facts_source: str = ""
+    ultraserver_instances: tuple[int, ...] = ()
 
     @property
     def nvme_total_bytes(self) -> int:
@@ -228,6 +232,10 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             # recommends 4 or 8 EFA interfaces per tray, not 16. Eight here.
             efa_cards=(1, 3, 5, 7, 9, 11, 13, 15),
             facts_source="unverified: by analogy with p6e-gb200.36xlarge; preflight compares DescribeInstanceTypes",
+            # Sold only as UltraServer capacity blocks: u-p6e-gb300x72 = 72 GB300 GPUs = 18 trays
+            # of 4 (NVIDIA GB300 NVL72). (GB200 is also sold as u-p6e-gb200x36 = 9 trays; set
+            # compute.capacity.blockInstances to the size of the block you bought.)
+            ultraserver_instances=(18,),
         ),
         "BM.GPU.MI355X.8": InstanceFacts(
             instance_type="BM.GPU.MI355X.8",
