@@ -39,6 +39,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.spec.config import DeploymentSpec, eks_version_of
+from components.spec.weights import mirror_key_prefix
 from components.spec.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
@@ -216,6 +217,7 @@ class EksCluster(pulumi.ComponentResource):
             service="ec2.amazonaws.com",
             partition=args.partition,
             managed=iam.NODE_MANAGED_POLICIES,
+            inline={"session-manager": iam.session_manager_policy()},
             description=f"kimi-deploy {args.spec.stack}: EKS nodes",
         )
         early = [self._addon(cluster, addon) for addon in ADDONS_BEFORE_NODES]
@@ -440,10 +442,14 @@ class EksCluster(pulumi.ComponentResource):
         if a.mirror_bucket is None:
             return []
         prefix = spec.config.storage.mirror.prefix
+        # The publisher writes only this stack's revision (iam.py module docstring).
+        revision_prefix = mirror_key_prefix(spec)
         namespace = spec.config.kubernetes.namespace
         out = []
         for account, write in ((WEIGHT_SYNC_SERVICE_ACCOUNT, False), (MIRROR_PUBLISH_SERVICE_ACCOUNT, True)):
-            doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(lambda v, w=write: iam.mirror_policy(v[0], v[1], prefix, write=w))
+            doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(
+                lambda v, w=write: iam.mirror_policy(v[0], v[1], prefix, write=w, write_prefix=revision_prefix)
+            )
             role = iam.role(
                 f"{name}-{account}",
                 parent=self,

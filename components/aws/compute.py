@@ -28,7 +28,7 @@ from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing
 from components.spec.targets import InstanceFacts
 from components.spec.vllm import VllmCommand
-from components.spec.weights import HUB_TOKEN_ENV, sync_steps
+from components.spec.weights import HUB_TOKEN_ENV, mirror_key_prefix, sync_steps
 
 from . import iam
 from .common import TOOLS_PREFIX, child, tags
@@ -249,8 +249,10 @@ class Ec2GpuServer(pulumi.ComponentResource):
         spec = a.spec
         prefix = spec.config.storage.mirror.prefix
         # The instance publishes the mirror when it is incomplete, then copies from it.
+        # Write only under this stack's revision prefix (iam.py module docstring).
+        revision_prefix = mirror_key_prefix(spec)
         mirror_doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(
-            lambda v: iam.mirror_policy(v[0], v[1], prefix, write=True, extra_read_prefixes=[TOOLS_PREFIX])
+            lambda v: iam.mirror_policy(v[0], v[1], prefix, write=True, extra_read_prefixes=[TOOLS_PREFIX], write_prefix=revision_prefix)
         )
         ssm_doc = pulumi.Output.all(*[p.arn for p in params]).apply(lambda arns: iam.ssm_parameters_policy(list(arns)))
         role = iam.role(
@@ -260,8 +262,8 @@ class Ec2GpuServer(pulumi.ComponentResource):
             service="ec2.amazonaws.com",
             partition=a.partition,
             managed=iam.EC2_INSTANCE_MANAGED_POLICIES,
-            inline={"weight-mirror": mirror_doc, "boot-secrets": ssm_doc},
-            description=f"kimi-deploy {spec.stack}: GPU instance (SSM, weight mirror {prefix}/, boot secrets)",
+            inline={"weight-mirror": mirror_doc, "boot-secrets": ssm_doc, "session-manager": iam.session_manager_policy()},
+            description=f"kimi-deploy {spec.stack}: GPU instance (Session Manager, weight mirror {prefix}/, boot secrets)",
         )
         self.role_name = role.name
         return aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=tags(a.tags), opts=child(self))
