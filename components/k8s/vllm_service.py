@@ -279,6 +279,26 @@ def leaderworkerset_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmComm
     }
 
 
+# Tags the controller puts on the load balancer it creates for a LoadBalancer Service (honoured
+# by EKS's built-in AWS cloud provider service controller and by the AWS Load Balancer
+# Controller; comma-separated key=value). The sweeper finds the NLB by them.
+LB_ADDITIONAL_TAGS_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags"
+
+
+def load_balancer_tags(spec: DeploymentSpec) -> str:
+    """The stack's tags (``DeploymentSpec.tags``) in the annotation's ``k1=v1,k2=v2`` form.
+
+    Raises:
+        ValueError: a tag key or value holds ``,`` or ``=`` (the annotation could not carry it).
+    """
+    pairs = []
+    for key, value in spec.tags.items():
+        if any(c in f"{key}{value}" for c in ",="):
+            raise ValueError(f"tag {key}={value} cannot be written into {LB_ADDITIONAL_TAGS_ANNOTATION}")
+        pairs.append(f"{key}={value}")
+    return ",".join(pairs)
+
+
 def service_spec(spec: DeploymentSpec, command: VllmCommand) -> tuple[dict[str, Any], dict[str, str]]:
     """Service spec and extra annotations: ClusterIP, or an internal NLB (in-tree AWS cloud
     provider annotations) limited to the allowed CIDRs, client IPs preserved."""
@@ -297,6 +317,7 @@ def service_spec(spec: DeploymentSpec, command: VllmCommand) -> tuple[dict[str, 
         notes = {
             "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
             "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+            LB_ADDITIONAL_TAGS_ANNOTATION: load_balancer_tags(spec),
         }
     else:
         body["type"] = "ClusterIP"
