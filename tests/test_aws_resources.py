@@ -162,7 +162,10 @@ def test_fsx_is_sized_by_the_core_and_imports_the_mirror_prefix():
     assert fs["deploymentType"] == "PERSISTENT_2"
     assert fs["storageCapacity"] == plan.fsx_capacity_gib == 2400
     assert fs["perUnitStorageThroughput"] == plan.fsx_throughput_per_tib_mbps == 1000
-    assert fs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
+    # AUTOMATIC unless storage.fsx.metadataIops is set: paid IOPS buy nothing for ~112 files.
+    assert fs["metadataConfiguration"] == {"mode": "AUTOMATIC"}
+    provisioned = plan_for("b300-prod", overrides={"kimi-deploy:storage": {**read_stack_config("b300-prod")["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}})
+    assert provisioned.named("fsx-fs").inputs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
     assert fs["subnetIds"] == "net-private-gpu-id"  # a single string in pulumi-aws 7
     assert fs["fileSystemTypeVersion"] == "2.15"
     assert "efaEnabled" not in fs

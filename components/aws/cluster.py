@@ -92,6 +92,23 @@ def gpu_capacity_type(spec: DeploymentSpec) -> str:
     return "CAPACITY_BLOCK" if spec.config.compute.capacity.type == "capacity-block" else "ON_DEMAND"
 
 
+# GPU node root volume when the instance store holds the container runtime: nodeadm's
+# ``localStorage: RAID0`` bind-mounts /var/lib/containerd, /var/lib/kubelet and /var/log/pods onto
+# the array (amazon-eks-ami nodeadm internal/system/local_disk.go), so the root holds only the OS
+# and the AMI's NVIDIA stack. 100 GiB is compute.rootVolumeGib's minimum.
+EKS_RAID0_ROOT_VOLUME_GIB = 100
+
+
+def gpu_root_volume_gib(spec: DeploymentSpec) -> int:
+    """Root volume of EKS GPU nodes, GiB: ``compute.rootVolumeGib`` when set in the stack, else
+    ``EKS_RAID0_ROOT_VOLUME_GIB`` on instances with NVMe (images and pod data on the RAID0),
+    else the config default."""
+    compute = spec.config.compute
+    if "root_volume_gib" in compute.model_fields_set or spec.instance.nvme_devices == 0:
+        return compute.root_volume_gib
+    return EKS_RAID0_ROOT_VOLUME_GIB
+
+
 def reserved_capacity(spec: DeploymentSpec) -> bool:
     """Whether the GPU nodes run on a reservation (ODCR or capacity block) that holds exactly the
     instances paid for: no room for a replacement node before the old one is gone."""
@@ -376,7 +393,7 @@ class EksCluster(pulumi.ComponentResource):
             # Capacity blocks need the instance type in the template (EKS user guide).
             instance_type=spec.instance.instance_type,
             metadata_options=metadata_options(hop_limit=1),
-            block_device_mappings=root_volume(spec.config.compute.root_volume_gib),
+            block_device_mappings=root_volume(gpu_root_volume_gib(spec)),
             user_data=self._gpu_user_data(cluster),
             tag_specifications=launched_tag_specifications(a.tags, f"{spec.stack}-gpu"),
             update_default_version=True,

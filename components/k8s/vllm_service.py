@@ -243,9 +243,18 @@ def pod_template(
     return {"metadata": meta, "spec": pod}
 
 
+# ComputeDomain.spec.numNodes: deprecated, and with the DRA driver's default feature gate
+# IMEXDaemonsWithDNSNames=true "recommended to be set to zero" (the CRD's own description,
+# resource.nvidia.com_computedomains.yaml, driver 25.12): IMEX daemons start at once and the
+# workload keeps its own count of peers (vLLM's torch.distributed rendezvous waits for every
+# rank before NCCL shares GPU memory over MNNVL). A non-zero value would only drive Status.
+COMPUTE_DOMAIN_NUM_NODES = 0
+
+
 def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
-    """The ComputeDomain (NVIDIA DRA driver) every GB300 vLLM pod joins through its channel claim."""
-    return {"numNodes": spec.gpu_nodes, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
+    """The ComputeDomain (NVIDIA DRA driver) every GB300 vLLM pod joins through its channel
+    claim, with ``numNodes: 0`` (``COMPUTE_DOMAIN_NUM_NODES``)."""
+    return {"numNodes": COMPUTE_DOMAIN_NUM_NODES, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
 
 
 def deployment_spec(spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool) -> dict[str, Any]:
