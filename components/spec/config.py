@@ -889,28 +889,28 @@ def _check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> No
     version = eks_version_of(raw)
     if version not in EKS_VERSIONS:
         raise ConfigError("kubernetes.eksVersion", version, f"is not a known EKS version (allowed: {', '.join(EKS_VERSIONS)})")
-    if _version_tuple(version) < (1, 34):
-        raise ConfigError("kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)")
     facts = EKS_VERSIONS[version]
     status = eks_support_status(version, now)
     newest = [v for v in EKS_VERSIONS if eks_support_status(v, now) == "standard"]
+    instead = f"use {' or '.join(newest)}" if newest else "add the newer EKS versions to versions.EKS_VERSIONS"
     if status == "unsupported":
         raise ConfigError(
-            "kubernetes.eksVersion", version,
-            f"left extended support on {facts.end_of_extended_support.isoformat()} (in standard support now: {', '.join(newest) or 'none known'})",
+            "kubernetes.eksVersion", version, f"left extended support on {facts.end_of_extended_support.isoformat()} ({instead})",
         )
     if status == "extended" and k8s.eks_support_type != "EXTENDED":
         raise ConfigError(
             "kubernetes.eksVersion", version,
             f"left standard support on {facts.end_of_standard_support.isoformat()}: EKS refuses supportType STANDARD for it "
-            f"(use one of {', '.join(newest) or 'none known'}, or set kubernetes.eksSupportType: EXTENDED at "
+            f"({instead}, or set kubernetes.eksSupportType: EXTENDED at "
             f"USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of {EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f})",
         )
+    if _version_tuple(version) < (1, 34):
+        raise ConfigError("kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)")
     if status == "extended":
         warnings.append(
             f"EKS {version} is in extended support (standard support ended {facts.end_of_standard_support.isoformat()}): "
             f"the control plane bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of "
-            f"{EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f}; move to {', '.join(newest) or 'a newer version'}"
+            f"{EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f}; {instead}"
         )
     elif raw.expires_at is not None and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or timezone.utc).date() >= facts.end_of_standard_support:
         warnings.append(
