@@ -265,6 +265,8 @@ def _propagate_template_versions(changed: list[dict[str, Any]], n_idx: Mapping[t
     number), so the follower's own inputs do not change. Adds a synthetic field
     ``launchTemplate.version`` (old ``latest``, new ``latest+1``) to the follower, marked replace
     (instances) or disruptive (node groups). Mutates ``changed`` in place."""
+    # In plan documents a resource's id is ``<name>-id`` (components/plan_engine.py mocks), which
+    # is what a follower's ``launchTemplate.id`` holds.
     new_versions = {
         f"{c['name']}-id" for c in changed if c["type"] == LAUNCH_TEMPLATE and _template_versioned_change(c["fields"])
     }

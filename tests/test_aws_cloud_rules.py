@@ -234,6 +234,24 @@ def test_control_plane_nat_and_public_subnet_never_in_a_local_zone(variant):
         assert public_zone == gpu_zone
 
 
+def test_local_zone_with_fsx_warns_and_an_existing_vpc_needs_parent_region_subnets():
+    ns, _ = namespace_config(copy.deepcopy({**read_stack_config("b300-prod"), **_capacity("b300-prod", "odcr", "us-east-1a")}))
+    ns["compute"]["capacity"]["availabilityZone"] = "us-east-1-mia-2a"
+    ns["compute"].pop("availabilityZone", None)
+    ns["storage"]["kind"] = "nvme-from-fsx"
+    # b300 has offering facts: a Local Zone outside them is refused (preflight then asks EC2).
+    with pytest.raises(ConfigError, match="does not offer p6-b300.48xlarge"):
+        parse_spec(ns, stack="b300-prod", now=FIXED_NOW)
+    lz = copy.deepcopy({**read_stack_config("gb300"), **VARIANTS["gb300-local-zone"]})
+    ns, _ = namespace_config(lz)
+    ns["storage"] = {**ns.get("storage", {}), "kind": "nvme-from-fsx"}
+    spec = parse_spec(ns, stack="gb300", now=FIXED_NOW)
+    assert any("Local Zone" in w and "FSx" in w for w in spec.warnings)
+    only_lz = {"kimi-deploy:network": {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0123456789abcdef0"], "allowedCidrs": ["10.0.0.0/8"]}}
+    with pytest.raises(Exception, match="parent-region AZs"):
+        plan_for("gb300", overrides={**VARIANTS["gb300-local-zone"], **only_lz})
+
+
 def test_preflight_reads_the_zone_type(monkeypatch):
     preflight = _preflight()
     lz = variant_plan("gb300-local-zone").context.spec

@@ -555,6 +555,7 @@ def parse_spec(
             "compute.capacity.type", cap.type, "is not available for gb300: AWS sells GB300 only as UltraServer capacity blocks (allowed: capacity-block)"
         )
     _check_ultraserver_block(raw, instance, target.nodes_per_copy * raw.compute.replicas, warnings)
+    _check_local_zone(raw, warnings)
     if raw.compute.efa and instance.efa_interfaces == 0:
         raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
     if is_aws and not instance.offered_azs and not (cap.availability_zone or az):
@@ -811,6 +812,20 @@ def parse_spec(
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
     )
+
+
+def _check_local_zone(raw: RawConfig, warnings: list[str]) -> None:
+    """A GPU zone in a Local Zone: warn where the stack puts something there that Local Zones may
+    not offer (FSx for Lustre is not among the resources the EKS user guide lists for Local
+    Zones: managed node groups, self-managed nodes, EBS volumes, ALBs)."""
+    from .targets import is_local_zone
+
+    zone = raw.compute.capacity.availability_zone or raw.compute.availability_zone
+    if is_local_zone(zone) and raw.storage.kind in ("fsx", "nvme-from-fsx"):
+        warnings.append(
+            f"the GPU zone {zone} is a Local Zone and storage.kind {raw.storage.kind} creates FSx for Lustre in it: "
+            "check that the zone offers FSx (AWS Local Zones features), or use storage.kind nvme"
+        )
 
 
 def block_instances(raw: RawConfig, instance: InstanceFacts, nodes: int) -> int | None:
