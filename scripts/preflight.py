@@ -360,7 +360,8 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
         )
     if status == "EXTENDED_SUPPORT":
         return Check(name, WARN, f"Kubernetes {version} is in extended support: USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour")
-    return Check(name, PASS, f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'} (supportType {support})")
+    left = f", {(end_std_day - now.date()).days} days left" if end_std_day is not None else ""
+    return Check(name, PASS, f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} (supportType {support})")
 
 
 def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
