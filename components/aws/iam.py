@@ -9,9 +9,9 @@ Who may do what with the weight mirror:
   and other stacks' checkpoints in the same bucket stay read-only to it. On EKS the publisher is
   a separate role bound to the publish Job's service account alone, so serving pods and nodes
   never hold write rights. On EC2 one instance profile serves and publishes (the first boot
-  publishes when the mirror is incomplete), so the instance keeps write on its one revision
-  prefix; a stack that pins a published revision can set ``storage.mirror.create: false`` and
-  an existing complete mirror, and the write right then only covers keys that already exist.
+  publishes when the mirror is incomplete, and any later boot may find it so), so the instance
+  keeps write on its one revision prefix for its life: the narrowest right that still lets a
+  boot publish, and nothing it writes can reach another revision or stack.
 
 Secrets: no role may read any SSM parameter or secret but its own. ``AmazonSSMManagedInstanceCore``
 is not attached anywhere: it allows ``ssm:GetParameter(s)`` on ``*``, so the instance (and on
