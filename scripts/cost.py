@@ -26,7 +26,7 @@ if str(REPO_ROOT) not in sys.path:
 import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
 from components.spec import cost as costmodel  # noqa: E402
 from components.spec.config import DeploymentSpec, load_stack, stack_names  # noqa: E402
-from components.spec.sizing import compute_sizing  # noqa: E402
+from components.spec.sizing import billed_gpu_nodes, compute_sizing  # noqa: E402
 from scripts._cli import CliParser, UsageError, print_json, print_table, run_cli  # noqa: E402
 
 DEFAULT_TASKS_PER_MONTH = 1_000
@@ -162,8 +162,12 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
     notes: list[str] = []
 
     if args.usd_per_hour is not None:
-        usd_per_hour: float | None = args.usd_per_hour * spec.gpu_nodes
-        price_source = f"--usd-per-hour {args.usd_per_hour} x {spec.gpu_nodes} node(s)"
+        # An UltraServer capacity block is paid whole: every tray of it, not the trays used.
+        billed = billed_gpu_nodes(spec)
+        usd_per_hour: float | None = args.usd_per_hour * billed
+        price_source = f"--usd-per-hour {args.usd_per_hour} x {billed} node(s)" + (
+            f" (the whole UltraServer block; {spec.gpu_nodes} used)" if billed != spec.gpu_nodes else ""
+        )
     else:
         sizing = compute_sizing(spec)
         usd_per_hour, price_source = sizing.usd_per_hour, sizing.price_source

@@ -124,6 +124,8 @@ REPLACE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
         FieldRule("rootBlockDevice.kmsKeyId"),
         FieldRule("launchTemplate.id", "launched from another launch template"),
         FieldRule("launchTemplate.name", "launched from another launch template"),
+        # terraform-provider-aws forces a new aws_instance when its launch template version changes.
+        FieldRule("launchTemplate.version", "a new launch-template version: the instance is recreated"),
     ),
     "aws:ec2/launchTemplate:LaunchTemplate": (FieldRule("name"), FieldRule("namePrefix")),
     "aws:ec2/securityGroup:SecurityGroup": (FieldRule("name"), FieldRule("namePrefix"), FieldRule("vpcId"), FieldRule("description")),
@@ -218,11 +220,10 @@ DISRUPTIVE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
         FieldRule("userData", "applied by a stop/start; NVMe is wiped"),
         FieldRule("userDataBase64", "applied by a stop/start; NVMe is wiped"),
         FieldRule("capacityReservationSpecification", "stop/start to move the instance"),
-        FieldRule("launchTemplate.version", "a new template version: the instance is recreated from it"),
     ),
     "aws:ec2/launchTemplate:LaunchTemplate": tuple(
         FieldRule(f, "a new template version: instances and node groups launched from it are recreated or recycled on the next up")
-        for f in ("userData", "imageId", "instanceType", "blockDeviceMappings", "metadataOptions", "networkInterfaces", "instanceMarketOptions", "capacityReservationSpecification", "placement")
+        for f in ("userData", "imageId", "instanceType", "blockDeviceMappings", "metadataOptions", "networkInterfaces", "instanceMarketOptions", "capacityReservationSpecification", "placement", "tagSpecifications")
     ),
     "aws:eks/nodeGroup:NodeGroup": (
         FieldRule("launchTemplate.version", "every node is recycled: pods drain, weights load again"),
@@ -237,6 +238,58 @@ DISRUPTIVE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
     "kubernetes:apps/v1:Deployment": (FieldRule("spec.template", "rolling restart"),),
     "kubernetes:apps/v1:StatefulSet": (FieldRule("spec.template", "pods are recreated"),),
 }
+
+
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+# Launch-template inputs that do NOT make a new template version (terraform-provider-aws
+# aws_launch_template: tags are set with CreateTags; the default-version settings and the
+# name are the template's, not a version's). Every other input is part of the version.
+LAUNCH_TEMPLATE_UNVERSIONED: tuple[str, ...] = ("tags", "tagsAll", "defaultVersion", "updateDefaultVersion", "name", "namePrefix")
+# What follows a template's latest version, and what a new version does to it: an
+# ``aws_instance`` is replaced (the provider forces a new instance when the launch template's
+# version changes); a managed node group rolls (recycles) every node.
+TEMPLATE_FOLLOWERS: Mapping[str, tuple[str, str]] = {
+    "aws:ec2/instance:Instance": ("replace", "a new launch-template version: the instance is recreated (NVMe copy lost)"),
+    "aws:eks/nodeGroup:NodeGroup": ("disrupt", "a new launch-template version: every node is recycled, weights load again"),
+}
+
+
+def _template_versioned_change(fields: list[dict[str, Any]]) -> bool:
+    """Whether a launch template's changed ``fields`` make a new template version."""
+    return any(f["path"].split(".")[0].split("[")[0] not in LAUNCH_TEMPLATE_UNVERSIONED for f in fields)
+
+
+def _propagate_template_versions(changed: list[dict[str, Any]], n_idx: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+    """Mark what launches from a launch template whose change makes a new version: the offline
+    plan shows the template's ``latestVersion`` as unchanged (the mock cannot know the next
+    number), so the follower's own inputs do not change. Adds a synthetic field
+    ``launchTemplate.version`` (old ``latest``, new ``latest+1``) to the follower, marked replace
+    (instances) or disruptive (node groups). Mutates ``changed`` in place."""
+    # In plan documents a resource's id is ``<name>-id`` (components/plan_engine.py mocks), which
+    # is what a follower's ``launchTemplate.id`` holds.
+    new_versions = {
+        f"{c['name']}-id" for c in changed if c["type"] == LAUNCH_TEMPLATE and _template_versioned_change(c["fields"])
+    }
+    if not new_versions:
+        return
+    by_key = {(c["type"], c["name"]): c for c in changed}
+    for (rtype, name), res in n_idx.items():
+        follow = TEMPLATE_FOLLOWERS.get(rtype)
+        lt = (res.get("inputs") or {}).get("launchTemplate") or {}
+        if follow is None or lt.get("id") not in new_versions:
+            continue
+        action, note = follow
+        entry = by_key.get((rtype, name))
+        if entry is None:
+            entry = {"type": rtype, "name": name, "action": "update", "disruptive": False, "fields": []}
+            changed.append(entry)
+            by_key[(rtype, name)] = entry
+        entry["fields"].append(
+            {"path": "launchTemplate.version", "old": "latest", "new": "latest+1", "replaces": action == "replace", "disrupts": action != "replace", "note": note}
+        )
+        if action == "replace":
+            entry["action"] = "replace"
+        entry["disruptive"] = True
 
 
 def _first_rule(rules: Iterable[FieldRule], path: str, old: Any, new: Any, oi: Mapping[str, Any], ni: Mapping[str, Any]) -> FieldRule | None:
@@ -388,6 +441,7 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
                 "fields": fields,
             }
         )
+    _propagate_template_versions(changed, n_idx)
     plan_old = {k: v for k, v in old.items() if k not in IGNORED_DOC_KEYS}
     plan_new = {k: v for k, v in new.items() if k not in IGNORED_DOC_KEYS}
     ow, nw = list(old.get("warnings", [])), list(new.get("warnings", []))

@@ -4,14 +4,18 @@
     python scripts/preflight.py --stack b300 [--region R] [--json]
 
 Checks (each pass / warn / fail / unknown / skip with a one-line reason):
-  instance-facts        EC2 knows the type and its GPUs, GPU memory, NVMe and EFA match the profile
+  instance-facts        EC2 knows the type and its GPUs, GPU memory, vCPUs, memory, architecture,
+                        disks, network cards, interface types and EFA match the profile
   offered-in-region     DescribeInstanceTypeOfferings lists the type in the region
   offered-in-az         ... and in the AZ the nodes are pinned to
+  zone-type             the GPU zone is the kind (AZ or Local Zone) the network layout assumes
   vcpu-quota            the On-Demand vCPU quota of the family (Service Quotas) covers the nodes
   capacity-reservation  the ODCR / capacity block exists, is active or scheduled, matches type,
                         count and AZ
   capacity-end          the reservation does not end before the stack expires
   fsx, eks              the services answer in the region (where the stack uses them)
+  eks-version           DescribeClusterVersions: the EKS version is in standard support (or
+                        extended support was chosen), and versions.EKS_VERSIONS agrees
   mirror                the S3 mirror exists and its manifest.json is complete
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
@@ -49,7 +53,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
 from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names  # noqa: E402
-from components.spec.targets import MIB, ec2_vcpu_quota  # noqa: E402
+from components.spec.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone  # noqa: E402
 from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix  # noqa: E402
 from scripts._cli import (  # noqa: E402
     EXIT_USAGE,
@@ -229,7 +233,30 @@ def check_instance_facts(spec: DeploymentSpec, clients: AwsClients) -> tuple[Che
         return Check(name, UNKNOWN, f"{inst.instance_type} is unknown to the EC2 catalog in {clients.region}"), False
     it = types[0]
     gpu = spec.target.gpu
-    problems = []
+    problems = instance_fact_mismatches(inst, gpu, it)
+    gpus = it.get("GpuInfo", {}).get("Gpus", [])
+    gpu_count = sum(g.get("Count", 0) for g in gpus)
+    gpu_mib = gpus[0].get("MemoryInfo", {}).get("SizeInMiB", 0) if gpus else 0
+    nvme_gb = it.get("InstanceStorageInfo", {}).get("TotalSizeInGB", 0)
+    net = it.get("NetworkInfo", {})
+    efa = net.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0
+    vcpus = it.get("VCpuInfo", {}).get("DefaultVCpus")
+    if problems:
+        return Check(name, FAIL, f"{inst.instance_type} differs from the profile: " + "; ".join(problems)), True
+    return Check(
+        name, PASS,
+        f"{inst.instance_type}: {gpu_count}x {gpu.name} {gpu_mib:,} MiB, {nvme_gb:,} GB NVMe, {efa} EFA, {vcpus} vCPUs",
+    ), True
+
+
+def instance_fact_mismatches(inst: InstanceFacts, gpu: GpuFacts, it: Mapping[str, Any]) -> list[str]:
+    """Every difference between ``targets.py``'s facts and one EC2 ``InstanceTypeInfo`` (the
+    DescribeInstanceTypes shape, EC2 API reference): GPU count and memory, vCPUs, memory,
+    CPU architecture, instance-store disks (count, size, total), network cards, the interface
+    types of each card, the EFA maximum, and that every card of the launch template's EFA
+    layout takes an ``efa-only`` interface. Empty when everything matches.
+    """
+    problems: list[str] = []
     gpus = it.get("GpuInfo", {}).get("Gpus", [])
     gpu_count = sum(g.get("Count", 0) for g in gpus)
     if gpu_count != inst.gpus:
@@ -237,22 +264,130 @@ def check_instance_facts(spec: DeploymentSpec, clients: AwsClients) -> tuple[Che
     gpu_mib = gpus[0].get("MemoryInfo", {}).get("SizeInMiB") if gpus else None
     if gpu_mib is not None and gpu_mib != gpu.memory_bytes // MIB:
         problems.append(f"{gpu_mib:,} MiB per GPU (profile {gpu.memory_bytes // MIB:,})")
-    nvme_gb = it.get("InstanceStorageInfo", {}).get("TotalSizeInGB", 0)
+    vcpus = it.get("VCpuInfo", {}).get("DefaultVCpus")
+    if vcpus != inst.vcpus:
+        problems.append(f"{vcpus} vCPUs (profile {inst.vcpus})")
+    mem_mib = it.get("MemoryInfo", {}).get("SizeInMiB")
+    if mem_mib != inst.memory_gib * 1024:
+        problems.append(f"{mem_mib} MiB memory (profile {inst.memory_gib * 1024})")
+    archs = it.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+    if inst.cpu_architecture not in archs:
+        problems.append(f"architectures {archs} (profile {inst.cpu_architecture})")
+    storage = it.get("InstanceStorageInfo", {})
+    disks = storage.get("Disks", [])
+    count = sum(d.get("Count", 0) for d in disks)
+    sizes = {d.get("SizeInGB") for d in disks}
+    if count != inst.nvme_devices or (disks and sizes != {inst.nvme_device_bytes // 10**9}):
+        problems.append(f"{count} x {'/'.join(str(x) for x in sorted(sizes, key=str))} GB instance-store disks (profile {inst.nvme_devices} x {inst.nvme_device_bytes // 10**9})")
+    nvme_gb = storage.get("TotalSizeInGB", 0)
     if abs(nvme_gb * 10**9 - inst.nvme_total_bytes) > _NVME_TOLERANCE * max(inst.nvme_total_bytes, 1):
         problems.append(f"{nvme_gb:,} GB NVMe (profile {inst.nvme_total_bytes // 10**9:,})")
     net = it.get("NetworkInfo", {})
     efa = net.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0
     if efa != inst.efa_interfaces:
         problems.append(f"{efa} EFA interfaces (profile {inst.efa_interfaces})")
-    vcpus = it.get("VCpuInfo", {}).get("DefaultVCpus")
-    if vcpus is not None and vcpus != inst.vcpus:
-        problems.append(f"{vcpus} vCPUs (profile {inst.vcpus})")
-    if problems:
-        return Check(name, FAIL, f"{inst.instance_type} differs from the profile: " + "; ".join(problems)), True
-    return Check(
-        name, PASS,
-        f"{inst.instance_type}: {gpu_count}x {gpu.name} {gpu_mib:,} MiB, {nvme_gb:,} GB NVMe, {efa} EFA, {vcpus} vCPUs",
-    ), True
+    cards = {c.get("NetworkCardIndex"): tuple(c.get("InterfaceTypes", ())) for c in net.get("NetworkCards", [])}
+    max_cards = net.get("MaximumNetworkCards", len(cards))
+    if max_cards != inst.network_cards:
+        problems.append(f"{max_cards} network cards (profile {inst.network_cards})")
+    for index, expected in enumerate(inst.network_card_interface_types):
+        got = cards.get(index)
+        if got is not None and set(got) != set(expected):
+            problems.append(f"network card {index} takes {'/'.join(got) or 'nothing'} (profile {'/'.join(expected)})")
+    for card in inst.efa_cards:
+        if card in cards and "efa-only" not in cards[card]:
+            problems.append(f"network card {card} of the EFA layout takes no efa-only interface")
+        elif card not in cards and cards:
+            problems.append(f"network card {card} of the EFA layout does not exist")
+    return problems
+
+
+def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) -> Check:
+    """``eks-version``: the live EKS DescribeClusterVersions answer for the stack's version
+    (``kubernetes.eksVersion``) against ``versions.EKS_VERSIONS`` and the chosen support type.
+
+    fail: EKS reports the version unsupported, or out of standard support while
+    ``eksSupportType`` is STANDARD (EKS would refuse it); warn: in extended support (billed at
+    the extended rate) or the table's end-of-standard-support date differs from EKS's (update
+    the table); pass otherwise. The response shape is EKS API reference
+    ``ClusterVersionInformation`` (``clusterVersion``, ``versionStatus``,
+    ``endOfStandardSupportDate``, ``endOfExtendedSupportDate``)."""
+    from botocore.exceptions import ClientError
+
+    from components.spec.config import eks_version_of
+    from components.spec.versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_VERSIONS
+
+    name = "eks-version"
+    if spec.platform != "aws-eks":
+        return Check(name, SKIP, f"not applicable: platform {spec.platform}")
+    version = eks_version_of(spec.config)
+    support = spec.config.kubernetes.eks_support_type
+    try:
+        answer = _call(clients, "eks", "DescribeClusterVersions", "describe_cluster_versions", clusterVersions=[version], includeAll=True)
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, str(err))
+    except ClientError as err:
+        return Check(name, UNKNOWN, f"DescribeClusterVersions: {_code(err)}")
+    info = next((v for v in answer.get("clusterVersions", []) if v.get("clusterVersion") == version), None)
+    if info is None:
+        return Check(name, FAIL, f"EKS does not offer Kubernetes {version} in {clients.region}")
+    status = (info.get("versionStatus") or info.get("status") or "").upper().replace("-", "_")
+    end_std = info.get("endOfStandardSupportDate")
+    end_std_day = end_std.astimezone(timezone.utc).date() if isinstance(end_std, datetime) else None
+    if status == "UNSUPPORTED":
+        return Check(name, FAIL, f"EKS reports Kubernetes {version} as unsupported: choose a newer kubernetes.eksVersion")
+    if status == "EXTENDED_SUPPORT" and support == "STANDARD":
+        return Check(
+            name, FAIL,
+            f"Kubernetes {version} is in extended support (ended standard {end_std_day}): EKS refuses supportType STANDARD; "
+            f"choose a newer kubernetes.eksVersion or eksSupportType EXTENDED (USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f}/cluster-hour)",
+        )
+    table = EKS_VERSIONS.get(version)
+    if table is not None and end_std_day is not None and end_std_day != table.end_of_standard_support:
+        return Check(
+            name, WARN,
+            f"EKS ends standard support of {version} on {end_std_day}, versions.EKS_VERSIONS says {table.end_of_standard_support}: update the table",
+        )
+    if status == "EXTENDED_SUPPORT":
+        return Check(name, WARN, f"Kubernetes {version} is in extended support: USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour")
+    left = f", {(end_std_day - now.date()).days} days left" if end_std_day is not None else ""
+    return Check(name, PASS, f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} (supportType {support})")
+
+
+def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
+    """``zone-type``: the GPU zone's ``ZoneType`` (EC2 DescribeAvailabilityZones) agrees with the
+    network layout the plan chose from its name (``targets.is_local_zone``): a Local Zone gets
+    only the GPU subnet, the control plane and NAT stay in the parent region. A Local Zone whose
+    group is not opted in fails (``OptInStatus``)."""
+    from botocore.exceptions import ClientError
+
+    name = "zone-type"
+    az = spec.availability_zone
+    if not az:
+        return Check(name, SKIP, "no GPU zone pinned (compute.availabilityZone)")
+    try:
+        answer = _call(clients, "ec2", "DescribeAvailabilityZones", "describe_availability_zones", ZoneNames=[az], AllAvailabilityZones=True)
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, str(err))
+    except ClientError as err:
+        if _code(err) in ("InvalidParameterValue", "InvalidZone.NotFound"):
+            return Check(name, FAIL, f"{az} is not a zone of {clients.region}")
+        return Check(name, UNKNOWN, f"DescribeAvailabilityZones: {_code(err)}")
+    zones = [z for z in answer.get("AvailabilityZones", []) if z.get("ZoneName") == az]
+    if not zones:
+        return Check(name, FAIL, f"{az} is not a zone of {clients.region}")
+    zone = zones[0]
+    kind = zone.get("ZoneType", "availability-zone")
+    planned = "local-zone" if is_local_zone(az) else "availability-zone"
+    if kind not in ("local-zone", "availability-zone"):
+        return Check(name, FAIL, f"{az} is a {kind}: GPU nodes go in an availability zone or a Local Zone")
+    if kind != planned:
+        return Check(name, FAIL, f"{az} is a {kind} but the plan laid the network out for a {planned}")
+    if kind == "local-zone" and zone.get("OptInStatus") == "not-opted-in":
+        return Check(name, FAIL, f"{az} is a Local Zone of group {zone.get('GroupName')} that the account has not opted in to")
+    if kind == "local-zone":
+        return Check(name, PASS, f"{az} is a Local Zone (parent {zone.get('ParentZoneName', clients.region)}): GPU subnet only there, control plane and NAT in the region")
+    return Check(name, PASS, f"{az} is an availability zone")
 
 
 def check_offerings(spec: DeploymentSpec, clients: AwsClients, az: str | None, known: bool | None) -> list[Check]:
@@ -597,7 +732,7 @@ def run_checks(
     now = now or datetime.now(timezone.utc)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
-    aws_names = ("instance-facts", "offered-in-region", "offered-in-az", "vcpu-quota", "capacity-reservation", "capacity-end", "fsx", "eks", "mirror")
+    aws_names = ("instance-facts", "offered-in-region", "offered-in-az", "zone-type", "vcpu-quota", "capacity-reservation", "capacity-end", "fsx", "eks", "eks-version", "mirror")
     if not spec.is_aws:
         checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
     else:
@@ -610,6 +745,7 @@ def run_checks(
         checks.append(facts)
         step("offerings")
         checks += check_offerings(spec, clients, spec.availability_zone, known)
+        checks.append(check_zone_type(spec, clients))
         step("quota")
         checks.append(check_quota(spec, clients))
         step("capacity reservation")
@@ -617,6 +753,7 @@ def run_checks(
         step("FSx and EKS")
         checks.append(check_service(spec, clients, "fsx"))
         checks.append(check_service(spec, clients, "eks"))
+        checks.append(check_eks_version(spec, clients, now))
         step("S3 mirror")
         checks.append(check_mirror(spec, clients, mirror_bucket))
     step("cluster")

@@ -7,7 +7,10 @@ and without Pulumi state it still works: it reads tags through the AWS APIs (bot
 ``AWS_ENDPOINT_URL``).
 
 What is ours: resources tagged ``kimi-deploy:stack`` (every taggable resource carries it, see
-``DeploymentSpec.tags``). Expired: its ``expires-at`` tag (RFC 3339 UTC) is at or before
+``DeploymentSpec.tags``), and what Kubernetes created in AWS for one of our EKS clusters
+(load balancers, their interfaces and security groups, VPC CNI interfaces: tagged
+``kubernetes.io/cluster/<name>``, ``elbv2.k8s.aws/cluster`` or ``cluster.k8s.amazonaws.com/name``),
+which is that cluster's stack's and shares its expiry (``cluster_leftovers``). Expired: its ``expires-at`` tag (RFC 3339 UTC) is at or before
 ``--now``. Node groups without their own ``expires-at`` inherit their cluster's. Never touched:
 anything tagged ``kimi-deploy:retain=true``, the weight mirror (``kimi-deploy:role=weights-mirror``)
 and S3 buckets in general (reported, never deleted). Capacity reservations and capacity blocks
@@ -17,7 +20,8 @@ With ``--destroy``: first ``pulumi destroy`` of each expired stack through the A
 when the ``pulumi`` CLI is on PATH (skipped, and said so, when any resource tagged to be retained
 in that stack's state lacks ``retainOnDelete``), then delete what is left, in dependency order:
 node groups, clusters, instances, load balancers, file systems, network interfaces, security
-groups, volumes.
+groups, volumes. Load balancers go after the cluster (while it runs, its service controller
+would create a deleted one again) and before the interfaces and groups that keep the VPC.
 
 Exit codes: 0 nothing expired remains (dry run: nothing expired was found); 1 something expired
 remains (dry run: expired resources found; with --destroy: something could not be removed);
@@ -79,6 +83,18 @@ DELETE_ORDER: tuple[str, ...] = (
     "ebs-volume",
 )
 REPORT_ONLY_KINDS = ("s3-bucket", "capacity-reservation")
+# What Kubernetes creates in AWS for a cluster, and how it marks it (the stack's own tags come
+# from the Service annotation service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags,
+# but older objects, or ones made by hand in the cluster, may carry only these):
+# - load balancers and their security groups: ``kubernetes.io/cluster/<name>`` (the legacy AWS
+#   cloud provider's service controller) or ``elbv2.k8s.aws/cluster: <name>`` (AWS Load
+#   Balancer Controller);
+# - network interfaces: ``cluster.k8s.amazonaws.com/name: <name>`` (Amazon VPC CNI) or
+#   ``kubernetes.io/cluster/<name>``; a load balancer's own interfaces are described
+#   ``ELB net/<lb name>/<id>`` (``app/`` for ALBs) and carry no tag at all.
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
+LBC_CLUSTER_TAG = "elbv2.k8s.aws/cluster"
+CNI_CLUSTER_TAG = "cluster.k8s.amazonaws.com/name"
 
 
 class UsageError(Exception):
@@ -301,6 +317,8 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
             if cf:
                 found.append(cf)
 
+    untagged_lbs: list[tuple[dict, dict[str, str]]] = []  # load balancers without our stack tag
+
     def lbs():
         client = clients("elbv2", region)
         balancers = _paginate(client, "describe_load_balancers", "LoadBalancers")
@@ -309,6 +327,8 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
             descs = client.describe_tags(ResourceArns=[b["LoadBalancerArn"] for b in chunk])["TagDescriptions"]
             by_arn = {d["ResourceArn"]: _tags(d.get("Tags")) for d in descs}
             for b in chunk:
+                if TAG_STACK not in by_arn.get(b["LoadBalancerArn"], {}):
+                    untagged_lbs.append((b, by_arn.get(b["LoadBalancerArn"], {})))
                 f = classify("load-balancer", b["LoadBalancerArn"], region, by_arn.get(b["LoadBalancerArn"], {}), now, {"name": b.get("LoadBalancerName"), "type": b.get("Type")})
                 if f:
                     found.append(f)
@@ -340,9 +360,74 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
 
     attempt("EKS clusters and node groups", eks)
     attempt("load balancers", lbs)
+    attempt("what Kubernetes created for our clusters", lambda: found.extend(cluster_leftovers(ec2, region, now, found, untagged_lbs)))
     attempt("FSx file systems", fsx)
     attempt("S3 buckets", buckets)
     return found, errors
+
+
+def _for_cluster(tags: Mapping[str, str], cluster: str) -> bool:
+    """Whether AWS tags mark a resource as created by Kubernetes for EKS cluster ``cluster``."""
+    return (
+        f"{CLUSTER_TAG_PREFIX}{cluster}" in tags
+        or tags.get(LBC_CLUSTER_TAG) == cluster
+        or tags.get(CNI_CLUSTER_TAG) == cluster
+    )
+
+
+def cluster_leftovers(ec2, region: str, now: datetime, found: list[Found], untagged_lbs: list[tuple[dict, dict[str, str]]]) -> list[Found]:
+    """Load balancers, their interfaces and security groups, and CNI interfaces that Kubernetes
+    created for one of our EKS clusters but that carry no ``kimi-deploy:stack`` tag.
+
+    Each becomes the cluster's stack's, with the cluster's tags (stack, owner, ``expires-at``,
+    retain), so it is swept with the cluster: otherwise an NLB of a ``LoadBalancer`` Service
+    outlives the cluster, its interfaces keep the subnets (and the VPC) from being deleted,
+    and nothing reports it. Resources already found by their own tags are not repeated.
+    """
+    known = {f.id for f in found}
+    out: list[Found] = []
+    clusters = [f for f in found if f.kind == "eks-cluster"]
+
+    def inherit(cf: Found, own: Mapping[str, str]) -> dict[str, str]:
+        return {**own, **{k: v for k, v in cf.tags.items() if k != "Name"}}
+
+    for cf in clusters:
+        note = {"created_by": f"Kubernetes for EKS cluster {cf.id}"}
+        lb_descriptions: list[str] = []
+        for lb, ltags in untagged_lbs:
+            arn = lb["LoadBalancerArn"]
+            if arn in known or not _for_cluster(ltags, cf.id):
+                continue
+            f = classify("load-balancer", arn, region, inherit(cf, ltags), now, {"name": lb.get("LoadBalancerName"), "type": lb.get("Type"), **note})
+            if f:
+                out.append(f)
+                known.add(arn)
+                kind = "net" if lb.get("Type") == "network" else "app"
+                lb_descriptions.append(f"ELB {kind}/{lb.get('LoadBalancerName')}/*")
+        eni_filters = [
+            [{"Name": f"tag:{CNI_CLUSTER_TAG}", "Values": [cf.id]}],
+            [{"Name": "tag-key", "Values": [f"{CLUSTER_TAG_PREFIX}{cf.id}"]}],
+        ]
+        if lb_descriptions:
+            eni_filters.append([{"Name": "description", "Values": lb_descriptions}])
+        for filters in eni_filters:
+            for eni in _paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=filters):
+                eid = eni["NetworkInterfaceId"]
+                if eid in known:
+                    continue
+                f = classify("network-interface", eid, region, inherit(cf, _tags(eni.get("TagSet"))), now, {"status": eni.get("Status"), "description": eni.get("Description", ""), **note})
+                if f:
+                    out.append(f)
+                    known.add(eid)
+        for filters in ([{"Name": "tag-key", "Values": [f"{CLUSTER_TAG_PREFIX}{cf.id}"]}], [{"Name": f"tag:{LBC_CLUSTER_TAG}", "Values": [cf.id]}]):
+            for sg in _paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=filters):
+                if sg["GroupId"] in known:
+                    continue
+                f = classify("security-group", sg["GroupId"], region, inherit(cf, _tags(sg.get("Tags"))), now, {"name": sg.get("GroupName"), "vpc_id": sg.get("VpcId"), **note})
+                if f:
+                    out.append(f)
+                    known.add(sg["GroupId"])
+    return out
 
 
 def _is_credentials_error(err: Exception) -> bool:
@@ -544,7 +629,14 @@ class Sweeper:
         self.clients("fsx", region).delete_file_system(FileSystemId=f.id, LustreConfiguration={"SkipFinalBackup": True})
 
     def _delete_network_interface(self, region, f, ec2):
-        eni = ec2.describe_network_interfaces(NetworkInterfaceIds=[f.id])["NetworkInterfaces"][0]
+        from botocore.exceptions import ClientError
+
+        try:
+            eni = ec2.describe_network_interfaces(NetworkInterfaceIds=[f.id])["NetworkInterfaces"][0]
+        except ClientError as err:
+            if _error_code(err) == "InvalidNetworkInterfaceID.NotFound":
+                return  # a load balancer's interface went with it
+            raise
         attachment = eni.get("Attachment")
         if attachment and attachment.get("AttachmentId") and attachment.get("DeviceIndex", 1) != 0:
             ec2.detach_network_interface(AttachmentId=attachment["AttachmentId"], Force=True)

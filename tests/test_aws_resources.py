@@ -19,6 +19,7 @@ from components.spec.naming import (
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
 from components.spec.versions import EKS_VERSION
+from components.spec.weights import mirror_key_prefix
 from tests.conftest import STACKS, plan_for
 
 AWS_STACKS = [s for s in STACKS if read_stack_config(s).get("kimi-deploy:platform", "").startswith("aws-")]
@@ -171,7 +172,10 @@ def test_fsx_is_sized_by_the_core_and_imports_the_mirror_prefix():
     assert fs["deploymentType"] == "PERSISTENT_2"
     assert fs["storageCapacity"] == plan.fsx_capacity_gib == 2400
     assert fs["perUnitStorageThroughput"] == plan.fsx_throughput_per_tib_mbps == 1000
-    assert fs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
+    # AUTOMATIC unless storage.fsx.metadataIops is set: paid IOPS buy nothing for ~112 files.
+    assert fs["metadataConfiguration"] == {"mode": "AUTOMATIC"}
+    provisioned = plan_for("b300-prod", overrides={"kimi-deploy:storage": {**read_stack_config("b300-prod")["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}})
+    assert provisioned.named("fsx-fs").inputs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
     assert fs["subnetIds"] == "net-private-gpu-id"  # a single string in pulumi-aws 7
     assert fs["fileSystemTypeVersion"] == "2.15"
     assert "efaEnabled" not in fs
@@ -235,7 +239,10 @@ def test_eks_weight_readers_may_only_read_the_mirror_prefix_and_the_publisher_on
     actions, resources, prefixes = _mirror_rights(writer)
     assert {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= actions
     assert not any(a in actions for a in ("s3:*", "s3:PutBucketPolicy", "s3:DeleteBucket"))
-    assert resources == {"arn:aws:s3:::mirror-bucket-a1b2c3d", "arn:aws:s3:::mirror-bucket-a1b2c3d/models/*"}
+    revision = mirror_key_prefix(run.context.spec)
+    assert resources == {"arn:aws:s3:::mirror-bucket-a1b2c3d", "arn:aws:s3:::mirror-bucket-a1b2c3d/models/*", f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*"}
+    (write,) = [st for st in _statements(writer) if "s3:PutObject" in st["Action"]]
+    assert write["Resource"] == f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*"
     assert prefixes == ["models", "models/*"]
     # Bound to the service accounts by Pod Identity, in the workloads' namespace.
     assoc = {r.inputs["serviceAccount"]: r.inputs for r in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")}
@@ -250,11 +257,15 @@ def test_ec2_instance_role_is_scoped_to_the_mirror_prefix_tools_and_its_own_secr
     run = plan_for("b300")
     policies = {r.name: r.inputs["policy"] for r in run.of_type("aws:iam/rolePolicy:RolePolicy")}
     actions, resources, prefixes = _mirror_rights(policies["gpu-role-weight-mirror"])
+    revision = mirror_key_prefix(run.context.spec)
     assert resources == {
         "arn:aws:s3:::mirror-bucket-a1b2c3d",
         "arn:aws:s3:::mirror-bucket-a1b2c3d/models/*",
         "arn:aws:s3:::mirror-bucket-a1b2c3d/_tools/*",
+        f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*",
     }
+    (write,) = [st for st in _statements(policies["gpu-role-weight-mirror"]) if "s3:PutObject" in st["Action"]]
+    assert write["Resource"] == f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*"
     tools = [s for s in _statements(policies["gpu-role-weight-mirror"]) if s["Sid"] == "ReadTools"][0]
     assert tools["Action"] == ["s3:GetObject"]
     assert prefixes == ["models", "models/*", "_tools", "_tools/*"]
@@ -265,13 +276,14 @@ def test_ec2_instance_role_is_scoped_to_the_mirror_prefix_tools_and_its_own_secr
         "arn:aws:ssm:us-east-1:123456789012:parameter/kimi-deploy/b300/vllm-api-key",
     ]
     managed = [r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")]
-    assert managed == ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"]
+    assert managed == []
 
 
 def test_eks_nodes_get_only_the_managed_policies_they_need():
     run = plan_for("gb300")
     attached = sorted(r.inputs["policyArn"].rsplit("/", 1)[1] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if r.name.startswith("eks-node-role-"))
-    assert attached == sorted(["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"])
+    # No AmazonSSMManagedInstanceCore (ssm:GetParameter on "*"): Session Manager comes inline.
+    assert attached == sorted(["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly"])
     assert not any("FullAccess" in r.inputs["policyArn"] or "AdministratorAccess" in r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"))
 
 
@@ -407,8 +419,9 @@ def test_eks_multi_node_efa_interfaces_and_no_placement_group_in_a_capacity_bloc
     nics = lt["networkInterfaces"]
     assert nics[0] == {**nics[0], "networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}
     efa = [n for n in nics if n["interfaceType"] == "efa-only"]
-    assert len(efa) == spec.instance.efa_interfaces
-    assert sorted(n["networkCardIndex"] for n in efa) == list(range(1, spec.instance.network_cards))
+    # P6e's published layout: EFA-only interfaces on the odd cards 1-15 (8, not 16).
+    assert sorted(n["networkCardIndex"] for n in efa) == [1, 3, 5, 7, 9, 11, 13, 15] == list(spec.instance.efa_cards)
+    assert all(n["deviceIndex"] == 0 for n in efa)
     assert all(n["securityGroups"] == ["sg-eks-cluster-cluster", "net-gpu-sg-id", "net-efa-sg-id"] for n in nics)
     assert "vpcSecurityGroupIds" not in lt
     # A capacity block is placed already: a new placement group could fail the launch.

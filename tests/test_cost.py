@@ -13,7 +13,7 @@ import pytest
 from components.spec import cost
 from components.spec.config import load_stack
 from components.spec.model import MODELS
-from components.spec.sizing import compute_sizing
+from components.spec.sizing import billed_gpu_nodes, compute_sizing
 from components.spec.targets import INSTANCES
 from tests.conftest import FIXED_NOW, STACKS
 
@@ -86,7 +86,8 @@ def test_every_stack_prices_through_the_sizing(stack):
         assert report["self_hosted_cost_per_month_usd"] is None and report["break_even_tasks_per_month"] is None
         assert any("--usd-per-hour" in n for n in report["notes"])
         priced = json.loads(_cost("--stack", stack, "--json", "--usd-per-hour", "100").stdout)
-        assert priced["self_hosted_cost_per_hour_usd"] == pytest.approx(100 * spec.gpu_nodes)
+        # An UltraServer block is paid whole (gb300: 18 trays), not per tray used.
+        assert priced["self_hosted_cost_per_hour_usd"] == pytest.approx(100 * billed_gpu_nodes(spec))
     else:
         assert report["self_hosted_cost_per_hour_usd"] == pytest.approx(sizing.usd_per_hour)
 

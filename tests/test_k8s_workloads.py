@@ -306,7 +306,8 @@ def test_compute_domain_claim_only_on_gb300():
     cd = one(run, "ComputeDomain")
     assert cd["apiVersion"] == "resource.nvidia.com/v1beta1"
     assert cd["spec"]["channel"]["resourceClaimTemplate"]["name"] == COMPUTE_DOMAIN_CLAIM_TEMPLATE
-    assert cd["spec"]["numNodes"] == run.context.spec.gpu_nodes
+    # Deprecated field; 0 is the CRD's recommendation with IMEX daemons addressed by DNS names.
+    assert cd["spec"]["numNodes"] == 0
     for pod in vllm_pods(run).values():
         assert pod["spec"]["resourceClaims"] == [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": COMPUTE_DOMAIN_CLAIM_TEMPLATE}]
         assert vllm_container(pod)["resources"]["claims"] == [{"name": COMPUTE_DOMAIN_CLAIM}]
@@ -399,7 +400,7 @@ def test_leaderworkerset_replicas_follow_config():
     compute = dict(read_stack_config("gb300")["kimi-deploy:compute"], replicas=2)
     run = plan_for("gb300", overrides={"kimi-deploy:compute": compute})
     assert one(run, "LeaderWorkerSet")["spec"]["replicas"] == 2
-    assert one(run, "ComputeDomain")["spec"]["numNodes"] == 4
+    assert one(run, "ComputeDomain")["spec"]["numNodes"] == 0
     tmpl = one(run, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):  # every pod of every group copies onto its node
         assert [c["name"] for c in tmpl[role]["spec"]["initContainers"]] == ["weight-sync"]

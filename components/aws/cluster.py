@@ -38,7 +38,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec.config import DeploymentSpec
+from components.spec.config import DeploymentSpec, eks_version_of
+from components.spec.weights import mirror_key_prefix
 from components.spec.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
@@ -47,7 +48,6 @@ from components.spec.naming import (
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
 from components.spec.scaling import gpu_node_group_size
-from components.spec.versions import EKS_VERSION
 
 from . import iam
 from .common import child, tags
@@ -92,6 +92,43 @@ def gpu_capacity_type(spec: DeploymentSpec) -> str:
     """Node group capacity type: ``CAPACITY_BLOCK`` for capacity blocks, else ``ON_DEMAND``
     (an ODCR is on-demand capacity targeted by the launch template)."""
     return "CAPACITY_BLOCK" if spec.config.compute.capacity.type == "capacity-block" else "ON_DEMAND"
+
+
+# GPU node root volume when the instance store holds the container runtime: nodeadm's
+# ``localStorage: RAID0`` bind-mounts /var/lib/containerd, /var/lib/kubelet and /var/log/pods onto
+# the array (amazon-eks-ami nodeadm internal/system/local_disk.go), so the root holds only the OS
+# and the AMI's NVIDIA stack. 100 GiB is compute.rootVolumeGib's minimum.
+EKS_RAID0_ROOT_VOLUME_GIB = 100
+
+
+def gpu_root_volume_gib(spec: DeploymentSpec) -> int:
+    """Root volume of EKS GPU nodes, GiB: ``compute.rootVolumeGib`` when set in the stack, else
+    ``EKS_RAID0_ROOT_VOLUME_GIB`` on instances with NVMe (images and pod data on the RAID0),
+    else the config default."""
+    compute = spec.config.compute
+    if "root_volume_gib" in compute.model_fields_set or spec.instance.nvme_devices == 0:
+        return compute.root_volume_gib
+    return EKS_RAID0_ROOT_VOLUME_GIB
+
+
+def reserved_capacity(spec: DeploymentSpec) -> bool:
+    """Whether the GPU nodes run on a reservation (ODCR or capacity block) that holds exactly the
+    instances paid for: no room for a replacement node before the old one is gone."""
+    return spec.config.compute.capacity.type in ("odcr", "capacity-block")
+
+
+def gpu_update_config(spec: DeploymentSpec) -> aws.eks.NodeGroupUpdateConfigArgs:
+    """The GPU node group's update strategy (EKS user guide, "Update a managed node group",
+    ``updateConfig.updateStrategy``): ``DEFAULT`` launches new nodes before it drains the old
+    ones, which a fully used reservation has no room for, so the update fails; ``MINIMAL``
+    terminates first. Reserved capacity (ODCR, capacity block) gets ``MINIMAL`` with one node
+    unavailable at a time; on-demand keeps ``DEFAULT``.
+
+    Capacity blocks also need the node group scaled to 0 before a version or AMI upgrade (EKS
+    user guide, "Capacity Blocks for ML"; README "Upgrading GPU nodes on a capacity block")."""
+    if reserved_capacity(spec):
+        return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="MINIMAL")
+    return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="DEFAULT")
 
 
 def uses_placement_group(spec: DeploymentSpec) -> bool:
@@ -199,6 +236,7 @@ class EksCluster(pulumi.ComponentResource):
             service="ec2.amazonaws.com",
             partition=args.partition,
             managed=iam.NODE_MANAGED_POLICIES,
+            inline={"session-manager": iam.session_manager_policy()},
             description=f"kimi-deploy {args.spec.stack}: EKS nodes",
         )
         early = [self._addon(cluster, addon) for addon in ADDONS_BEFORE_NODES]
@@ -267,7 +305,7 @@ class EksCluster(pulumi.ComponentResource):
         return aws.eks.Cluster(
             f"{name}-cluster",
             name=a.cluster_name,
-            version=EKS_VERSION,
+            version=eks_version_of(spec.config),
             role_arn=cluster_role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(**vpc_config),
             access_config=aws.eks.ClusterAccessConfigArgs(authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
@@ -277,7 +315,7 @@ class EksCluster(pulumi.ComponentResource):
             kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(service_ipv4_cidr=SERVICE_IPV4_CIDR),
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
             bootstrap_self_managed_addons=False,
-            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=spec.config.kubernetes.eks_support_type),
             tags=tags(a.tags, a.cluster_name),
             opts=child(self, depends_on=[logs]),
         )
@@ -358,7 +396,7 @@ class EksCluster(pulumi.ComponentResource):
             # Capacity blocks need the instance type in the template (EKS user guide).
             instance_type=spec.instance.instance_type,
             metadata_options=metadata_options(hop_limit=1),
-            block_device_mappings=root_volume(spec.config.compute.root_volume_gib),
+            block_device_mappings=root_volume(gpu_root_volume_gib(spec)),
             user_data=self._gpu_user_data(cluster),
             tag_specifications=launched_tag_specifications(a.tags, f"{spec.stack}-gpu"),
             update_default_version=True,
@@ -378,12 +416,14 @@ class EksCluster(pulumi.ComponentResource):
             # min 0: a capacity block ends, or the operator scales to zero between sessions.
             # autoscaled stacks: min/max follow autoscaling.minReplicas/maxReplicas (spec/scaling.py).
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(**gpu_node_group_size(spec)),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            update_config=gpu_update_config(spec),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             labels=gpu_node_labels(spec),
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
             tags=tags(a.tags, f"{spec.stack}-gpu"),
-            opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED),
+            # On a reservation the old node group must release its instances before a
+            # replacement (new AMI type, capacity type or subnets) can launch into it.
+            opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED, delete_before_replace=reserved_capacity(spec)),
         )
 
     # -- access ------------------------------------------------------------------------------
@@ -422,10 +462,14 @@ class EksCluster(pulumi.ComponentResource):
         if a.mirror_bucket is None:
             return []
         prefix = spec.config.storage.mirror.prefix
+        # The publisher writes only this stack's revision (iam.py module docstring).
+        revision_prefix = mirror_key_prefix(spec)
         namespace = spec.config.kubernetes.namespace
         out = []
         for account, write in ((WEIGHT_SYNC_SERVICE_ACCOUNT, False), (MIRROR_PUBLISH_SERVICE_ACCOUNT, True)):
-            doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(lambda v, w=write: iam.mirror_policy(v[0], v[1], prefix, write=w))
+            doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(
+                lambda v, w=write: iam.mirror_policy(v[0], v[1], prefix, write=w, write_prefix=revision_prefix)
+            )
             role = iam.role(
                 f"{name}-{account}",
                 parent=self,

@@ -23,11 +23,12 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.spec import naming
 from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing, sync_budget_seconds
 from components.spec.targets import InstanceFacts
 from components.spec.vllm import VllmCommand
-from components.spec.weights import HUB_TOKEN_ENV, sync_steps
+from components.spec.weights import HUB_TOKEN_ENV, mirror_key_prefix, sync_steps
 
 from . import iam
 from .common import TOOLS_PREFIX, child, tags
@@ -102,14 +103,16 @@ def efa_network_interfaces(
     instance: InstanceFacts, security_group_ids: list[pulumi.Input[str]], subnet_id: pulumi.Input[str] | None = None
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """Network interfaces for EFA (EC2 user guide, "Maximize network bandwidth ... multiple
-    network cards"): an ENA primary on card 0 device 0; one EFA-only interface on every
-    EFA-capable card at device 0 (card 0 device 1 when card 0 has EFA too)."""
+    network cards"): an ENA primary on card 0 device 0; one EFA-only interface on each card of
+    the instance's published EFA layout (``InstanceFacts.efa_cards``, e.g. the odd cards 1-15 on
+    P6e), at device 0 (card 0 device 1 when the layout includes card 0). Without a recorded
+    layout: every EFA-capable card (the last ``efa_interfaces`` cards)."""
     common = dict(security_groups=security_group_ids, delete_on_termination="true")
     if subnet_id is not None:
         common["subnet_id"] = subnet_id
     nics = [aws.ec2.LaunchTemplateNetworkInterfaceArgs(network_card_index=0, device_index=0, interface_type="interface", **common)]
-    first_efa_card = max(instance.network_cards - instance.efa_interfaces, 0)
-    for card in range(first_efa_card, instance.network_cards):
+    cards = instance.efa_cards or tuple(range(max(instance.network_cards - instance.efa_interfaces, 0), instance.network_cards))
+    for card in cards:
         nics.append(
             aws.ec2.LaunchTemplateNetworkInterfaceArgs(
                 network_card_index=card, device_index=1 if card == 0 else 0, interface_type="efa-only", **common
@@ -118,9 +121,25 @@ def efa_network_interfaces(
     return nics
 
 
+# Tags that change during a stack's life (extending a trial moves ``expires-at``): never in a
+# launch template, whose ``tagSpecifications`` are part of its version.
+CHANGING_TAG_KEYS: tuple[str, ...] = (naming.TAG_EXPIRES_AT,)
+
+
 def launched_tag_specifications(ctx_tags: dict[str, Any], name: str) -> list[aws.ec2.LaunchTemplateTagSpecificationArgs]:
-    """Tags for what a launch template launches (instances, volumes, interfaces)."""
-    return [aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=tags(ctx_tags, name)) for t in LAUNCHED_RESOURCE_TYPES]
+    """Tags for what a launch template launches (instances, volumes, interfaces): the stack's
+    tags without ``CHANGING_TAG_KEYS``.
+
+    A launch template's ``tagSpecifications`` are part of its version, and the instance and node
+    groups follow the template's latest version: a changing ``expires-at`` there would make a
+    new version on every extension of a trial, which recreates the EC2 instance
+    (terraform-provider-aws forces a new ``aws_instance`` on a launch-template version change)
+    and recycles every EKS node. The expiry is tagged on the instance and node group resources
+    themselves (an in-place tag update); the sweeper gives nodes their node group's or
+    cluster's expiry.
+    """
+    stable = {k: v for k, v in tags(ctx_tags, name).items() if k not in CHANGING_TAG_KEYS}
+    return [aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=stable) for t in LAUNCHED_RESOURCE_TYPES]
 
 
 def secret_parameter_name(project: str, stack: str, what: str) -> str:
@@ -291,8 +310,10 @@ class Ec2GpuServer(pulumi.ComponentResource):
         spec = a.spec
         prefix = spec.config.storage.mirror.prefix
         # The instance publishes the mirror when it is incomplete, then copies from it.
+        # Write only under this stack's revision prefix (iam.py module docstring).
+        revision_prefix = mirror_key_prefix(spec)
         mirror_doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(
-            lambda v: iam.mirror_policy(v[0], v[1], prefix, write=True, extra_read_prefixes=[TOOLS_PREFIX])
+            lambda v: iam.mirror_policy(v[0], v[1], prefix, write=True, extra_read_prefixes=[TOOLS_PREFIX], write_prefix=revision_prefix)
         )
         ssm_doc = pulumi.Output.all(*[p.arn for p in params]).apply(lambda arns: iam.ssm_parameters_policy(list(arns)))
         role = iam.role(
@@ -302,8 +323,8 @@ class Ec2GpuServer(pulumi.ComponentResource):
             service="ec2.amazonaws.com",
             partition=a.partition,
             managed=iam.EC2_INSTANCE_MANAGED_POLICIES,
-            inline={"weight-mirror": mirror_doc, "boot-secrets": ssm_doc},
-            description=f"kimi-deploy {spec.stack}: GPU instance (SSM, weight mirror {prefix}/, boot secrets)",
+            inline={"weight-mirror": mirror_doc, "boot-secrets": ssm_doc, "session-manager": iam.session_manager_policy()},
+            description=f"kimi-deploy {spec.stack}: GPU instance (Session Manager, weight mirror {prefix}/, boot secrets)",
         )
         self.role_name = role.name
         return aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=tags(a.tags), opts=child(self))

@@ -4,7 +4,22 @@ Who may do what with the weight mirror:
 - readers (EC2 node copy, the Kubernetes weight-sync Job) may list and get objects under the
   mirror prefix only (and, on EC2, the toolkit files under ``_tools/``);
 - the publisher (the mirror-publishing Job, or the EC2 instance that publishes on first boot)
-  may additionally put, delete and manage multipart uploads under the mirror prefix only;
+  may additionally put, delete and manage multipart uploads under the stack's REVISION prefix
+  only (``<prefix>/<org>/<repo>/<revision>/``, ``weights.mirror_key_prefix``): other revisions
+  and other stacks' checkpoints in the same bucket stay read-only to it. On EKS the publisher is
+  a separate role bound to the publish Job's service account alone, so serving pods and nodes
+  never hold write rights. On EC2 one instance profile serves and publishes (the first boot
+  publishes when the mirror is incomplete, and any later boot may find it so), so the instance
+  keeps write on its one revision prefix for its life: the narrowest right that still lets a
+  boot publish, and nothing it writes can reach another revision or stack.
+
+Secrets: no role may read any SSM parameter or secret but its own. ``AmazonSSMManagedInstanceCore``
+is not attached anywhere: it allows ``ssm:GetParameter(s)`` on ``*``, so the instance (and on
+EKS every node, hence every hostNetwork pod) could read every SecureString of the account under
+the ``aws/ssm`` key, other stacks' API keys and hub tokens included. Instead every instance and
+node role gets ``session_manager_policy`` (Session Manager and Run Command channels only, the
+actions of AWS's "minimal instance permissions" for Session Manager), and the EC2 instance an
+``ssm:GetParameter`` on exactly its own parameters (``ssm_parameters_policy``).
 - nodes get only the AWS managed policies their role needs (``NODE_MANAGED_POLICIES``).
 """
 
@@ -19,14 +34,31 @@ import pulumi_aws as aws
 from .common import bucket_arn, child, managed_policy_arn, tags
 
 # AWS managed policies per kind of role (names; the partition is added at run time).
-# EC2 instance: Session Manager only (no SSH keys).
-EC2_INSTANCE_MANAGED_POLICIES: tuple[str, ...] = ("AmazonSSMManagedInstanceCore",)
-# EKS nodes: join the cluster, run the VPC CNI, pull images from ECR (EKS add-on images), SSM.
+# EC2 instance: none (Session Manager comes from session_manager_policy, no SSH keys).
+EC2_INSTANCE_MANAGED_POLICIES: tuple[str, ...] = ()
+# EKS nodes: join the cluster, run the VPC CNI, pull images from ECR (EKS add-on images). None
+# of them grants ssm:GetParameter* or secretsmanager:GetSecretValue (AWS managed policy reference).
 NODE_MANAGED_POLICIES: tuple[str, ...] = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEKS_CNI_Policy",
     "AmazonEC2ContainerRegistryPullOnly",
-    "AmazonSSMManagedInstanceCore",
+)
+# Session Manager and Run Command on an instance, without AmazonSSMManagedInstanceCore's
+# ssm:GetParameter(s) on "*" (AWS Systems Manager user guide, "Step 2: Verify or add instance
+# permissions for Session Manager", custom instance profile policy; ec2messages for Run Command).
+# These actions take no resource-level scope: the resource is "*".
+SESSION_MANAGER_ACTIONS: tuple[str, ...] = (
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+    "ec2messages:AcknowledgeMessage",
+    "ec2messages:DeleteMessage",
+    "ec2messages:FailMessage",
+    "ec2messages:GetEndpoint",
+    "ec2messages:GetMessages",
+    "ec2messages:SendReply",
 )
 CLUSTER_MANAGED_POLICIES: tuple[str, ...] = ("AmazonEKSClusterPolicy",)
 
@@ -63,18 +95,46 @@ def _prefix_patterns(prefixes: Iterable[str]) -> list[str]:
     return out
 
 
-def mirror_policy(partition: str, bucket: str, prefix: str, *, write: bool, extra_read_prefixes: Iterable[str] = ()) -> str:
+def session_manager_policy() -> str:
+    """Session Manager and Run Command for an instance or node role (JSON): ``SESSION_MANAGER_ACTIONS``
+    on ``*`` and nothing that reads parameters or secrets."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Sid": "SessionManagerChannels", "Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS), "Resource": "*"}],
+        },
+        sort_keys=True,
+    )
+
+
+def mirror_policy(
+    partition: str,
+    bucket: str,
+    prefix: str,
+    *,
+    write: bool,
+    extra_read_prefixes: Iterable[str] = (),
+    write_prefix: str | None = None,
+) -> str:
     """The S3 policy document (JSON) of a mirror reader (``write=False``) or publisher.
 
     Args:
         partition: AWS partition (``aws``).
         bucket: the mirror bucket's name.
         prefix: the mirror prefix (``storage.mirror.prefix``); every right is limited to it.
-        write: publisher rights (put, delete, multipart) on the prefix.
+        write: publisher rights (put, delete, multipart), on ``write_prefix`` only.
         extra_read_prefixes: more prefixes readable (e.g. ``_tools``), never writable.
+        write_prefix: the one key prefix a publisher may write (the revision prefix,
+            ``weights.mirror_key_prefix``); must lie under ``prefix``. Default ``prefix``.
+
+    Raises:
+        ValueError: ``write_prefix`` is not under ``prefix``.
     """
     arn = bucket_arn(partition, bucket)
     clean = prefix.strip("/")
+    target = (write_prefix or clean).strip("/")
+    if target != clean and not target.startswith(clean + "/"):
+        raise ValueError(f"write prefix {target!r} is not under the mirror prefix {clean!r}")
     statements: list[dict[str, Any]] = [
         {
             "Sid": "ListMirrorPrefix",
@@ -83,13 +143,12 @@ def mirror_policy(partition: str, bucket: str, prefix: str, *, write: bool, extr
             "Resource": arn,
             "Condition": {"StringLike": {"s3:prefix": _prefix_patterns([clean, *extra_read_prefixes])}},
         },
-        {
-            "Sid": "WriteMirrorPrefix" if write else "ReadMirrorPrefix",
-            "Effect": "Allow",
-            "Action": list(WRITE_ACTIONS if write else READ_ACTIONS),
-            "Resource": f"{arn}/{clean}/*",
-        },
+        {"Sid": "ReadMirrorPrefix", "Effect": "Allow", "Action": list(READ_ACTIONS), "Resource": f"{arn}/{clean}/*"},
     ]
+    if write:
+        statements.append(
+            {"Sid": "WriteRevisionPrefix", "Effect": "Allow", "Action": list(WRITE_ACTIONS), "Resource": f"{arn}/{target}/*"}
+        )
     extra = [p.strip("/") for p in extra_read_prefixes]
     if extra:
         statements.append(

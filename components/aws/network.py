@@ -9,6 +9,16 @@ New VPC layout (``network.vpcCidr`` split into sixteenths):
 - the S3 gateway endpoint on the private route table, so mirror traffic stays in-region and
   never crosses the NAT gateway (which bills per GB).
 
+GPU zone in a Local Zone (``us-east-1-dfw-2a``; capacity blocks for P6e UltraServers are sold
+there too): EKS refuses Local Zone subnets for its control plane, and of the EKS-related
+resources only managed node groups, self-managed nodes, EBS volumes and Application Load
+Balancers are supported in Local Zones (EKS user guide, "Launch low-latency EKS clusters with AWS
+Local Zones"): no NLB, and the NAT gateway belongs in the parent region. So the layout becomes: the GPU subnet alone in the Local Zone (GPU nodes only,
+no load-balancer tags); two private subnets in two parent-region AZs (``private-second``,
+``private-third``: EKS control plane, system nodes, internal load balancers); the public subnet
+and NAT gateway in the first of them. With an existing VPC, ``network.privateSubnetIds`` must
+then also name parent-region subnets; those (not the Local Zone one) go to the control plane.
+
 Security groups: none allows ingress from 0.0.0.0/0. The ``gpu`` group admits the vLLM port
 only from ``network.allowedCidrs`` and ``network.allowedSecurityGroupIds`` (and itself, for
 multi-node rendezvous). The ``efa`` group (all traffic to and from itself) exists when EFA is on.
@@ -24,6 +34,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.spec.config import ConfigError, DeploymentSpec
+from components.spec.targets import is_local_zone
 from components.spec.versions import VLLM_MASTER_PORT
 
 from .common import child, tags
@@ -34,13 +45,14 @@ ANY_IPV4 = "0.0.0.0/0"
 
 
 def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
-    """CIDRs of the new VPC's subnets: ``private-gpu``, ``private-second``, ``public``.
+    """CIDRs of the new VPC's subnets: ``private-gpu``, ``private-second``, ``private-third``
+    (used with a Local Zone GPU zone only), ``public``.
 
     Each is a sixteenth of ``vpc_cidr`` (a /16 gives /20s: 4,091 addresses per subnet).
     """
     net = ipaddress.ip_network(vpc_cidr)
     blocks = list(net.subnets(new_prefix=net.prefixlen + 4))
-    return {"private-gpu": str(blocks[0]), "private-second": str(blocks[1]), "public": str(blocks[8])}
+    return {"private-gpu": str(blocks[0]), "private-second": str(blocks[1]), "private-third": str(blocks[2]), "public": str(blocks[8])}
 
 
 def gpu_availability_zone(spec: DeploymentSpec) -> str:
@@ -80,8 +92,10 @@ class Network(pulumi.ComponentResource):
 
     Attributes:
         vpc_id: the VPC.
-        private_subnet_ids: every private subnet (EKS control plane, system nodes).
+        private_subnet_ids: the private subnets of the EKS control plane and system nodes (every
+            private subnet; with a Local Zone GPU zone only the parent-region ones).
         gpu_subnet_ids: private subnets in the GPU AZ (GPU nodes, FSx).
+        local_zone: whether the GPU zone is a Local Zone (plain bool).
         gpu_availability_zone: the GPU AZ (plain string).
         gpu_security_group_id: GPU nodes' group (vLLM port from allowed sources only).
         efa_security_group_id: the EFA group, or None when EFA is off.
@@ -100,6 +114,7 @@ class Network(pulumi.ComponentResource):
         spec = args.spec
         net = spec.config.network
         self.gpu_availability_zone = gpu_availability_zone(spec)
+        self.local_zone = is_local_zone(self.gpu_availability_zone)
         self.s3_endpoint_id: pulumi.Output[str] | None = None
         self.efa_security_group_rules: list[pulumi.Resource] = []
         if net.vpc_id:
@@ -137,7 +152,12 @@ class Network(pulumi.ComponentResource):
             why = "the capacity reservation's AZ" if spec.config.compute.capacity.availability_zone else "the GPU AZ"
             raise ConfigError("network.privateSubnetIds", ids, f"has no subnet of {net.vpc_id} in {az} ({why}; GPU nodes and FSx must launch there)")
         self.vpc_id = pulumi.Output.from_input(net.vpc_id)
-        self.private_subnet_ids = pulumi.Output.from_input(ids)
+        control_plane = [i for i in ids if i not in found] if self.local_zone else ids
+        if not control_plane:
+            raise ConfigError(
+                "network.privateSubnetIds", ids, f"has only subnets in the Local Zone {az}: EKS and the NAT path need subnets in two parent-region AZs too"
+            )
+        self.private_subnet_ids = pulumi.Output.from_input(control_plane)
         self.gpu_subnet_ids = pulumi.Output.from_input(sorted(found, key=ids.index))
         if net.s3_gateway_endpoint:
             tables = aws.ec2.get_route_tables_output(
@@ -151,7 +171,11 @@ class Network(pulumi.ComponentResource):
         spec, net = a.spec, a.spec.config.network
         cidrs = subnet_cidrs(net.vpc_cidr)
         az = self.gpu_availability_zone
-        second_az = self._second_az(az)
+        if self.local_zone:
+            second_az, third_az = self._parent_azs()
+            public_az: pulumi.Input[str] = second_az
+        else:
+            second_az, third_az, public_az = self._second_az(az), None, az
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=net.vpc_cidr,
@@ -168,9 +192,9 @@ class Network(pulumi.ComponentResource):
             f"{name}-public",
             vpc_id=vpc.id,
             cidr_block=cidrs["public"],
-            availability_zone=az,
+            availability_zone=public_az,
             map_public_ip_on_launch=False,
-            tags=tags(a.tags, f"{spec.stack}-public-{az}"),
+            tags={**tags(a.tags), "Name": pulumi.Output.concat(spec.stack, "-public-", public_az)},
             opts=child(self),
         )
         public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-public"), opts=child(self))
@@ -191,20 +215,27 @@ class Network(pulumi.ComponentResource):
             # Internal load balancers (the internal NLB of the vLLM Service) land here.
             subnet_tags = {"kubernetes.io/role/internal-elb": "1", f"kubernetes.io/cluster/{a.cluster_name}": "shared"}
         private = []
-        for key, zone in (("private-gpu", az), ("private-second", second_az)):
+        zones: list[tuple[str, pulumi.Input[str]]] = [("private-gpu", az), ("private-second", second_az)]
+        if third_az is not None:
+            zones.append(("private-third", third_az))
+        for key, zone in zones:
+            # No load balancer in a Local Zone subnet (NLBs are not offered there).
+            lb_tags = {} if (key == "private-gpu" and self.local_zone) else subnet_tags
             subnet = aws.ec2.Subnet(
                 f"{name}-{key}",
                 vpc_id=vpc.id,
                 cidr_block=cidrs[key],
                 availability_zone=zone,
                 map_public_ip_on_launch=False,
-                tags={**tags(a.tags), "Name": pulumi.Output.concat(spec.stack, "-private-", zone), **subnet_tags},
+                tags={**tags(a.tags), "Name": pulumi.Output.concat(spec.stack, "-private-", zone), **lb_tags},
                 opts=child(self),
             )
             aws.ec2.RouteTableAssociation(f"{name}-{key}-assoc", subnet_id=subnet.id, route_table_id=private_rt.id, opts=child(self))
             private.append(subnet)
         self.vpc_id = vpc.id
-        self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private])
+        # The control plane never gets the Local Zone subnet (EKS refuses it).
+        control_plane = private[1:] if self.local_zone else private
+        self.private_subnet_ids = pulumi.Output.all(*[s.id for s in control_plane])
         self.gpu_subnet_ids = pulumi.Output.all(private[0].id)
         if net.s3_gateway_endpoint:
             self._create_s3_endpoint(name, vpc.id, pulumi.Output.all(private_rt.id))
@@ -224,6 +255,20 @@ class Network(pulumi.ComponentResource):
         )
         # Every commercial region has at least three AZs; the GPU AZ is never picked twice.
         return zones.names.apply(lambda names: [n for n in sorted(names) if n != gpu_az][0])
+
+    def _parent_azs(self) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+        """Two AZs of the parent region (zone type ``availability-zone``, no opt-in) for the EKS
+        control plane, system nodes and NAT when the GPU zone is a Local Zone."""
+        zones = aws.get_availability_zones_output(
+            region=self._args.region,
+            state="available",
+            filters=[
+                aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"]),
+                aws.GetAvailabilityZonesFilterArgs(name="zone-type", values=["availability-zone"]),
+            ],
+        )
+        names = zones.names.apply(lambda n: sorted(n))
+        return names.apply(lambda n: n[0]), names.apply(lambda n: n[1])
 
     def _create_s3_endpoint(self, name: str, vpc_id: pulumi.Input[str], route_table_ids: pulumi.Input[list[str]]) -> None:
         a = self._args

@@ -257,12 +257,18 @@ def pod_template(
     return {"metadata": meta, "spec": pod}
 
 
+# ComputeDomain.spec.numNodes: deprecated, and with the DRA driver's default feature gate
+# IMEXDaemonsWithDNSNames=true "recommended to be set to zero" (the CRD's own description,
+# resource.nvidia.com_computedomains.yaml, driver 25.12): IMEX daemons start at once and the
+# workload keeps its own count of peers (vLLM's torch.distributed rendezvous waits for every
+# rank before NCCL shares GPU memory over MNNVL). A non-zero value would only drive Status.
+COMPUTE_DOMAIN_NUM_NODES = 0
+
+
 def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
-    """The ComputeDomain (NVIDIA DRA driver) every GB300 vLLM pod joins through its channel claim."""
-    # Autoscaled: the node count changes with the replicas and the spec is immutable, so 0 (the
-    # driver's recommended value with IMEX daemons addressed by DNS name: numNodes only feeds status).
-    num_nodes = 0 if autoscaling_enabled(spec) else spec.gpu_nodes
-    return {"numNodes": num_nodes, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
+    """The ComputeDomain (NVIDIA DRA driver) every GB300 vLLM pod joins through its channel
+    claim, with ``numNodes: 0`` (``COMPUTE_DOMAIN_NUM_NODES``)."""
+    return {"numNodes": COMPUTE_DOMAIN_NUM_NODES, "channel": {"resourceClaimTemplate": {"name": COMPUTE_DOMAIN_CLAIM_TEMPLATE}}}
 
 
 def deployment_spec(
@@ -302,6 +308,26 @@ def leaderworkerset_spec(
     }
 
 
+# Tags the controller puts on the load balancer it creates for a LoadBalancer Service (honoured
+# by EKS's built-in AWS cloud provider service controller and by the AWS Load Balancer
+# Controller; comma-separated key=value). The sweeper finds the NLB by them.
+LB_ADDITIONAL_TAGS_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags"
+
+
+def load_balancer_tags(spec: DeploymentSpec) -> str:
+    """The stack's tags (``DeploymentSpec.tags``) in the annotation's ``k1=v1,k2=v2`` form.
+
+    Raises:
+        ValueError: a tag key or value holds ``,`` or ``=`` (the annotation could not carry it).
+    """
+    pairs = []
+    for key, value in spec.tags.items():
+        if any(c in f"{key}{value}" for c in ",="):
+            raise ValueError(f"tag {key}={value} cannot be written into {LB_ADDITIONAL_TAGS_ANNOTATION}")
+        pairs.append(f"{key}={value}")
+    return ",".join(pairs)
+
+
 def service_spec(spec: DeploymentSpec, command: VllmCommand) -> tuple[dict[str, Any], dict[str, str]]:
     """Service spec and extra annotations: ClusterIP, or an internal NLB (in-tree AWS cloud
     provider annotations) limited to the allowed CIDRs, client IPs preserved."""
@@ -320,6 +346,7 @@ def service_spec(spec: DeploymentSpec, command: VllmCommand) -> tuple[dict[str, 
         notes = {
             "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
             "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+            LB_ADDITIONAL_TAGS_ANNOTATION: load_balancer_tags(spec),
         }
     else:
         body["type"] = "ClusterIP"

@@ -38,7 +38,8 @@ _RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
 # An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
 _IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
-_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+# An AZ (us-east-1a) or a Local Zone (us-east-1-dfw-2a: the parent region, the zone group, a letter).
+_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|-[a-z]+-\d[a-z])$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes label values (also valid AWS tag values): the owner is both.
@@ -104,6 +105,9 @@ class CapacityConfig(_Raw):
     availability_zone: str | None = Field(None, alias="availabilityZone")
     ends_at: datetime | None = Field(None, alias="endsAt")
     usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+    # Instances (trays) in the capacity block as bought, for UltraServer blocks (default: the
+    # smallest UltraServer of the type, targets.InstanceFacts.ultraserver_instances).
+    block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1)
 
 
 class ComputeConfig(_Raw):
@@ -199,6 +203,11 @@ class KubernetesConfig(_Raw):
     context: str | None = None
     # aws-eks: IAM roles/users granted cluster admin (EKS access entries), besides the creator.
     admin_role_arns: tuple[str, ...] = Field((), alias="adminRoleArns")
+    # aws-eks: the EKS (Kubernetes minor) version, default versions.EKS_VERSION, and the
+    # cluster's upgrade policy: STANDARD (auto-upgraded at the end of standard support) or
+    # EXTENDED (stays, billed at the extended-support rate once past it). See _check_eks_version.
+    eks_version: str | None = Field(None, alias="eksVersion")
+    eks_support_type: Literal["STANDARD", "EXTENDED"] = Field("STANDARD", alias="eksSupportType")
 
 
 class ScheduleWindowConfig(_Raw):
@@ -630,6 +639,8 @@ def parse_spec(
         raise ConfigError(
             "compute.capacity.type", cap.type, "is not available for gb300: AWS sells GB300 only as UltraServer capacity blocks (allowed: capacity-block)"
         )
+    _check_ultraserver_block(raw, instance, target.nodes_per_copy * raw.compute.replicas, warnings)
+    _check_local_zone(raw, warnings)
     if raw.compute.efa and instance.efa_interfaces == 0:
         raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
     if raw.compute.efa:
@@ -836,6 +847,7 @@ def parse_spec(
         raise ConfigError(
             "kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), f"is only for aws-eks (EKS access entries), not {raw.platform}"
         )
+    _check_eks_version(raw, now, warnings)
     from .versions import KNOWN_ADDONS
 
     for addon in raw.kubernetes.installed_addons:
@@ -1000,6 +1012,127 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
     if obs.prometheus_namespace is None and obs.prometheus_url is None:
         raise ConfigError(
             "autoscaling.enabled", True, "needs observability.prometheusNamespace or observability.prometheusUrl (the Prometheus that scrapes vLLM and answers the scaler's queries)"
+        )
+
+
+def _check_local_zone(raw: RawConfig, warnings: list[str]) -> None:
+    """A GPU zone in a Local Zone: warn where the stack puts something there that Local Zones may
+    not offer (FSx for Lustre is not among the resources the EKS user guide lists for Local
+    Zones: managed node groups, self-managed nodes, EBS volumes, ALBs)."""
+    from .targets import is_local_zone
+
+    zone = raw.compute.capacity.availability_zone or raw.compute.availability_zone
+    if is_local_zone(zone) and raw.storage.kind in ("fsx", "nvme-from-fsx"):
+        warnings.append(
+            f"the GPU zone {zone} is a Local Zone and storage.kind {raw.storage.kind} creates FSx for Lustre in it: "
+            "check that the zone offers FSx (AWS Local Zones features), or use storage.kind nvme"
+        )
+
+
+def block_instances(raw: RawConfig, instance: InstanceFacts, nodes: int) -> int | None:
+    """Instances paid for in an UltraServer capacity block: ``compute.capacity.blockInstances``,
+    else the smallest whole number of the type's smallest UltraServer holding ``nodes``; None
+    for capacity sold per instance (or not a capacity block)."""
+    cap = raw.compute.capacity
+    if cap.type != "capacity-block" or not instance.ultraserver_instances:
+        return None
+    if cap.block_instances is not None:
+        return cap.block_instances
+    fitting = [n for n in instance.ultraserver_instances if n >= nodes]
+    if fitting:
+        return fitting[0]
+    largest = instance.ultraserver_instances[-1]
+    return -(-nodes // largest) * largest
+
+
+def _check_ultraserver_block(raw: RawConfig, instance: InstanceFacts, nodes: int, warnings: list[str]) -> None:
+    """An UltraServer capacity block is bought whole: warn when the node group uses a fraction of
+    it (the price covers every tray), refuse a block smaller than the node group.
+
+    Raises:
+        ConfigError: ``compute.capacity.blockInstances`` is below the GPU nodes or not a whole
+            number of the type's UltraServers.
+    """
+    billed = block_instances(raw, instance, nodes)
+    if billed is None:
+        if raw.compute.capacity.block_instances is not None:
+            raise ConfigError(
+                "compute.capacity.blockInstances", raw.compute.capacity.block_instances,
+                f"is only for UltraServer capacity blocks (capacity-block of {instance.instance_type} is sold per instance)",
+            )
+        return
+    sizes = instance.ultraserver_instances
+    if billed < nodes:
+        raise ConfigError("compute.capacity.blockInstances", billed, f"is smaller than the {nodes} GPU nodes the stack runs")
+    if not any(billed % n == 0 for n in sizes):
+        raise ConfigError(
+            "compute.capacity.blockInstances", billed, f"is not a whole number of UltraServers ({' or '.join(str(n) for n in sizes)} {instance.instance_type} each)"
+        )
+    if nodes < billed:
+        warnings.append(
+            f"the capacity block holds {billed} {instance.instance_type} (whole UltraServers) and is paid in full, "
+            f"but the node group uses {nodes}: {billed - nodes} trays sit idle (raise compute.replicas to use them)"
+        )
+
+
+def eks_version_of(raw: RawConfig) -> str:
+    """The EKS version a stack creates: ``kubernetes.eksVersion`` or ``versions.EKS_VERSION``."""
+    from .versions import EKS_VERSION
+
+    return raw.kubernetes.eks_version or EKS_VERSION
+
+
+def _check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> None:
+    """``kubernetes.eksVersion`` / ``eksSupportType`` against the EKS support calendar at ``now``.
+
+    EKS accepts ``upgradePolicy.supportType: STANDARD`` only for a version still in standard
+    support (EKS user guide, "Manage EKS extended support"); past it the cluster runs in
+    extended support, billed per cluster-hour at ``EKS_EXTENDED_USD_PER_CLUSTER_HOUR`` instead of
+    ``EKS_STANDARD_USD_PER_CLUSTER_HOUR``. So an out-of-standard version needs EXTENDED chosen
+    explicitly (then a warning states the price), and a version past extended support or not in
+    ``versions.EKS_VERSIONS`` is refused.
+
+    Raises:
+        ConfigError: ``kubernetes.eksVersion`` or ``kubernetes.eksSupportType`` is not allowed.
+    """
+    from .versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_STANDARD_USD_PER_CLUSTER_HOUR, EKS_VERSIONS, eks_support_status
+
+    k8s = raw.kubernetes
+    if raw.platform != "aws-eks":
+        if k8s.eks_version is not None:
+            raise ConfigError("kubernetes.eksVersion", k8s.eks_version, f"is only for aws-eks, not {raw.platform}")
+        return
+    version = eks_version_of(raw)
+    if version not in EKS_VERSIONS:
+        raise ConfigError("kubernetes.eksVersion", version, f"is not a known EKS version (allowed: {', '.join(EKS_VERSIONS)})")
+    facts = EKS_VERSIONS[version]
+    status = eks_support_status(version, now)
+    newest = [v for v in EKS_VERSIONS if eks_support_status(v, now) == "standard"]
+    instead = f"use {' or '.join(newest)}" if newest else "add the newer EKS versions to versions.EKS_VERSIONS"
+    if status == "unsupported":
+        raise ConfigError(
+            "kubernetes.eksVersion", version, f"left extended support on {facts.end_of_extended_support.isoformat()} ({instead})",
+        )
+    if status == "extended" and k8s.eks_support_type != "EXTENDED":
+        raise ConfigError(
+            "kubernetes.eksVersion", version,
+            f"left standard support on {facts.end_of_standard_support.isoformat()}: EKS refuses supportType STANDARD for it "
+            f"({instead}, or set kubernetes.eksSupportType: EXTENDED at "
+            f"USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of {EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f})",
+        )
+    if _version_tuple(version) < (1, 34):
+        raise ConfigError("kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)")
+    if status == "extended":
+        warnings.append(
+            f"EKS {version} is in extended support (standard support ended {facts.end_of_standard_support.isoformat()}): "
+            f"the control plane bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of "
+            f"{EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f}; {instead}"
+        )
+    elif raw.expires_at is not None and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or timezone.utc).date() >= facts.end_of_standard_support:
+        warnings.append(
+            f"EKS {version} leaves standard support on {facts.end_of_standard_support.isoformat()}, before the stack expires: "
+            + ("EKS upgrades the cluster then (supportType STANDARD)" if k8s.eks_support_type == "STANDARD"
+               else f"it then bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour (supportType EXTENDED)")
         )
 
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from . import fsx
-from .config import ConfigError, DeploymentSpec
+from .config import ConfigError, DeploymentSpec, block_instances
 from .model import ModelProfile
 from .targets import GB, GpuFacts
 from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
@@ -228,19 +228,31 @@ def storage_plan(spec: DeploymentSpec) -> StoragePlan:
     )
 
 
+def billed_gpu_nodes(spec: DeploymentSpec) -> int:
+    """GPU instances paid for: the node count, or for an UltraServer capacity block the whole
+    block as bought (``config.block_instances``: e.g. 18 p6e-gb300 trays for a node group of 2)."""
+    return block_instances(spec.config, spec.instance, spec.gpu_nodes) or spec.gpu_nodes
+
+
 def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
-    """Hourly price of all GPU nodes and its source: config override, capacity-block price,
-    then the on-demand list price where known (``targets.py``)."""
+    """Hourly price of all GPU capacity paid for and its source: config override (per node),
+    capacity-block price (per instance), then the on-demand list price where known
+    (``targets.py``). UltraServer capacity blocks are sold whole, so their price is the
+    per-tray price times the trays in the block (``billed_gpu_nodes``), not times the trays used.
+    """
     compute = spec.config.compute
-    nodes = spec.gpu_nodes
+    nodes = billed_gpu_nodes(spec)
+    block = "" if nodes == spec.gpu_nodes else f" x {nodes} {spec.instance.instance_type} in the UltraServer block ({spec.gpu_nodes} used)"
     if compute.usd_per_hour is not None:
-        return compute.usd_per_hour * nodes, "compute.usdPerHour (config)"
+        return compute.usd_per_hour * nodes, f"compute.usdPerHour (config){block}"
     if compute.capacity.usd_per_hour is not None:
-        return compute.capacity.usd_per_hour * nodes, "compute.capacity.usdPerHour (capacity block price)"
+        return compute.capacity.usd_per_hour * nodes, f"compute.capacity.usdPerHour (capacity block price){block}"
     inst = spec.instance
     if inst.usd_per_hour_on_demand is not None and compute.capacity.type != "capacity-block":
         where = "" if spec.region == inst.price_region else f" (price from {inst.price_region}; {spec.region} may differ)"
         return inst.usd_per_hour_on_demand * nodes, f"on-demand list price {inst.price_region}{where}"
+    if block:
+        return None, f"unknown: no public price for {inst.instance_type}; set compute.capacity.usdPerHour or compute.usdPerHour (per tray-hour; billed{block})"
     return None, f"unknown: no public price for {inst.instance_type}; set compute.usdPerHour"
 
 

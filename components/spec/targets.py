@@ -61,6 +61,16 @@ class InstanceFacts:
             DescribeInstanceTypeOfferings as shipped in moto 5.2). Empty for shapes outside
             that catalog; preflight asks the live API.
         in_ec2_catalog: whether EC2's DescribeInstanceTypes knows the type (moto 5.2 data).
+        network_card_interface_types: per network card (index = card), the interface types it
+            takes (``interface``, ``efa``, ``efa-only``), as EC2 DescribeInstanceTypes reports
+            them in ``NetworkInfo.NetworkCards[].InterfaceTypes``. Empty where not recorded.
+        efa_cards: the network cards that get one EFA-only interface in a launch template (the
+            family's published EFA layout, data per instance; empty = no EFA layout).
+        facts_source: where the figures come from (``unverified`` when they are an analogy
+            that preflight's DescribeInstanceTypes must confirm).
+        ultraserver_instances: instances (trays) per UltraServer, for types sold only as whole
+            UltraServers in capacity blocks (the block is paid in full however many trays the
+            node group uses); smallest first. Empty for types sold per instance.
     """
 
     instance_type: str
@@ -79,6 +89,10 @@ class InstanceFacts:
     price_region: str | None
     offered_azs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     in_ec2_catalog: bool = True
+    network_card_interface_types: tuple[tuple[str, ...], ...] = ()
+    efa_cards: tuple[int, ...] = ()
+    facts_source: str = ""
+    ultraserver_instances: tuple[int, ...] = ()
 
     @property
     def nvme_total_bytes(self) -> int:
@@ -147,6 +161,10 @@ GPUS: Mapping[str, GpuFacts] = MappingProxyType(
     }
 )
 
+# Interface types of a network card (EC2 DescribeInstanceTypes NetworkCards[].InterfaceTypes).
+_ENA_ONLY = ("interface",)
+_EFA_CAPABLE = ("interface", "efa", "efa-only")
+
 # Offerings of p6-b300.48xlarge (moto 5.2 DescribeInstanceTypeOfferings, availability-zone).
 _P6_B300_AZS = MappingProxyType(
     {
@@ -180,6 +198,12 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             usd_per_hour_on_demand=142.416,
             price_region="us-east-1",
             offered_azs=_P6_B300_AZS,
+            # Card 0 ENA only, cards 1-16 EFA-capable at 400 Gbps (DescribeInstanceTypes, moto 5.2).
+            network_card_interface_types=(_ENA_ONLY,) + (_EFA_CAPABLE,) * 16,
+            # One EFA-only interface on each of cards 1-16: the full 6.4 Tbps (EC2 user guide,
+            # "Maximize network bandwidth ... multiple network cards").
+            efa_cards=tuple(range(1, 17)),
+            facts_source="EC2 DescribeInstanceTypes (moto 5.2 data), checked live by preflight",
         ),
         "p6e-gb300.36xlarge": InstanceFacts(
             instance_type="p6e-gb300.36xlarge",
@@ -201,6 +225,17 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             price_region=None,
             offered_azs=MappingProxyType({}),
             in_ec2_catalog=False,
+            # Unverified, as p6e-gb200: card 0 ENA only; EFA on cards 1-16.
+            network_card_interface_types=(_ENA_ONLY,) + (_EFA_CAPABLE,) * 16,
+            # P6e layout (EC2 user guide, P6e-GB200 EFA configuration; AWS ParallelCluster
+            # #6930): EFA-only interfaces on the odd cards 1-15 give the full bandwidth; AWS
+            # recommends 4 or 8 EFA interfaces per tray, not 16. Eight here.
+            efa_cards=(1, 3, 5, 7, 9, 11, 13, 15),
+            facts_source="unverified: by analogy with p6e-gb200.36xlarge; preflight compares DescribeInstanceTypes",
+            # Sold only as UltraServer capacity blocks: u-p6e-gb300x72 = 72 GB300 GPUs = 18 trays
+            # of 4 (NVIDIA GB300 NVL72). (GB200 is also sold as u-p6e-gb200x36 = 9 trays; set
+            # compute.capacity.blockInstances to the size of the block you bought.)
+            ultraserver_instances=(18,),
         ),
         "BM.GPU.MI355X.8": InstanceFacts(
             instance_type="BM.GPU.MI355X.8",
@@ -330,3 +365,19 @@ def ec2_vcpu_quota(instance_type: str) -> tuple[str, str] | None:
     # The quota groups families by their leading letters: "p6-b300", "p6e-gb300" -> "p".
     letters = re.match(r"[a-z]*", instance_type.lower())
     return EC2_ON_DEMAND_VCPU_QUOTAS.get(letters.group(0) if letters else "")
+
+
+# A Local Zone name: the parent region, the zone group's location code and a letter
+# (``us-east-1-dfw-2a``); AZ names end in a letter right after the region (``us-east-1a``).
+_LOCAL_ZONE_RE = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-\d)-[a-z]+-\d[a-z]$")
+
+
+def is_local_zone(zone: str | None) -> bool:
+    """Whether ``zone`` is named like a Local Zone (``us-east-1-dfw-2a``) rather than an AZ.
+
+    The name is the plan's offline guess; preflight confirms it with ``ZoneType`` from EC2
+    DescribeAvailabilityZones (``local-zone`` vs ``availability-zone``). P6e UltraServer
+    capacity blocks have been sold in Local Zones (e.g. Dallas ``us-east-1-dfw-2a``).
+    """
+    return bool(zone and _LOCAL_ZONE_RE.match(zone))
+

@@ -6,6 +6,7 @@ Bumping vLLM or a chart is a one-line change here, and shows up in every stack's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date, datetime, timezone
 from types import MappingProxyType
 from typing import Mapping
 
@@ -41,10 +42,69 @@ VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
 # The recipe's value; the startup budget never goes below it.
 RECIPE_ENGINE_READY_TIMEOUT_S = 3_600
 
-# Kubernetes minor version whose OpenAPI schema manifests are validated against, and the EKS
-# version created (>= 1.33 for dynamic resource allocation, needed by ComputeDomains).
-KUBERNETES_VERSION = "1.33"
-EKS_VERSION = "1.33"
+# The EKS version created by default (``kimi-deploy:kubernetes.eksVersion`` overrides it) and the
+# Kubernetes minor version whose OpenAPI schemas the tests validate manifests against: one
+# constant. 1.35: the newest EKS version with a public end-of-standard-support date (2027-03-27),
+# so a cluster created before then may use ``upgradePolicy.supportType: STANDARD``; DRA is GA
+# (``resource.k8s.io/v1``) from 1.34, which ComputeDomains need; kubernetes-validate 1.37.0
+# ships the 1.35 schemas. See ``EKS_VERSIONS``.
+EKS_VERSION = "1.35"
+KUBERNETES_VERSION = EKS_VERSION
+
+
+@dataclass(frozen=True)
+class EksVersion:
+    """One Kubernetes minor version on Amazon EKS and its support calendar (UTC dates).
+
+    Attributes:
+        version: ``"1.35"``.
+        released: the date EKS released it.
+        end_of_standard_support: the first day it is no longer in standard support: a cluster
+            on it then runs in extended support (``supportType: EXTENDED``) or is upgraded by
+            EKS (``STANDARD``); EKS refuses ``STANDARD`` for it from this day.
+        end_of_extended_support: the first day it is not supported at all (EKS auto-upgrades).
+    """
+
+    version: str
+    released: date
+    end_of_standard_support: date
+    end_of_extended_support: date
+
+
+# Source: Amazon EKS user guide, "Understand the Kubernetes version lifecycle on EKS"
+# (docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html, release calendar; the same
+# dates as endoflife.date/amazon-eks). Standard support lasts 14 months, extended 12 more.
+# Preflight compares this table with the live DescribeClusterVersions answer.
+EKS_VERSIONS: Mapping[str, EksVersion] = MappingProxyType(
+    {
+        "1.31": EksVersion("1.31", date(2024, 9, 26), date(2025, 11, 26), date(2026, 11, 26)),
+        "1.32": EksVersion("1.32", date(2025, 1, 25), date(2026, 3, 23), date(2027, 3, 23)),
+        "1.33": EksVersion("1.33", date(2025, 5, 28), date(2026, 7, 29), date(2027, 7, 29)),
+        "1.34": EksVersion("1.34", date(2025, 10, 6), date(2026, 12, 2), date(2027, 12, 2)),
+        "1.35": EksVersion("1.35", date(2026, 1, 28), date(2027, 3, 27), date(2028, 3, 27)),
+    }
+)
+# Control-plane price per cluster-hour (Amazon EKS pricing page; AWS's notice for versions in
+# extended support: "$0.60 per cluster hour"): standard 0.10, extended 0.60 USD.
+EKS_STANDARD_USD_PER_CLUSTER_HOUR = 0.10
+EKS_EXTENDED_USD_PER_CLUSTER_HOUR = 0.60
+EKS_SUPPORT_TYPES: tuple[str, ...] = ("STANDARD", "EXTENDED")
+
+
+def eks_support_status(version: str, moment: datetime) -> str:
+    """``"standard"``, ``"extended"`` or ``"unsupported"``: where ``version`` stands at
+    ``moment`` (an aware datetime) in ``EKS_VERSIONS``.
+
+    Raises:
+        KeyError: a version not in ``EKS_VERSIONS``.
+    """
+    facts = EKS_VERSIONS[version]
+    day = moment.astimezone(timezone.utc).date()
+    if day < facts.end_of_standard_support:
+        return "standard"
+    if day < facts.end_of_extended_support:
+        return "extended"
+    return "unsupported"
 
 
 def vllm_image(image_family: str, tag: str | None = None) -> str:
