@@ -128,7 +128,7 @@ def build_context(now: datetime | None = None) -> DeploymentContext:
         # Hard limits before any resource (the trial-expiry marker below is one) is declared.
         from components.aws.compute import check_ec2_user_data
 
-        check_ec2_user_data(spec, command, hub_token_set=spec.hub_token_key in secrets_set)
+        check_ec2_user_data(spec, command, sizing, hub_token_set=spec.hub_token_key in secrets_set)
     cfg = pulumi.Config(NAMESPACE)
     expires_at = _expiry(spec, now)
     tags: dict[str, Any] = dict(spec.tags)

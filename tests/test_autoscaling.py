@@ -182,8 +182,10 @@ def test_workload_replicas_are_the_first_count_and_then_owned_by_the_scaler():
     assert vllm_service.rollout_timeouts(spec, sizing)[1] == vllm_service.per_pod_budget_seconds(sizing) * 3
 
 
-def test_compute_domain_node_count_is_left_to_the_driver_when_autoscaled():
-    assert one(plan_for("gb300"), "ComputeDomain")["spec"]["numNodes"] == 2
+def test_compute_domain_node_count_is_left_to_the_driver_with_or_without_autoscaling():
+    # numNodes is deprecated and "recommended to be set to zero" (the CRD, driver 25.12): the
+    # immutable spec then survives a change of the replica count.
+    assert one(plan_for("gb300"), "ComputeDomain")["spec"]["numNodes"] == 0
     assert one(autoscaled("gb300"), "ComputeDomain")["spec"]["numNodes"] == 0
 
 

@@ -259,7 +259,7 @@ def test_shipped_ec2_stack_user_data_fits_with_the_longest_bucket_name():
     from components.spec.vllm import build_vllm_command
 
     spec = load_stack("b300", now=FIXED_NOW)
-    size = check_ec2_user_data(spec, build_vllm_command(spec, compute_sizing(spec)), hub_token_set=True)
+    size = check_ec2_user_data(spec, build_vllm_command(spec, compute_sizing(spec)), compute_sizing(spec), hub_token_set=True)
     assert 4_000 < size <= USER_DATA_LIMIT_BYTES
 
 
@@ -355,6 +355,6 @@ def test_the_size_check_renders_the_same_user_data_as_the_program():
     actual = base64.b64decode(lt.inputs["userData"]).decode()
     sha = re.search(r"\b[0-9a-f]{64}\b", actual).group(0)
     spec = run.context.spec
-    rendered = render_ec2_user_data(spec, run.context.vllm, bucket="mirror-bucket-a1b2c3d", tools_sha256=sha,
+    rendered = render_ec2_user_data(spec, run.context.vllm, run.context.sizing, bucket="mirror-bucket-a1b2c3d", tools_sha256=sha,
                                     hub_token_set=spec.hub_token_key in spec.secrets_set)
     assert rendered == actual

@@ -32,7 +32,7 @@ from components.spec.weights import HUB_TOKEN_ENV, mirror_key_prefix, sync_steps
 
 from . import iam
 from .common import TOOLS_PREFIX, child, tags
-from .userdata import Ec2BootConfig, ec2_cloud_config
+from .userdata import USER_DATA_LIMIT_BYTES, Ec2BootConfig
 
 # AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Amazon Linux 2023): NVIDIA driver, CUDA,
 # NVIDIA container toolkit, Docker, EFA, SSM agent, AWS CLI (DLAMI release notes; the public
@@ -147,21 +147,26 @@ def secret_parameter_name(project: str, stack: str, what: str) -> str:
     return f"/{project}/{stack}/{what}"
 
 
-def render_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, bucket: str, tools_sha256: str, hub_token_set: bool) -> str:
-    """The ``#cloud-config`` text ``Ec2GpuServer._user_data`` renders for ``bucket``, without the
-    size check (it builds the same ``Ec2BootConfig``; tests/test_config_reader.py checks that the
-    two stay equal on the shipped aws-ec2 stack)."""
+def render_ec2_user_data(
+    spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing, *, bucket: str, tools_sha256: str, hub_token_set: bool,
+    region: str | None = None,
+) -> str:
+    """The ``#cloud-config`` text of the GPU instance for mirror ``bucket``, without the size check:
+    the one rendering used by ``Ec2GpuServer._user_data`` (``pulumi up``) and by
+    ``check_ec2_user_data`` (config time). ``region`` defaults to ``spec.region``; the weights
+    unit's attempt timeout is the sum of the sync steps' budgets (``sizing.sync_budget_seconds``)."""
     from .storage import WEIGHT_SYNC_KEY
     from .userdata import cloud_config_text
 
     server = vllm.role("server")
+    steps = sync_steps(spec, bucket)
     cfg = Ec2BootConfig(
-        region=spec.region or "",
+        region=region or spec.region or "",
         image=vllm.image,
         vllm_argv=server.argv,
         vllm_env=server.env,
         port=vllm.port,
-        sync_steps=sync_steps(spec, bucket),
+        sync_steps=steps,
         tools_uri=f"s3://{bucket}/{WEIGHT_SYNC_KEY}",
         tools_sha256=tools_sha256,
         api_key_parameter=secret_parameter_name(spec.project, spec.stack, "vllm-api-key"),
@@ -169,6 +174,7 @@ def render_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, bucket: str
         hub_token_env=HUB_TOKEN_ENV[spec.model_source],
         nvme_devices=spec.instance.nvme_devices,
         efa=spec.efa_enabled,
+        weights_timeout_seconds=sum(sync_budget_seconds(spec, sizing, step) for step in steps),
     )
     return cloud_config_text(cfg)
 
@@ -178,7 +184,7 @@ def render_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, bucket: str
 _LONGEST_BUCKET_NAME = "b" * 63
 
 
-def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, hub_token_set: bool) -> int:
+def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing, *, hub_token_set: bool) -> int:
     """Render the ``aws-ec2`` user data as ``pulumi up`` will (longest possible bucket name) and
     check EC2's limit before any resource is declared.
 
@@ -193,9 +199,7 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, *, hub_token_se
     """
     from components.spec.config import ConfigError
 
-    from .userdata import USER_DATA_LIMIT_BYTES
-
-    text = render_ec2_user_data(spec, vllm, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set)
+    text = render_ec2_user_data(spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set)
     total = len(text.encode())
     if total <= USER_DATA_LIMIT_BYTES:
         return total
@@ -337,28 +341,16 @@ class Ec2GpuServer(pulumi.ComponentResource):
 
     def _user_data(self) -> pulumi.Output[str]:
         a = self._args
-        spec, vllm = a.spec, a.vllm
-        server = vllm.role("server")
+        hub_token_set = self.hub_token_parameter is not None
 
         def render(bucket: str) -> str:
-            steps = sync_steps(spec, bucket)
-            cfg = Ec2BootConfig(
-                region=a.region,
-                image=vllm.image,
-                vllm_argv=server.argv,
-                vllm_env=server.env,
-                port=vllm.port,
-                sync_steps=steps,
-                tools_uri=f"s3://{bucket}/{a.tools_object_key}",
-                tools_sha256=a.tools_sha256,
-                api_key_parameter=self.api_key_parameter,
-                hub_token_parameter=self.hub_token_parameter,
-                hub_token_env=HUB_TOKEN_ENV[spec.model_source],
-                nvme_devices=spec.instance.nvme_devices,
-                efa=spec.efa_enabled,
-                weights_timeout_seconds=sum(sync_budget_seconds(spec, a.sizing, step) for step in steps),
+            text = render_ec2_user_data(
+                a.spec, a.vllm, a.sizing, bucket=bucket, tools_sha256=a.tools_sha256, hub_token_set=hub_token_set, region=a.region
             )
-            return base64.b64encode(ec2_cloud_config(cfg).encode()).decode()
+            # check_ec2_user_data refused an oversized rendering at config time; this is the last fence.
+            if len(text.encode()) > USER_DATA_LIMIT_BYTES:
+                raise ValueError(f"EC2 user data is {len(text.encode())} bytes; the limit is {USER_DATA_LIMIT_BYTES}")
+            return base64.b64encode(text.encode()).decode()
 
         return pulumi.Output.from_input(a.mirror_bucket).apply(render)
 

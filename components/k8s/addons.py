@@ -134,13 +134,14 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
     if name == "cluster-autoscaler":
         from components.aws.common import resource_prefix  # the EKS cluster's name (aws edge)
         from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
-        from components.spec.versions import CLUSTER_AUTOSCALER_IMAGE_TAG
+        from components.spec.config import eks_version_of
+        from components.spec.versions import cluster_autoscaler_image_tag
 
         return {
             "cloudProvider": "aws",
             "awsRegion": spec.region,
             "autoDiscovery": {"clusterName": resource_prefix(spec.project, spec.stack)},
-            "image": {"tag": CLUSTER_AUTOSCALER_IMAGE_TAG},
+            "image": {"tag": cluster_autoscaler_image_tag(eks_version_of(spec.config))},
             "rbac": {"serviceAccount": {"create": True, "name": CLUSTER_AUTOSCALER_SERVICE_ACCOUNT}},
             "extraArgs": {
                 # GPU nodes hold their weight copy on local NVMe (hostPath): still removable when empty.

@@ -1120,6 +1120,13 @@ def _check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> No
             f"({instead}, or set kubernetes.eksSupportType: EXTENDED at "
             f"USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of {EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f})",
         )
+    from .versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
+
+    if raw.autoscaling.enabled and version not in CLUSTER_AUTOSCALER_IMAGE_TAGS:
+        raise ConfigError(
+            "kubernetes.eksVersion", version,
+            f"has no cluster autoscaler release recorded for autoscaling (allowed: {', '.join(CLUSTER_AUTOSCALER_IMAGE_TAGS)})",
+        )
     if _version_tuple(version) < (1, 34):
         raise ConfigError("kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)")
     if status == "extended":

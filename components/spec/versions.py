@@ -198,8 +198,22 @@ HELM_CHARTS: Mapping[str, HelmChart] = MappingProxyType(
     }
 )
 
-# The cluster autoscaler release for EKS_VERSION 1.33 (registry.k8s.io/autoscaling/cluster-autoscaler).
-CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.33.1"
+# The cluster autoscaler image (registry.k8s.io/autoscaling/cluster-autoscaler) per Kubernetes minor:
+# its minor must match the cluster's ("use the Cluster Autoscaler release that matches your
+# cluster's Kubernetes version", kubernetes/autoscaler cluster-autoscaler README, Releases).
+# The first patch release of each minor (kubernetes/autoscaler GitHub releases).
+CLUSTER_AUTOSCALER_IMAGE_TAGS: Mapping[str, str] = MappingProxyType(
+    {"1.33": "v1.33.1", "1.34": "v1.34.0", "1.35": "v1.35.0"}
+)
+
+
+def cluster_autoscaler_image_tag(kubernetes_version: str) -> str:
+    """The cluster autoscaler image tag for a cluster of ``kubernetes_version`` (``"1.35"``).
+
+    Raises:
+        KeyError: no release recorded for that minor (config refuses such a stack first).
+    """
+    return CLUSTER_AUTOSCALER_IMAGE_TAGS[kubernetes_version]
 
 # Cluster software a stack may declare as already installed (kubernetes.installedAddons) without
 # this toolkit installing it: each covers the add-ons listed beside it.
