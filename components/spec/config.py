@@ -196,6 +196,18 @@ class KubernetesConfig(_Raw):
     admin_role_arns: tuple[str, ...] = Field((), alias="adminRoleArns")
 
 
+class TimeToReadyConfig(_Raw):
+    """``kimi-deploy:timeToReady``: measured figures that replace the estimates of
+    ``spec/time_to_ready.py`` (each optional; seconds or GB/s, all > 0)."""
+
+    infrastructure_seconds: float | None = Field(None, alias="infrastructureSeconds", gt=0)
+    instance_boot_seconds: float | None = Field(None, alias="instanceBootSeconds", gt=0)
+    image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0)
+    copy_gbps: float | None = Field(None, alias="copyGBps", gt=0)
+    engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0)
+    engine_init_cached_seconds: float | None = Field(None, alias="engineInitCachedSeconds", gt=0)
+
+
 class RawConfig(_Raw):
     """The whole ``kimi-deploy:*`` namespace of a stack (secrets excluded)."""
 
@@ -213,6 +225,7 @@ class RawConfig(_Raw):
     storage: StorageConfig = StorageConfig()
     vllm: VllmConfig = VllmConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
+    time_to_ready: TimeToReadyConfig = Field(TimeToReadyConfig(), alias="timeToReady")
 
 
 # ---------------------------------------------------------------------------------------------

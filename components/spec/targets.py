@@ -61,6 +61,11 @@ class InstanceFacts:
             DescribeInstanceTypeOfferings as shipped in moto 5.2). Empty for shapes outside
             that catalog; preflight asks the live API.
         in_ec2_catalog: whether EC2's DescribeInstanceTypes knows the type (moto 5.2 data).
+        network_gbps: bandwidth of the interface that reaches S3 and the registry (ENA, not
+            EFA), Gbit/s, or None when unknown; read by ``time_to_ready.py``.
+        network_source: where ``network_gbps`` comes from (or ``estimate: ...``).
+        nvme_write_bytes_per_second: sequential write of the RAID0 set, bytes/s, or None.
+        nvme_write_source: where ``nvme_write_bytes_per_second`` comes from.
     """
 
     instance_type: str
@@ -79,6 +84,10 @@ class InstanceFacts:
     price_region: str | None
     offered_azs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     in_ec2_catalog: bool = True
+    network_gbps: float | None = None
+    network_source: str = "unknown"
+    nvme_write_bytes_per_second: int | None = None
+    nvme_write_source: str = "unknown"
 
     @property
     def nvme_total_bytes(self) -> int:
@@ -180,6 +189,11 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             usd_per_hour_on_demand=142.416,
             price_region="us-east-1",
             offered_azs=_P6_B300_AZS,
+            # AWS P6-B300 launch (2025-12): 300 Gbps of ENA beside 6.4 Tbps of EFA (DESIGN.md 3).
+            network_gbps=300,
+            network_source="AWS P6-B300 launch 2025-12: 300 Gbps ENA (S3 and registry traffic)",
+            nvme_write_bytes_per_second=12 * GB,
+            nvme_write_source="estimate: 8 Nitro NVMe x 1.5 GB/s write (no AWS figure; measure with fio)",
         ),
         "p6e-gb300.36xlarge": InstanceFacts(
             instance_type="p6e-gb300.36xlarge",
@@ -201,6 +215,10 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             price_region=None,
             offered_azs=MappingProxyType({}),
             in_ec2_catalog=False,
+            network_gbps=100,
+            network_source="estimate: no AWS ENA figure for a GB300 tray (read DescribeInstanceTypes)",
+            nvme_write_bytes_per_second=4_500 * 10**6,
+            nvme_write_source="estimate: 3 Nitro NVMe x 1.5 GB/s write (no AWS figure; measure with fio)",
         ),
         "BM.GPU.MI355X.8": InstanceFacts(
             instance_type="BM.GPU.MI355X.8",
@@ -220,6 +238,10 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             price_region=None,
             offered_azs=MappingProxyType({}),
             in_ec2_catalog=False,
+            network_gbps=100,
+            network_source="estimate: front-end network of BM.GPU.MI355X.8 (no OCI figure recorded)",
+            nvme_write_bytes_per_second=12 * GB,
+            nvme_write_source="estimate: 8 NVMe x 1.5 GB/s write (no vendor figure; measure with fio)",
         ),
         "p5.48xlarge": InstanceFacts(
             instance_type="p5.48xlarge",
