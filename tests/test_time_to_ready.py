@@ -158,3 +158,23 @@ def test_streamer_is_modelled_side_by_side():
 def test_schedule_rejects_an_unknown_dependency():
     with pytest.raises(ValueError, match="depends on"):
         ttr.schedule("x", [ttr._Step("a", 1, "s", after=("b",))], None)
+
+
+def test_plan_shows_time_to_ready():
+    """The plan's JSON carries the model; Markdown draws a Mermaid gantt, the table a bar per phase."""
+    import io
+
+    from scripts.plan import build_plan_document, render_markdown, render_table
+
+    doc = build_plan_document("b300", now=FIXED_NOW)
+    spec = load_stack("b300", now=FIXED_NOW)
+    assert doc["time_to_ready"] == _model(spec).as_json() or set(doc["time_to_ready"]) == set(ttr.SCENARIOS)
+    assert doc["time_to_ready_goal"]["met"] is True and doc["time_to_ready_goal"]["goal_seconds"] == 900
+    assert doc["sizing"]["first_deploy_seconds"] == doc["time_to_ready"]["first_deploy"]["total_seconds"]
+    md = render_markdown(doc)
+    assert md.count("```mermaid\ngantt") == 4  # three scenarios + the streamer alternative
+    assert ":crit, p0, 0, " in md
+    out = io.StringIO()
+    render_table(doc, file=out)
+    text = out.getvalue()
+    assert "time to ready" in text and "█" in text and "engine init (cached)" in text
