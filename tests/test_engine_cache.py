@@ -145,3 +145,29 @@ def test_restore_and_save_through_s3(tmp_path, monkeypatch):
         assert tool.save(uri, str(tmp_path / "a"), "k", log=lambda *_: None) == "exists"
         assert tool.restore(uri, str(tmp_path / "b"), "k", log=lambda *_: None) == "restored"
         assert tool.restore(uri, str(tmp_path / "c"), "other", log=lambda *_: None) == "refused"
+
+
+def test_ec2_units_run_the_core_argv(tmp_path):
+    """The EC2 units run exactly the core's argv in the pinned image, restore before vLLM, save after it."""
+    import shutil
+    import subprocess
+
+    from components.aws.userdata import Ec2BootConfig, engine_cache_units
+
+    spec, key = _key("b300")
+    restore, save = ec.cache_steps(spec, "bkt", key, "http://127.0.0.1:8000/health")
+    cfg = Ec2BootConfig(region="us-east-1", image="vllm/vllm-openai:v0.33.0", vllm_argv=("vllm", "serve"), vllm_env={},
+                        port=8000, sync_steps=(), tools_uri="s3://b/t", tools_sha256="0" * 64,
+                        api_key_parameter="/p", hub_token_parameter=None, hub_token_env="HF_TOKEN", nvme_devices=8)
+    units = engine_cache_units(cfg, restore.argv, save.argv)
+    r, s = units["kimi-engine-cache-restore.service"], units["kimi-engine-cache-save.service"]
+    assert "Before=kimi-vllm.service" in r and "After=docker.service kimi-weights.service" in r
+    assert "After=docker.service kimi-vllm.service" in s
+    assert key.digest in r and "restore" in r and "--wait-url http://127.0.0.1:8000/health" in s
+    assert "vllm/vllm-openai:v0.33.0" in r
+    if shutil.which("systemd-analyze"):
+        for name, text in units.items():
+            (tmp_path / name).write_text(text.replace("/usr/bin/docker", "/bin/true"))
+        out = subprocess.run(["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)],
+                             capture_output=True, text=True)
+        assert "Unknown key" not in out.stderr and "Invalid" not in out.stderr, out.stderr
