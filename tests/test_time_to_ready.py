@@ -178,3 +178,9 @@ def test_plan_shows_time_to_ready():
     render_table(doc, file=out)
     text = out.getvalue()
     assert "time to ready" in text and "█" in text and "engine init (cached)" in text
+
+
+def test_replaced_node_pays_from_boot():
+    replaced = _model(load_stack("b300", now=FIXED_NOW)).scenarios["replaced_node"]
+    assert replaced.phases[0].name == "instance launch"
+    assert replaced.gpu_seconds == replaced.total_seconds - replaced.phases[0].end_seconds

@@ -374,7 +374,8 @@ def _scenario_steps(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncSt
     platform = spec.platform
     out: list[_Step] = []
     if scenario == "replaced_node":
-        out.append(_Step("instance launch", *_fact_or_measured(INSTANCE_LAUNCH_SECONDS, None, ""), after=(), gpu=True))
+        # Billing starts when the instance runs, not at the request.
+        out.append(_Step("instance launch", *_fact_or_measured(INSTANCE_LAUNCH_SECONDS, None, ""), after=()))
         first = "instance launch"
     else:
         secs, src = _fact_or_measured(INFRASTRUCTURE_SECONDS[platform], ttr.infrastructure_seconds, "infrastructureSeconds")
