@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             base_s3, base_s3_sync, ours_s3, *_ = interleaved(cases, keep_last=d_ws)
             if not os.path.exists(os.path.join(d_ws, ".weights-complete.json")):  # rotated: last run was another
                 subprocess.run(ws + ["--source", "s3://bench/ckpt", "--dest", d_ws], env=env, check=True)
-            again_s3 = again("S3 -> dir: resume (complete, 112 files)", ws + ["--source", "s3://bench/ckpt", "--dest", d_ws], d_ws)
+            again_s3 = again("S3 -> dir: resume (complete, 112 files)",
+                             ws + ["--source", "s3://bench/ckpt", "--dest", d_ws], d_ws)
             base_s3_sync["ratio"] = round(base_s3_sync["seconds"] / base_s3["seconds"], 2)
             base_s3_sync["target"] = "(durable baseline)"
             ours_s3["ratio"] = round(ours_s3["seconds"] / base_s3_sync["seconds"], 2)
@@ -302,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                  ws + ["--source", f"file://{src}", "--dest", d_ws, "--verify", "full"], d_ws)], keep_last=d_ws)
             if not os.path.exists(os.path.join(d_ws, ".weights-complete.json")):
                 subprocess.run(ws + ["--source", f"file://{src}", "--dest", d_ws], env=env, check=True)
-            again_dir = again("dir -> dir: resume (complete, 112 files)", ws + ["--source", f"file://{src}", "--dest", d_ws], d_ws)
+            again_dir = again("dir -> dir: resume (complete, 112 files)",
+                              ws + ["--source", f"file://{src}", "--dest", d_ws], d_ws)
             base_sync["ratio"] = round(base_sync["seconds"] / base_dir["seconds"], 2)
             base_sync["target"] = "(durable baseline)"
             ours_dir["ratio"] = round(ours_dir["seconds"] / base_sync["seconds"], 2)

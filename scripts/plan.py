@@ -368,7 +368,8 @@ def _time_to_ready_table(doc: dict[str, Any], console) -> None:
                           mark + _bar(p["start_seconds"], p["seconds"], sc["total_seconds"]), escape(p["source"]),
                           style="bold" if p["on_critical_path"] else None)
         console.print(table)
-    console.print("  " + doc["time_to_ready_alternatives"]["runai_streamer"]["note"], highlight=False, markup=False, soft_wrap=True)
+    note = doc["time_to_ready_alternatives"]["runai_streamer"]["note"]
+    console.print("  " + note, highlight=False, markup=False, soft_wrap=True)
 
 
 def _argv_lines(argv: list[str]) -> list[str]:

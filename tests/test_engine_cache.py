@@ -11,7 +11,7 @@ import tarfile
 import pytest
 
 from components.spec import engine_cache as ec
-from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.spec.config import namespace_config, parse_spec, read_stack_config
 from components.spec.sizing import compute_sizing
 from components.spec.vllm import build_vllm_command
 from scripts import engine_cache as tool

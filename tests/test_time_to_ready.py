@@ -98,7 +98,8 @@ def test_overrides_replace_estimates():
     model = _model(spec)
     first = {p.name: p for p in model.scenarios["first_deploy"].phases}
     repeat = {p.name: p for p in model.scenarios["repeat_trial"].phases}
-    assert first["image pull"].seconds == 42 and first["image pull"].source == "measured (kimi-deploy:timeToReady.imagePullSeconds)"
+    assert first["image pull"].seconds == 42
+    assert first["image pull"].source == "measured (kimi-deploy:timeToReady.imagePullSeconds)"
     assert first["engine init (cold)"].seconds == 1234 and "engineInitSeconds" in first["engine init (cold)"].source
     assert repeat["engine init (cached)"].seconds == 77 and "engineInitCachedSeconds" in repeat["engine init (cached)"].source
     assert first["infrastructure"].seconds == 11 and first["instance boot"].seconds == 13
