@@ -161,6 +161,31 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
         **scaling_section(spec, sizing),
+        **_time_to_ready_section(spec, sizing, steps),
+    }
+
+
+def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
+    """``time_to_ready`` {first_deploy, repeat_trial, replaced_node: {total_seconds, gpu_usd,
+    phases [{name, start_seconds, seconds, source, on_critical_path}]}}, ``time_to_ready_goal``
+    {scenario, from, goal_seconds, modelled_seconds, met} and ``time_to_ready_alternatives``
+    {runai_streamer: {repeat_trial, note}} (``components/spec/time_to_ready.py``)."""
+    from components.spec.time_to_ready import RUNAI_STREAMER_NOTE, time_to_ready
+
+    model = time_to_ready(spec, sizing, steps)
+    stream = model.streamer_repeat_trial
+    return {
+        "time_to_ready": model.as_json(),
+        "time_to_ready_goal": {
+            "scenario": "repeat_trial",
+            "from": "instance running",
+            "goal_seconds": model.goal_seconds,
+            "modelled_seconds": model.repeat_trial_after_running_seconds,
+            "met": model.goal_met,
+        },
+        "time_to_ready_alternatives": {
+            "runai_streamer": {"repeat_trial": stream.as_json() if stream else None, "note": RUNAI_STREAMER_NOTE},
+        },
     }
 
 
@@ -293,7 +318,7 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         "(once, into the in-region mirror)" if mirror else "(on every node: this stack has no mirror)"
     )
     steps = " + ".join(f"{s['name']} {_duration(s['expected_seconds'])}" for s in doc["weight_sync"])
-    first = f"about {_duration(sz['first_deploy_seconds'])} with nothing downloaded yet ({steps} + load + warm-up; plus infrastructure and image pull)"
+    first = f"about {_duration(sz['first_deploy_seconds'])} with nothing downloaded yet (infrastructure, image pull, {steps}, load, engine init; see time to ready)"
     ttl = doc["expires_at"] and not doc["expires_rule"].startswith("explicit")
     expires = doc["expires_rule"] + (f" -> {doc['expires_at']} if created now" if ttl else "")
     return [
@@ -339,6 +364,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for step in doc["weight_sync"]:
         where = "on every GPU node" if step["per_node"] else "once"
         lines.append(f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`")
+    lines += _time_to_ready_markdown(doc)
     lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
     for r in doc["resources"]:
         # Outside code spans `<known after pulumi up>` would be read as an HTML tag and hidden.
@@ -348,6 +374,84 @@ def render_markdown(doc: dict[str, Any]) -> str:
         for k, v in doc["outputs"].items():
             lines.append(f"| {k} | `{_output_text(v)}` |")
     return "\n".join(lines) + "\n"
+
+
+_SCENARIO_TITLES = {
+    "first_deploy": "first deploy (empty mirror)",
+    "repeat_trial": "repeat trial (mirror and engine caches full)",
+    "replaced_node": "replaced node",
+}
+
+
+def _goal_line(doc: dict[str, Any]) -> str:
+    goal = doc["time_to_ready_goal"]
+    verdict = "met" if goal["met"] else "NOT met"
+    return (f"goal: repeat trial ready within {_duration(goal['goal_seconds'])} of the {goal['from']}: "
+            f"modelled {_duration(goal['modelled_seconds'])} ({goal['modelled_seconds']} s), {verdict}")
+
+
+def _time_to_ready_markdown(doc: dict[str, Any]) -> list[str]:
+    """The time-to-ready section: per scenario a Mermaid gantt chart (critical phases marked
+    ``crit``) and the phases with their sources."""
+    lines = ["", "**Time to ready**", "", _goal_line(doc), ""]
+    scenarios = dict(doc["time_to_ready"])
+    stream = doc["time_to_ready_alternatives"]["runai_streamer"]["repeat_trial"]
+    if stream:
+        scenarios["repeat_trial_runai_streamer"] = stream
+    for name, sc in scenarios.items():
+        title = _SCENARIO_TITLES.get(name, "repeat trial, --load-format runai_streamer from the mirror (alternative)")
+        usd = f", GPU wait USD {sc['gpu_usd']:,.2f}" if sc["gpu_usd"] is not None else ""
+        lines += [f"*{title}*: {_duration(sc['total_seconds'])} ({sc['total_seconds']} s){usd}", "",
+                  "```mermaid", "gantt", f"  title {title}", "  dateFormat X", "  axisFormat %H:%M"]
+        for i, p in enumerate(sc["phases"]):
+            tag = "crit, " if p["on_critical_path"] else ""
+            label = p["name"].replace(":", " ").replace(";", ",")
+            lines.append(f"  {label} :{tag}p{i}, {p['start_seconds']}, {max(p['seconds'], 1)}s")
+        lines += ["```", "", "| phase | start | duration | critical | source |", "|---|---|---|---|---|"]
+        for p in sc["phases"]:
+            lines.append(f"| {p['name']} | {p['start_seconds']} s | {p['seconds']} s | "
+                         f"{'yes' if p['on_critical_path'] else ''} | {p['source'].replace('|', '/')} |")
+        lines.append("")
+    lines.append("> " + doc["time_to_ready_alternatives"]["runai_streamer"]["note"])
+    return lines
+
+
+def _bar(start: int, seconds: int, total: int, width: int = 40) -> str:
+    """A bar of ``seconds`` starting at ``start`` on a ``width``-character axis of ``total``."""
+    if total <= 0:
+        return ""
+    first = int(start / total * width)
+    length = max(1, round(seconds / total * width)) if seconds else 0
+    return " " * first + "█" * min(length, width - first)
+
+
+def _time_to_ready_table(doc: dict[str, Any], console) -> None:
+    """The time-to-ready section for people: a bar per phase, critical phases in bold."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print("\n[bold]time to ready[/bold]  " + escape(_goal_line(doc)), highlight=False)
+    scenarios = dict(doc["time_to_ready"])
+    stream = doc["time_to_ready_alternatives"]["runai_streamer"]["repeat_trial"]
+    if stream:
+        scenarios["repeat_trial_runai_streamer"] = stream
+    for name, sc in scenarios.items():
+        title = _SCENARIO_TITLES.get(name, "repeat trial with --load-format runai_streamer (alternative)")
+        usd = f", GPU wait USD {sc['gpu_usd']:,.2f}" if sc["gpu_usd"] is not None else ""
+        table = Table(title=f"{title}: {_duration(sc['total_seconds'])}{usd}", title_justify="left")
+        table.add_column("phase")
+        table.add_column("start", justify="right")
+        table.add_column("duration", justify="right")
+        table.add_column("timeline (* = critical path)", no_wrap=True)
+        table.add_column("source", overflow="fold")
+        for p in sc["phases"]:
+            mark = "*" if p["on_critical_path"] else " "
+            table.add_row(escape(p["name"]), _duration(p["start_seconds"]), _duration(p["seconds"]),
+                          mark + _bar(p["start_seconds"], p["seconds"], sc["total_seconds"]), escape(p["source"]),
+                          style="bold" if p["on_critical_path"] else None)
+        console.print(table)
+    note = doc["time_to_ready_alternatives"]["runai_streamer"]["note"]
+    console.print("  " + note, highlight=False, markup=False, soft_wrap=True)
 
 
 def _argv_lines(argv: list[str]) -> list[str]:
@@ -405,6 +509,7 @@ def render_table(doc: dict[str, Any], file=None) -> None:
             f"  {step['name']} ({where}, about {_duration(step['expected_seconds'])}): {step['source']} -> {step['dest']}",
             highlight=False, markup=False, soft_wrap=True,
         )
+    _time_to_ready_table(doc, console)
     table = Table(title=f"\nresources ({len(doc['resources'])})", title_justify="left")
     table.add_column("type", overflow="fold")
     table.add_column("name", overflow="fold")

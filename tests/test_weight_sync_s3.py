@@ -200,3 +200,21 @@ def test_mirror_with_an_empty_manifest_fails_without_a_marker(tmp_path, s3, caps
     rc = ws.main(["--source", f"file://{empty}", "--dest", f"s3://{bucket}/n", "--json", "--quiet"])
     assert rc == 1 and "source has no files" in capsys.readouterr().err
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="n/")
+
+
+def test_small_objects_use_one_get_not_the_transfer_manager(tmp_path, s3, capsys, monkeypatch):
+    """Objects up to S3_SINGLE_GET_MAX_BYTES are read with one GET into the sink (less CPU per GB);
+    larger ones keep ranged parts."""
+    files = checkpoint_files(seed=5)
+    assert max(len(v) for v in files.values()) <= ws.S3_SINGLE_GET_MAX_BYTES
+    bucket = bucket_name()
+    publish_mirror(s3, bucket, "m", files, manifest_for(files, revision="d" * 40))
+    import boto3.s3.inject
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the transfer manager was used for a small object")
+
+    monkeypatch.setattr(boto3.s3.inject, "download_fileobj", forbidden)
+    rc, summary, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"), "--s3-client", "boto3")
+    assert rc == 0, err
+    assert read_tree(str(tmp_path / "d")) == files and summary["files_transferred"] == len(files)

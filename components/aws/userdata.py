@@ -424,3 +424,69 @@ def eks_node_user_data(cluster: ClusterDetails | None = None) -> str:
         f"{body}\n"
         f"--{MIME_BOUNDARY}--\n"
     )
+
+
+# -- engine caches (components/spec/engine_cache.py) -----------------------------------------
+# Declared here as separate units; the lead hooks them into the chain (see engine_cache_units).
+
+ENGINE_CACHE_UNITS = ("kimi-engine-cache-restore.service", "kimi-engine-cache-save.service")
+
+
+def engine_cache_docker_command(cfg: Ec2BootConfig, argv: Sequence[str], name: str) -> list[str]:
+    """``docker run`` of one ``scripts/engine_cache.py`` step in the pinned image: the NVMe at
+    ``/models`` read-write (the cache directory lives there), the program mounted read-only,
+    host networking (instance role; the save polls vLLM's health on 127.0.0.1)."""
+    from components.spec.engine_cache import ENGINE_CACHE_SCRIPT_PATH
+
+    return [
+        "docker", "run", "--rm", "--network", "host", "--name", f"kimi-{name}",
+        "-e", f"AWS_REGION={cfg.region}", "-e", f"AWS_DEFAULT_REGION={cfg.region}",
+        "-v", f"{ENGINE_CACHE_SCRIPT_PATH}:{ENGINE_CACHE_SCRIPT_PATH}:ro",
+        "-v", f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}",
+        "--entrypoint", argv[0], cfg.image, *argv[1:],
+    ]
+
+
+def engine_cache_units(cfg: Ec2BootConfig, restore_argv: Sequence[str], save_argv: Sequence[str]) -> dict[str, str]:
+    """The restore and save units, by file name.
+
+    restore: one-shot after ``kimi-weights.service`` (the image is pulled there), before
+    ``kimi-vllm.service``; ``Wants=`` rather than ``Requires=`` on the vLLM side, so a failed
+    restore means a cold start, never no start. save: one-shot after vLLM started; the program
+    waits for the health URL in its argv and archives once (never overwrites).
+    Hooking in: write these units, add ``Wants=kimi-engine-cache-restore.service`` and
+    ``After=kimi-engine-cache-restore.service`` to ``kimi-vllm.service``, enable both, mount
+    ``<NVMe>/.kimi-engine-cache/<key>`` at ``engine_cache.ENGINE_CACHE_CONTAINER_PATH`` (rw) in
+    the vLLM container with ``engine_cache.vllm_cache_env()``, and ship ``scripts/engine_cache.py``
+    beside ``weight_sync.py`` (tools object + sha256).
+    """
+    restore = f"""[Unit]
+Description=kimi-deploy: restore the engine's compile caches from the mirror (cold start if absent)
+Requires=docker.service
+After=docker.service kimi-weights.service
+Before=kimi-vllm.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={_q(engine_cache_docker_command(cfg, restore_argv, "engine-cache-restore"))}
+TimeoutStartSec=1800
+
+[Install]
+WantedBy=multi-user.target
+"""
+    save = f"""[Unit]
+Description=kimi-deploy: save the engine's compile caches to the mirror after the first healthy start
+Requires=docker.service
+After=docker.service kimi-vllm.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={_q(engine_cache_docker_command(cfg, save_argv, "engine-cache-save"))}
+TimeoutStartSec=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+    return dict(zip(ENGINE_CACHE_UNITS, (restore, save)))

@@ -253,6 +253,18 @@ class ObservabilityConfig(_Raw):
     kv_cache_alert_fraction: float = Field(0.95, alias="kvCacheAlertFraction", gt=0, le=1)
 
 
+class TimeToReadyConfig(_Raw):
+    """``kimi-deploy:timeToReady``: measured figures that replace the estimates of
+    ``spec/time_to_ready.py`` (each optional; seconds or GB/s, all > 0)."""
+
+    infrastructure_seconds: float | None = Field(None, alias="infrastructureSeconds", gt=0)
+    instance_boot_seconds: float | None = Field(None, alias="instanceBootSeconds", gt=0)
+    image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0)
+    copy_gbps: float | None = Field(None, alias="copyGBps", gt=0)
+    engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0)
+    engine_init_cached_seconds: float | None = Field(None, alias="engineInitCachedSeconds", gt=0)
+
+
 class RawConfig(_Raw):
     """The whole ``kimi-deploy:*`` namespace of a stack (secrets excluded)."""
 
@@ -272,6 +284,7 @@ class RawConfig(_Raw):
     kubernetes: KubernetesConfig = KubernetesConfig()
     autoscaling: AutoscalingConfig = AutoscalingConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
+    time_to_ready: TimeToReadyConfig = Field(TimeToReadyConfig(), alias="timeToReady")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from . import fsx
 from .config import ConfigError, DeploymentSpec, block_instances
 from .model import ModelProfile
 from .targets import GB, GpuFacts
+from .time_to_ready import ENGINE_INIT_COLD_SECONDS, engine_init_cold_seconds, mirror_copy_rate
 from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
 from .weights import SyncStep
 
@@ -24,9 +25,9 @@ TIB = 2**40
 # checkpoint update landing beside the old one is NOT assumed (that needs 2x; see README).
 STORAGE_HEADROOM_FRACTION = 0.10
 
-# Engine start after the weights are read: torch.compile, CUDA-graph capture and warm-up for a
-# 93-layer MoE. Estimate (no published figure); the safety factor below covers the spread.
-ENGINE_WARMUP_SECONDS = 900
+# Engine start after the weights are read (torch.compile, CUDA graphs, warm-up), no cache: the
+# estimate lives in time_to_ready.py; the safety factor below covers the spread.
+ENGINE_WARMUP_SECONDS = int(ENGINE_INIT_COLD_SECONDS.value)
 # Every timeout gets this multiple of the expected load + warm-up time.
 STARTUP_SAFETY_FACTOR = 2.0
 # Timeouts are rounded up to whole minutes.
@@ -35,11 +36,12 @@ _ROUND_SECONDS = 60
 # Hub download rate the budgets and first-deploy estimate assume (an estimate: at 100 MB/s
 # sustained the 1.56 TB checkpoint takes over 4 hours).
 HUB_DOWNLOAD_MEGABYTES_PER_SECOND = 100
-# Read rate assumed for copies from the in-region mirror: parallel ranged GETs (one S3
-# connection tops out near 5 Gbps; the sync runs 16 files at once). Conservative on purpose.
-MIRROR_READ_BYTES_PER_SECOND = 500 * 10**6
-# Every sync budget gets this multiple of its expected time, rounded up to whole minutes.
+# Copies from the in-region mirror run at time_to_ready.mirror_copy_rate (network, connections
+# and NVMe write of the instance). Every sync budget gets this multiple of its expected time,
+# rounded up to whole minutes, and never less than the floor (a copy bound by estimates that
+# turn out 3x optimistic must not be killed by its own deadline).
 SYNC_SAFETY_FACTOR = 2.0
+SYNC_BUDGET_FLOOR_SECONDS = 1_800
 
 
 @dataclass(frozen=True)
@@ -173,10 +175,10 @@ def kv_cache_tokens(
     return int(tokens_tp * decode_context_parallel_size * model.dcp_kv_efficiency)
 
 
-def startup_budget_seconds(load_seconds: int) -> int:
-    """The startup budget: ``STARTUP_SAFETY_FACTOR`` x (load + warm-up), never below the
-    recipe's 3,600 s engine-ready timeout, rounded up to a whole minute."""
-    raw = STARTUP_SAFETY_FACTOR * (load_seconds + ENGINE_WARMUP_SECONDS)
+def startup_budget_seconds(load_seconds: int, engine_init_seconds: float = ENGINE_WARMUP_SECONDS) -> int:
+    """The startup budget: ``STARTUP_SAFETY_FACTOR`` x (load + cold engine init), never below
+    the recipe's 3,600 s engine-ready timeout, rounded up to a whole minute."""
+    raw = STARTUP_SAFETY_FACTOR * (load_seconds + engine_init_seconds)
     budget = max(RECIPE_ENGINE_READY_TIMEOUT_S, raw)
     return int(math.ceil(budget / _ROUND_SECONDS) * _ROUND_SECONDS)
 
@@ -288,7 +290,7 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         weights_gib=math.ceil(model.weights_bytes / GIB),
         storage=storage,
         load_seconds=load,
-        startup_budget_seconds=startup_budget_seconds(load),
+        startup_budget_seconds=startup_budget_seconds(load, engine_init_cold_seconds(spec)),
         kv_cache_tokens=tokens_dcp,
         kv_cache_tokens_tp=tokens_tp,
         kv_cache_tokens_dcp=tokens_dcp,
@@ -305,25 +307,29 @@ def sync_expected_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) 
 
     Hub sources: the download at ``HUB_DOWNLOAD_MEGABYTES_PER_SECOND``. FSx sources: the file
     system's throughput shared by all GPU nodes copying at once. Mirror sources:
-    ``MIRROR_READ_BYTES_PER_SECOND`` per node.
+    ``time_to_ready.mirror_copy_rate`` per node.
     """
     if step.needs_hub_token or step.source == spec.hub_uri:
         return download_seconds(sizing.weights_bytes, HUB_DOWNLOAD_MEGABYTES_PER_SECOND)
     if step.needs_fsx and sizing.storage.fsx_read_bytes_per_second:
         per_node = max(1, sizing.storage.fsx_read_bytes_per_second // spec.gpu_nodes)
         return math.ceil(sizing.weights_bytes / per_node)
-    return math.ceil(sizing.weights_bytes / MIRROR_READ_BYTES_PER_SECOND)
+    return math.ceil(sizing.weights_bytes / mirror_copy_rate(spec).bytes_per_second)
 
 
 def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
     """Seconds a sync step may take before Pulumi and the Job give up:
-    ``SYNC_SAFETY_FACTOR`` x the expected time, rounded up to whole minutes."""
+    ``SYNC_SAFETY_FACTOR`` x the expected time, rounded up to whole minutes, at least
+    ``SYNC_BUDGET_FLOOR_SECONDS``."""
     expected = sync_expected_seconds(spec, sizing, step)
-    return int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
+    budget = int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
+    return max(budget, SYNC_BUDGET_FLOOR_SECONDS)
 
 
 def first_deploy_seconds(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> int:
     """Expected seconds from `pulumi up` to a served model on a first deploy with an empty
-    mirror: the sync steps one after the other, then the weight load and engine warm-up.
-    (Infrastructure creation and the image pull come on top.)"""
-    return sum(sync_expected_seconds(spec, sizing, s) for s in steps) + sizing.load_seconds + ENGINE_WARMUP_SECONDS
+    mirror: ``time_to_ready``'s ``first_deploy`` scenario (infrastructure, boot, image pull,
+    the sync steps, the weight load and a cold engine start)."""
+    from .time_to_ready import time_to_ready
+
+    return time_to_ready(spec, sizing, steps).scenarios["first_deploy"].total_seconds

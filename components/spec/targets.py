@@ -71,6 +71,11 @@ class InstanceFacts:
         ultraserver_instances: instances (trays) per UltraServer, for types sold only as whole
             UltraServers in capacity blocks (the block is paid in full however many trays the
             node group uses); smallest first. Empty for types sold per instance.
+        network_gbps: bandwidth of the interface that reaches S3 and the registry (ENA, not
+            EFA), Gbit/s, or None when unknown; read by ``time_to_ready.py``.
+        network_source: where ``network_gbps`` comes from (or ``estimate: ...``).
+        nvme_write_bytes_per_second: sequential write of the RAID0 set, bytes/s, or None.
+        nvme_write_source: where ``nvme_write_bytes_per_second`` comes from.
     """
 
     instance_type: str
@@ -93,6 +98,10 @@ class InstanceFacts:
     efa_cards: tuple[int, ...] = ()
     facts_source: str = ""
     ultraserver_instances: tuple[int, ...] = ()
+    network_gbps: float | None = None
+    network_source: str = "unknown"
+    nvme_write_bytes_per_second: int | None = None
+    nvme_write_source: str = "unknown"
 
     @property
     def nvme_total_bytes(self) -> int:
@@ -204,6 +213,11 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             # "Maximize network bandwidth ... multiple network cards").
             efa_cards=tuple(range(1, 17)),
             facts_source="EC2 DescribeInstanceTypes (moto 5.2 data), checked live by preflight",
+            # AWS P6-B300 launch (2025-12): 300 Gbps of ENA beside 6.4 Tbps of EFA (DESIGN.md 3).
+            network_gbps=300,
+            network_source="AWS P6-B300 launch 2025-12: 300 Gbps ENA (S3 and registry traffic)",
+            nvme_write_bytes_per_second=12 * GB,
+            nvme_write_source="estimate: 8 Nitro NVMe x 1.5 GB/s write (no AWS figure; measure with fio)",
         ),
         "p6e-gb300.36xlarge": InstanceFacts(
             instance_type="p6e-gb300.36xlarge",
@@ -236,6 +250,10 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             # of 4 (NVIDIA GB300 NVL72). (GB200 is also sold as u-p6e-gb200x36 = 9 trays; set
             # compute.capacity.blockInstances to the size of the block you bought.)
             ultraserver_instances=(18,),
+            network_gbps=100,
+            network_source="estimate: no AWS ENA figure for a GB300 tray (read DescribeInstanceTypes)",
+            nvme_write_bytes_per_second=4_500 * 10**6,
+            nvme_write_source="estimate: 3 Nitro NVMe x 1.5 GB/s write (no AWS figure; measure with fio)",
         ),
         "BM.GPU.MI355X.8": InstanceFacts(
             instance_type="BM.GPU.MI355X.8",
@@ -255,6 +273,10 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             price_region=None,
             offered_azs=MappingProxyType({}),
             in_ec2_catalog=False,
+            network_gbps=100,
+            network_source="estimate: front-end network of BM.GPU.MI355X.8 (no OCI figure recorded)",
+            nvme_write_bytes_per_second=12 * GB,
+            nvme_write_source="estimate: 8 NVMe x 1.5 GB/s write (no vendor figure; measure with fio)",
         ),
         "p5.48xlarge": InstanceFacts(
             instance_type="p5.48xlarge",

@@ -1,0 +1,481 @@
+"""Time to ready: every phase between `pulumi up` and a served model, per scenario.
+
+Scenarios (``SCENARIOS``):
+
+- ``first_deploy``: nothing exists; the mirror is empty, so the checkpoint comes from the hub.
+- ``repeat_trial``: a trial torn down and brought up again; the in-region mirror (retained on
+  destroy) holds the weights and the engine's compile caches (``engine_cache.py``).
+- ``replaced_node``: the stack exists; one GPU node is replaced (failure, capacity move) and
+  fills its NVMe from the mirror, with the caches.
+
+Each phase has a start, a duration, a source (a public figure, a measured value from
+``kimi-deploy:timeToReady``, or the word ``estimate``) and whether it lies on the critical path.
+Phases that run side by side overlap (the engine-cache restore runs beside the weight copy).
+The model's inputs are the ``Fact`` constants below, the instance facts in ``targets.py``
+(network and NVMe bandwidth), the storage read bandwidth of ``sizing.py`` and the sync's
+parallelism (``weights.SYNC_WORKERS`` files x ``weight_sync.S3_PART_CONCURRENCY`` ranged parts).
+
+Physical limit of the copy (the issue's anchor): checkpoint / min(network to S3 x achievable
+fraction, connections x per-connection ceiling, NVMe write); then checkpoint / NVMe read for the load.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .config import DeploymentSpec
+from .targets import GB
+from .weights import SYNC_WORKERS
+
+if TYPE_CHECKING:  # sizing imports this module; only the type is needed here
+    from .sizing import Sizing
+    from .weights import SyncStep
+
+SCENARIOS = ("first_deploy", "repeat_trial", "replaced_node")
+ESTIMATE = "estimate"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One input of the model with its source.
+
+    Attributes:
+        value: the figure, in the unit its name carries.
+        source: where it comes from; starts with ``estimate`` when no public figure exists.
+    """
+
+    value: float
+    source: str
+
+    @property
+    def is_estimate(self) -> bool:
+        """Whether the figure is an estimate (to be replaced by a measured value)."""
+        return self.source.startswith(ESTIMATE)
+
+
+# --- S3 -> node copy -------------------------------------------------------------------------
+# One TCP flow to S3 tops out near 5 Gbps; parallel ranged GETs are needed beyond it.
+S3_CONNECTION_GBPS = Fact(
+    5.0, "AWS S3 performance guidelines / EC2 network bandwidth: about 5 Gbps per connection (DESIGN.md 5, 9)"
+)
+# Share of an instance's network bandwidth a tuned parallel S3 reader reaches.
+S3_ACHIEVABLE_FRACTION = Fact(
+    0.64, "dvassallo/s3-benchmark (2019): 8,003 MB/s from S3 on c5n.18xlarge (100 Gbps) = 64 % of line rate"
+)
+# Ranged parts in flight per file (scripts/weight_sync.py S3_PART_CONCURRENCY, read at import below).
+from scripts.weight_sync import S3_PART_CONCURRENCY  # noqa: E402
+
+# --- image -----------------------------------------------------------------------------------
+# Compressed size of vllm/vllm-openai (what a pull downloads) and its unpacked size.
+VLLM_IMAGE_COMPRESSED_BYTES = Fact(
+    12.64e9, "vllm-project/vllm#27154 (discuss.vllm.ai, 2025-10): vllm/vllm-openai 12.64 GB; estimate for the pinned tag"
+)
+VLLM_IMAGE_UNPACKED_BYTES = Fact(
+    28.6e9, "vllm-project/vllm#22377 (2025-12): vllm/vllm-openai:latest 28.6 GB unpacked; estimate for the pinned tag"
+)
+# Layers are fetched in parallel but gunzipped and unpacked one stream per layer: the unpack of
+# the largest layers bounds the pull, not the 300 Gbps network.
+IMAGE_PULL_BYTES_PER_SECOND = Fact(
+    100e6, "estimate: ~100 MB/s of compressed layers (gzip unpack per layer); measure `time docker pull`"
+)
+
+# --- infrastructure and boot -------------------------------------------------------------------
+INFRASTRUCTURE_SECONDS = {
+    # VPC, endpoints, bucket, IAM, instance launch until `running`.
+    "aws-ec2": Fact(300, "estimate: VPC + endpoints + IAM + RunInstances until running"),
+    # EKS control plane, add-ons, node group.
+    "aws-eks": Fact(1_200, "estimate: EKS control plane + add-ons + GPU node group"),
+    # Existing cluster: namespace, secrets, workloads only.
+    "kubernetes": Fact(60, "estimate: namespace, secrets and workloads on an existing cluster"),
+}
+# A replacement node: from the request until the instance is running.
+INSTANCE_LAUNCH_SECONDS = Fact(120, "estimate: RunInstances / node-group scale-up until running")
+# From `running` until the node's own units (or the kubelet) start work: firmware, kernel,
+# cloud-init, docker, the RAID0 (mkfs.xfs -K does not discard, so it takes seconds).
+INSTANCE_BOOT_SECONDS = {
+    "aws-ec2": Fact(120, "estimate: boot + cloud-init + docker + RAID0"),
+    "aws-eks": Fact(180, "estimate: boot + nodeadm RAID0 + kubelet join + device plugins"),
+    "kubernetes": Fact(0, "existing node: already booted"),
+}
+
+# --- engine ----------------------------------------------------------------------------------
+# Engine start after the weights are in GPU memory: torch.compile, FlashInfer/Triton JIT,
+# CUDA-graph capture and warm-up for a 93-layer MoE, with no cache.
+ENGINE_INIT_COLD_SECONDS = Fact(900, "estimate: torch.compile + kernel JIT + CUDA graphs + warm-up, no cache")
+# With the compile caches restored: loading compiled artifacts takes seconds (Baseten: 5-20 s
+# with a restored torch.compile cache); CUDA graphs are captured at every start and the warm-up
+# runs again, which this estimate keeps.
+ENGINE_INIT_CACHED_SECONDS = Fact(
+    300, "estimate: compile from restored cache (5-20 s, Baseten torch-compile-cache docs) + CUDA graphs + warm-up"
+)
+# Size of the saved caches (torch_compile_cache for 8 ranks, Triton and FlashInfer JIT output).
+ENGINE_CACHE_BYTES = Fact(5e9, "estimate: torch.compile + Triton + FlashInfer caches of 8 ranks")
+
+# --- goal ------------------------------------------------------------------------------------
+# The repeat trial of the b300 stack is ready this long after the instance is running (issue 14).
+REPEAT_TRIAL_GOAL_SECONDS = 900
+
+FACTS: dict[str, Fact] = {
+    "S3_CONNECTION_GBPS": S3_CONNECTION_GBPS,
+    "S3_ACHIEVABLE_FRACTION": S3_ACHIEVABLE_FRACTION,
+    "VLLM_IMAGE_COMPRESSED_BYTES": VLLM_IMAGE_COMPRESSED_BYTES,
+    "VLLM_IMAGE_UNPACKED_BYTES": VLLM_IMAGE_UNPACKED_BYTES,
+    "IMAGE_PULL_BYTES_PER_SECOND": IMAGE_PULL_BYTES_PER_SECOND,
+    "INSTANCE_LAUNCH_SECONDS": INSTANCE_LAUNCH_SECONDS,
+    "ENGINE_INIT_COLD_SECONDS": ENGINE_INIT_COLD_SECONDS,
+    "ENGINE_INIT_CACHED_SECONDS": ENGINE_INIT_CACHED_SECONDS,
+    "ENGINE_CACHE_BYTES": ENGINE_CACHE_BYTES,
+    **{f"INFRASTRUCTURE_SECONDS[{k}]": v for k, v in INFRASTRUCTURE_SECONDS.items()},
+    **{f"INSTANCE_BOOT_SECONDS[{k}]": v for k, v in INSTANCE_BOOT_SECONDS.items()},
+}
+
+
+def _measured(key: str) -> str:
+    return f"measured (kimi-deploy:timeToReady.{key})"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A transfer rate with the reason it has that value.
+
+    Attributes:
+        bytes_per_second: the rate.
+        bound: what limits it (``network``, ``connections``, ``nvme-write``, ``measured``).
+        source: the inputs, each with its source or ``estimate``.
+    """
+
+    bytes_per_second: float
+    bound: str
+    source: str
+
+
+def mirror_copy_rate(spec: DeploymentSpec) -> Rate:
+    """Rate of a copy from the S3 mirror onto one node's NVMe.
+
+    min(network x ``S3_ACHIEVABLE_FRACTION``, ``SYNC_WORKERS`` x ``S3_PART_CONCURRENCY`` x
+    ``S3_CONNECTION_GBPS``, NVMe write); ``timeToReady.copyGBps`` replaces it when set.
+    Unknown network or NVMe figures drop out of the minimum (the source says so).
+    """
+    measured = spec.config.time_to_ready.copy_gbps
+    if measured is not None:
+        return Rate(measured * GB, "measured", _measured("copyGBps"))
+    inst = spec.instance
+    connections = SYNC_WORKERS * S3_PART_CONCURRENCY
+    candidates = [
+        (
+            connections * S3_CONNECTION_GBPS.value * 1e9 / 8,
+            "connections",
+            f"{connections} connections ({SYNC_WORKERS} files x {S3_PART_CONCURRENCY} parts) x "
+            f"{S3_CONNECTION_GBPS.value:g} Gbps [{S3_CONNECTION_GBPS.source}]",
+        )
+    ]
+    if inst.network_gbps:
+        candidates.append((
+            inst.network_gbps * 1e9 / 8 * S3_ACHIEVABLE_FRACTION.value,
+            "network",
+            f"{inst.network_gbps:g} Gbps [{inst.network_source}] x {S3_ACHIEVABLE_FRACTION.value:g} "
+            f"[{S3_ACHIEVABLE_FRACTION.source}]",
+        ))
+    if inst.nvme_write_bytes_per_second:
+        candidates.append((
+            float(inst.nvme_write_bytes_per_second), "nvme-write",
+            f"NVMe write {inst.nvme_write_bytes_per_second / GB:g} GB/s [{inst.nvme_write_source}]",
+        ))
+    rate, bound, _ = min(candidates)
+    detail = "; ".join(text for _, _, text in candidates)
+    return Rate(rate, bound, f"min of: {detail}")
+
+
+def stream_rate(spec: DeploymentSpec) -> Rate:
+    """Rate of vLLM's Run:ai streamer reading straight from S3 into GPU memory on one node:
+    the copy's network and connection bounds without the NVMe write (``runai_streamer`` with
+    ``{"distributed": true}``: each file is read once per node, not once per rank)."""
+    inst = spec.instance
+    connections = SYNC_WORKERS * S3_PART_CONCURRENCY
+    options = [(connections * S3_CONNECTION_GBPS.value * 1e9 / 8, "connections",
+                f"{connections} streamer connections x {S3_CONNECTION_GBPS.value:g} Gbps [{S3_CONNECTION_GBPS.source}]")]
+    if inst.network_gbps:
+        options.append((inst.network_gbps * 1e9 / 8 * S3_ACHIEVABLE_FRACTION.value, "network",
+                        f"{inst.network_gbps:g} Gbps [{inst.network_source}] x {S3_ACHIEVABLE_FRACTION.value:g} "
+                        f"[{S3_ACHIEVABLE_FRACTION.source}]"))
+    rate, bound, _ = min(options)
+    return Rate(rate, bound, "min of: " + "; ".join(t for _, _, t in options))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a scenario.
+
+    Attributes:
+        name: what happens (``image pull``, ``weight copy``...).
+        start_seconds: when it starts, seconds after the scenario starts.
+        seconds: how long it takes.
+        source: the figures it is computed from, each with its source, or ``estimate``.
+        on_critical_path: whether shortening it shortens the total.
+    """
+
+    name: str
+    start_seconds: int
+    seconds: int
+    source: str
+    on_critical_path: bool
+
+    @property
+    def end_seconds(self) -> int:
+        """``start_seconds + seconds``."""
+        return self.start_seconds + self.seconds
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"name", "start_seconds", "seconds", "source", "on_critical_path"}``."""
+        return {"name": self.name, "start_seconds": self.start_seconds, "seconds": self.seconds,
+                "source": self.source, "on_critical_path": self.on_critical_path}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One scenario: its phases and totals.
+
+    Attributes:
+        name: one of ``SCENARIOS`` (or an alternative's name).
+        phases: in start order (ties: declaration order).
+        total_seconds: end of the last phase (the model is served then).
+        gpu_seconds: seconds during which the GPU nodes are paid for (from the first phase on a
+            GPU node: boot or launch), the wait's GPU time.
+        gpu_usd: ``gpu_seconds`` x the GPU price, or None when the price is unknown.
+    """
+
+    name: str
+    phases: tuple[Phase, ...]
+    total_seconds: int
+    gpu_seconds: int
+    gpu_usd: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"total_seconds": int, "gpu_usd": float | None, "phases": [...]}``."""
+        return {"total_seconds": self.total_seconds, "gpu_usd": self.gpu_usd,
+                "phases": [p.as_json() for p in self.phases]}
+
+    def seconds_after(self, phase_name: str) -> int:
+        """Seconds from the end of ``phase_name`` until ready.
+
+        Raises:
+            KeyError: no such phase.
+        """
+        for p in self.phases:
+            if p.name == phase_name:
+                return self.total_seconds - p.end_seconds
+        raise KeyError(phase_name)
+
+
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    seconds: float
+    source: str
+    after: tuple[str, ...]
+    gpu: bool = False  # runs on (and bills) a GPU node
+
+
+def schedule(name: str, steps: list[_Step], usd_per_hour: float | None) -> Scenario:
+    """Place ``steps`` (each after its dependencies), mark the critical path, add up.
+
+    Durations are rounded up to whole seconds. The critical path runs back from the phase that
+    ends last through, at each step, the dependency that ends last.
+
+    Raises:
+        ValueError: a dependency names no earlier step.
+    """
+    ends: dict[str, int] = {}
+    starts: dict[str, int] = {}
+    by_name = {s.name: s for s in steps}
+    for s in steps:
+        for dep in s.after:
+            if dep not in ends:
+                raise ValueError(f"{name}: phase {s.name!r} depends on {dep!r}, which is not placed before it")
+        starts[s.name] = max((ends[d] for d in s.after), default=0)
+        ends[s.name] = starts[s.name] + int(math.ceil(s.seconds))
+    total = max(ends.values(), default=0)
+    critical: set[str] = set()
+    current = max(steps, key=lambda s: ends[s.name]).name if steps else None
+    while current is not None:
+        critical.add(current)
+        deps = by_name[current].after
+        current = max(deps, key=lambda d: ends[d]) if deps else None
+    phases = tuple(Phase(s.name, starts[s.name], ends[s.name] - starts[s.name], s.source, s.name in critical) for s in steps)
+    gpu_start = min((starts[s.name] for s in steps if s.gpu), default=total)
+    gpu_seconds = total - gpu_start
+    usd = round(gpu_seconds / 3600 * usd_per_hour, 2) if usd_per_hour is not None else None
+    return Scenario(name, phases, total, gpu_seconds, usd)
+
+
+def _fact_or_measured(fact: Fact, measured: float | None, key: str) -> tuple[float, str]:
+    if measured is not None:
+        return measured, _measured(key)
+    return fact.value, fact.source
+
+
+def _image_pull(spec: DeploymentSpec) -> tuple[float, str]:
+    measured = spec.config.time_to_ready.image_pull_seconds
+    if measured is not None:
+        return measured, _measured("imagePullSeconds")
+    seconds = VLLM_IMAGE_COMPRESSED_BYTES.value / IMAGE_PULL_BYTES_PER_SECOND.value
+    return seconds, (
+        f"{VLLM_IMAGE_COMPRESSED_BYTES.value / 1e9:.1f} GB [{VLLM_IMAGE_COMPRESSED_BYTES.source}] at "
+        f"{IMAGE_PULL_BYTES_PER_SECOND.value / 1e6:g} MB/s [{IMAGE_PULL_BYTES_PER_SECOND.source}]"
+    )
+
+
+def _engine_init(spec: DeploymentSpec, cached: bool) -> tuple[float, str]:
+    ttr = spec.config.time_to_ready
+    if cached:
+        return _fact_or_measured(ENGINE_INIT_CACHED_SECONDS, ttr.engine_init_cached_seconds, "engineInitCachedSeconds")
+    return _fact_or_measured(ENGINE_INIT_COLD_SECONDS, ttr.engine_init_seconds, "engineInitSeconds")
+
+
+def engine_init_cold_seconds(spec: DeploymentSpec) -> float:
+    """Seconds of a cold engine start (no caches): the measured value when set, else the estimate."""
+    return _engine_init(spec, cached=False)[0]
+
+
+def _sync_phase(spec: DeploymentSpec, sizing: "Sizing", step: "SyncStep", cached_mirror: bool) -> tuple[str, float, str]:
+    """(phase name, seconds, source) of one sync step; ``cached_mirror``: the mirror is full."""
+    from .sizing import HUB_DOWNLOAD_MEGABYTES_PER_SECOND, sync_expected_seconds
+
+    weights = sizing.weights_bytes
+    if step.name == "publish-mirror":
+        if cached_mirror:
+            return "mirror check (complete)", 1, "a complete mirror is a no-op (manifest + marker read)"
+        return ("hub download -> mirror", sync_expected_seconds(spec, sizing, step),
+                f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (DESIGN.md 4)")
+    if step.needs_hub_token or step.source == spec.hub_uri:
+        return ("hub download -> node", sync_expected_seconds(spec, sizing, step),
+                f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (DESIGN.md 4); no mirror")
+    if step.needs_fsx:
+        return ("weight copy FSx -> NVMe", sync_expected_seconds(spec, sizing, step),
+                f"FSx {sizing.storage.fsx_read_bytes_per_second / GB:.2f} GB/s shared by {spec.gpu_nodes} node(s)")
+    rate = mirror_copy_rate(spec)
+    return ("weight copy mirror -> NVMe", weights / rate.bytes_per_second,
+            f"{weights / 1e12:.2f} TB at {rate.bytes_per_second / GB:.1f} GB/s ({rate.bound}-bound; {rate.source})")
+
+
+def _load(spec: DeploymentSpec, sizing: "Sizing") -> tuple[float, str]:
+    st = sizing.storage
+    per_node = sizing.weights_bytes / spec.nodes_per_copy
+    return per_node / st.read_bytes_per_second, (
+        f"{per_node / 1e12:.2f} TB per node at {st.read_bytes_per_second / GB:.1f} GB/s [{st.read_source}]"
+    )
+
+
+def _scenario_steps(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep", ...], scenario: str,
+                    streamer: bool = False) -> list[_Step]:
+    ttr = spec.config.time_to_ready
+    platform = spec.platform
+    out: list[_Step] = []
+    if scenario == "replaced_node":
+        # Billing starts when the instance runs, not at the request.
+        out.append(_Step("instance launch", *_fact_or_measured(INSTANCE_LAUNCH_SECONDS, None, ""), after=()))
+        first = "instance launch"
+    else:
+        secs, src = _fact_or_measured(INFRASTRUCTURE_SECONDS[platform], ttr.infrastructure_seconds, "infrastructureSeconds")
+        out.append(_Step("infrastructure", secs, src, after=()))
+        first = "infrastructure"
+    secs, src = _fact_or_measured(INSTANCE_BOOT_SECONDS[platform], ttr.instance_boot_seconds, "instanceBootSeconds")
+    out.append(_Step("instance boot", secs, src, after=(first,), gpu=True))
+    # The sync runs inside the pinned vLLM image (weights.py), so the pull precedes it.
+    out.append(_Step("image pull", *_image_pull(spec), after=("instance boot",), gpu=True))
+    prev = "image pull"
+    before_copy = prev
+    cached = scenario != "first_deploy"
+    mirror = any(s.name == "publish-mirror" for s in steps)
+    for step in steps:
+        if streamer and step.name == "node-copy":
+            continue
+        if scenario == "replaced_node" and step.name == "publish-mirror":
+            continue
+        name, secs, src = _sync_phase(spec, sizing, step, cached_mirror=cached)
+        if step.name == "node-copy":
+            before_copy = prev
+        out.append(_Step(name, secs, src, after=(prev,), gpu=True))
+        prev = name
+    ready_after = [prev]
+    if cached and mirror:
+        # The engine caches come from the mirror beside the weights (engine_cache.py).
+        rate = mirror_copy_rate(spec)
+        out.append(_Step("engine cache restore", ENGINE_CACHE_BYTES.value / rate.bytes_per_second,
+                         f"{ENGINE_CACHE_BYTES.value / 1e9:g} GB [{ENGINE_CACHE_BYTES.source}] at the copy rate",
+                         after=(before_copy,), gpu=True))
+        ready_after.append("engine cache restore")
+    if streamer:
+        rate = stream_rate(spec)
+        per_node = sizing.weights_bytes / spec.nodes_per_copy
+        out.append(_Step("weight stream S3 -> GPU (runai_streamer)", per_node / rate.bytes_per_second,
+                         f"{per_node / 1e12:.2f} TB at {rate.bytes_per_second / GB:.1f} GB/s ({rate.bound}-bound; {rate.source})",
+                         after=(prev,), gpu=True))
+        load = "weight stream S3 -> GPU (runai_streamer)"
+    else:
+        out.append(_Step("weight load", *_load(spec, sizing), after=(prev,), gpu=True))
+        load = "weight load"
+    secs, src = _engine_init(spec, cached=cached and mirror)
+    out.append(_Step("engine init" + (" (cached)" if cached and mirror else " (cold)"), secs, src,
+                     after=tuple(dict.fromkeys([load, *ready_after[1:]])), gpu=True))
+    return out
+
+
+@dataclass(frozen=True)
+class TimeToReady:
+    """The model's result for one stack.
+
+    Attributes:
+        scenarios: ``SCENARIOS`` name -> Scenario.
+        streamer_repeat_trial: the repeat trial loading with ``--load-format runai_streamer``
+            straight from the mirror (no copy), side by side with the copy; None without a mirror.
+        goal_seconds: ``REPEAT_TRIAL_GOAL_SECONDS``.
+        repeat_trial_after_running_seconds: repeat trial, from the instance running until ready.
+    """
+
+    scenarios: dict[str, Scenario]
+    streamer_repeat_trial: Scenario | None
+    goal_seconds: int
+    repeat_trial_after_running_seconds: int
+
+    @property
+    def goal_met(self) -> bool:
+        """Whether the repeat trial is ready within ``goal_seconds`` of the instance running."""
+        return self.repeat_trial_after_running_seconds <= self.goal_seconds
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"first_deploy": S, "repeat_trial": S, "replaced_node": S}`` (see ``Scenario.as_json``)."""
+        return {name: self.scenarios[name].as_json() for name in SCENARIOS}
+
+
+def time_to_ready(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep", ...]) -> TimeToReady:
+    """The time-to-ready model of ``spec`` for each scenario.
+
+    Args:
+        spec: the deployment spec (its ``timeToReady`` overrides replace estimates).
+        sizing: ``sizing.compute_sizing(spec)`` (weights, storage read bandwidth, price).
+        steps: ``weights.sync_steps(spec, bucket)`` (which copies happen).
+    """
+    scenarios = {name: schedule(name, _scenario_steps(spec, sizing, steps, name), sizing.usd_per_hour)
+                 for name in SCENARIOS}
+    mirror = any(s.name == "publish-mirror" for s in steps)
+    streamer = None
+    if mirror and spec.config.storage.kind == "nvme":
+        streamer = schedule("repeat_trial_runai_streamer",
+                            _scenario_steps(spec, sizing, steps, "repeat_trial", streamer=True), sizing.usd_per_hour)
+    repeat = scenarios["repeat_trial"]
+    after_running = repeat.seconds_after(repeat.phases[0].name)
+    return TimeToReady(scenarios, streamer, REPEAT_TRIAL_GOAL_SECONDS, after_running)
+
+
+# Why runai_streamer is modelled but not the default (README "Time to ready"); read from the
+# pinned vLLM 0.33.0 wheel (model_executor/model_loader/runai_streamer_loader.py).
+RUNAI_STREAMER_NOTE = (
+    "vLLM 0.33.0 supports --load-format runai_streamer from s3:// for this model's safetensors "
+    "(runai_streamer_loader.py, generic load_weights path); without --model-loader-extra-config "
+    "'{\"distributed\": true}' every one of the 8 TP ranks reads the whole checkpoint (8x the S3 "
+    "traffic). It skips the NVMe copy, but every engine restart streams 1.56 TB again and it "
+    "replaces the recipe's fastsafetensors loader; not yet a storage.kind here (follow-up)."
+)

@@ -1,0 +1,187 @@
+"""The time-to-ready model (components/spec/time_to_ready.py): phases add up, every input has a
+source, measured overrides replace estimates, the b300 repeat trial meets its goal on paper."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.spec import time_to_ready as ttr
+from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.spec.sizing import compute_sizing
+from components.spec.targets import INSTANCES, TARGETS
+from components.spec.weights import sync_steps
+from tests.conftest import FIXED_NOW, STACKS
+
+
+def _model(spec):
+    bucket = "bucket" if spec.config.storage.mirror.enabled else None
+    return ttr.time_to_ready(spec, compute_sizing(spec), sync_steps(spec, bucket))
+
+
+def _spec_with(stack: str, **time_to_ready):
+    ns, _ = namespace_config(read_stack_config(stack))
+    ns["timeToReady"] = time_to_ready
+    return parse_spec(ns, stack="t", now=FIXED_NOW)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_phases_add_up_along_the_critical_path(stack):
+    model = _model(load_stack(stack, now=FIXED_NOW))
+    assert set(model.as_json()) == set(ttr.SCENARIOS)
+    for name, scenario in model.scenarios.items():
+        phases = scenario.phases
+        assert scenario.total_seconds == max(p.end_seconds for p in phases), name
+        critical = sorted((p for p in phases if p.on_critical_path), key=lambda p: p.start_seconds)
+        # The critical path is a gap-free chain from 0 to the total ...
+        assert critical[0].start_seconds == 0 and critical[-1].end_seconds == scenario.total_seconds
+        for a, b in zip(critical, critical[1:]):
+            assert b.start_seconds == a.end_seconds, (name, a.name, b.name)
+        assert sum(p.seconds for p in critical) == scenario.total_seconds
+        # ... and every phase off it ends no later than the phase after it starts.
+        for p in phases:
+            assert p.seconds >= 0 and p.start_seconds >= 0
+            if not p.on_critical_path:
+                assert p.end_seconds <= scenario.total_seconds
+
+
+def test_overlapping_phases_overlap():
+    """The engine-cache restore runs beside the weight copy (same start, off the critical path)."""
+    repeat = _model(load_stack("b300", now=FIXED_NOW)).scenarios["repeat_trial"]
+    by_name = {p.name: p for p in repeat.phases}
+    restore, copy = by_name["engine cache restore"], by_name["weight copy mirror -> NVMe"]
+    assert restore.start_seconds < copy.end_seconds and copy.start_seconds < restore.end_seconds
+    assert not restore.on_critical_path and copy.on_critical_path
+
+
+def test_json_shape_is_exact():
+    doc = _model(load_stack("b300", now=FIXED_NOW)).as_json()
+    assert list(doc) == ["first_deploy", "repeat_trial", "replaced_node"]
+    for scenario in doc.values():
+        assert set(scenario) == {"total_seconds", "gpu_usd", "phases"}
+        assert isinstance(scenario["total_seconds"], int) and isinstance(scenario["gpu_usd"], float)
+        for phase in scenario["phases"]:
+            assert set(phase) == {"name", "start_seconds", "seconds", "source", "on_critical_path"}
+            assert isinstance(phase["on_critical_path"], bool)
+
+
+def test_every_constant_has_a_source():
+    assert ttr.FACTS
+    for name, fact in ttr.FACTS.items():
+        assert fact.source.strip(), name
+        assert fact.value >= 0, name
+    for name in ("b300", "gb300", "mi355x"):
+        inst = INSTANCES[TARGETS[name].platforms[next(iter(TARGETS[name].platforms))]]
+        assert inst.network_gbps and inst.network_source not in ("", "unknown"), name
+        assert inst.nvme_write_bytes_per_second and inst.nvme_write_source not in ("", "unknown"), name
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_phase_has_a_source(stack):
+    model = _model(load_stack(stack, now=FIXED_NOW))
+    for scenario in model.scenarios.values():
+        for p in scenario.phases:
+            assert p.source.strip(), p.name
+
+
+def test_estimates_are_labelled():
+    assert ttr.ENGINE_INIT_COLD_SECONDS.is_estimate and ttr.IMAGE_PULL_BYTES_PER_SECOND.is_estimate
+    assert not ttr.S3_CONNECTION_GBPS.is_estimate and not ttr.S3_ACHIEVABLE_FRACTION.is_estimate
+    first = _model(load_stack("b300", now=FIXED_NOW)).scenarios["first_deploy"]
+    engine = next(p for p in first.phases if p.name.startswith("engine init"))
+    assert engine.source.startswith("estimate")
+
+
+def test_overrides_replace_estimates():
+    base = _model(load_stack("b300", now=FIXED_NOW))
+    spec = _spec_with("b300", imagePullSeconds=42, engineInitSeconds=1234, engineInitCachedSeconds=77,
+                      copyGBps=2.5, infrastructureSeconds=11, instanceBootSeconds=13)
+    model = _model(spec)
+    first = {p.name: p for p in model.scenarios["first_deploy"].phases}
+    repeat = {p.name: p for p in model.scenarios["repeat_trial"].phases}
+    assert first["image pull"].seconds == 42
+    assert first["image pull"].source == "measured (kimi-deploy:timeToReady.imagePullSeconds)"
+    assert first["engine init (cold)"].seconds == 1234 and "engineInitSeconds" in first["engine init (cold)"].source
+    assert repeat["engine init (cached)"].seconds == 77 and "engineInitCachedSeconds" in repeat["engine init (cached)"].source
+    assert first["infrastructure"].seconds == 11 and first["instance boot"].seconds == 13
+    copy = repeat["weight copy mirror -> NVMe"]
+    assert copy.seconds == -(-spec.model.weights_bytes // int(2.5e9)) and "copyGBps" in copy.source
+    assert model.scenarios["repeat_trial"].total_seconds != base.scenarios["repeat_trial"].total_seconds
+    # The startup budget follows the measured cold engine init.
+    assert compute_sizing(spec).startup_budget_seconds >= 2 * 1234
+
+
+def test_override_must_be_positive():
+    from components.spec.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        _spec_with("b300", copyGBps=0)
+    assert "timeToReady.copyGBps" in str(info.value)
+
+
+def test_copy_rate_is_the_minimum_of_its_bounds():
+    spec = load_stack("b300", now=FIXED_NOW)
+    rate = ttr.mirror_copy_rate(spec)
+    inst = spec.instance
+    network = inst.network_gbps * 1e9 / 8 * ttr.S3_ACHIEVABLE_FRACTION.value
+    assert rate.bytes_per_second == min(network, inst.nvme_write_bytes_per_second, 128 * 5e9 / 8)
+    assert rate.bound == "nvme-write"
+    # The old unsourced 500 MB/s is gone: the copy runs at tens of times that.
+    assert rate.bytes_per_second > 10 * 500e6
+
+
+def test_b300_repeat_trial_goal_on_paper():
+    model = _model(load_stack("b300", now=FIXED_NOW))
+    assert model.goal_seconds == 900
+    assert model.repeat_trial_after_running_seconds <= 900 and model.goal_met
+    repeat = model.scenarios["repeat_trial"]
+    assert model.repeat_trial_after_running_seconds == repeat.total_seconds - repeat.phases[0].end_seconds
+
+
+def test_gpu_cost_counts_from_the_gpu_node():
+    spec = load_stack("b300", now=FIXED_NOW)
+    first = _model(spec).scenarios["first_deploy"]
+    infra = first.phases[0]
+    assert first.gpu_seconds == first.total_seconds - infra.end_seconds
+    assert first.gpu_usd == pytest.approx(first.gpu_seconds / 3600 * 142.416, abs=0.01)
+    assert _model(load_stack("gb300", now=FIXED_NOW)).scenarios["first_deploy"].gpu_usd is None
+
+
+def test_streamer_is_modelled_side_by_side():
+    model = _model(load_stack("b300", now=FIXED_NOW))
+    stream = model.streamer_repeat_trial
+    assert stream is not None
+    names = [p.name for p in stream.phases]
+    assert "weight copy mirror -> NVMe" not in names and "weight load" not in names
+    assert any("runai_streamer" in n for n in names)
+    assert "distributed" in ttr.RUNAI_STREAMER_NOTE
+
+
+def test_schedule_rejects_an_unknown_dependency():
+    with pytest.raises(ValueError, match="depends on"):
+        ttr.schedule("x", [ttr._Step("a", 1, "s", after=("b",))], None)
+
+
+def test_plan_shows_time_to_ready():
+    """The plan's JSON carries the model; Markdown draws a Mermaid gantt, the table a bar per phase."""
+    import io
+
+    from scripts.plan import build_plan_document, render_markdown, render_table
+
+    doc = build_plan_document("b300", now=FIXED_NOW)
+    spec = load_stack("b300", now=FIXED_NOW)
+    assert doc["time_to_ready"] == _model(spec).as_json() or set(doc["time_to_ready"]) == set(ttr.SCENARIOS)
+    assert doc["time_to_ready_goal"]["met"] is True and doc["time_to_ready_goal"]["goal_seconds"] == 900
+    assert doc["sizing"]["first_deploy_seconds"] == doc["time_to_ready"]["first_deploy"]["total_seconds"]
+    md = render_markdown(doc)
+    assert md.count("```mermaid\ngantt") == 4  # three scenarios + the streamer alternative
+    assert ":crit, p0, 0, " in md
+    out = io.StringIO()
+    render_table(doc, file=out)
+    text = out.getvalue()
+    assert "time to ready" in text and "█" in text and "engine init (cached)" in text
+
+
+def test_replaced_node_pays_from_boot():
+    replaced = _model(load_stack("b300", now=FIXED_NOW)).scenarios["replaced_node"]
+    assert replaced.phases[0].name == "instance launch"
+    assert replaced.gpu_seconds == replaced.total_seconds - replaced.phases[0].end_seconds
