@@ -20,26 +20,20 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import sys
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-_REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
-
-from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY  # noqa: E402
-from components.spec.targets import INSTANCES  # noqa: E402
-from components.spec.versions import VLLM_PORT  # noqa: E402
-from components.spec.naming import (  # noqa: E402  one place for tag keys
+from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY
+from components.spec.targets import INSTANCES
+from components.spec.versions import VLLM_PORT
+from components.spec.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
     TAG_RETAIN,
     TAG_ROLE,
 )
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES  # noqa: E402
+from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
 
 SECRET_MASK = "[secret]"  # components.plan_engine.SECRET_MASK
 RESOLVED_LT = "__launchTemplate"  # props key added by resolve_launch_templates (not an input)

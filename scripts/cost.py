@@ -19,14 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from components.spec import cost as costmodel
+from components.spec.config import DeploymentSpec, load_stack, stack_names
+from components.spec.sizing import compute_sizing
+from scripts._cli import CliParser, UsageError, print_json, print_table, run_cli
 
-from components.spec import cost as costmodel  # noqa: E402
-from components.spec.config import DeploymentSpec, load_stack, stack_names  # noqa: E402
-from components.spec.sizing import compute_sizing  # noqa: E402
-from scripts._cli import CliParser, UsageError, print_json, print_table, run_cli  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_TASKS_PER_MONTH = 1_000
 DEFAULT_BUSY_FRACTION = 0.5

@@ -20,12 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from components.spec.config import ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
+from scripts._cli import CliParser
 
-from components.spec.config import ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names  # noqa: E402
-from scripts._cli import CliParser  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_STACK = "b300"
 FORMATS = ("table", "json", "markdown")

@@ -43,11 +43,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from scripts._cli import CliParser  # standard library only
 
-from scripts._cli import CliParser  # noqa: E402  (standard library only)
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 NOW_ENV = "KIMI_DEPLOY_NOW"  # components.program.NOW_ENV (not imported: this module needs no Pulumi)
 FORMATS = ("markdown", "json", "table")

@@ -39,14 +39,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names  # noqa: E402
-from components.spec.targets import MIB, ec2_vcpu_quota  # noqa: E402
-from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix  # noqa: E402
-from scripts._cli import (  # noqa: E402
+from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names
+from components.spec.targets import MIB, ec2_vcpu_quota
+from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
+from scripts._cli import (
     EXIT_USAGE,
     FAIL,
     PASS,
@@ -61,6 +57,8 @@ from scripts._cli import (  # noqa: E402
     print_table,
     run_cli,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Capacity reservation states that will (scheduled) or do (active) hold instances.
 _GOOD_RESERVATION_STATES = ("active", "scheduled")

@@ -38,11 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from components.spec.naming import (  # noqa: E402  one place for tag keys
+from components.spec.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
     TAG_OWNER,
@@ -51,10 +47,12 @@ from components.spec.naming import (  # noqa: E402  one place for tag keys
     TAG_ROLE,
     TAG_STACK,
 )
-from components.spec.config import format_utc as _utc  # noqa: E402
-from components.spec.config import parse_utc  # noqa: E402
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES  # noqa: E402
-from scripts._cli import CliParser  # noqa: E402
+from components.spec.config import format_utc as _utc
+from components.spec.config import parse_utc
+from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from scripts._cli import CliParser
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # AWS region names: us-east-1, us-gov-west-1, ap-southeast-2, eu-central-1 ...
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")

@@ -35,11 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from scripts._cli import (  # noqa: E402
+from scripts._cli import (
     EXIT_CHECK_FAILED,
     FAIL,
     PASS,
@@ -52,6 +48,8 @@ from scripts._cli import (  # noqa: E402
     print_table,
     run_cli,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CHECKS: tuple[str, ...] = ("tools", "parallel-tools", "round-trip", "reasoning-effort", "needle", "throughput")
 EFFORTS: tuple[str, ...] = ("low", "high", "max")

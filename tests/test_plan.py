@@ -12,8 +12,7 @@ import pytest
 from components.plan_engine import PLACEHOLDER_PREFIX, SECRET_MASK
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import plan as plan_script  # noqa: E402
+from scripts import plan as plan_script
 
 NOW = FIXED_NOW.isoformat()
 

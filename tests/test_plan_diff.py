@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scripts import plan_diff
+
+from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
+
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-
-import plan_diff  # noqa: E402
-
-from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for  # noqa: E402
-
 INSTANCE = "aws:ec2/instance:Instance"
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 
