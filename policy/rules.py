@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
+from components.spec.credentials import CREDENTIAL_RE
 from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY
 from components.spec.targets import INSTANCES
 from components.spec.versions import VLLM_PORT
@@ -47,8 +48,9 @@ SENSITIVE_NAME = re.compile(r"(^|[_.-])(TOKEN|API_?KEY|KEY|PASSWORD|PASSWD|SECRE
 # Keys of structured values (Helm values, ConfigMap data) that hold credentials. Stricter than
 # SENSITIVE_NAME: a bare "key" (tolerations, match expressions) or "existingSecret" is no credential.
 SENSITIVE_KEY = re.compile(r"(token|password|passwd|api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|credentials?|kubeconfig)$|^secret$", re.IGNORECASE)
-# Values shaped like credentials (checked where secretness cannot be seen).
-CREDENTIAL_VALUE = re.compile(r"hf_[A-Za-z0-9]{20,}|\b(AKIA|ASIA)[A-Z0-9]{16}\b|\bsk-[A-Za-z0-9_-]{20,}|-----BEGIN [A-Z ]*PRIVATE KEY-----|client-key-data:\s*\S{20,}")
+# Values shaped like credentials (checked where secretness cannot be seen): one list, in
+# components/spec/credentials.py, shared with the config check and the plan diff.
+CREDENTIAL_VALUE = CREDENTIAL_RE
 
 WORKLOAD_TYPES = (
     "kubernetes:apps/v1:Deployment",

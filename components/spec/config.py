@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from . import fsx, naming
+from .credentials import find_credential
 from .model import MODELS, ModelProfile
 from .targets import PLATFORMS, TARGETS, InstanceFacts, TargetProfile
 from .versions import VLLM_PORT
@@ -44,11 +45,6 @@ _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 # Docker tag grammar; an image reference is name[:tag][@sha256:digest].
 _IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE_RE = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
-# Values shaped like credentials: they belong in secret keys, never in plain config.
-_CREDENTIAL_RE = re.compile(
-    r"hf_[A-Za-z0-9]{20,}|ms-[A-Za-z0-9-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9_-]{16,}|"
-    r"\b(AKIA|ASIA)[A-Z0-9]{16}\b|-----BEGIN [A-Z ]*PRIVATE KEY-----|client-key-data:"
-)
 # Trials are short by design; anything longer is a staging stack.
 MAX_TRIAL_HOURS = 24 * 30
 # Client CIDRs broader than this are "the internet" for practical purposes.
@@ -430,8 +426,9 @@ def parse_spec(
 
     warnings: list[str] = []
     for path, text in _walk_strings(plain):
-        if _CREDENTIAL_RE.search(text):
-            secret_key = "hfToken" if "hf_" in text else "apiKey"
+        shape = find_credential(text)  # values shaped like credentials belong in secret keys
+        if shape is not None:
+            secret_key = shape.secret_key or "apiKey"
             raise ConfigError(
                 path, "[looks like a credential]", f"must not hold credentials in plain config: use `pulumi config set --secret kimi-deploy:{secret_key}`"
             )
