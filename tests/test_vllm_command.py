@@ -9,6 +9,7 @@ import pytest
 from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
 from components.spec.sizing import compute_sizing
 from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, build_vllm_command
+from components.spec.versions import VLLM_VERSION
 from tests.conftest import FIXED_NOW, STACKS
 
 NVIDIA_ONLY_FLAGS = ("--attention-config", "--no-enable-flashinfer-autotune", "fastsafetensors")
@@ -57,7 +58,7 @@ def test_b300_uses_the_blackwell_recipe():
     assert "--enable-prefix-caching" in argv and "--no-enable-flashinfer-autotune" in argv
     env = cmd.role("server").env
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["VLLM_ALLREDUCE_USE_FLASHINFER"] == "1"
-    assert cmd.image == "vllm/vllm-openai:v0.33.0"
+    assert cmd.image == f"vllm/vllm-openai:v{VLLM_VERSION}"
 
 
 def test_mi355x_uses_the_rocm_recipe_and_nothing_nvidia():
