@@ -109,6 +109,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "kv_cache_tokens": sizing.kv_cache_tokens,
             "kv_cache_tokens_tp": sizing.kv_cache_tokens_tp,
             "kv_cache_tokens_dcp": sizing.kv_cache_tokens_dcp,
+            "kv_cache_model": _kv_cache_model(spec.model),
             "max_model_len": sizing.max_model_len,
             "full_context_sequences": sizing.full_context_sequences,
             "download_seconds_at_100MBps": sizing.download_seconds_at_100MBps,
@@ -228,7 +229,8 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "KV cache",
             f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
-            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences",
+            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences"
+            + (f"  ({sz['kv_cache_model']['label']})" if sz.get("kv_cache_model") else ""),
         ),
         ("hub download", download),
         ("first deploy", first),
@@ -359,6 +361,20 @@ def _open_output(path: str | None):
         return open(path, "w", encoding="utf-8")
     except OSError as err:
         raise ConfigError("--output", path, f"cannot be written: {err.strerror}") from None
+
+
+def _kv_cache_model(model: Any) -> dict[str, Any] | None:
+    """The plan's account of how its KV figures were obtained (``ModelProfile.kv_fit``), or None."""
+    fit = model.kv_fit
+    if fit is None:
+        return None
+    return {
+        "label": fit.label,
+        "formula": fit.formula,
+        "figures": list(fit.figures),
+        "fitted": dict(fit.fitted),
+        "independent_check": fit.independent_check,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,7 +149,11 @@ def classify(kind: str, rid: str, region: str, tags: Mapping[str, str], now: dat
         tags=dict(tags),
     )
     item.retained = tags.get(TAG_RETAIN, "").lower() == "true" or tags.get(TAG_ROLE) == ROLE_WEIGHTS_MIRROR
-    if item.expires_at:
+    if item.expires_at and item.environment == "prod":
+        # Config rejects expiresAt on prod stacks; a prod resource carrying the tag anyway (set by
+        # hand, or by an old release) is reported, never ended by the sweeper.
+        item.reason = "environment prod: expires-at ignored, never swept"
+    elif item.expires_at:
         try:
             item.expired = parse_time(item.expires_at) <= now
         except ValueError:

@@ -392,6 +392,17 @@ def _check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) ->
         raise ConfigError(key, value, f"is not allowed (allowed: {', '.join(allowed)})")
 
 
+def _supported_targets(model: ModelProfile | None) -> list[str]:
+    """Targets that can serve ``model``: no ``unsupported_reason`` and more GPU memory per copy
+    than its weights (all targets without a reason when the model is unknown). A target
+    rejected for memory is never listed as supported in the same message."""
+    return [
+        name
+        for name, profile in TARGETS.items()
+        if profile.unsupported_reason is None and (model is None or profile.gpu_memory_per_copy_bytes > model.weights_bytes)
+    ]
+
+
 def parse_spec(
     config: Mapping[str, Any],
     *,
@@ -434,7 +445,7 @@ def parse_spec(
             )
 
     # Target, platform, environment -------------------------------------------------------
-    supported_targets = [t for t, p in TARGETS.items() if p.unsupported_reason is None]
+    supported_targets = _supported_targets(MODELS.get(raw.model.profile))
     if raw.target not in TARGETS:
         _check_choice("target", raw.target, supported_targets)
     _check_choice("platform", raw.platform, PLATFORMS)
@@ -467,7 +478,7 @@ def parse_spec(
         raise ConfigError(
             "platform",
             raw.platform,
-            f"is not available for target {target.name} (allowed: {', '.join(target.platforms)})",
+            f"is not available for target {target.name} (allowed: {', '.join(target.platforms) or 'none'})",
         )
     instance_type = raw.compute.instance_type or target.platforms[raw.platform]
     from .targets import INSTANCES  # local: keep the module namespace small
@@ -538,9 +549,11 @@ def parse_spec(
             )
     elif cap.reservation_id:
         raise ConfigError("compute.capacity.reservationId", cap.reservation_id, "is set but compute.capacity.type is on-demand (set odcr or capacity-block)")
-    if target.name == "gb300" and is_aws and cap.type != "capacity-block":
+    if is_aws and target.aws_capacity_types is not None and cap.type not in target.aws_capacity_types:
         raise ConfigError(
-            "compute.capacity.type", cap.type, "is not available for gb300: AWS sells GB300 only as UltraServer capacity blocks (allowed: capacity-block)"
+            "compute.capacity.type",
+            cap.type,
+            f"is not available for {target.name}: {target.aws_capacity_reason} (allowed: {', '.join(target.aws_capacity_types)})",
         )
     if raw.compute.efa and instance.efa_interfaces == 0:
         raise ConfigError("compute.efa", True, f"is not supported by {instance_type} (it has no EFA interfaces)")
