@@ -25,16 +25,17 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 from components.spec.credentials import CREDENTIAL_RE
-from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY
-from components.spec.targets import INSTANCES
-from components.spec.versions import VLLM_PORT
 from components.spec.naming import (  # one place for tag keys
+    GPU_NODE_LABEL,
+    GPU_TAINT_KEY,
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
     TAG_RETAIN,
     TAG_ROLE,
 )
 from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from components.spec.targets import INSTANCES
+from components.spec.versions import VLLM_PORT
 
 SECRET_MASK = "[secret]"  # components.plan_engine.SECRET_MASK
 RESOLVED_LT = "__launchTemplate"  # props key added by resolve_launch_templates (not an input)

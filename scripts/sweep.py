@@ -38,6 +38,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from components.spec.config import format_utc as _utc
+from components.spec.config import parse_utc
 from components.spec.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
@@ -47,8 +49,6 @@ from components.spec.naming import (  # one place for tag keys
     TAG_ROLE,
     TAG_STACK,
 )
-from components.spec.config import format_utc as _utc
-from components.spec.config import parse_utc
 from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
 from scripts._cli import CliParser
 

@@ -10,9 +10,8 @@ import sys
 import pytest
 
 from components.plan_engine import PLACEHOLDER_PREFIX, SECRET_MASK
-from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for
-
 from scripts import plan as plan_script
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for
 
 NOW = FIXED_NOW.isoformat()
 

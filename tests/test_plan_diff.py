@@ -14,9 +14,7 @@ import pytest
 import yaml
 
 from scripts import plan_diff
-
 from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
-
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = "aws:ec2/instance:Instance"

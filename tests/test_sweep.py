@@ -15,7 +15,6 @@ from moto import mock_aws
 
 from scripts import sweep
 
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
 NOW = datetime(2026, 12, 10, 0, 0, tzinfo=timezone.utc)

@@ -14,8 +14,16 @@ import uuid
 import pytest
 
 import scripts.weight_sync as ws
-from tests.sync_fixtures import (S3_ENV, FaultProxy, MotoServer, checkpoint_files, manifest_for,
-                           publish_mirror, read_tree, write_tree)
+from tests.sync_fixtures import (
+    S3_ENV,
+    FaultProxy,
+    MotoServer,
+    checkpoint_files,
+    manifest_for,
+    publish_mirror,
+    read_tree,
+    write_tree,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
