@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 CRDS_DIR ?= .crds
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: help setup setup-dev vllm-parser crds plan plan-all iam-policy test bench-sync clean
+.PHONY: help setup setup-dev vllm-parser crds plan plan-all iam-policy test lint policy-venv bench-sync clean
 
 help: ## this list
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -22,10 +22,13 @@ help: ## this list
 # First run: say what is installed and how long it takes (measured with an empty pip cache on a
 # 2-core machine: the runtime set 81 s, the test tools about 1 min more, the vLLM parser venv
 # 30 s with a local torch wheel, several minutes when torch comes from the CPU index).
-$(VENV)/.runtime: requirements.txt
+# The project itself goes in editable (--no-deps): the `kimi-deploy` command, and `python
+# scripts/X.py` imports components/scripts from this checkout with no sys.path edits.
+$(VENV)/.runtime: requirements.txt pyproject.toml
 	@echo "make: installing the Pulumi SDKs, boto3 and the other runtime packages into $(VENV) (first run only, about 1-2 min)"
 	@start=$$(date +%s); \
 	  $(PYTHON) -m venv $(VENV) && $(PIP_INSTALL) -r requirements.txt && \
+	  $(PIP_INSTALL) --no-deps -e . && \
 	  echo "make: $(VENV) ready in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
@@ -45,7 +48,7 @@ crds: ## download the pinned upstream CRDs into .crds (needs internet; else set 
 	$(PYTHON) scripts/crds.py --dest $(CRDS_DIR)
 
 plan: setup ## offline plan of a stack: STACK=b300 FORMAT=table|json|markdown
-	$(PY) scripts/plan.py --stack $(STACK) --format $(FORMAT)
+	$(VENV)/bin/kimi-deploy plan --stack $(STACK) --format $(FORMAT)
 
 plan-all: setup ## offline plan of every stack (json, checked)
 	@set -e; for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; s=$${s%.yaml}; \
@@ -58,6 +61,19 @@ test: setup-dev vllm-parser ## full test suite (installs what it needs; CRDs fro
 	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \
 	  echo "make: no CRDs for the schema tests: run 'make crds' (internet) or set KIMI_CRDS_DIR to a local copy (they are skipped; under CI=true they fail)"; fi
 	KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
+
+# Gates (ruff, mypy with the pydantic plugin; configuration in pyproject.toml). Not part of
+# `make test` yet: turned on once the tree is clean.
+lint: setup-dev ## ruff + mypy (pydantic plugin); configuration in pyproject.toml
+	$(PY) -m ruff check components scripts policy
+	$(PY) -m mypy
+
+# The CrossGuard pack's own venv (Pulumi creates policy/venv from policy/requirements.txt); the
+# rules import components.spec, so the project goes in too (no dependencies: stdlib modules only).
+policy-venv: setup ## the CrossGuard pack's venv (policy/venv) with the project installed
+	$(PYTHON) -m venv policy/venv
+	policy/venv/bin/pip install --quiet --disable-pip-version-check -r policy/requirements.txt
+	policy/venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
 
 bench-sync: setup-dev ## weight-sync benchmark (figures, not a test)
 	$(PY) scripts/bench_sync.py

@@ -12,12 +12,11 @@ carries its URN.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from pulumi_policy import (  # noqa: E402
+# Pulumi's policy runtime (pulumi.policy.__main__) runs this pack with runpy.run_path(<pack dir>),
+# which puts the pack directory first on sys.path: `import rules` finds policy/rules.py. The rules
+# import components.spec, so the pack's venv has the project installed (`make policy-venv`:
+# pip install --no-deps -e .); no sys.path edits.
+from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
     PolicyPack,
@@ -26,7 +25,7 @@ from pulumi_policy import (  # noqa: E402
     StackValidationPolicy,
 )
 
-import rules  # noqa: E402
+import rules
 
 PACK_NAME = "kimi-deploy-guardrails"
 API_PORT_SCHEMA = PolicyConfigSchema(

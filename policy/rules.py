@@ -20,26 +20,22 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import sys
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-_REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
-
-from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY  # noqa: E402
-from components.spec.targets import INSTANCES  # noqa: E402
-from components.spec.versions import VLLM_PORT  # noqa: E402
-from components.spec.naming import (  # noqa: E402  one place for tag keys
+from components.spec.credentials import CREDENTIAL_RE
+from components.spec.naming import (  # one place for tag keys
+    GPU_NODE_LABEL,
+    GPU_TAINT_KEY,
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
     TAG_RETAIN,
     TAG_ROLE,
 )
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES  # noqa: E402
+from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from components.spec.targets import INSTANCES
+from components.spec.versions import VLLM_PORT
 
 SECRET_MASK = "[secret]"  # components.plan_engine.SECRET_MASK
 RESOLVED_LT = "__launchTemplate"  # props key added by resolve_launch_templates (not an input)
@@ -53,8 +49,9 @@ SENSITIVE_NAME = re.compile(r"(^|[_.-])(TOKEN|API_?KEY|KEY|PASSWORD|PASSWD|SECRE
 # Keys of structured values (Helm values, ConfigMap data) that hold credentials. Stricter than
 # SENSITIVE_NAME: a bare "key" (tolerations, match expressions) or "existingSecret" is no credential.
 SENSITIVE_KEY = re.compile(r"(token|password|passwd|api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|credentials?|kubeconfig)$|^secret$", re.IGNORECASE)
-# Values shaped like credentials (checked where secretness cannot be seen).
-CREDENTIAL_VALUE = re.compile(r"hf_[A-Za-z0-9]{20,}|\b(AKIA|ASIA)[A-Z0-9]{16}\b|\bsk-[A-Za-z0-9_-]{20,}|-----BEGIN [A-Z ]*PRIVATE KEY-----|client-key-data:\s*\S{20,}")
+# Values shaped like credentials (checked where secretness cannot be seen): one list, in
+# components/spec/credentials.py, shared with the config check and the plan diff.
+CREDENTIAL_VALUE = CREDENTIAL_RE
 
 WORKLOAD_TYPES = (
     "kubernetes:apps/v1:Deployment",

@@ -259,7 +259,9 @@ def missing_module_message(err: ModuleNotFoundError) -> str:
 def missing_module_hook(exc_type: type, exc: BaseException, tb: Any) -> None:
     """``sys.excepthook``: a third-party ``ModuleNotFoundError`` reaching the top is one line
     (``missing_module_message``) and exit 2; anything else goes to the previous hook."""
-    if isinstance(exc, ModuleNotFoundError) and _is_third_party(exc):
+    # A third-party package, or this project itself (``components``/``scripts`` resolve only once
+    # `make setup` has installed it, editable, into .venv): either way the fix is `make setup`.
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
         import os
 
         print(missing_module_message(exc), file=sys.stderr)

@@ -19,15 +19,15 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
-from components.spec import cost as costmodel  # noqa: E402
-from components.spec.config import DeploymentSpec, load_stack, stack_names  # noqa: E402
-from components.spec.sizing import billed_gpu_nodes, compute_sizing  # noqa: E402
-from scripts._cli import CliParser, UsageError, print_json, print_table, run_cli  # noqa: E402
+from components.spec import cost as costmodel
+from components.spec.config import DeploymentSpec, load_stack, stack_names
+from components.spec.sizing import billed_gpu_nodes, compute_sizing
+from scripts._cli import CliParser, UsageError, print_json, print_table, run_cli
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_TASKS_PER_MONTH = 1_000
 DEFAULT_BUSY_FRACTION = 0.5

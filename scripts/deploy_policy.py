@@ -31,13 +31,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
-from components.spec.config import ConfigError, read_stack_config, stack_names  # noqa: E402
-from scripts._cli import CliParser, UsageError, print_json, run_cli  # noqa: E402
+from components.spec.config import ConfigError, read_stack_config, stack_names
+from scripts._cli import CliParser, UsageError, print_json, run_cli
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # IAM managed policy size quota (characters, whitespace not counted):
 # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html

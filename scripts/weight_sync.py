@@ -29,8 +29,12 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-MARKER_NAME = ".weights-complete.json"
-MANIFEST_NAME = "manifest.json"
+try:  # the one definition (standard library only), in a checkout or the installed package
+    from components.spec.naming import MANIFEST_NAME, MARKER_NAME
+except ImportError:  # shipped alone to a node (ConfigMap / S3 object): the same values, held
+    # equal to components/spec/naming.py by tests/test_weight_sync.py (the shipped-alone run).
+    MARKER_NAME = ".weights-complete.json"  # type: ignore[misc]
+    MANIFEST_NAME = "manifest.json"  # type: ignore[misc]
 STATE_DIR_NAME = ".weights-sync"  # journal, partial files and hub staging, inside the destination
 JOURNAL_NAME = "verified.jsonl"
 MANIFEST_VERSION = 1

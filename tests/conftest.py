@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from components.spec.config import read_stack_config, stack_names
 
-from components.spec.config import read_stack_config, stack_names  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Scripts the tests start as subprocesses (`python scripts/plan.py`, `python -c ...`) import the
+# package the way an installed checkout does: through PYTHONPATH (this checkout first), not
+# sys.path edits in the scripts. The test process itself gets the root from pytest's
+# `pythonpath` option (pyproject.toml).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 # A fixed clock for every test: stack files are checked against it, plans are reproducible.
 FIXED_NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)

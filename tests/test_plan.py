@@ -10,10 +10,8 @@ import sys
 import pytest
 
 from components.plan_engine import PLACEHOLDER_PREFIX, SECRET_MASK
+from scripts import plan as plan_script
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for
-
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import plan as plan_script  # noqa: E402
 
 NOW = FIXED_NOW.isoformat()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,13 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scripts import plan_diff
+from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-
-import plan_diff  # noqa: E402
-
-from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for  # noqa: E402
-
 INSTANCE = "aws:ec2/instance:Instance"
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 
@@ -189,6 +187,11 @@ def two_commits(tmp_path_factory):
     return repo
 
 
+def _tree_env(tree: Path) -> dict[str, str]:
+    """Run a copied checkout's own scripts: its root on PYTHONPATH (as `pip install -e` of that copy would)."""
+    return {**os.environ, "PYTHONPATH": str(tree)}
+
+
 def test_end_to_end_diff_between_two_commits(two_commits):
     if not (REPO_ROOT / "scripts" / "plan.py").is_file():
         pytest.skip("scripts/plan.py not present")
@@ -214,12 +217,12 @@ def test_plan_py_diff_against_cli(two_commits):
         pytest.skip("scripts/plan.py not present")
     proc = subprocess.run(
         [sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", "HEAD~1", "--format", "markdown", "--now", "2026-11-30T12:00:00Z"],
-        cwd=two_commits, capture_output=True, text=True, timeout=300,
+        cwd=two_commits, env=_tree_env(two_commits), capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("#### `b300` vs `HEAD~1`:") and "⚠ **replace**" in proc.stdout
     assert "| + add |" in proc.stdout and "`--gpu-memory-utilization`" in proc.stdout
-    bad = subprocess.run([sys.executable, "scripts/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"], cwd=two_commits, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run([sys.executable, "scripts/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"], cwd=two_commits, env=_tree_env(two_commits), capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: git ref 'no-such-ref': no such commit, branch or tag in ") and "Traceback" not in bad.stderr
 
 
@@ -332,7 +335,7 @@ def test_base_renders_with_only_its_own_tree(history, monkeypatch):
 @pytest.mark.parametrize("ref, reason", [("HEAD~2", "components.spec.versions"), ("HEAD~3", "has no scripts/plan.py")])
 def test_base_that_cannot_render_shows_the_whole_plan_as_added(history, ref, reason):
     proc = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", ref, "--format", "json",
-                           "--now", "2026-11-30T12:00:00Z"], cwd=history, capture_output=True, text=True, timeout=300)
+                           "--now", "2026-11-30T12:00:00Z"], cwd=history, env=_tree_env(history), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert d["base_error"].startswith(f"base could not be rendered at {ref}: ") and reason in d["base_error"], d["base_error"]

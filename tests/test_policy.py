@@ -7,19 +7,16 @@ own pulumi_policy objects with the SDK's argument types, so the CLI path is exer
 from __future__ import annotations
 
 import runpy
-import sys
 from pathlib import Path
 from unittest import mock
 
 import pytest
 import yaml
 
+from policy import rules
+from tests.conftest import STACKS, plan_for
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "policy"))
-
-import rules  # noqa: E402
-
-from tests.conftest import STACKS, plan_for  # noqa: E402
 
 PLAN_CTX = rules.RuleContext(secrets_masked=True)
 CLI_CTX = rules.RuleContext(secrets_masked=False)
@@ -272,7 +269,8 @@ def pack():
             captured.update(name=name, policies=list(policies), enforcement_level=enforcement_level)
 
     with mock.patch("pulumi_policy.PolicyPack", CapturePack):
-        runpy.run_path(str(REPO_ROOT / "policy" / "__main__.py"), run_name="__main__")
+        # As Pulumi runs a pack: run_path(<pack dir>) puts the directory first on sys.path.
+        runpy.run_path(str(REPO_ROOT / "policy"), run_name="__main__")
     return captured
 
 

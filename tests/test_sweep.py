@@ -13,11 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from scripts import sweep
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-
-import sweep  # noqa: E402
-
 REGION = "us-east-1"
 NOW = datetime(2026, 12, 10, 0, 0, tzinfo=timezone.utc)
 PAST = "2026-12-01T00:00:00Z"

@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXED_NOW, STACKS
-from tests.vllm_contract import check_argvs, format_failures, installed_site_packages, names_in_installed_source, wheel_features
+from tests.vllm_contract import (
+    REQUIREMENTS_VLLM,
+    check_argvs,
+    format_failures,
+    installed_site_packages,
+    names_in_installed_source,
+    version_disagreements,
+    wheel_features,
+)
 
 MODEL = "moonshotai/Kimi-K3.1-Pro"
 ATTENTION_CONFIG = '{"use_prefill_query_quantization":true,"mla_prefill_backend":"flashinfer"}'
@@ -122,10 +130,24 @@ def _parsed_ok(label: str) -> dict[str, Any]:
 
 
 def test_parser_is_the_pinned_vllm():
-    from components.spec.versions import VLLM_VERSION
+    """The parser the contract runs is the vLLM the product pins (versions.VLLM_VERSION), and the
+    installer's requirements pin the same: bumping the constant alone fails here."""
+    from components.spec import versions
 
     report = _everything()[0]
-    assert report["vllm_version"] == VLLM_VERSION
+    assert version_disagreements(versions.VLLM_VERSION, report["vllm_version"], REQUIREMENTS_VLLM.read_text()) == []
+
+
+def test_a_bumped_version_constant_is_caught():
+    """Without the vLLM venv: the requirements pin and a parser of the old version both disagree
+    with a bumped constant."""
+    from components.spec import versions
+
+    text = REQUIREMENTS_VLLM.read_text()
+    assert version_disagreements(versions.VLLM_VERSION, None, text) == []
+    bumped = "99.0.0"
+    problems = version_disagreements(bumped, versions.VLLM_VERSION, text)
+    assert len(problems) == 2 and all(bumped in p for p in problems)
 
 
 @pytest.mark.parametrize("kind", ["tool_parsers", "reasoning_parsers"])
@@ -365,3 +387,24 @@ def test_dcp_stack_carries_the_recipe_dcp_settings_as_vllm_parses_them():
     assert "TOKENSPEED_MLA" in str(p["attention_backend"]).upper()
     assert "TRTLLM_RAGGED" in str(p["attention_config"]["mla_prefill_backend"]).upper()
     assert int(roles[0][1].env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]) > 1_611_661_312  # vllm#50781
+
+
+def test_the_installer_reads_the_version_constant(tmp_path):
+    """scripts/install_vllm_cpu.sh takes the version from versions.py and refuses a requirements
+    file that pins another: a bumped constant stops the install (before any venv is made)."""
+    import shutil
+    import subprocess
+
+    from tests.conftest import REPO_ROOT
+
+    for rel in ("scripts/install_vllm_cpu.sh", "components/spec/versions.py", "requirements-vllm.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / rel, tmp_path / rel)
+    versions_py = tmp_path / "components/spec/versions.py"
+    text = versions_py.read_text()
+    assert text.count('\nVLLM_VERSION = "') == 1
+    versions_py.write_text(text.replace('\nVLLM_VERSION = "', '\nVLLM_VERSION = "99.0.0"  # was "', 1))
+    proc = subprocess.run(["bash", str(tmp_path / "scripts/install_vllm_cpu.sh")], env={"PATH": "/usr/bin:/bin", "VLLM_VENV": str(tmp_path / "venv")},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "does not pin vllm==99.0.0" in proc.stderr, proc.stderr
+    assert not (tmp_path / "venv").exists()

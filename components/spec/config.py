@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from . import fsx, naming
+from .credentials import find_credential
 from .model import MODELS, ModelProfile
 from .targets import PLATFORMS, TARGETS, InstanceFacts, TargetProfile
 from .versions import VLLM_PORT
@@ -47,11 +48,6 @@ _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 # Docker tag grammar; an image reference is name[:tag][@sha256:digest].
 _IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE_RE = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
-# Values shaped like credentials: they belong in secret keys, never in plain config.
-_CREDENTIAL_RE = re.compile(
-    r"hf_[A-Za-z0-9]{20,}|ms-[A-Za-z0-9-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9_-]{16,}|"
-    r"\b(AKIA|ASIA)[A-Z0-9]{16}\b|-----BEGIN [A-Z ]*PRIVATE KEY-----|client-key-data:"
-)
 # Trials are short by design; anything longer is a staging stack.
 MAX_TRIAL_HOURS = 24 * 30
 # Client CIDRs broader than this are "the internet" for practical purposes.
@@ -496,6 +492,17 @@ def _check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) ->
         raise ConfigError(key, value, f"is not allowed (allowed: {', '.join(allowed)})")
 
 
+def _supported_targets(model: ModelProfile | None) -> list[str]:
+    """Targets that can serve ``model``: no ``unsupported_reason`` and more GPU memory per copy
+    than its weights (all targets without a reason when the model is unknown). A target
+    rejected for memory is never listed as supported in the same message."""
+    return [
+        name
+        for name, profile in TARGETS.items()
+        if profile.unsupported_reason is None and (model is None or profile.gpu_memory_per_copy_bytes > model.weights_bytes)
+    ]
+
+
 def parse_spec(
     config: Mapping[str, Any],
     *,
@@ -530,14 +537,15 @@ def parse_spec(
 
     warnings: list[str] = []
     for path, text in _walk_strings(plain):
-        if _CREDENTIAL_RE.search(text):
-            secret_key = "hfToken" if "hf_" in text else "apiKey"
+        shape = find_credential(text)  # values shaped like credentials belong in secret keys
+        if shape is not None:
+            secret_key = shape.secret_key or "apiKey"
             raise ConfigError(
                 path, "[looks like a credential]", f"must not hold credentials in plain config: use `pulumi config set --secret kimi-deploy:{secret_key}`"
             )
 
     # Target, platform, environment -------------------------------------------------------
-    supported_targets = [t for t, p in TARGETS.items() if p.unsupported_reason is None]
+    supported_targets = _supported_targets(MODELS.get(raw.model.profile))
     if raw.target not in TARGETS:
         _check_choice("target", raw.target, supported_targets)
     _check_choice("platform", raw.platform, PLATFORMS)
@@ -570,7 +578,7 @@ def parse_spec(
         raise ConfigError(
             "platform",
             raw.platform,
-            f"is not available for target {target.name} (allowed: {', '.join(target.platforms)})",
+            f"is not available for target {target.name} (allowed: {', '.join(target.platforms) or 'none'})",
         )
     instance_type = raw.compute.instance_type or target.platforms[raw.platform]
     from .targets import INSTANCES  # local: keep the module namespace small
@@ -648,9 +656,11 @@ def parse_spec(
             )
     elif cap.reservation_id:
         raise ConfigError("compute.capacity.reservationId", cap.reservation_id, "is set but compute.capacity.type is on-demand (set odcr or capacity-block)")
-    if target.name == "gb300" and is_aws and cap.type != "capacity-block":
+    if is_aws and target.aws_capacity_types is not None and cap.type not in target.aws_capacity_types:
         raise ConfigError(
-            "compute.capacity.type", cap.type, "is not available for gb300: AWS sells GB300 only as UltraServer capacity blocks (allowed: capacity-block)"
+            "compute.capacity.type",
+            cap.type,
+            f"is not available for {target.name}: {target.aws_capacity_reason} (allowed: {', '.join(target.aws_capacity_types)})",
         )
     _check_ultraserver_block(raw, instance, target.nodes_per_copy * raw.compute.replicas, warnings)
     _check_local_zone(raw, warnings)

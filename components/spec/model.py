@@ -74,6 +74,27 @@ class ApiPrice:
 
 
 @dataclass(frozen=True)
+class FittedKvModel:
+    """How the KV-cache figures of the plan are obtained: a model whose free constants were fitted
+    to public figures, not a measurement. The plan shows it beside the KV figures.
+
+    Attributes:
+        label: one line for the plan, e.g. ``"estimate: fitted to 2 recipe figures"``.
+        formula: the model, in words.
+        figures: the public figures the constants were fitted to (one line each, with source).
+        fitted: constant name -> fitted value (units in the name).
+        independent_check: a third public figure the fit was tested against, or None when none
+            is published (then the fit is exact on its own figures and unchecked elsewhere).
+    """
+
+    label: str
+    formula: str
+    figures: tuple[str, ...]
+    fitted: Mapping[str, float]
+    independent_check: str | None = None
+
+
+@dataclass(frozen=True)
 class ModelProfile:
     """One checkpoint and how to serve it.
 
@@ -99,6 +120,8 @@ class ModelProfile:
         license_summary: the commercial conditions users must acknowledge.
         engine_requirements: image family (``cuda``/``rocm``) -> what the engine must implement
             (``engine.check_engine`` enforces it).
+        kv_fit: how ``runtime_reserved_bytes_per_gpu`` and ``dcp_kv_efficiency`` were obtained
+            (None: measured or not fitted).
     """
 
     name: str
@@ -121,6 +144,7 @@ class ModelProfile:
     api_price: ApiPrice
     license_summary: str
     engine_requirements: Mapping[str, EngineRequirement] = field(default_factory=lambda: MappingProxyType({}))
+    kv_fit: FittedKvModel | None = None
 
     def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
         """KV bytes per token per GPU for ``kv_cache_dtype`` (``fp8*`` or ``auto``/``bfloat16``)."""
@@ -147,6 +171,19 @@ DCP_FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
 # runtime, and 18.5M / (8 x 2.6M) = 0.89 of the ideal DCP8 gain.
 _KIMI_RUNTIME_RESERVED = 38_000_000_000
 _KIMI_DCP_EFFICIENCY = 0.89
+_KIMI_KV_FIT = FittedKvModel(
+    label="estimate: fitted to 2 recipe figures",
+    formula=(
+        "tokens at TP = (gpu_memory_utilization x GPU memory - weights/TP - runtime_reserved_bytes_per_gpu)"
+        " / KV bytes per token; with DCP: x DCP size x dcp_kv_efficiency"
+    ),
+    figures=(
+        "8x B300, FP8 KV, --gpu-memory-utilization 0.95: about 2.6M tokens at TP8 (vLLM recipe, Kimi-K3.yaml)",
+        "the same with DCP8: about 18.5M tokens (vLLM recipe, Kimi-K3.yaml)",
+    ),
+    fitted=MappingProxyType({"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED, "dcp_kv_efficiency": _KIMI_DCP_EFFICIENCY}),
+    independent_check=None,  # no third public figure (other GPU, dtype or DCP size) found
+)
 
 KIMI_K3_1_PRO = ModelProfile(
     name="kimi-k3.1-pro",
@@ -257,6 +294,7 @@ KIMI_K3_1_PRO = ModelProfile(
             )
         }
     ),
+    kv_fit=_KIMI_KV_FIT,
 )
 
 MODELS: Mapping[str, ModelProfile] = MappingProxyType({KIMI_K3_1_PRO.name: KIMI_K3_1_PRO})

@@ -124,6 +124,9 @@ class TargetProfile:
         gpu_resource_name: Kubernetes extended resource, e.g. ``"nvidia.com/gpu"``.
         needs_compute_domain: multi-node NVLink needs an NVIDIA DRA ComputeDomain claim.
         unsupported_reason: set for profiles kept only to explain why they cannot serve.
+        aws_capacity_types: the ``compute.capacity.type`` values AWS sells this target's
+            instances under (None: any of on-demand, odcr, capacity-block).
+        aws_capacity_reason: why ``aws_capacity_types`` is limited (shown in the config error).
     """
 
     name: str
@@ -136,6 +139,8 @@ class TargetProfile:
     gpu_resource_name: str
     needs_compute_domain: bool = False
     unsupported_reason: str | None = None
+    aws_capacity_types: tuple[str, ...] | None = None
+    aws_capacity_reason: str = ""
 
     @property
     def gpus_per_copy(self) -> int:
@@ -164,6 +169,10 @@ GPUS: Mapping[str, GpuFacts] = MappingProxyType(
         "GB300": GpuFacts("GB300", "nvidia", 288 * GB, True, "blackwell"),
         # 288 GB HBM3E per MI355X (AMD Instinct MI355X datasheet; OCI BM.GPU.MI355X.8 shape).
         "MI355X": GpuFacts("MI355X", "amd", 288 * GB, True, "cdna4"),
+        # 183,359 MiB per GPU: EC2 DescribeInstanceTypes for p6-b200.48xlarge (moto 5.2 data).
+        "B200": GpuFacts("B200", "nvidia", 183_359 * MIB, True, "blackwell"),
+        # Up to 186 GB HBM3e per GB200 GPU (NVIDIA GB200 NVL72: 13.4 TB over 72 GPUs).
+        "GB200": GpuFacts("GB200", "nvidia", 186 * GB, True, "blackwell"),
         # Kept to explain rejections: 80 GB (H100 SXM) and 141 GB (H200), no native FP4.
         "H100": GpuFacts("H100", "nvidia", 80 * GB, False, "hopper"),
         "H200": GpuFacts("H200", "nvidia", 141 * GB, False, "hopper"),
@@ -278,6 +287,48 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             nvme_write_bytes_per_second=12 * GB,
             nvme_write_source="estimate: 8 NVMe x 1.5 GB/s write (no vendor figure; measure with fio)",
         ),
+        "p6-b200.48xlarge": InstanceFacts(
+            instance_type="p6-b200.48xlarge",
+            cloud="aws",
+            # EC2 DescribeInstanceTypes (moto 5.2 data): 8x B200, 192 vCPU, 2 TiB, 8 x 3,800 GB
+            # NVMe, 8 network cards with 8 EFA interfaces.
+            gpus=8,
+            vcpus=192,
+            memory_gib=2048,
+            cpu_architecture="x86_64",
+            nvme_devices=8,
+            nvme_device_bytes=3_800 * GB,
+            nvme_read_bytes_per_second=16 * GB,
+            nvme_read_source="estimate: 8 Nitro NVMe x 2 GB/s (no AWS figure; measure with fio)",
+            efa_interfaces=8,
+            network_cards=8,
+            usd_per_hour_on_demand=None,
+            price_region=None,
+            # moto 5.2 DescribeInstanceTypeOfferings (availability-zone), the regions used here.
+            offered_azs=MappingProxyType({"us-east-1": ("us-east-1c",), "us-east-2": ("us-east-2a", "us-east-2b", "us-east-2c"), "us-west-2": ("us-west-2a", "us-west-2b", "us-west-2d")}),
+        ),
+        "p6e-gb200.36xlarge": InstanceFacts(
+            instance_type="p6e-gb200.36xlarge",
+            cloud="aws",
+            gpus=4,
+            # One Grace-Blackwell tray of a P6e-GB200 UltraServer (u-p6e-gb200x36 = 9 trays, x72 =
+            # 18): 144 vCPU, 960 GiB, 3 x 7.5 TB NVMe (DESIGN.md sections 3 and 9); 17 network
+            # cards, the odd cards 1-15 EFA-only (AWS recommends 4 or 8 EFA). Sold only as
+            # UltraServer capacity blocks: no on-demand price, not in moto's catalog.
+            vcpus=144,
+            memory_gib=960,
+            cpu_architecture="arm64",
+            nvme_devices=3,
+            nvme_device_bytes=7_500 * GB,
+            nvme_read_bytes_per_second=6 * GB,
+            nvme_read_source="estimate: 3 Nitro NVMe x 2 GB/s (no AWS figure; measure with fio)",
+            efa_interfaces=8,
+            network_cards=17,
+            usd_per_hour_on_demand=None,
+            price_region=None,
+            offered_azs=MappingProxyType({}),
+            in_ec2_catalog=False,
+        ),
         "p5.48xlarge": InstanceFacts(
             instance_type="p5.48xlarge",
             cloud="aws",
@@ -335,6 +386,8 @@ TARGETS: Mapping[str, TargetProfile] = MappingProxyType(
             image_family="cuda",
             gpu_resource_name="nvidia.com/gpu",
             needs_compute_domain=True,
+            aws_capacity_types=("capacity-block",),
+            aws_capacity_reason="AWS sells GB300 only as UltraServer capacity blocks",
         ),
         "mi355x": TargetProfile(
             name="mi355x",
@@ -345,6 +398,34 @@ TARGETS: Mapping[str, TargetProfile] = MappingProxyType(
             platforms=MappingProxyType({"kubernetes": "BM.GPU.MI355X.8"}),
             image_family="rocm",
             gpu_resource_name="amd.com/gpu",
+        ),
+        # Data only, no code path: the same fields as gb300. Four trays (16 GPUs, one TP16 group
+        # over multi-node NVLink in one UltraServer): two trays hold 8 x 186 GB = 1,488 GB, less
+        # than the 1.56 TB of weights.
+        "gb200": TargetProfile(
+            name="gb200",
+            display_name="4x p6e-gb200.36xlarge trays (16x NVIDIA GB200, one TP16 group over MNNVL)",
+            gpu=GPUS["GB200"],
+            gpus_per_node=4,
+            nodes_per_copy=4,
+            platforms=MappingProxyType({"aws-eks": "p6e-gb200.36xlarge"}),
+            image_family="cuda",
+            gpu_resource_name="nvidia.com/gpu",
+            needs_compute_domain=True,
+            aws_capacity_types=("capacity-block",),
+            aws_capacity_reason="AWS sells GB200 only as UltraServer capacity blocks",
+        ),
+        # Data only: 8 x 192 GB = 1,538 GB < 1.56 TB of weights, so config rejects it for memory
+        # (and does not list it as supported).
+        "b200": TargetProfile(
+            name="b200",
+            display_name="1x p6-b200.48xlarge (8x NVIDIA B200)",
+            gpu=GPUS["B200"],
+            gpus_per_node=8,
+            nodes_per_copy=1,
+            platforms=MappingProxyType({"aws-ec2": "p6-b200.48xlarge", "aws-eks": "p6-b200.48xlarge"}),
+            image_family="cuda",
+            gpu_resource_name="nvidia.com/gpu",
         ),
         "h100": TargetProfile(
             name="h100",

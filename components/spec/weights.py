@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import DeploymentSpec
+from .naming import MANIFEST_NAME, MARKER_NAME  # noqa: F401  re-exported: defined once in naming.py
 
 # Paths inside the containers that run the sync and vLLM.
 WEIGHTS_MOUNT_PATH = "/models"
@@ -19,9 +20,6 @@ SYNC_SCRIPT_PATH = "/opt/kimi-deploy/weight_sync.py"
 # Publishing to the mirror verifies hub files on local disk before upload (workers x largest
 # shard, hundreds of GB): on the node's NVMe, mounted at WEIGHTS_MOUNT_PATH, never the root disk.
 STAGING_DIR = f"{WEIGHTS_MOUNT_PATH}/.kimi-deploy-staging"
-# The completion marker and manifest names: defined once, by the sync program itself (which
-# runs standalone inside the vLLM image and imports only the standard library at load).
-from scripts.weight_sync import MANIFEST_NAME, MARKER_NAME  # noqa: E402,F401
 # Parallel transfers per sync (files in flight; ranged parts within a file are the tool's own).
 SYNC_WORKERS = 16
 # Environment variable that carries the hub token into scripts/weight_sync.py, per model source.

@@ -1,0 +1,120 @@
+"""One command (components/cli.py, `kimi-deploy`): subcommands, --help at every level, exit codes,
+the packaging metadata behind `pip install -e .`, and no sys.path edits anywhere."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from components import cli
+from tests.conftest import REPO_ROOT
+
+SUBCOMMANDS = ["plan", "diff", "preflight", "validate", "cost", "sweep", "sync", "bench"]
+
+
+def test_top_level_help_lists_every_subcommand(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kimi-deploy <command>")
+    for name in SUBCOMMANDS:
+        assert f"\n  {name} " in out
+    assert cli.main([]) == 0 and "commands:" in capsys.readouterr().out
+    assert list(cli.SUBCOMMANDS) == SUBCOMMANDS
+
+
+def test_unknown_command_is_one_line_and_exit_2(capsys):
+    assert cli.main(["deploy"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown command 'deploy'" in err and "plan, diff, preflight" in err
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_subcommand_has_its_scripts_help(name, capsys):
+    """`kimi-deploy NAME --help` is the script's own parser and help text (exit 0)."""
+    try:
+        code = cli.main([name, "--help"])
+    except SystemExit as exc:  # argparse's --help
+        code = exc.code
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith("usage: ") and "--help" in out
+    module = __import__(cli.SUBCOMMANDS[name].module, fromlist=["main"])
+    first_line = (module.__doc__ or "").strip().splitlines()[0].rstrip(".")
+    assert out.count("\n") > 5 and first_line, name  # the script's own, documented parser
+
+
+def test_subcommand_calls_the_scripts_main_with_the_rest_of_argv(monkeypatch):
+    from scripts import cost
+
+    seen = []
+    monkeypatch.setattr(cost, "main", lambda argv: seen.append(list(argv)) or 1)
+    assert cli.main(["cost", "--stack", "b300", "--json"]) == 1  # the script's exit code, unchanged
+    assert seen == [["--stack", "b300", "--json"]]
+
+
+def test_config_error_is_exit_2_one_line():
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "cost", "--stack", "no-such-stack"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_plan_runs_from_another_directory(tmp_path):
+    """The package, not the working directory, locates the stacks: run from an empty directory."""
+    proc = subprocess.run([sys.executable, "-m", "components.cli", "plan", "--stack", "mi355x", "--format", "json",
+                           "--now", "2026-12-01T00:00:00Z"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["stack"] == "mi355x" and doc["resources"]
+
+
+def test_pyproject_declares_one_console_script_and_the_packages():
+    meta = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["scripts"] == {"kimi-deploy": "components.cli:console_main"}
+    # Dependencies: the pins of requirements.txt, read from that file (one place).
+    assert "dependencies" in meta["project"]["dynamic"]
+    assert meta["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements.txt"]}
+    include = meta["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in ("components", "scripts", "policy"):
+        assert f"{package}*" in include
+        assert (REPO_ROOT / package / "__init__.py").is_file(), f"{package} must be a regular package"
+
+
+def _sys_path_edits(tree: ast.AST) -> list[int]:
+    """Lines that change sys.path: sys.path.insert/append/extend(...), sys.path[...] = ..., sys.path = ..."""
+    def is_sys_path(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_sys_path(node.func.value) \
+                and node.func.attr in ("insert", "append", "extend"):
+            lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value)):
+                    lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_nothing_edits_sys_path():
+    """The package is imported as installed (`pip install -e .`) or from the repository root
+    (pytest's pythonpath, `python -m`); no module patches the import path. (plan_diff's
+    _ISOLATED_PLAN is a program text run in another interpreter for another tree, not code here.)"""
+    offenders = []
+    for folder in ("components", "scripts", "policy", "tests"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            for line in _sys_path_edits(ast.parse(path.read_text(), str(path))):
+                offenders.append(f"{path.relative_to(REPO_ROOT)}:{line}")
+    assert offenders == []
+
+
+def test_the_sys_path_detector_can_fail():
+    code = "import sys\nsys.path.insert(0, 'x')\nsys.path[:0] = ['y']\nsys.path.append('z')\n"
+    assert _sys_path_edits(ast.parse(code)) == [2, 3, 4]
