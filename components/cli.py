@@ -13,7 +13,7 @@ Installed as a console script by ``pip install -e .`` (``make setup``; pyproject
 ``[project.scripts]``); ``python -m components.cli`` is the same command. Each subcommand
 imports its script module only when chosen and calls the script's own ``main(argv)`` with the
 remaining arguments, so ``kimi-deploy plan --help`` is plan.py's help and exit codes are the
-script's: 0 ok, 1 a check failed, 2 usage or config error (STYLE.md rule 10). ``scripts/*.py``
+script's: 0 ok, 1 a check failed, 2 usage or config error (the project convention, scripts/_cli.py). ``scripts/*.py``
 stay runnable directly (``python scripts/plan.py``) once the package is installed.
 
 Only the standard library is imported here: ``kimi-deploy --help`` is instant.

@@ -311,6 +311,7 @@ def run_program(
     project: str = NAMESPACE,
     secrets: Mapping[str, str] | None = None,
     now: _dt.datetime | None = None,
+    allow_blockers: bool = False,
 ) -> PlanRun:
     """Run the program (``components.program``) under mocks for one stack's config.
 
@@ -321,6 +322,8 @@ def run_program(
         secrets: secret key (without namespace) -> value, for tests; missing secrets that the
             stack declares get ``PLAN-PLACEHOLDER-NOT-A-REAL-<KEY>``.
         now: the clock the program uses (``KIMI_DEPLOY_NOW``).
+        allow_blockers: render a stack whose ``spec.blockers`` would stop `pulumi up` (the
+            offline plan shows them at its top); False runs the program exactly as `pulumi up`.
 
     Returns:
         The recorded ``PlanRun``.
@@ -354,7 +357,7 @@ def run_program(
     holder: dict[str, Any] = {}
 
     def body():
-        ctx = program.build_context()
+        ctx = program.build_context(allow_blockers=allow_blockers)
         holder["ctx"] = ctx
         holder["outputs"] = program.declare(ctx)
         return pulumi.Output.from_input(True)

@@ -113,15 +113,24 @@ def _api_key(cfg: pulumi.Config) -> pulumi.Output[str]:
     return pulumi.Output.secret(generated.result)
 
 
-def build_context(now: datetime | None = None) -> DeploymentContext:
+def build_context(now: datetime | None = None, *, allow_blockers: bool = False) -> DeploymentContext:
     """Read and validate config, derive sizing and the vLLM command, gather secrets.
 
+    Args:
+        now: the run's clock (default ``current_time()``).
+        allow_blockers: True only for the offline plan (``plan_engine.run_program(...,
+            allow_blockers=True)``): ``spec.blockers`` are then shown, not raised. ``pulumi up``
+            and ``pulumi preview`` never set it.
+
     Raises:
-        ConfigError: any invalid config value (before any resource is declared).
+        ConfigError: any invalid config value, or the first of ``spec.blockers`` (before any
+            resource is declared).
     """
     now = now or current_time()
     values, secrets_set = read_namespace_config()
     spec = parse_spec(values, stack=pulumi.get_stack(), project=pulumi.get_project(), now=now, secrets_set=secrets_set)
+    if spec.blockers and not allow_blockers:
+        raise spec.blockers[0]
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
     if spec.platform == "aws-ec2":

@@ -261,7 +261,8 @@ def missing_module_hook(exc_type: type, exc: BaseException, tb: Any) -> None:
     (``missing_module_message``) and exit 2; anything else goes to the previous hook."""
     # A third-party package, or this project itself (``components``/``scripts`` resolve only once
     # `make setup` has installed it, editable, into .venv): either way the fix is `make setup`.
-    if isinstance(exc, ModuleNotFoundError) and exc.name:
+    # (A missing module *inside* this project, components.spec.x, is a bug or a wrong checkout: traceback.)
+    if isinstance(exc, ModuleNotFoundError) and exc.name and (_is_third_party(exc) or exc.name in _OWN_PACKAGES):
         import os
 
         print(missing_module_message(exc), file=sys.stderr)

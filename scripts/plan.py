@@ -69,7 +69,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     spec = load_stack(stack, now=now, **kwargs)  # validates before anything is declared
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
-    run = run_program(read_stack_config(stack, **kwargs), stack=stack, now=now)
+    run = run_program(read_stack_config(stack, **kwargs), stack=stack, now=now, allow_blockers=True)
     mirror_bucket = run.outputs.get("mirrorBucket") if spec.config.storage.mirror.enabled else None
     if spec.config.storage.mirror.enabled and not mirror_bucket:
         mirror_bucket = spec.config.storage.mirror.bucket_name or "<mirror-bucket>"
@@ -156,6 +156,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "expires_rule": _expiry_rule(spec),
         "protect": spec.protect,
         "warnings": list(spec.warnings),
+        # What stops `pulumi up` (the program raises the first) although the plan renders.
+        "blockers": [str(b) for b in spec.blockers],
+        "deployable": not spec.blockers,
         # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP.
         "resources": run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
         "outputs": run.mark_computed(run.outputs),
@@ -352,6 +355,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines = [f"### Plan: `{doc['stack']}` — {doc['target_display']}", "", "| | |", "|---|---|"]
     lines += [f"| {label} | {text.replace('|', '/').replace('<', '&lt;')} |" for label, text in summary_rows(doc)]
     lines.append("")
+    for b in doc["blockers"]:
+        lines.append(f"> ⛔ **`pulumi up` refuses this stack:** {b}")
     for w in doc["warnings"]:
         lines.append(f"> ⚠ {w}")
     lines.append("")
@@ -494,6 +499,8 @@ def render_table(doc: dict[str, Any], file=None) -> None:
     for label, text in summary_rows(doc):
         summary.add_row(label, escape(text))
     console.print(summary)
+    for b in doc["blockers"]:
+        console.print("[bold red]blocked: `pulumi up` refuses this stack:[/bold red] " + escape(b), soft_wrap=True, highlight=False)
     for w in doc["warnings"]:
         console.print("[yellow]warning:[/yellow] " + escape(w), soft_wrap=True, highlight=False)
     for role in doc["vllm"]["roles"]:
@@ -540,6 +547,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--now", help="the clock as ISO 8601 (default: now); fixes trial expiries for reproducible plans and diffs")
     parser.add_argument("--diff-against", metavar="GIT_REF", help="show what changes against the stack as rendered at GIT_REF (a temporary git worktree); with --format markdown|json|table")
     parser.add_argument("--output", metavar="FILE", help="write the result to FILE instead of standard output (any format)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 2 when `pulumi up` would refuse the stack (a blocker such as an engine build that cannot "
+                             "serve the model); without it the plan is shown with the blocker at its top and exits 0")
     return parser
 
 
@@ -593,6 +603,10 @@ def main(argv: list[str] | None = None) -> int:
         for leak in doc["secret_leaks"]:
             print(f"error: secret kimi-deploy:{leak['secret']} appears in plain input {leak['resource']}.{leak['path']}", file=sys.stderr)
         return 1
+    if doc["blockers"]:
+        for b in doc["blockers"]:
+            print(f"{'error' if args.strict else 'blocked'}: `pulumi up` refuses this stack: {b}", file=sys.stderr)
+        return 2 if args.strict else 0
     return 0
 
 

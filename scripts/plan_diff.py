@@ -490,6 +490,21 @@ def redact(text: str) -> str:
     return _NAMED_SECRET_RE.sub(lambda m: m.group(1) + "[redacted]", text)
 
 
+def redact_tree(value: Any) -> Any:
+    """``value`` (JSON data) with ``redact`` applied to every string in it, keys included.
+
+    Redact the data, never its serialized text: a pattern matching across JSON's escapes (a
+    ``token = ...`` inside an embedded script) would cut an escaped quote and break the document.
+    """
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k): redact_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_tree(v) for v in value]
+    return value
+
+
 # Before/after cells: values up to this many characters are shown whole; longer ones are cut to
 # a window of this size around the first difference, so the change itself is always visible.
 VALUE_CHARS = 100
@@ -678,7 +693,7 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
         if diff[kind]:
             lines += [f"<details><summary>{title} ({len(diff[kind])})</summary>", ""]
             for r in diff[kind]:
-                body = redact(json.dumps(r.get("inputs", {}), indent=1, sort_keys=True))
+                body = json.dumps(redact_tree(r.get("inputs", {})), indent=1, sort_keys=True)
                 if len(body) > 4000:
                     body = body[:4000] + "\n… (truncated)"
                 lines += [f"`{r['name']}` `{r['type']}`", "```json", body, "```"]
@@ -876,7 +891,7 @@ def main_diff(stack: str, ref: str, *, fmt: str = "markdown", now: datetime | No
         render_table(diff)
         text = None
     elif fmt == "json":
-        text = redact(json.dumps(diff, indent=2)) + "\n"
+        text = json.dumps(redact_tree(diff), indent=2) + "\n"
     else:
         text = render_markdown(diff, stack, ref)
     if text is not None:
@@ -933,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
             render_table(d)
         text = None
     elif args.format == "json":
-        text = redact(json.dumps(diffs if len(diffs) != 1 else diffs[0], indent=2)) + "\n"
+        text = json.dumps(redact_tree(diffs if len(diffs) != 1 else diffs[0]), indent=2) + "\n"
     else:
         parts = [args.header + "\n"] if args.header else []
         parts += [render_markdown(d, d["stack"], args.against) for d in diffs]

@@ -160,12 +160,7 @@ def _recorded(name: str, operation: str, service: str, params: dict | None = Non
 
 
 def _preflight():
-    import sys
-
-    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import preflight
+    from scripts import preflight
 
     return preflight
 
@@ -635,12 +630,7 @@ def _k8s_world(cluster: str = "kimi-deploy-gb300") -> dict[str, str]:
 
 
 def _sweep():
-    import sys
-
-    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import sweep
+    from scripts import sweep
 
     return sweep
 

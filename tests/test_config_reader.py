@@ -24,8 +24,7 @@ from components.spec.config_reader import (
 )
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import plan as plan_script  # noqa: E402
+from scripts import plan as plan_script  # noqa: E402
 
 SITE = Path(yaml.__file__).resolve().parents[1]
 

@@ -68,19 +68,35 @@ def test_immutable_builds_that_are_not_known_to_lack_support_pass(image):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_shipped_stacks_are_refused_until_an_engine_is_set(stack, monkeypatch):
+def test_shipped_stacks_are_refused_by_pulumi_up_until_an_engine_is_set(stack, monkeypatch):
     monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)
+    [blocker] = load_stack(stack, now=FIXED_NOW).blockers
+    assert isinstance(blocker, ConfigError)
+    assert blocker.key == "kimi-deploy:vllm.image" and "0.34.0" in str(blocker)
+    # The program as `pulumi up` runs it raises the blocker before any resource is declared.
+    from components.plan_engine import run_program
+    from components.spec.config import read_stack_config
+
     with pytest.raises(ConfigError) as err:
-        load_stack(stack, now=FIXED_NOW)
-    assert err.value.key == "kimi-deploy:vllm.image" and "0.34.0" in str(err.value)
+        run_program(read_stack_config(stack), stack=stack, now=FIXED_NOW)
+    assert err.value.key == "kimi-deploy:vllm.image"
+    # The offline plan renders everything else, the blocker at its top.
+    run = run_program(read_stack_config(stack), stack=stack, now=FIXED_NOW, allow_blockers=True)
+    assert run.resources and [str(b) for b in run.context.spec.blockers] == [str(blocker)]
 
 
-def test_plan_cli_exits_2_with_one_line_for_the_shipped_default(monkeypatch):
+def test_plan_cli_shows_the_blocker_and_strict_exits_2_with_one_line(monkeypatch):
     env = {k: v for k, v in __import__("os").environ.items() if k != "KIMI_DEPLOY_CONFIG_OVERLAY"}
-    proc = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "kimi-deploy:vllm.image" in proc.stderr and "Traceback" not in proc.stderr
+    base = [sys.executable, "scripts/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()]
+    shown = subprocess.run(base + ["--format", "json"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    doc = __import__("json").loads(shown.stdout)
+    assert doc["deployable"] is False and doc["resources"]
+    assert [b.split(":", 2)[:2] for b in doc["blockers"]] == [["kimi-deploy", "vllm.image"]]
+    assert shown.stderr.startswith("blocked: `pulumi up` refuses this stack: kimi-deploy:vllm.image")
+    strict = subprocess.run(base + ["--strict"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert strict.returncode == 2 and strict.stderr.count("\n") == 1, strict.stderr
+    assert "kimi-deploy:vllm.image" in strict.stderr and "Traceback" not in strict.stderr
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -92,6 +108,5 @@ def test_a_nightly_engine_plans_and_the_plan_says_it_is_not_a_release(stack, mon
 
 def test_a_too_old_image_tag_is_refused_by_the_config_key_that_set_it(monkeypatch):
     monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "v0.33.1"}}')
-    with pytest.raises(ConfigError) as err:
-        load_stack("b300", now=FIXED_NOW)
-    assert err.value.key == "kimi-deploy:vllm.imageTag"
+    [blocker] = load_stack("b300", now=FIXED_NOW).blockers
+    assert blocker.key == "kimi-deploy:vllm.imageTag"

@@ -15,7 +15,7 @@ import pytest
 from scripts import _cli, preflight, sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PY_SCRIPTS = sorted(p.name for p in (REPO_ROOT / "scripts").glob("*.py"))
+PY_SCRIPTS = sorted(p.name for p in (REPO_ROOT / "scripts").glob("*.py") if p.name != "__init__.py")  # the package marker is no command
 
 
 def _run(argv, env=None, cwd=REPO_ROOT, stdin=None, timeout=120):
@@ -199,7 +199,7 @@ def test_plan_diff_outside_a_git_clone_says_clone_it(tmp_path):
     tree = tmp_path / "archive"
     shutil.copytree(REPO_ROOT, tree, ignore=shutil.ignore_patterns(".git", ".venv*", "__pycache__", ".pytest_cache"))
     out = _run([sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", "HEAD"], cwd=tree,
-               env={"GIT_CEILING_DIRECTORIES": str(tmp_path)})
+               env={"GIT_CEILING_DIRECTORIES": str(tmp_path), "PYTHONPATH": str(tree)})  # the copy's own code
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("error: a plan diff needs a git clone: ") and "clone the repository" in out.stderr
 

@@ -376,3 +376,14 @@ def test_cli_usage_errors_are_one_line(argv, needle):
     proc = subprocess.run([sys.executable, "scripts/plan_diff.py", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_json_output_stays_valid_when_an_embedded_script_looks_like_a_credential():
+    """Redaction works on the data, not on its JSON text: ``has_token = bool(os.environ.get(\\"...``
+    inside an embedded program must not cut an escaped quote (it once broke the diff's JSON)."""
+    script = 'has_token = bool(os.environ.get("HF_TOKEN", "").strip())\nkey = "hf_' + "A" * 30 + '"\n'
+    doc = {"resources": [{"name": "cm", "inputs": {"data": {"weight_sync.py": script}}}]}
+    text = json.dumps(plan_diff.redact_tree(doc), indent=2)
+    back = json.loads(text)  # valid JSON
+    body = back["resources"][0]["inputs"]["data"]["weight_sync.py"]
+    assert "hf_" + "A" * 30 not in body and "[redacted]" in body

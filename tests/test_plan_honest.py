@@ -14,8 +14,7 @@ from components.spec.config import STACKS_DIR, ConfigError, parse_spec
 from components.spec.examples import SHIPPED_EXAMPLE_VALUES, example_value_warnings
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import plan as plan_script  # noqa: E402
+from scripts import plan as plan_script  # noqa: E402
 
 # Mock values the engine invents; none may reach the plan document as if real.
 MOCK_FRAGMENTS = ("10.42.1.10", "gpu-instance-id", "mirror-bucket-a1b2c3d", "ami-0mock", "fs-id", "net-vpc-id", MOCK_ACCOUNT_ID, ".fsx.us-east-1.amazonaws.com")

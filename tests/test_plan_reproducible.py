@@ -79,8 +79,7 @@ def test_diff_against_head_of_an_unchanged_tree_is_empty(committed_copy):
     diffs = json.loads(proc.stdout)
     diffs = diffs if isinstance(diffs, list) else [diffs]
     assert sorted(d["stack"] for d in diffs) == sorted(STACKS)
-    sys.path.insert(0, str(REPO_ROOT / "scripts"))
-    import plan_diff
+    from scripts import plan_diff
 
     changed = {d["stack"]: d for d in diffs if plan_diff.has_changes(d) or d.get("base_error")}
     assert not changed, json.dumps(changed, indent=1)[:4000]

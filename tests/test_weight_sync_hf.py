@@ -243,16 +243,14 @@ def test_unreachable_host_names_the_endpoint_and_hf_endpoint(hub, tmp_path):
 
 
 def test_hub_error_message_is_none_for_other_errors():
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    import weight_sync
+    from scripts import weight_sync
     assert weight_sync.hub_error_message(ValueError("x"), "hf", "org/m", "main") is None
     assert weight_sync.hub_error_message(OSError(28, "No space left"), "hf", "org/m", "main") is None
 
 
 def test_modelscope_errors_name_the_modelscope_key_and_host(monkeypatch):
     """The ModelScope SDK's own classes, matched by name (the SDK is not a dependency here)."""
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    import weight_sync
+    from scripts import weight_sync
 
     class NotExistError(Exception):
         pass

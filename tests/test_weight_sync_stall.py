@@ -12,9 +12,8 @@ import uuid
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
 import scripts.weight_sync as ws  # noqa: E402
-from sync_fixtures import S3_ENV, FaultProxy, MotoServer, checkpoint_files, publish_mirror, read_tree  # noqa: E402
+from tests.sync_fixtures import S3_ENV, FaultProxy, MotoServer, checkpoint_files, publish_mirror, read_tree  # noqa: E402
 
 pytest.importorskip("moto.server")
 

@@ -309,6 +309,8 @@ class DeploymentSpec:
         config: the raw, validated config (for settings that need no derivation).
         secrets_set: names of the secret keys that have a value in the stack's config.
         warnings: things the plan must show (for example a trial following a branch).
+        blockers: ``ConfigError``s that stop `pulumi up` but let the offline plan render (an
+            engine build known not to serve the model, ``engine.engine_blocker``).
     """
 
     project: str
@@ -328,6 +330,9 @@ class DeploymentSpec:
     config: RawConfig
     secrets_set: frozenset[str]
     warnings: tuple[str, ...]
+    # Config errors that stop `pulumi up` but not the offline plan (an engine known not to serve the
+    # model): ``program.build_context`` raises the first; the plan lists them at its top.
+    blockers: tuple[Exception, ...] = ()
 
     @property
     def revision_is_commit(self) -> bool:
@@ -933,12 +938,13 @@ def parse_spec(
             )
     protect = raw.protect if raw.protect is not None else raw.environment == "prod"
 
-    from .engine import check_engine
+    from .engine import engine_blocker
     from .versions import vllm_image
 
-    # Engine support: a build known not to serve the model stops the plan and `pulumi up` (exit 2).
+    # Engine support: a build known not to serve the model stops `pulumi up` (exit 2, before any
+    # resource); the offline plan shows it as a blocker at the top of an otherwise complete plan.
     engine_key = "vllm.imageTag" if raw.vllm.image_tag else "vllm.image"
-    engine = check_engine(
+    engine, blocker = engine_blocker(
         raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag), engine_key, target.image_family, model
     )
     if not engine.is_release:
@@ -964,6 +970,7 @@ def parse_spec(
         config=raw,
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
+        blockers=(blocker,) if blocker is not None else (),
     )
 
 

@@ -97,7 +97,24 @@ def release_gaps(version: str, image_family: str, requirement: EngineRequirement
 
 
 def check_engine(image: str, image_key: str, image_family: str, model: ModelProfile) -> EngineBuild:
-    """The build ``image`` names, refused when it is known not to serve ``model`` on ``image_family``.
+    """``engine_blocker`` that raises its blocker: the build, or ``ConfigError`` when it cannot serve.
+
+    Raises:
+        ConfigError: a mutable tag, or a release known to lack a required feature.
+    """
+    build, blocker = engine_blocker(image, image_key, image_family, model)
+    if blocker is not None:
+        raise blocker
+    return build
+
+
+def engine_blocker(image: str, image_key: str, image_family: str, model: ModelProfile) -> tuple[EngineBuild, Exception | None]:
+    """The build ``image`` names, and the error that stops ``pulumi up`` when it is known not to
+    serve ``model`` on ``image_family`` (None when it is not known to lack anything).
+
+    A blocker is returned, not raised, so the offline plan can still show everything else the
+    stack would declare with the blocker at its top; the program raises it before any resource
+    (``components.program.build_context``).
 
     Args:
         image: the resolved image reference.
@@ -107,10 +124,10 @@ def check_engine(image: str, image_key: str, image_family: str, model: ModelProf
         model: the model profile (its ``engine_requirements``).
 
     Returns:
-        The ``EngineBuild``.
+        ``(EngineBuild, ConfigError | None)``.
 
     Raises:
-        ConfigError: a release known to lack a required feature, or a mutable tag.
+        ConfigError: a mutable tag (a mistake in the config, not a missing engine).
     """
     from .config import ConfigError  # config imports this module
 
@@ -123,11 +140,11 @@ def check_engine(image: str, image_key: str, image_family: str, model: ModelProf
             "(vllm/vllm-openai:nightly-<40-hex commit>) or name@sha256:<digest>",
         )
     if requirement is None or build.kind != "release":
-        return build
+        return build, None
     gaps = release_gaps(build.version or "", image_family, requirement)
     if gaps:
         default = "" if image_key != "vllm.image" or build.version != VLLM_VERSION else " (the toolkit's default pin)"
-        raise ConfigError(
+        return build, ConfigError(
             image_key, image,
             f"cannot serve {model.display_name}{default}: vLLM {build.version} lacks {', '.join(gaps)}; "
             f"{model.display_name} needs vLLM >= {requirement.min_version} ({requirement.source}). "
@@ -135,4 +152,4 @@ def check_engine(image: str, image_key: str, image_family: str, model: ModelProf
             "commit (vllm/vllm-openai:nightly-<40-hex commit>) or digest (name@sha256:<64 hex>), "
             f"or kimi-deploy:vllm.imageTag to v{requirement.min_version} or later once released",
         )
-    return build
+    return build, None
