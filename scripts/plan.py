@@ -174,7 +174,7 @@ def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
     phases [{name, start_seconds, seconds, source, on_critical_path}]}}, ``time_to_ready_goal``
     {scenario, from, goal_seconds, modelled_seconds, met} and ``time_to_ready_alternatives``
     {runai_streamer: {repeat_trial, note}} (``components/spec/time_to_ready.py``)."""
-    from components.spec.time_to_ready import RUNAI_STREAMER_NOTE, time_to_ready
+    from components.spec.time_to_ready import ENGINE_CACHE_NOTE, RUNAI_STREAMER_NOTE, time_to_ready
 
     model = time_to_ready(spec, sizing, steps)
     stream = model.streamer_repeat_trial
@@ -189,6 +189,10 @@ def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
         },
         "time_to_ready_alternatives": {
             "runai_streamer": {"repeat_trial": stream.as_json() if stream else None, "note": RUNAI_STREAMER_NOTE},
+            "engine_cache": {
+                "repeat_trial": model.engine_cache_repeat_trial.as_json() if model.engine_cache_repeat_trial else None,
+                "note": ENGINE_CACHE_NOTE,
+            },
         },
     }
 
@@ -385,8 +389,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
 
 _SCENARIO_TITLES = {
     "first_deploy": "first deploy (empty mirror)",
-    "repeat_trial": "repeat trial (mirror and engine caches full)",
+    "repeat_trial": "repeat trial (mirror full, engine starts cold)",
     "replaced_node": "replaced node",
+    "repeat_trial_runai_streamer": "repeat trial, --load-format runai_streamer from the mirror (alternative)",
+    "repeat_trial_engine_cache": "repeat trial with the engine caches restored (alternative, not wired yet)",
 }
 
 
@@ -397,16 +403,25 @@ def _goal_line(doc: dict[str, Any]) -> str:
             f"modelled {_duration(goal['modelled_seconds'])} ({goal['modelled_seconds']} s), {verdict}")
 
 
+def _alternative_scenarios(doc: dict[str, Any]) -> dict[str, Any]:
+    """The modelled scenarios plus the alternatives drawn beside them (None ones left out)."""
+    scenarios = dict(doc["time_to_ready"])
+    for alt, body in doc["time_to_ready_alternatives"].items():
+        if body["repeat_trial"]:
+            scenarios[f"repeat_trial_{alt}"] = body["repeat_trial"]
+    return scenarios
+
+
+def _alternative_notes(doc: dict[str, Any]) -> list[str]:
+    return [body["note"] for body in doc["time_to_ready_alternatives"].values()]
+
+
 def _time_to_ready_markdown(doc: dict[str, Any]) -> list[str]:
     """The time-to-ready section: per scenario a Mermaid gantt chart (critical phases marked
     ``crit``) and the phases with their sources."""
     lines = ["", "**Time to ready**", "", _goal_line(doc), ""]
-    scenarios = dict(doc["time_to_ready"])
-    stream = doc["time_to_ready_alternatives"]["runai_streamer"]["repeat_trial"]
-    if stream:
-        scenarios["repeat_trial_runai_streamer"] = stream
-    for name, sc in scenarios.items():
-        title = _SCENARIO_TITLES.get(name, "repeat trial, --load-format runai_streamer from the mirror (alternative)")
+    for name, sc in _alternative_scenarios(doc).items():
+        title = _SCENARIO_TITLES[name]
         usd = f", GPU wait USD {sc['gpu_usd']:,.2f}" if sc["gpu_usd"] is not None else ""
         lines += [f"*{title}*: {_duration(sc['total_seconds'])} ({sc['total_seconds']} s){usd}", "",
                   "```mermaid", "gantt", f"  title {title}", "  dateFormat X", "  axisFormat %H:%M"]
@@ -419,7 +434,7 @@ def _time_to_ready_markdown(doc: dict[str, Any]) -> list[str]:
             lines.append(f"| {p['name']} | {p['start_seconds']} s | {p['seconds']} s | "
                          f"{'yes' if p['on_critical_path'] else ''} | {p['source'].replace('|', '/')} |")
         lines.append("")
-    lines.append("> " + doc["time_to_ready_alternatives"]["runai_streamer"]["note"])
+    lines += ["> " + note for note in _alternative_notes(doc)]
     return lines
 
 
@@ -438,12 +453,8 @@ def _time_to_ready_table(doc: dict[str, Any], console) -> None:
     from rich.table import Table
 
     console.print("\n[bold]time to ready[/bold]  " + escape(_goal_line(doc)), highlight=False)
-    scenarios = dict(doc["time_to_ready"])
-    stream = doc["time_to_ready_alternatives"]["runai_streamer"]["repeat_trial"]
-    if stream:
-        scenarios["repeat_trial_runai_streamer"] = stream
-    for name, sc in scenarios.items():
-        title = _SCENARIO_TITLES.get(name, "repeat trial with --load-format runai_streamer (alternative)")
+    for name, sc in _alternative_scenarios(doc).items():
+        title = _SCENARIO_TITLES[name]
         usd = f", GPU wait USD {sc['gpu_usd']:,.2f}" if sc["gpu_usd"] is not None else ""
         table = Table(title=f"{title}: {_duration(sc['total_seconds'])}{usd}", title_justify="left")
         table.add_column("phase")
@@ -457,8 +468,8 @@ def _time_to_ready_table(doc: dict[str, Any], console) -> None:
                           mark + _bar(p["start_seconds"], p["seconds"], sc["total_seconds"]), escape(p["source"]),
                           style="bold" if p["on_critical_path"] else None)
         console.print(table)
-    note = doc["time_to_ready_alternatives"]["runai_streamer"]["note"]
-    console.print("  " + note, highlight=False, markup=False, soft_wrap=True)
+    for note in _alternative_notes(doc):
+        console.print("  " + note, highlight=False, markup=False, soft_wrap=True)
 
 
 def _argv_lines(argv: list[str]) -> list[str]:

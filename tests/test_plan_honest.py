@@ -90,7 +90,7 @@ def test_booleans_in_messages_are_yaml_booleans():
 
 
 def test_cost_how_column_shows_quantities_and_unit_prices(monkeypatch):
-    import cost as cost_script
+    from scripts import cost as cost_script
 
     captured = {}
     monkeypatch.setattr(cost_script, "print_table", lambda title, columns, rows, **kw: captured.update(rows=list(rows)))

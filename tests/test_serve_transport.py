@@ -48,7 +48,7 @@ def test_single_node_stacks_do_not_log_nccl_at_info():
 
 @pytest.mark.parametrize("vllm", [None, {"imageTag": "nightly-" + "1" * 40}, {"image": "vllm/vllm-openai@sha256:" + "a" * 64}])
 def test_efa_needs_an_image_with_aws_ofi_nccl(vllm):
-    with pytest.raises(ConfigError, match="compute.efa: True needs vllm.image .*aws-ofi-nccl"):
+    with pytest.raises(ConfigError, match="compute.efa: true needs vllm.image .*aws-ofi-nccl"):
         _spec("gb300", {"efa": True}, vllm)
 
 
