@@ -389,10 +389,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
 
 _SCENARIO_TITLES = {
     "first_deploy": "first deploy (empty mirror)",
-    "repeat_trial": "repeat trial (mirror full, engine starts cold)",
+    "repeat_trial": "repeat trial (mirror full)",
     "replaced_node": "replaced node",
     "repeat_trial_runai_streamer": "repeat trial, --load-format runai_streamer from the mirror (alternative)",
-    "repeat_trial_engine_cache": "repeat trial with the engine caches restored (alternative, not wired yet)",
+    "repeat_trial_engine_cache": "repeat trial with the engine caches restored (alternative: not wired on this platform)",
 }
 
 

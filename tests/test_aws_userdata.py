@@ -73,7 +73,9 @@ def test_vllm_unit_runs_the_exact_core_command(run, files):
     assert f"{ctx.vllm.port}:{ctx.vllm.port}" == cmd[cmd.index("-p") + 1]
     assert f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}:ro" in cmd
     env = dict(line.split("=", 1) for line in files[userdata.VLLM_ENV_FILE].splitlines())
-    assert env == dict(server.env)
+    from components.spec.engine_cache import vllm_cache_env
+
+    assert env == {**server.env, **vllm_cache_env()}  # the core's env plus where the engine caches live
     # The API key arrives from SSM at start, never as text.
     assert "VLLM_API_KEY=/kimi-deploy/b300/vllm-api-key" in files[userdata.VLLM_SCRIPT]
     assert userdata.API_ENV_FILE in cmd
@@ -103,7 +105,7 @@ def test_weights_unit_runs_the_exact_sync_steps_in_order(run, files):
 
 def test_systemd_units_order_and_restart(files):
     units = {p.rsplit("/", 1)[1]: t for p, t in files.items() if p.startswith("/etc/systemd/system/")}
-    assert set(units) == set(userdata.UNITS)
+    assert set(units) == set(userdata.UNITS) | set(userdata.ENGINE_CACHE_UNITS)
     vllm = units["kimi-vllm.service"]
     assert "Requires=docker.service\n" in vllm and "Restart=on-failure" in vllm
     assert f"ExecStart={userdata.VLLM_SCRIPT}" in vllm

@@ -148,7 +148,8 @@ def test_units_pass_systemd_analyze_verify(units, tmp_path):
         path.write_text("#!/bin/sh\n")
         path.chmod(0o755)
     proc = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={root}", *[f"/etc/systemd/system/{n}" for n in userdata.UNITS]],
+        # every unit we write: the chain and the engine-cache restore/save it pulls in
+        ["systemd-analyze", "verify", f"--root={root}", *[f"/etc/systemd/system/{n}" for n in units]],
         capture_output=True, text=True, timeout=120, env={**os.environ, "SYSTEMD_LOG_LEVEL": "notice"},
     )
     ours = [l for l in (proc.stdout + proc.stderr).splitlines() if "kimi-" in l]
@@ -158,3 +159,33 @@ def test_units_pass_systemd_analyze_verify(units, tmp_path):
     bad = subprocess.run(["systemd-analyze", "verify", f"--root={root}", "/etc/systemd/system/kimi-weights.service"],
                          capture_output=True, text=True, timeout=120)
     assert "TimeoutStartSex" in bad.stdout + bad.stderr
+
+
+def test_engine_caches_are_restored_before_vllm_and_saved_after(units, cloud_config):
+    """aws-ec2 with a mirror: kimi-vllm pulls in the restore (ordered before it) and the save
+    (Wants=, so a failed restore is a cold start, never no start); neither is enabled on its own;
+    vLLM gets the key's directory read-write and the cache env; the program is fetched and
+    verified like weight_sync.py."""
+    from components.aws.storage import ENGINE_CACHE_SOURCE, tool_sha256
+    from components.spec import engine_cache as ec
+
+    vllm = _parse(units["kimi-vllm.service"])["Unit"]
+    assert set(" ".join(vllm["Wants"]).split()) == set(userdata.ENGINE_CACHE_UNITS)
+    assert userdata.ENGINE_CACHE_UNITS[0] in " ".join(vllm["After"]).split()
+    assert "kimi-engine" not in " ".join(vllm.get("Requires", []))
+    restore = _parse(units[userdata.ENGINE_CACHE_UNITS[0]])
+    save = _parse(units[userdata.ENGINE_CACHE_UNITS[1]])
+    assert "kimi-weights.service" in " ".join(restore["Unit"]["After"])
+    assert "kimi-vllm.service" in " ".join(save["Unit"]["After"])
+    assert " restore " in restore["Service"]["ExecStart"][0] and " save " in save["Service"]["ExecStart"][0]
+    assert "--wait-url http://127.0.0.1:8000/health" in save["Service"]["ExecStart"][0]
+    enabled = next(c for c in cloud_config["runcmd"] if c[:2] == ["systemctl", "enable"])
+    assert not set(enabled) & set(userdata.ENGINE_CACHE_UNITS)
+    files = {f["path"]: f["content"] for f in cloud_config["write_files"]}
+    env = files[userdata.VLLM_ENV_FILE]
+    for k, v in ec.vllm_cache_env().items():
+        assert f"{k}={v}\n" in env
+    run_vllm = files[userdata.VLLM_SCRIPT]
+    assert f":{ec.ENGINE_CACHE_CONTAINER_PATH} " in run_vllm and "/.kimi-engine-cache/" in run_vllm
+    weights = files[userdata.WEIGHTS_SCRIPT]
+    assert f"{tool_sha256(ENGINE_CACHE_SOURCE)}  {ec.ENGINE_CACHE_SCRIPT_PATH}.new" in weights

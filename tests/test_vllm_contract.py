@@ -72,6 +72,9 @@ LIBRARY_ENV_SOURCES = {
     "NCCL_DEBUG_SUBSYS": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
     "FI_PROVIDER": "libfabric fabric(7) man page, Environment variables (ofiwg.github.io/libfabric)",
     "FI_EFA_USE_DEVICE_RDMA": "libfabric fi_efa(7) man page (ofiwg.github.io/libfabric)",
+    # FlashInfer ships in the CUDA vLLM image, not in the CPU parser venv: its JIT cache base
+    # (flashinfer-python, flashinfer/jit/env.py: FLASHINFER_WORKSPACE_BASE replaces $HOME).
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer-python flashinfer/jit/env.py (FlashInfer JIT cache directory)",
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import pulumi
@@ -28,11 +29,12 @@ from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing, sync_budget_seconds
 from components.spec.targets import InstanceFacts
 from components.spec.vllm import VllmCommand
-from components.spec.weights import HUB_TOKEN_ENV, mirror_key_prefix, sync_steps
+from components.spec.naming import NVME_RAID0_HOST_PATH
+from components.spec.weights import HUB_TOKEN_ENV, WEIGHTS_MOUNT_PATH, mirror_key_prefix, sync_steps
 
 from . import iam
 from .common import TOOLS_PREFIX, child, tags
-from .userdata import USER_DATA_LIMIT_BYTES, Ec2BootConfig
+from .userdata import USER_DATA_LIMIT_BYTES, Ec2BootConfig, EngineCacheBoot
 
 # AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Amazon Linux 2023): NVIDIA driver, CUDA,
 # NVIDIA container toolkit, Docker, EFA, SSM agent, AWS CLI (DLAMI release notes; the public
@@ -160,6 +162,7 @@ def render_ec2_user_data(
 
     server = vllm.role("server")
     steps = sync_steps(spec, bucket)
+    engine_cache = _engine_cache_boot(spec, vllm, bucket) if spec.config.storage.mirror.enabled and bucket else None
     cfg = Ec2BootConfig(
         region=region or spec.region or "",
         image=vllm.image,
@@ -175,8 +178,29 @@ def render_ec2_user_data(
         nvme_devices=spec.instance.nvme_devices,
         efa=spec.efa_enabled,
         weights_timeout_seconds=sum(sync_budget_seconds(spec, sizing, step) for step in steps),
+        engine_cache=engine_cache,
     )
     return cloud_config_text(cfg)
+
+
+def _engine_cache_boot(spec: DeploymentSpec, vllm: VllmCommand, bucket: str) -> EngineCacheBoot:
+    """The engine-cache restore/save of this node: the archive beside the weights in the mirror,
+    keyed by ``engine_cache.engine_cache_key`` (engine build, revision, layout, serve argv/env, GPU)."""
+    from components.spec import engine_cache as ec
+
+    from .storage import ENGINE_CACHE_KEY, ENGINE_CACHE_SOURCE, tool_sha256
+
+    key = ec.engine_cache_key(spec, vllm)
+    restore, save = ec.cache_steps(spec, bucket, key, f"http://127.0.0.1:{vllm.port}/health")
+    relative = PurePosixPath(ec.cache_dir(key)).relative_to(WEIGHTS_MOUNT_PATH)
+    return EngineCacheBoot(
+        tools_uri=f"s3://{bucket}/{ENGINE_CACHE_KEY}",
+        tools_sha256=tool_sha256(ENGINE_CACHE_SOURCE),
+        restore_argv=restore.argv,
+        save_argv=save.argv,
+        host_dir=f"{NVME_RAID0_HOST_PATH}/{relative}",
+        env=ec.vllm_cache_env(),
+    )
 
 
 # The longest S3 bucket name (S3 naming rules: 3-63 characters): the mirror's name is known only

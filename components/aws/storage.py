@@ -38,6 +38,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # The weight-sync program: shipped to EC2 nodes as an S3 object (user data is limited to 16 KB).
 WEIGHT_SYNC_SOURCE = REPO_ROOT / "scripts" / "weight_sync.py"
 WEIGHT_SYNC_KEY = f"{TOOLS_PREFIX}/weight_sync.py"
+# The engine-cache program (restore before vLLM starts, save after its first healthy start).
+ENGINE_CACHE_SOURCE = REPO_ROOT / "scripts" / "engine_cache.py"
+ENGINE_CACHE_KEY = f"{TOOLS_PREFIX}/engine_cache.py"
+
+
+def tool_sha256(source: Path) -> str:
+    """sha256 (hex) of a tool program's text as uploaded (the node checks it before running it)."""
+    import hashlib
+
+    return hashlib.sha256(source.read_text().encode()).hexdigest()
 # Incomplete multipart uploads (an interrupted publish) are removed after this many days.
 ABORT_INCOMPLETE_UPLOADS_DAYS = 3
 # Lustre version: 2.15 supports data repository associations, metadata configuration and EFA.
@@ -53,7 +63,8 @@ class WeightMirrorArgs:
         spec: the deployment spec (``storage.mirror``, protection).
         tags: the stack's tags.
         partition: the AWS partition.
-        upload_tools: upload ``scripts/weight_sync.py`` under ``_tools/`` (EC2 nodes fetch it).
+        upload_tools: upload ``scripts/weight_sync.py`` and ``scripts/engine_cache.py`` under
+            ``_tools/`` (EC2 nodes fetch and verify them).
     """
 
     spec: DeploymentSpec
@@ -157,21 +168,22 @@ class WeightMirror(pulumi.ComponentResource):
         self.bucket_arn = bucket.arn
 
     def _upload_tools(self, name: str, args: WeightMirrorArgs) -> None:
-        import hashlib
-
-        text = WEIGHT_SYNC_SOURCE.read_text()
-        self.weight_sync_sha256 = hashlib.sha256(text.encode()).hexdigest()
+        self.weight_sync_sha256 = tool_sha256(WEIGHT_SYNC_SOURCE)
         self.tools_object_key = WEIGHT_SYNC_KEY
-        aws.s3.BucketObjectv2(
-            f"{name}-weight-sync-script",
-            bucket=self.bucket_name,
-            key=WEIGHT_SYNC_KEY,
-            content=text,
-            content_type="text/x-python",
-            server_side_encryption="AES256",
-            tags=tags(args.tags),
-            opts=child(self),
-        )
+        for logical, source, key in (
+            (f"{name}-weight-sync-script", WEIGHT_SYNC_SOURCE, WEIGHT_SYNC_KEY),
+            (f"{name}-engine-cache-script", ENGINE_CACHE_SOURCE, ENGINE_CACHE_KEY),
+        ):
+            aws.s3.BucketObjectv2(
+                logical,
+                bucket=self.bucket_name,
+                key=key,
+                content=source.read_text(),
+                content_type="text/x-python",
+                server_side_encryption="AES256",
+                tags=tags(args.tags),
+                opts=child(self),
+            )
 
 
 @dataclass

@@ -59,6 +59,27 @@ MD_NAME = "kimi-nvme"
 
 
 @dataclass(frozen=True)
+class EngineCacheBoot:
+    """The engine's compile caches on an ``aws-ec2`` node (``components/spec/engine_cache.py``).
+
+    Attributes:
+        tools_uri: ``s3://bucket/_tools/engine_cache.py``.
+        tools_sha256: sha256 (hex) of that object's expected text.
+        restore_argv, save_argv: ``engine_cache.cache_steps`` runs (inside the vLLM image).
+        host_dir: the key's directory on the host's RAID0, mounted read-write into vLLM at
+            ``engine_cache.ENGINE_CACHE_CONTAINER_PATH``.
+        env: what points vLLM, Inductor/Triton and FlashInfer there (``engine_cache.vllm_cache_env``).
+    """
+
+    tools_uri: str
+    tools_sha256: str
+    restore_argv: Sequence[str]
+    save_argv: Sequence[str]
+    host_dir: str
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class Ec2BootConfig:
     """Everything the EC2 boot needs, as plain values.
 
@@ -78,6 +99,8 @@ class Ec2BootConfig:
         efa: pass the EFA devices into the vLLM container.
         weights_timeout_seconds: ``TimeoutStartSec`` of one weights attempt: the sum of the sync
             steps' budgets (``sizing.sync_budget_seconds``); None = no timeout (tests only).
+        engine_cache: restore the compile caches before vLLM starts and save them after its first
+            healthy start (needs the mirror); None: every start compiles cold.
     """
 
     region: str
@@ -95,6 +118,7 @@ class Ec2BootConfig:
     efa: bool = False
     extra_docker_args: Sequence[str] = field(default_factory=tuple)
     weights_timeout_seconds: int | None = None
+    engine_cache: EngineCacheBoot | None = None
 
 
 def _q(args: Sequence[str]) -> str:
@@ -212,6 +236,11 @@ def vllm_docker_command(cfg: Ec2BootConfig) -> list[str]:
     ]
     if cfg.efa:
         cmd += ["--device", "/dev/infiniband"]
+    if cfg.engine_cache is not None:
+        from components.spec.engine_cache import ENGINE_CACHE_CONTAINER_PATH
+
+        # The only writable path vLLM gets: its compile caches (restored before, saved after).
+        cmd += ["-v", f"{cfg.engine_cache.host_dir}:{ENGINE_CACHE_CONTAINER_PATH}"]
     cmd += list(cfg.extra_docker_args)
     cmd += ["--entrypoint", cfg.vllm_argv[0], cfg.image, *cfg.vllm_argv[1:]]
     return cmd
@@ -229,6 +258,16 @@ def weights_script(cfg: Ec2BootConfig) -> str:
         f"echo {shlex.quote(cfg.tools_sha256 + '  ' + SYNC_SCRIPT_PATH + '.new')} | sha256sum -c --quiet -",
         f"mv -f {SYNC_SCRIPT_PATH}.new {SYNC_SCRIPT_PATH}",
     ]
+    if cfg.engine_cache is not None:
+        from components.spec.engine_cache import ENGINE_CACHE_SCRIPT_PATH
+
+        ec = cfg.engine_cache
+        lines += [
+            f"aws s3 cp --only-show-errors --region {shlex.quote(cfg.region)} {shlex.quote(ec.tools_uri)} {ENGINE_CACHE_SCRIPT_PATH}.new",
+            f"echo {shlex.quote(ec.tools_sha256 + '  ' + ENGINE_CACHE_SCRIPT_PATH + '.new')} | sha256sum -c --quiet -",
+            f"mv -f {ENGINE_CACHE_SCRIPT_PATH}.new {ENGINE_CACHE_SCRIPT_PATH}",
+            f"mkdir -p {shlex.quote(ec.host_dir)}",
+        ]
     if cfg.hub_token_parameter:
         lines.append(_q([SECRET_ENV_SCRIPT, HUB_ENV_FILE, cfg.region, f"{cfg.hub_token_env}={cfg.hub_token_parameter}"]))
     lines += [
@@ -275,7 +314,8 @@ def _start_limit_interval(cfg: Ec2BootConfig) -> str:
 
 
 def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
-    """The three units, by file name (see the module docstring for how they chain)."""
+    """The units by file name: RAID0, weights, vLLM, plus the engine-cache restore and save when
+    ``cfg.engine_cache`` is set (see the module docstring for how they chain)."""
     raid = f"""[Unit]
 Description=kimi-deploy: RAID0 of the instance-store NVMe at {NVME_RAID0_HOST_PATH}
 # On the Deep Learning AMI, after its own RAID0 is mounted (no such unit elsewhere: no-op).
@@ -315,13 +355,18 @@ RestartSec={WEIGHTS_RESTART_SECONDS}
 [Install]
 WantedBy=multi-user.target
 """
+    # With engine caches: the restore runs first and the save follows the start; Wants=, so a
+    # failed restore or save means a cold start or no saved cache, never no server.
+    cache = ""
+    if cfg.engine_cache is not None:
+        cache = f"Wants={' '.join(ENGINE_CACHE_UNITS)}\nAfter={ENGINE_CACHE_UNITS[0]}\n"
     vllm = f"""[Unit]
 Description=kimi-deploy: vLLM OpenAI server on port {cfg.port}
 # Started by {UNITS[1]} when the weights are complete; ordered after it, never Requires= it
 # (a failed attempt there must not fail this start for good).
 Requires=docker.service
 After=docker.service {UNITS[1]}
-StartLimitIntervalSec=0
+{cache}StartLimitIntervalSec=0
 
 [Service]
 Type=simple
@@ -332,7 +377,10 @@ Restart=on-failure
 RestartSec=30
 TimeoutStopSec=90
 """
-    return dict(zip(UNITS, (raid, weights, vllm)))
+    units = dict(zip(UNITS, (raid, weights, vllm)))
+    if cfg.engine_cache is not None:
+        units.update(engine_cache_units(cfg, cfg.engine_cache.restore_argv, cfg.engine_cache.save_argv))
+    return units
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -369,7 +417,7 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
         (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
         (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
         (VLLM_SCRIPT, vllm_script(cfg), "0755"),
-        (VLLM_ENV_FILE, env_file(cfg.vllm_env), "0644"),
+        (VLLM_ENV_FILE, env_file({**cfg.vllm_env, **(cfg.engine_cache.env if cfg.engine_cache else {})}), "0644"),
     ] + [(f"/etc/systemd/system/{unit}", text, "0644") for unit, text in systemd_units(cfg).items()]
     doc = {
         "write_files": [{"path": p, "owner": "root:root", "permissions": m, "content": c} for p, c, m in files],
@@ -454,11 +502,8 @@ def engine_cache_units(cfg: Ec2BootConfig, restore_argv: Sequence[str], save_arg
     ``kimi-vllm.service``; ``Wants=`` rather than ``Requires=`` on the vLLM side, so a failed
     restore means a cold start, never no start. save: one-shot after vLLM started; the program
     waits for the health URL in its argv and archives once (never overwrites).
-    Hooking in: write these units, add ``Wants=kimi-engine-cache-restore.service`` and
-    ``After=kimi-engine-cache-restore.service`` to ``kimi-vllm.service``, enable both, mount
-    ``<NVMe>/.kimi-engine-cache/<key>`` at ``engine_cache.ENGINE_CACHE_CONTAINER_PATH`` (rw) in
-    the vLLM container with ``engine_cache.vllm_cache_env()``, and ship ``scripts/engine_cache.py``
-    beside ``weight_sync.py`` (tools object + sha256).
+    Neither is enabled: ``kimi-vllm.service`` pulls both in (``Wants=``, after the restore), so
+    they run exactly when vLLM is started by the weights unit (``systemd_units``).
     """
     restore = f"""[Unit]
 Description=kimi-deploy: restore the engine's compile caches from the mirror (cold start if absent)
@@ -471,9 +516,6 @@ Type=oneshot
 RemainAfterExit=yes
 ExecStart={_q(engine_cache_docker_command(cfg, restore_argv, "engine-cache-restore"))}
 TimeoutStartSec=1800
-
-[Install]
-WantedBy=multi-user.target
 """
     save = f"""[Unit]
 Description=kimi-deploy: save the engine's compile caches to the mirror after the first healthy start
@@ -484,9 +526,7 @@ After=docker.service kimi-vllm.service
 Type=oneshot
 RemainAfterExit=yes
 ExecStart={_q(engine_cache_docker_command(cfg, save_argv, "engine-cache-save"))}
-TimeoutStartSec=infinity
-
-[Install]
-WantedBy=multi-user.target
+# engine_cache.py waits up to 4 h (--wait-seconds) for vLLM's health, then archives: 1 h for that.
+TimeoutStartSec=18000
 """
     return dict(zip(ENGINE_CACHE_UNITS, (restore, save)))

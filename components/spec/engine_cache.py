@@ -125,6 +125,14 @@ def engine_cache_key(spec: DeploymentSpec, command) -> EngineCacheKey:
     )
 
 
+def restored_at_start(spec: DeploymentSpec) -> bool:
+    """Whether the stack's boot chain restores the caches before vLLM starts (and saves them after
+    its first healthy start): ``aws-ec2`` with a mirror (``components/aws/userdata.py``: the
+    ``kimi-engine-cache-*`` units pulled in by ``kimi-vllm.service``). Not yet on Kubernetes: the
+    vLLM pods hold no S3 rights to save with, so those starts compile cold."""
+    return spec.platform == "aws-ec2" and spec.config.storage.mirror.enabled
+
+
 def cache_dir(key: EngineCacheKey) -> str:
     """The key's directory on the node's NVMe (container path, under ``ENGINE_CACHE_ROOT``)."""
     return f"{ENGINE_CACHE_ROOT}/{key.digest}"

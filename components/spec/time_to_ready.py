@@ -432,9 +432,10 @@ class TimeToReady:
         scenarios: ``SCENARIOS`` name -> Scenario.
         streamer_repeat_trial: the repeat trial loading with ``--load-format runai_streamer``
             straight from the mirror (no copy), side by side with the copy; None without a mirror.
-        engine_cache_repeat_trial: the repeat trial with the engine's compile caches restored from
-            the mirror (``engine_cache.py``) - modelled only: no boot chain restores them yet, so
-            the scenarios above start the engine cold; None without a mirror.
+        engine_cache_repeat_trial: where the boot chain does not restore the engine's compile
+            caches (``engine_cache.restored_at_start``: Kubernetes today), the repeat trial as it
+            would be with them, side by side; None where they are restored (the scenarios include
+            it) or without a mirror.
         goal_seconds: ``REPEAT_TRIAL_GOAL_SECONDS``.
         repeat_trial_after_running_seconds: repeat trial, from the instance running until ready.
     """
@@ -463,15 +464,19 @@ def time_to_ready(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep
         sizing: ``sizing.compute_sizing(spec)`` (weights, storage read bandwidth, price).
         steps: ``weights.sync_steps(spec, bucket)`` (which copies happen).
     """
-    scenarios = {name: schedule(name, _scenario_steps(spec, sizing, steps, name), sizing.usd_per_hour)
+    from .engine_cache import restored_at_start
+
+    restored = restored_at_start(spec)
+    scenarios = {name: schedule(name, _scenario_steps(spec, sizing, steps, name, engine_cache=restored), sizing.usd_per_hour)
                  for name in SCENARIOS}
     mirror = any(s.name == "publish-mirror" for s in steps)
     streamer = None
     if mirror and spec.config.storage.kind == "nvme":
         streamer = schedule("repeat_trial_runai_streamer",
-                            _scenario_steps(spec, sizing, steps, "repeat_trial", streamer=True), sizing.usd_per_hour)
+                            _scenario_steps(spec, sizing, steps, "repeat_trial", streamer=True, engine_cache=restored),
+                            sizing.usd_per_hour)
     cached = None
-    if mirror:
+    if mirror and not restored:
         cached = schedule("repeat_trial_engine_cache",
                           _scenario_steps(spec, sizing, steps, "repeat_trial", engine_cache=True), sizing.usd_per_hour)
     repeat = scenarios["repeat_trial"]
@@ -481,11 +486,10 @@ def time_to_ready(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep
 
 # Why the scenarios start the engine cold although engine_cache.py exists (README "Time to ready").
 ENGINE_CACHE_NOTE = (
-    "engine caches: the key, the restore/save program (scripts/engine_cache.py) and the EC2 units "
-    "exist, but no boot chain runs them yet (EC2: ship the program beside weight_sync.py and order "
-    "kimi-vllm after the restore; Kubernetes: restore in the weight init container, save under the "
-    "sync service account), so every scenario starts the engine cold; the cached figure is modelled "
-    "side by side"
+    "engine caches: on aws-ec2 the boot chain restores them from the mirror before vLLM starts and "
+    "saves them after its first healthy start (scripts/engine_cache.py, keyed by engine build, "
+    "revision, layout and GPU); on Kubernetes not yet (the vLLM pods hold no S3 rights to save "
+    "with), so those scenarios start the engine cold and the cached figure is shown beside them"
 )
 
 
