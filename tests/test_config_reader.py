@@ -286,7 +286,7 @@ def test_provider_default_tags_count_against_the_limit():
     many = {f"team{i}": "x" for i in range(44)}
     with pytest.raises(ConfigError, match=r"^aws:defaultTags\.tags: 44 tags plus 7 per-resource tags exceed AWS's 50 tags per resource$"):
         read_config_strings({"aws:defaultTags": json.dumps({"tags": many})})
-    with pytest.raises(ConfigError, match=r"^aws:defaultTags\.tags\.cost-center: 'x{257}' tag value is 257 characters; AWS allows 256$"):
+    with pytest.raises(ConfigError, match=r"^aws:defaultTags\.tags\.cost-center: 'x{119}\.\.\. \(259 characters\) tag value is 257 characters; AWS allows 256$"):
         read_config_strings({"aws:defaultTags": json.dumps({"tags": {"cost-center": "x" * 257}})})
     values, _ = read_config_strings({"aws:defaultTags": json.dumps({"tags": {f"t{i}": "x" for i in range(43)}})})
     assert values == {}

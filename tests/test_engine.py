@@ -49,8 +49,10 @@ def test_every_vendor_requires_the_sparse_indexer_at_0_34():
 
 @pytest.mark.parametrize("family", ["cuda", "rocm"])
 def test_a_release_below_the_minimum_is_refused_naming_key_minimum_and_source(family):
+    from components.spec.versions import vllm_image
+
     with pytest.raises(ConfigError) as err:
-        check_engine(f"vllm/vllm-openai:v{VLLM_VERSION}", "vllm.imageTag", family, KIMI_K3_1_PRO)
+        check_engine(vllm_image(family, f"v{VLLM_VERSION}"), "vllm.imageTag", family, KIMI_K3_1_PRO)
     msg = str(err.value)
     assert msg.startswith("kimi-deploy:vllm.imageTag: ") and "\n" not in msg
     assert ">= 0.34.0" in msg and "model card" in msg and SPARSE_INDEXER_MLA in msg
@@ -110,3 +112,26 @@ def test_a_too_old_image_tag_is_refused_by_the_config_key_that_set_it(monkeypatc
     monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "v0.33.1"}}')
     [blocker] = load_stack("b300", now=FIXED_NOW).blockers
     assert blocker.key == "kimi-deploy:vllm.imageTag"
+
+
+@pytest.mark.parametrize("image, family", [
+    (f"vllm/vllm-openai:nightly-{COMMIT}", "rocm"),
+    (f"vllm/vllm-openai-rocm@sha256:{DIGEST}", "cuda"),
+])
+def test_an_image_of_the_other_gpu_vendor_is_refused(image, family):
+    """mi355x (ROCm) once accepted the CUDA image: the vendor's repository is checked."""
+    with pytest.raises(ConfigError, match=f"this target needs the {family} one"):
+        check_engine(image, "vllm.image", family, KIMI_K3_1_PRO)
+
+
+def test_the_blocker_names_the_targets_own_image_repository():
+    from components.spec.engine import engine_blocker
+
+    _, blocker = engine_blocker("vllm/vllm-openai-rocm:v0.33.0", "vllm.image", "rocm", KIMI_K3_1_PRO)
+    assert "vllm/vllm-openai-rocm:nightly-<40-hex commit>" in str(blocker)
+    assert str(blocker).count("0.34.0") <= 2  # the minimum once in the source, once in the fix
+
+
+def test_long_values_are_cut_in_config_errors():
+    err = ConfigError("vllm.extraArgs", ["--x"] * 5000, "is too long")
+    assert len(str(err)) < 300 and "characters)" in str(err)

@@ -69,7 +69,13 @@ class ConfigError(ValueError):
         self.value = value
         # Booleans as YAML writes them (true/false), not Python's True/False.
         shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else repr(value)
+        if len(shown) > MAX_SHOWN_VALUE_CHARS:  # a 20 KB extraArgs must not become a 20 KB error line
+            shown = f"{shown[:MAX_SHOWN_VALUE_CHARS]}... ({len(shown):,} characters)"
         super().__init__(f"{self.key}: {shown} {allowed}")
+
+
+# The longest value a config error echoes before cutting it (the message stays one readable line).
+MAX_SHOWN_VALUE_CHARS = 120
 
 
 # ---------------------------------------------------------------------------------------------

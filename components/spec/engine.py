@@ -80,6 +80,13 @@ def parse_engine_image(image: str) -> EngineBuild:
     return EngineBuild(image, "mutable", None, None)
 
 
+def image_repository(image: str) -> str:
+    """``name[:tag][@sha256:digest]`` without tag and digest (a registry port stays: ``host:5000/x``)."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
@@ -130,14 +137,21 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
         ConfigError: a mutable tag (a mistake in the config, not a missing engine).
     """
     from .config import ConfigError  # config imports this module
+    from .versions import VLLM_IMAGES
 
     build = parse_engine_image(image)
     requirement = model.engine_requirements.get(image_family)
+    wrong = {family: repo for family, repo in VLLM_IMAGES.items() if family != image_family and repo == image_repository(image)}
+    if wrong:
+        raise ConfigError(
+            image_key, image,
+            f"is the {next(iter(wrong))} build of vLLM; this target needs the {image_family} one ({VLLM_IMAGES[image_family]})",
+        )
     if build.kind == "mutable":
         raise ConfigError(
             image_key, image,
             "is a mutable tag; pin the engine immutably: a release tag vX.Y.Z, a nightly by commit "
-            "(vllm/vllm-openai:nightly-<40-hex commit>) or name@sha256:<digest>",
+            f"({VLLM_IMAGES[image_family]}:nightly-<40-hex commit>) or name@sha256:<digest>",
         )
     if requirement is None or build.kind != "release":
         return build, None
@@ -146,10 +160,9 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
         default = "" if image_key != "vllm.image" or build.version != VLLM_VERSION else " (the toolkit's default pin)"
         return build, ConfigError(
             image_key, image,
-            f"cannot serve {model.display_name}{default}: vLLM {build.version} lacks {', '.join(gaps)}; "
-            f"{model.display_name} needs vLLM >= {requirement.min_version} ({requirement.source}). "
-            "No such release exists yet: set kimi-deploy:vllm.image to a build that has it, pinned by "
-            "commit (vllm/vllm-openai:nightly-<40-hex commit>) or digest (name@sha256:<64 hex>), "
+            f"cannot serve {model.display_name}{default}: it lacks {', '.join(gaps)} ({requirement.source}). "
+            f"Set kimi-deploy:vllm.image to a build that has it, pinned by commit "
+            f"({VLLM_IMAGES[image_family]}:nightly-<40-hex commit>) or digest (name@sha256:<64 hex>), "
             f"or kimi-deploy:vllm.imageTag to v{requirement.min_version} or later once released",
         )
     return build, None
