@@ -485,3 +485,18 @@ def test_admin_role_arns_without_duplicates():
     cfg = base("gb300")
     cfg["kubernetes"] = {**cfg["kubernetes"], "adminRoleArns": ["arn:aws:iam::123456789012:role/a"] * 2}
     reject(cfg, "kubernetes.adminRoleArns", "twice")
+
+
+@pytest.mark.parametrize("cidr", ["8.8.0.0/16", "100.64.0.0/16", "172.32.0.0/16"])
+def test_a_public_vpc_range_is_refused(cidr):
+    """A public range in the VPC shadows those internet addresses for everything inside it."""
+    cfg = base()
+    cfg["network"] = {**cfg.get("network", {}), "vpcCidr": cidr}
+    reject(cfg, "network.vpcCidr", repr(cidr), "RFC 1918")
+
+
+@pytest.mark.parametrize("cidr", ["10.42.0.0/16", "172.16.0.0/16", "192.168.0.0/20"])
+def test_private_vpc_ranges_pass(cidr):
+    cfg = base()
+    cfg["network"] = {**cfg.get("network", {}), "vpcCidr": cidr}
+    parse_spec(cfg, stack="test", now=FIXED_NOW)

@@ -8,6 +8,7 @@ what is allowed. Nothing is declared before the whole spec is valid. No Pulumi i
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -52,6 +53,8 @@ _IMAGE_RE = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][
 MAX_TRIAL_HOURS = 24 * 30
 # Client CIDRs broader than this are "the internet" for practical purposes.
 MIN_CLIENT_PREFIX_LENGTH = 8
+# Private IPv4 ranges (RFC 1918), the VPC CIDR blocks the Amazon VPC user guide recommends.
+_RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 
 class ConfigError(ValueError):
@@ -734,6 +737,13 @@ def parse_spec(
     if not 16 <= ipaddress.ip_network(raw.network.vpc_cidr).prefixlen <= 22:
         # Subnets are /prefix+4 (an EKS node with 17 ENIs and pod IPs needs room).
         raise ConfigError("network.vpcCidr", raw.network.vpc_cidr, "must be a /16 to /22 block (subnets are a sixteenth of it)")
+    vpc = ipaddress.ip_network(raw.network.vpc_cidr)
+    if vpc.version != 4 or not any(vpc.subnet_of(n) for n in _RFC1918):  # type: ignore[arg-type]  # v4 checked first
+        # A public range inside the VPC shadows those addresses on the internet for everything in it.
+        raise ConfigError(
+            "network.vpcCidr", raw.network.vpc_cidr,
+            "is not a private range: use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918, as the Amazon VPC user guide recommends)",
+        )
     if raw.network.api_server_private_only and raw.network.api_server_public_cidrs:
         raise ConfigError(
             "network.apiServerPrivateOnly",
