@@ -34,14 +34,9 @@ reached, or every check was skipped or unknown (the checks are still printed).
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
-import ssl
 import sys
-import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -622,60 +617,58 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
 # ---------------------------------------------------------------------------------------------
 
 
-def _kube_request(kubeconfig: Path, context: str | None, path: str, timeout_seconds: float) -> Any:
-    """GET ``path`` from the API server of ``context`` in ``kubeconfig``: JSON, or ApiUnknown.
+def _list_nodes(kubeconfig: Path, context: str | None, timeout_seconds: float) -> list[dict[str, Any]]:
+    """The cluster's nodes (``GET /api/v1/nodes``) as JSON dicts, through the official client.
 
-    Supports what a kubeconfig holds statically: server, CA (file or data), client certificate
-    and key (file or data), bearer token. Exec plugins (``aws eks get-token``) are not run.
+    ``kubernetes.config.load_kube_config`` reads the context (server, CA, client certificate,
+    token) and runs exec plugins such as ``aws eks get-token``, the way kubectl does; CoreV1Api
+    lists the nodes. Source: https://github.com/kubernetes-client/python (config/kube_config.py,
+    ``ExecProvider``).
+
+    Raises:
+        UsageError: the kubeconfig cannot be read, ``context`` is not in it, or it has no server.
+        ApiUnknown: the API server does not answer (``does not answer``) or answers an error
+            (``answered HTTP 401``); a failed exec plugin's message is appended.
     """
-    import yaml
+    import logging
+
+    import urllib3
+    from kubernetes import client as kube_client
+    from kubernetes import config as kube_config
+    from kubernetes.config.config_exception import ConfigException
 
     try:
-        config = yaml.safe_load(kubeconfig.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
+        contexts, active = kube_config.list_kube_config_contexts(config_file=str(kubeconfig))
+    except (ConfigException, OSError, ValueError) as err:  # yaml errors are ValueErrors
         raise UsageError(f"--kubeconfig: cannot read {kubeconfig}: {one_line(err)[:120]}") from None
-    ctx_name = context or config.get("current-context")
-    by_name = lambda items, key: {i.get("name"): i.get(key, {}) for i in config.get(items) or []}  # noqa: E731
-    ctx = by_name("contexts", "context").get(ctx_name)
-    if not ctx:
+    ctx_name = context or (active or {}).get("name")
+    if ctx_name not in {c.get("name") for c in contexts or []}:
         raise UsageError(f"--context: {ctx_name!r} is not a context in {kubeconfig}")
-    cluster = by_name("clusters", "cluster").get(ctx.get("cluster"), {})
-    user = by_name("users", "user").get(ctx.get("user"), {})
-    server = cluster.get("server")
-    if not server:
-        raise UsageError(f"--kubeconfig: context {ctx_name!r} has no cluster server")
-    if "exec" in user or "auth-provider" in user:
-        raise ApiUnknown(f"context {ctx_name!r} authenticates through an exec plugin, which preflight does not run")
-    headers = {"Accept": "application/json"}
-    if user.get("token"):
-        headers["Authorization"] = f"Bearer {user['token']}"
-    context_ssl = None
-    with tempfile.TemporaryDirectory() as tmp:
-        def material(key: str) -> str | None:
-            for source in (cluster, user):
-                if source.get(f"{key}-data"):
-                    file = Path(tmp) / key
-                    file.write_bytes(base64.b64decode(source[f"{key}-data"]))
-                    return str(file)
-                if source.get(key):
-                    return str(source[key])
-            return None
-
-        if server.startswith("https://"):
-            context_ssl = ssl.create_default_context(cafile=material("certificate-authority"))
-            if cluster.get("insecure-skip-tls-verify"):
-                context_ssl.check_hostname, context_ssl.verify_mode = False, ssl.CERT_NONE
-            cert, key = material("client-certificate"), material("client-key")
-            if cert and key:
-                context_ssl.load_cert_chain(cert, key)
-        request = urllib.request.Request(server.rstrip("/") + path, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_seconds, context=context_ssl) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as err:
-            raise ApiUnknown(f"{server}{path} answered HTTP {err.code}") from None
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise ApiUnknown(f"{server} does not answer: {one_line(getattr(err, 'reason', err))[:160]}") from None
+    # The loader logs (not raises) a failing exec plugin; keep the message for the reason.
+    plugin_errors: list[str] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = lambda record: plugin_errors.append(one_line(record.getMessage())[:160])  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    try:
+        configuration = kube_client.Configuration()
+        kube_config.load_kube_config(
+            config_file=str(kubeconfig), context=ctx_name, client_configuration=configuration, persist_config=False
+        )
+    except ConfigException as err:
+        raise UsageError(f"--kubeconfig: context {ctx_name!r}: {one_line(err)[:160]}") from None
+    finally:
+        logging.getLogger().removeHandler(handler)
+    configuration.retries = 0  # one try: an unreachable server is reported, not retried three times
+    plugin = f" (exec plugin: {plugin_errors[0]})" if plugin_errors else ""
+    try:
+        with kube_client.ApiClient(configuration) as api_client:
+            nodes = kube_client.CoreV1Api(api_client).list_node(_request_timeout=timeout_seconds)
+            return [api_client.sanitize_for_serialization(node) for node in nodes.items or []]
+    except kube_client.ApiException as err:
+        raise ApiUnknown(f"{configuration.host}/api/v1/nodes answered HTTP {err.status}{plugin}") from None
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as err:  # connection, TLS, timeout, bad JSON
+        reason = getattr(err, "reason", None) or err
+        raise ApiUnknown(f"{configuration.host} does not answer: {one_line(reason)[:160]}{plugin}") from None
 
 
 def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | None, enabled: bool) -> list[Check]:
@@ -689,10 +682,9 @@ def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | 
     path = kubeconfig or Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
     context = context or spec.config.kubernetes.context
     try:
-        nodes = _kube_request(Path(path), context, "/api/v1/nodes", 15)
+        items = _list_nodes(Path(path), context, 15)
     except ApiUnknown as err:
-        return [Check("cluster", FAIL if "does not answer" in str(err) else UNKNOWN, str(err)), Check("gpu-nodes", UNKNOWN, "cluster not reached")]
-    items = nodes.get("items", []) if isinstance(nodes, dict) else []
+        return [Check("cluster", UNKNOWN, str(err)), Check("gpu-nodes", UNKNOWN, "cluster not reached")]
     resource, per_node = spec.target.gpu_resource_name, spec.target.gpus_per_node
     ready = []
     for node in items:

@@ -240,19 +240,28 @@ def test_every_stack_runs_without_crashing(moto, stack):
         assert checks["offered-in-region"].status in ("pass", "unknown")
 
 
-def test_kubernetes_cluster_check_only_when_asked(tmp_path):
+@pytest.fixture
+def fake_api():
+    """A fake Kubernetes API server on 127.0.0.1 answering GET /api/v1/nodes.
+
+    Yields (server URL, nodes document the test may edit, list of (path, Authorization) seen).
+    Answers 401 to a request without an Authorization header, as an API server with anonymous
+    auth off does.
+    """
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    nodes = {"items": [{"metadata": {"name": "mi355x-0"}, "status": {"allocatable": {"amd.com/gpu": "8"}}},
+    nodes = {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
+             "items": [{"metadata": {"name": "mi355x-0"}, "status": {"allocatable": {"amd.com/gpu": "8"}}},
                        {"metadata": {"name": "cpu-0"}, "status": {"allocatable": {"cpu": "16"}}}]}
     seen = []
 
     class Api(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            seen.append((self.path, self.headers.get("Authorization")))
-            body = json.dumps(nodes).encode()
-            self.send_response(200)
+            seen.append((self.path.split("?")[0], self.headers.get("Authorization")))
+            ok = self.path.split("?")[0] == "/api/v1/nodes" and self.headers.get("Authorization")
+            body = json.dumps(nodes if ok else {"kind": "Status", "code": 401}).encode()
+            self.send_response(200 if ok else 401)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -264,25 +273,73 @@ def test_kubernetes_cluster_check_only_when_asked(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-            f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{server.server_address[1]}'}}}}]\n"
-            "users: [{name: u, user: {token: t0ken}}]\n"
-            "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
-        )
-        off = run("mi355x")
-        assert off["cluster"].status == "skip" and "--check-cluster" in off["cluster"].reason
-        assert not seen
-        on = run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)
-        assert on["cluster"].status == "pass"
-        assert on["gpu-nodes"].status == "pass" and "1 node(s) advertise 8x amd.com/gpu" in on["gpu-nodes"].reason
-        assert seen == [("/api/v1/nodes", "Bearer t0ken")]
-        nodes["items"] = nodes["items"][1:]
-        assert run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)["gpu-nodes"].status == "fail"
+        yield f"http://127.0.0.1:{server.server_address[1]}", nodes, seen
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _kubeconfig(path: Path, server: str, user: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        f"clusters: [{{name: c, cluster: {{server: '{server}'}}}}]\n"
+        f"users: [{{name: u, user: {user}}}]\n"
+        "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
+    )
+    return path
+
+
+def test_kubernetes_cluster_check_only_when_asked(tmp_path, fake_api):
+    url, nodes, seen = fake_api
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", url, "{token: t0ken}")
+    off = run("mi355x")
+    assert off["cluster"].status == "skip" and "--check-cluster" in off["cluster"].reason
+    assert not seen
+    on = run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)
+    assert on["cluster"].status == "pass" and on["cluster"].reason == "API server answers: 2 node(s)"
+    assert on["gpu-nodes"].status == "pass" and "1 node(s) advertise 8x amd.com/gpu" in on["gpu-nodes"].reason
+    assert seen == [("/api/v1/nodes", "Bearer t0ken")]
+    nodes["items"] = nodes["items"][1:]
+    assert run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)["gpu-nodes"].status == "fail"
+
+
+def test_kubernetes_cluster_check_runs_exec_plugin(tmp_path, fake_api):
+    """An exec user (the shape of `aws eks get-token`) is run and its token reaches the server."""
+    url, _, seen = fake_api
+    plugin = tmp_path / "get-token.py"
+    plugin.write_text(
+        "import json, os, sys\n"
+        "assert os.environ['KUBERNETES_EXEC_INFO']\n"
+        "json.dump({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',\n"
+        "           'status': {'token': 'exec-' + sys.argv[1]}}, sys.stdout)\n"
+    )
+    user = (f"{{exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: '{sys.executable}', "
+            f"args: ['{plugin}', 'k0ken'], interactiveMode: Never}}}}")
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", url, user)
+    on = run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)
+    assert seen == [("/api/v1/nodes", "Bearer exec-k0ken")]
+    assert on["cluster"].status == "pass" and on["gpu-nodes"].status == "pass"
+
+    # A plugin that fails: no token, the server says 401, the check is unknown with the plugin's word.
+    plugin.write_text("import sys\nsys.stderr.write('no SSO session')\nsys.exit(3)\n")
+    failed = run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)
+    assert failed["cluster"].status == "unknown" and "answered HTTP 401" in failed["cluster"].reason
+    assert "exec plugin" in failed["cluster"].reason and "\n" not in failed["cluster"].reason
+    assert failed["gpu-nodes"].status == "unknown"
+
+
+def test_kubernetes_cluster_unreachable_or_misnamed(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}", "{token: t}")
+    down = run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig)
+    assert down["cluster"].status == "unknown" and "does not answer" in down["cluster"].reason
+    assert "\n" not in down["cluster"].reason and down["gpu-nodes"].status == "unknown"
+    with pytest.raises(preflight.UsageError, match=r"--context: 'nope' is not a context in"):
+        run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig, context="nope")
 
 
 def _cli(*args, env=None):
