@@ -30,11 +30,12 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 try:  # the one definition (standard library only), in a checkout or the installed package
-    from components.spec.naming import MANIFEST_NAME, MARKER_NAME
+    from components.spec.naming import MANIFEST_NAME, MARKER_NAME, S3_PART_CONCURRENCY
 except ImportError:  # shipped alone to a node (ConfigMap / S3 object): the same values, held
     # equal to components/spec/naming.py by tests/test_weight_sync.py (the shipped-alone run).
     MARKER_NAME = ".weights-complete.json"  # type: ignore[misc]
     MANIFEST_NAME = "manifest.json"  # type: ignore[misc]
+    S3_PART_CONCURRENCY = 8  # type: ignore[misc]
 STATE_DIR_NAME = ".weights-sync"  # journal, partial files and hub staging, inside the destination
 JOURNAL_NAME = "verified.jsonl"
 MANIFEST_VERSION = 1
@@ -46,7 +47,6 @@ LOCAL_CHUNK_BYTES = 256 << 10
 # file); a batch ends after this many bytes and at the end of the run. See LocalDestination.
 SYNC_EVERY_BYTES = 16 << 30
 S3_PART_BYTES = 32 << 20
-S3_PART_CONCURRENCY = 8
 S5CMD_MIN_BYTES = S3_PART_BYTES * S3_PART_CONCURRENCY  # smaller objects: a process each costs more than it gains
 # Objects up to this size are read with one GET straight into the sink (no transfer-manager
 # threads and queues: measured about 1 CPU s/GB less on 9 MB objects); larger ones use ranged parts.

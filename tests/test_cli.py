@@ -118,3 +118,19 @@ def test_nothing_edits_sys_path():
 def test_the_sys_path_detector_can_fail():
     code = "import sys\nsys.path.insert(0, 'x')\nsys.path[:0] = ['y']\nsys.path.append('z')\n"
     assert _sys_path_edits(ast.parse(code)) == [2, 3, 4]
+
+
+def test_the_pure_core_imports_nothing_from_scripts_or_pulumi():
+    """components/spec is the pure core: no Pulumi, and never the operator scripts (scripts/
+    depends on the core, not the other way round)."""
+    import ast
+    from pathlib import Path
+
+    core = Path(__file__).resolve().parents[1] / "components" / "spec"
+    offenders = []
+    for path in sorted(core.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("scripts", "pulumi", "pulumi_aws", "pulumi_kubernetes")]
+    assert offenders == []

@@ -54,11 +54,12 @@ def test_file_names_come_from_the_core_and_a_copy_shipped_alone_agrees(tmp_path)
     same values."""
     from components.spec import naming
 
-    assert (ws.MARKER_NAME, ws.MANIFEST_NAME) == (naming.MARKER_NAME, naming.MANIFEST_NAME)
+    assert (ws.MARKER_NAME, ws.MANIFEST_NAME, ws.S3_PART_CONCURRENCY) == (
+        naming.MARKER_NAME, naming.MANIFEST_NAME, naming.S3_PART_CONCURRENCY)
     code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1], run_name='shipped'); "
-            "print(ns['MARKER_NAME'], ns['MANIFEST_NAME'], 'components' in sys.modules)")
+            "print(ns['MARKER_NAME'], ns['MANIFEST_NAME'], ns['S3_PART_CONCURRENCY'], 'components' in sys.modules)")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, SCRIPT], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert out.split() == [naming.MARKER_NAME, naming.MANIFEST_NAME, "False"]
+    assert out.split() == [naming.MARKER_NAME, naming.MANIFEST_NAME, str(naming.S3_PART_CONCURRENCY), "False"]
 
 
 def test_help_explains_every_flag():

@@ -40,3 +40,6 @@ ROLE_WEIGHTS_MIRROR = "weights-mirror"
 # mirror check, the user data and the Jobs read these names from here.
 MANIFEST_NAME = "manifest.json"
 MARKER_NAME = ".weights-complete.json"
+# Ranged parts of one S3 object the sync keeps in flight (each its own connection); the
+# time-to-ready model multiplies it by the files in flight (weights.SYNC_WORKERS).
+S3_PART_CONCURRENCY = 8

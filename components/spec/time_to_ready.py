@@ -13,7 +13,7 @@ Each phase has a start, a duration, a source (a public figure, a measured value 
 Phases that run side by side overlap (the engine-cache restore runs beside the weight copy).
 The model's inputs are the ``Fact`` constants below, the instance facts in ``targets.py``
 (network and NVMe bandwidth), the storage read bandwidth of ``sizing.py`` and the sync's
-parallelism (``weights.SYNC_WORKERS`` files x ``weight_sync.S3_PART_CONCURRENCY`` ranged parts).
+parallelism (``weights.SYNC_WORKERS`` files x ``naming.S3_PART_CONCURRENCY`` ranged parts).
 
 Physical limit of the copy (the issue's anchor): checkpoint / min(network to S3 x achievable
 fraction, connections x per-connection ceiling, NVMe write); then checkpoint / NVMe read for the load.
@@ -64,8 +64,8 @@ S3_CONNECTION_GBPS = Fact(
 S3_ACHIEVABLE_FRACTION = Fact(
     0.64, "dvassallo/s3-benchmark (2019): 8,003 MB/s from S3 on c5n.18xlarge (100 Gbps) = 64 % of line rate"
 )
-# Ranged parts in flight per file (scripts/weight_sync.py S3_PART_CONCURRENCY, read at import below).
-from scripts.weight_sync import S3_PART_CONCURRENCY  # noqa: E402
+# Ranged parts in flight per file: the sync's own constant (the core never imports scripts/).
+from .naming import S3_PART_CONCURRENCY  # noqa: E402
 
 # --- image -----------------------------------------------------------------------------------
 # Compressed size of vllm/vllm-openai (what a pull downloads) and its unpacked size.
