@@ -16,8 +16,9 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pulumi
 import pulumi.runtime
@@ -353,7 +354,7 @@ def run_program(
     pulumi.runtime.set_all_config(config, secret_full_keys)
     previous_now = os.environ.get(program.NOW_ENV)
     if now is not None:
-        os.environ[program.NOW_ENV] = now.astimezone(_dt.timezone.utc).isoformat()
+        os.environ[program.NOW_ENV] = now.astimezone(_dt.UTC).isoformat()
     holder: dict[str, Any] = {}
 
     def body():

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from components.spec.credentials import CREDENTIAL_RE
 from components.spec.naming import (  # one place for tag keys

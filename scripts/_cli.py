@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable, Iterable, NoReturn, Sequence, TextIO
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TextIO
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1

@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -224,7 +225,7 @@ def declared(stack: str, now: datetime | None = None) -> tuple[list[str], list[s
     plan_engine.RecordingMocks.call = recording
     try:
         run = plan_engine.run_program(read_stack_config(stack), stack=stack,
-                                      now=now or datetime.now(timezone.utc).replace(microsecond=0))
+                                      now=now or datetime.now(UTC).replace(microsecond=0))
     finally:
         plan_engine.RecordingMocks.call = original
     return sorted({r.type for r in run.resources}), sorted(calls)

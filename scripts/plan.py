@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ FORMATS = ("table", "json", "markdown")
 
 def _parse_now(text: str | None) -> datetime:
     if not text:
-        return datetime.now(timezone.utc).replace(microsecond=0)
+        return datetime.now(UTC).replace(microsecond=0)
     return parse_utc(text, "--now")
 
 
@@ -64,7 +64,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     from components.spec.vllm import build_vllm_command
     from components.spec.weights import sync_steps
 
-    now = now or datetime.now(timezone.utc).replace(microsecond=0)
+    now = now or datetime.now(UTC).replace(microsecond=0)
     kwargs = {"stacks_dir": stacks_dir} if stacks_dir else {}
     spec = load_stack(stack, now=now, **kwargs)  # validates before anything is declared
     sizing = compute_sizing(spec)

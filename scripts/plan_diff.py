@@ -38,10 +38,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -756,10 +757,10 @@ def _resolve_ref(repo_root: Path, ref: str) -> str:
 
 
 def _now_iso(now: datetime | None) -> str:
-    moment = now or datetime.now(timezone.utc).replace(microsecond=0)
+    moment = now or datetime.now(UTC).replace(microsecond=0)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render_tree(stack: str, tree: Path, now: datetime | None = None, python: str | None = None) -> dict[str, Any]:
@@ -830,7 +831,7 @@ def diff_against(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: datetim
     Raises:
         PlanDiffError: git fails, ``ref`` is unknown, or the working tree's own plan fails.
     """
-    now = now or datetime.now(timezone.utc).replace(microsecond=0)
+    now = now or datetime.now(UTC).replace(microsecond=0)
     base_error = None
     try:
         old = render_at_ref(stack, ref, repo_root, now)
@@ -937,7 +938,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
                 return 2
-        now = now or datetime.now(timezone.utc).replace(microsecond=0)
+        now = now or datetime.now(UTC).replace(microsecond=0)
         stacks = args.stack or _all_stacks(REPO_ROOT, args.against)
         diffs = [diff_against(s, args.against, REPO_ROOT, now) for s in stacks]
     except PlanDiffError as err:

@@ -42,10 +42,11 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -54,6 +55,7 @@ from components.spec.config import DeploymentSpec, format_utc, load_stack, stack
 from components.spec.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts._cli import (
+    DUMMY_AWS_CREDENTIALS,
     EXIT_USAGE,
     FAIL,
     PASS,
@@ -62,13 +64,17 @@ from scripts._cli import (
     WARN,
     CliParser,
     UsageError,
+    aws_session,
+    counts_text,
     exit_code,
+    local_aws_endpoint,
     one_line,
     print_json,
     print_table,
     run_cli,
+    status_counts,
+    verdict,
 )
-from scripts._cli import DUMMY_AWS_CREDENTIALS, aws_session, counts_text, local_aws_endpoint, status_counts, verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -333,7 +339,7 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
         return Check(name, FAIL, f"EKS does not offer Kubernetes {version} in {clients.region}")
     status = (info.get("versionStatus") or info.get("status") or "").upper().replace("-", "_")
     end_std = info.get("endOfStandardSupportDate")
-    end_std_day = end_std.astimezone(timezone.utc).date() if isinstance(end_std, datetime) else None
+    end_std_day = end_std.astimezone(UTC).date() if isinstance(end_std, datetime) else None
     if status == "UNSUPPORTED":
         return Check(name, FAIL, f"EKS reports Kubernetes {version} as unsupported: choose a newer kubernetes.eksVersion")
     if status == "EXTENDED_SUPPORT" and support == "STANDARD":
@@ -522,7 +528,7 @@ def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
     if end is None:
         second = Check("capacity-end", PASS, f"{rid} has no end date ({cr.get('EndDateType', 'unlimited')})")
     else:
-        end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+        end = end if end.tzinfo else end.replace(tzinfo=UTC)
         if end <= now:
             second = Check("capacity-end", FAIL, f"{rid} ended {format_utc(end)}")
         elif expiry is None:
@@ -729,7 +735,7 @@ def run_checks(
     progress: Callable[[str], None] | None = None,
 ) -> list[Check]:
     """All preflight checks of ``spec`` in order. Never raises for an API's answer."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
     aws_names = ("instance-facts", "offered-in-region", "offered-in-az", "zone-type", "vcpu-quota", "capacity-reservation", "capacity-end", "fsx", "eks", "eks-version", "mirror")
@@ -799,7 +805,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"--kubeconfig: {args.kubeconfig} is not a file")
     if args.region is not None and not args.region.replace("-", "").isalnum():
         raise UsageError(f"--region: {args.region!r} is not a region name (e.g. us-east-1)")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     spec = load_stack(args.stack, now=now)
     region = args.region or spec.region
     clients = AwsClients(region) if spec.is_aws else None

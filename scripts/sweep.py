@@ -37,10 +37,11 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -832,7 +833,7 @@ def main(argv: list[str] | None = None, *, clients: ClientFactory | None = None,
     except SystemExit as exc:
         return int(exc.code or 0) if exc.code in (0, None) else 2
     try:
-        now = parse_time(args.now) if args.now else datetime.now(timezone.utc).replace(microsecond=0)
+        now = parse_time(args.now) if args.now else datetime.now(UTC).replace(microsecond=0)
     except ValueError:
         print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
         return 2

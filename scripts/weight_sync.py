@@ -379,7 +379,7 @@ class Progress:
         self._start = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True) if enabled else None
 
-    def start(self) -> "Progress":
+    def start(self) -> Progress:
         self._start = time.monotonic()
         if self._thread:
             self._thread.start()
@@ -1274,7 +1274,7 @@ def marker_document(source: str, revision: str, entries: list[FileEntry]) -> dic
     """The completion marker: source, resolved revision, file count, total bytes, manifest digest."""
     return {"source": source, "revision": revision, "file_count": len(entries),
             "total_bytes": sum(e.size_bytes for e in entries), "manifest_sha256": manifest_digest(entries),
-            "completed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "completed_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
 class S3Destination(Destination):

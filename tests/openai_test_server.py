@@ -69,7 +69,7 @@ class OpenAITestServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "OpenAITestServer":
+    def __enter__(self) -> OpenAITestServer:
         self._thread.start()
         return self
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -120,7 +120,7 @@ def test_a_version_out_of_standard_support_needs_extended_chosen_and_states_its_
 def test_the_default_follows_the_clock_unknown_and_unsupported_versions_are_refused():
     # The default is checked against the run's clock too: past 2027-03-27 it must be bumped.
     with pytest.raises(ConfigError, match="kubernetes.eksVersion: '1.35' left standard support on 2027-03-27"):
-        _eks_spec(now=datetime(2027, 4, 1, tzinfo=timezone.utc))
+        _eks_spec(now=datetime(2027, 4, 1, tzinfo=UTC))
     with pytest.raises(ConfigError, match="is not a known EKS version"):
         _eks_spec(eksVersion="1.99")
     with pytest.raises(ConfigError, match="too old"):
@@ -179,7 +179,7 @@ def test_preflight_eks_version_against_a_recorded_describe_cluster_versions():
     assert ok.status == "pass" and "1.35" in ok.reason and "2027-03-27" in ok.reason
 
     def moved(answer):
-        answer["clusterVersions"][0]["endOfStandardSupportDate"] = datetime(2027, 2, 1, tzinfo=timezone.utc)
+        answer["clusterVersions"][0]["endOfStandardSupportDate"] = datetime(2027, 2, 1, tzinfo=UTC)
 
     assert check(spec, moved).status == "warn"  # the table disagrees with EKS: update it
 
@@ -669,7 +669,7 @@ def test_sweeper_removes_what_kubernetes_created_for_an_expired_cluster_after_th
     sweep = _sweep()
     ids = _k8s_world()
     calls = _Calls()
-    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
     dry = sweep.Sweeper(calls, ["us-east-1"], now, destroy=False).run()
     found = {r["id"]: r for s in dry["stacks"].values() for r in s["resources"]}
     for key in ("lb", "eni_cni", "sg_lbc"):
@@ -693,7 +693,7 @@ def test_sweeper_removes_what_kubernetes_created_for_an_expired_cluster_after_th
 def test_sweeper_reports_a_kubernetes_load_balancer_it_cannot_delete_with_exit_1(moto_aws):
     sweep = _sweep()
     ids = _k8s_world()
-    report = sweep.Sweeper(_Calls(refuse="DeleteLoadBalancer"), ["us-east-1"], datetime(2026, 12, 1, tzinfo=timezone.utc), destroy=True, wait_seconds=1, poll_seconds=0.01).run()
+    report = sweep.Sweeper(_Calls(refuse="DeleteLoadBalancer"), ["us-east-1"], datetime(2026, 12, 1, tzinfo=UTC), destroy=True, wait_seconds=1, poll_seconds=0.01).run()
     found = {r["id"]: r for s in report["stacks"].values() for r in s["resources"]}
     assert found[ids["lb"]]["status"] == "failed" and "AccessDenied" in found[ids["lb"]]["reason"]
     assert report["exit_code"] == 1

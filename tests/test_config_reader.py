@@ -8,7 +8,6 @@ import ast
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,8 @@ from components.spec.config_reader import (
     cli_config_strings,
     read_config_strings,
 )
-from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
-
 from scripts import plan as plan_script  # noqa: E402
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
 SITE = Path(yaml.__file__).resolve().parents[1]
 

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from components.spec.versions import KUBERNETES_VERSION
-from scripts.crds import CRDS, DEFAULT_DEST, verify as verify_crds
+from scripts.crds import CRDS, DEFAULT_DEST
+from scripts.crds import verify as verify_crds
 from tests.conftest import plan_for
 from tests.test_k8s_workloads import K8S_STACKS, k8s_objects, manifest, of_kind, one
 
@@ -61,7 +62,7 @@ def crds_dir() -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_crd(path: Path) -> dict[str, Any]:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 

@@ -10,7 +10,8 @@ import re
 import subprocess
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pulumi
 import pytest

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -17,7 +17,7 @@ from scripts import sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
-NOW = datetime(2026, 12, 10, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 10, 0, 0, tzinfo=UTC)
 PAST = "2026-12-01T00:00:00Z"
 FUTURE = "2027-01-01T00:00:00Z"
 
@@ -248,7 +248,7 @@ def test_capacity_blocks_still_paid_are_reported_never_cancelled(aws):
         "TotalInstanceCount": 2,
         "State": "active",
         "ReservationType": "capacity-block",
-        "EndDate": datetime(2026, 12, 14, 11, 30, tzinfo=timezone.utc),
+        "EndDate": datetime(2026, 12, 14, 11, 30, tzinfo=UTC),
         "Tags": tag_list(tags("gb300", PAST)),
     }
     ended = {**block, "CapacityReservationId": "cr-0fedcba9876543210", "State": "expired"}

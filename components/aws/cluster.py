@@ -39,7 +39,6 @@ import pulumi
 import pulumi_aws as aws
 
 from components.spec.config import DeploymentSpec, eks_version_of
-from components.spec.weights import mirror_key_prefix
 from components.spec.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
@@ -48,11 +47,12 @@ from components.spec.naming import (
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
 from components.spec.scaling import gpu_node_group_size
+from components.spec.weights import mirror_key_prefix
 
 from . import iam
 from .common import child, tags
-from .node_autoscaler import declare_node_autoscaler_identity
 from .compute import capacity_options, efa_network_interfaces, launched_tag_specifications, metadata_options, root_volume
+from .node_autoscaler import declare_node_autoscaler_identity
 from .userdata import ClusterDetails, eks_node_user_data
 
 # EKS managed AMI types of the AL2023 NVIDIA AMIs, per CPU architecture.

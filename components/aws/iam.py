@@ -26,7 +26,8 @@ actions of AWS's "minimal instance permissions" for Session Manager), and the EC
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws

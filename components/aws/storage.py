@@ -16,11 +16,10 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.spec import naming
 from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing
 from components.spec.weights import FSX_MOUNT_PATH
-
-from components.spec import naming
 
 from .common import TOOLS_PREFIX, child, tags
 

@@ -29,9 +29,9 @@ EC2 user data is limited to 16 KB, so the weight-sync program travels through S3
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Mapping, Sequence
 
 import yaml
 

@@ -21,8 +21,8 @@ from components.spec.weights import sync_steps
 
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
-from .storage import FsxVolumeSource, declare_fsx_volume
 from .scaling_edge import declare_scaling_and_observability
+from .storage import FsxVolumeSource, declare_fsx_volume
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
 from .weight_sync import declare_weight_sync, node_copy_init
 
@@ -39,7 +39,7 @@ class K8sResult:
     """
 
     outputs: dict[str, Any] = field(default_factory=dict)
-    component: "KimiWorkloads | None" = None
+    component: KimiWorkloads | None = None
 
 
 def _fsx_source(fsx: Any) -> FsxVolumeSource | None:

@@ -133,8 +133,8 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
         return {}
     if name == "cluster-autoscaler":
         from components.aws.common import resource_prefix  # the EKS cluster's name (aws edge)
-        from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
         from components.spec.config import eks_version_of
+        from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
         from components.spec.versions import cluster_autoscaler_image_tag
 
         return {

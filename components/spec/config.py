@@ -9,10 +9,11 @@ what is allowed. Nothing is declared before the whole spec is valid. No Pulumi i
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
@@ -417,7 +418,7 @@ class DeploymentSpec:
 
 def format_utc(moment: datetime) -> str:
     """``moment`` as an RFC 3339 UTC string with seconds, e.g. ``2026-12-01T00:00:00Z``."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_utc(text: str, key: str) -> datetime:
@@ -434,7 +435,7 @@ def parse_utc(text: str, key: str) -> datetime:
         moment = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(key, text, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
@@ -533,7 +534,7 @@ def parse_spec(
     Raises:
         ConfigError: the first invalid value, as one line naming key, value and what is allowed.
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     plain = {k: v for k, v in config.items() if k not in SECRET_KEYS}
     try:
         raw = RawConfig.model_validate(plain)
@@ -916,7 +917,7 @@ def parse_spec(
     expires_at = raw.expires_at
     if expires_at is not None:
         if expires_at.tzinfo is None:
-            expires_at = expires_at.replace(tzinfo=timezone.utc)
+            expires_at = expires_at.replace(tzinfo=UTC)
         if expires_at <= now:
             raise ConfigError(
                 "expiresAt", format_utc(expires_at), f"is already in the past (now {format_utc(now)}); extend it or remove it to use trialTtlHours"
@@ -928,7 +929,7 @@ def parse_spec(
     if raw.environment == "prod" and expires_at is not None:
         raise ConfigError("expiresAt", format_utc(expires_at), "is set on a prod stack (prod does not expire; use a trial or staging stack)")
     if cap.type == "capacity-block" and cap.ends_at is not None:
-        ends = cap.ends_at if cap.ends_at.tzinfo else cap.ends_at.replace(tzinfo=timezone.utc)
+        ends = cap.ends_at if cap.ends_at.tzinfo else cap.ends_at.replace(tzinfo=UTC)
         if ends <= now:
             raise ConfigError("compute.capacity.endsAt", format_utc(ends), f"is in the past (now {format_utc(now)}): the capacity block has ended")
         if expires_at is not None and ends < expires_at:
@@ -1165,7 +1166,7 @@ def _check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> No
             f"the control plane bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of "
             f"{EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f}; {instead}"
         )
-    elif raw.expires_at is not None and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or timezone.utc).date() >= facts.end_of_standard_support:
+    elif raw.expires_at is not None and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or UTC).date() >= facts.end_of_standard_support:
         warnings.append(
             f"EKS {version} leaves standard support on {facts.end_of_standard_support.isoformat()}, before the stack expires: "
             + ("EKS upgrades the cluster then (supportType STANDARD)" if k8s.eks_support_type == "STANDARD"

@@ -33,8 +33,9 @@ import difflib
 import json
 import types
 import typing
+from collections.abc import Mapping
 from datetime import date, datetime
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -186,7 +187,7 @@ def _decode_secret(full_key: str, kind: str, text: str) -> Any:
 
     try:
         return _decode(full_key, kind, text)
-    except ConfigError as err:
+    except ConfigError:
         raise ConfigError(full_key, "[secret]", f"is not a valid {kind} value") from None
 
 

@@ -9,7 +9,7 @@ appears in a shipped stack file, so the list cannot go stale).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 # config key (without namespace) -> (example value, what to put there instead)
 SHIPPED_EXAMPLE_VALUES: Mapping[str, Mapping[str, str]] = {

@@ -25,9 +25,10 @@ Affinity is not a config key (the program derives node affinity itself), so it h
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .limits import label_key_problem, label_value_problem
 

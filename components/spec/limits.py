@@ -15,7 +15,8 @@ Sources:
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 LABEL_VALUE_MAX_CHARS = 63
 QUALIFIED_NAME_MAX_CHARS = 63

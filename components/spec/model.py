@@ -7,9 +7,9 @@ and the model card (https://huggingface.co/moonshotai/Kimi-K3.1-Pro). Adding a m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ All figures carry their source in the comment beside them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 MIB = 1024**2
 GB = 10**9

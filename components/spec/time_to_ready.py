@@ -339,7 +339,7 @@ def engine_init_cold_seconds(spec: DeploymentSpec) -> float:
     return _engine_init(spec, cached=False)[0]
 
 
-def _sync_phase(spec: DeploymentSpec, sizing: "Sizing", step: "SyncStep", cached_mirror: bool) -> tuple[str, float, str]:
+def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mirror: bool) -> tuple[str, float, str]:
     """(phase name, seconds, source) of one sync step; ``cached_mirror``: the mirror is full."""
     from .sizing import HUB_DOWNLOAD_MEGABYTES_PER_SECOND, sync_expected_seconds
 
@@ -360,7 +360,7 @@ def _sync_phase(spec: DeploymentSpec, sizing: "Sizing", step: "SyncStep", cached
             f"{weights / 1e12:.2f} TB at {rate.bytes_per_second / GB:.1f} GB/s ({rate.bound}-bound; {rate.source})")
 
 
-def _load(spec: DeploymentSpec, sizing: "Sizing") -> tuple[float, str]:
+def _load(spec: DeploymentSpec, sizing: Sizing) -> tuple[float, str]:
     st = sizing.storage
     per_node = sizing.weights_bytes / spec.nodes_per_copy
     return per_node / st.read_bytes_per_second, (
@@ -368,7 +368,7 @@ def _load(spec: DeploymentSpec, sizing: "Sizing") -> tuple[float, str]:
     )
 
 
-def _scenario_steps(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep", ...], scenario: str,
+def _scenario_steps(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...], scenario: str,
                     streamer: bool = False) -> list[_Step]:
     ttr = spec.config.time_to_ready
     platform = spec.platform
@@ -450,7 +450,7 @@ class TimeToReady:
         return {name: self.scenarios[name].as_json() for name in SCENARIOS}
 
 
-def time_to_ready(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep", ...]) -> TimeToReady:
+def time_to_ready(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> TimeToReady:
     """The time-to-ready model of ``spec`` for each scenario.
 
     Args:
