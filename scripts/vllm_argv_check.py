@@ -257,7 +257,7 @@ def main() -> int:
 
     results = []
     check_started = time.perf_counter()
-    for argv, env in zip(argvs, envs):
+    for argv, env in zip(argvs, envs, strict=False):
         # The forced settings (CPU, offline, no devices) win over a role's own environment.
         env = {k: v for k, v in (env or {}).items() if k not in _FORCED_ENV}
         saved = {k: os.environ.get(k) for k in env}

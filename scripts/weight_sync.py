@@ -297,7 +297,7 @@ def hub_error_message(exc: BaseException, hub: str, repo: str, revision: str | N
     set_token = f"set {info['config_key']} (env {info['token_env']})"
     page = f"{endpoint}/{repo}" if hub == "hf" else f"{endpoint}/models/{repo}"
     names = [{cls.__name__ for cls in type(e).__mro__} for e in _error_chain(exc)]
-    chain = list(zip(_error_chain(exc), names))
+    chain = list(zip(_error_chain(exc), names, strict=False))
     for e, n in chain:
         status = _http_status(e)
         if "GatedRepoError" in n:
@@ -1242,7 +1242,8 @@ class LocalDestination(Destination):
         final_path = self.target(entry.path)
         tmp = os.path.join(self.partial, hashlib.sha256(entry.path.encode()).hexdigest()[:32] + ".partial")
         result: list[str] = []
-        fetch = lambda: result.append(fetch_verified(self.source, entry, tmp, progress, durable=False, writeback=True))
+        def fetch():
+            return result.append(fetch_verified(self.source, entry, tmp, progress, durable=False, writeback=True))
         with_retries(fetch, entry.path, self.log)
         os.makedirs(os.path.dirname(final_path), exist_ok=True)
         os.replace(tmp, final_path)  # verified; durable at the next sync point (see the class)
@@ -1390,9 +1391,10 @@ class S3Destination(Destination):
             final = [done[e.path] for e in entries]
             summary.files_transferred, summary.bytes_transferred = len(fetched), need_bytes
             summary.files_verified += len(fetched)
-            put = lambda name, doc: client.put_object(Bucket=self.bucket, Key=s3_key(self.prefix, name),
-                                                      Body=json.dumps(doc, indent=1, sort_keys=True).encode(),
-                                                      ContentType="application/json")
+            def put(name, doc):
+                return client.put_object(Bucket=self.bucket, Key=s3_key(self.prefix, name),
+                                         Body=json.dumps(doc, indent=1, sort_keys=True).encode(),
+                                         ContentType="application/json")
             put(MANIFEST_NAME, manifest_document(self.source.uri, revision, final))
             put(MARKER_NAME, marker_document(self.source.uri, revision, final))
             return summary

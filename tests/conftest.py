@@ -35,7 +35,7 @@ STACKS = stack_names()
 # given the way a user gives one (config), through the offline overlay. Tests of the refusal
 # itself clear it (tests/test_engine.py).
 TEST_ENGINE_TAG = "nightly-" + "0" * 40
-TEST_ENGINE_OVERLAY = '{"kimi-deploy:vllm": {"imageTag": "%s"}}' % TEST_ENGINE_TAG
+TEST_ENGINE_OVERLAY = '{"kimi-deploy:vllm": {"imageTag": "' + TEST_ENGINE_TAG + '"}}'
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
 _PLAN_CACHE: dict[tuple, object] = {}
 

@@ -90,7 +90,7 @@ def test_triggers_read_queue_kv_cache_and_busy_replicas_with_a_hold_longer_than_
     assert set(triggers) == {"queue", "kv-cache", "busy-replicas"}
     assert plan.scale_up_bound_seconds >= sizing.startup_budget_seconds
     assert plan.scale_down_delay_seconds == max(plan.scale_up_bound_seconds, plan.scale_up_seconds) + SCALE_DOWN_MARGIN_SECONDS
-    for name_, trig in triggers.items():
+    for _name, trig in triggers.items():
         meta = trig["metadata"]
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
         assert meta["serverAddress"] == "http://prometheus-operated.monitoring.svc:9090"

@@ -151,7 +151,7 @@ def test_units_pass_systemd_analyze_verify(units, tmp_path):
         ["systemd-analyze", "verify", f"--root={root}", *[f"/etc/systemd/system/{n}" for n in userdata.UNITS]],
         capture_output=True, text=True, timeout=120, env={**os.environ, "SYSTEMD_LOG_LEVEL": "notice"},
     )
-    ours = [l for l in (proc.stdout + proc.stderr).splitlines() if "kimi-" in l]
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "kimi-" in line]
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
     # Not vacuous: a bad key in our unit is reported.
     (unit_dir / "kimi-weights.service").write_text(units["kimi-weights.service"].replace("TimeoutStartSec=", "TimeoutStartSex="))

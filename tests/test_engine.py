@@ -101,7 +101,7 @@ def test_plan_cli_shows_the_blocker_and_strict_exits_2_with_one_line(monkeypatch
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_a_nightly_engine_plans_and_the_plan_says_it_is_not_a_release(stack, monkeypatch):
-    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "nightly-%s"}}' % COMMIT)
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "nightly-' + COMMIT + '"}}')
     spec = load_stack(stack, now=FIXED_NOW)
     assert any("not a release" in w and COMMIT in w for w in spec.warnings), spec.warnings
 

@@ -116,7 +116,7 @@ def _everything() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, 
             argvs.append(list(argv[2:]))
             envs.append(dict(role.env))
     report = check_argvs(argvs, envs)
-    return report, dict(zip(labels, report["results"])), stacks
+    return report, dict(zip(labels, report["results"], strict=False)), stacks
 
 
 def _result(label: str) -> dict[str, Any]:

@@ -332,7 +332,7 @@ Restart=on-failure
 RestartSec=30
 TimeoutStopSec=90
 """
-    return dict(zip(UNITS, (raid, weights, vllm)))
+    return dict(zip(UNITS, (raid, weights, vllm), strict=False))
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -489,4 +489,4 @@ TimeoutStartSec=infinity
 [Install]
 WantedBy=multi-user.target
 """
-    return dict(zip(ENGINE_CACHE_UNITS, (restore, save)))
+    return dict(zip(ENGINE_CACHE_UNITS, (restore, save), strict=False))

@@ -105,7 +105,7 @@ while True:
                          "has not completed for this node (kubectl get jobs -l app.kubernetes.io/part-of=kimi-deploy)\\n")
         sys.exit(1)
     time.sleep(%d)
-""" % MARKER_POLL_SECONDS
+""" % MARKER_POLL_SECONDS  # noqa: UP031 (the script holds f-string braces: str.format would need them doubled)
 
 # Stdlib only. argv: port, served model name. The key comes from the env (secretKeyRef).
 READINESS_SCRIPT = """\
