@@ -218,7 +218,11 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
     "aws:kms/key:Key": lambda name, i: {"arn": f"arn:aws:kms:us-east-1:{MOCK_ACCOUNT_ID}:key/{name}"},
     # The AWS Load Balancer Controller writes the NLB's name into the Service's status.
     "kubernetes:core/v1:Service": lambda name, i: (
-        {"status": {"loadBalancer": {"ingress": [{"hostname": f"k8s-{name}-{stable_digits(name, 10)}.elb.us-east-1.amazonaws.com"}]}}}
+        {
+            "status": {
+                "loadBalancer": {"ingress": [{"hostname": f"k8s-{name}-{stable_digits(name, 10)}.elb.us-east-1.amazonaws.com"}]}
+            }
+        }
         if (i.get("spec") or {}).get("type") == "LoadBalancer"
         else {}
     ),

@@ -102,7 +102,9 @@ def session_manager_policy() -> str:
     return json.dumps(
         {
             "Version": "2012-10-17",
-            "Statement": [{"Sid": "SessionManagerChannels", "Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS), "Resource": "*"}],
+            "Statement": [
+                {"Sid": "SessionManagerChannels", "Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS), "Resource": "*"}
+            ],
         },
         sort_keys=True,
     )
@@ -167,7 +169,9 @@ def ssm_parameters_policy(parameter_arns: list[str]) -> str:
     return json.dumps(
         {
             "Version": "2012-10-17",
-            "Statement": [{"Sid": "ReadBootSecrets", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": parameter_arns}],
+            "Statement": [
+                {"Sid": "ReadBootSecrets", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": parameter_arns}
+            ],
         },
         sort_keys=True,
     )

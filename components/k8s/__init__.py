@@ -207,7 +207,9 @@ def declare_workloads(ctx: Any, aws_result: Any) -> K8sResult:
     if spec.config.kubernetes.service_type == "internal-nlb":
         service = component.vllm["service"]
         outputs["loadBalancerHostname"] = service.status.apply(
-            lambda s: (s.load_balancer.ingress or [None])[0].hostname if s and s.load_balancer and s.load_balancer.ingress else None
+            lambda s: (
+                (s.load_balancer.ingress or [None])[0].hostname if s and s.load_balancer and s.load_balancer.ingress else None
+            )
         )
     return K8sResult(outputs=outputs, component=component)
 

@@ -78,7 +78,9 @@ def _gpu_node_affinity(spec: DeploymentSpec) -> dict[str, Any]:
     """Required node affinity to the GPU nodes (charts merge maps but replace lists, so the
     chart's NFD-label terms are replaced, not extended)."""
     terms = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(gpu_node_selector(spec).items())]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+    return {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}
+    }
 
 
 def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:

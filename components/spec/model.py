@@ -181,7 +181,9 @@ _KIMI_KV_FIT = FittedKvModel(
         "8x B300, FP8 KV, --gpu-memory-utilization 0.95: about 2.6M tokens at TP8 (vLLM recipe, Kimi-K3.yaml)",
         "the same with DCP8: about 18.5M tokens (vLLM recipe, Kimi-K3.yaml)",
     ),
-    fitted=MappingProxyType({"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED, "dcp_kv_efficiency": _KIMI_DCP_EFFICIENCY}),
+    fitted=MappingProxyType(
+        {"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED, "dcp_kv_efficiency": _KIMI_DCP_EFFICIENCY}
+    ),
     independent_check=None,  # no third public figure (other GPU, dtype or DCP size) found
 )
 

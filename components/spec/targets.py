@@ -305,7 +305,13 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             usd_per_hour_on_demand=None,
             price_region=None,
             # moto 5.2 DescribeInstanceTypeOfferings (availability-zone), the regions used here.
-            offered_azs=MappingProxyType({"us-east-1": ("us-east-1c",), "us-east-2": ("us-east-2a", "us-east-2b", "us-east-2c"), "us-west-2": ("us-west-2a", "us-west-2b", "us-west-2d")}),
+            offered_azs=MappingProxyType(
+                {
+                    "us-east-1": ("us-east-1c",),
+                    "us-east-2": ("us-east-2a", "us-east-2b", "us-east-2c"),
+                    "us-west-2": ("us-west-2a", "us-west-2b", "us-west-2d"),
+                }
+            ),
         ),
         "p6e-gb200.36xlarge": InstanceFacts(
             instance_type="p6e-gb200.36xlarge",
