@@ -288,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Apply it: aws iam create-policy --policy-name kimi-deploy-STACK --policy-document file://policy.json",
     )
     parser.add_argument("--stack", required=True, help=f"stack name: stacks/Pulumi.<stack>.yaml ({', '.join(stack_names())})")
-    parser.add_argument("--types", action="store_true", help="list the declared types and data sources with their actions instead")
+    parser.add_argument(
+        "--types", action="store_true", help="list the declared types and data sources with their actions instead"
+    )
     return parser
 
 

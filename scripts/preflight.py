@@ -232,7 +232,9 @@ def check_instance_facts(spec: DeploymentSpec, clients: AwsClients) -> tuple[Che
         return Check(name, UNKNOWN, str(err)), None
     except ClientError as err:
         if _code(err) in ("InvalidInstanceType", "InvalidParameterValue"):
-            return Check(name, UNKNOWN, f"{inst.instance_type} is unknown to the EC2 catalog in {clients.region}; facts not verified"), False
+            return Check(
+                name, UNKNOWN, f"{inst.instance_type} is unknown to the EC2 catalog in {clients.region}; facts not verified"
+            ), False
         return Check(name, UNKNOWN, f"DescribeInstanceTypes: {_code(err)}"), None
     types = answer.get("InstanceTypes", [])
     if not types:
@@ -284,7 +286,9 @@ def instance_fact_mismatches(inst: InstanceFacts, gpu: GpuFacts, it: Mapping[str
     count = sum(d.get("Count", 0) for d in disks)
     sizes = {d.get("SizeInGB") for d in disks}
     if count != inst.nvme_devices or (disks and sizes != {inst.nvme_device_bytes // 10**9}):
-        problems.append(f"{count} x {'/'.join(str(x) for x in sorted(sizes, key=str))} GB instance-store disks (profile {inst.nvme_devices} x {inst.nvme_device_bytes // 10**9})")
+        problems.append(
+            f"{count} x {'/'.join(str(x) for x in sorted(sizes, key=str))} GB instance-store disks (profile {inst.nvme_devices} x {inst.nvme_device_bytes // 10**9})"
+        )
     nvme_gb = storage.get("TotalSizeInGB", 0)
     if abs(nvme_gb * 10**9 - inst.nvme_total_bytes) > _NVME_TOLERANCE * max(inst.nvme_total_bytes, 1):
         problems.append(f"{nvme_gb:,} GB NVMe (profile {inst.nvme_total_bytes // 10**9:,})")
@@ -329,7 +333,9 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
     version = eks_version_of(spec.config)
     support = spec.config.kubernetes.eks_support_type
     try:
-        answer = _call(clients, "eks", "DescribeClusterVersions", "describe_cluster_versions", clusterVersions=[version], includeAll=True)
+        answer = _call(
+            clients, "eks", "DescribeClusterVersions", "describe_cluster_versions", clusterVersions=[version], includeAll=True
+        )
     except ApiUnknown as err:
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
@@ -344,20 +350,30 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
         return Check(name, FAIL, f"EKS reports Kubernetes {version} as unsupported: choose a newer kubernetes.eksVersion")
     if status == "EXTENDED_SUPPORT" and support == "STANDARD":
         return Check(
-            name, FAIL,
+            name,
+            FAIL,
             f"Kubernetes {version} is in extended support (ended standard {end_std_day}): EKS refuses supportType STANDARD; "
             f"choose a newer kubernetes.eksVersion or eksSupportType EXTENDED (USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f}/cluster-hour)",
         )
     table = EKS_VERSIONS.get(version)
     if table is not None and end_std_day is not None and end_std_day != table.end_of_standard_support:
         return Check(
-            name, WARN,
+            name,
+            WARN,
             f"EKS ends standard support of {version} on {end_std_day}, versions.EKS_VERSIONS says {table.end_of_standard_support}: update the table",
         )
     if status == "EXTENDED_SUPPORT":
-        return Check(name, WARN, f"Kubernetes {version} is in extended support: USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour")
+        return Check(
+            name,
+            WARN,
+            f"Kubernetes {version} is in extended support: USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour",
+        )
     left = f", {(end_std_day - now.date()).days} days left" if end_std_day is not None else ""
-    return Check(name, PASS, f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} (supportType {support})")
+    return Check(
+        name,
+        PASS,
+        f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} (supportType {support})",
+    )
 
 
 def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
@@ -372,7 +388,9 @@ def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
     if not az:
         return Check(name, SKIP, "no GPU zone pinned (compute.availabilityZone)")
     try:
-        answer = _call(clients, "ec2", "DescribeAvailabilityZones", "describe_availability_zones", ZoneNames=[az], AllAvailabilityZones=True)
+        answer = _call(
+            clients, "ec2", "DescribeAvailabilityZones", "describe_availability_zones", ZoneNames=[az], AllAvailabilityZones=True
+        )
     except ApiUnknown as err:
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
@@ -392,7 +410,11 @@ def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
     if kind == "local-zone" and zone.get("OptInStatus") == "not-opted-in":
         return Check(name, FAIL, f"{az} is a Local Zone of group {zone.get('GroupName')} that the account has not opted in to")
     if kind == "local-zone":
-        return Check(name, PASS, f"{az} is a Local Zone (parent {zone.get('ParentZoneName', clients.region)}): GPU subnet only there, control plane and NAT in the region")
+        return Check(
+            name,
+            PASS,
+            f"{az} is a Local Zone (parent {zone.get('ParentZoneName', clients.region)}): GPU subnet only there, control plane and NAT in the region",
+        )
     return Check(name, PASS, f"{az} is an availability zone")
 
 
@@ -420,9 +442,13 @@ def check_offerings(spec: DeploymentSpec, clients: AwsClients, az: str | None, k
         ]
     checks = [Check("offered-in-region", PASS, f"{itype} offered in {region}: {', '.join(azs)}")]
     if az is None:
-        checks.append(Check("offered-in-az", SKIP, f"no AZ pinned (compute.availabilityZone); the type is offered in {', '.join(azs)}"))
+        checks.append(
+            Check("offered-in-az", SKIP, f"no AZ pinned (compute.availabilityZone); the type is offered in {', '.join(azs)}")
+        )
     elif not az.startswith(region):
-        checks.append(Check("offered-in-az", SKIP, f"the stack's AZ {az} is not in {region} (--region overrides the stack's region)"))
+        checks.append(
+            Check("offered-in-az", SKIP, f"the stack's AZ {az} is not in {region} (--region overrides the stack's region)")
+        )
     elif az in azs:
         checks.append(Check("offered-in-az", PASS, f"{az} offers {itype}"))
     else:
@@ -453,7 +479,9 @@ def check_quota(spec: DeploymentSpec, clients: AwsClients) -> Check:
     if have >= need:
         return Check(name, PASS, f"{what} (running P instances also count)")
     if spec.config.compute.capacity.type == "capacity-block":
-        return Check(name, WARN, f"{what}; if launching into the capacity block fails with VcpuLimitExceeded, request an increase")
+        return Check(
+            name, WARN, f"{what}; if launching into the capacity block fails with VcpuLimitExceeded, request an increase"
+        )
     return Check(name, FAIL, f"{what}: request an increase in Service Quotas")
 
 
@@ -463,7 +491,10 @@ def trial_expiry(spec: DeploymentSpec, now: datetime) -> tuple[datetime | None, 
         return spec.expires_at, f"expiresAt {format_utc(spec.expires_at)}"
     if spec.environment == "trial":
         at = now + timedelta(hours=spec.trial_ttl_hours)
-        return at, f"now + trialTtlHours {spec.trial_ttl_hours} h = {format_utc(at)} (no expiresAt; the TTL starts at the first `pulumi up`)"
+        return (
+            at,
+            f"now + trialTtlHours {spec.trial_ttl_hours} h = {format_utc(at)} (no expiresAt; the TTL starts at the first `pulumi up`)",
+        )
     return None, f"{spec.environment} has no expiry"
 
 
@@ -488,10 +519,16 @@ def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
                 Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region} ({_code(err)})"),
                 Check("capacity-end", SKIP, "no reservation"),
             ]
-        return [Check("capacity-reservation", UNKNOWN, f"DescribeCapacityReservations: {_code(err)}"), Check("capacity-end", UNKNOWN, "reservation not read")]
+        return [
+            Check("capacity-reservation", UNKNOWN, f"DescribeCapacityReservations: {_code(err)}"),
+            Check("capacity-end", UNKNOWN, "reservation not read"),
+        ]
     found = answer.get("CapacityReservations", [])
     if not found:
-        return [Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region}"), Check("capacity-end", SKIP, "no reservation")]
+        return [
+            Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region}"),
+            Check("capacity-end", SKIP, "no reservation"),
+        ]
     cr = found[0]
     kind = "capacity block" if cap.type == "capacity-block" else "ODCR"
     state = cr.get("State", "?")
@@ -594,7 +631,11 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
         if _code(err) in ("NoSuchKey", "404"):
-            return Check(name, WARN, f"{where}/{MANIFEST_NAME} is missing: the first sync downloads {spec.model.weights_bytes / 1e12:.2f} TB from the hub")
+            return Check(
+                name,
+                WARN,
+                f"{where}/{MANIFEST_NAME} is missing: the first sync downloads {spec.model.weights_bytes / 1e12:.2f} TB from the hub",
+            )
         return Check(name, UNKNOWN, f"GetObject {MANIFEST_NAME}: {_code(err)}")
     try:
         document = json.loads(body)
@@ -697,7 +738,10 @@ def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | 
     try:
         nodes = _kube_request(Path(path), context, "/api/v1/nodes", 15)
     except ApiUnknown as err:
-        return [Check("cluster", FAIL if "does not answer" in str(err) else UNKNOWN, str(err)), Check("gpu-nodes", UNKNOWN, "cluster not reached")]
+        return [
+            Check("cluster", FAIL if "does not answer" in str(err) else UNKNOWN, str(err)),
+            Check("gpu-nodes", UNKNOWN, "cluster not reached"),
+        ]
     items = nodes.get("items", []) if isinstance(nodes, dict) else []
     resource, per_node = spec.target.gpu_resource_name, spec.target.gpus_per_node
     ready = []
@@ -738,7 +782,19 @@ def run_checks(
     now = now or datetime.now(UTC)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
-    aws_names = ("instance-facts", "offered-in-region", "offered-in-az", "zone-type", "vcpu-quota", "capacity-reservation", "capacity-end", "fsx", "eks", "eks-version", "mirror")
+    aws_names = (
+        "instance-facts",
+        "offered-in-region",
+        "offered-in-az",
+        "zone-type",
+        "vcpu-quota",
+        "capacity-reservation",
+        "capacity-end",
+        "fsx",
+        "eks",
+        "eks-version",
+        "mirror",
+    )
     if not spec.is_aws:
         checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
     else:
@@ -793,8 +849,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="for Kubernetes platforms: contact the API server with the kubeconfig and count GPU nodes "
         "(a network call, off by default)",
     )
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig for --check-cluster (default $KUBECONFIG, then ~/.kube/config)")
-    parser.add_argument("--context", help="kubeconfig context for --check-cluster (default kubernetes.context, then current-context)")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig for --check-cluster (default $KUBECONFIG, then ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", help="kubeconfig context for --check-cluster (default kubernetes.context, then current-context)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     return parser
 

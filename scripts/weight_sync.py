@@ -1179,7 +1179,9 @@ class LocalDestination(Destination):
             # the last sync point (a power loss may have left it short or empty: see the class).
             if (self.verify == "full" or (rec and not rec.get("trusted"))) and (entry.sha256 or rec):
                 _, sha = hash_file(path, check_progress)
-                expected = entry.sha256 or (rec.get("sha256") if entry.git_sha1 and rec.get("git_sha1") == entry.git_sha1 else None)
+                expected = entry.sha256 or (
+                    rec.get("sha256") if entry.git_sha1 and rec.get("git_sha1") == entry.git_sha1 else None
+                )
                 if sha == expected:
                     self._journal_append(self._record(entry.path, sha, entry.git_sha1, path))
                     return dataclasses.replace(entry, sha256=sha), "verified"
