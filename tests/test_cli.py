@@ -88,7 +88,12 @@ def test_pyproject_declares_one_console_script_and_the_packages():
 def _sys_path_edits(tree: ast.AST) -> list[int]:
     """Lines that change sys.path: sys.path.insert/append/extend(...), sys.path[...] = ..., sys.path = ..."""
     def is_sys_path(node: ast.AST) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        )
 
     lines = []
     for node in ast.walk(tree):

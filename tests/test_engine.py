@@ -62,7 +62,9 @@ def test_a_mutable_tag_is_refused():
         check_engine("vllm/vllm-openai:kimi-k3", "vllm.image", "cuda", KIMI_K3_1_PRO)
 
 
-@pytest.mark.parametrize("image", [f"vllm/vllm-openai:nightly-{COMMIT}", f"vllm/vllm-openai@sha256:{DIGEST}", "vllm/vllm-openai:v0.34.0"])
+@pytest.mark.parametrize(
+    "image", [f"vllm/vllm-openai:nightly-{COMMIT}", f"vllm/vllm-openai@sha256:{DIGEST}", "vllm/vllm-openai:v0.34.0"]
+)
 def test_immutable_builds_that_are_not_known_to_lack_support_pass(image):
     assert check_engine(image, "vllm.image", "cuda", KIMI_K3_1_PRO).kind in {"nightly", "digest", "release"}
 

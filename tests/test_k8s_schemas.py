@@ -136,7 +136,9 @@ def test_every_core_object_validates_against_the_kubernetes_schema(name):
 def test_leaderworkerset_pod_templates_validate_as_core_pod_templates(name):
     tmpl = one(plan_for(name), "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
-        validate_core({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"check-{role.lower()}"}, "template": tmpl[role]})
+        validate_core(
+            {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"check-{role.lower()}"}, "template": tmpl[role]}
+        )
 
 
 def test_pod_monitor_is_validated_by_fields():
@@ -165,7 +167,9 @@ def test_pinned_kubernetes_minor_is_shipped_by_the_validator():
     assert KUBERNETES_VERSION in kubernetes_validate.utils.all_versions() or any(
         kubernetes_validate.utils.major_minor(v) == KUBERNETES_VERSION for v in kubernetes_validate.utils.all_versions()
     )
-    version = kubernetes_validate.validate({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}, KUBERNETES_VERSION, strict=True)
+    version = kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}, KUBERNETES_VERSION, strict=True
+    )
     assert version == KUBERNETES_VERSION
 
 

@@ -15,7 +15,16 @@ from scripts import plan as plan_script  # noqa: E402
 from tests.conftest import FIXED_NOW, STACKS
 
 # Mock values the engine invents; none may reach the plan document as if real.
-MOCK_FRAGMENTS = ("10.42.1.10", "gpu-instance-id", "mirror-bucket-a1b2c3d", "ami-0mock", "fs-id", "net-vpc-id", MOCK_ACCOUNT_ID, ".fsx.us-east-1.amazonaws.com")
+MOCK_FRAGMENTS = (
+    "10.42.1.10",
+    "gpu-instance-id",
+    "mirror-bucket-a1b2c3d",
+    "ami-0mock",
+    "fs-id",
+    "net-vpc-id",
+    MOCK_ACCOUNT_ID,
+    ".fsx.us-east-1.amazonaws.com",
+)
 
 
 @pytest.fixture(scope="module")
