@@ -492,7 +492,8 @@ class EksCluster(pulumi.ComponentResource):
                 tag_session=True,
                 partition=a.partition,
                 inline={"weight-mirror": doc},
-                description=f"kimi-deploy {spec.stack}: {namespace}/{account} ({'write' if write else 'read'} {prefix}/ in the mirror)",
+                description=f"kimi-deploy {spec.stack}: {namespace}/{account} ({'write' if write else 'read'} {prefix}/ in the "
+                            "mirror)",
             )
             out.append(
                 aws.eks.PodIdentityAssociation(

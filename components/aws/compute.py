@@ -212,7 +212,8 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
     raise ConfigError(
         key,
         value,
-        f"makes the EC2 user data {total:,} bytes, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before base64); "
+        f"makes the EC2 user data {total:,} bytes, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before "
+        "base64); "
         "shorten it or use aws-eks",
     )
 

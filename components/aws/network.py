@@ -13,7 +13,8 @@ GPU zone in a Local Zone (``us-east-1-dfw-2a``; capacity blocks for P6e UltraSer
 there too): EKS refuses Local Zone subnets for its control plane, and of the EKS-related
 resources only managed node groups, self-managed nodes, EBS volumes and Application Load
 Balancers are supported in Local Zones (EKS user guide, "Launch low-latency EKS clusters with AWS
-Local Zones"): no NLB, and the NAT gateway belongs in the parent region. So the layout becomes: the GPU subnet alone in the Local Zone (GPU nodes only,
+Local Zones"): no NLB, and the NAT gateway belongs in the parent region. So the layout becomes:
+the GPU subnet alone in the Local Zone (GPU nodes only,
 no load-balancer tags); two private subnets in two parent-region AZs (``private-second``,
 ``private-third``: EKS control plane, system nodes, internal load balancers); the public subnet
 and NAT gateway in the first of them. With an existing VPC, ``network.privateSubnetIds`` must

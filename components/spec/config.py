@@ -566,7 +566,8 @@ def parse_spec(
         raise ConfigError(
             "owner",
             raw.owner,
-            "must name the owning team or person: 1-63 letters, digits, '-', '_' or '.' (it becomes an AWS tag and a Kubernetes label)",
+            "must name the owning team or person: 1-63 letters, digits, '-', '_' or '.' (it becomes an AWS tag and a Kubernetes "
+            "label)",
         )
     target = TARGETS[raw.target]
     model = MODELS.get(raw.model.profile)
@@ -737,7 +738,8 @@ def parse_spec(
             raise ConfigError(
                 key,
                 cidr,
-                f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client networks)",
+                f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client "
+                "networks)",
             )
     for cidr in raw.network.api_server_public_cidrs:
         try:
@@ -799,7 +801,8 @@ def parse_spec(
         raise ConfigError(
             "storage.kind",
             st.kind,
-            f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of weights (use fsx)",
+            f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of "
+            "weights (use fsx)",
         )
     fc = st.fsx
     _check_choice("storage.fsx.deploymentType", fc.deployment_type, fsx.DEPLOYMENT_TYPES)
@@ -1103,7 +1106,8 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
         raise ConfigError(
             "autoscaling.enabled",
             True,
-            f"is only for the aws-eks and kubernetes platforms (allowed there), not {raw.platform}: one EC2 instance serves one copy",
+            f"is only for the aws-eks and kubernetes platforms (allowed there), not {raw.platform}: one EC2 instance serves one "
+            "copy",
         )
     max_replicas = asc.max_replicas if asc.max_replicas is not None else raw.compute.replicas
     if max_replicas < max(asc.min_replicas, 1):
@@ -1115,7 +1119,8 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
         raise ConfigError(
             "compute.replicas",
             replicas,
-            f"is the initial replica count and must lie within autoscaling.minReplicas..maxReplicas ({max(asc.min_replicas, 1)}..{max_replicas})",
+            "is the initial replica count and must lie within autoscaling.minReplicas..maxReplicas "
+            f"({max(asc.min_replicas, 1)}..{max_replicas})",
         )
     if asc.min_replicas == 0 and not asc.schedule:
         raise ConfigError(
@@ -1151,13 +1156,15 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
         raise ConfigError(
             "autoscaling.controller",
             "hpa",
-            "needs an external metrics adapter on the cluster: list prometheus-adapter in kubernetes.installedAddons (or use keda)",
+            "needs an external metrics adapter on the cluster: list prometheus-adapter in kubernetes.installedAddons (or use "
+            "keda)",
         )
     if obs.prometheus_namespace is None and obs.prometheus_url is None:
         raise ConfigError(
             "autoscaling.enabled",
             True,
-            "needs observability.prometheusNamespace or observability.prometheusUrl (the Prometheus that scrapes vLLM and answers the scaler's queries)",
+            "needs observability.prometheusNamespace or observability.prometheusUrl (the Prometheus that scrapes vLLM and "
+            "answers the scaler's queries)",
         )
 
 
@@ -1359,7 +1366,8 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
         raise StackFileError(
             "--stack",
             stack,
-            f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})",
+            f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: "
+            f"{', '.join(stack_names(stacks_dir)) or 'none'})",
         )
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
     text = path.read_text()

@@ -262,7 +262,8 @@ def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
     if block:
         return (
             None,
-            f"unknown: no public price for {inst.instance_type}; set compute.capacity.usdPerHour or compute.usdPerHour (per tray-hour; billed{block})",
+            f"unknown: no public price for {inst.instance_type}; set compute.capacity.usdPerHour or compute.usdPerHour (per "
+            f"tray-hour; billed{block})",
         )
     return None, f"unknown: no public price for {inst.instance_type}; set compute.usdPerHour"
 

@@ -59,7 +59,8 @@ class Fact:
 # One TCP flow to S3 tops out near 5 Gbps; parallel ranged GETs are needed beyond it.
 S3_CONNECTION_GBPS = Fact(
     5.0,
-    "AWS S3 performance guidelines / EC2 network bandwidth: about 5 Gbps per connection (docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance-guidelines.html)",
+    "AWS S3 performance guidelines / EC2 network bandwidth: about 5 Gbps per connection "
+    "(docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance-guidelines.html)",
 )
 # Share of an instance's network bandwidth a tuned parallel S3 reader reaches.
 S3_ACHIEVABLE_FRACTION = Fact(
@@ -351,13 +352,15 @@ def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mir
         return (
             "hub download -> mirror",
             sync_expected_seconds(spec, sizing, step),
-            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed article's 100 MB/s figure)",
+            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed "
+            "article's 100 MB/s figure)",
         )
     if step.needs_hub_token or step.source == spec.hub_uri:
         return (
             "hub download -> node",
             sync_expected_seconds(spec, sizing, step),
-            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed article's 100 MB/s figure); no mirror",
+            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed "
+            "article's 100 MB/s figure); no mirror",
         )
     if step.needs_fsx:
         return ("weight copy FSx -> NVMe", sync_expected_seconds(spec, sizing, step),
