@@ -135,14 +135,16 @@ def gpu_expiry(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleContext
     where = f"environment {env!r}" if env else f"no {TAG_ENVIRONMENT} tag"
     if not expires:
         return [
-            f"{_label(rtype, name)}: GPU capacity outside prod ({where}) must carry the '{TAG_EXPIRES}' tag (the sweeper ends it); set kimi-deploy:expiresAt or trialTtlHours"
+            f"{_label(rtype, name)}: GPU capacity outside prod ({where}) must carry the '{TAG_EXPIRES}' tag (the sweeper ends "
+            "it); set kimi-deploy:expiresAt or trialTtlHours"
         ]
     if _known(expires) and expires != SECRET_MASK:
         try:
             datetime.fromisoformat(str(expires).replace("Z", "+00:00"))
         except ValueError:
             return [
-                f"{_label(rtype, name)}: tag '{TAG_EXPIRES}' {expires!r} is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z): the sweeper would never end it"
+                f"{_label(rtype, name)}: tag '{TAG_EXPIRES}' {expires!r} is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z): "
+                "the sweeper would never end it"
             ]
     return []
 
@@ -209,7 +211,8 @@ def public_api_ingress(rtype: str, props: Mapping[str, Any], name: str, ctx: Rul
             exposes = any(p.get("port") == port or p.get("targetPort") == port for p in spec.get("ports") or [])
             if exposes and not internal and (not ranges or any(_is_anywhere(r) for r in ranges)):
                 msgs.append(
-                    f"{_label(rtype, name)}: an internet-facing load balancer {bad} (make it internal or set loadBalancerSourceRanges)"
+                    f"{_label(rtype, name)}: an internet-facing load balancer {bad} (make it internal or set "
+                    "loadBalancerSourceRanges)"
                 )
             elif exposes and any(_is_anywhere(r) for r in ranges):
                 msgs.append(f"{_label(rtype, name)}: loadBalancerSourceRanges {bad}")
@@ -337,7 +340,8 @@ def bucket_encryption(resources: Iterable[Res]) -> list[str]:
         if any(c.props.get("bucket") in names or (b.urn and b.urn in c.dependencies) for c in configs):
             continue
         msgs.append(
-            f"{_label(b.type, b.name)}: no default encryption (declare a BucketServerSideEncryptionConfiguration for it with sseAlgorithm aws:kms or AES256)"
+            f"{_label(b.type, b.name)}: no default encryption (declare a BucketServerSideEncryptionConfiguration for it with "
+            "sseAlgorithm aws:kms or AES256)"
         )
     return msgs
 
@@ -380,7 +384,8 @@ def mirror_retained(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleCo
     msgs = []
     if str(_tags(props).get(TAG_RETAIN, "")).lower() != "true":
         msgs.append(
-            f"{_label(rtype, name)}: the weight mirror must carry the tag {TAG_RETAIN}=true (and retain_on_delete) so teardown never deletes 1.56 TB of weights"
+            f"{_label(rtype, name)}: the weight mirror must carry the tag {TAG_RETAIN}=true (and retain_on_delete) so teardown "
+            "never deletes 1.56 TB of weights"
         )
     if _true(props.get("forceDestroy")):
         msgs.append(
@@ -465,7 +470,8 @@ def no_plain_secrets(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleC
         for path, leaf in _walk(value, place):
             if _secret_shaped(leaf, ctx):
                 msgs.append(
-                    f"{label}: {path} holds a secret in plain text (use a Kubernetes Secret via secretKeyRef or an SSM SecureString read at boot)"
+                    f"{label}: {path} holds a secret in plain text (use a Kubernetes Secret via secretKeyRef or an SSM "
+                    "SecureString read at boot)"
                 )
     if rtype in WORKLOAD_TYPES:
         for base, c in _containers(rtype, props):
@@ -474,11 +480,13 @@ def no_plain_secrets(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleC
                     continue
                 if SENSITIVE_NAME.search(str(env.get("name", ""))) and env.get("value") not in (None, ""):
                     msgs.append(
-                        f"{label}: {base}.env[{j}] {env.get('name')} is a literal value; credentials come from valueFrom.secretKeyRef"
+                        f"{label}: {base}.env[{j}] {env.get('name')} is a literal value; credentials come from "
+                        "valueFrom.secretKeyRef"
                     )
                 elif _secret_shaped(env.get("value"), ctx):
                     msgs.append(
-                        f"{label}: {base}.env[{j}] {env.get('name')} holds a secret as a literal value; use valueFrom.secretKeyRef"
+                        f"{label}: {base}.env[{j}] {env.get('name')} holds a secret as a literal value; use "
+                        "valueFrom.secretKeyRef"
                     )
             for field in ("command", "args"):
                 for k, arg in enumerate(c.get(field) or []):
@@ -496,7 +504,8 @@ def no_plain_secrets(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleC
             for key, value in content.items():
                 if value != SECRET_MASK:
                     msgs.append(
-                        f"{label}: {field}.{key} is built from a plain (non-secret) value; pass a secret Output so state keeps it encrypted"
+                        f"{label}: {field}.{key} is built from a plain (non-secret) value; pass a secret Output so state keeps "
+                        "it encrypted"
                     )
     if rtype == "kubernetes:core/v1:ConfigMap" and isinstance(props.get("data"), Mapping):
         for key, value in props["data"].items():
@@ -521,7 +530,8 @@ def no_plain_secrets(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleC
                 and not leaf.startswith("$")
             ):
                 msgs.append(
-                    f"{label}: {path} sets a credential as a plain Helm value (it is stored in the release); reference an existing Secret"
+                    f"{label}: {path} sets a credential as a plain Helm value (it is stored in the release); reference an "
+                    "existing Secret"
                 )
             elif _secret_shaped(leaf, ctx) and leaf != SECRET_MASK:
                 msgs.append(f"{label}: {path} holds a secret in plain text")

@@ -320,7 +320,8 @@ def print_report(report: dict[str, Any]) -> None:
         (
             f"API cost, {report['tasks_per_month']:,} tasks/month",
             _money(report["api_cost_per_month_rmb"], "RMB"),
-            f"{report['tasks_per_month']:,} tasks x {_money(report['api_cost_per_task_rmb'], 'RMB')}; {report['api_price_source']}",
+            f"{report['tasks_per_month']:,} tasks x {_money(report['api_cost_per_task_rmb'], 'RMB')}; "
+            f"{report['api_price_source']}",
         ),
         (
             "Self-hosted per hour",
@@ -332,7 +333,8 @@ def print_report(report: dict[str, Any]) -> None:
             "Self-hosted per month",
             _money(report["self_hosted_cost_per_month_usd"], "USD"),
             (f"{_money(per_hour, 'USD')}/h x " if per_hour is not None else "")
-            + f"{report['hours_per_month']:,.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD",
+            + f"{report['hours_per_month']:,.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at "
+              f"{report['rmb_per_usd']} RMB/USD",
         ),
         (
             "Break-even",
@@ -348,7 +350,8 @@ def print_report(report: dict[str, Any]) -> None:
             (
                 "One deployment serves",
                 f"{cap['tasks_per_month_capacity']:,} tasks/month",
-                f"{cap['output_tokens_per_second']:,} output tok/s at concurrency {cap['concurrency']}, busy {cap['busy_fraction']:.0%}: "
+                f"{cap['output_tokens_per_second']:,} output tok/s at concurrency {cap['concurrency']}, busy "
+                f"{cap['busy_fraction']:.0%}: "
                 + ("enough" if cap["can_serve"] else f"NOT enough, {cap['deployments_needed']} deployments needed"),
             )
         )

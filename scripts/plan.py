@@ -243,8 +243,10 @@ def scaling_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         (
             "autoscaling",
-            f"{sc['min_replicas']}..{sc['max_replicas']} replicas ({sc['controller']}), {sc['gpu_nodes_min']}..{sc['gpu_nodes_max']} GPU nodes; "
-            f"scale-up about {_duration(sc['scale_up_seconds'])}, scale-down after {_duration(sc['scale_down_delay_seconds'])} of low demand "
+            f"{sc['min_replicas']}..{sc['max_replicas']} replicas ({sc['controller']}), "
+            f"{sc['gpu_nodes_min']}..{sc['gpu_nodes_max']} GPU nodes; "
+            f"scale-up about {_duration(sc['scale_up_seconds'])}, scale-down after {_duration(sc['scale_down_delay_seconds'])} "
+            "of low demand "
             "(then one copy per 30 min)",
         ),
         ("cost at min / max", f"{price(sc['usd_per_hour_at_min'])} / {price(sc['usd_per_hour_at_max'])}{saves}"),
@@ -322,7 +324,8 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         "(once, into the in-region mirror)" if mirror else "(on every node: this stack has no mirror)"
     )
     steps = " + ".join(f"{s['name']} {_duration(s['expected_seconds'])}" for s in doc["weight_sync"])
-    first = f"about {_duration(sz['first_deploy_seconds'])} with nothing downloaded yet (infrastructure, image pull, {steps}, load, engine init; see time to ready)"
+    first = (f"about {_duration(sz['first_deploy_seconds'])} with nothing downloaded yet (infrastructure, image pull, {steps}, "
+             "load, engine init; see time to ready)")
     ttl = doc["expires_at"] and not doc["expires_rule"].startswith("explicit")
     expires = doc["expires_rule"] + (f" -> {doc['expires_at']} if created now" if ttl else "")
     return [
@@ -331,11 +334,13 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "GPU nodes",
             f"{nodes['gpu_nodes']}x {nodes['instance_type']} = {_plural(nodes['replicas'], 'copy')} x "
-            f"{_plural(nodes['nodes_per_copy'], 'node')} x {_plural(nodes['gpus_per_node'], 'GPU')}; capacity: {nodes['capacity']}",
+            f"{_plural(nodes['nodes_per_copy'], 'node')} x {_plural(nodes['gpus_per_node'], 'GPU')}; capacity: "
+            f"{nodes['capacity']}",
         ),
         (
             "model",
-            f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {_plural(model['files'], 'file')}, from {model['source']})",
+            f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {_plural(model['files'], 'file')}, "
+            f"from {model['source']})",
         ),
         ("storage", storage),
         (
@@ -344,7 +349,8 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         (
             "startup budget",
-            f"{_duration(sz['startup_budget_seconds'])} ({sz['startup_budget_seconds']:,} s)  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)",
+            f"{_duration(sz['startup_budget_seconds'])} ({sz['startup_budget_seconds']:,} s)  (startup probe, "
+            "VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)",
         ),
         (
             "KV cache",
@@ -573,7 +579,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--diff-against",
         metavar="GIT_REF",
-        help="show what changes against the stack as rendered at GIT_REF (a temporary git worktree); with --format markdown|json|table",
+        help="show what changes against the stack as rendered at GIT_REF (a temporary git worktree); with --format "
+             "markdown|json|table",
     )
     parser.add_argument("--output", metavar="FILE", help="write the result to FILE instead of standard output (any format)")
     parser.add_argument("--strict", action="store_true",

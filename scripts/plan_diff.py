@@ -715,7 +715,8 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
     if diff["secret_leaks"]:
         for leak in diff["secret_leaks"]:
             lines.append(
-                f"> ❌ secret `kimi-deploy:{leak.get('secret')}` appears in the plain input `{leak.get('resource')}.{leak.get('path')}`"
+                f"> ❌ secret `kimi-deploy:{leak.get('secret')}` appears in the plain input "
+                f"`{leak.get('resource')}.{leak.get('path')}`"
             )
         lines.append("")
     for c in diff["changed"]:
@@ -845,7 +846,8 @@ def _git(repo_root: Path, *args: str) -> str:
     proc = subprocess.run(["git", "-C", str(repo_root), *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise PlanDiffError(
-            f"git {' '.join(args)}: {(proc.stderr or proc.stdout).strip().splitlines()[-1] if (proc.stderr or proc.stdout).strip() else 'failed'}"
+            f"git {' '.join(args)}: "
+            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1] if (proc.stderr or proc.stdout).strip() else 'failed'}"
         )
     return proc.stdout
 
@@ -973,7 +975,8 @@ def render_table(diff: Mapping[str, Any]) -> None:
     console = Console(width=None if sys.stdout.isatty() else 150)
     s = diff["summary"]
     console.print(
-        f"[bold]{diff.get('stack')}[/bold] vs {diff.get('ref')}: {s['added']} to add, {s['removed']} to remove, {s['changed']} to change, {s['replaced']} replaced",
+        f"[bold]{diff.get('stack')}[/bold] vs {diff.get('ref')}: {s['added']} to add, {s['removed']} to remove, {s['changed']} "
+        f"to change, {s['replaced']} replaced",
         highlight=False,
     )
     if diff.get("base_error"):

@@ -287,7 +287,8 @@ def instance_fact_mismatches(inst: InstanceFacts, gpu: GpuFacts, it: Mapping[str
     sizes = {d.get("SizeInGB") for d in disks}
     if count != inst.nvme_devices or (disks and sizes != {inst.nvme_device_bytes // 10**9}):
         problems.append(
-            f"{count} x {'/'.join(str(x) for x in sorted(sizes, key=str))} GB instance-store disks (profile {inst.nvme_devices} x {inst.nvme_device_bytes // 10**9})"
+            f"{count} x {'/'.join(str(x) for x in sorted(sizes, key=str))} GB instance-store disks (profile {inst.nvme_devices} "
+            f"x {inst.nvme_device_bytes // 10**9})"
         )
     nvme_gb = storage.get("TotalSizeInGB", 0)
     if abs(nvme_gb * 10**9 - inst.nvme_total_bytes) > _NVME_TOLERANCE * max(inst.nvme_total_bytes, 1):
@@ -353,14 +354,16 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
             name,
             FAIL,
             f"Kubernetes {version} is in extended support (ended standard {end_std_day}): EKS refuses supportType STANDARD; "
-            f"choose a newer kubernetes.eksVersion or eksSupportType EXTENDED (USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f}/cluster-hour)",
+            "choose a newer kubernetes.eksVersion or eksSupportType EXTENDED (USD "
+            f"{EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f}/cluster-hour)",
         )
     table = EKS_VERSIONS.get(version)
     if table is not None and end_std_day is not None and end_std_day != table.end_of_standard_support:
         return Check(
             name,
             WARN,
-            f"EKS ends standard support of {version} on {end_std_day}, versions.EKS_VERSIONS says {table.end_of_standard_support}: update the table",
+            f"EKS ends standard support of {version} on {end_std_day}, versions.EKS_VERSIONS says "
+            f"{table.end_of_standard_support}: update the table",
         )
     if status == "EXTENDED_SUPPORT":
         return Check(
@@ -372,7 +375,8 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
     return Check(
         name,
         PASS,
-        f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} (supportType {support})",
+        f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} "
+        f"(supportType {support})",
     )
 
 
@@ -413,7 +417,8 @@ def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
         return Check(
             name,
             PASS,
-            f"{az} is a Local Zone (parent {zone.get('ParentZoneName', clients.region)}): GPU subnet only there, control plane and NAT in the region",
+            f"{az} is a Local Zone (parent {zone.get('ParentZoneName', clients.region)}): GPU subnet only there, control plane "
+            "and NAT in the region",
         )
     return Check(name, PASS, f"{az} is an availability zone")
 
@@ -493,7 +498,8 @@ def trial_expiry(spec: DeploymentSpec, now: datetime) -> tuple[datetime | None, 
         at = now + timedelta(hours=spec.trial_ttl_hours)
         return (
             at,
-            f"now + trialTtlHours {spec.trial_ttl_hours} h = {format_utc(at)} (no expiresAt; the TTL starts at the first `pulumi up`)",
+            f"now + trialTtlHours {spec.trial_ttl_hours} h = {format_utc(at)} (no expiresAt; the TTL starts at the first `pulumi "
+            "up`)",
         )
     return None, f"{spec.environment} has no expiry"
 
@@ -634,7 +640,8 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
             return Check(
                 name,
                 WARN,
-                f"{where}/{MANIFEST_NAME} is missing: the first sync downloads {spec.model.weights_bytes / 1e12:.2f} TB from the hub",
+                f"{where}/{MANIFEST_NAME} is missing: the first sync downloads {spec.model.weights_bytes / 1e12:.2f} TB from the "
+                "hub",
             )
         return Check(name, UNKNOWN, f"GetObject {MANIFEST_NAME}: {_code(err)}")
     try:

@@ -59,7 +59,8 @@ def layout_svg(doc: dict) -> str:
         if h > 60:
             for i, t in enumerate(p["targets"][:4]):
                 out.append(
-                    f'<text x="{x + 8}" y="{y + 56 + 14 * i}" font-size="9" fill="#6b7280">{escape(t["expr"])[: int(w / 5.2)]}</text>'
+                    f'<text x="{x + 8}" y="{y + 56 + 14 * i}" font-size="9" '
+                    f'fill="#6b7280">{escape(t["expr"])[: int(w / 5.2)]}</text>'
                 )
     out.append("</svg>")
     return "\n".join(out) + "\n"

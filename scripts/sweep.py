@@ -10,7 +10,8 @@ What is ours: resources tagged ``kimi-deploy:stack`` (every taggable resource ca
 ``DeploymentSpec.tags``), and what Kubernetes created in AWS for one of our EKS clusters
 (load balancers, their interfaces and security groups, VPC CNI interfaces: tagged
 ``kubernetes.io/cluster/<name>``, ``elbv2.k8s.aws/cluster`` or ``cluster.k8s.amazonaws.com/name``),
-which is that cluster's stack's and shares its expiry (``cluster_leftovers``). Expired: its ``expires-at`` tag (RFC 3339 UTC) is at or before
+which is that cluster's stack's and shares its expiry (``cluster_leftovers``). Expired: its ``expires-at`` tag
+(RFC 3339 UTC) is at or before
 ``--now``. Node groups without their own ``expires-at`` inherit their cluster's. Never touched:
 anything tagged ``kimi-deploy:retain=true``, the weight mirror (``kimi-deploy:role=weights-mirror``)
 and S3 buckets in general (reported, never deleted). Capacity reservations and capacity blocks
@@ -669,7 +670,8 @@ class Sweeper:
         if f.kind == "capacity-reservation":
             f.status = "still-paid"
             kind = "capacity block" if f.detail.get("reservation_type") == "capacity-block" else "capacity reservation"
-            f.reason = f"{kind} {f.detail.get('state')} until {f.detail.get('end_date') or 'cancelled'}: destroy does not cancel it; it is billed for its term"
+            f.reason = (f"{kind} {f.detail.get('state')} until {f.detail.get('end_date') or 'cancelled'}: destroy does not "
+                        "cancel it; it is billed for its term")
             return
         if not f.expired:
             return
@@ -951,7 +953,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--destroy",
         action="store_true",
-        help="delete expired resources (default: a dry run that only reports): `pulumi destroy` per expired stack when the pulumi CLI is on PATH, then the AWS APIs in dependency order",
+        help="delete expired resources (default: a dry run that only reports): `pulumi destroy` per expired stack when the "
+             "pulumi CLI is on PATH, then the AWS APIs in dependency order",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON (for machines and CI logs) instead of a table"
@@ -966,7 +969,8 @@ def make_parser() -> argparse.ArgumentParser:
         type=float,
         default=900,
         metavar="S",
-        help="how long to wait for asynchronous deletions (node groups, file systems, load-balancer interfaces) before reporting failure (default 900)",
+        help="how long to wait for asynchronous deletions (node groups, file systems, load-balancer interfaces) before reporting "
+             "failure (default 900)",
     )
     return parser
 
@@ -1005,7 +1009,8 @@ def render_table(report: Mapping[str, Any]) -> None:
     for e in report["errors"]:
         console.print(f"[red]error:[/red] {e}", highlight=False)
     console.print(
-        f"expired {s['expired']}, would delete {s['would_delete']}, deleted {s['deleted']}, failed {s['failed']}, kept {s['kept']}, still paid {s['still_paid']}",
+        f"expired {s['expired']}, would delete {s['would_delete']}, deleted {s['deleted']}, failed {s['failed']}, kept "
+        f"{s['kept']}, still paid {s['still_paid']}",
         highlight=False,
     )
 

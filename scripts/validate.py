@@ -230,7 +230,8 @@ def check_parallel_tools(client: Any, opts: Options) -> CheckResult:
         messages=[
             {
                 "role": "user",
-                "content": "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in this turn.",
+                "content": "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls "
+                           "in this turn.",
             }
         ],
         tools=[WEATHER_TOOL],
@@ -258,7 +259,8 @@ def check_round_trip(client: Any, opts: Options) -> CheckResult:
     observation = f"WX-{rng.randrange(1000, 9999)}"
     user = {
         "role": "user",
-        "content": "What is the weather in Paris? Use get_weather, then tell me the temperature and the observation_id it returns.",
+        "content": "What is the weather in Paris? Use get_weather, then tell me the temperature and the observation_id it "
+                   "returns.",
     }
     first = _chat(client, opts, messages=[user], tools=[WEATHER_TOOL], tool_choice="auto")
     msg = first.choices[0].message
@@ -760,7 +762,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(int, 1024, 1_048_576),
         default=DEFAULT_NEEDLE_TOKENS,
         metavar="N",
-        help=f"haystack length in tokens (~{CHARS_PER_TOKEN} characters each; default {DEFAULT_NEEDLE_TOKENS:,}, capped at the served max_model_len)",
+        help=f"haystack length in tokens (~{CHARS_PER_TOKEN} characters each; default {DEFAULT_NEEDLE_TOKENS:,}, capped at the "
+             "served max_model_len)",
     )
     parser.add_argument(
         "--needle-depth",
