@@ -276,7 +276,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         cleaned = _clean(args.inputs)
         resource_id = f"{args.name}-id"
-        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, args.custom, resource_id))
+        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, bool(args.custom), resource_id))
         for path, text in _walk_strings(cleaned):
             for key, secret in self._secret_values.items():
                 if secret in text:

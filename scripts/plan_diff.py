@@ -512,7 +512,8 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
             dis = None if rep else _first_rule(DISRUPTIVE_ON_CHANGE.get(rtype, ()), f["path"], f["old"], f["new"], oi, ni)
             f["replaces"] = rep is not None
             f["disrupts"] = dis is not None
-            f["note"] = (rep or dis).note if (rep or dis) else ""
+            rule = rep or dis
+            f["note"] = rule.note if rule else ""
         replace = any(f["replaces"] for f in fields)
         changed.append(
             {

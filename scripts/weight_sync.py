@@ -33,8 +33,8 @@ try:  # the one definition (standard library only), in a checkout or the install
     from components.spec.naming import MANIFEST_NAME, MARKER_NAME
 except ImportError:  # shipped alone to a node (ConfigMap / S3 object): the same values, held
     # equal to components/spec/naming.py by tests/test_weight_sync.py (the shipped-alone run).
-    MARKER_NAME = ".weights-complete.json"  # type: ignore[misc]
-    MANIFEST_NAME = "manifest.json"  # type: ignore[misc]
+    MARKER_NAME = ".weights-complete.json"
+    MANIFEST_NAME = "manifest.json"
 STATE_DIR_NAME = ".weights-sync"  # journal, partial files and hub staging, inside the destination
 JOURNAL_NAME = "verified.jsonl"
 MANIFEST_VERSION = 1
