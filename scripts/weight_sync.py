@@ -255,7 +255,7 @@ def hub_endpoint(hub: str) -> str:
     return f"{scheme}://{netloc.rpartition('@')[2]}" + (f"/{path}" if path else "")
 
 
-def _error_chain(exc: BaseException) -> list[BaseException]:
+def _error_chain(exc: BaseException | None) -> list[BaseException]:
     """``exc`` and the exceptions it was raised from (huggingface_hub wraps the HEAD call's error
     in LocalEntryNotFoundError), outermost first."""
     chain: list[BaseException] = []
@@ -699,6 +699,7 @@ class S3Source(Source):
                 "--part-size", str(S3_PART_BYTES >> 20), f"s3://{self.bucket}/{key}"]
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+            assert proc.stdout is not None  # stdout=PIPE
             try:
                 buf = bytearray(1 << 20)
                 while n := proc.stdout.readinto(buf):
@@ -709,8 +710,8 @@ class S3Source(Source):
                     proc.kill()
             if proc.returncode != 0:
                 err.seek(0)
-                text = err.read().decode(errors="replace").strip().splitlines()
-                text = text[-1] if text else f"exit {proc.returncode}"
+                lines = err.read().decode(errors="replace").strip().splitlines()
+                text = lines[-1] if lines else f"exit {proc.returncode}"
                 if re.search(r"NoSuchKey|NoSuchBucket|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
                              r"\b40[34]\b|[Nn]ot [Ff]ound", text):
                     raise SyncError(f"s5cmd: s3://{self.bucket}/{key}: {text}")
@@ -1004,8 +1005,8 @@ class Destination:
             for f in pending:
                 f.cancel()
             for f in futures:
-                if f.done() and not f.cancelled() and f.exception():
-                    raise f.exception()
+                if f.done() and not f.cancelled() and (exc := f.exception()):
+                    raise exc
             results = [f.result() for f in futures]
         return results
 
@@ -1477,7 +1478,7 @@ def run(args: argparse.Namespace) -> Summary:
 
     common = dict(source=source, workers=args.workers, verify=args.verify, log=log, progress_enabled=not args.quiet)
     if args.dest.startswith("s3://"):
-        dest = S3Destination(args.dest, args.staging_dir, **common)
+        dest: S3Destination | LocalDestination = S3Destination(args.dest, args.staging_dir, **common)
     elif "://" in args.dest:
         raise UsageError(f"--dest {args.dest!r}: expected a local directory or s3://BUCKET/PREFIX")
     else:
