@@ -24,8 +24,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 PROG = "kimi-deploy"
 
@@ -46,7 +46,9 @@ class Subcommand:
 SUBCOMMANDS: dict[str, Subcommand] = {
     "plan": Subcommand("scripts.plan", "offline plan of a stack: resources, vLLM command per node, sizing, cost", hard_exit=True),
     "diff": Subcommand("scripts.plan_diff", "offline plan diff against a git ref (every stack or --stack), for pull requests"),
-    "preflight": Subcommand("scripts.preflight", "before `pulumi up`: offered in the AZ, quota, capacity reservation, mirror, cluster"),
+    "preflight": Subcommand(
+        "scripts.preflight", "before `pulumi up`: offered in the AZ, quota, capacity reservation, mirror, cluster"
+    ),
     "validate": Subcommand("scripts.validate", "after `pulumi up`: tool calls, reasoning round trip, long context, throughput"),
     "cost": Subcommand("scripts.cost", "self-hosting vs the API price for a monthly volume"),
     "sweep": Subcommand("scripts.sweep", "find (and with --destroy end) expired trial stacks in a region"),

@@ -16,8 +16,9 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pulumi
 import pulumi.runtime
@@ -217,7 +218,11 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
     "aws:kms/key:Key": lambda name, i: {"arn": f"arn:aws:kms:us-east-1:{MOCK_ACCOUNT_ID}:key/{name}"},
     # The AWS Load Balancer Controller writes the NLB's name into the Service's status.
     "kubernetes:core/v1:Service": lambda name, i: (
-        {"status": {"loadBalancer": {"ingress": [{"hostname": f"k8s-{name}-{stable_digits(name, 10)}.elb.us-east-1.amazonaws.com"}]}}}
+        {
+            "status": {
+                "loadBalancer": {"ingress": [{"hostname": f"k8s-{name}-{stable_digits(name, 10)}.elb.us-east-1.amazonaws.com"}]}
+            }
+        }
         if (i.get("spec") or {}).get("type") == "LoadBalancer"
         else {}
     ),
@@ -271,7 +276,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         cleaned = _clean(args.inputs)
         resource_id = f"{args.name}-id"
-        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, args.custom, resource_id))
+        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, bool(args.custom), resource_id))
         for path, text in _walk_strings(cleaned):
             for key, secret in self._secret_values.items():
                 if secret in text:
@@ -353,7 +358,7 @@ def run_program(
     pulumi.runtime.set_all_config(config, secret_full_keys)
     previous_now = os.environ.get(program.NOW_ENV)
     if now is not None:
-        os.environ[program.NOW_ENV] = now.astimezone(_dt.timezone.utc).isoformat()
+        os.environ[program.NOW_ENV] = now.astimezone(_dt.UTC).isoformat()
     holder: dict[str, Any] = {}
 
     def body():

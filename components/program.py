@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pulumi
@@ -61,7 +61,7 @@ def current_time() -> datetime:
         ConfigError: ``KIMI_DEPLOY_NOW`` is not an ISO 8601 time.
     """
     raw = os.environ.get(NOW_ENV)
-    return parse_utc(raw, NOW_ENV) if raw else datetime.now(timezone.utc)
+    return parse_utc(raw, NOW_ENV) if raw else datetime.now(UTC)
 
 
 def read_namespace_config() -> tuple[dict[str, Any], frozenset[str]]:

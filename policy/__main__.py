@@ -38,7 +38,16 @@ def _resources(args: StackValidationArgs) -> list[rules.Res]:
     for r in args.resources:
         props = r.props
         ids = tuple(str(props.get(k)) for k in ("id", "arn", "bucket", "name") if isinstance(props.get(k), str))
-        out.append(rules.Res(type=r.resource_type, name=r.name, props=props, urn=r.urn, dependencies=tuple(d.urn for d in (r.dependencies or [])), ids=ids))
+        out.append(
+            rules.Res(
+                type=r.resource_type,
+                name=r.name,
+                props=props,
+                urn=r.urn,
+                dependencies=tuple(d.urn for d in (r.dependencies or [])),
+                ids=ids,
+            )
+        )
     return rules.resolve_launch_templates(out)
 
 

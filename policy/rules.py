@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from components.spec.credentials import CREDENTIAL_RE
 from components.spec.naming import (  # one place for tag keys
@@ -45,10 +46,15 @@ UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 GPU_INSTANCE_TYPES = frozenset(t for t, facts in INSTANCES.items() if facts.gpus > 0)
 
 # Env var / key names that hold credentials.
-SENSITIVE_NAME = re.compile(r"(^|[_.-])(TOKEN|API_?KEY|KEY|PASSWORD|PASSWD|SECRET|CREDENTIALS?|KUBECONFIG)($|[_.-])", re.IGNORECASE)
+SENSITIVE_NAME = re.compile(
+    r"(^|[_.-])(TOKEN|API_?KEY|KEY|PASSWORD|PASSWD|SECRET|CREDENTIALS?|KUBECONFIG)($|[_.-])", re.IGNORECASE
+)
 # Keys of structured values (Helm values, ConfigMap data) that hold credentials. Stricter than
 # SENSITIVE_NAME: a bare "key" (tolerations, match expressions) or "existingSecret" is no credential.
-SENSITIVE_KEY = re.compile(r"(token|password|passwd|api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|credentials?|kubeconfig)$|^secret$", re.IGNORECASE)
+SENSITIVE_KEY = re.compile(
+    r"(token|password|passwd|api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|credentials?|kubeconfig)$|^secret$",
+    re.IGNORECASE,
+)
 # Values shaped like credentials (checked where secretness cannot be seen): one list, in
 # components/spec/credentials.py, shared with the config check and the plan diff.
 CREDENTIAL_VALUE = CREDENTIAL_RE
@@ -128,12 +134,18 @@ def gpu_expiry(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleContext
     expires = tags.get(TAG_EXPIRES)
     where = f"environment {env!r}" if env else f"no {TAG_ENVIRONMENT} tag"
     if not expires:
-        return [f"{_label(rtype, name)}: GPU capacity outside prod ({where}) must carry the '{TAG_EXPIRES}' tag (the sweeper ends it); set kimi-deploy:expiresAt or trialTtlHours"]
+        return [
+            f"{_label(rtype, name)}: GPU capacity outside prod ({where}) must carry the '{TAG_EXPIRES}' tag (the sweeper ends "
+            "it); set kimi-deploy:expiresAt or trialTtlHours"
+        ]
     if _known(expires) and expires != SECRET_MASK:
         try:
             datetime.fromisoformat(str(expires).replace("Z", "+00:00"))
         except ValueError:
-            return [f"{_label(rtype, name)}: tag '{TAG_EXPIRES}' {expires!r} is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z): the sweeper would never end it"]
+            return [
+                f"{_label(rtype, name)}: tag '{TAG_EXPIRES}' {expires!r} is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z): "
+                "the sweeper would never end it"
+            ]
     return []
 
 
@@ -170,24 +182,38 @@ def public_api_ingress(rtype: str, props: Mapping[str, Any], name: str, ctx: Rul
     if rtype == "aws:ec2/securityGroup:SecurityGroup":
         for i, rule in enumerate(props.get("ingress") or []):
             cidrs = [*(rule.get("cidrBlocks") or []), *(rule.get("ipv6CidrBlocks") or [])]
-            if any(_is_anywhere(c) for c in cidrs) and _covers(port, rule.get("protocol"), rule.get("fromPort"), rule.get("toPort")):
+            if any(_is_anywhere(c) for c in cidrs) and _covers(
+                port, rule.get("protocol"), rule.get("fromPort"), rule.get("toPort")
+            ):
                 msgs.append(f"{_label(rtype, name)}: ingress[{i}] {bad}")
     elif rtype == "aws:ec2/securityGroupRule:SecurityGroupRule":
         cidrs = [*(props.get("cidrBlocks") or []), *(props.get("ipv6CidrBlocks") or [])]
-        if props.get("type") == "ingress" and any(_is_anywhere(c) for c in cidrs) and _covers(port, props.get("protocol"), props.get("fromPort"), props.get("toPort")):
+        if (
+            props.get("type") == "ingress"
+            and any(_is_anywhere(c) for c in cidrs)
+            and _covers(port, props.get("protocol"), props.get("fromPort"), props.get("toPort"))
+        ):
             msgs.append(f"{_label(rtype, name)}: {bad}")
     elif rtype == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule":
-        if (_is_anywhere(props.get("cidrIpv4")) or _is_anywhere(props.get("cidrIpv6"))) and _covers(port, props.get("ipProtocol"), props.get("fromPort"), props.get("toPort")):
+        if (_is_anywhere(props.get("cidrIpv4")) or _is_anywhere(props.get("cidrIpv6"))) and _covers(
+            port, props.get("ipProtocol"), props.get("fromPort"), props.get("toPort")
+        ):
             msgs.append(f"{_label(rtype, name)}: {bad}")
     elif rtype == "kubernetes:core/v1:Service":
         spec = props.get("spec") or {}
         if spec.get("type") == "LoadBalancer":
             ann = ((props.get("metadata") or {}).get("annotations")) or {}
-            internal = ann.get("service.beta.kubernetes.io/aws-load-balancer-scheme") == "internal" or str(ann.get("service.beta.kubernetes.io/aws-load-balancer-internal", "")).lower() == "true"
+            internal = (
+                ann.get("service.beta.kubernetes.io/aws-load-balancer-scheme") == "internal"
+                or str(ann.get("service.beta.kubernetes.io/aws-load-balancer-internal", "")).lower() == "true"
+            )
             ranges = spec.get("loadBalancerSourceRanges") or []
             exposes = any(p.get("port") == port or p.get("targetPort") == port for p in spec.get("ports") or [])
             if exposes and not internal and (not ranges or any(_is_anywhere(r) for r in ranges)):
-                msgs.append(f"{_label(rtype, name)}: an internet-facing load balancer {bad} (make it internal or set loadBalancerSourceRanges)")
+                msgs.append(
+                    f"{_label(rtype, name)}: an internet-facing load balancer {bad} (make it internal or set "
+                    "loadBalancerSourceRanges)"
+                )
             elif exposes and any(_is_anywhere(r) for r in ranges):
                 msgs.append(f"{_label(rtype, name)}: loadBalancerSourceRanges {bad}")
     return msgs
@@ -216,7 +242,9 @@ def encryption_at_rest(rtype: str, props: Mapping[str, Any], name: str, ctx: Rul
                 msgs.append(f"{label}: rootBlockDevice.encrypted must be true (the root volume holds the vLLM image and logs)")
         elif lt is not None:
             if not lt.get("blockDeviceMappings"):
-                msgs.append(f"{label}: neither rootBlockDevice nor its launch template's blockDeviceMappings encrypt the root volume")
+                msgs.append(
+                    f"{label}: neither rootBlockDevice nor its launch template's blockDeviceMappings encrypt the root volume"
+                )
             # else: the launch template's mappings are checked on the launch template itself
         elif not props.get("launchTemplate"):
             msgs.append(f"{label}: rootBlockDevice.encrypted must be true (the root volume holds the vLLM image and logs)")
@@ -311,7 +339,10 @@ def bucket_encryption(resources: Iterable[Res]) -> list[str]:
         names = {n for n in (b.physical_name, b.props.get("bucket"), b.props.get("id"), *b.ids) if _known(n)}
         if any(c.props.get("bucket") in names or (b.urn and b.urn in c.dependencies) for c in configs):
             continue
-        msgs.append(f"{_label(b.type, b.name)}: no default encryption (declare a BucketServerSideEncryptionConfiguration for it with sseAlgorithm aws:kms or AES256)")
+        msgs.append(
+            f"{_label(b.type, b.name)}: no default encryption (declare a BucketServerSideEncryptionConfiguration for it with "
+            "sseAlgorithm aws:kms or AES256)"
+        )
     return msgs
 
 
@@ -352,9 +383,14 @@ def mirror_retained(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleCo
         return []
     msgs = []
     if str(_tags(props).get(TAG_RETAIN, "")).lower() != "true":
-        msgs.append(f"{_label(rtype, name)}: the weight mirror must carry the tag {TAG_RETAIN}=true (and retain_on_delete) so teardown never deletes 1.56 TB of weights")
+        msgs.append(
+            f"{_label(rtype, name)}: the weight mirror must carry the tag {TAG_RETAIN}=true (and retain_on_delete) so teardown "
+            "never deletes 1.56 TB of weights"
+        )
     if _true(props.get("forceDestroy")):
-        msgs.append(f"{_label(rtype, name)}: the weight mirror must not set forceDestroy (it would delete the weights with the bucket)")
+        msgs.append(
+            f"{_label(rtype, name)}: the weight mirror must not set forceDestroy (it would delete the weights with the bucket)"
+        )
     return msgs
 
 
@@ -369,7 +405,12 @@ def _containers(rtype: str, props: Mapping[str, Any]) -> Iterable[tuple[str, Map
     if rtype == "kubernetes:core/v1:Pod":
         pod_specs.append(("spec", spec))
     elif rtype == "kubernetes:batch/v1:CronJob":
-        pod_specs.append(("spec.jobTemplate.spec.template.spec", (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec")))
+        pod_specs.append(
+            (
+                "spec.jobTemplate.spec.template.spec",
+                (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec"),
+            )
+        )
     elif rtype == "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet":
         lwt = spec.get("leaderWorkerTemplate") or {}
         for key in ("leaderTemplate", "workerTemplate"):
@@ -405,7 +446,16 @@ def _secret_shaped(value: Any, ctx: RuleContext) -> bool:
 
 
 # Inputs that are stored and shown in plain text: a secret must never be there.
-_PLAIN_PLACES = ("tags", "userData", "userDataBase64", "metadata.labels", "metadata.annotations", "metadata.name", "name", "description")
+_PLAIN_PLACES = (
+    "tags",
+    "userData",
+    "userDataBase64",
+    "metadata.labels",
+    "metadata.annotations",
+    "metadata.name",
+    "name",
+    "description",
+)
 
 
 def no_plain_secrets(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleContext) -> list[str]:
@@ -419,20 +469,31 @@ def no_plain_secrets(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleC
             value = value.get(part) if isinstance(value, Mapping) else None
         for path, leaf in _walk(value, place):
             if _secret_shaped(leaf, ctx):
-                msgs.append(f"{label}: {path} holds a secret in plain text (use a Kubernetes Secret via secretKeyRef or an SSM SecureString read at boot)")
+                msgs.append(
+                    f"{label}: {path} holds a secret in plain text (use a Kubernetes Secret via secretKeyRef or an SSM "
+                    "SecureString read at boot)"
+                )
     if rtype in WORKLOAD_TYPES:
         for base, c in _containers(rtype, props):
             for j, env in enumerate(c.get("env") or []):
                 if not isinstance(env, Mapping) or "value" not in env:
                     continue
                 if SENSITIVE_NAME.search(str(env.get("name", ""))) and env.get("value") not in (None, ""):
-                    msgs.append(f"{label}: {base}.env[{j}] {env.get('name')} is a literal value; credentials come from valueFrom.secretKeyRef")
+                    msgs.append(
+                        f"{label}: {base}.env[{j}] {env.get('name')} is a literal value; credentials come from "
+                        "valueFrom.secretKeyRef"
+                    )
                 elif _secret_shaped(env.get("value"), ctx):
-                    msgs.append(f"{label}: {base}.env[{j}] {env.get('name')} holds a secret as a literal value; use valueFrom.secretKeyRef")
+                    msgs.append(
+                        f"{label}: {base}.env[{j}] {env.get('name')} holds a secret as a literal value; use "
+                        "valueFrom.secretKeyRef"
+                    )
             for field in ("command", "args"):
                 for k, arg in enumerate(c.get(field) or []):
                     if _secret_shaped(arg, ctx):
-                        msgs.append(f"{label}: {base}.{field}[{k}] holds a secret on the command line (visible in the pod spec and ps)")
+                        msgs.append(
+                            f"{label}: {base}.{field}[{k}] holds a secret on the command line (visible in the pod spec and ps)"
+                        )
     if rtype == "kubernetes:core/v1:Secret" and ctx.secrets_masked:
         for field in ("stringData", "data"):
             content = props.get(field)
@@ -442,20 +503,36 @@ def no_plain_secrets(rtype: str, props: Mapping[str, Any], name: str, ctx: RuleC
                 continue
             for key, value in content.items():
                 if value != SECRET_MASK:
-                    msgs.append(f"{label}: {field}.{key} is built from a plain (non-secret) value; pass a secret Output so state keeps it encrypted")
+                    msgs.append(
+                        f"{label}: {field}.{key} is built from a plain (non-secret) value; pass a secret Output so state keeps "
+                        "it encrypted"
+                    )
     if rtype == "kubernetes:core/v1:ConfigMap" and isinstance(props.get("data"), Mapping):
         for key, value in props["data"].items():
             if SENSITIVE_KEY.search(str(key)) or _secret_shaped(value, ctx):
                 msgs.append(f"{label}: data.{key} looks like a credential in a ConfigMap; use a Secret")
     if rtype == "aws:ssm/parameter:Parameter":
         pname = str(props.get("name") or name)
-        if (SENSITIVE_NAME.search(pname.replace("/", "_")) or _secret_shaped(props.get("value"), ctx)) and props.get("type") != "SecureString":
-            msgs.append(f"{label}: parameter {pname!r} holds a credential and must be type SecureString, got {props.get('type')!r}")
+        if (SENSITIVE_NAME.search(pname.replace("/", "_")) or _secret_shaped(props.get("value"), ctx)) and props.get(
+            "type"
+        ) != "SecureString":
+            msgs.append(
+                f"{label}: parameter {pname!r} holds a credential and must be type SecureString, got {props.get('type')!r}"
+            )
     if rtype == "kubernetes:helm.sh/v3:Release":
         for path, leaf in _walk(props.get("values") or {}, "values"):
             last = re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[-1])
-            if isinstance(leaf, str) and leaf and SENSITIVE_KEY.search(last) and not (ctx.secrets_masked and leaf == SECRET_MASK) and not leaf.startswith("$"):
-                msgs.append(f"{label}: {path} sets a credential as a plain Helm value (it is stored in the release); reference an existing Secret")
+            if (
+                isinstance(leaf, str)
+                and leaf
+                and SENSITIVE_KEY.search(last)
+                and not (ctx.secrets_masked and leaf == SECRET_MASK)
+                and not leaf.startswith("$")
+            ):
+                msgs.append(
+                    f"{label}: {path} sets a credential as a plain Helm value (it is stored in the release); reference an "
+                    "existing Secret"
+                )
             elif _secret_shaped(leaf, ctx) and leaf != SECRET_MASK:
                 msgs.append(f"{label}: {path} holds a secret in plain text")
     return msgs
@@ -482,8 +559,16 @@ RESOURCE_RULES: tuple[Rule, ...] = (
     Rule("no-public-api-ingress", "No ingress from 0.0.0.0/0 or ::/0 to the vLLM API port.", public_api_ingress),
     Rule("encryption-at-rest", "EBS volumes and block devices are encrypted; FSx keys are KMS ARNs.", encryption_at_rest),
     Rule("imdsv2-required", "Instances and launch templates require IMDSv2; node groups use a launch template.", imdsv2_required),
-    Rule("weight-mirror-retained", "The weight-mirror bucket is tagged kimi-deploy:retain=true and has no forceDestroy.", mirror_retained),
-    Rule("no-plain-secrets", "No secret in a plain input: env literals, argv, tags, labels, user data, Helm values, SSM String.", no_plain_secrets),
+    Rule(
+        "weight-mirror-retained",
+        "The weight-mirror bucket is tagged kimi-deploy:retain=true and has no forceDestroy.",
+        mirror_retained,
+    ),
+    Rule(
+        "no-plain-secrets",
+        "No secret in a plain input: env literals, argv, tags, labels, user data, Helm values, SSM String.",
+        no_plain_secrets,
+    ),
 )
 STACK_RULE_S3 = Rule("s3-encryption-at-rest", "Every S3 bucket has default server-side encryption.", lambda *a: [])
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable, Iterable, NoReturn, Sequence, TextIO
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TextIO
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -48,7 +49,7 @@ class CliParser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"error: {one_line(usage_message(message))} (see --help)\n")
 
 

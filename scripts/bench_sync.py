@@ -77,7 +77,7 @@ def build_checkpoint(root: str, total_bytes: int, n_files: int, seed: int = 0) -
              "configuration_kimi_k3.py": b"# remote code\n", "tiktoken.model": rng.randbytes(2_800_000),
              "model.safetensors.index.json": json.dumps({"weight_map": {n: n for n in names}}).encode()}
     os.makedirs(root, exist_ok=True)
-    for name, size in zip(names, sizes):
+    for name, size in zip(names, sizes, strict=False):
         sha, offset, left = hashlib.sha256(), rng.randrange(BLOCK_BYTES), size
         with open(os.path.join(root, name), "wb") as f:
             head = name.encode().ljust(64, b"\0")[: min(64, size)]

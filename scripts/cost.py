@@ -16,8 +16,9 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -128,7 +129,9 @@ def read_throughput(path: Path) -> dict[str, Any]:
         if isinstance(check, dict) and check.get("name") == "throughput":
             if check.get("status") != "pass":
                 why = f": {check['reason']}" if check.get("reason") else ""
-                raise UsageError(f"--throughput-json: the throughput check in {path} has status {check.get('status')!r}, not 'pass'{why}")
+                raise UsageError(
+                    f"--throughput-json: the throughput check in {path} has status {check.get('status')!r}, not 'pass'{why}"
+                )
             metrics = check.get("metrics")
             if not isinstance(metrics, dict):
                 raise UsageError(f"--throughput-json: the throughput check in {path} has no 'metrics' object")
@@ -136,7 +139,9 @@ def read_throughput(path: Path) -> dict[str, Any]:
             if "output_tokens_per_second" not in metrics:
                 raise UsageError(f"--throughput-json: the throughput check in {path} has no metrics.output_tokens_per_second")
             if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not math.isfinite(tps) or tps <= 0:
-                raise UsageError(f"--throughput-json: metrics.output_tokens_per_second in {path} is {tps!r}; expected a positive number")
+                raise UsageError(
+                    f"--throughput-json: metrics.output_tokens_per_second in {path} is {tps!r}; expected a positive number"
+                )
             return metrics
     raise UsageError(f"--throughput-json: {path} has no throughput check (run validate.py with --checks throughput)")
 
@@ -304,28 +309,52 @@ def print_report(report: dict[str, Any]) -> None:
     nodes = report["gpu_nodes"]
     # The "how" column shows quantities x unit prices = amounts, so every figure can be re-derived.
     rows = [
-        ("API cost per task", _money(report["api_cost_per_task_rmb"], "RMB"),
-         f"{task['uncached_input_tokens'] / 1e6:.2f}M uncached in x {unit['uncached_input']:,.2f} + "
-         f"{task['cached_input_tokens'] / 1e6:.2f}M cached in x {unit['cached_input']:,.2f} + "
-         f"{task['output_tokens'] / 1e6:.2f}M out x {unit['output']:,.2f} {unit['currency']}/1M tokens "
-         f"= {b['uncached_input']:,.2f} + {b['cached_input']:,.2f} + {b['output']:,.2f} RMB"),
-        (f"API cost, {report['tasks_per_month']:,} tasks/month", _money(report["api_cost_per_month_rmb"], "RMB"),
-         f"{report['tasks_per_month']:,} tasks x {_money(report['api_cost_per_task_rmb'], 'RMB')}; {report['api_price_source']}"),
-        ("Self-hosted per hour", _money(per_hour, "USD"),
-         (f"{nodes}x {report['instance_type']} x {_money(per_hour / nodes, 'USD')}/h; " if per_hour is not None else "") + report["price_source"]),
-        ("Self-hosted per month", _money(report["self_hosted_cost_per_month_usd"], "USD"),
-         (f"{_money(per_hour, 'USD')}/h x " if per_hour is not None else "")
-         + f"{report['hours_per_month']:,.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD"),
-        ("Break-even", "unknown" if report["break_even_tasks_per_month"] is None else f"{report['break_even_tasks_per_month']:,} tasks/month",
-         "one deployment vs the API"),
+        (
+            "API cost per task",
+            _money(report["api_cost_per_task_rmb"], "RMB"),
+            f"{task['uncached_input_tokens'] / 1e6:.2f}M uncached in x {unit['uncached_input']:,.2f} + "
+            f"{task['cached_input_tokens'] / 1e6:.2f}M cached in x {unit['cached_input']:,.2f} + "
+            f"{task['output_tokens'] / 1e6:.2f}M out x {unit['output']:,.2f} {unit['currency']}/1M tokens "
+            f"= {b['uncached_input']:,.2f} + {b['cached_input']:,.2f} + {b['output']:,.2f} RMB",
+        ),
+        (
+            f"API cost, {report['tasks_per_month']:,} tasks/month",
+            _money(report["api_cost_per_month_rmb"], "RMB"),
+            f"{report['tasks_per_month']:,} tasks x {_money(report['api_cost_per_task_rmb'], 'RMB')}; "
+            f"{report['api_price_source']}",
+        ),
+        (
+            "Self-hosted per hour",
+            _money(per_hour, "USD"),
+            (f"{nodes}x {report['instance_type']} x {_money(per_hour / nodes, 'USD')}/h; " if per_hour is not None else "")
+            + report["price_source"],
+        ),
+        (
+            "Self-hosted per month",
+            _money(report["self_hosted_cost_per_month_usd"], "USD"),
+            (f"{_money(per_hour, 'USD')}/h x " if per_hour is not None else "")
+            + f"{report['hours_per_month']:,.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at "
+              f"{report['rmb_per_usd']} RMB/USD",
+        ),
+        (
+            "Break-even",
+            "unknown"
+            if report["break_even_tasks_per_month"] is None
+            else f"{report['break_even_tasks_per_month']:,} tasks/month",
+            "one deployment vs the API",
+        ),
     ]
     cap = report["capacity"]
     if cap is not None:
-        rows.append((
-            "One deployment serves", f"{cap['tasks_per_month_capacity']:,} tasks/month",
-            f"{cap['output_tokens_per_second']:,} output tok/s at concurrency {cap['concurrency']}, busy {cap['busy_fraction']:.0%}: "
-            + ("enough" if cap["can_serve"] else f"NOT enough, {cap['deployments_needed']} deployments needed"),
-        ))
+        rows.append(
+            (
+                "One deployment serves",
+                f"{cap['tasks_per_month_capacity']:,} tasks/month",
+                f"{cap['output_tokens_per_second']:,} output tok/s at concurrency {cap['concurrency']}, busy "
+                f"{cap['busy_fraction']:.0%}: "
+                + ("enough" if cap["can_serve"] else f"NOT enough, {cap['deployments_needed']} deployments needed"),
+            )
+        )
     rows.append(("Verdict", report["cheaper_at_this_volume"] or "unknown", report["verdict"]))
     print_table(
         f"Cost: stack {report['stack']} ({report['gpu_nodes']}x {report['instance_type']})",

@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         "Operator) for the schema tests, or verify a local copy.",
         epilog="Exit codes: 0 every file present and verified, 1 a download failed or a file does not match "
         "its pin, 2 usage error. Offline: set KIMI_CRDS_DIR to a local copy of the same files instead.")
-    parser.add_argument("--dest", type=Path, default=DEFAULT_DEST, help=f"directory to write (default {DEFAULT_DEST.name}/ in the repository)")
+    parser.add_argument(
+        "--dest", type=Path, default=DEFAULT_DEST, help=f"directory to write (default {DEFAULT_DEST.name}/ in the repository)"
+    )
     parser.add_argument("--verify", type=Path, metavar="DIR", help="only check DIR against the pins (no network)")
     parser.add_argument("--list", action="store_true", help="print the pins (kind, project, tag, URL, sha256) and exit")
     args = parser.parse_args(argv)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -226,7 +227,7 @@ def declared(stack: str, now: datetime | None = None) -> tuple[list[str], list[s
         # The permissions do not depend on the engine build: a stack still blocked on one (no
         # capable vLLM pinned yet) gets its policy, so it can be prepared before the engine is chosen.
         run = plan_engine.run_program(read_stack_config(stack), stack=stack, allow_blockers=True,
-                                      now=now or datetime.now(timezone.utc).replace(microsecond=0))
+                                      now=now or datetime.now(UTC).replace(microsecond=0))
     finally:
         plan_engine.RecordingMocks.call = original
     return sorted({r.type for r in run.resources}), sorted(calls)
@@ -289,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Apply it: aws iam create-policy --policy-name kimi-deploy-STACK --policy-document file://policy.json",
     )
     parser.add_argument("--stack", required=True, help=f"stack name: stacks/Pulumi.<stack>.yaml ({', '.join(stack_names())})")
-    parser.add_argument("--types", action="store_true", help="list the declared types and data sources with their actions instead")
+    parser.add_argument(
+        "--types", action="store_true", help="list the declared types and data sources with their actions instead"
+    )
     return parser
 
 

@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ FORMATS = ("table", "json", "markdown")
 
 def _parse_now(text: str | None) -> datetime:
     if not text:
-        return datetime.now(timezone.utc).replace(microsecond=0)
+        return datetime.now(UTC).replace(microsecond=0)
     return parse_utc(text, "--now")
 
 
@@ -64,7 +64,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     from components.spec.vllm import build_vllm_command
     from components.spec.weights import sync_steps
 
-    now = now or datetime.now(timezone.utc).replace(microsecond=0)
+    now = now or datetime.now(UTC).replace(microsecond=0)
     kwargs = {"stacks_dir": stacks_dir} if stacks_dir else {}
     spec = load_stack(stack, now=now, **kwargs)  # validates before anything is declared
     sizing = compute_sizing(spec)
@@ -247,8 +247,10 @@ def scaling_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         (
             "autoscaling",
-            f"{sc['min_replicas']}..{sc['max_replicas']} replicas ({sc['controller']}), {sc['gpu_nodes_min']}..{sc['gpu_nodes_max']} GPU nodes; "
-            f"scale-up about {_duration(sc['scale_up_seconds'])}, scale-down after {_duration(sc['scale_down_delay_seconds'])} of low demand "
+            f"{sc['min_replicas']}..{sc['max_replicas']} replicas ({sc['controller']}), "
+            f"{sc['gpu_nodes_min']}..{sc['gpu_nodes_max']} GPU nodes; "
+            f"scale-up about {_duration(sc['scale_up_seconds'])}, scale-down after {_duration(sc['scale_down_delay_seconds'])} "
+            "of low demand "
             "(then one copy per 30 min)",
         ),
         ("cost at min / max", f"{price(sc['usd_per_hour_at_min'])} / {price(sc['usd_per_hour_at_max'])}{saves}"),
@@ -326,7 +328,8 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         "(once, into the in-region mirror)" if mirror else "(on every node: this stack has no mirror)"
     )
     steps = " + ".join(f"{s['name']} {_duration(s['expected_seconds'])}" for s in doc["weight_sync"])
-    first = f"about {_duration(sz['first_deploy_seconds'])} with nothing downloaded yet (infrastructure, image pull, {steps}, load, engine init; see time to ready)"
+    first = (f"about {_duration(sz['first_deploy_seconds'])} with nothing downloaded yet (infrastructure, image pull, {steps}, "
+             "load, engine init; see time to ready)")
     ttl = doc["expires_at"] and not doc["expires_rule"].startswith("explicit")
     expires = doc["expires_rule"] + (f" -> {doc['expires_at']} if created now" if ttl else "")
     return [
@@ -335,12 +338,24 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "GPU nodes",
             f"{nodes['gpu_nodes']}x {nodes['instance_type']} = {_plural(nodes['replicas'], 'copy')} x "
-            f"{_plural(nodes['nodes_per_copy'], 'node')} x {_plural(nodes['gpus_per_node'], 'GPU')}; capacity: {nodes['capacity']}",
+            f"{_plural(nodes['nodes_per_copy'], 'node')} x {_plural(nodes['gpus_per_node'], 'GPU')}; capacity: "
+            f"{nodes['capacity']}",
         ),
-        ("model", f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {_plural(model['files'], 'file')}, from {model['source']})"),
+        (
+            "model",
+            f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {_plural(model['files'], 'file')}, "
+            f"from {model['source']})",
+        ),
         ("storage", storage),
-        ("weight load", f"{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node  ({sz['read_source']})"),
-        ("startup budget", f"{_duration(sz['startup_budget_seconds'])} ({sz['startup_budget_seconds']:,} s)  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)"),
+        (
+            "weight load",
+            f"{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node  ({sz['read_source']})",
+        ),
+        (
+            "startup budget",
+            f"{_duration(sz['startup_budget_seconds'])} ({sz['startup_budget_seconds']:,} s)  (startup probe, "
+            "VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)",
+        ),
         (
             "KV cache",
             f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
@@ -374,7 +389,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += ["", "**Weight sync**", ""]
     for step in doc["weight_sync"]:
         where = "on every GPU node" if step["per_node"] else "once"
-        lines.append(f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`")
+        lines.append(
+            f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`"
+        )
     lines += _time_to_ready_markdown(doc)
     lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
     for r in doc["resources"]:
@@ -511,12 +528,15 @@ def render_table(doc: dict[str, Any], file=None) -> None:
         summary.add_row(label, escape(text))
     console.print(summary)
     for b in doc["blockers"]:
-        console.print("[bold red]blocked: `pulumi up` refuses this stack:[/bold red] " + escape(b), soft_wrap=True, highlight=False)
+        console.print(
+            "[bold red]blocked: `pulumi up` refuses this stack:[/bold red] " + escape(b), soft_wrap=True, highlight=False
+        )
     for w in doc["warnings"]:
         console.print("[yellow]warning:[/yellow] " + escape(w), soft_wrap=True, highlight=False)
     for role in doc["vllm"]["roles"]:
         console.print(
-            f"\n[bold]vLLM {role['name']}[/bold] ({_plural(role['nodes'], 'node')} per copy)  image " + escape(doc["vllm"]["image"]),
+            f"\n[bold]vLLM {role['name']}[/bold] ({_plural(role['nodes'], 'node')} per copy)  image "
+            + escape(doc["vllm"]["image"]),
             highlight=False,
         )
         for k, v in {**role["env"], **role["secret_env"]}.items():
@@ -553,10 +573,26 @@ def make_parser() -> argparse.ArgumentParser:
         "the exact vLLM command per node role, sizing and cost. Needs no cloud account and no Pulumi CLI. "
         "Exit codes: 0 ok, 1 a secret found in a plain input, 2 usage or config error.",
     )
-    parser.add_argument("--stack", default=DEFAULT_STACK, help=f"stack name: stacks/Pulumi.<stack>.yaml (default {DEFAULT_STACK}; all: {', '.join(stack_names())})")
-    parser.add_argument("--format", choices=FORMATS, default="table", help="table for people (default), json for machines (one document), markdown for pull requests")
-    parser.add_argument("--now", help="the clock as ISO 8601 (default: now); fixes trial expiries for reproducible plans and diffs")
-    parser.add_argument("--diff-against", metavar="GIT_REF", help="show what changes against the stack as rendered at GIT_REF (a temporary git worktree); with --format markdown|json|table")
+    parser.add_argument(
+        "--stack",
+        default=DEFAULT_STACK,
+        help=f"stack name: stacks/Pulumi.<stack>.yaml (default {DEFAULT_STACK}; all: {', '.join(stack_names())})",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table for people (default), json for machines (one document), markdown for pull requests",
+    )
+    parser.add_argument(
+        "--now", help="the clock as ISO 8601 (default: now); fixes trial expiries for reproducible plans and diffs"
+    )
+    parser.add_argument(
+        "--diff-against",
+        metavar="GIT_REF",
+        help="show what changes against the stack as rendered at GIT_REF (a temporary git worktree); with --format "
+             "markdown|json|table",
+    )
     parser.add_argument("--output", metavar="FILE", help="write the result to FILE instead of standard output (any format)")
     parser.add_argument("--strict", action="store_true",
                         help="exit 2 when `pulumi up` would refuse the stack (a blocker such as an engine build that cannot "
@@ -612,7 +648,10 @@ def main(argv: list[str] | None = None) -> int:
             out.close()
     if doc["secret_leaks"]:
         for leak in doc["secret_leaks"]:
-            print(f"error: secret kimi-deploy:{leak['secret']} appears in plain input {leak['resource']}.{leak['path']}", file=sys.stderr)
+            print(
+                f"error: secret kimi-deploy:{leak['secret']} appears in plain input {leak['resource']}.{leak['path']}",
+                file=sys.stderr,
+            )
         return 1
     if doc["blockers"]:
         for b in doc["blockers"]:

@@ -38,10 +38,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -87,7 +88,9 @@ class FieldRule:
 
     def matches(self, path: str, old: Any, new: Any, old_inputs: Mapping[str, Any], new_inputs: Mapping[str, Any]) -> bool:
         norm = re.sub(r"\[\d+\]", "[*]", path)
-        hit = fnmatch.fnmatchcase(norm, self.pattern) or norm.startswith(self.pattern + ".") or norm.startswith(self.pattern + "[")
+        hit = (
+            fnmatch.fnmatchcase(norm, self.pattern) or norm.startswith(self.pattern + ".") or norm.startswith(self.pattern + "[")
+        )
         return hit and (self.when is None or bool(self.when(old, new, old_inputs, new_inputs)))
 
 
@@ -102,7 +105,10 @@ def _shrinks(old, new, old_inputs, new_inputs) -> bool:
         return False
 
 
-_K8S_NAME = (FieldRule("metadata.name", "Kubernetes objects are identified by name"), FieldRule("metadata.namespace", "namespace is part of the identity"))
+_K8S_NAME = (
+    FieldRule("metadata.name", "Kubernetes objects are identified by name"),
+    FieldRule("metadata.namespace", "namespace is part of the identity"),
+)
 
 # Replace-on-change inputs per type token. Sources: the Terraform AWS provider schemas that
 # pulumi-aws 7 bridges (ForceNew attributes), the AWS API references (what Update* accepts),
@@ -130,12 +136,28 @@ REPLACE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
         FieldRule("launchTemplate.version", "a new launch-template version: the instance is recreated"),
     ),
     "aws:ec2/launchTemplate:LaunchTemplate": (FieldRule("name"), FieldRule("namePrefix")),
-    "aws:ec2/securityGroup:SecurityGroup": (FieldRule("name"), FieldRule("namePrefix"), FieldRule("vpcId"), FieldRule("description")),
+    "aws:ec2/securityGroup:SecurityGroup": (
+        FieldRule("name"),
+        FieldRule("namePrefix"),
+        FieldRule("vpcId"),
+        FieldRule("description"),
+    ),
     "aws:ec2/securityGroupRule:SecurityGroupRule": (FieldRule("*", "security group rules cannot be modified in place"),),
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": (FieldRule("securityGroupId"),),
-    "aws:ec2/subnet:Subnet": (FieldRule("cidrBlock"), FieldRule("vpcId"), FieldRule("availabilityZone"), FieldRule("availabilityZoneId")),
+    "aws:ec2/subnet:Subnet": (
+        FieldRule("cidrBlock"),
+        FieldRule("vpcId"),
+        FieldRule("availabilityZone"),
+        FieldRule("availabilityZoneId"),
+    ),
     "aws:ec2/vpc:Vpc": (FieldRule("cidrBlock"), FieldRule("instanceTenancy")),
-    "aws:ebs/volume:Volume": (FieldRule("availabilityZone"), FieldRule("encrypted"), FieldRule("kmsKeyId"), FieldRule("snapshotId"), FieldRule("outpostArn")),
+    "aws:ebs/volume:Volume": (
+        FieldRule("availabilityZone"),
+        FieldRule("encrypted"),
+        FieldRule("kmsKeyId"),
+        FieldRule("snapshotId"),
+        FieldRule("outpostArn"),
+    ),
     "aws:fsx/lustreFileSystem:LustreFileSystem": (
         FieldRule("deploymentType", "the file system is recreated: its imported weights are lost"),
         FieldRule("storageType"),
@@ -183,15 +205,39 @@ REPLACE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
         FieldRule("launchTemplate.name", "another launch template (a new version updates in place)"),
     ),
     "aws:eks/addon:Addon": (FieldRule("clusterName"), FieldRule("addonName")),
-    "aws:eks/podIdentityAssociation:PodIdentityAssociation": (FieldRule("clusterName"), FieldRule("namespace"), FieldRule("serviceAccount")),
-    "aws:s3/bucket:Bucket": (FieldRule("bucket", "a new bucket: the mirrored weights stay in the old one"), FieldRule("bucketPrefix"), FieldRule("objectLockEnabled")),
+    "aws:eks/podIdentityAssociation:PodIdentityAssociation": (
+        FieldRule("clusterName"),
+        FieldRule("namespace"),
+        FieldRule("serviceAccount"),
+    ),
+    "aws:s3/bucket:Bucket": (
+        FieldRule("bucket", "a new bucket: the mirrored weights stay in the old one"),
+        FieldRule("bucketPrefix"),
+        FieldRule("objectLockEnabled"),
+    ),
     "aws:s3/bucketV2:BucketV2": (FieldRule("bucket"), FieldRule("bucketPrefix"), FieldRule("objectLockEnabled")),
-    "aws:lb/loadBalancer:LoadBalancer": (FieldRule("name"), FieldRule("namePrefix"), FieldRule("internal"), FieldRule("loadBalancerType")),
-    "aws:lb/targetGroup:TargetGroup": (FieldRule("name"), FieldRule("port"), FieldRule("protocol"), FieldRule("vpcId"), FieldRule("targetType")),
+    "aws:lb/loadBalancer:LoadBalancer": (
+        FieldRule("name"),
+        FieldRule("namePrefix"),
+        FieldRule("internal"),
+        FieldRule("loadBalancerType"),
+    ),
+    "aws:lb/targetGroup:TargetGroup": (
+        FieldRule("name"),
+        FieldRule("port"),
+        FieldRule("protocol"),
+        FieldRule("vpcId"),
+        FieldRule("targetType"),
+    ),
     "aws:iam/role:Role": (FieldRule("name"), FieldRule("namePrefix"), FieldRule("path")),
     "aws:iam/instanceProfile:InstanceProfile": (FieldRule("name"), FieldRule("path")),
     "aws:ssm/parameter:Parameter": (FieldRule("name"),),
-    "aws:ec2/capacityReservation:CapacityReservation": (FieldRule("instanceType"), FieldRule("availabilityZone"), FieldRule("instancePlatform"), FieldRule("tenancy")),
+    "aws:ec2/capacityReservation:CapacityReservation": (
+        FieldRule("instanceType"),
+        FieldRule("availabilityZone"),
+        FieldRule("instancePlatform"),
+        FieldRule("tenancy"),
+    ),
     "kubernetes:batch/v1:Job": (*_K8S_NAME, FieldRule("spec", "a Job's pod template is immutable: the Job is recreated")),
     "kubernetes:apps/v1:StatefulSet": (
         *_K8S_NAME,
@@ -212,7 +258,12 @@ REPLACE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
         FieldRule("spec.volumeMode"),
         FieldRule("spec.dataSource"),
     ),
-    "kubernetes:core/v1:PersistentVolume": (*_K8S_NAME, FieldRule("spec.csi"), FieldRule("spec.hostPath"), FieldRule("spec.local")),
+    "kubernetes:core/v1:PersistentVolume": (
+        *_K8S_NAME,
+        FieldRule("spec.csi"),
+        FieldRule("spec.hostPath"),
+        FieldRule("spec.local"),
+    ),
 }
 
 # In-place changes that still interrupt serving (shown with ⚠, not counted as replacements).
@@ -224,8 +275,21 @@ DISRUPTIVE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
         FieldRule("capacityReservationSpecification", "stop/start to move the instance"),
     ),
     "aws:ec2/launchTemplate:LaunchTemplate": tuple(
-        FieldRule(f, "a new template version: instances and node groups launched from it are recreated or recycled on the next up")
-        for f in ("userData", "imageId", "instanceType", "blockDeviceMappings", "metadataOptions", "networkInterfaces", "instanceMarketOptions", "capacityReservationSpecification", "placement", "tagSpecifications")
+        FieldRule(
+            f, "a new template version: instances and node groups launched from it are recreated or recycled on the next up"
+        )
+        for f in (
+            "userData",
+            "imageId",
+            "instanceType",
+            "blockDeviceMappings",
+            "metadataOptions",
+            "networkInterfaces",
+            "instanceMarketOptions",
+            "capacityReservationSpecification",
+            "placement",
+            "tagSpecifications",
+        )
     ),
     "aws:eks/nodeGroup:NodeGroup": (
         FieldRule("launchTemplate.version", "every node is recycled: pods drain, weights load again"),
@@ -236,7 +300,9 @@ DISRUPTIVE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
         FieldRule("perUnitStorageThroughput", "in place; the file system optimizes for hours"),
         FieldRule("storageCapacity", "in place; the file system optimizes for hours"),
     ),
-    "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet": (FieldRule("spec", "the group's pods are recreated: weights load again"),),
+    "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet": (
+        FieldRule("spec", "the group's pods are recreated: weights load again"),
+    ),
     "kubernetes:apps/v1:Deployment": (FieldRule("spec.template", "rolling restart"),),
     "kubernetes:apps/v1:StatefulSet": (FieldRule("spec.template", "pods are recreated"),),
 }
@@ -287,14 +353,23 @@ def _propagate_template_versions(changed: list[dict[str, Any]], n_idx: Mapping[t
             changed.append(entry)
             by_key[(rtype, name)] = entry
         entry["fields"].append(
-            {"path": "launchTemplate.version", "old": "latest", "new": "latest+1", "replaces": action == "replace", "disrupts": action != "replace", "note": note}
+            {
+                "path": "launchTemplate.version",
+                "old": "latest",
+                "new": "latest+1",
+                "replaces": action == "replace",
+                "disrupts": action != "replace",
+                "note": note,
+            }
         )
         if action == "replace":
             entry["action"] = "replace"
         entry["disruptive"] = True
 
 
-def _first_rule(rules: Iterable[FieldRule], path: str, old: Any, new: Any, oi: Mapping[str, Any], ni: Mapping[str, Any]) -> FieldRule | None:
+def _first_rule(
+    rules: Iterable[FieldRule], path: str, old: Any, new: Any, oi: Mapping[str, Any], ni: Mapping[str, Any]
+) -> FieldRule | None:
     for rule in rules:
         if rule.matches(path, old, new, oi, ni):
             return rule
@@ -388,10 +463,15 @@ def _diff_vllm(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
     for name in list(dict.fromkeys([*o_roles, *n_roles])):
         a, b = o_roles.get(name), n_roles.get(name)
         if a is None or b is None:
-            result["roles"].append({"name": name, "status": "added" if a is None else "removed", "argv": [], "env": [], "nodes": None})
+            result["roles"].append(
+                {"name": name, "status": "added" if a is None else "removed", "argv": [], "env": [], "nodes": None}
+            )
             continue
         argv = _diff_argv(a.get("argv", []), b.get("argv", []))
-        env = diff_values({"env": a.get("env", {}), "secret_env": a.get("secret_env", {})}, {"env": b.get("env", {}), "secret_env": b.get("secret_env", {})})
+        env = diff_values(
+            {"env": a.get("env", {}), "secret_env": a.get("secret_env", {})},
+            {"env": b.get("env", {}), "secret_env": b.get("secret_env", {})},
+        )
         nodes = (a.get("nodes"), b.get("nodes")) if a.get("nodes") != b.get("nodes") else None
         if argv or env or nodes:
             result["roles"].append({"name": name, "status": "changed", "argv": argv, "env": env, "nodes": nodes})
@@ -432,7 +512,8 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
             dis = None if rep else _first_rule(DISRUPTIVE_ON_CHANGE.get(rtype, ()), f["path"], f["old"], f["new"], oi, ni)
             f["replaces"] = rep is not None
             f["disrupts"] = dis is not None
-            f["note"] = (rep or dis).note if (rep or dis) else ""
+            rule = rep or dis
+            f["note"] = rule.note if rule else ""
         replace = any(f["replaces"] for f in fields)
         changed.append(
             {
@@ -586,8 +667,23 @@ def _long_text_diffs(diff: Mapping[str, Any]) -> list[str]:
         for f in c["fields"]:
             a, b = _maybe_base64(f["old"]), _maybe_base64(f["new"])
             if isinstance(a, str) and isinstance(b, str) and ("\n" in a or "\n" in b):
-                lines = list(difflib.unified_diff(redact(a).splitlines(), redact(b).splitlines(), f"{c['name']}.{f['path']} (base)", f"{c['name']}.{f['path']} (this change)", lineterm="", n=2))
-                out += [f"`{c['name']}` `{f['path']}`:", "```diff", *lines[:200], *(["… (truncated)"] if len(lines) > 200 else []), "```"]
+                lines = list(
+                    difflib.unified_diff(
+                        redact(a).splitlines(),
+                        redact(b).splitlines(),
+                        f"{c['name']}.{f['path']} (base)",
+                        f"{c['name']}.{f['path']} (this change)",
+                        lineterm="",
+                        n=2,
+                    )
+                )
+                out += [
+                    f"`{c['name']}` `{f['path']}`:",
+                    "```diff",
+                    *lines[:200],
+                    *(["… (truncated)"] if len(lines) > 200 else []),
+                    "```",
+                ]
     return out
 
 
@@ -619,7 +715,10 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
     lines += banner
     if diff["secret_leaks"]:
         for leak in diff["secret_leaks"]:
-            lines.append(f"> ❌ secret `kimi-deploy:{leak.get('secret')}` appears in the plain input `{leak.get('resource')}.{leak.get('path')}`")
+            lines.append(
+                f"> ❌ secret `kimi-deploy:{leak.get('secret')}` appears in the plain input "
+                f"`{leak.get('resource')}.{leak.get('path')}`"
+            )
         lines.append("")
     for c in diff["changed"]:
         if c["action"] == "replace":
@@ -661,13 +760,20 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
             if role["nodes"]:
                 lines.append(f"| `{role['name']}` | nodes | `{role['nodes'][0]}` | `{role['nodes'][1]}` |")
             for a in role["argv"]:
-                old, new = fmt_pair(None if a["old"] is None else (a["old"] or "(flag)"), None if a["new"] is None else (a["new"] or "(flag)"))
+                old, new = fmt_pair(
+                    None if a["old"] is None else (a["old"] or "(flag)"), None if a["new"] is None else (a["new"] or "(flag)")
+                )
                 lines.append(f"| `{role['name']}` | `{a['flag']}` | {old} | {new} |")
             for e in role["env"]:
                 lines.append(f"| `{role['name']}` | `{e['path']}` | {' | '.join(fmt_pair(e['old'], e['new']))} |")
         lines.append("")
     if diff["plan"]:
-        lines += ["<details><summary>Plan settings (" + str(len(diff["plan"])) + " changed: sizing, cost, expiry, outputs)</summary>", "", "| setting | before | after |", "|---|---|---|"]
+        lines += [
+            "<details><summary>Plan settings (" + str(len(diff["plan"])) + " changed: sizing, cost, expiry, outputs)</summary>",
+            "",
+            "| setting | before | after |",
+            "|---|---|---|",
+        ]
         for f in diff["plan"]:
             lines.append(f"| `{f['path']}` | {' | '.join(fmt_pair(f['old'], f['new']))} |")
         lines += ["", "</details>", ""]
@@ -680,7 +786,12 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
 
     if diff["changed"]:
         n = sum(len(c["fields"]) for c in diff["changed"])
-        lines += [f"<details><summary>Changed inputs ({n})</summary>", "", "| resource | input | before | after | |", "|---|---|---|---|---|"]
+        lines += [
+            f"<details><summary>Changed inputs ({n})</summary>",
+            "",
+            "| resource | input | before | after | |",
+            "|---|---|---|---|---|",
+        ]
         for c in diff["changed"]:
             for f in c["fields"]:
                 mark = "⚠ replaces" if f["replaces"] else ("⚠ disrupts" if f["disrupts"] else "")
@@ -700,7 +811,12 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
             lines += ["</details>", ""]
     text = "\n".join(lines)
     if len(text) > MARKDOWN_LIMIT_CHARS:
-        text = text[: MARKDOWN_LIMIT_CHARS - 200] + "\n\n… (truncated: run `python scripts/plan.py --stack " + stack + " --diff-against <ref> --format json` for the whole diff)\n"
+        text = (
+            text[: MARKDOWN_LIMIT_CHARS - 200]
+            + "\n\n… (truncated: run `python scripts/plan.py --stack "
+            + stack
+            + " --diff-against <ref> --format json` for the whole diff)\n"
+        )
         text += "\n</details>\n" if text.count("<details>") > text.count("</details>") else ""
     return text + "\n"
 
@@ -730,7 +846,10 @@ runpy.run_path(script, run_name="__main__")
 def _git(repo_root: Path, *args: str) -> str:
     proc = subprocess.run(["git", "-C", str(repo_root), *args], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise PlanDiffError(f"git {' '.join(args)}: {(proc.stderr or proc.stdout).strip().splitlines()[-1] if (proc.stderr or proc.stdout).strip() else 'failed'}")
+        raise PlanDiffError(
+            f"git {' '.join(args)}: "
+            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1] if (proc.stderr or proc.stdout).strip() else 'failed'}"
+        )
     return proc.stdout
 
 
@@ -756,10 +875,10 @@ def _resolve_ref(repo_root: Path, ref: str) -> str:
 
 
 def _now_iso(now: datetime | None) -> str:
-    moment = now or datetime.now(timezone.utc).replace(microsecond=0)
+    moment = now or datetime.now(UTC).replace(microsecond=0)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render_tree(stack: str, tree: Path, now: datetime | None = None, python: str | None = None) -> dict[str, Any]:
@@ -830,7 +949,7 @@ def diff_against(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: datetim
     Raises:
         PlanDiffError: git fails, ``ref`` is unknown, or the working tree's own plan fails.
     """
-    now = now or datetime.now(timezone.utc).replace(microsecond=0)
+    now = now or datetime.now(UTC).replace(microsecond=0)
     base_error = None
     try:
         old = render_at_ref(stack, ref, repo_root, now)
@@ -856,11 +975,17 @@ def render_table(diff: Mapping[str, Any]) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 150)
     s = diff["summary"]
-    console.print(f"[bold]{diff.get('stack')}[/bold] vs {diff.get('ref')}: {s['added']} to add, {s['removed']} to remove, {s['changed']} to change, {s['replaced']} replaced", highlight=False)
+    console.print(
+        f"[bold]{diff.get('stack')}[/bold] vs {diff.get('ref')}: {s['added']} to add, {s['removed']} to remove, {s['changed']} "
+        f"to change, {s['replaced']} replaced",
+        highlight=False,
+    )
     if diff.get("base_error"):
         from rich.markup import escape
 
-        console.print(f"[yellow]⚠ {escape(redact(diff['base_error']))}: the whole new plan is shown as added[/yellow]", highlight=False)
+        console.print(
+            f"[yellow]⚠ {escape(redact(diff['base_error']))}: the whole new plan is shown as added[/yellow]", highlight=False
+        )
     table = Table(show_lines=False)
     for col in ("", "resource", "type", "input", "before", "after"):
         table.add_column(col, overflow="fold")
@@ -871,7 +996,13 @@ def render_table(diff: Mapping[str, Any]) -> None:
     for c in diff["changed"]:
         for f in c["fields"]:
             mark = "[red]⚠ replace[/red]" if f["replaces"] else ("[yellow]⚠[/yellow]" if f["disrupts"] else "~")
-            table.add_row(mark, c["name"], c["type"], f["path"], *(t if t is not None else "(absent)" for t in value_pair(f["old"], f["new"])))
+            table.add_row(
+                mark,
+                c["name"],
+                c["type"],
+                f["path"],
+                *(t if t is not None else "(absent)" for t in value_pair(f["old"], f["new"])),
+            )
     for role in diff["vllm"]["roles"]:
         for a in role["argv"]:
             table.add_row("~", f"vllm {role['name']}", "argv", a["flag"], str(a["old"]), str(a["new"]))
@@ -880,7 +1011,15 @@ def render_table(diff: Mapping[str, Any]) -> None:
     console.print(table)
 
 
-def main_diff(stack: str, ref: str, *, fmt: str = "markdown", now: datetime | None = None, output: str | None = None, repo_root: Path = REPO_ROOT) -> int:
+def main_diff(
+    stack: str,
+    ref: str,
+    *,
+    fmt: str = "markdown",
+    now: datetime | None = None,
+    output: str | None = None,
+    repo_root: Path = REPO_ROOT,
+) -> int:
     """What ``scripts/plan.py --diff-against REF`` runs. Returns the exit code (0, 1 leak, 2 error)."""
     try:
         diff = diff_against(stack, ref, repo_root, now)
@@ -908,10 +1047,21 @@ def make_parser() -> argparse.ArgumentParser:
         description="Offline plan diff of kimi-deploy stacks between a git ref and the working tree "
         "(no cloud account, no Pulumi CLI, no secret). Same as `scripts/plan.py --diff-against`.",
     )
-    parser.add_argument("--stack", action="append", help="stack name (repeatable; default: every stack in stacks/ at either side)")
-    parser.add_argument("--against", required=True, metavar="GIT_REF", help="the base to compare with, e.g. origin/main or a commit")
-    parser.add_argument("--format", choices=FORMATS, default="markdown", help="markdown for pull-request comments (default), json for machines, table for people")
-    parser.add_argument("--now", help="clock for both renders, ISO 8601 (default: now); fixes trial expiries so they do not show as changes")
+    parser.add_argument(
+        "--stack", action="append", help="stack name (repeatable; default: every stack in stacks/ at either side)"
+    )
+    parser.add_argument(
+        "--against", required=True, metavar="GIT_REF", help="the base to compare with, e.g. origin/main or a commit"
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="markdown",
+        help="markdown for pull-request comments (default), json for machines, table for people",
+    )
+    parser.add_argument(
+        "--now", help="clock for both renders, ISO 8601 (default: now); fixes trial expiries so they do not show as changes"
+    )
     parser.add_argument("--output", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--header", default="", help="markdown only: a first line for the comment (e.g. a title)")
     return parser
@@ -937,7 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
                 return 2
-        now = now or datetime.now(timezone.utc).replace(microsecond=0)
+        now = now or datetime.now(UTC).replace(microsecond=0)
         stacks = args.stack or _all_stacks(REPO_ROOT, args.against)
         diffs = [diff_against(s, args.against, REPO_ROOT, now) for s in stacks]
     except PlanDiffError as err:

@@ -37,10 +37,11 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -49,6 +50,7 @@ from components.spec.config import DeploymentSpec, format_utc, load_stack, stack
 from components.spec.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts._cli import (
+    DUMMY_AWS_CREDENTIALS,
     EXIT_USAGE,
     FAIL,
     PASS,
@@ -57,13 +59,17 @@ from scripts._cli import (
     WARN,
     CliParser,
     UsageError,
+    aws_session,
+    counts_text,
     exit_code,
+    local_aws_endpoint,
     one_line,
     print_json,
     print_table,
     run_cli,
+    status_counts,
+    verdict,
 )
-from scripts._cli import DUMMY_AWS_CREDENTIALS, aws_session, counts_text, local_aws_endpoint, status_counts, verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -221,7 +227,9 @@ def check_instance_facts(spec: DeploymentSpec, clients: AwsClients) -> tuple[Che
         return Check(name, UNKNOWN, str(err)), None
     except ClientError as err:
         if _code(err) in ("InvalidInstanceType", "InvalidParameterValue"):
-            return Check(name, UNKNOWN, f"{inst.instance_type} is unknown to the EC2 catalog in {clients.region}; facts not verified"), False
+            return Check(
+                name, UNKNOWN, f"{inst.instance_type} is unknown to the EC2 catalog in {clients.region}; facts not verified"
+            ), False
         return Check(name, UNKNOWN, f"DescribeInstanceTypes: {_code(err)}"), None
     types = answer.get("InstanceTypes", [])
     if not types:
@@ -273,7 +281,10 @@ def instance_fact_mismatches(inst: InstanceFacts, gpu: GpuFacts, it: Mapping[str
     count = sum(d.get("Count", 0) for d in disks)
     sizes = {d.get("SizeInGB") for d in disks}
     if count != inst.nvme_devices or (disks and sizes != {inst.nvme_device_bytes // 10**9}):
-        problems.append(f"{count} x {'/'.join(str(x) for x in sorted(sizes, key=str))} GB instance-store disks (profile {inst.nvme_devices} x {inst.nvme_device_bytes // 10**9})")
+        problems.append(
+            f"{count} x {'/'.join(str(x) for x in sorted(sizes, key=str))} GB instance-store disks (profile {inst.nvme_devices} "
+            f"x {inst.nvme_device_bytes // 10**9})"
+        )
     nvme_gb = storage.get("TotalSizeInGB", 0)
     if abs(nvme_gb * 10**9 - inst.nvme_total_bytes) > _NVME_TOLERANCE * max(inst.nvme_total_bytes, 1):
         problems.append(f"{nvme_gb:,} GB NVMe (profile {inst.nvme_total_bytes // 10**9:,})")
@@ -318,7 +329,9 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
     version = eks_version_of(spec.config)
     support = spec.config.kubernetes.eks_support_type
     try:
-        answer = _call(clients, "eks", "DescribeClusterVersions", "describe_cluster_versions", clusterVersions=[version], includeAll=True)
+        answer = _call(
+            clients, "eks", "DescribeClusterVersions", "describe_cluster_versions", clusterVersions=[version], includeAll=True
+        )
     except ApiUnknown as err:
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
@@ -328,25 +341,38 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
         return Check(name, FAIL, f"EKS does not offer Kubernetes {version} in {clients.region}")
     status = (info.get("versionStatus") or info.get("status") or "").upper().replace("-", "_")
     end_std = info.get("endOfStandardSupportDate")
-    end_std_day = end_std.astimezone(timezone.utc).date() if isinstance(end_std, datetime) else None
+    end_std_day = end_std.astimezone(UTC).date() if isinstance(end_std, datetime) else None
     if status == "UNSUPPORTED":
         return Check(name, FAIL, f"EKS reports Kubernetes {version} as unsupported: choose a newer kubernetes.eksVersion")
     if status == "EXTENDED_SUPPORT" and support == "STANDARD":
         return Check(
-            name, FAIL,
+            name,
+            FAIL,
             f"Kubernetes {version} is in extended support (ended standard {end_std_day}): EKS refuses supportType STANDARD; "
-            f"choose a newer kubernetes.eksVersion or eksSupportType EXTENDED (USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f}/cluster-hour)",
+            "choose a newer kubernetes.eksVersion or eksSupportType EXTENDED (USD "
+            f"{EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f}/cluster-hour)",
         )
     table = EKS_VERSIONS.get(version)
     if table is not None and end_std_day is not None and end_std_day != table.end_of_standard_support:
         return Check(
-            name, WARN,
-            f"EKS ends standard support of {version} on {end_std_day}, versions.EKS_VERSIONS says {table.end_of_standard_support}: update the table",
+            name,
+            WARN,
+            f"EKS ends standard support of {version} on {end_std_day}, versions.EKS_VERSIONS says "
+            f"{table.end_of_standard_support}: update the table",
         )
     if status == "EXTENDED_SUPPORT":
-        return Check(name, WARN, f"Kubernetes {version} is in extended support: USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour")
+        return Check(
+            name,
+            WARN,
+            f"Kubernetes {version} is in extended support: USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour",
+        )
     left = f", {(end_std_day - now.date()).days} days left" if end_std_day is not None else ""
-    return Check(name, PASS, f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} (supportType {support})")
+    return Check(
+        name,
+        PASS,
+        f"Kubernetes {version}: {status.lower().replace('_', ' ') or 'listed'} until {end_std_day or 'unknown'}{left} "
+        f"(supportType {support})",
+    )
 
 
 def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
@@ -361,7 +387,9 @@ def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
     if not az:
         return Check(name, SKIP, "no GPU zone pinned (compute.availabilityZone)")
     try:
-        answer = _call(clients, "ec2", "DescribeAvailabilityZones", "describe_availability_zones", ZoneNames=[az], AllAvailabilityZones=True)
+        answer = _call(
+            clients, "ec2", "DescribeAvailabilityZones", "describe_availability_zones", ZoneNames=[az], AllAvailabilityZones=True
+        )
     except ApiUnknown as err:
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
@@ -381,7 +409,12 @@ def check_zone_type(spec: DeploymentSpec, clients: AwsClients) -> Check:
     if kind == "local-zone" and zone.get("OptInStatus") == "not-opted-in":
         return Check(name, FAIL, f"{az} is a Local Zone of group {zone.get('GroupName')} that the account has not opted in to")
     if kind == "local-zone":
-        return Check(name, PASS, f"{az} is a Local Zone (parent {zone.get('ParentZoneName', clients.region)}): GPU subnet only there, control plane and NAT in the region")
+        return Check(
+            name,
+            PASS,
+            f"{az} is a Local Zone (parent {zone.get('ParentZoneName', clients.region)}): GPU subnet only there, control plane "
+            "and NAT in the region",
+        )
     return Check(name, PASS, f"{az} is an availability zone")
 
 
@@ -409,9 +442,13 @@ def check_offerings(spec: DeploymentSpec, clients: AwsClients, az: str | None, k
         ]
     checks = [Check("offered-in-region", PASS, f"{itype} offered in {region}: {', '.join(azs)}")]
     if az is None:
-        checks.append(Check("offered-in-az", SKIP, f"no AZ pinned (compute.availabilityZone); the type is offered in {', '.join(azs)}"))
+        checks.append(
+            Check("offered-in-az", SKIP, f"no AZ pinned (compute.availabilityZone); the type is offered in {', '.join(azs)}")
+        )
     elif not az.startswith(region):
-        checks.append(Check("offered-in-az", SKIP, f"the stack's AZ {az} is not in {region} (--region overrides the stack's region)"))
+        checks.append(
+            Check("offered-in-az", SKIP, f"the stack's AZ {az} is not in {region} (--region overrides the stack's region)")
+        )
     elif az in azs:
         checks.append(Check("offered-in-az", PASS, f"{az} offers {itype}"))
     else:
@@ -442,7 +479,9 @@ def check_quota(spec: DeploymentSpec, clients: AwsClients) -> Check:
     if have >= need:
         return Check(name, PASS, f"{what} (running P instances also count)")
     if spec.config.compute.capacity.type == "capacity-block":
-        return Check(name, WARN, f"{what}; if launching into the capacity block fails with VcpuLimitExceeded, request an increase")
+        return Check(
+            name, WARN, f"{what}; if launching into the capacity block fails with VcpuLimitExceeded, request an increase"
+        )
     return Check(name, FAIL, f"{what}: request an increase in Service Quotas")
 
 
@@ -452,7 +491,11 @@ def trial_expiry(spec: DeploymentSpec, now: datetime) -> tuple[datetime | None, 
         return spec.expires_at, f"expiresAt {format_utc(spec.expires_at)}"
     if spec.environment == "trial":
         at = now + timedelta(hours=spec.trial_ttl_hours)
-        return at, f"now + trialTtlHours {spec.trial_ttl_hours} h = {format_utc(at)} (no expiresAt; the TTL starts at the first `pulumi up`)"
+        return (
+            at,
+            f"now + trialTtlHours {spec.trial_ttl_hours} h = {format_utc(at)} (no expiresAt; the TTL starts at the first `pulumi "
+            "up`)",
+        )
     return None, f"{spec.environment} has no expiry"
 
 
@@ -477,10 +520,16 @@ def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
                 Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region} ({_code(err)})"),
                 Check("capacity-end", SKIP, "no reservation"),
             ]
-        return [Check("capacity-reservation", UNKNOWN, f"DescribeCapacityReservations: {_code(err)}"), Check("capacity-end", UNKNOWN, "reservation not read")]
+        return [
+            Check("capacity-reservation", UNKNOWN, f"DescribeCapacityReservations: {_code(err)}"),
+            Check("capacity-end", UNKNOWN, "reservation not read"),
+        ]
     found = answer.get("CapacityReservations", [])
     if not found:
-        return [Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region}"), Check("capacity-end", SKIP, "no reservation")]
+        return [
+            Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region}"),
+            Check("capacity-end", SKIP, "no reservation"),
+        ]
     cr = found[0]
     kind = "capacity block" if cap.type == "capacity-block" else "ODCR"
     state = cr.get("State", "?")
@@ -517,7 +566,7 @@ def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
     if end is None:
         second = Check("capacity-end", PASS, f"{rid} has no end date ({cr.get('EndDateType', 'unlimited')})")
     else:
-        end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+        end = end if end.tzinfo else end.replace(tzinfo=UTC)
         if end <= now:
             second = Check("capacity-end", FAIL, f"{rid} ended {format_utc(end)}")
         elif expiry is None:
@@ -583,7 +632,12 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
         if _code(err) in ("NoSuchKey", "404"):
-            return Check(name, WARN, f"{where}/{MANIFEST_NAME} is missing: the first sync downloads {spec.model.weights_bytes / 1e12:.2f} TB from the hub")
+            return Check(
+                name,
+                WARN,
+                f"{where}/{MANIFEST_NAME} is missing: the first sync downloads {spec.model.weights_bytes / 1e12:.2f} TB from the "
+                "hub",
+            )
         return Check(name, UNKNOWN, f"GetObject {MANIFEST_NAME}: {_code(err)}")
     try:
         document = json.loads(body)
@@ -721,10 +775,22 @@ def run_checks(
     progress: Callable[[str], None] | None = None,
 ) -> list[Check]:
     """All preflight checks of ``spec`` in order. Never raises for an API's answer."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
-    aws_names = ("instance-facts", "offered-in-region", "offered-in-az", "zone-type", "vcpu-quota", "capacity-reservation", "capacity-end", "fsx", "eks", "eks-version", "mirror")
+    aws_names = (
+        "instance-facts",
+        "offered-in-region",
+        "offered-in-az",
+        "zone-type",
+        "vcpu-quota",
+        "capacity-reservation",
+        "capacity-end",
+        "fsx",
+        "eks",
+        "eks-version",
+        "mirror",
+    )
     if not spec.is_aws:
         checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
     else:
@@ -779,8 +845,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="for Kubernetes platforms: contact the API server with the kubeconfig and count GPU nodes "
         "(a network call, off by default)",
     )
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig for --check-cluster (default $KUBECONFIG, then ~/.kube/config)")
-    parser.add_argument("--context", help="kubeconfig context for --check-cluster (default kubernetes.context, then current-context)")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig for --check-cluster (default $KUBECONFIG, then ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--context", help="kubeconfig context for --check-cluster (default kubernetes.context, then current-context)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     return parser
 
@@ -791,7 +864,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"--kubeconfig: {args.kubeconfig} is not a file")
     if args.region is not None and not args.region.replace("-", "").isalnum():
         raise UsageError(f"--region: {args.region!r} is not a region name (e.g. us-east-1)")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     spec = load_stack(args.stack, now=now)
     region = args.region or spec.region
     clients = AwsClients(region) if spec.is_aws else None

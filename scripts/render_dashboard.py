@@ -53,10 +53,15 @@ def layout_svg(doc: dict) -> str:
         out.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="4" fill="{fill}" stroke="#6b7280"/>')
         out.append(f'<text x="{x + 8}" y="{y + 18}" font-size="13" font-weight="bold">{escape(p["title"])}</text>')
         legends = ", ".join(t["legendFormat"] for t in p["targets"])
-        out.append(f'<text x="{x + 8}" y="{y + 36}" font-size="10" fill="#374151">{escape(p["type"])}: {escape(legends)[:60]}</text>')
+        out.append(
+            f'<text x="{x + 8}" y="{y + 36}" font-size="10" fill="#374151">{escape(p["type"])}: {escape(legends)[:60]}</text>'
+        )
         if h > 60:
             for i, t in enumerate(p["targets"][:4]):
-                out.append(f'<text x="{x + 8}" y="{y + 56 + 14 * i}" font-size="9" fill="#6b7280">{escape(t["expr"])[:int(w / 5.2)]}</text>')
+                out.append(
+                    f'<text x="{x + 8}" y="{y + 56 + 14 * i}" font-size="9" '
+                    f'fill="#6b7280">{escape(t["expr"])[: int(w / 5.2)]}</text>'
+                )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -80,7 +85,13 @@ def layout_png(doc: dict, path: Path) -> None:
     ax.set_xlim(0, 24)
     ax.set_ylim(rows + 1.5, 0)
     ax.axis("off")
-    ax.text(0, 0.9, f"{doc['title']}  (variables: {', '.join(v['name'] for v in doc['templating']['list'])})", fontsize=12, fontweight="bold")
+    ax.text(
+        0,
+        0.9,
+        f"{doc['title']}  (variables: {', '.join(v['name'] for v in doc['templating']['list'])})",
+        fontsize=12,
+        fontweight="bold",
+    )
     for p in panels:
         g = p["gridPos"]
         x, y, w, h = g["x"], g["y"] + 1.5, g["w"], g["h"]
@@ -91,14 +102,24 @@ def layout_png(doc: dict, path: Path) -> None:
         ax.text(x + 0.3, y + 1.9, f"{p['type']}: {legends}"[: int(w * 5.5)], fontsize=7, color="#374151", va="center")
         if h > 4:
             for i, t in enumerate(p["targets"][:4]):
-                ax.text(x + 0.3, y + 3.0 + 0.9 * i, t["expr"][: int(w * 7)], fontsize=5.5, color="#6b7280", va="center", family="monospace")
+                ax.text(
+                    x + 0.3,
+                    y + 3.0 + 0.9 * i,
+                    t["expr"][: int(w * 7)],
+                    fontsize=5.5,
+                    color="#6b7280",
+                    va="center",
+                    family="monospace",
+                )
     fig.savefig(path, bbox_inches="tight", facecolor="white")
     plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="render_dashboard.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when the committed JSON or SVG differs from what the code builds")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when the committed JSON or SVG differs from what the code builds"
+    )
     parser.add_argument("--png", action="store_true", help="also write docs/dashboard.png (needs ImageMagick's convert)")
     args = parser.parse_args(argv)
     doc = dashboard()

@@ -10,7 +10,8 @@ What is ours: resources tagged ``kimi-deploy:stack`` (every taggable resource ca
 ``DeploymentSpec.tags``), and what Kubernetes created in AWS for one of our EKS clusters
 (load balancers, their interfaces and security groups, VPC CNI interfaces: tagged
 ``kubernetes.io/cluster/<name>``, ``elbv2.k8s.aws/cluster`` or ``cluster.k8s.amazonaws.com/name``),
-which is that cluster's stack's and shares its expiry (``cluster_leftovers``). Expired: its ``expires-at`` tag (RFC 3339 UTC) is at or before
+which is that cluster's stack's and shares its expiry (``cluster_leftovers``). Expired: its ``expires-at`` tag
+(RFC 3339 UTC) is at or before
 ``--now``. Node groups without their own ``expires-at`` inherit their cluster's. Never touched:
 anything tagged ``kimi-deploy:retain=true``, the weight mirror (``kimi-deploy:role=weights-mirror``)
 and S3 buckets in general (reported, never deleted). Capacity reservations and capacity blocks
@@ -37,10 +38,11 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -151,7 +153,9 @@ class Found:
     tags: dict[str, str] = field(default_factory=dict, repr=False)
 
 
-def classify(kind: str, rid: str, region: str, tags: Mapping[str, str], now: datetime, detail: dict | None = None) -> Found | None:
+def classify(
+    kind: str, rid: str, region: str, tags: Mapping[str, str], now: datetime, detail: dict | None = None
+) -> Found | None:
     """A ``Found`` for a resource with ``tags``, or None when it is not ours (no stack tag)."""
     if TAG_STACK not in tags:
         return None
@@ -246,31 +250,66 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
             if _is_credentials_error(err):
                 raise
             if _is_connection_error(err):
-                raise EndpointUnreachable(f"{region}: cannot reach the AWS endpoint while listing {what}: {_one_line(err)}") from None
+                raise EndpointUnreachable(
+                    f"{region}: cannot reach the AWS endpoint while listing {what}: {_one_line(err)}"
+                ) from None
             errors.append(f"{region}: could not list {what}: {_one_line(err)}")
 
     def instances():
-        for res in _paginate(ec2, "describe_instances", "Reservations", Filters=[*_OURS, {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]):
+        for res in _paginate(
+            ec2,
+            "describe_instances",
+            "Reservations",
+            Filters=[*_OURS, {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}],
+        ):
             for inst in res.get("Instances", []):
-                f = classify("ec2-instance", inst["InstanceId"], region, _tags(inst.get("Tags")), now, {"instance_type": inst.get("InstanceType"), "state": inst.get("State", {}).get("Name")})
+                f = classify(
+                    "ec2-instance",
+                    inst["InstanceId"],
+                    region,
+                    _tags(inst.get("Tags")),
+                    now,
+                    {"instance_type": inst.get("InstanceType"), "state": inst.get("State", {}).get("Name")},
+                )
                 if f:
                     found.append(f)
 
     def volumes():
         for vol in _paginate(ec2, "describe_volumes", "Volumes", Filters=_OURS):
-            f = classify("ebs-volume", vol["VolumeId"], region, _tags(vol.get("Tags")), now, {"state": vol.get("State"), "size_gib": vol.get("Size")})
+            f = classify(
+                "ebs-volume",
+                vol["VolumeId"],
+                region,
+                _tags(vol.get("Tags")),
+                now,
+                {"state": vol.get("State"), "size_gib": vol.get("Size")},
+            )
             if f:
                 found.append(f)
 
     def security_groups():
         for sg in _paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=_OURS):
-            f = classify("security-group", sg["GroupId"], region, _tags(sg.get("Tags")), now, {"name": sg.get("GroupName"), "vpc_id": sg.get("VpcId")})
+            f = classify(
+                "security-group",
+                sg["GroupId"],
+                region,
+                _tags(sg.get("Tags")),
+                now,
+                {"name": sg.get("GroupName"), "vpc_id": sg.get("VpcId")},
+            )
             if f:
                 found.append(f)
 
     def enis():
         for eni in _paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=_OURS):
-            f = classify("network-interface", eni["NetworkInterfaceId"], region, _tags(eni.get("TagSet")), now, {"status": eni.get("Status"), "description": eni.get("Description", "")})
+            f = classify(
+                "network-interface",
+                eni["NetworkInterfaceId"],
+                region,
+                _tags(eni.get("TagSet")),
+                now,
+                {"status": eni.get("Status"), "description": eni.get("Description", "")},
+            )
             if f:
                 found.append(f)
 
@@ -314,7 +353,14 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
                     ntags = {**ctags, **ntags, TAG_EXPIRES: cf.expires_at}  # inherits the cluster's expiry
                 elif TAG_STACK not in ntags and cf is not None:
                     ntags = {**ctags, **ntags}
-                nf = classify("eks-nodegroup", f"{name}/{ng_name}", region, ntags, now, {"instance_types": ng.get("instanceTypes"), "status": ng.get("status")})
+                nf = classify(
+                    "eks-nodegroup",
+                    f"{name}/{ng_name}",
+                    region,
+                    ntags,
+                    now,
+                    {"instance_types": ng.get("instanceTypes"), "status": ng.get("status")},
+                )
                 if nf:
                     found.append(nf)
             if cf:
@@ -332,7 +378,14 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
             for b in chunk:
                 if TAG_STACK not in by_arn.get(b["LoadBalancerArn"], {}):
                     untagged_lbs.append((b, by_arn.get(b["LoadBalancerArn"], {})))
-                f = classify("load-balancer", b["LoadBalancerArn"], region, by_arn.get(b["LoadBalancerArn"], {}), now, {"name": b.get("LoadBalancerName"), "type": b.get("Type")})
+                f = classify(
+                    "load-balancer",
+                    b["LoadBalancerArn"],
+                    region,
+                    by_arn.get(b["LoadBalancerArn"], {}),
+                    now,
+                    {"name": b.get("LoadBalancerName"), "type": b.get("Type")},
+                )
                 if f:
                     found.append(f)
 
@@ -341,7 +394,14 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
         for fs in _paginate(client, "describe_file_systems", "FileSystems"):
             if fs.get("Lifecycle") in ("DELETING",):
                 continue
-            f = classify("fsx-file-system", fs["FileSystemId"], region, _tags(fs.get("Tags")), now, {"type": fs.get("FileSystemType"), "capacity_gib": fs.get("StorageCapacity")})
+            f = classify(
+                "fsx-file-system",
+                fs["FileSystemId"],
+                region,
+                _tags(fs.get("Tags")),
+                now,
+                {"type": fs.get("FileSystemType"), "capacity_gib": fs.get("StorageCapacity")},
+            )
             if f:
                 found.append(f)
 
@@ -363,7 +423,9 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
 
     attempt("EKS clusters and node groups", eks)
     attempt("load balancers", lbs)
-    attempt("what Kubernetes created for our clusters", lambda: found.extend(cluster_leftovers(ec2, region, now, found, untagged_lbs)))
+    attempt(
+        "what Kubernetes created for our clusters", lambda: found.extend(cluster_leftovers(ec2, region, now, found, untagged_lbs))
+    )
     attempt("FSx file systems", fsx)
     attempt("S3 buckets", buckets)
     return found, errors
@@ -378,7 +440,9 @@ def _for_cluster(tags: Mapping[str, str], cluster: str) -> bool:
     )
 
 
-def cluster_leftovers(ec2, region: str, now: datetime, found: list[Found], untagged_lbs: list[tuple[dict, dict[str, str]]]) -> list[Found]:
+def cluster_leftovers(
+    ec2, region: str, now: datetime, found: list[Found], untagged_lbs: list[tuple[dict, dict[str, str]]]
+) -> list[Found]:
     """Load balancers, their interfaces and security groups, and CNI interfaces that Kubernetes
     created for one of our EKS clusters but that carry no ``kimi-deploy:stack`` tag.
 
@@ -401,7 +465,14 @@ def cluster_leftovers(ec2, region: str, now: datetime, found: list[Found], untag
             arn = lb["LoadBalancerArn"]
             if arn in known or not _for_cluster(ltags, cf.id):
                 continue
-            f = classify("load-balancer", arn, region, inherit(cf, ltags), now, {"name": lb.get("LoadBalancerName"), "type": lb.get("Type"), **note})
+            f = classify(
+                "load-balancer",
+                arn,
+                region,
+                inherit(cf, ltags),
+                now,
+                {"name": lb.get("LoadBalancerName"), "type": lb.get("Type"), **note},
+            )
             if f:
                 out.append(f)
                 known.add(arn)
@@ -418,15 +489,32 @@ def cluster_leftovers(ec2, region: str, now: datetime, found: list[Found], untag
                 eid = eni["NetworkInterfaceId"]
                 if eid in known:
                     continue
-                f = classify("network-interface", eid, region, inherit(cf, _tags(eni.get("TagSet"))), now, {"status": eni.get("Status"), "description": eni.get("Description", ""), **note})
+                f = classify(
+                    "network-interface",
+                    eid,
+                    region,
+                    inherit(cf, _tags(eni.get("TagSet"))),
+                    now,
+                    {"status": eni.get("Status"), "description": eni.get("Description", ""), **note},
+                )
                 if f:
                     out.append(f)
                     known.add(eid)
-        for filters in ([{"Name": "tag-key", "Values": [f"{CLUSTER_TAG_PREFIX}{cf.id}"]}], [{"Name": f"tag:{LBC_CLUSTER_TAG}", "Values": [cf.id]}]):
+        for filters in (
+            [{"Name": "tag-key", "Values": [f"{CLUSTER_TAG_PREFIX}{cf.id}"]}],
+            [{"Name": f"tag:{LBC_CLUSTER_TAG}", "Values": [cf.id]}],
+        ):
             for sg in _paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=filters):
                 if sg["GroupId"] in known:
                     continue
-                f = classify("security-group", sg["GroupId"], region, inherit(cf, _tags(sg.get("Tags"))), now, {"name": sg.get("GroupName"), "vpc_id": sg.get("VpcId"), **note})
+                f = classify(
+                    "security-group",
+                    sg["GroupId"],
+                    region,
+                    inherit(cf, _tags(sg.get("Tags"))),
+                    now,
+                    {"name": sg.get("GroupName"), "vpc_id": sg.get("VpcId"), **note},
+                )
                 if f:
                     out.append(f)
                     known.add(sg["GroupId"])
@@ -435,7 +523,11 @@ def cluster_leftovers(ec2, region: str, now: datetime, found: list[Found], untag
 
 def _is_credentials_error(err: Exception) -> bool:
     name = type(err).__name__
-    return name in ("NoCredentialsError", "PartialCredentialsError", "NoRegionError") or "UnrecognizedClientException" in str(err) or "InvalidClientTokenId" in str(err)
+    return (
+        name in ("NoCredentialsError", "PartialCredentialsError", "NoRegionError")
+        or "UnrecognizedClientException" in str(err)
+        or "InvalidClientTokenId" in str(err)
+    )
 
 
 def _one_line(err: Exception) -> str:
@@ -493,7 +585,11 @@ class AutomationDestroyer:
             state = st.export_stack().deployment or {}
             unsafe = unsafe_retained_in_state(state)
             if unsafe:
-                return DestroyOutcome(stack, "skipped", f"state holds resources tagged to be retained without retainOnDelete: {', '.join(unsafe[:3])}")
+                return DestroyOutcome(
+                    stack,
+                    "skipped",
+                    f"state holds resources tagged to be retained without retainOnDelete: {', '.join(unsafe[:3])}",
+                )
             st.destroy(exclude_protected=True, continue_on_error=True, on_output=lambda line: print(line, file=sys.stderr))
             return DestroyOutcome(stack, "destroyed")
         except Exception as err:  # noqa: BLE001 - the API cleanup below still runs
@@ -519,7 +615,18 @@ class Sweeper:
         poll_seconds: pause between checks while waiting.
     """
 
-    def __init__(self, clients: ClientFactory, regions: list[str], now: datetime, *, destroy: bool = False, destroyer: AutomationDestroyer | None = None, wait_seconds: float = 900, poll_seconds: float = 10, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        clients: ClientFactory,
+        regions: list[str],
+        now: datetime,
+        *,
+        destroy: bool = False,
+        destroyer: AutomationDestroyer | None = None,
+        wait_seconds: float = 900,
+        poll_seconds: float = 10,
+        log: Callable[[str], None] | None = None,
+    ):
         self.clients, self.regions, self.now = clients, regions, now
         self.destroy, self.destroyer = destroy, destroyer
         self.wait_seconds, self.poll_seconds = wait_seconds, poll_seconds
@@ -540,7 +647,11 @@ class Sweeper:
             if self.destroy and self.destroyer is not None:
                 expired_stacks = sorted({f.stack for f in found if f.expired and not f.retained and f.kind in DELETE_ORDER})
                 if expired_stacks and not self.destroyer.available():
-                    destroys += [DestroyOutcome(s, "skipped", "pulumi CLI not found: deleting through the AWS APIs only") for s in expired_stacks if s not in {d.stack for d in destroys}]
+                    destroys += [
+                        DestroyOutcome(s, "skipped", "pulumi CLI not found: deleting through the AWS APIs only")
+                        for s in expired_stacks
+                        if s not in {d.stack for d in destroys}
+                    ]
                 elif expired_stacks:
                     for stack in expired_stacks:
                         if stack in {d.stack for d in destroys}:
@@ -559,12 +670,16 @@ class Sweeper:
         if f.kind == "capacity-reservation":
             f.status = "still-paid"
             kind = "capacity block" if f.detail.get("reservation_type") == "capacity-block" else "capacity reservation"
-            f.reason = f"{kind} {f.detail.get('state')} until {f.detail.get('end_date') or 'cancelled'}: destroy does not cancel it; it is billed for its term"
+            f.reason = (f"{kind} {f.detail.get('state')} until {f.detail.get('end_date') or 'cancelled'}: destroy does not "
+                        "cancel it; it is billed for its term")
             return
         if not f.expired:
             return
         if f.retained:
-            f.status, f.reason = "kept", "tagged to be retained" if f.tags.get(TAG_RETAIN, "").lower() == "true" else "the weight mirror is never deleted"
+            f.status, f.reason = (
+                "kept",
+                "tagged to be retained" if f.tags.get(TAG_RETAIN, "").lower() == "true" else "the weight mirror is never deleted",
+            )
         elif f.kind in REPORT_ONLY_KINDS:
             f.status, f.reason = "kept", "S3 buckets are never deleted by the sweeper"
         else:
@@ -646,12 +761,25 @@ class Sweeper:
 
     def _delete_security_group(self, region, f, ec2):
         # Rules in other groups that reference this one block its deletion: revoke them first.
-        for other in _paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=[{"Name": "ip-permission.group-id", "Values": [f.id]}]):
-            perms = [p for p in other.get("IpPermissions", []) if any(g.get("GroupId") == f.id for g in p.get("UserIdGroupPairs", []))]
+        for other in _paginate(
+            ec2, "describe_security_groups", "SecurityGroups", Filters=[{"Name": "ip-permission.group-id", "Values": [f.id]}]
+        ):
+            perms = [
+                p for p in other.get("IpPermissions", []) if any(g.get("GroupId") == f.id for g in p.get("UserIdGroupPairs", []))
+            ]
             if perms:
                 ec2.revoke_security_group_ingress(GroupId=other["GroupId"], IpPermissions=[_only_group(p, f.id) for p in perms])
-        for other in _paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=[{"Name": "egress.ip-permission.group-id", "Values": [f.id]}]):
-            perms = [p for p in other.get("IpPermissionsEgress", []) if any(g.get("GroupId") == f.id for g in p.get("UserIdGroupPairs", []))]
+        for other in _paginate(
+            ec2,
+            "describe_security_groups",
+            "SecurityGroups",
+            Filters=[{"Name": "egress.ip-permission.group-id", "Values": [f.id]}],
+        ):
+            perms = [
+                p
+                for p in other.get("IpPermissionsEgress", [])
+                if any(g.get("GroupId") == f.id for g in p.get("UserIdGroupPairs", []))
+            ]
             if perms:
                 ec2.revoke_security_group_egress(GroupId=other["GroupId"], IpPermissions=[_only_group(p, f.id) for p in perms])
 
@@ -684,7 +812,12 @@ class Sweeper:
                 return True
             if f.kind == "security-group":
                 # Detached interfaces left in the group (load balancer or CNI leftovers) block it.
-                for eni in _paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=[{"Name": "group-id", "Values": [f.id]}, {"Name": "status", "Values": ["available"]}]):
+                for eni in _paginate(
+                    ec2,
+                    "describe_network_interfaces",
+                    "NetworkInterfaces",
+                    Filters=[{"Name": "group-id", "Values": [f.id]}, {"Name": "status", "Values": ["available"]}],
+                ):
                     if _tags(eni.get("TagSet")).get(TAG_RETAIN, "").lower() != "true":
                         ec2.delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])
                 ec2.delete_security_group(GroupId=f.id)
@@ -694,9 +827,23 @@ class Sweeper:
                 return True
         except ClientError as err:
             code = _error_code(err)
-            if code in ("ResourceNotFoundException", "LoadBalancerNotFound", "FileSystemNotFound", "InvalidNetworkInterfaceID.NotFound", "InvalidGroup.NotFound", "InvalidVolume.NotFound", "InvalidInstanceID.NotFound"):
+            if code in (
+                "ResourceNotFoundException",
+                "LoadBalancerNotFound",
+                "FileSystemNotFound",
+                "InvalidNetworkInterfaceID.NotFound",
+                "InvalidGroup.NotFound",
+                "InvalidVolume.NotFound",
+                "InvalidInstanceID.NotFound",
+            ):
                 return True
-            if code in ("DependencyViolation", "InvalidNetworkInterface.InUse", "VolumeInUse", "IncorrectState", "InvalidParameterValue"):
+            if code in (
+                "DependencyViolation",
+                "InvalidNetworkInterface.InUse",
+                "VolumeInUse",
+                "IncorrectState",
+                "InvalidParameterValue",
+            ):
                 return False  # something it depends on is still going away: retry until the deadline
             raise
         return True
@@ -716,7 +863,9 @@ class Sweeper:
         for f in items:
             if f.kind == "capacity-reservation":
                 continue
-            s = stacks.setdefault(f.stack, {"expired": False, "expires_at": None, "owner": f.owner, "environment": f.environment, "resources": []})
+            s = stacks.setdefault(
+                f.stack, {"expired": False, "expires_at": None, "owner": f.owner, "environment": f.environment, "resources": []}
+            )
             s["expired"] = s["expired"] or f.expired
             s["expires_at"] = s["expires_at"] or f.expires_at
             s["resources"].append(_public(f))
@@ -747,7 +896,9 @@ class Sweeper:
 
 def _only_group(perm: Mapping[str, Any], group_id: str) -> dict[str, Any]:
     keep = {k: perm[k] for k in ("IpProtocol", "FromPort", "ToPort") if k in perm}
-    keep["UserIdGroupPairs"] = [{"GroupId": g["GroupId"]} for g in perm.get("UserIdGroupPairs", []) if g.get("GroupId") == group_id]
+    keep["UserIdGroupPairs"] = [
+        {"GroupId": g["GroupId"]} for g in perm.get("UserIdGroupPairs", []) if g.get("GroupId") == group_id
+    ]
     return keep
 
 
@@ -788,12 +939,39 @@ def make_parser() -> argparse.ArgumentParser:
         "kimi-deploy:retain=true. Reports capacity reservations/blocks that are still paid for. "
         "Exit 0: nothing expired remains; 1: something expired remains or could not be removed; 2: usage error.",
     )
-    parser.add_argument("--region", action="append", metavar="R", help="AWS region to sweep (repeatable; default: AWS_REGION plus every aws:region in stacks/)")
-    parser.add_argument("--now", metavar="ISO", help="the clock, ISO 8601 (default: now); resources whose expires-at is at or before it are expired")
-    parser.add_argument("--destroy", action="store_true", help="delete expired resources (default: a dry run that only reports): `pulumi destroy` per expired stack when the pulumi CLI is on PATH, then the AWS APIs in dependency order")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON (for machines and CI logs) instead of a table")
-    parser.add_argument("--no-pulumi", action="store_true", help="with --destroy: skip `pulumi destroy` even when the CLI is present (AWS APIs only)")
-    parser.add_argument("--wait-seconds", type=float, default=900, metavar="S", help="how long to wait for asynchronous deletions (node groups, file systems, load-balancer interfaces) before reporting failure (default 900)")
+    parser.add_argument(
+        "--region",
+        action="append",
+        metavar="R",
+        help="AWS region to sweep (repeatable; default: AWS_REGION plus every aws:region in stacks/)",
+    )
+    parser.add_argument(
+        "--now",
+        metavar="ISO",
+        help="the clock, ISO 8601 (default: now); resources whose expires-at is at or before it are expired",
+    )
+    parser.add_argument(
+        "--destroy",
+        action="store_true",
+        help="delete expired resources (default: a dry run that only reports): `pulumi destroy` per expired stack when the "
+             "pulumi CLI is on PATH, then the AWS APIs in dependency order",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as JSON (for machines and CI logs) instead of a table"
+    )
+    parser.add_argument(
+        "--no-pulumi",
+        action="store_true",
+        help="with --destroy: skip `pulumi destroy` even when the CLI is present (AWS APIs only)",
+    )
+    parser.add_argument(
+        "--wait-seconds",
+        type=float,
+        default=900,
+        metavar="S",
+        help="how long to wait for asynchronous deletions (node groups, file systems, load-balancer interfaces) before reporting "
+             "failure (default 900)",
+    )
     return parser
 
 
@@ -804,7 +982,10 @@ def render_table(report: Mapping[str, Any]) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     s = report["summary"]
-    console.print(f"[bold]kimi-deploy sweep[/bold] ({report['mode']}) now {report['now']} regions {', '.join(report['regions'])}", highlight=False)
+    console.print(
+        f"[bold]kimi-deploy sweep[/bold] ({report['mode']}) now {report['now']} regions {', '.join(report['regions'])}",
+        highlight=False,
+    )
     table = Table()
     for col in ("stack", "kind", "id", "expires-at", "status", "reason"):
         table.add_column(col, overflow="fold")
@@ -812,7 +993,14 @@ def render_table(report: Mapping[str, Any]) -> None:
     for stack, info in report["stacks"].items():
         for r in info["resources"]:
             st = styles.get(r["status"], "")
-            table.add_row(stack, r["kind"], r["id"], r["expires_at"] or "-", f"[{st}]{r['status']}[/{st}]" if st else r["status"], r["reason"])
+            table.add_row(
+                stack,
+                r["kind"],
+                r["id"],
+                r["expires_at"] or "-",
+                f"[{st}]{r['status']}[/{st}]" if st else r["status"],
+                r["reason"],
+            )
     console.print(table)
     for d in report["pulumi_destroy"]:
         console.print(f"pulumi destroy {d['stack']}: {d['status']} {d['reason']}", highlight=False, markup=False)
@@ -821,18 +1009,21 @@ def render_table(report: Mapping[str, Any]) -> None:
     for e in report["errors"]:
         console.print(f"[red]error:[/red] {e}", highlight=False)
     console.print(
-        f"expired {s['expired']}, would delete {s['would_delete']}, deleted {s['deleted']}, failed {s['failed']}, kept {s['kept']}, still paid {s['still_paid']}",
+        f"expired {s['expired']}, would delete {s['would_delete']}, deleted {s['deleted']}, failed {s['failed']}, kept "
+        f"{s['kept']}, still paid {s['still_paid']}",
         highlight=False,
     )
 
 
-def main(argv: list[str] | None = None, *, clients: ClientFactory | None = None, destroyer: AutomationDestroyer | None = None) -> int:
+def main(
+    argv: list[str] | None = None, *, clients: ClientFactory | None = None, destroyer: AutomationDestroyer | None = None
+) -> int:
     try:
         args = make_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0) if exc.code in (0, None) else 2
     try:
-        now = parse_time(args.now) if args.now else datetime.now(timezone.utc).replace(microsecond=0)
+        now = parse_time(args.now) if args.now else datetime.now(UTC).replace(microsecond=0)
     except ValueError:
         print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
         return 2
@@ -850,7 +1041,15 @@ def main(argv: list[str] | None = None, *, clients: ClientFactory | None = None,
     if args.no_pulumi:
         destroyer = None
     log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
-    sweeper = Sweeper(clients or default_client_factory, regions, now, destroy=args.destroy, destroyer=destroyer, wait_seconds=args.wait_seconds, log=log)
+    sweeper = Sweeper(
+        clients or default_client_factory,
+        regions,
+        now,
+        destroy=args.destroy,
+        destroyer=destroyer,
+        wait_seconds=args.wait_seconds,
+        log=log,
+    )
     try:
         report = sweeper.run()
         for note in SESSION_NOTES:

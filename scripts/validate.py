@@ -36,10 +36,11 @@ import random
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
@@ -190,31 +191,52 @@ def _validate_calls(calls: Sequence[Any]) -> tuple[list[dict[str, Any]], list[st
 
 def check_tools(client: Any, opts: Options) -> CheckResult:
     name = "tools"
-    resp = _chat(client, opts, messages=[{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}],
-                 tools=[WEATHER_TOOL], tool_choice="auto")
+    resp = _chat(
+        client,
+        opts,
+        messages=[{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}],
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+    )
     choice = resp.choices[0]
     msg = choice.message
     content = msg.content or ""
     _, reasoning = reasoning_of(msg)
     leaked = RAW_TOOL_TOKEN_RE.search(content) or RAW_TOOL_TOKEN_RE.search(reasoning or "")
     if leaked:
-        return CheckResult(name, FAIL, f"raw tool-call tokens in the response text ({leaked.group(0)!r}): is --tool-call-parser kimi_k3 set?")
+        return CheckResult(
+            name, FAIL, f"raw tool-call tokens in the response text ({leaked.group(0)!r}): is --tool-call-parser kimi_k3 set?"
+        )
     calls = msg.tool_calls or []
     if not calls:
-        return CheckResult(name, FAIL, f"no tool_calls (finish_reason {choice.finish_reason}); content: {one_line(content)[:80]!r}")
+        return CheckResult(
+            name, FAIL, f"no tool_calls (finish_reason {choice.finish_reason}); content: {one_line(content)[:80]!r}"
+        )
     parsed, problems = _validate_calls(calls)
     if problems:
         return CheckResult(name, FAIL, problems[0])
     if not any(a.get("city", "").lower() == "paris" for a in parsed):
         return CheckResult(name, FAIL, f"the call does not ask for Paris: {json.dumps(parsed)[:100]}")
-    return CheckResult(name, PASS, f"{len(calls)} tool call(s), arguments valid JSON matching the schema, finish_reason {choice.finish_reason}")
+    return CheckResult(
+        name, PASS, f"{len(calls)} tool call(s), arguments valid JSON matching the schema, finish_reason {choice.finish_reason}"
+    )
 
 
 def check_parallel_tools(client: Any, opts: Options) -> CheckResult:
     name = "parallel-tools"
-    resp = _chat(client, opts, messages=[{"role": "user", "content":
-                 "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in this turn."}],
-                 tools=[WEATHER_TOOL], tool_choice="auto")
+    resp = _chat(
+        client,
+        opts,
+        messages=[
+            {
+                "role": "user",
+                "content": "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls "
+                           "in this turn.",
+            }
+        ],
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+    )
     calls = resp.choices[0].message.tool_calls or []
     if len(calls) < 2:
         detail = f": {one_line(calls[0].function.arguments)[:100]!r}" if calls else ""
@@ -235,7 +257,11 @@ def check_round_trip(client: Any, opts: Options) -> CheckResult:
     name = "round-trip"
     rng = random.Random(opts.seed + 1)
     observation = f"WX-{rng.randrange(1000, 9999)}"
-    user = {"role": "user", "content": "What is the weather in Paris? Use get_weather, then tell me the temperature and the observation_id it returns."}
+    user = {
+        "role": "user",
+        "content": "What is the weather in Paris? Use get_weather, then tell me the temperature and the observation_id it "
+                   "returns.",
+    }
     first = _chat(client, opts, messages=[user], tools=[WEATHER_TOOL], tool_choice="auto")
     msg = first.choices[0].message
     calls = msg.tool_calls or []
@@ -248,17 +274,25 @@ def check_round_trip(client: Any, opts: Options) -> CheckResult:
         "role": "assistant",
         "content": msg.content or "",
         "reasoning_content": reasoning,
-        "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}} for c in calls],
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in calls
+        ],
     }
     if field_name != "reasoning_content":
         assistant[field_name] = reasoning  # send back whichever field the server used, too
-    results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"temperature_c": 17.5, "observation_id": observation})} for c in calls]
+    results = [
+        {"role": "tool", "tool_call_id": c.id, "content": json.dumps({"temperature_c": 17.5, "observation_id": observation})}
+        for c in calls
+    ]
     second = _chat(client, opts, messages=[user, assistant, *results], tools=[WEATHER_TOOL], tool_choice="auto")
     reply = second.choices[0].message
     if reply.tool_calls:
         return CheckResult(name, FAIL, "turn 2 asked for the tool again instead of using its result")
     if observation not in (reply.content or ""):
-        return CheckResult(name, FAIL, f"turn 2 does not use the tool result ({observation} missing): {one_line(reply.content or '')[:80]!r}")
+        return CheckResult(
+            name, FAIL, f"turn 2 does not use the tool result ({observation} missing): {one_line(reply.content or '')[:80]!r}"
+        )
     # The same turn 2 without the reasoning: a server that reads reasoning_content counts more
     # prompt tokens with it; one that drops it counts the same, however short the reasoning is.
     stripped = {k: v for k, v in assistant.items() if k not in ("reasoning_content", "reasoning")}
@@ -276,7 +310,9 @@ def check_round_trip(client: Any, opts: Options) -> CheckResult:
             "the server drops the returned reasoning_content",
             metrics,
         )
-    return CheckResult(name, PASS, f"{len(calls)} tool result(s) returned with reasoning ({field_name}); turn 2 used them", metrics)
+    return CheckResult(
+        name, PASS, f"{len(calls)} tool result(s) returned with reasoning ({field_name}); turn 2 used them", metrics
+    )
 
 
 def check_reasoning_effort(client: Any, opts: Options) -> CheckResult:
@@ -285,7 +321,9 @@ def check_reasoning_effort(client: Any, opts: Options) -> CheckResult:
     for effort in EFFORTS:
         started = time.monotonic()
         try:
-            resp = _chat(client, opts, messages=[{"role": "user", "content": "Reply with the single word: ok"}], reasoning_effort=effort)
+            resp = _chat(
+                client, opts, messages=[{"role": "user", "content": "Reply with the single word: ok"}], reasoning_effort=effort
+            )
             if not resp.choices:
                 failures.append(f"{effort}: no choices")
         except CheckFailed as err:
@@ -427,9 +465,11 @@ def check_throughput(client: Any, opts: Options, progress: Callable[[int, int], 
         "itl_p95_seconds": round(percentile(itls, 95), 5) if itls else None,
         "usage_reported": all(r["usage"] for r in ok),
     }
-    summary = (f"{opts.requests} streams at concurrency {opts.concurrency}: {metrics['output_tokens_per_second']:,} output tok/s, "
-               f"TTFT p50 {metrics['ttft_p50_seconds']:.3f} s p95 {metrics['ttft_p95_seconds']:.3f} s, "
-               f"ITL {'n/a' if metrics['itl_mean_seconds'] is None else format(metrics['itl_mean_seconds'] * 1000, '.1f') + ' ms'}")
+    summary = (
+        f"{opts.requests} streams at concurrency {opts.concurrency}: {metrics['output_tokens_per_second']:,} output tok/s, "
+        f"TTFT p50 {metrics['ttft_p50_seconds']:.3f} s p95 {metrics['ttft_p95_seconds']:.3f} s, "
+        f"ITL {'n/a' if metrics['itl_mean_seconds'] is None else format(metrics['itl_mean_seconds'] * 1000, '.1f') + ' ms'}"
+    )
     if opts.min_output_tps is not None and (metrics["output_tokens_per_second"] or 0) < opts.min_output_tps:
         return CheckResult(name, FAIL, f"{summary}: below --min-output-tps {opts.min_output_tps}", metrics)
     if opts.max_ttft_p95_seconds is not None and metrics["ttft_p95_seconds"] > opts.max_ttft_p95_seconds:
@@ -487,7 +527,9 @@ def streamed_call_problem(reply: dict[str, Any], cities: Sequence[str]) -> str |
         return f"raw tool-call tokens in the streamed text ({leaked.group(0)!r})"
     calls = reply["calls"]
     if not calls:
-        return f"no tool_calls in the stream (finish_reason {reply['finish_reason']}); content: {one_line(reply['content'])[:80]!r}"
+        return (
+            f"no tool_calls in the stream (finish_reason {reply['finish_reason']}); content: {one_line(reply['content'])[:80]!r}"
+        )
     for call in calls:
         if not call["id"] or not call["name"] or not call["arguments"].strip():
             return f"an empty tool call in the stream: {json.dumps(call)[:100]}"
@@ -511,14 +553,19 @@ def check_stream_tools(client: Any, opts: Options) -> CheckResult:
     name = "stream-tools"
     cases = (
         (("Paris",), "What is the weather in Paris right now? Use the get_weather tool."),
-        (("Paris", "Tokyo"), "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in this turn."),
+        (
+            ("Paris", "Tokyo"),
+            "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in this turn.",
+        ),
     )
     for cities, prompt in cases:
         reply = stream_tool_calls(client, opts, [{"role": "user", "content": prompt}])
         problem = streamed_call_problem(reply, cities)
         if problem:
             return CheckResult(name, FAIL, f"{len(cities)}-call stream: {problem}")
-    return CheckResult(name, PASS, "streamed single and two-call requests: tool_calls rebuilt from the deltas are complete and separate")
+    return CheckResult(
+        name, PASS, "streamed single and two-call requests: tool_calls rebuilt from the deltas are complete and separate"
+    )
 
 
 CONCURRENT_CITIES: tuple[str, ...] = ("Paris", "Tokyo", "Berlin", "Lima")
@@ -530,8 +577,15 @@ def check_concurrent_tools(client: Any, opts: Options) -> CheckResult:
     cities = [CONCURRENT_CITIES[i % len(CONCURRENT_CITIES)] for i in range(n)]
     problems: list[str] = []
     with ThreadPoolExecutor(max_workers=n) as pool:
-        futures = {pool.submit(stream_tool_calls, client, opts, [{"role": "user", "content":
-                   f"What is the weather in {city} right now? Use the get_weather tool."}]): (i, city) for i, city in enumerate(cities)}
+        futures = {
+            pool.submit(
+                stream_tool_calls,
+                client,
+                opts,
+                [{"role": "user", "content": f"What is the weather in {city} right now? Use the get_weather tool."}],
+            ): (i, city)
+            for i, city in enumerate(cities)
+        }
         for future in as_completed(futures):
             i, city = futures[future]
             try:
@@ -541,7 +595,9 @@ def check_concurrent_tools(client: Any, opts: Options) -> CheckResult:
             if problem:
                 problems.append(f"stream {i + 1} ({city}): {problem}")
     if problems:
-        return CheckResult(name, FAIL, f"{len(problems)} of {n} concurrent tool streams wrong; first: {sorted(problems)[0]}", {"streams": n})
+        return CheckResult(
+            name, FAIL, f"{len(problems)} of {n} concurrent tool streams wrong; first: {sorted(problems)[0]}", {"streams": n}
+        )
     return CheckResult(name, PASS, f"{n} concurrent tool streams, each a complete call for its own city", {"streams": n})
 
 
@@ -553,7 +609,11 @@ def base_url_problem(client: Any, shown_url: str) -> str | None:
     try:
         client.models.list()
     except openai.NotFoundError:
-        hint = "should --base-url end in /v1?" if not shown_url.rstrip("/").endswith("/v1") else "is this an OpenAI-compatible server?"
+        hint = (
+            "should --base-url end in /v1?"
+            if not shown_url.rstrip("/").endswith("/v1")
+            else "is this an OpenAI-compatible server?"
+        )
         return f"GET {shown_url.rstrip('/')}/models answered 404: {hint} (e.g. http://HOST:8000/v1)"
     except openai.OpenAIError:
         return None
@@ -651,7 +711,9 @@ def probe(client: Any, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> str | 
         return None
     except Exception as err:  # the HTTP client's InvalidURL and the like: the URL is the user's
         if "URL" in type(err).__name__ or isinstance(err, ValueError):
-            raise UsageError(f"--base-url: {mask_url(str(client.base_url))!r} is not a valid URL ({one_line(err)[:80]})") from None
+            raise UsageError(
+                f"--base-url: {mask_url(str(client.base_url))!r} is not a valid URL ({one_line(err)[:80]})"
+            ) from None
         raise
     return None
 
@@ -678,25 +740,88 @@ def build_parser() -> argparse.ArgumentParser:
         "(one GET /v1/models is tried first), 2 usage error. "
         "Example: python scripts/validate.py --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro --json > validate.json",
     )
-    parser.add_argument("--base-url", required=True, help="the endpoint's OpenAI base URL, e.g. http://HOST:8000/v1 (the only address contacted)")
-    parser.add_argument("--model", required=True, help="the served model name clients send (stack's model.servedModelName, e.g. kimi-k3.1-pro)")
+    parser.add_argument(
+        "--base-url", required=True, help="the endpoint's OpenAI base URL, e.g. http://HOST:8000/v1 (the only address contacted)"
+    )
+    parser.add_argument(
+        "--model", required=True, help="the served model name clients send (stack's model.servedModelName, e.g. kimi-k3.1-pro)"
+    )
     parser.add_argument(
         "--api-key-env", metavar="VAR",
         help=f"environment variable holding the API key (default {DEFAULT_API_KEY_ENV} when set, else no key); "
         "the key is never a flag, so it stays out of shell history",
     )
-    parser.add_argument("--checks", default=",".join(CHECKS), metavar="LIST", help=f"comma-separated checks to run (default all: {','.join(CHECKS)})")
-    parser.add_argument("--needle-tokens", type=_positive(int, 1024, 1_048_576), default=DEFAULT_NEEDLE_TOKENS, metavar="N",
-                        help=f"haystack length in tokens (~{CHARS_PER_TOKEN} characters each; default {DEFAULT_NEEDLE_TOKENS:,}, capped at the served max_model_len)")
-    parser.add_argument("--needle-depth", type=_positive(float, 0, 1), default=0.5, metavar="F", help="where the needle sits, 0 = start, 1 = end (default 0.5)")
-    parser.add_argument("--concurrency", type=_positive(int, 1, 256), default=8, metavar="N", help="concurrent streams of the throughput check (default 8)")
-    parser.add_argument("--requests", type=_positive(int, 1, 1024), default=16, metavar="N", help="streams in all for the throughput check (default 16)")
-    parser.add_argument("--max-tokens", type=_positive(int, 1, 32_768), default=256, metavar="N", help="output tokens per throughput stream (default 256; EOS ignored)")
-    parser.add_argument("--prompt-tokens", type=_positive(int, 1, 131_072), default=1024, metavar="N", help="prompt length per throughput stream, estimated tokens (default 1,024)")
-    parser.add_argument("--min-output-tps", type=_positive(float, 0, 1e9), metavar="TPS", help="fail the throughput check below this many output tokens/s")
-    parser.add_argument("--max-ttft-p95-seconds", type=_positive(float, 0, 1e6), metavar="S", help="fail the throughput check when TTFT p95 is above this")
-    parser.add_argument("--timeout-seconds", type=_positive(float, 1, 86_400), default=600, metavar="S", help="timeout of each request (default 600; a long needle takes a while)")
-    parser.add_argument("--json", action="store_true", help="print JSON for machines (cost.py --throughput-json reads it) instead of a table")
+    parser.add_argument(
+        "--checks",
+        default=",".join(CHECKS),
+        metavar="LIST",
+        help=f"comma-separated checks to run (default all: {','.join(CHECKS)})",
+    )
+    parser.add_argument(
+        "--needle-tokens",
+        type=_positive(int, 1024, 1_048_576),
+        default=DEFAULT_NEEDLE_TOKENS,
+        metavar="N",
+        help=f"haystack length in tokens (~{CHARS_PER_TOKEN} characters each; default {DEFAULT_NEEDLE_TOKENS:,}, capped at the "
+             "served max_model_len)",
+    )
+    parser.add_argument(
+        "--needle-depth",
+        type=_positive(float, 0, 1),
+        default=0.5,
+        metavar="F",
+        help="where the needle sits, 0 = start, 1 = end (default 0.5)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_positive(int, 1, 256),
+        default=8,
+        metavar="N",
+        help="concurrent streams of the throughput check (default 8)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=_positive(int, 1, 1024),
+        default=16,
+        metavar="N",
+        help="streams in all for the throughput check (default 16)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive(int, 1, 32_768),
+        default=256,
+        metavar="N",
+        help="output tokens per throughput stream (default 256; EOS ignored)",
+    )
+    parser.add_argument(
+        "--prompt-tokens",
+        type=_positive(int, 1, 131_072),
+        default=1024,
+        metavar="N",
+        help="prompt length per throughput stream, estimated tokens (default 1,024)",
+    )
+    parser.add_argument(
+        "--min-output-tps",
+        type=_positive(float, 0, 1e9),
+        metavar="TPS",
+        help="fail the throughput check below this many output tokens/s",
+    )
+    parser.add_argument(
+        "--max-ttft-p95-seconds",
+        type=_positive(float, 0, 1e6),
+        metavar="S",
+        help="fail the throughput check when TTFT p95 is above this",
+    )
+    parser.add_argument(
+        "--timeout-seconds",
+        type=_positive(float, 1, 86_400),
+        default=600,
+        metavar="S",
+        help="timeout of each request (default 600; a long needle takes a while)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON for machines (cost.py --throughput-json reads it) instead of a table"
+    )
     return parser
 
 
@@ -707,7 +832,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
     unknown = [c for c in checks if c not in CHECKS]
     if unknown or not checks:
-        raise UsageError(f"--checks: {args.checks!r} names no known check or an unknown one {unknown} (allowed: {', '.join(CHECKS)})")
+        raise UsageError(
+            f"--checks: {args.checks!r} names no known check or an unknown one {unknown} (allowed: {', '.join(CHECKS)})"
+        )
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:

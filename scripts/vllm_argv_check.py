@@ -183,7 +183,7 @@ def main() -> int:
     try:
         from vllm.config import CacheConfig
     except ImportError:  # only the last check needs it
-        CacheConfig = None  # type: ignore[assignment]
+        CacheConfig = None
     try:
         import vllm.envs as vllm_envs
 
@@ -200,7 +200,7 @@ def main() -> int:
     class RaisingParser(FlexibleArgumentParser):
         """vLLM's parser, raising instead of exiting (sub-parsers inherit the class)."""
 
-        def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
+        def exit(self, status: int = 0, message: str | None = None):
             if message:
                 raise ArgparseFailure(message.strip())
             raise ArgparseFailure(f"argparse exited with status {status} (help or version requested?)")
@@ -257,7 +257,7 @@ def main() -> int:
 
     results = []
     check_started = time.perf_counter()
-    for argv, env in zip(argvs, envs):
+    for argv, env in zip(argvs, envs, strict=False):
         # The forced settings (CPU, offline, no devices) win over a role's own environment.
         env = {k: v for k, v in (env or {}).items() if k not in _FORCED_ENV}
         saved = {k: os.environ.get(k) for k in env}

@@ -33,9 +33,9 @@ try:  # the one definition (standard library only), in a checkout or the install
     from components.spec.naming import MANIFEST_NAME, MARKER_NAME, S3_PART_CONCURRENCY
 except ImportError:  # shipped alone to a node (ConfigMap / S3 object): the same values, held
     # equal to components/spec/naming.py by tests/test_weight_sync.py (the shipped-alone run).
-    MARKER_NAME = ".weights-complete.json"  # type: ignore[misc]
-    MANIFEST_NAME = "manifest.json"  # type: ignore[misc]
-    S3_PART_CONCURRENCY = 8  # type: ignore[misc]
+    MARKER_NAME = ".weights-complete.json"
+    MANIFEST_NAME = "manifest.json"
+    S3_PART_CONCURRENCY = 8
 STATE_DIR_NAME = ".weights-sync"  # journal, partial files and hub staging, inside the destination
 JOURNAL_NAME = "verified.jsonl"
 MANIFEST_VERSION = 1
@@ -255,7 +255,7 @@ def hub_endpoint(hub: str) -> str:
     return f"{scheme}://{netloc.rpartition('@')[2]}" + (f"/{path}" if path else "")
 
 
-def _error_chain(exc: BaseException) -> list[BaseException]:
+def _error_chain(exc: BaseException | None) -> list[BaseException]:
     """``exc`` and the exceptions it was raised from (huggingface_hub wraps the HEAD call's error
     in LocalEntryNotFoundError), outermost first."""
     chain: list[BaseException] = []
@@ -297,7 +297,7 @@ def hub_error_message(exc: BaseException, hub: str, repo: str, revision: str | N
     set_token = f"set {info['config_key']} (env {info['token_env']})"
     page = f"{endpoint}/{repo}" if hub == "hf" else f"{endpoint}/models/{repo}"
     names = [{cls.__name__ for cls in type(e).__mro__} for e in _error_chain(exc)]
-    chain = list(zip(_error_chain(exc), names))
+    chain = list(zip(_error_chain(exc), names, strict=False))
     for e, n in chain:
         status = _http_status(e)
         if "GatedRepoError" in n:
@@ -379,7 +379,7 @@ class Progress:
         self._start = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True) if enabled else None
 
-    def start(self) -> "Progress":
+    def start(self) -> Progress:
         self._start = time.monotonic()
         if self._thread:
             self._thread.start()
@@ -699,6 +699,7 @@ class S3Source(Source):
                 "--part-size", str(S3_PART_BYTES >> 20), f"s3://{self.bucket}/{key}"]
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+            assert proc.stdout is not None  # stdout=PIPE
             try:
                 buf = bytearray(1 << 20)
                 while n := proc.stdout.readinto(buf):
@@ -709,8 +710,8 @@ class S3Source(Source):
                     proc.kill()
             if proc.returncode != 0:
                 err.seek(0)
-                text = err.read().decode(errors="replace").strip().splitlines()
-                text = text[-1] if text else f"exit {proc.returncode}"
+                lines = err.read().decode(errors="replace").strip().splitlines()
+                text = lines[-1] if lines else f"exit {proc.returncode}"
                 if re.search(r"NoSuchKey|NoSuchBucket|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
                              r"\b40[34]\b|[Nn]ot [Ff]ound", text):
                     raise SyncError(f"s5cmd: s3://{self.bucket}/{key}: {text}")
@@ -1004,8 +1005,8 @@ class Destination:
             for f in pending:
                 f.cancel()
             for f in futures:
-                if f.done() and not f.cancelled() and f.exception():
-                    raise f.exception()
+                if f.done() and not f.cancelled() and (exc := f.exception()):
+                    raise exc
             results = [f.result() for f in futures]
         return results
 
@@ -1179,7 +1180,9 @@ class LocalDestination(Destination):
             # the last sync point (a power loss may have left it short or empty: see the class).
             if (self.verify == "full" or (rec and not rec.get("trusted"))) and (entry.sha256 or rec):
                 _, sha = hash_file(path, check_progress)
-                expected = entry.sha256 or (rec.get("sha256") if entry.git_sha1 and rec.get("git_sha1") == entry.git_sha1 else None)
+                expected = entry.sha256 or (
+                    rec.get("sha256") if entry.git_sha1 and rec.get("git_sha1") == entry.git_sha1 else None
+                )
                 if sha == expected:
                     self._journal_append(self._record(entry.path, sha, entry.git_sha1, path))
                     return dataclasses.replace(entry, sha256=sha), "verified"
@@ -1242,7 +1245,8 @@ class LocalDestination(Destination):
         final_path = self.target(entry.path)
         tmp = os.path.join(self.partial, hashlib.sha256(entry.path.encode()).hexdigest()[:32] + ".partial")
         result: list[str] = []
-        fetch = lambda: result.append(fetch_verified(self.source, entry, tmp, progress, durable=False, writeback=True))
+        def fetch():
+            return result.append(fetch_verified(self.source, entry, tmp, progress, durable=False, writeback=True))
         with_retries(fetch, entry.path, self.log)
         os.makedirs(os.path.dirname(final_path), exist_ok=True)
         os.replace(tmp, final_path)  # verified; durable at the next sync point (see the class)
@@ -1274,7 +1278,7 @@ def marker_document(source: str, revision: str, entries: list[FileEntry]) -> dic
     """The completion marker: source, resolved revision, file count, total bytes, manifest digest."""
     return {"source": source, "revision": revision, "file_count": len(entries),
             "total_bytes": sum(e.size_bytes for e in entries), "manifest_sha256": manifest_digest(entries),
-            "completed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "completed_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
 class S3Destination(Destination):
@@ -1390,9 +1394,10 @@ class S3Destination(Destination):
             final = [done[e.path] for e in entries]
             summary.files_transferred, summary.bytes_transferred = len(fetched), need_bytes
             summary.files_verified += len(fetched)
-            put = lambda name, doc: client.put_object(Bucket=self.bucket, Key=s3_key(self.prefix, name),
-                                                      Body=json.dumps(doc, indent=1, sort_keys=True).encode(),
-                                                      ContentType="application/json")
+            def put(name, doc):
+                return client.put_object(Bucket=self.bucket, Key=s3_key(self.prefix, name),
+                                         Body=json.dumps(doc, indent=1, sort_keys=True).encode(),
+                                         ContentType="application/json")
             put(MANIFEST_NAME, manifest_document(self.source.uri, revision, final))
             put(MARKER_NAME, marker_document(self.source.uri, revision, final))
             return summary
@@ -1473,7 +1478,7 @@ def run(args: argparse.Namespace) -> Summary:
 
     common = dict(source=source, workers=args.workers, verify=args.verify, log=log, progress_enabled=not args.quiet)
     if args.dest.startswith("s3://"):
-        dest = S3Destination(args.dest, args.staging_dir, **common)
+        dest: S3Destination | LocalDestination = S3Destination(args.dest, args.staging_dir, **common)
     elif "://" in args.dest:
         raise UsageError(f"--dest {args.dest!r}: expected a local directory or s3://BUCKET/PREFIX")
     else:

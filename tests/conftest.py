@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 # A fixed clock for every test: stack files are checked against it, plans are reproducible.
-FIXED_NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+FIXED_NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 # Secret values set in every plan run; tests assert none of them appears in any output.
 TEST_SECRETS = {
     "hfToken": "hf_TESTSECRETtoken0123456789abcdef",
@@ -35,7 +35,7 @@ STACKS = stack_names()
 # given the way a user gives one (config), through the offline overlay. Tests of the refusal
 # itself clear it (tests/test_engine.py).
 TEST_ENGINE_TAG = "nightly-" + "0" * 40
-TEST_ENGINE_OVERLAY = '{"kimi-deploy:vllm": {"imageTag": "%s"}}' % TEST_ENGINE_TAG
+TEST_ENGINE_OVERLAY = '{"kimi-deploy:vllm": {"imageTag": "' + TEST_ENGINE_TAG + '"}}'
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
 _PLAN_CACHE: dict[tuple, object] = {}
 

@@ -65,7 +65,7 @@ class HubState:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "HubServer"
+    server: HubServer
 
     def log_message(self, *args):  # keep test output clean
         pass
@@ -209,7 +209,7 @@ class HubServer(ThreadingHTTPServer):
         self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         self._thread.start()
         return self
 

@@ -39,7 +39,9 @@ SHORT_REASONING_CHARS = 400
 CITIES = ("Paris", "Tokyo", "Berlin", "Lima")
 REASONING = "The user wants weather data; I should call the weather tool for each city mentioned, then report. " * 2
 NEEDLE_RE = re.compile(r"The secret passphrase for the vault is ([A-Za-z0-9-]+)\.")
-RAW_TOOL_TOKENS = "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_end|><|tool_calls_section_end|>"
+RAW_TOOL_TOKENS = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_end|><|tool_calls_section_end|>"
+)
 
 
 def tokens(text: str | None) -> int:
@@ -49,8 +51,15 @@ def tokens(text: str | None) -> int:
 class OpenAITestServer:
     """The server; ``requests`` records every request body received (for assertions)."""
 
-    def __init__(self, model: str = "kimi-k3.1-pro", *, api_key: str | None = None, misbehave: set[str] | frozenset[str] = frozenset(),
-                 max_model_len: int = 1_048_576, token_delay_seconds: float = 0.001):
+    def __init__(
+        self,
+        model: str = "kimi-k3.1-pro",
+        *,
+        api_key: str | None = None,
+        misbehave: set[str] | frozenset[str] = frozenset(),
+        max_model_len: int = 1_048_576,
+        token_delay_seconds: float = 0.001,
+    ):
         unknown = set(misbehave) - set(MISBEHAVIOURS)
         if unknown:
             raise ValueError(f"unknown misbehaviour {sorted(unknown)} (known: {', '.join(MISBEHAVIOURS)})")
@@ -69,7 +78,7 @@ class OpenAITestServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "OpenAITestServer":
+    def __enter__(self) -> OpenAITestServer:
         self._thread.start()
         return self
 
@@ -82,7 +91,9 @@ class OpenAITestServer:
     def prompt_tokens(self, body: dict[str, Any]) -> int:
         count = tokens(json.dumps(body.get("tools") or []))
         for message in body.get("messages", []):
-            count += 4 + tokens(message.get("content") if isinstance(message.get("content"), str) else json.dumps(message.get("content")))
+            count += 4 + tokens(
+                message.get("content") if isinstance(message.get("content"), str) else json.dumps(message.get("content"))
+            )
             reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
             dropped = "drop-reasoning" in self.misbehave or (
                 "drop-short-reasoning" in self.misbehave and len(reasoning) < SHORT_REASONING_CHARS)
@@ -113,10 +124,21 @@ class OpenAITestServer:
             return 200, {"role": "assistant", "reasoning_content": "Searching.", "content": "I could not find a passphrase."}
         cities = [c for c in CITIES if c in text]
         if body.get("tools") and cities:
-            calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                      "function": {"name": "get_weather", "arguments": json.dumps({"city": c, "unit": "celsius"})}} for c in cities]
+            calls = [
+                {
+                    "id": f"call_{uuid.uuid4().hex[:12]}",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": json.dumps({"city": c, "unit": "celsius"})},
+                }
+                for c in cities
+            ]
             if "merge-tool-calls" in self.misbehave and len(calls) > 1 and not body.get("stream"):
-                calls = [{**calls[0], "function": {"name": "get_weather", "arguments": "".join(c["function"]["arguments"] for c in calls)}}]
+                calls = [
+                    {
+                        **calls[0],
+                        "function": {"name": "get_weather", "arguments": "".join(c["function"]["arguments"] for c in calls)},
+                    }
+                ]
             with self._lock:
                 for call in calls:
                     self.issued_reasoning[call["id"]] = REASONING
@@ -189,7 +211,9 @@ class OpenAITestServer:
                 with server._lock:
                     server.requests.append(body)
                 if body.get("model") != server.model:
-                    self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.", "type": "NotFoundError"}})
+                    self._json(
+                        404, {"error": {"message": f"The model `{body.get('model')}` does not exist.", "type": "NotFoundError"}}
+                    )
                     return
                 if body.get("stream") and not body.get("tools") and "error-stream" in server.misbehave:
                     self._json(503, {"error": {"message": "overloaded", "type": "ServiceUnavailableError"}})
@@ -201,8 +225,14 @@ class OpenAITestServer:
                     self._json(status, message)
                     return
                 usage = {"prompt_tokens": server.prompt_tokens(body)}
-                usage["completion_tokens"] = (tokens(message.get("reasoning_content")) + tokens(message.get("content"))
-                                              + sum(tokens(c["function"]["name"]) + tokens(c["function"]["arguments"]) for c in message.get("tool_calls") or []))
+                usage["completion_tokens"] = (
+                    tokens(message.get("reasoning_content"))
+                    + tokens(message.get("content"))
+                    + sum(
+                        tokens(c["function"]["name"]) + tokens(c["function"]["arguments"])
+                        for c in message.get("tool_calls") or []
+                    )
+                )
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
                 rid, created = f"chatcmpl-{uuid.uuid4().hex[:16]}", int(time.time())

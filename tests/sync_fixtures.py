@@ -90,7 +90,7 @@ class MotoServer:
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.endpoint = f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "MotoServer":
+    def __enter__(self) -> MotoServer:
         self._server.start()
         return self
 
@@ -100,7 +100,7 @@ class MotoServer:
 
 class _ProxyHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "FaultProxy"
+    server: FaultProxy
 
     def log_message(self, *args):
         pass
@@ -182,7 +182,7 @@ class FaultProxy(ThreadingHTTPServer):
         with self.lock:
             return sum(1 for m, p, _ in self.requests if m == "GET" and key_fragment in p)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
 

@@ -90,7 +90,7 @@ def test_triggers_read_queue_kv_cache_and_busy_replicas_with_a_hold_longer_than_
     assert set(triggers) == {"queue", "kv-cache", "busy-replicas"}
     assert plan.scale_up_bound_seconds >= sizing.startup_budget_seconds
     assert plan.scale_down_delay_seconds == max(plan.scale_up_bound_seconds, plan.scale_up_seconds) + SCALE_DOWN_MARGIN_SECONDS
-    for name_, trig in triggers.items():
+    for _name, trig in triggers.items():
         meta = trig["metadata"]
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
         assert meta["serverAddress"] == "http://prometheus-operated.monitoring.svc:9090"
@@ -112,10 +112,15 @@ def test_scale_up_at_once_scale_down_slowly_one_copy_at_a_time(name):
     behavior = body["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     up, down = behavior["scaleUp"], behavior["scaleDown"]
     assert up["stabilizationWindowSeconds"] == 0
-    assert up["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": min(plan.scale_up_seconds, HPA_MAX_POLICY_PERIOD_SECONDS)}]
+    assert up["policies"] == [
+        {"type": "Pods", "value": 1, "periodSeconds": min(plan.scale_up_seconds, HPA_MAX_POLICY_PERIOD_SECONDS)}
+    ]
     # autoscaling/v2 caps the window at one hour; the query hold carries the rest
     assert down["stabilizationWindowSeconds"] == HPA_MAX_STABILIZATION_SECONDS
-    assert down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": HPA_MAX_POLICY_PERIOD_SECONDS}] and down["selectPolicy"] == "Min"
+    assert (
+        down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": HPA_MAX_POLICY_PERIOD_SECONDS}]
+        and down["selectPolicy"] == "Min"
+    )
     assert body["cooldownPeriod"] == plan.scale_down_delay_seconds > run.context.sizing.startup_budget_seconds
     assert body["initialCooldownPeriod"] == plan.scale_up_bound_seconds
     assert body["fallback"]["behavior"] == "currentReplicasIfHigher"
@@ -139,7 +144,12 @@ def test_schedule_adds_cron_triggers_and_allows_scale_to_zero():
     validate_against_crd(scaled)
     assert scaled["spec"]["minReplicaCount"] == 0
     (cron,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "cron"]
-    assert cron["metadata"] == {"timezone": "Europe/Berlin", "start": "0 8 * * 1-5", "end": "0 20 * * 1-5", "desiredReplicas": "1"}
+    assert cron["metadata"] == {
+        "timezone": "Europe/Berlin",
+        "start": "0 8 * * 1-5",
+        "end": "0 20 * * 1-5",
+        "desiredReplicas": "1",
+    }
     assert scaled["spec"]["fallback"]["replicas"] == 1
 
 
@@ -250,21 +260,61 @@ def test_plan_json_carries_scaling_and_the_table_rows(tmp_path):
 # -- config errors ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 1, "minReplicas": 2}}, r"autoscaling.maxReplicas: 1 is below autoscaling.minReplicas 2"),
-    ({"kimi-deploy:autoscaling": {"enabled": True, "minReplicas": 0}}, r"autoscaling.minReplicas: 0 needs autoscaling.schedule"),
-    ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "schedule": [{"start": "8 * * 1-5", "end": "0 20 * * 1-5"}]}},
-     r"autoscaling.schedule.0.start: '8 \* \* 1-5' is not a 5-field cron expression"),
-    ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "schedule": [{"start": "0 8 * * *", "end": "0 9 * * *", "timezone": "Mars/Base"}]}},
-     r"autoscaling.schedule.0.timezone: 'Mars/Base' is not an IANA time zone"),
-    ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "controller": "hpa"}}, r"autoscaling.controller: 'hpa' needs an external metrics adapter"),
-    ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 1}}, r"compute.replicas: 2 is the initial replica count and must lie within"),
-    ({"kimi-deploy:observability": {}}, r"autoscaling.enabled: true needs observability.prometheusNamespace"),
-    ({"kimi-deploy:observability": {"prometheusNamespace": "Monitoring"}}, r"observability.prometheusNamespace: 'Monitoring' is not a valid namespace"),
-    ({"kimi-deploy:observability": {"prometheusUrl": "http://user:pw@prom:9090"}}, r"observability.prometheusUrl: .* is not an http\(s\) URL"),
-    ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "scaleDownDelaySeconds": 600}}, r"autoscaling.scaleDownDelaySeconds: 600 must exceed the scale-up time"),
-    ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplica": 3}}, r"autoscaling.maxReplica: .* is not a known key"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            {"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 1, "minReplicas": 2}},
+            r"autoscaling.maxReplicas: 1 is below autoscaling.minReplicas 2",
+        ),
+        (
+            {"kimi-deploy:autoscaling": {"enabled": True, "minReplicas": 0}},
+            r"autoscaling.minReplicas: 0 needs autoscaling.schedule",
+        ),
+        (
+            {
+                "kimi-deploy:autoscaling": {
+                    "enabled": True,
+                    "maxReplicas": 3,
+                    "schedule": [{"start": "8 * * 1-5", "end": "0 20 * * 1-5"}],
+                }
+            },
+            r"autoscaling.schedule.0.start: '8 \* \* 1-5' is not a 5-field cron expression",
+        ),
+        (
+            {
+                "kimi-deploy:autoscaling": {
+                    "enabled": True,
+                    "maxReplicas": 3,
+                    "schedule": [{"start": "0 8 * * *", "end": "0 9 * * *", "timezone": "Mars/Base"}],
+                }
+            },
+            r"autoscaling.schedule.0.timezone: 'Mars/Base' is not an IANA time zone",
+        ),
+        (
+            {"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "controller": "hpa"}},
+            r"autoscaling.controller: 'hpa' needs an external metrics adapter",
+        ),
+        (
+            {"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 1}},
+            r"compute.replicas: 2 is the initial replica count and must lie within",
+        ),
+        ({"kimi-deploy:observability": {}}, r"autoscaling.enabled: true needs observability.prometheusNamespace"),
+        (
+            {"kimi-deploy:observability": {"prometheusNamespace": "Monitoring"}},
+            r"observability.prometheusNamespace: 'Monitoring' is not a valid namespace",
+        ),
+        (
+            {"kimi-deploy:observability": {"prometheusUrl": "http://user:pw@prom:9090"}},
+            r"observability.prometheusUrl: .* is not an http\(s\) URL",
+        ),
+        (
+            {"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3, "scaleDownDelaySeconds": 600}},
+            r"autoscaling.scaleDownDelaySeconds: 600 must exceed the scale-up time",
+        ),
+        ({"kimi-deploy:autoscaling": {"enabled": True, "maxReplica": 3}}, r"autoscaling.maxReplica: .* is not a known key"),
+    ],
+)
 def test_autoscaling_config_errors_are_one_line(extra, message):
     with pytest.raises(ConfigError, match=message) as err:
         spec = spec_with("b300-prod", extra)
@@ -278,7 +328,9 @@ def test_autoscaling_is_refused_on_aws_ec2():
     full = dict(read_stack_config("b300"))
     full["kimi-deploy:autoscaling"] = {"enabled": True}
     ns, secrets = namespace_config(full)
-    with pytest.raises(ConfigError, match=r"kimi-deploy:autoscaling.enabled: true is only for the aws-eks and kubernetes platforms"):
+    with pytest.raises(
+        ConfigError, match=r"kimi-deploy:autoscaling.enabled: true is only for the aws-eks and kubernetes platforms"
+    ):
         parse_spec(ns, stack="b300", now=FIXED_NOW, secrets_set=secrets)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -112,15 +112,15 @@ def test_a_version_out_of_standard_support_needs_extended_chosen_and_states_its_
         _eks_spec(now=later, eksVersion="1.34")
     spec = _eks_spec(now=later, eksVersion="1.34", eksSupportType="EXTENDED")
     assert any("extended support" in w and "0.60" in w for w in spec.warnings)
-    assert plan_for("gb300", overrides={"kimi-deploy:kubernetes": _with("gb300", "kubernetes", eksVersion="1.34", eksSupportType="EXTENDED")}).named(
-        "eks-cluster"
-    ).inputs["upgradePolicy"] == {"supportType": "EXTENDED"}
+    assert plan_for(
+        "gb300", overrides={"kimi-deploy:kubernetes": _with("gb300", "kubernetes", eksVersion="1.34", eksSupportType="EXTENDED")}
+    ).named("eks-cluster").inputs["upgradePolicy"] == {"supportType": "EXTENDED"}
 
 
 def test_the_default_follows_the_clock_unknown_and_unsupported_versions_are_refused():
     # The default is checked against the run's clock too: past 2027-03-27 it must be bumped.
     with pytest.raises(ConfigError, match="kubernetes.eksVersion: '1.35' left standard support on 2027-03-27"):
-        _eks_spec(now=datetime(2027, 4, 1, tzinfo=timezone.utc))
+        _eks_spec(now=datetime(2027, 4, 1, tzinfo=UTC))
     with pytest.raises(ConfigError, match="is not a known EKS version"):
         _eks_spec(eksVersion="1.99")
     with pytest.raises(ConfigError, match="too old"):
@@ -179,7 +179,7 @@ def test_preflight_eks_version_against_a_recorded_describe_cluster_versions():
     assert ok.status == "pass" and "1.35" in ok.reason and "2027-03-27" in ok.reason
 
     def moved(answer):
-        answer["clusterVersions"][0]["endOfStandardSupportDate"] = datetime(2027, 2, 1, tzinfo=timezone.utc)
+        answer["clusterVersions"][0]["endOfStandardSupportDate"] = datetime(2027, 2, 1, tzinfo=UTC)
 
     assert check(spec, moved).status == "warn"  # the table disagrees with EKS: update it
 
@@ -242,7 +242,13 @@ def test_local_zone_with_fsx_warns_and_an_existing_vpc_needs_parent_region_subne
     ns["storage"] = {**ns.get("storage", {}), "kind": "nvme-from-fsx"}
     spec = parse_spec(ns, stack="gb300", now=FIXED_NOW)
     assert any("Local Zone" in w and "FSx" in w for w in spec.warnings)
-    only_lz = {"kimi-deploy:network": {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0123456789abcdef0"], "allowedCidrs": ["10.0.0.0/8"]}}
+    only_lz = {
+        "kimi-deploy:network": {
+            "vpcId": "vpc-0123456789abcdef0",
+            "privateSubnetIds": ["subnet-0123456789abcdef0"],
+            "allowedCidrs": ["10.0.0.0/8"],
+        }
+    }
     with pytest.raises(Exception, match="parent-region AZs"):
         plan_for("gb300", overrides={**VARIANTS["gb300-local-zone"], **only_lz})
 
@@ -258,7 +264,9 @@ def test_preflight_reads_the_zone_type(monkeypatch):
         stub = Stubber(client)
         zone = {"ZoneName": LOCAL_ZONE, "ZoneType": kind, "OptInStatus": opted, "GroupName": "us-east-1-dfw-2",
                 "ParentZoneName": "us-east-1d", "RegionName": "us-east-1", "State": "available"}
-        stub.add_response("describe_availability_zones", {"AvailabilityZones": [zone]}, {"ZoneNames": ANY, "AllAvailabilityZones": ANY})
+        stub.add_response(
+            "describe_availability_zones", {"AvailabilityZones": [zone]}, {"ZoneNames": ANY, "AllAvailabilityZones": ANY}
+        )
         stub.activate()
         return preflight.AwsClients("us-east-1", overrides={"ec2:DescribeAvailabilityZones": client})
 
@@ -273,7 +281,9 @@ def test_preflight_reads_the_zone_type(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     with mock_aws():
-        check = preflight.check_zone_type(plan_for("gb300").context.spec, preflight.AwsClients("us-east-1", session=boto3.session.Session()))
+        check = preflight.check_zone_type(
+            plan_for("gb300").context.spec, preflight.AwsClients("us-east-1", session=boto3.session.Session())
+        )
     assert check.status == "pass" and "availability zone" in check.reason
 
 
@@ -303,7 +313,15 @@ def test_b300_facts_match_moto_and_every_mismatch_is_named():
     bad["NetworkInfo"]["MaximumNetworkCards"] = 16
     bad["VCpuInfo"]["DefaultVCpus"] = 96
     problems = " | ".join(preflight.instance_fact_mismatches(inst, gpu, bad))
-    for needle in ("memory", "architectures", "instance-store disks", "network card 3 takes interface", "EFA layout takes no efa-only", "16 network cards", "96 vCPUs"):
+    for needle in (
+        "memory",
+        "architectures",
+        "instance-store disks",
+        "network card 3 takes interface",
+        "EFA layout takes no efa-only",
+        "16 network cards",
+        "96 vCPUs",
+    ):
         assert needle in problems, needle
 
 
@@ -312,15 +330,21 @@ def test_gb300_facts_against_the_recorded_unverified_answer():
     spec = plan_for("gb300").context.spec
     assert spec.instance.facts_source.startswith("unverified")
     client = _recorded("ec2_describe_instance_types_p6e_gb300.json", "describe_instance_types", "ec2", {"InstanceTypes": 1})
-    check, known = preflight.check_instance_facts(spec, preflight.AwsClients("us-east-1", overrides={"ec2:DescribeInstanceTypes": client}))
+    check, known = preflight.check_instance_facts(
+        spec, preflight.AwsClients("us-east-1", overrides={"ec2:DescribeInstanceTypes": client})
+    )
     assert known is True and check.status == "pass", check.reason
     # The same answer with 8 EFA-capable cards only (even cards ENA) still fits the odd-card layout...
     def even_ena(answer):
         for card in answer["InstanceTypes"][0]["NetworkInfo"]["NetworkCards"][2::2]:
             card["InterfaceTypes"] = ["interface", "efa"]
 
-    client = _recorded("ec2_describe_instance_types_p6e_gb300.json", "describe_instance_types", "ec2", {"InstanceTypes": 1}, even_ena)
-    check, _ = preflight.check_instance_facts(spec, preflight.AwsClients("us-east-1", overrides={"ec2:DescribeInstanceTypes": client}))
+    client = _recorded(
+        "ec2_describe_instance_types_p6e_gb300.json", "describe_instance_types", "ec2", {"InstanceTypes": 1}, even_ena
+    )
+    check, _ = preflight.check_instance_facts(
+        spec, preflight.AwsClients("us-east-1", overrides={"ec2:DescribeInstanceTypes": client})
+    )
     # ...but differs from the recorded per-card types, which preflight reports.
     assert check.status == "fail" and "network card 2 takes interface/efa" in check.reason and "EFA layout" not in check.reason
 
@@ -386,8 +410,12 @@ def test_extending_the_expiry_changes_no_gpu_resource_in_a_way_that_replaces_or_
     from scripts.plan_diff import diff_documents
 
     base = dict(VARIANTS[variant])
-    first = plan_for(variant.split("-")[0], overrides={**base, "kimi-deploy:expiresAt": (FIXED_NOW + timedelta(hours=40)).isoformat()})
-    later = plan_for(variant.split("-")[0], overrides={**base, "kimi-deploy:expiresAt": (FIXED_NOW + timedelta(hours=300)).isoformat()})
+    first = plan_for(
+        variant.split("-")[0], overrides={**base, "kimi-deploy:expiresAt": (FIXED_NOW + timedelta(hours=40)).isoformat()}
+    )
+    later = plan_for(
+        variant.split("-")[0], overrides={**base, "kimi-deploy:expiresAt": (FIXED_NOW + timedelta(hours=300)).isoformat()}
+    )
     diff = diff_documents(_doc(first), _doc(later))
     assert diff["added"] == [] and diff["removed"] == []
     changed = {c["name"]: c for c in diff["changed"]}
@@ -439,7 +467,12 @@ SECRET_READ_ACTIONS = ("ssm:getparameter", "ssm:getparameters", "ssm:getparamete
 SSM_MANAGED_INSTANCE_CORE_READS = {"Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"], "Resource": "*"}
 # Managed policies the stacks attach, checked against the AWS managed policy reference: none
 # grants any of SECRET_READ_ACTIONS.
-MANAGED_WITHOUT_SECRET_READS = {"AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKSClusterPolicy"}
+MANAGED_WITHOUT_SECRET_READS = {
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryPullOnly",
+    "AmazonEKSClusterPolicy",
+}
 
 
 def _allows(pattern: str, action: str) -> bool:
@@ -491,15 +524,31 @@ def _role_documents(run) -> dict[str, list[dict]]:
 def test_the_walker_catches_account_wide_parameter_reads():
     own = {"arn:aws:ssm:us-east-1:123456789012:parameter/kimi-deploy/b300/vllm-api-key"}
     assert secret_reads_outside({"Statement": [SSM_MANAGED_INSTANCE_CORE_READS]}, own)
-    assert secret_reads_outside({"Statement": [{"Effect": "Allow", "Action": "ssm:Get*", "Resource": "arn:aws:ssm:us-east-1:123456789012:parameter/kimi-deploy/*"}]}, own)
+    assert secret_reads_outside(
+        {
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": "ssm:Get*",
+                    "Resource": "arn:aws:ssm:us-east-1:123456789012:parameter/kimi-deploy/*",
+                }
+            ]
+        },
+        own,
+    )
     assert secret_reads_outside({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}, own)
-    assert not secret_reads_outside({"Statement": [{"Effect": "Allow", "Action": "ssm:GetParameter", "Resource": sorted(own)}]}, own)
+    assert not secret_reads_outside(
+        {"Statement": [{"Effect": "Allow", "Action": "ssm:GetParameter", "Resource": sorted(own)}]}, own
+    )
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_no_role_reads_a_parameter_or_secret_outside_its_own(variant):
     run = variant_plan(variant)
-    own = {r.inputs.get("arn") or f"arn:aws:ssm:us-east-1:123456789012:parameter{r.inputs['name']}" for r in run.of_type("aws:ssm/parameter:Parameter")}
+    own = {
+        r.inputs.get("arn") or f"arn:aws:ssm:us-east-1:123456789012:parameter{r.inputs['name']}"
+        for r in run.of_type("aws:ssm/parameter:Parameter")
+    }
     assert not run.of_type("aws:secretsmanager/secret:Secret")
     roles = _role_documents(run)
     assert roles
@@ -511,15 +560,29 @@ def test_no_role_reads_a_parameter_or_secret_outside_its_own(variant):
     # Session Manager still works: every instance or node role has the channel actions.
     for role in run.of_type("aws:iam/role:Role"):
         if "ec2.amazonaws.com" in role.inputs["assumeRolePolicy"]:
-            actions = {a for d in roles[role.name] for st in d["Statement"] for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
-            assert {"ssm:UpdateInstanceInformation", "ssmmessages:OpenDataChannel", "ssmmessages:CreateControlChannel"} <= actions, role.name
+            actions = {
+                a
+                for d in roles[role.name]
+                for st in d["Statement"]
+                for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+            }
+            assert {
+                "ssm:UpdateInstanceInformation",
+                "ssmmessages:OpenDataChannel",
+                "ssmmessages:CreateControlChannel",
+            } <= actions, role.name
 
 
 @pytest.mark.parametrize("stack", AWS_STACKS)
 def test_parliament_finds_nothing_in_any_identity_policy(stack):
     from parliament import analyze_policy_string
 
-    assert [f.issue for f in analyze_policy_string(json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObjekt", "Resource": "*"}]})).findings]
+    assert [
+        f.issue
+        for f in analyze_policy_string(
+            json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObjekt", "Resource": "*"}]})
+        ).findings
+    ]
     run = plan_for(stack)
     docs = [r.inputs["policy"] for r in run.of_type("aws:iam/rolePolicy:RolePolicy")]
     assert docs
@@ -586,7 +649,9 @@ def test_internal_nlb_services_carry_the_stacks_tags():
 
     run = plan_for("b300-prod")
     assert run.context.spec.config.kubernetes.service_type == "internal-nlb"
-    services = [r for r in run.resources if r.type == "kubernetes:core/v1:Service" and r.inputs["spec"].get("type") == "LoadBalancer"]
+    services = [
+        r for r in run.resources if r.type == "kubernetes:core/v1:Service" and r.inputs["spec"].get("type") == "LoadBalancer"
+    ]
     assert len(services) == 1
     value = services[0].inputs["metadata"]["annotations"][LB_ADDITIONAL_TAGS_ANNOTATION]
     pairs = dict(p.split("=", 1) for p in value.split(","))
@@ -614,18 +679,53 @@ def _k8s_world(cluster: str = "kimi-deploy-gb300") -> dict[str, str]:
     ec2 = boto3.client("ec2", region_name="us-east-1")
     vpc = ec2.create_vpc(CidrBlock="10.44.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.44.1.0/24", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
-    ours = {sweep.TAG_STACK: "gb300", sweep.TAG_OWNER: "ml-platform", sweep.TAG_ENVIRONMENT: "trial", sweep.TAG_EXPIRES: "2026-11-01T00:00:00Z"}
+    ours = {
+        sweep.TAG_STACK: "gb300",
+        sweep.TAG_OWNER: "ml-platform",
+        sweep.TAG_ENVIRONMENT: "trial",
+        sweep.TAG_EXPIRES: "2026-11-01T00:00:00Z",
+    }
     eks = boto3.client("eks", region_name="us-east-1")
-    eks.create_cluster(name=cluster, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": [subnet]}, tags=ours)
+    eks.create_cluster(
+        name=cluster, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": [subnet]}, tags=ours
+    )
     elb = boto3.client("elbv2", region_name="us-east-1")
     ids = {}
-    ids["lb"] = elb.create_load_balancer(Name="a1b2c3", Subnets=[subnet], Type="network", Scheme="internal",
-                                         Tags=[{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}, {"Key": "kubernetes.io/service-name", "Value": "kimi/vllm"}])["LoadBalancers"][0]["LoadBalancerArn"]
-    ids["lb_foreign"] = elb.create_load_balancer(Name="other", Subnets=[subnet], Type="network", Scheme="internal",
-                                                 Tags=[{"Key": "kubernetes.io/cluster/someone-else", "Value": "owned"}])["LoadBalancers"][0]["LoadBalancerArn"]
-    ids["eni_cni"] = ec2.create_network_interface(SubnetId=subnet, TagSpecifications=[{"ResourceType": "network-interface", "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": cluster}]}])["NetworkInterface"]["NetworkInterfaceId"]
-    ids["eni_foreign"] = ec2.create_network_interface(SubnetId=subnet, TagSpecifications=[{"ResourceType": "network-interface", "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": "someone-else"}]}])["NetworkInterface"]["NetworkInterfaceId"]
-    ids["sg_lbc"] = ec2.create_security_group(GroupName="k8s-kimi-vllm", Description="lbc", VpcId=vpc, TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": "elbv2.k8s.aws/cluster", "Value": cluster}]}])["GroupId"]
+    ids["lb"] = elb.create_load_balancer(
+        Name="a1b2c3",
+        Subnets=[subnet],
+        Type="network",
+        Scheme="internal",
+        Tags=[
+            {"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"},
+            {"Key": "kubernetes.io/service-name", "Value": "kimi/vllm"},
+        ],
+    )["LoadBalancers"][0]["LoadBalancerArn"]
+    ids["lb_foreign"] = elb.create_load_balancer(
+        Name="other",
+        Subnets=[subnet],
+        Type="network",
+        Scheme="internal",
+        Tags=[{"Key": "kubernetes.io/cluster/someone-else", "Value": "owned"}],
+    )["LoadBalancers"][0]["LoadBalancerArn"]
+    ids["eni_cni"] = ec2.create_network_interface(
+        SubnetId=subnet,
+        TagSpecifications=[
+            {"ResourceType": "network-interface", "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": cluster}]}
+        ],
+    )["NetworkInterface"]["NetworkInterfaceId"]
+    ids["eni_foreign"] = ec2.create_network_interface(
+        SubnetId=subnet,
+        TagSpecifications=[
+            {"ResourceType": "network-interface", "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": "someone-else"}]}
+        ],
+    )["NetworkInterface"]["NetworkInterfaceId"]
+    ids["sg_lbc"] = ec2.create_security_group(
+        GroupName="k8s-kimi-vllm",
+        Description="lbc",
+        VpcId=vpc,
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": "elbv2.k8s.aws/cluster", "Value": cluster}]}],
+    )["GroupId"]
     return ids
 
 
@@ -669,7 +769,7 @@ def test_sweeper_removes_what_kubernetes_created_for_an_expired_cluster_after_th
     sweep = _sweep()
     ids = _k8s_world()
     calls = _Calls()
-    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
     dry = sweep.Sweeper(calls, ["us-east-1"], now, destroy=False).run()
     found = {r["id"]: r for s in dry["stacks"].values() for r in s["resources"]}
     for key in ("lb", "eni_cni", "sg_lbc"):
@@ -681,19 +781,36 @@ def test_sweeper_removes_what_kubernetes_created_for_an_expired_cluster_after_th
 
     report = sweep.Sweeper(calls, ["us-east-1"], now, destroy=True, wait_seconds=5, poll_seconds=0.01).run()
     assert report["summary"]["failed"] == 0 and report["exit_code"] == 0, report
-    arns = {b["LoadBalancerArn"] for b in boto3.client("elbv2", region_name="us-east-1").describe_load_balancers()["LoadBalancers"]}
+    arns = {
+        b["LoadBalancerArn"] for b in boto3.client("elbv2", region_name="us-east-1").describe_load_balancers()["LoadBalancers"]
+    }
     assert ids["lb"] not in arns and ids["lb_foreign"] in arns
-    enis = {e["NetworkInterfaceId"] for e in boto3.client("ec2", region_name="us-east-1").describe_network_interfaces()["NetworkInterfaces"]}
+    enis = {
+        e["NetworkInterfaceId"]
+        for e in boto3.client("ec2", region_name="us-east-1").describe_network_interfaces()["NetworkInterfaces"]
+    }
     assert ids["eni_cni"] not in enis and ids["eni_foreign"] in enis
     ops = calls.ops
     # The cluster first (its controller would recreate a deleted NLB), then the NLB, then what keeps the VPC.
-    assert ops.index("DeleteCluster") < ops.index("DeleteLoadBalancer") < ops.index("DeleteNetworkInterface") < ops.index("DeleteSecurityGroup")
+    assert (
+        ops.index("DeleteCluster")
+        < ops.index("DeleteLoadBalancer")
+        < ops.index("DeleteNetworkInterface")
+        < ops.index("DeleteSecurityGroup")
+    )
 
 
 def test_sweeper_reports_a_kubernetes_load_balancer_it_cannot_delete_with_exit_1(moto_aws):
     sweep = _sweep()
     ids = _k8s_world()
-    report = sweep.Sweeper(_Calls(refuse="DeleteLoadBalancer"), ["us-east-1"], datetime(2026, 12, 1, tzinfo=timezone.utc), destroy=True, wait_seconds=1, poll_seconds=0.01).run()
+    report = sweep.Sweeper(
+        _Calls(refuse="DeleteLoadBalancer"),
+        ["us-east-1"],
+        datetime(2026, 12, 1, tzinfo=UTC),
+        destroy=True,
+        wait_seconds=1,
+        poll_seconds=0.01,
+    ).run()
     found = {r["id"]: r for s in report["stacks"].values() for r in s["resources"]}
     assert found[ids["lb"]]["status"] == "failed" and "AccessDenied" in found[ids["lb"]]["reason"]
     assert report["exit_code"] == 1

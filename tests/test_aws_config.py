@@ -39,23 +39,71 @@ def test_shipped_aws_stacks_are_valid(stack):
     ("stack", "path", "value", "key", "fragment"),
     [
         # An AZ that does not offer the instance type (offering facts in targets.py).
-        ("b300", "compute.availabilityZone", "us-east-1b", "kimi-deploy:compute.availabilityZone", "does not offer p6-b300.48xlarge"),
+        (
+            "b300",
+            "compute.availabilityZone",
+            "us-east-1b",
+            "kimi-deploy:compute.availabilityZone",
+            "does not offer p6-b300.48xlarge",
+        ),
         # A region that does not offer it (the AZ moves with it).
         ("b300", "compute.availabilityZone", "eu-west-1a", "kimi-deploy:compute.availabilityZone", "is not in region us-east-1"),
         # A capacity reservation in another AZ than the nodes' AZ.
-        ("b300-prod", "compute.capacity.availabilityZone", "us-east-1a", "kimi-deploy:compute.availabilityZone", "differs from the capacity reservation's AZ"),
+        (
+            "b300-prod",
+            "compute.capacity.availabilityZone",
+            "us-east-1a",
+            "kimi-deploy:compute.availabilityZone",
+            "differs from the capacity reservation's AZ",
+        ),
         # A capacity reservation in an AZ that does not offer the type.
-        ("gb300", "compute.capacity.reservationId", "not-a-reservation", "kimi-deploy:compute.capacity.reservationId", "not a capacity reservation id"),
+        (
+            "gb300",
+            "compute.capacity.reservationId",
+            "not-a-reservation",
+            "kimi-deploy:compute.capacity.reservationId",
+            "not a capacity reservation id",
+        ),
         # An x86 AMI on arm64 (GB300) and the reverse.
-        ("gb300", "compute.amiArchitecture", "x86_64", "kimi-deploy:compute.amiArchitecture", "does not match p6e-gb300.36xlarge (arm64)"),
-        ("b300", "compute.amiArchitecture", "arm64", "kimi-deploy:compute.amiArchitecture", "does not match p6-b300.48xlarge (x86_64)"),
+        (
+            "gb300",
+            "compute.amiArchitecture",
+            "x86_64",
+            "kimi-deploy:compute.amiArchitecture",
+            "does not match p6e-gb300.36xlarge (arm64)",
+        ),
+        (
+            "b300",
+            "compute.amiArchitecture",
+            "arm64",
+            "kimi-deploy:compute.amiArchitecture",
+            "does not match p6-b300.48xlarge (x86_64)",
+        ),
         # A custom AMI must say its architecture, so the check above can run.
-        ("b300", "compute.amiId", "ami-0123456789abcdef0", "kimi-deploy:compute.amiArchitecture", "is required with compute.amiId"),
+        (
+            "b300",
+            "compute.amiId",
+            "ami-0123456789abcdef0",
+            "kimi-deploy:compute.amiArchitecture",
+            "is required with compute.amiId",
+        ),
         ("b300", "compute.amiId", "my-ami", "kimi-deploy:compute.amiId", "is not an AMI id"),
         # FSx with EFA but not PERSISTENT_2.
-        ("b300-prod", "storage.fsx", {"deploymentType": "PERSISTENT_1", "throughputPerTib": 200, "efa": True}, "kimi-deploy:storage.fsx.efa", "needs deploymentType PERSISTENT_2"),
+        (
+            "b300-prod",
+            "storage.fsx",
+            {"deploymentType": "PERSISTENT_1", "throughputPerTib": 200, "efa": True},
+            "kimi-deploy:storage.fsx.efa",
+            "needs deploymentType PERSISTENT_2",
+        ),
         # The API endpoint CIDRs and the VPC size.
-        ("gb300", "network.apiServerPublicCidrs", ["not-a-cidr"], "kimi-deploy:network.apiServerPublicCidrs", "is not a CIDR block"),
+        (
+            "gb300",
+            "network.apiServerPublicCidrs",
+            ["not-a-cidr"],
+            "kimi-deploy:network.apiServerPublicCidrs",
+            "is not a CIDR block",
+        ),
         ("b300", "network.vpcCidr", "10.0.0.0/26", "kimi-deploy:network.vpcCidr", "must be a /16 to /22 block"),
         ("b300", "network.allowedCidrs", ["0.0.0.0/0"], "kimi-deploy:network.allowedCidrs", "most of the internet"),
     ],
@@ -106,7 +154,11 @@ def test_existing_subnets_outside_the_reservation_az_stop_the_program(monkeypatc
     # in the reservation's AZ: the program stops before declaring any AWS resource.
     monkeypatch.setitem(CALL_RESULTS, "aws:ec2/getSubnets:getSubnets", lambda a: {"ids": [], "id": "none"})
     overrides = {
-        "kimi-deploy:network": {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"], "allowedCidrs": ["10.0.0.0/8"]}
+        "kimi-deploy:network": {
+            "vpcId": "vpc-0123456789abcdef0",
+            "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"],
+            "allowedCidrs": ["10.0.0.0/8"],
+        }
     }
     with pytest.raises(Exception) as err:
         plan_for("b300-prod", overrides=overrides)

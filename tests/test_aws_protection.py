@@ -45,7 +45,14 @@ def options_for(stack: str, overrides: dict | None = None) -> dict[str, dict]:
     return seen
 
 
-MIRROR_GUARDS = ("mirror-bucket", "mirror-ownership", "mirror-public-access-block", "mirror-encryption", "mirror-tls-only", "mirror-lifecycle")
+MIRROR_GUARDS = (
+    "mirror-bucket",
+    "mirror-ownership",
+    "mirror-public-access-block",
+    "mirror-encryption",
+    "mirror-tls-only",
+    "mirror-lifecycle",
+)
 
 
 @pytest.mark.parametrize("stack", ["b300", "gb300", "b300-prod"])
@@ -86,7 +93,10 @@ def test_gpu_instance_is_replaced_delete_first():
 
 
 def _rule_names(opts: dict[str, dict], prefix: str) -> set[str]:
-    rule_types = ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+    rule_types = (
+        "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+        "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
+    )
     return {n for n, o in opts.items() if o["type"] in rule_types and n.startswith(prefix)}
 
 

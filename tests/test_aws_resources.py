@@ -115,7 +115,9 @@ def test_no_ingress_from_the_internet_and_api_port_only_from_allowed_sources(sta
 
 
 def test_allowed_security_groups_reach_the_api_port():
-    run = plan_for("b300", overrides={"kimi-deploy:network": {"allowedSecurityGroupIds": ["sg-0client"], "vpcCidr": "10.42.0.0/16"}})
+    run = plan_for(
+        "b300", overrides={"kimi-deploy:network": {"allowedSecurityGroupIds": ["sg-0client"], "vpcCidr": "10.42.0.0/16"}}
+    )
     rules = [r.inputs for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")]
     assert rules == [
         {**rules[0], "referencedSecurityGroupId": "sg-0client", "fromPort": 8000, "toPort": 8000, "ipProtocol": "tcp"}
@@ -174,7 +176,12 @@ def test_fsx_is_sized_by_the_core_and_imports_the_mirror_prefix():
     assert fs["perUnitStorageThroughput"] == plan.fsx_throughput_per_tib_mbps == 1000
     # AUTOMATIC unless storage.fsx.metadataIops is set: paid IOPS buy nothing for ~112 files.
     assert fs["metadataConfiguration"] == {"mode": "AUTOMATIC"}
-    provisioned = plan_for("b300-prod", overrides={"kimi-deploy:storage": {**read_stack_config("b300-prod")["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}})
+    provisioned = plan_for(
+        "b300-prod",
+        overrides={
+            "kimi-deploy:storage": {**read_stack_config("b300-prod")["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}
+        },
+    )
     assert provisioned.named("fsx-fs").inputs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
     assert fs["subnetIds"] == "net-private-gpu-id"  # a single string in pulumi-aws 7
     assert fs["fileSystemTypeVersion"] == "2.15"
@@ -186,7 +193,11 @@ def test_fsx_is_sized_by_the_core_and_imports_the_mirror_prefix():
     assert dra["s3"]["autoImportPolicy"]["events"] == ["NEW", "CHANGED", "DELETED"]
     assert dra["batchImportMetaDataOnCreate"] is True and dra["deleteDataInFilesystem"] is False
     # Lustre ports only, from the GPU nodes, the cluster security group and itself.
-    rules = [r.inputs for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule") if r.name.startswith("net-fsx-")]
+    rules = [
+        r.inputs
+        for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+        if r.name.startswith("net-fsx-")
+    ]
     assert {(r["fromPort"], r["toPort"]) for r in rules} == {(988, 988), (1018, 1023)}
     assert {r["referencedSecurityGroupId"] for r in rules} == {"net-fsx-sg-id", "net-gpu-sg-id", "sg-eks-cluster-cluster"}
     assert fs["securityGroupIds"] == ["net-fsx-sg-id"]
@@ -240,7 +251,11 @@ def test_eks_weight_readers_may_only_read_the_mirror_prefix_and_the_publisher_on
     assert {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= actions
     assert not any(a in actions for a in ("s3:*", "s3:PutBucketPolicy", "s3:DeleteBucket"))
     revision = mirror_key_prefix(run.context.spec)
-    assert resources == {"arn:aws:s3:::mirror-bucket-a1b2c3d", "arn:aws:s3:::mirror-bucket-a1b2c3d/models/*", f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*"}
+    assert resources == {
+        "arn:aws:s3:::mirror-bucket-a1b2c3d",
+        "arn:aws:s3:::mirror-bucket-a1b2c3d/models/*",
+        f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*",
+    }
     (write,) = [st for st in _statements(writer) if "s3:PutObject" in st["Action"]]
     assert write["Resource"] == f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*"
     assert prefixes == ["models", "models/*"]
@@ -281,10 +296,17 @@ def test_ec2_instance_role_is_scoped_to_the_mirror_prefix_tools_and_its_own_secr
 
 def test_eks_nodes_get_only_the_managed_policies_they_need():
     run = plan_for("gb300")
-    attached = sorted(r.inputs["policyArn"].rsplit("/", 1)[1] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if r.name.startswith("eks-node-role-"))
+    attached = sorted(
+        r.inputs["policyArn"].rsplit("/", 1)[1]
+        for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.name.startswith("eks-node-role-")
+    )
     # No AmazonSSMManagedInstanceCore (ssm:GetParameter on "*"): Session Manager comes inline.
     assert attached == sorted(["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly"])
-    assert not any("FullAccess" in r.inputs["policyArn"] or "AdministratorAccess" in r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"))
+    assert not any(
+        "FullAccess" in r.inputs["policyArn"] or "AdministratorAccess" in r.inputs["policyArn"]
+        for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    )
 
 
 # -- EC2 ------------------------------------------------------------------------------------------
@@ -315,7 +337,11 @@ def test_ec2_ami_is_the_dlami_of_the_cpu_architecture(monkeypatch):
     from components.plan_engine import CALL_RESULTS
 
     seen = []
-    monkeypatch.setitem(CALL_RESULTS, "aws:ssm/getParameter:getParameter", lambda a: seen.append(a["name"]) or {"value": "ami-0dlami", "name": a["name"]})
+    monkeypatch.setitem(
+        CALL_RESULTS,
+        "aws:ssm/getParameter:getParameter",
+        lambda a: seen.append(a["name"]) or {"value": "ami-0dlami", "name": a["name"]},
+    )
     run = plan_for("b300", overrides={"kimi-deploy:storage": {"kind": "nvme"}})
     assert seen == ["/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"]
     assert run.named("gpu-lt").inputs["imageId"] == "ami-0dlami"
@@ -325,7 +351,16 @@ def test_ec2_ami_is_the_dlami_of_the_cpu_architecture(monkeypatch):
 
 
 def test_ec2_ami_override():
-    run = plan_for("b300", overrides={"kimi-deploy:compute": {"availabilityZone": "us-east-1a", "amiId": "ami-0123456789abcdef0", "amiArchitecture": "x86_64"}})
+    run = plan_for(
+        "b300",
+        overrides={
+            "kimi-deploy:compute": {
+                "availabilityZone": "us-east-1a",
+                "amiId": "ami-0123456789abcdef0",
+                "amiArchitecture": "x86_64",
+            }
+        },
+    )
     assert run.named("gpu-lt").inputs["imageId"] == "ami-0123456789abcdef0"
 
 
@@ -334,7 +369,9 @@ def test_ec2_capacity_targeting_and_az_pinning(cap_type):
     compute = {"capacity": {"type": cap_type, "reservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1c"}}
     run = plan_for("b300", overrides={"kimi-deploy:compute": compute})
     lt = run.named("gpu-lt").inputs
-    assert lt["capacityReservationSpecification"] == {"capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}}
+    assert lt["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}
+    }
     assert lt["instanceType"] == "p6-b300.48xlarge"
     if cap_type == "capacity-block":
         assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
@@ -356,7 +393,10 @@ def test_ec2_secrets_are_ssm_securestrings_never_user_data():
 # -- EKS ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("stack", "ami_type", "arch_capacity"), [("gb300", "AL2023_ARM_64_NVIDIA", "CAPACITY_BLOCK"), ("b300-prod", "AL2023_x86_64_NVIDIA", "ON_DEMAND")])
+@pytest.mark.parametrize(
+    ("stack", "ami_type", "arch_capacity"),
+    [("gb300", "AL2023_ARM_64_NVIDIA", "CAPACITY_BLOCK"), ("b300-prod", "AL2023_x86_64_NVIDIA", "ON_DEMAND")],
+)
 def test_eks_gpu_node_group(stack, ami_type, arch_capacity):
     run = plan_for(stack)
     spec = run.context.spec

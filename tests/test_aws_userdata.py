@@ -87,7 +87,7 @@ def test_weights_unit_runs_the_exact_sync_steps_in_order(run, files):
     cmds = _docker_runs(files[userdata.WEIGHTS_SCRIPT])
     assert [s.name for s in steps] == ["publish-mirror", "node-copy"]
     assert [_after_image(c, ctx.vllm.image) for c in cmds] == [list(s.argv) for s in steps]
-    for cmd, step in zip(cmds, steps):
+    for cmd, step in zip(cmds, steps, strict=False):
         assert f"{SYNC_SCRIPT_PATH}:{SYNC_SCRIPT_PATH}:ro" in cmd
         assert f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}" in cmd
         assert ("--env-file" in cmd) == step.needs_hub_token

@@ -88,7 +88,12 @@ def test_pyproject_declares_one_console_script_and_the_packages():
 def _sys_path_edits(tree: ast.AST) -> list[int]:
     """Lines that change sys.path: sys.path.insert/append/extend(...), sys.path[...] = ..., sys.path = ..."""
     def is_sys_path(node: ast.AST) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        )
 
     lines = []
     for node in ast.walk(tree):
@@ -132,5 +137,6 @@ def test_the_pure_core_imports_nothing_from_scripts_or_pulumi():
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("scripts", "pulumi", "pulumi_aws", "pulumi_kubernetes")]
+            forbidden = ("scripts", "pulumi", "pulumi_aws", "pulumi_kubernetes")
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in forbidden]
     assert offenders == []

@@ -304,7 +304,15 @@ def test_replicas_must_be_an_integer(value):
         ("kubernetes.nodeSelector.token", lambda c, v: c.__setitem__("kubernetes", {"nodeSelector": {"token": v}})),
     ],
 )
-@pytest.mark.parametrize("token", ["hf_abcdefghijklmnopqrstuvwxyz0123", "ghp_abcdefghijklmnopqrstuvwxyz0123", "sk-abcdefghijklmnopqrstu", "AKIAABCDEFGHIJKLMNOP"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "hf_abcdefghijklmnopqrstuvwxyz0123",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123",
+        "sk-abcdefghijklmnopqrstu",
+        "AKIAABCDEFGHIJKLMNOP",
+    ],
+)
 def test_credentials_in_plain_config_are_rejected_without_echo(key, where, token):
     cfg = base()
     where(cfg, token)
@@ -421,7 +429,10 @@ def test_secure_value_on_a_plain_key_is_rejected_without_ciphertext(tmp_path):
 def test_eks_public_api_endpoint_by_default_warns_it_is_open():
     spec = parse_spec(base("gb300"), stack="t", now=FIXED_NOW)
     assert spec.config.network.api_server_private_only is False
-    assert any("the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs" == w for w in spec.warnings)
+    assert any(
+        "the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs" == w
+        for w in spec.warnings
+    )
     assert not any("inside the VPC" in w for w in spec.warnings)
 
 

@@ -8,7 +8,6 @@ import ast
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,8 @@ from components.spec.config_reader import (
     cli_config_strings,
     read_config_strings,
 )
-from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
-
 from scripts import plan as plan_script  # noqa: E402
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
 SITE = Path(yaml.__file__).resolve().parents[1]
 
@@ -101,8 +99,14 @@ def _plan_error(name: str, overrides: dict, tmp_path: Path) -> str:
         ({"aws:regoin": "us-east-1"}, "aws:regoin: 'us-east-1' is not a key of the aws provider; did you mean region?"),
         ({"kimi-deploy:trialTTLHours": 24}, "kimi-deploy:trialTTLHours: '24' is not a known key; did you mean trialTtlHours?"),
         # Inside a map a quoted number stays a string (JSON), for `pulumi up` as for the plan.
-        ({"kimi-deploy:compute": {"replicas": "1"}}, "kimi-deploy:compute.replicas: '1' is not valid: input should be a valid integer"),
-        ({"kimi-deploy:model": {"revision": 1234, "licenseAcknowledged": True}}, "kimi-deploy:model.revision: 1234 is a number, not a string"),
+        (
+            {"kimi-deploy:compute": {"replicas": "1"}},
+            "kimi-deploy:compute.replicas: '1' is not valid: input should be a valid integer",
+        ),
+        (
+            {"kimi-deploy:model": {"revision": 1234, "licenseAcknowledged": True}},
+            "kimi-deploy:model.revision: 1234 is a number, not a string",
+        ),
     ],
 )
 def test_plan_and_program_reject_the_same_names_and_types(overrides, needle, tmp_path):
@@ -116,7 +120,10 @@ def test_a_typo_in_the_namespace_no_longer_gives_the_default_ttl(tmp_path):
     cfg = {k: v for k, v in read_stack_config("b300").items() if k != "kimi-deploy:trialTtlHours"}
     cfg["kimi-deploi:trialTtlHours"] = 24
     stacks_dir = _write_stack(tmp_path, "b300", cfg)
-    with pytest.raises(ConfigError, match=r"^kimi-deploi:trialTtlHours: '24' is in namespace 'kimi-deploi' that nothing reads .*did you mean kimi-deploy\?$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^kimi-deploi:trialTtlHours: '24' is in namespace 'kimi-deploi' that nothing reads .*did you mean kimi-deploy\?$",
+    ):
         load_stack("b300", stacks_dir=stacks_dir, now=FIXED_NOW)
 
 
@@ -166,7 +173,10 @@ def test_region_offerings_are_checked_where_known():
         read_and_parse({"aws:region": "eu-west-1", "kimi-deploy:compute": compute}, "b300")
 
 
-@pytest.mark.parametrize("az,needle", [(1, "is a number, not a string"), ("1", "is not an availability zone name"), ("us-west-2a", "is not in region us-east-1")])
+@pytest.mark.parametrize(
+    "az,needle",
+    [(1, "is a number, not a string"), ("1", "is not an availability zone name"), ("us-west-2a", "is not in region us-east-1")],
+)
 def test_capacity_availability_zone_has_its_format(az, needle):
     cfg = read_stack_config("gb300")
     compute = json.loads(json.dumps(cfg["kimi-deploy:compute"]))
@@ -284,9 +294,15 @@ def test_region_in_our_namespace_points_to_aws_region():
 
 def test_provider_default_tags_count_against_the_limit():
     many = {f"team{i}": "x" for i in range(44)}
-    with pytest.raises(ConfigError, match=r"^aws:defaultTags\.tags: 44 tags plus 7 per-resource tags exceed AWS's 50 tags per resource$"):
+    with pytest.raises(
+        ConfigError, match=r"^aws:defaultTags\.tags: 44 tags plus 7 per-resource tags exceed AWS's 50 tags per resource$"
+    ):
         read_config_strings({"aws:defaultTags": json.dumps({"tags": many})})
-    with pytest.raises(ConfigError, match=r"^aws:defaultTags\.tags\.cost-center: 'x{119}\.\.\. \(259 characters\) tag value is 257 characters; AWS allows 256$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^aws:defaultTags\.tags\.cost-center: 'x{119}\.\.\. \(259 characters\) "
+        r"tag value is 257 characters; AWS allows 256$",
+    ):
         read_config_strings({"aws:defaultTags": json.dumps({"tags": {"cost-center": "x" * 257}})})
     values, _ = read_config_strings({"aws:defaultTags": json.dumps({"tags": {f"t{i}": "x" for i in range(43)}})})
     assert values == {}

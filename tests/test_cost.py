@@ -100,7 +100,9 @@ def test_throughput_json_says_whether_one_deployment_serves(tmp_path):
     capacity = int(1000 * 730 * 3600 * 0.5 / 222_500)
     serves = json.loads(_cost("--stack", "b300", "--json", "--throughput-json", str(path)).stdout)["capacity"]
     assert serves["tasks_per_month_capacity"] == capacity and serves["can_serve"] is True
-    short = json.loads(_cost("--stack", "b300", "--json", "--throughput-json", str(path), "--tasks-per-month", str(capacity * 3)).stdout)["capacity"]
+    short = json.loads(
+        _cost("--stack", "b300", "--json", "--throughput-json", str(path), "--tasks-per-month", str(capacity * 3)).stdout
+    )["capacity"]
     assert short["can_serve"] is False and short["deployments_needed"] == 3
     table = _cost("--stack", "b300", "--throughput-json", str(path))
     assert table.returncode == 0 and "One deployment serves" in table.stdout
@@ -109,19 +111,34 @@ def test_throughput_json_says_whether_one_deployment_serves(tmp_path):
 def test_usage_errors_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    for args in (["--stack", "nope"], ["--stack", "b300", "--rmb-per-usd", "0"], ["--stack", "b300", "--throughput-json", str(bad)],
-                 ["--stack", "b300", "--throughput-json", str(tmp_path / "missing.json")], ["--stack", "b300", "--input-fraction", "2"]):
+    for args in (
+        ["--stack", "nope"],
+        ["--stack", "b300", "--rmb-per-usd", "0"],
+        ["--stack", "b300", "--throughput-json", str(bad)],
+        ["--stack", "b300", "--throughput-json", str(tmp_path / "missing.json")],
+        ["--stack", "b300", "--input-fraction", "2"],
+    ):
         out = _cost(*args)
         assert out.returncode == 2, args
         assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     helptext = _cost("--help").stdout
-    for flag in ("--stack", "--tasks-per-month", "--throughput-json", "--json", "--rmb-per-usd", "--usd-per-hour", "--busy-fraction"):
+    for flag in (
+        "--stack",
+        "--tasks-per-month",
+        "--throughput-json",
+        "--json",
+        "--rmb-per-usd",
+        "--usd-per-hour",
+        "--busy-fraction",
+    ):
         assert flag in helptext
 
 
 def _usage_error(out, *needles):
     assert out.returncode == 2, out.stdout + out.stderr
-    assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, (
+        out.stderr
+    )
     for needle in needles:
         assert needle in out.stderr, out.stderr
 

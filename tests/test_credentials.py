@@ -38,8 +38,19 @@ def test_the_core_finds_each_shape_by_name(name):
     assert credentials.looks_like_credential(text)
 
 
-@pytest.mark.parametrize("text", ["kimi-k3.1-pro", "items-abcdefghijklmnopqrstuvwxyz", "ghost_rider", "sk-short", "AKIA-not-a-key",
-                                  "client-key-data:", "moonshotai/Kimi-K3.1-Pro", "us-east-1-dfw-2a"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kimi-k3.1-pro",
+        "items-abcdefghijklmnopqrstuvwxyz",
+        "ghost_rider",
+        "sk-short",
+        "AKIA-not-a-key",
+        "client-key-data:",
+        "moonshotai/Kimi-K3.1-Pro",
+        "us-east-1-dfw-2a",
+    ],
+)
 def test_ordinary_values_are_not_credentials(text):
     assert credentials.find_credential(text) is None and not credentials.looks_like_credential(text)
 
@@ -47,7 +58,10 @@ def test_ordinary_values_are_not_credentials(text):
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_config_rejects_each_shape_in_plain_config(name):
     cfg = base()
-    cfg["model"] = {**cfg["model"], "servedModelName": SAMPLES[name].splitlines()[0] if name != "pem-private-key" else SAMPLES[name]}
+    cfg["model"] = {
+        **cfg["model"],
+        "servedModelName": SAMPLES[name].splitlines()[0] if name != "pem-private-key" else SAMPLES[name],
+    }
     with pytest.raises(ConfigError) as info:
         parse_spec(cfg, stack="test", now=FIXED_NOW)
     message = str(info.value)

@@ -123,7 +123,9 @@ def test_retry_then_success_brings_vllm_up_and_failing_for_good_does_not(units, 
 
 def test_the_old_requires_chain_would_have_failed_the_retry(units):
     broken = dict(units)
-    broken["kimi-vllm.service"] = units["kimi-vllm.service"].replace("Requires=docker.service", "Requires=docker.service kimi-weights.service")
+    broken["kimi-vllm.service"] = units["kimi-vllm.service"].replace(
+        "Requires=docker.service", "Requires=docker.service kimi-weights.service"
+    )
     assert _simulate([False, True], broken)[0] is False  # the model is not vacuous
 
 
@@ -142,7 +144,14 @@ def test_units_pass_systemd_analyze_verify(units, tmp_path):
     # Stand-ins for what the AMI provides, so verify checks our units and not the host.
     (unit_dir / "docker.service").write_text("[Service]\nExecStart=/usr/bin/true\n")
     (unit_dir / "dlami-nvme.service").write_text("[Service]\nType=oneshot\nExecStart=/usr/bin/true\n")
-    for exe in (userdata.RAID_SCRIPT, userdata.WEIGHTS_SCRIPT, userdata.VLLM_SCRIPT, "/usr/bin/docker", "/usr/bin/systemctl", "/usr/bin/true"):
+    for exe in (
+        userdata.RAID_SCRIPT,
+        userdata.WEIGHTS_SCRIPT,
+        userdata.VLLM_SCRIPT,
+        "/usr/bin/docker",
+        "/usr/bin/systemctl",
+        "/usr/bin/true",
+    ):
         path = root / exe.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("#!/bin/sh\n")
@@ -152,7 +161,7 @@ def test_units_pass_systemd_analyze_verify(units, tmp_path):
         ["systemd-analyze", "verify", f"--root={root}", *[f"/etc/systemd/system/{n}" for n in units]],
         capture_output=True, text=True, timeout=120, env={**os.environ, "SYSTEMD_LOG_LEVEL": "notice"},
     )
-    ours = [l for l in (proc.stdout + proc.stderr).splitlines() if "kimi-" in l]
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "kimi-" in line]
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
     # Not vacuous: a bad key in our unit is reported.
     (unit_dir / "kimi-weights.service").write_text(units["kimi-weights.service"].replace("TimeoutStartSec=", "TimeoutStartSex="))

@@ -64,7 +64,9 @@ def test_a_mutable_tag_is_refused():
         check_engine("vllm/vllm-openai:kimi-k3", "vllm.image", "cuda", KIMI_K3_1_PRO)
 
 
-@pytest.mark.parametrize("image", [f"vllm/vllm-openai:nightly-{COMMIT}", f"vllm/vllm-openai@sha256:{DIGEST}", "vllm/vllm-openai:v0.34.0"])
+@pytest.mark.parametrize(
+    "image", [f"vllm/vllm-openai:nightly-{COMMIT}", f"vllm/vllm-openai@sha256:{DIGEST}", "vllm/vllm-openai:v0.34.0"]
+)
 def test_immutable_builds_that_are_not_known_to_lack_support_pass(image):
     assert check_engine(image, "vllm.image", "cuda", KIMI_K3_1_PRO).kind in {"nightly", "digest", "release"}
 
@@ -103,7 +105,7 @@ def test_plan_cli_shows_the_blocker_and_strict_exits_2_with_one_line(monkeypatch
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_a_nightly_engine_plans_and_the_plan_says_it_is_not_a_release(stack, monkeypatch):
-    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "nightly-%s"}}' % COMMIT)
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:vllm": {"imageTag": "nightly-' + COMMIT + '"}}')
     spec = load_stack(stack, now=FIXED_NOW)
     assert any("not a release" in w and COMMIT in w for w in spec.warnings), spec.warnings
 

@@ -48,27 +48,68 @@ def test_shipped_fragment_is_the_pinned_schema():
 
 
 def test_valid_fields_pass_and_reach_the_pods():
-    spec = _parse({"tolerations": [{"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
-                                   {"operator": "Exists"},
-                                   {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
-                   "nodeSelector": {"example.com/pool": "gpu-a", "zone": ""}})
+    spec = _parse(
+        {
+            "tolerations": [
+                {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+                {"operator": "Exists"},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ],
+            "nodeSelector": {"example.com/pool": "gpu-a", "zone": ""},
+        }
+    )
     assert spec.config.kubernetes.tolerations[2]["tolerationSeconds"] == 300
 
 
 @pytest.mark.parametrize(
     "field,value,key,needle",
     [
-        ("tolerations", [{"key": "a", "tolerationSecond": 5}], "kubernetes.tolerations[0]", "Additional properties are not allowed ('tolerationSecond'"),
-        ("tolerations", [{"key": "a", "tolerationSeconds": "5", "effect": "NoExecute"}], "kubernetes.tolerations[0].tolerationSeconds", "is not of type 'integer', 'null'"),
+        (
+            "tolerations",
+            [{"key": "a", "tolerationSecond": 5}],
+            "kubernetes.tolerations[0]",
+            "Additional properties are not allowed ('tolerationSecond'",
+        ),
+        (
+            "tolerations",
+            [{"key": "a", "tolerationSeconds": "5", "effect": "NoExecute"}],
+            "kubernetes.tolerations[0].tolerationSeconds",
+            "is not of type 'integer', 'null'",
+        ),
         ("tolerations", [{"key": "a", "operator": "In"}], "kubernetes.tolerations[0].operator", "allowed: Equal, Exists"),
         ("tolerations", [{"value": "x"}], "kubernetes.tolerations[0].operator", "must be Exists when the key is empty"),
-        ("tolerations", [{"key": "a", "operator": "Exists", "value": "x"}], "kubernetes.tolerations[0].value", "must be empty when operator is Exists"),
-        ("tolerations", [{"key": "a", "effect": "NoScheduled"}], "kubernetes.tolerations[0].effect", "allowed: NoSchedule, PreferNoSchedule, NoExecute"),
-        ("tolerations", [{"key": "a", "effect": "NoSchedule", "tolerationSeconds": 5}], "kubernetes.tolerations[0].tolerationSeconds", "only allowed with effect NoExecute"),
+        (
+            "tolerations",
+            [{"key": "a", "operator": "Exists", "value": "x"}],
+            "kubernetes.tolerations[0].value",
+            "must be empty when operator is Exists",
+        ),
+        (
+            "tolerations",
+            [{"key": "a", "effect": "NoScheduled"}],
+            "kubernetes.tolerations[0].effect",
+            "allowed: NoSchedule, PreferNoSchedule, NoExecute",
+        ),
+        (
+            "tolerations",
+            [{"key": "a", "effect": "NoSchedule", "tolerationSeconds": 5}],
+            "kubernetes.tolerations[0].tolerationSeconds",
+            "only allowed with effect NoExecute",
+        ),
         ("tolerations", [{"key": "bad key!"}], "kubernetes.tolerations[0].key", "is not a label key"),
-        ("tolerations", [{"key": "a", "value": "v" * 64}], "kubernetes.tolerations[0].value", "is 64 characters; a Kubernetes label value has at most 63"),
+        (
+            "tolerations",
+            [{"key": "a", "value": "v" * 64}],
+            "kubernetes.tolerations[0].value",
+            "is 64 characters; a Kubernetes label value has at most 63",
+        ),
         ("nodeSelector", {"pool": "x" * 64}, "kubernetes.nodeSelector.pool", "at most 63"),
-        ("nodeSelector", {"Example.COM/pool": "a"}, "kubernetes.nodeSelector.Example.COM/pool", "has a prefix that is not a DNS-1123 subdomain"),
+        (
+            "nodeSelector",
+            {"Example.COM/pool": "a"},
+            "kubernetes.nodeSelector.Example.COM/pool",
+            "has a prefix that is not a DNS-1123 subdomain",
+        ),
         ("nodeSelector", {"pool": 1}, "kubernetes.nodeSelector.pool", "is a number, not a string"),
     ],
 )
@@ -93,7 +134,9 @@ def test_shipped_stacks_pass_every_limit():
 def test_tag_limits():
     from components.spec.limits import AWS_TAGS_PER_RESOURCE, tags_problem
 
-    assert tags_problem({f"k{i}": "v" for i in range(AWS_TAGS_PER_RESOURCE)}, reserved=1)[2].endswith("exceed AWS's 50 tags per resource")
+    assert tags_problem({f"k{i}": "v" for i in range(AWS_TAGS_PER_RESOURCE)}, reserved=1)[2].endswith(
+        "exceed AWS's 50 tags per resource"
+    )
     assert tags_problem({"k" * 129: "v"})[2] == "tag key is 129 characters; AWS allows 128"
     assert tags_problem({"k": "v" * 257})[2] == "tag value is 257 characters; AWS allows 256"
     assert tags_problem({"k" * 128: "v" * 256}) is None

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from components.spec.versions import KUBERNETES_VERSION
-from scripts.crds import CRDS, DEFAULT_DEST, verify as verify_crds
+from scripts.crds import CRDS, DEFAULT_DEST
+from scripts.crds import verify as verify_crds
 from tests.conftest import plan_for
 from tests.test_k8s_workloads import K8S_STACKS, k8s_objects, manifest, of_kind, one
 
@@ -61,7 +62,7 @@ def crds_dir() -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_crd(path: Path) -> dict[str, Any]:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
@@ -135,7 +136,9 @@ def test_every_core_object_validates_against_the_kubernetes_schema(name):
 def test_leaderworkerset_pod_templates_validate_as_core_pod_templates(name):
     tmpl = one(plan_for(name), "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
-        validate_core({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"check-{role.lower()}"}, "template": tmpl[role]})
+        validate_core(
+            {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"check-{role.lower()}"}, "template": tmpl[role]}
+        )
 
 
 def test_pod_monitor_is_validated_by_fields():
@@ -164,7 +167,9 @@ def test_pinned_kubernetes_minor_is_shipped_by_the_validator():
     assert KUBERNETES_VERSION in kubernetes_validate.utils.all_versions() or any(
         kubernetes_validate.utils.major_minor(v) == KUBERNETES_VERSION for v in kubernetes_validate.utils.all_versions()
     )
-    version = kubernetes_validate.validate({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}, KUBERNETES_VERSION, strict=True)
+    version = kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}, KUBERNETES_VERSION, strict=True
+    )
     assert version == KUBERNETES_VERSION
 
 

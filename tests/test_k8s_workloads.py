@@ -10,7 +10,8 @@ import re
 import subprocess
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pulumi
 import pytest
@@ -143,7 +144,14 @@ def with_k8s(stack: str, **changes: Any) -> dict:
 
 EXPECTED_WORKLOAD = {
     # Jobs: publish-mirror only; the node-local copy is an init container of the vLLM pods.
-    "b300-prod": {"Deployment": 1, "Job": 1, "PersistentVolume": 1, "PersistentVolumeClaim": 1, "LeaderWorkerSet": 0, "ComputeDomain": 0},
+    "b300-prod": {
+        "Deployment": 1,
+        "Job": 1,
+        "PersistentVolume": 1,
+        "PersistentVolumeClaim": 1,
+        "LeaderWorkerSet": 0,
+        "ComputeDomain": 0,
+    },
     "gb300": {"Deployment": 0, "Job": 1, "PersistentVolume": 0, "LeaderWorkerSet": 1, "ComputeDomain": 1},
     "mi355x": {"Deployment": 1, "Job": 0, "PersistentVolume": 0, "LeaderWorkerSet": 0, "ComputeDomain": 0},
 }
@@ -155,7 +163,11 @@ def test_kubernetes_stacks_declare_the_complete_workload_set(name):
     # Objects of the workload namespace (and cluster-scoped ones); the Grafana dashboard
     # ConfigMap lives in the Grafana namespace (test_observability.py).
     workload_ns = run.context.spec.config.kubernetes.namespace
-    kinds = [r.inputs.get("kind") for r in k8s_objects(run) if (r.inputs.get("metadata") or {}).get("namespace", workload_ns) == workload_ns]
+    kinds = [
+        r.inputs.get("kind")
+        for r in k8s_objects(run)
+        if (r.inputs.get("metadata") or {}).get("namespace", workload_ns) == workload_ns
+    ]
     for kind in ("Namespace", "ConfigMap", "Service", "PodDisruptionBudget", "NetworkPolicy"):
         assert kinds.count(kind) == 1, f"{name}: {kind} x{kinds.count(kind)}"
     assert kinds.count("Secret") >= 1 and kinds.count("ServiceAccount") >= 2
@@ -309,7 +321,9 @@ def test_compute_domain_claim_only_on_gb300():
     # Deprecated field; 0 is the CRD's recommendation with IMEX daemons addressed by DNS names.
     assert cd["spec"]["numNodes"] == 0
     for pod in vllm_pods(run).values():
-        assert pod["spec"]["resourceClaims"] == [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": COMPUTE_DOMAIN_CLAIM_TEMPLATE}]
+        assert pod["spec"]["resourceClaims"] == [
+            {"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": COMPUTE_DOMAIN_CLAIM_TEMPLATE}
+        ]
         assert vllm_container(pod)["resources"]["claims"] == [{"name": COMPUTE_DOMAIN_CLAIM}]
         env = {e["name"]: e.get("value") for e in vllm_container(pod)["env"]}
         assert env["NCCL_MNNVL_ENABLE"] == "1"
@@ -517,7 +531,9 @@ class _ModelsHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("key, name, ok", [("sk-probe", "kimi-k3.1-pro", True), ("wrong", "kimi-k3.1-pro", False), ("sk-probe", "other", False)])
+@pytest.mark.parametrize(
+    "key, name, ok", [("sk-probe", "kimi-k3.1-pro", True), ("wrong", "kimi-k3.1-pro", False), ("sk-probe", "other", False)]
+)
 def test_readiness_script_against_an_authenticated_models_endpoint(key, name, ok):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ModelsHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -567,7 +583,9 @@ def test_gpu_addons_tolerate_and_select_the_gpu_nodes():
     assert values["efa-device-plugin"]["supportedInstanceLabels"]["values"] == ["p6e-gb300.36xlarge"]
     dra = values["nvidia-dra-driver"]
     assert dra["resources"] == {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}}
-    terms = values["nvidia-device-plugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = values["nvidia-device-plugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     exprs = {e["key"]: e["values"] for e in terms[0]["matchExpressions"]}
     assert exprs["kimi-deploy/gpu-node"] == ["true"] and exprs["kubernetes.io/arch"] == ["arm64"]
 
@@ -644,7 +662,9 @@ def test_network_policy_admits_only_configured_peers_to_the_api_port(name):
         assert namespaces[0]["namespaceSelector"]["matchExpressions"][0]["values"] == allowed_ns
     else:
         assert not namespaces
-    expected = list(dict.fromkeys(spec.config.kubernetes.allowed_cidrs + (spec.config.network.allowed_cidrs if spec.is_aws else ())))
+    expected = list(
+        dict.fromkeys(spec.config.kubernetes.allowed_cidrs + (spec.config.network.allowed_cidrs if spec.is_aws else ()))
+    )
     assert cidrs == expected and "0.0.0.0/0" not in cidrs
     group_rules = [r for r in policy["ingress"] if "ports" not in r]
     assert len(group_rules) == (1 if spec.nodes_per_copy > 1 else 0)

@@ -51,7 +51,10 @@ def engine_metric_names() -> set[str]:
 def selectors(expr: str) -> list[str]:
     """Series names of every vector selector in ``expr`` (parsed; raises ValueError if invalid)."""
     names: list[str] = []
-    promql_parser.walk(promql_parser.parse(expr), lambda n: names.append(n.name) if isinstance(n, promql_parser.VectorSelector) and n.name else None)
+    promql_parser.walk(
+        promql_parser.parse(expr),
+        lambda n: names.append(n.name) if isinstance(n, promql_parser.VectorSelector) and n.name else None,
+    )
     return names
 
 
@@ -74,7 +77,9 @@ def test_vllm_serves_metrics_on_the_api_port_without_a_metrics_port_option():
     mount = (pkg / "entrypoints" / "serve" / "instrumentator" / "metrics.py").read_text()
     assert 'Mount("/metrics", make_asgi_app(' in mount  # mounted on the API app itself
     cli = "".join(p.read_text() for p in (pkg / "entrypoints").rglob("cli_args.py"))
-    assert not re.search(r"metrics[-_]port", cli), "vLLM now has a metrics port option: give /metrics its own port in the NetworkPolicy"
+    assert not re.search(r"metrics[-_]port", cli), (
+        "vLLM now has a metrics port option: give /metrics its own port in the NetworkPolicy"
+    )
 
 
 def test_registry_check_can_fail():
@@ -91,7 +96,12 @@ def test_registry_check_can_fail():
 def test_prometheus_rule_validates_and_has_every_alert(name):
     extra = {}
     if name == "gb300":
-        extra = {"kimi-deploy:kubernetes": {**read_stack_config("gb300")["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}}
+        extra = {
+            "kimi-deploy:kubernetes": {
+                **read_stack_config("gb300")["kimi-deploy:kubernetes"],
+                "installedAddons": ["prometheus-operator"],
+            }
+        }
     run = autoscaled(name, extra)
     rule = one(run, "PrometheusRule")
     validate_against_crd(rule)
@@ -102,7 +112,12 @@ def test_prometheus_rule_validates_and_has_every_alert(name):
 
 @pytest.mark.parametrize("name", ["mi355x", "gb300"])
 def test_every_alert_parses_and_reads_only_exported_metrics(name):
-    extra = {"kimi-deploy:kubernetes": {**read_stack_config(name)["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}}
+    extra = {
+        "kimi-deploy:kubernetes": {
+            **read_stack_config(name)["kimi-deploy:kubernetes"],
+            "installedAddons": ["prometheus-operator"],
+        }
+    }
     run = autoscaled(name, extra)
     known = m.known_series_names()
     engine = engine_metric_names()
@@ -128,7 +143,10 @@ def test_alert_thresholds_follow_the_sizing_and_config():
 
     budget = per_pod_budget_seconds(sizing)
     alerts = {a["alert"]: a for a in all_alerts(run)}
-    assert f"< {budget})" in alerts["KimiVllmNoReadyReplica"]["expr"] and f"> {budget})" in alerts["KimiVllmStartupOverBudget"]["expr"]
+    assert (
+        f"< {budget})" in alerts["KimiVllmNoReadyReplica"]["expr"]
+        and f"> {budget})" in alerts["KimiVllmStartupOverBudget"]["expr"]
+    )
     assert alerts["KimiVllmQueueGrowing"]["for"] == "10m" and "[10m:1m]" in alerts["KimiVllmQueueGrowing"]["expr"]
     assert alerts["KimiVllmKvCacheNearFull"]["expr"].endswith("> 0.95")
     assert 'pod=~"kimi-vllm-[a-z0-9]+-[a-z0-9]+"' in alerts["KimiVllmNoReadyReplica"]["expr"]
@@ -140,16 +158,26 @@ def test_alert_thresholds_follow_the_sizing_and_config():
 
 
 def test_lws_alerts_select_the_leader_pods():
-    extra = {"kimi-deploy:kubernetes": {**read_stack_config("gb300")["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}}
+    extra = {
+        "kimi-deploy:kubernetes": {
+            **read_stack_config("gb300")["kimi-deploy:kubernetes"],
+            "installedAddons": ["prometheus-operator"],
+        }
+    }
     alerts = {a["alert"]: a for a in all_alerts(autoscaled("gb300", extra))}
     assert 'pod=~"kimi-vllm-[0-9]+"' in alerts["KimiVllmNoReadyReplica"]["expr"]
-    assert re.fullmatch(obs.serving_pod_regex(True), "kimi-vllm-0") and not re.fullmatch(obs.serving_pod_regex(True), "kimi-vllm-0-1")
+    assert re.fullmatch(obs.serving_pod_regex(True), "kimi-vllm-0") and not re.fullmatch(
+        obs.serving_pod_regex(True), "kimi-vllm-0-1"
+    )
     assert re.fullmatch(obs.serving_pod_regex(False), "kimi-vllm-7d9f8c6b5-x2k4q")
 
 
 def test_no_prometheus_rule_without_the_operator_or_with_alerts_off():
     assert not of_kind(plan_for("b300-prod"), "PrometheusRule")
-    off = plan_for("mi355x", overrides={"kimi-deploy:observability": {**read_stack_config("mi355x")["kimi-deploy:observability"], "alerts": False}})
+    off = plan_for(
+        "mi355x",
+        overrides={"kimi-deploy:observability": {**read_stack_config("mi355x")["kimi-deploy:observability"], "alerts": False}},
+    )
     assert not of_kind(off, "PrometheusRule")
 
 
@@ -180,8 +208,16 @@ def test_dashboard_file_is_what_the_code_builds():
 def test_dashboard_panels_cover_the_issue_and_every_query_parses():
     doc = json.loads(obs.DASHBOARD_PATH.read_text())
     titles = {p["title"] for p in doc["panels"]}
-    for wanted in ("Time to first token", "Inter-token latency", "Throughput (tokens/s)", "Queue depth", "KV cache usage per replica",
-                   "Running and waiting per replica", "GPU utilisation", "GPU memory used"):
+    for wanted in (
+        "Time to first token",
+        "Inter-token latency",
+        "Throughput (tokens/s)",
+        "Queue depth",
+        "KV cache usage per replica",
+        "Running and waiting per replica",
+        "GPU utilisation",
+        "GPU memory used",
+    ):
         assert wanted in titles
     known = m.known_series_names()
     engine = engine_metric_names()
@@ -258,28 +294,46 @@ def test_gpu_exporters_are_pinned_addons_of_the_vendor_unless_installed():
     run = plan_for("mi355x")
     releases = {r.name.removeprefix("addon-"): r.inputs for r in run.of_type(HELM_RELEASE)}
     chart = HELM_CHARTS["amd-metrics-exporter"]
-    assert releases["amd-metrics-exporter"]["chart"] == chart.chart and releases["amd-metrics-exporter"]["version"] == chart.version
+    assert (
+        releases["amd-metrics-exporter"]["chart"] == chart.chart and releases["amd-metrics-exporter"]["version"] == chart.version
+    )
     values = releases["amd-metrics-exporter"]["values"]
     assert values["serviceMonitor"] == {"enabled": True, "honorLabels": True, "labels": {}}
     assert values["nodeSelector"]["amd.com/gpu.product-name"] == "AMD_Instinct_MI355X"
     nvidia = autoscaled("gb300")
     assert "dcgm-exporter" in nvidia.outputs["kubernetesAddons"]
     dcgm = addon_values(nvidia.context.spec, "dcgm-exporter")
-    assert dcgm["serviceMonitor"] == {"enabled": False, "honorLabels": True, "additionalLabels": {}}  # no Prometheus Operator on gb300
-    installed = plan_for("mi355x", overrides={"kimi-deploy:kubernetes": {
-        **read_stack_config("mi355x")["kimi-deploy:kubernetes"], "installedAddons": ["amd-gpu-operator", "prometheus-operator", "amd-metrics-exporter", "keda"]}})
+    assert dcgm["serviceMonitor"] == {
+        "enabled": False,
+        "honorLabels": True,
+        "additionalLabels": {},
+    }  # no Prometheus Operator on gb300
+    installed = plan_for(
+        "mi355x",
+        overrides={
+            "kimi-deploy:kubernetes": {
+                **read_stack_config("mi355x")["kimi-deploy:kubernetes"],
+                "installedAddons": ["amd-gpu-operator", "prometheus-operator", "amd-metrics-exporter", "keda"],
+            }
+        },
+    )
     assert addons_to_install(installed.context.spec) == ()
     assert HELM_CHARTS["keda"].version == "2.20.2"  # matches the CRDs the ScaledObject is validated against
 
 
 def test_monitor_labels_reach_every_object_a_prometheus_selects():
-    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube-prometheus-stack"}}
+    observability = {
+        **read_stack_config("mi355x")["kimi-deploy:observability"],
+        "monitorLabels": {"release": "kube-prometheus-stack"},
+    }
     run = plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
     for kind in ("PodMonitor", "PrometheusRule"):
         doc = one(run, kind)
         assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         validate_against_crd(doc)
-    assert addon_values(run.context.spec, "amd-metrics-exporter")["serviceMonitor"]["labels"] == {"release": "kube-prometheus-stack"}
+    assert addon_values(run.context.spec, "amd-metrics-exporter")["serviceMonitor"]["labels"] == {
+        "release": "kube-prometheus-stack"
+    }
     assert "release" not in one(plan_for("mi355x"), "PodMonitor")["metadata"]["labels"]
 
 
@@ -287,5 +341,7 @@ def test_bad_monitor_label_is_a_config_error():
     from components.spec.config import ConfigError
 
     observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube prometheus"}}
-    with pytest.raises(ConfigError, match=r"observability.monitorLabels: \{'release': 'kube prometheus'\} is not a valid Kubernetes label"):
+    with pytest.raises(
+        ConfigError, match=r"observability.monitorLabels: \{'release': 'kube prometheus'\} is not a valid Kubernetes label"
+    ):
         plan_for("mi355x", overrides={"kimi-deploy:observability": observability})

@@ -15,7 +15,9 @@ import pytest
 from scripts import _cli, preflight, sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PY_SCRIPTS = sorted(p.name for p in (REPO_ROOT / "scripts").glob("*.py") if p.name != "__init__.py")  # the package marker is no command
+PY_SCRIPTS = sorted(
+    p.name for p in (REPO_ROOT / "scripts").glob("*.py") if p.name != "__init__.py"
+)  # the package marker is no command
 
 
 def _run(argv, env=None, cwd=REPO_ROOT, stdin=None, timeout=120):
@@ -294,4 +296,7 @@ def test_preflight_with_every_check_skipped_is_not_ok():
     assert out.returncode == 2, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert report["ok"] is False and report["counts"]["skip"] == len(report["checks"])
-    assert out.stderr.strip() == f"error: nothing could be checked ({len(report['checks'])} skipped); pass --check-cluster to check the cluster"
+    assert (
+        out.stderr.strip()
+        == f"error: nothing could be checked ({len(report['checks'])} skipped); pass --check-cluster to check the cluster"
+    )

@@ -98,7 +98,10 @@ def test_secret_values_in_plain_inputs_are_reported():
 
     pulumi.runtime.test(body)()
     assert mocks.run.secret_leaks == [("hfToken", "leak", "keepers.token")]
-    assert mocks.run.named("safe").inputs["keepers"] == SECRET_MASK or mocks.run.named("safe").inputs["keepers"]["token"] == SECRET_MASK
+    assert (
+        mocks.run.named("safe").inputs["keepers"] == SECRET_MASK
+        or mocks.run.named("safe").inputs["keepers"]["token"] == SECRET_MASK
+    )
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,18 @@ def doc(*resources, argv=None, sizing=None, warnings=()):
         "stack": "b300",
         "target": "b300",
         "sizing": sizing or {"kv_cache_tokens": 100},
-        "vllm": {"image": "vllm/vllm-openai:v0.33.0", "roles": [{"name": "server", "nodes": 1, "argv": argv or ["vllm", "serve", "/m", "--gpu-memory-utilization", "0.95", "--enable-prefix-caching"], "env": {"A": "1"}, "secret_env": {"HF_TOKEN": "[secret] from kimi-deploy:hfToken"}}]},
+        "vllm": {
+            "image": "vllm/vllm-openai:v0.33.0",
+            "roles": [
+                {
+                    "name": "server",
+                    "nodes": 1,
+                    "argv": argv or ["vllm", "serve", "/m", "--gpu-memory-utilization", "0.95", "--enable-prefix-caching"],
+                    "env": {"A": "1"},
+                    "secret_env": {"HF_TOKEN": "[secret] from kimi-deploy:hfToken"},
+                }
+            ],
+        },
         "resources": [{"type": t, "name": n, "inputs": i} for t, n, i in resources],
         "outputs": {},
         "warnings": list(warnings),
@@ -61,7 +72,11 @@ def test_added_removed_changed_and_replaced_are_classified():
     assert fsx["action"] == "update" and fsx["disruptive"]  # growing capacity is in place
     [role] = d["vllm"]["roles"]
     flags = {a["flag"]: (a["old"], a["new"]) for a in role["argv"]}
-    assert flags == {"--gpu-memory-utilization": ("0.95", "0.9"), "--enable-prefix-caching": ("", None), "--decode-context-parallel-size": (None, "8")}
+    assert flags == {
+        "--gpu-memory-utilization": ("0.95", "0.9"),
+        "--enable-prefix-caching": ("", None),
+        "--decode-context-parallel-size": (None, "8"),
+    }
     assert d["plan"] == [{"path": "sizing.kv_cache_tokens", "old": 100, "new": 800}]
     assert d["warnings"] == {"added": ["new warning"], "removed": []}
 
@@ -106,8 +121,15 @@ def test_replacement_table(rtype, path, old, new, extra, replaces):
 
 
 def test_markdown_is_a_readable_comment():
-    old = doc((INSTANCE, "gpu", {"ami": "ami-1", "userData": "#!/bin/bash\necho one\n", "tags": {"x": "1"}}), (FSX, "fsx", {"deploymentType": "PERSISTENT_2"}))
-    new = doc((INSTANCE, "gpu", {"ami": "ami-1", "userData": "#!/bin/bash\necho two\n", "tags": {"x": "y|z"}}), (FSX, "fsx", {"deploymentType": "SCRATCH_2"}), ("aws:s3/bucket:Bucket", "mirror", {}))
+    old = doc(
+        (INSTANCE, "gpu", {"ami": "ami-1", "userData": "#!/bin/bash\necho one\n", "tags": {"x": "1"}}),
+        (FSX, "fsx", {"deploymentType": "PERSISTENT_2"}),
+    )
+    new = doc(
+        (INSTANCE, "gpu", {"ami": "ami-1", "userData": "#!/bin/bash\necho two\n", "tags": {"x": "y|z"}}),
+        (FSX, "fsx", {"deploymentType": "SCRATCH_2"}),
+        ("aws:s3/bucket:Bucket", "mirror", {}),
+    )
     md = plan_diff.render_markdown(plan_diff.diff_documents(old, new), "b300", "origin/main")
     first = md.splitlines()[0]
     assert first == "#### `b300` vs `origin/main`: 1 to add, 0 to remove, 2 to change (**⚠ 1 replaced**), 1 disruptive in place"
@@ -127,7 +149,10 @@ def test_no_changes():
 def test_base64_user_data_is_diffed_as_text():
     enc = lambda t: base64.b64encode(t.encode()).decode()  # noqa: E731
     lt = "aws:ec2/launchTemplate:LaunchTemplate"
-    d = plan_diff.diff_documents(doc((lt, "gpu-lt", {"userData": enc("#cloud-config\nruncmd: [one]\n")})), doc((lt, "gpu-lt", {"userData": enc("#cloud-config\nruncmd: [two]\n")})))
+    d = plan_diff.diff_documents(
+        doc((lt, "gpu-lt", {"userData": enc("#cloud-config\nruncmd: [one]\n")})),
+        doc((lt, "gpu-lt", {"userData": enc("#cloud-config\nruncmd: [two]\n")})),
+    )
     md = plan_diff.render_markdown(d, "b300")
     assert "+runcmd: [two]" in md and "⚠ disruptive update `gpu-lt`" in md
 
@@ -138,7 +163,11 @@ def test_markdown_never_shows_a_secret():
 
     for stack in STACKS:
         run = plan_for(stack)
-        new = {"resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources], "outputs": run.outputs, "secret_leaks": []}
+        new = {
+            "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources],
+            "outputs": run.outputs,
+            "secret_leaks": [],
+        }
         md = plan_diff.render_markdown(plan_diff.diff_documents({}, new), stack)
         text = md + json.dumps(plan_diff.diff_documents({}, new))
         for value in TEST_SECRETS.values():
@@ -216,14 +245,40 @@ def test_plan_py_diff_against_cli(two_commits):
     if not (REPO_ROOT / "scripts" / "plan.py").is_file():
         pytest.skip("scripts/plan.py not present")
     proc = subprocess.run(
-        [sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", "HEAD~1", "--format", "markdown", "--now", "2026-11-30T12:00:00Z"],
-        cwd=two_commits, env=_tree_env(two_commits), capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "scripts/plan.py",
+            "--stack",
+            "b300",
+            "--diff-against",
+            "HEAD~1",
+            "--format",
+            "markdown",
+            "--now",
+            "2026-11-30T12:00:00Z",
+        ],
+        cwd=two_commits,
+        env=_tree_env(two_commits),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("#### `b300` vs `HEAD~1`:") and "⚠ **replace**" in proc.stdout
     assert "| + add |" in proc.stdout and "`--gpu-memory-utilization`" in proc.stdout
-    bad = subprocess.run([sys.executable, "scripts/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"], cwd=two_commits, env=_tree_env(two_commits), capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: git ref 'no-such-ref': no such commit, branch or tag in ") and "Traceback" not in bad.stderr
+    bad = subprocess.run(
+        [sys.executable, "scripts/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"],
+        cwd=two_commits,
+        env=_tree_env(two_commits),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        bad.returncode == 2
+        and bad.stderr.startswith("error: git ref 'no-such-ref': no such commit, branch or tag in ")
+        and "Traceback" not in bad.stderr
+    )
 
 
 # --- CI workflows ----------------------------------------------------------------------------
@@ -240,7 +295,11 @@ def _workflow(name: str) -> dict:
 def test_workflows_validate_against_the_github_schema():
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     assert len(files) >= 5
-    proc = subprocess.run([str(Path(sys.executable).parent / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -334,8 +393,25 @@ def test_base_renders_with_only_its_own_tree(history, monkeypatch):
 
 @pytest.mark.parametrize("ref, reason", [("HEAD~2", "components.spec.versions"), ("HEAD~3", "has no scripts/plan.py")])
 def test_base_that_cannot_render_shows_the_whole_plan_as_added(history, ref, reason):
-    proc = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", ref, "--format", "json",
-                           "--now", "2026-11-30T12:00:00Z"], cwd=history, env=_tree_env(history), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/plan.py",
+            "--stack",
+            "b300",
+            "--diff-against",
+            ref,
+            "--format",
+            "json",
+            "--now",
+            "2026-11-30T12:00:00Z",
+        ],
+        cwd=history,
+        env=_tree_env(history),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert d["base_error"].startswith(f"base could not be rendered at {ref}: ") and reason in d["base_error"], d["base_error"]
@@ -355,25 +431,39 @@ def test_before_and_after_values_are_visible_in_the_markdown():
     image_old = "vllm/vllm-openai@sha256:" + "a" * 64
     image_new = "vllm/vllm-openai@sha256:" + "a" * 60 + "bbbb"
     argv = "--a 1 " * 30
-    old = doc((INSTANCE, "gpu", {"ami": "ami-1", "image": image_old, "cmd": argv + "--gpu-memory-utilization 0.95", "tags": {"t": "x"}}))
-    new = doc((INSTANCE, "gpu", {"ami": "ami-2", "image": image_new, "cmd": argv + "--gpu-memory-utilization 0.9", "tags": {"t": "y"}}))
+    old = doc(
+        (INSTANCE, "gpu", {"ami": "ami-1", "image": image_old, "cmd": argv + "--gpu-memory-utilization 0.95", "tags": {"t": "x"}})
+    )
+    new = doc(
+        (INSTANCE, "gpu", {"ami": "ami-2", "image": image_new, "cmd": argv + "--gpu-memory-utilization 0.9", "tags": {"t": "y"}})
+    )
     md = plan_diff.render_markdown(plan_diff.diff_documents(old, new), "b300")
     rows = {line.split("|")[2].strip(): line for line in md.splitlines() if line.startswith("| `gpu` |")}
     assert "| `ami-1` | `ami-2` |" in rows["`ami`"]  # short values whole
     image = rows["`image`"]
     assert f"`{image_old}` | `{image_new}`" in image  # an image digest (88 chars) is shown whole: the change is at its end
     cmd = rows["`cmd`"]
-    assert "--gpu-memory-utilization 0.95`" in cmd and "--gpu-memory-utilization 0.9`" in cmd and cmd.count("`…") == 2  # long: cut in front, the end shown
+    assert (
+        "--gpu-memory-utilization 0.95`" in cmd and "--gpu-memory-utilization 0.9`" in cmd and cmd.count("`…") == 2
+    )  # long: cut in front, the end shown
     old_text, new_text = plan_diff.value_pair("x" * 500 + "1" + "y" * 500, "x" * 500 + "2" + "y" * 500)
     assert len(old_text) <= plan_diff.VALUE_CHARS + 1 and old_text.startswith("…") and old_text.endswith("…")
     assert "x1y" in old_text and "x2y" in new_text
     assert plan_diff.value_pair(None, "new") == (None, "new")
 
 
-@pytest.mark.parametrize("argv, needle", [(["--stack", "b300"], "--against"), (["--against", "HEAD", "--stac", "b300"], "unrecognized arguments: --stac"),
-                                          (["--against", "HEAD", "--format", "yaml"], "invalid choice")])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--stack", "b300"], "--against"),
+        (["--against", "HEAD", "--stac", "b300"], "unrecognized arguments: --stac"),
+        (["--against", "HEAD", "--format", "yaml"], "invalid choice"),
+    ],
+)
 def test_cli_usage_errors_are_one_line(argv, needle):
-    proc = subprocess.run([sys.executable, "scripts/plan_diff.py", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "scripts/plan_diff.py", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 

@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pytest
 
 from components.plan_engine import KNOWN_AFTER_UP, MOCK_ACCOUNT_ID
 from components.spec.config import STACKS_DIR, ConfigError, parse_spec
 from components.spec.examples import SHIPPED_EXAMPLE_VALUES, example_value_warnings
-from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
-
 from scripts import plan as plan_script  # noqa: E402
+from tests.conftest import FIXED_NOW, STACKS
 
 # Mock values the engine invents; none may reach the plan document as if real.
-MOCK_FRAGMENTS = ("10.42.1.10", "gpu-instance-id", "mirror-bucket-a1b2c3d", "ami-0mock", "fs-id", "net-vpc-id", MOCK_ACCOUNT_ID, ".fsx.us-east-1.amazonaws.com")
+MOCK_FRAGMENTS = (
+    "10.42.1.10",
+    "gpu-instance-id",
+    "mirror-bucket-a1b2c3d",
+    "ami-0mock",
+    "fs-id",
+    "net-vpc-id",
+    MOCK_ACCOUNT_ID,
+    ".fsx.us-east-1.amazonaws.com",
+)
 
 
 @pytest.fixture(scope="module")

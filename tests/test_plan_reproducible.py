@@ -41,7 +41,11 @@ def test_stable_digits_do_not_depend_on_the_hash_salt():
     outs = set()
     for seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        outs.add(subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True).stdout.strip())
+        outs.add(
+            subprocess.run(
+                [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True
+            ).stdout.strip()
+        )
     assert outs == {stable_digits("fs")} and len(stable_digits("fs")) == 8
 
 
@@ -89,7 +93,11 @@ def test_no_salted_hash_in_the_program_or_the_plan():
     """Python's hash() of str/bytes is salted per process: nothing the plan shows may use it."""
     import ast
 
-    files = [*sorted((REPO_ROOT / "components").rglob("*.py")), REPO_ROOT / "scripts" / "plan.py", REPO_ROOT / "scripts" / "plan_diff.py"]
+    files = [
+        *sorted((REPO_ROOT / "components").rglob("*.py")),
+        REPO_ROOT / "scripts" / "plan.py",
+        REPO_ROOT / "scripts" / "plan_diff.py",
+    ]
     offenders = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):

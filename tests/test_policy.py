@@ -78,7 +78,12 @@ CASES = [
         "no-public-api-ingress",
         "aws:ec2/securityGroup:SecurityGroup",
         {"ingress": [{"protocol": "tcp", "fromPort": 8000, "toPort": 8000, "cidrBlocks": ["0.0.0.0/0"]}]},
-        {"ingress": [{"protocol": "tcp", "fromPort": 8000, "toPort": 8000, "cidrBlocks": ["10.0.0.0/8"]}, {"protocol": "tcp", "fromPort": 443, "toPort": 443, "cidrBlocks": ["0.0.0.0/0"]}]},
+        {
+            "ingress": [
+                {"protocol": "tcp", "fromPort": 8000, "toPort": 8000, "cidrBlocks": ["10.0.0.0/8"]},
+                {"protocol": "tcp", "fromPort": 443, "toPort": 443, "cidrBlocks": ["0.0.0.0/0"]},
+            ]
+        },
     ),
     (
         "no-public-api-ingress",
@@ -96,7 +101,10 @@ CASES = [
         "no-public-api-ingress",
         "kubernetes:core/v1:Service",
         {"metadata": {"name": "vllm"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 8000}]}},
-        {"metadata": {"name": "vllm", "annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}}, "spec": {"type": "LoadBalancer", "ports": [{"port": 8000}], "loadBalancerSourceRanges": ["10.0.0.0/8"]}},
+        {
+            "metadata": {"name": "vllm", "annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 8000}], "loadBalancerSourceRanges": ["10.0.0.0/8"]},
+        },
     ),
     (
         "encryption-at-rest",
@@ -120,7 +128,10 @@ CASES = [
         "encryption-at-rest",
         "aws:fsx/lustreFileSystem:LustreFileSystem",
         {"deploymentType": "PERSISTENT_2", "kmsKeyId": "alias/my-key"},
-        {"deploymentType": "PERSISTENT_2", "kmsKeyId": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"},
+        {
+            "deploymentType": "PERSISTENT_2",
+            "kmsKeyId": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        },
     ),
     (
         "imdsv2-required",
@@ -156,13 +167,53 @@ CASES = [
         "no-plain-secrets",
         "kubernetes:apps/v1:Deployment",
         {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "env": [{"name": "HF_TOKEN", "value": "[secret]"}]}]}}}},
-        {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}}}, {"name": "TOKENIZERS_PARALLELISM", "value": "false"}]}]}}}},
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "vllm",
+                                "env": [
+                                    {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}}},
+                                    {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
+                                ],
+                            }
+                        ]
+                    }
+                }
+            }
+        },
     ),
     (
         "no-plain-secrets",
         "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet",
-        {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "vllm", "args": ["serve", "--api-key", "[secret]"]}]}}}}},
-        {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "vllm", "args": ["serve"], "env": [{"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "api", "key": "key"}}}]}]}}}}},
+        {
+            "spec": {
+                "leaderWorkerTemplate": {
+                    "workerTemplate": {"spec": {"containers": [{"name": "vllm", "args": ["serve", "--api-key", "[secret]"]}]}}
+                }
+            }
+        },
+        {
+            "spec": {
+                "leaderWorkerTemplate": {
+                    "workerTemplate": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "vllm",
+                                    "args": ["serve"],
+                                    "env": [
+                                        {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "api", "key": "key"}}}
+                                    ],
+                                }
+                            ]
+                        }
+                    }
+                }
+            }
+        },
     ),
     (
         "no-plain-secrets",
@@ -174,7 +225,10 @@ CASES = [
         "no-plain-secrets",
         "aws:ec2/instance:Instance",
         {"instanceType": "t3.micro", "userData": "[secret]"},
-        {"instanceType": "t3.micro", "userData": "#!/bin/bash\naws ssm get-parameter --with-decryption --name /kimi/b300/hf-token\n"},
+        {
+            "instanceType": "t3.micro",
+            "userData": "#!/bin/bash\naws ssm get-parameter --with-decryption --name /kimi/b300/hf-token\n",
+        },
     ),
     (
         "no-plain-secrets",
@@ -237,13 +291,24 @@ def test_s3_buckets_need_default_encryption():
 
 
 def test_instances_are_judged_through_their_launch_template():
-    lt = rules.Res(rules.LAUNCH_TEMPLATE_TYPE, "gpu-lt", {"instanceType": GPU, "metadataOptions": {"httpTokens": "optional"}}, ids=("gpu-lt-id",))
-    inst = rules.Res("aws:ec2/instance:Instance", "gpu-instance", {"launchTemplate": {"id": "gpu-lt-id", "version": "1"}, "tags": {"kimi-deploy:environment": "trial"}})
+    lt = rules.Res(
+        rules.LAUNCH_TEMPLATE_TYPE,
+        "gpu-lt",
+        {"instanceType": GPU, "metadataOptions": {"httpTokens": "optional"}},
+        ids=("gpu-lt-id",),
+    )
+    inst = rules.Res(
+        "aws:ec2/instance:Instance",
+        "gpu-instance",
+        {"launchTemplate": {"id": "gpu-lt-id", "version": "1"}, "tags": {"kimi-deploy:environment": "trial"}},
+    )
     found = rules.check_resources([lt, inst], PLAN_CTX)
     about_instance = sorted(rule for rule, msg in found if "'gpu-instance'" in msg)
     assert about_instance == ["encryption-at-rest", "gpu-capacity-expires", "imdsv2-required"]
     by_dependency = rules.Res(rules.LAUNCH_TEMPLATE_TYPE, "gpu-lt", {"instanceType": GPU}, urn="urn:lt")
-    inst2 = rules.Res("aws:eks/nodeGroup:NodeGroup", "gpu-ng", {"launchTemplate": {"id": rules.UNKNOWN}}, dependencies=("urn:lt",))
+    inst2 = rules.Res(
+        "aws:eks/nodeGroup:NodeGroup", "gpu-ng", {"launchTemplate": {"id": rules.UNKNOWN}}, dependencies=("urn:lt",)
+    )
     [resolved] = [r for r in rules.resolve_launch_templates([by_dependency, inst2]) if r.name == "gpu-ng"]
     assert rules.is_gpu_resource(resolved.type, resolved.props)
 
@@ -251,7 +316,16 @@ def test_instances_are_judged_through_their_launch_template():
 def test_a_bad_resource_in_a_real_plan_is_caught():
     """Run the rules over a stack's plan with one bad resource added (what CI would see)."""
     run = plan_for(STACKS[0])
-    bad = rules.Res("aws:ec2/instance:Instance", "forgotten-gpu", {"instanceType": GPU, "metadataOptions": {"httpTokens": "required"}, "rootBlockDevice": {"encrypted": True}, "tags": {"kimi-deploy:environment": "trial"}})
+    bad = rules.Res(
+        "aws:ec2/instance:Instance",
+        "forgotten-gpu",
+        {
+            "instanceType": GPU,
+            "metadataOptions": {"httpTokens": "required"},
+            "rootBlockDevice": {"encrypted": True},
+            "tags": {"kimi-deploy:environment": "trial"},
+        },
+    )
     violations = rules.check_resources([*plan_resources(run), bad], PLAN_CTX)
     assert [r for r, _ in violations] == ["gpu-capacity-expires"]
     assert "forgotten-gpu" in violations[0][1]
@@ -312,11 +386,23 @@ def test_pack_stack_policy_checks_bucket_encryption(pack):
     from pulumi_policy.policy import PolicyResource
 
     policy = next(p for p in pack["policies"] if p.name == "s3-encryption-at-rest")
-    bucket = PolicyResource("aws:s3/bucket:Bucket", {"bucket": "kimi-mirror"}, "urn:b", "mirror", _policy_resource_options(), None, None, [], {})
+    bucket = PolicyResource(
+        "aws:s3/bucket:Bucket", {"bucket": "kimi-mirror"}, "urn:b", "mirror", _policy_resource_options(), None, None, [], {}
+    )
     reports = []
     policy.validate(StackValidationArgs([bucket]), lambda message, urn=None: reports.append(message))
     assert reports and "'mirror'" in reports[0]
-    sse = PolicyResource(rules.BUCKET_SSE_TYPES[0], {"bucket": "kimi-mirror", "rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]}, "urn:s", "mirror-sse", _policy_resource_options(), None, None, [bucket], {})
+    sse = PolicyResource(
+        rules.BUCKET_SSE_TYPES[0],
+        {"bucket": "kimi-mirror", "rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]},
+        "urn:s",
+        "mirror-sse",
+        _policy_resource_options(),
+        None,
+        None,
+        [bucket],
+        {},
+    )
     reports.clear()
     policy.validate(StackValidationArgs([bucket, sse]), lambda message, urn=None: reports.append(message))
     assert reports == []
@@ -325,7 +411,11 @@ def test_pack_stack_policy_checks_bucket_encryption(pack):
 def test_pack_files_are_consistent():
     meta = yaml.safe_load((REPO_ROOT / "policy" / "PulumiPolicy.yaml").read_text())
     assert meta["runtime"]["name"] == "python" and meta["description"]
-    pins = dict(line.split("==") for line in (REPO_ROOT / "policy" / "requirements.txt").read_text().splitlines() if "==" in line and not line.startswith("#"))
+    pins = dict(
+        line.split("==")
+        for line in (REPO_ROOT / "policy" / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
     dev = (REPO_ROOT / "requirements-dev.txt").read_text() + (REPO_ROOT / "requirements.txt").read_text()
     for pkg, version in pins.items():
         assert f"{pkg}=={version}" in dev, f"policy pins {pkg}=={version}, the project does not"

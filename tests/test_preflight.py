@@ -56,7 +56,14 @@ def quota_client(region: str, value: float | None):
     else:
         stub.add_response(
             "get_service_quota",
-            {"Quota": {"ServiceCode": "ec2", "QuotaCode": QUOTA_CODE, "QuotaName": "Running On-Demand P instances", "Value": value}},
+            {
+                "Quota": {
+                    "ServiceCode": "ec2",
+                    "QuotaCode": QUOTA_CODE,
+                    "QuotaName": "Running On-Demand P instances",
+                    "Value": value,
+                }
+            },
             params,
         )
     stub.activate()
@@ -70,7 +77,11 @@ def reservation_client(region: str, rid: str, **fields):
     params = {"CapacityReservationIds": [rid]}
     if fields.get("missing"):
         stub.add_client_error(
-            "describe_capacity_reservations", "InvalidCapacityReservationId.NotFound", "no such reservation", 400, expected_params=params
+            "describe_capacity_reservations",
+            "InvalidCapacityReservationId.NotFound",
+            "no such reservation",
+            400,
+            expected_params=params,
         )
     else:
         reservation = {"CapacityReservationId": rid, "InstancePlatform": "Linux/UNIX", "EndDateType": "limited"}
@@ -117,8 +128,13 @@ def test_az_that_does_not_offer_the_type_fails(moto, tmp_path):
 
 
 def test_quota_short_fails_and_denied_is_unknown(moto):
-    short = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 192),
-                                        "ec2:DescribeCapacityReservations": reservation_client("us-east-1", "cr-0a1b2c3d4e5f60718", missing=True)})
+    short = run(
+        "b300-prod",
+        overrides={
+            "service-quotas": quota_client("us-east-1", 192),
+            "ec2:DescribeCapacityReservations": reservation_client("us-east-1", "cr-0a1b2c3d4e5f60718", missing=True),
+        },
+    )
     assert short["vcpu-quota"].status == "fail"
     assert "2 node(s) x 192 = 384 needed" in short["vcpu-quota"].reason
     denied = run("b300", overrides={"service-quotas": quota_client("us-east-1", None)})
@@ -137,7 +153,9 @@ def test_odcr_active_in_its_az_passes(moto):
         "us-east-1", rid, State="active", ReservationType="default", InstanceType="p6-b300.48xlarge",
         AvailabilityZone="us-east-1c", TotalInstanceCount=2, AvailableInstanceCount=2,
     )
-    checks = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2})
+    checks = run(
+        "b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2}
+    )
     assert checks["capacity-reservation"].status == "pass", checks["capacity-reservation"].reason
     assert checks["capacity-end"].status == "pass"  # no end date
     assert checks["fsx"].status == "pass" and checks["eks"].status == "pass"
@@ -159,7 +177,9 @@ def test_odcr_problems_fail(moto, fields, expected):
             "AvailabilityZone": "us-east-1c", "TotalInstanceCount": 2}
     base.update(fields)
     ec2 = reservation_client("us-east-1", rid, **base)
-    checks = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2})
+    checks = run(
+        "b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2}
+    )
     assert checks["capacity-reservation"].status == "fail"
     assert expected in checks["capacity-reservation"].reason
 
@@ -189,7 +209,10 @@ def test_capacity_block_ending_before_the_trial_expires_fails(moto):
     ec2 = reservation_client("us-east-1", rid, **_block(24, state="active"))
     checks = run("gb300", overrides={"service-quotas": quota_client("us-east-1", 288), "ec2:DescribeCapacityReservations": ec2})
     assert checks["capacity-end"].status == "fail"
-    assert "before the stack expires" in checks["capacity-end"].reason and "now + trialTtlHours 48 h" in checks["capacity-end"].reason
+    assert (
+        "before the stack expires" in checks["capacity-end"].reason
+        and "now + trialTtlHours 48 h" in checks["capacity-end"].reason
+    )
 
 
 def test_capacity_block_quota_shortfall_is_a_warning(moto):
@@ -206,7 +229,9 @@ def _publish_mirror(spec, bucket: str, *, drop: str | None = None, marker: bool 
     for f in files:
         if f["path"] != drop:
             s3.put_object(Bucket=bucket, Key=f"{prefix}/{f['path']}", Body=b"x" * f["size_bytes"])
-    s3.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST_NAME}", Body=json.dumps({"revision": spec.revision, "files": files}).encode())
+    s3.put_object(
+        Bucket=bucket, Key=f"{prefix}/{MANIFEST_NAME}", Body=json.dumps({"revision": spec.revision, "files": files}).encode()
+    )
     if marker:
         s3.put_object(Bucket=bucket, Key=f"{prefix}/{MARKER_NAME}", Body=b"{}")
 
@@ -465,6 +490,9 @@ def test_unreachable_endpoint_is_unknown_and_exit_2_in_seconds():
 
 
 def test_usage_errors_are_one_line_without_abbreviations():
-    for argv, needle in ((["--stack", "b300", "--mirror", "b"], "unrecognized arguments: --mirror"), (["--region", "us-east-1"], "--stack")):
+    for argv, needle in (
+        (["--stack", "b300", "--mirror", "b"], "unrecognized arguments: --mirror"),
+        (["--region", "us-east-1"], "--stack"),
+    ):
         out = _cli(*argv)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr

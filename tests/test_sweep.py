@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -17,7 +17,7 @@ from scripts import sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
-NOW = datetime(2026, 12, 10, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 10, 0, 0, tzinfo=UTC)
 PAST = "2026-12-01T00:00:00Z"
 FUTURE = "2027-01-01T00:00:00Z"
 
@@ -85,7 +85,10 @@ class Recorder:
             # moto 5.2 does not implement capacity reservations: answer like EC2 would.
             from botocore.awsrequest import AWSResponse
 
-            return (AWSResponse(None, 200, {}, None), {"CapacityReservations": self.capacity, "ResponseMetadata": {"HTTPStatusCode": 200}})
+            return (
+                AWSResponse(None, 200, {}, None),
+                {"CapacityReservations": self.capacity, "ResponseMetadata": {"HTTPStatusCode": 200}},
+            )
         return None
 
     def ops(self) -> list[str]:
@@ -100,38 +103,113 @@ def build_world() -> dict[str, str]:
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     ids: dict[str, str] = {"vpc": vpc, "subnet": subnet}
 
-    ids["sg_expired"] = ec2.create_security_group(GroupName="b300-api", Description="api", VpcId=vpc, TagSpecifications=spec("security-group", tags("b300", PAST)))["GroupId"]
-    ids["sg_active"] = ec2.create_security_group(GroupName="gb300-api", Description="api", VpcId=vpc, TagSpecifications=spec("security-group", tags("gb300", FUTURE)))["GroupId"]
+    ids["sg_expired"] = ec2.create_security_group(
+        GroupName="b300-api", Description="api", VpcId=vpc, TagSpecifications=spec("security-group", tags("b300", PAST))
+    )["GroupId"]
+    ids["sg_active"] = ec2.create_security_group(
+        GroupName="gb300-api", Description="api", VpcId=vpc, TagSpecifications=spec("security-group", tags("gb300", FUTURE))
+    )["GroupId"]
     # The active group allows the expired one: that rule must be revoked before the delete.
-    ec2.authorize_security_group_ingress(GroupId=ids["sg_active"], IpPermissions=[{"IpProtocol": "tcp", "FromPort": 8000, "ToPort": 8000, "UserIdGroupPairs": [{"GroupId": ids["sg_expired"]}]}])
+    ec2.authorize_security_group_ingress(
+        GroupId=ids["sg_active"],
+        IpPermissions=[
+            {"IpProtocol": "tcp", "FromPort": 8000, "ToPort": 8000, "UserIdGroupPairs": [{"GroupId": ids["sg_expired"]}]}
+        ],
+    )
 
-    ids["i_expired"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p6-b300.48xlarge", SubnetId=subnet, SecurityGroupIds=[ids["sg_expired"]], TagSpecifications=spec("instance", tags("b300", PAST)))["Instances"][0]["InstanceId"]
-    ids["i_active"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p6-b300.48xlarge", SubnetId=subnet, TagSpecifications=spec("instance", tags("gb300", FUTURE)))["Instances"][0]["InstanceId"]
-    ids["i_prod"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="p6-b300.48xlarge", SubnetId=subnet, TagSpecifications=spec("instance", {**tags("b300-prod"), sweep.TAG_ENVIRONMENT: "prod"}))["Instances"][0]["InstanceId"]
-    ids["i_foreign"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="t3.micro", SubnetId=subnet, TagSpecifications=spec("instance", {"expires-at": PAST, "team": "other"}))["Instances"][0]["InstanceId"]
-    ids["i_retained"] = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="t3.micro", SubnetId=subnet, TagSpecifications=spec("instance", tags("b300", PAST, **{sweep.TAG_RETAIN: "true"})))["Instances"][0]["InstanceId"]
+    ids["i_expired"] = ec2.run_instances(
+        ImageId=ami,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="p6-b300.48xlarge",
+        SubnetId=subnet,
+        SecurityGroupIds=[ids["sg_expired"]],
+        TagSpecifications=spec("instance", tags("b300", PAST)),
+    )["Instances"][0]["InstanceId"]
+    ids["i_active"] = ec2.run_instances(
+        ImageId=ami,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="p6-b300.48xlarge",
+        SubnetId=subnet,
+        TagSpecifications=spec("instance", tags("gb300", FUTURE)),
+    )["Instances"][0]["InstanceId"]
+    ids["i_prod"] = ec2.run_instances(
+        ImageId=ami,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="p6-b300.48xlarge",
+        SubnetId=subnet,
+        TagSpecifications=spec("instance", {**tags("b300-prod"), sweep.TAG_ENVIRONMENT: "prod"}),
+    )["Instances"][0]["InstanceId"]
+    ids["i_foreign"] = ec2.run_instances(
+        ImageId=ami,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="t3.micro",
+        SubnetId=subnet,
+        TagSpecifications=spec("instance", {"expires-at": PAST, "team": "other"}),
+    )["Instances"][0]["InstanceId"]
+    ids["i_retained"] = ec2.run_instances(
+        ImageId=ami,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="t3.micro",
+        SubnetId=subnet,
+        TagSpecifications=spec("instance", tags("b300", PAST, **{sweep.TAG_RETAIN: "true"})),
+    )["Instances"][0]["InstanceId"]
 
-    ids["eni_expired"] = ec2.create_network_interface(SubnetId=subnet, Groups=[ids["sg_expired"]], TagSpecifications=spec("network-interface", tags("b300", PAST)))["NetworkInterface"]["NetworkInterfaceId"]
-    ids["vol_expired"] = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100, Encrypted=True, TagSpecifications=spec("volume", tags("b300", PAST)))["VolumeId"]
-    ids["vol_active"] = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100, Encrypted=True, TagSpecifications=spec("volume", tags("gb300", FUTURE)))["VolumeId"]
+    ids["eni_expired"] = ec2.create_network_interface(
+        SubnetId=subnet, Groups=[ids["sg_expired"]], TagSpecifications=spec("network-interface", tags("b300", PAST))
+    )["NetworkInterface"]["NetworkInterfaceId"]
+    ids["vol_expired"] = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, Encrypted=True, TagSpecifications=spec("volume", tags("b300", PAST))
+    )["VolumeId"]
+    ids["vol_active"] = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, Encrypted=True, TagSpecifications=spec("volume", tags("gb300", FUTURE))
+    )["VolumeId"]
 
     elb = boto3.client("elbv2", region_name=REGION)
-    ids["lb_expired"] = elb.create_load_balancer(Name="b300-api", Subnets=[subnet], Type="network", Scheme="internal", Tags=tag_list(tags("b300", PAST)))["LoadBalancers"][0]["LoadBalancerArn"]
+    ids["lb_expired"] = elb.create_load_balancer(
+        Name="b300-api", Subnets=[subnet], Type="network", Scheme="internal", Tags=tag_list(tags("b300", PAST))
+    )["LoadBalancers"][0]["LoadBalancerArn"]
 
     fsx = boto3.client("fsx", region_name=REGION)
     lustre = {"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 1000}
-    ids["fs_expired"] = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=2400, SubnetIds=[subnet], LustreConfiguration=lustre, Tags=tag_list(tags("b300", PAST)))["FileSystem"]["FileSystemId"]
-    ids["fs_retained"] = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=2400, SubnetIds=[subnet], LustreConfiguration=lustre, Tags=tag_list(tags("b300", PAST, **{sweep.TAG_RETAIN: "true"})))["FileSystem"]["FileSystemId"]
+    ids["fs_expired"] = fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=2400,
+        SubnetIds=[subnet],
+        LustreConfiguration=lustre,
+        Tags=tag_list(tags("b300", PAST)),
+    )["FileSystem"]["FileSystemId"]
+    ids["fs_retained"] = fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=2400,
+        SubnetIds=[subnet],
+        LustreConfiguration=lustre,
+        Tags=tag_list(tags("b300", PAST, **{sweep.TAG_RETAIN: "true"})),
+    )["FileSystem"]["FileSystemId"]
 
     eks = boto3.client("eks", region_name=REGION)
     role = "arn:aws:iam::123456789012:role/eks"
     eks.create_cluster(name="b300-eks", roleArn=role, resourcesVpcConfig={"subnetIds": [subnet]}, tags=tags("b300", PAST))
     # No expires-at of its own: inherits the cluster's.
-    eks.create_nodegroup(clusterName="b300-eks", nodegroupName="gpu", nodeRole=role, subnets=[subnet], instanceTypes=["p6-b300.48xlarge"], tags={sweep.TAG_STACK: "b300"})
+    eks.create_nodegroup(
+        clusterName="b300-eks",
+        nodegroupName="gpu",
+        nodeRole=role,
+        subnets=[subnet],
+        instanceTypes=["p6-b300.48xlarge"],
+        tags={sweep.TAG_STACK: "b300"},
+    )
 
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket="kimi-mirror-b300")
-    s3.put_bucket_tagging(Bucket="kimi-mirror-b300", Tagging={"TagSet": tag_list(tags("b300", PAST, **{sweep.TAG_ROLE: sweep.ROLE_WEIGHTS_MIRROR, sweep.TAG_RETAIN: "true"}))})
+    s3.put_bucket_tagging(
+        Bucket="kimi-mirror-b300",
+        Tagging={"TagSet": tag_list(tags("b300", PAST, **{sweep.TAG_ROLE: sweep.ROLE_WEIGHTS_MIRROR, sweep.TAG_RETAIN: "true"}))},
+    )
     s3.put_object(Bucket="kimi-mirror-b300", Key="models/kimi/.weights-complete.json", Body=b"{}")
     s3.create_bucket(Bucket="kimi-logs-b300")
     s3.put_bucket_tagging(Bucket="kimi-logs-b300", Tagging={"TagSet": tag_list(tags("b300", PAST))})
@@ -231,7 +309,13 @@ def test_cluster_with_a_retained_node_group_is_reported_not_forced(aws):
     """EKS refuses to delete a cluster that still has node groups: failure, exit 1."""
     build_world()
     eks = boto3.client("eks", region_name=REGION)
-    eks.create_nodegroup(clusterName="b300-eks", nodegroupName="keep", nodeRole="arn:aws:iam::123456789012:role/eks", subnets=["subnet-1"], tags=tags("b300", PAST, **{sweep.TAG_RETAIN: "true"}))
+    eks.create_nodegroup(
+        clusterName="b300-eks",
+        nodegroupName="keep",
+        nodeRole="arn:aws:iam::123456789012:role/eks",
+        subnets=["subnet-1"],
+        tags=tags("b300", PAST, **{sweep.TAG_RETAIN: "true"}),
+    )
     report = sweeper(Recorder(), destroy=True).run()
     found = by_id(report)
     assert found["b300-eks/keep"]["status"] == "kept"
@@ -248,7 +332,7 @@ def test_capacity_blocks_still_paid_are_reported_never_cancelled(aws):
         "TotalInstanceCount": 2,
         "State": "active",
         "ReservationType": "capacity-block",
-        "EndDate": datetime(2026, 12, 14, 11, 30, tzinfo=timezone.utc),
+        "EndDate": datetime(2026, 12, 14, 11, 30, tzinfo=UTC),
         "Tags": tag_list(tags("gb300", PAST)),
     }
     ended = {**block, "CapacityReservationId": "cr-0fedcba9876543210", "State": "expired"}
@@ -262,7 +346,9 @@ def test_capacity_blocks_still_paid_are_reported_never_cancelled(aws):
 
 def test_invalid_expiry_is_reported_not_swept(aws):
     ec2 = boto3.client("ec2", region_name=REGION)
-    vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10, TagSpecifications=spec("volume", tags("b300", "next tuesday")))["VolumeId"]
+    vol = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=10, TagSpecifications=spec("volume", tags("b300", "next tuesday"))
+    )["VolumeId"]
     report = sweeper(Recorder(), destroy=True).run()
     found = by_id(report)
     assert found[vol]["status"] == "active" and "not an RFC 3339 time" in found[vol]["reason"]
@@ -299,19 +385,33 @@ def test_pulumi_destroy_without_cli_is_skipped_with_a_reason(aws, monkeypatch):
     build_world()
     monkeypatch.setattr(sweep.shutil, "which", lambda name: None)
     report = sweeper(Recorder(), destroy=True, destroyer=sweep.AutomationDestroyer()).run()
-    assert report["pulumi_destroy"] == [{"stack": "b300", "status": "skipped", "reason": "pulumi CLI not found: deleting through the AWS APIs only"}]
+    assert report["pulumi_destroy"] == [
+        {"stack": "b300", "status": "skipped", "reason": "pulumi CLI not found: deleting through the AWS APIs only"}
+    ]
     assert report["exit_code"] == 0
 
 
 def test_state_check_refuses_destroy_that_would_delete_a_retained_resource():
     deployment = {
         "resources": [
-            {"urn": "urn:pulumi:b300::kimi-deploy::aws:s3/bucket:Bucket::mirror", "retainOnDelete": True, "outputs": {"tags": {sweep.TAG_ROLE: sweep.ROLE_WEIGHTS_MIRROR}}},
-            {"urn": "urn:pulumi:b300::kimi-deploy::aws:fsx/lustreFileSystem:LustreFileSystem::fsx", "outputs": {"tags": {sweep.TAG_RETAIN: "true"}}},
-            {"urn": "urn:pulumi:b300::kimi-deploy::aws:ec2/instance:Instance::gpu", "outputs": {"tags": {sweep.TAG_STACK: "b300"}}},
+            {
+                "urn": "urn:pulumi:b300::kimi-deploy::aws:s3/bucket:Bucket::mirror",
+                "retainOnDelete": True,
+                "outputs": {"tags": {sweep.TAG_ROLE: sweep.ROLE_WEIGHTS_MIRROR}},
+            },
+            {
+                "urn": "urn:pulumi:b300::kimi-deploy::aws:fsx/lustreFileSystem:LustreFileSystem::fsx",
+                "outputs": {"tags": {sweep.TAG_RETAIN: "true"}},
+            },
+            {
+                "urn": "urn:pulumi:b300::kimi-deploy::aws:ec2/instance:Instance::gpu",
+                "outputs": {"tags": {sweep.TAG_STACK: "b300"}},
+            },
         ]
     }
-    assert sweep.unsafe_retained_in_state(deployment) == ["urn:pulumi:b300::kimi-deploy::aws:fsx/lustreFileSystem:LustreFileSystem::fsx"]
+    assert sweep.unsafe_retained_in_state(deployment) == [
+        "urn:pulumi:b300::kimi-deploy::aws:fsx/lustreFileSystem:LustreFileSystem::fsx"
+    ]
 
 
 def test_cli_json_help_and_usage_errors(aws, capsys):
@@ -328,7 +428,9 @@ def test_cli_json_help_and_usage_errors(aws, capsys):
 
 
 def test_help_explains_every_flag():
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--help"], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--help"], capture_output=True, text=True, check=True
+    )
     for flag in ("--region", "--now", "--destroy", "--json", "--no-pulumi", "--wait-seconds"):
         assert flag in proc.stdout
     assert "retain" in proc.stdout and "Exit 0" in proc.stdout
@@ -354,11 +456,43 @@ def test_sweeps_a_moto_server_through_aws_endpoint_url(tmp_path):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
-        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+        }
         env.pop("AWS_PROFILE", None)
-        ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing", aws_secret_access_key="testing")
-        vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10, TagSpecifications=spec("volume", tags("b300", PAST)))["VolumeId"]
-        proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--region", REGION, "--now", "2026-12-10T00:00:00Z", "--destroy", "--no-pulumi", "--json", "--wait-seconds", "5"], env=env, capture_output=True, text=True, timeout=120)
+        ec2 = boto3.client(
+            "ec2",
+            region_name=REGION,
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10, TagSpecifications=spec("volume", tags("b300", PAST)))[
+            "VolumeId"
+        ]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(REPO_ROOT / "scripts" / "sweep.py"),
+                "--region",
+                REGION,
+                "--now",
+                "2026-12-10T00:00:00Z",
+                "--destroy",
+                "--no-pulumi",
+                "--json",
+                "--wait-seconds",
+                "5",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         report = json.loads(proc.stdout)
         assert by_id(report)[vol]["status"] == "deleted"
         # moto's server does not implement DescribeCapacityReservations: an unlistable kind is
@@ -381,8 +515,13 @@ def test_sweeps_a_moto_server_through_aws_endpoint_url(tmp_path):
     (["--now"], "--now: expected one argument"),
 ])
 def test_usage_errors_are_one_line_exit_2(argv, needle):
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), *argv], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"},
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr, proc.stderr
 
@@ -410,8 +549,13 @@ def test_unreachable_endpoint_is_exit_1_with_the_reason_in_seconds():
         port = s.getsockname()[1]
     env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--region", REGION, "--region", "eu-west-1", "--json"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--region", REGION, "--region", "eu-west-1", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert time.monotonic() - started < 20
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     report = json.loads(proc.stdout)

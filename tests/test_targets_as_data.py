@@ -58,8 +58,14 @@ def test_gb200_four_trays_plans_end_to_end():
     assert run.secret_leaks == []
     types = {r.type for r in run.resources}
     assert "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain" in types
-    nodegroups = [r for r in run.resources if r.type == "aws:eks/nodeGroup:NodeGroup" and r.inputs.get("labels", {}).get("kimi-deploy/gpu-node")]
-    assert nodegroups and all(ng.inputs["scalingConfig"]["minSize"] == 4 or ng.inputs["scalingConfig"]["desiredSize"] == 4 for ng in nodegroups)
+    nodegroups = [
+        r
+        for r in run.resources
+        if r.type == "aws:eks/nodeGroup:NodeGroup" and r.inputs.get("labels", {}).get("kimi-deploy/gpu-node")
+    ]
+    assert nodegroups and all(
+        ng.inputs["scalingConfig"]["minSize"] == 4 or ng.inputs["scalingConfig"]["desiredSize"] == 4 for ng in nodegroups
+    )
     assert any(r.inputs.get("instanceType") == "p6e-gb200.36xlarge" or r.inputs.get("instanceTypes") == ["p6e-gb200.36xlarge"]
                for r in run.resources if r.type in ("aws:eks/nodeGroup:NodeGroup", "aws:ec2/launchTemplate:LaunchTemplate"))
 
@@ -81,7 +87,9 @@ def test_capacity_rule_is_a_profile_field(target, reason):
     cfg["target"] = target
     cfg["compute"] = {**cfg["compute"], "capacity": {"type": "on-demand"}, "availabilityZone": "us-east-1a"}
     msg = reject(cfg, "compute.capacity.type", f"is not available for {target}: {reason} (allowed: capacity-block)")
-    assert msg == f"kimi-deploy:compute.capacity.type: 'on-demand' is not available for {target}: {reason} (allowed: capacity-block)"
+    assert (
+        msg == f"kimi-deploy:compute.capacity.type: 'on-demand' is not available for {target}: {reason} (allowed: capacity-block)"
+    )
 
 
 def _target_name_comparisons(path) -> list[str]:

@@ -34,7 +34,7 @@ def test_phases_add_up_along_the_critical_path(stack):
         critical = sorted((p for p in phases if p.on_critical_path), key=lambda p: p.start_seconds)
         # The critical path is a gap-free chain from 0 to the total ...
         assert critical[0].start_seconds == 0 and critical[-1].end_seconds == scenario.total_seconds
-        for a, b in zip(critical, critical[1:]):
+        for a, b in zip(critical, critical[1:], strict=False):
             assert b.start_seconds == a.end_seconds, (name, a.name, b.name)
         assert sum(p.seconds for p in critical) == scenario.total_seconds
         # ... and every phase off it ends no later than the phase after it starts.

@@ -112,7 +112,19 @@ def test_cli_json_api_key_and_exit_codes():
 
     with OpenAITestServer(api_key="sk-test-key") as server:
         env = {**os.environ, "MY_KEY": "sk-test-key"}
-        base = ["--base-url", server.base_url, "--model", MODEL, "--checks", "tools,throughput", "--requests", "4", "--max-tokens", "8", "--json"]
+        base = [
+            "--base-url",
+            server.base_url,
+            "--model",
+            MODEL,
+            "--checks",
+            "tools,throughput",
+            "--requests",
+            "4",
+            "--max-tokens",
+            "8",
+            "--json",
+        ]
         ok = _cli(*base, "--api-key-env", "MY_KEY", env=env)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         report = json.loads(ok.stdout)
@@ -133,7 +145,10 @@ def test_cli_json_api_key_and_exit_codes():
 
 
 def test_unreachable_endpoint_fails_checks_without_crashing():
-    results = run_checks(make_client("http://127.0.0.1:9/v1", "EMPTY", 2), Options(model=MODEL, checks=("tools",), **{k: v for k, v in FAST.items()}))
+    results = run_checks(
+        make_client("http://127.0.0.1:9/v1", "EMPTY", 2),
+        Options(model=MODEL, checks=("tools",), **{k: v for k, v in FAST.items()}),
+    )
     tools = {r.name: r for r in results}["tools"]
     assert tools.status == "fail" and "cannot connect" in tools.reason
 
@@ -209,15 +224,39 @@ def test_a_base_url_without_v1_is_named_in_one_line():
     assert right.returncode == 0, right.stdout + right.stderr
 
 
-@pytest.mark.parametrize(("reply", "needle"), [
-    ({"calls": [], "content": "", "reasoning": "", "finish_reason": "stop"}, "no tool_calls"),
-    ({"calls": [{"id": "a", "name": "get_weather", "arguments": '{"city": "Paris"}'}], "content": "<|tool_call_begin|>",
-      "reasoning": "", "finish_reason": "tool_calls"}, "raw tool-call tokens"),
-    ({"calls": [{"id": "a", "name": "get_weather", "arguments": ""}], "content": "", "reasoning": "", "finish_reason": "tool_calls"},
-     "empty tool call"),
-    ({"calls": [{"id": "b", "name": "get_weather", "arguments": '{"city": "Paris"}{"city": "Tokyo"}'}], "content": "",
-      "reasoning": "", "finish_reason": "tool_calls"}, "merged calls"),
-])
+@pytest.mark.parametrize(
+    ("reply", "needle"),
+    [
+        ({"calls": [], "content": "", "reasoning": "", "finish_reason": "stop"}, "no tool_calls"),
+        (
+            {
+                "calls": [{"id": "a", "name": "get_weather", "arguments": '{"city": "Paris"}'}],
+                "content": "<|tool_call_begin|>",
+                "reasoning": "",
+                "finish_reason": "tool_calls",
+            },
+            "raw tool-call tokens",
+        ),
+        (
+            {
+                "calls": [{"id": "a", "name": "get_weather", "arguments": ""}],
+                "content": "",
+                "reasoning": "",
+                "finish_reason": "tool_calls",
+            },
+            "empty tool call",
+        ),
+        (
+            {
+                "calls": [{"id": "b", "name": "get_weather", "arguments": '{"city": "Paris"}{"city": "Tokyo"}'}],
+                "content": "",
+                "reasoning": "",
+                "finish_reason": "tool_calls",
+            },
+            "merged calls",
+        ),
+    ],
+)
 def test_streamed_reply_problems_are_named(reply, needle):
     problem = validate.streamed_call_problem(reply, ("Paris", "Tokyo") if "merged" in needle else ("Paris",))
     assert problem and needle in problem
@@ -229,5 +268,7 @@ def test_short_reasoning_drop_is_caught_by_comparing_turn_2_with_and_without_it(
         result = run(server, checks=("round-trip",))["round-trip"]
         turn2 = [b for b in server.requests if b["messages"][-1]["role"] == "tool"]
     assert result.status == "fail" and "drops the returned reasoning_content" in result.reason
-    assert len(turn2) == 2 and "reasoning_content" in turn2[0]["messages"][1] and "reasoning_content" not in turn2[1]["messages"][1]
+    assert (
+        len(turn2) == 2 and "reasoning_content" in turn2[0]["messages"][1] and "reasoning_content" not in turn2[1]["messages"][1]
+    )
     assert result.metrics["reasoning_chars"] < 400

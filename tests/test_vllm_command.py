@@ -8,7 +8,6 @@ import pytest
 
 from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
 from components.spec.sizing import compute_sizing
-from components.spec.versions import VLLM_VERSION
 from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, build_vllm_command
 from tests.conftest import FIXED_NOW, STACKS, TEST_ENGINE_TAG
 

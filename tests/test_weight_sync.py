@@ -58,7 +58,9 @@ def test_file_names_come_from_the_core_and_a_copy_shipped_alone_agrees(tmp_path)
         naming.MARKER_NAME, naming.MANIFEST_NAME, naming.S3_PART_CONCURRENCY)
     code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1], run_name='shipped'); "
             "print(ns['MARKER_NAME'], ns['MANIFEST_NAME'], ns['S3_PART_CONCURRENCY'], 'components' in sys.modules)")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, SCRIPT], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, SCRIPT], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == [naming.MARKER_NAME, naming.MANIFEST_NAME, str(naming.S3_PART_CONCURRENCY), "False"]
 
 

@@ -195,7 +195,9 @@ def test_mirror_copies_between_buckets_through_verified_staging(tmp_path, s3, ca
 def test_mirror_with_an_empty_manifest_fails_without_a_marker(tmp_path, s3, capsys):
     bucket = bucket_name()
     s3.create_bucket(Bucket=bucket)
-    s3.put_object(Bucket=bucket, Key="m/manifest.json", Body=json.dumps({"version": 1, "revision": "0" * 40, "files": []}).encode())
+    s3.put_object(
+        Bucket=bucket, Key="m/manifest.json", Body=json.dumps({"version": 1, "revision": "0" * 40, "files": []}).encode()
+    )
     dest = tmp_path / "dst"
     rc = ws.main(["--source", f"s3://{bucket}/m", "--dest", str(dest), "--json", "--quiet"])
     err = capsys.readouterr().err

@@ -132,7 +132,7 @@ def check_argvs(
 def format_failures(labels: Sequence[str], report: Mapping[str, Any]) -> str:
     """One line per failed argv: ``label [stage] error``, for assertion messages."""
     lines = []
-    for label, result in zip(labels, report["results"]):
+    for label, result in zip(labels, report["results"], strict=False):
         if not result["ok"]:
             lines.append(f"{label} [{result['stage']}] {result['error']}")
     return "\n".join(lines)

@@ -110,7 +110,11 @@ def declare_aws(ctx) -> AwsResult:
     cluster_name = resource_prefix(spec.project, spec.stack) if spec.platform == "aws-eks" else None
     root = AwsDeployment(resource_prefix(spec.project, spec.stack))
 
-    network = Network("net", NetworkArgs(spec=spec, tags=ctx.tags, region=region, cluster_name=cluster_name), pulumi.ResourceOptions(parent=root))
+    network = Network(
+        "net",
+        NetworkArgs(spec=spec, tags=ctx.tags, region=region, cluster_name=cluster_name),
+        pulumi.ResourceOptions(parent=root),
+    )
     result.vpc_id = network.vpc_id
     result.availability_zone = network.gpu_availability_zone
     gpu_subnet = network.gpu_subnet_ids.apply(lambda ids: ids[0])

@@ -39,7 +39,6 @@ import pulumi
 import pulumi_aws as aws
 
 from components.spec.config import DeploymentSpec, eks_version_of
-from components.spec.weights import mirror_key_prefix
 from components.spec.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
@@ -48,11 +47,12 @@ from components.spec.naming import (
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
 from components.spec.scaling import gpu_node_group_size
+from components.spec.weights import mirror_key_prefix
 
 from . import iam
 from .common import child, tags
-from .node_autoscaler import declare_node_autoscaler_identity
 from .compute import capacity_options, efa_network_interfaces, launched_tag_specifications, metadata_options, root_volume
+from .node_autoscaler import declare_node_autoscaler_identity
 from .userdata import ClusterDetails, eks_node_user_data
 
 # EKS managed AMI types of the AL2023 NVIDIA AMIs, per CPU architecture.
@@ -299,7 +299,9 @@ class EksCluster(pulumi.ComponentResource):
             description=f"kimi-deploy {spec.stack}: EKS control plane",
         )
         public = not net.api_server_private_only
-        vpc_config: dict[str, Any] = dict(subnet_ids=a.private_subnet_ids, endpoint_private_access=True, endpoint_public_access=public)
+        vpc_config: dict[str, Any] = dict(
+            subnet_ids=a.private_subnet_ids, endpoint_private_access=True, endpoint_public_access=public
+        )
         if public:
             vpc_config["public_access_cidrs"] = list(net.api_server_public_cidrs) or [ANY_IPV4]
         return aws.eks.Cluster(
@@ -308,7 +310,9 @@ class EksCluster(pulumi.ComponentResource):
             version=eks_version_of(spec.config),
             role_arn=cluster_role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(**vpc_config),
-            access_config=aws.eks.ClusterAccessConfigArgs(authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True
+            ),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn), resources=["secrets"]
             ),
@@ -333,7 +337,9 @@ class EksCluster(pulumi.ComponentResource):
         )
 
     # -- nodes ----------------------------------------------------------------------------
-    def _create_system_node_group(self, cluster: aws.eks.Cluster, node_role: aws.iam.Role, after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+    def _create_system_node_group(
+        self, cluster: aws.eks.Cluster, node_role: aws.iam.Role, after: list[pulumi.Resource]
+    ) -> aws.eks.NodeGroup:
         a, name = self._args, self._name
         template = aws.ec2.LaunchTemplate(
             f"{name}-system-lt",
@@ -373,7 +379,9 @@ class EksCluster(pulumi.ComponentResource):
             lambda v: base64.b64encode(eks_node_user_data(ClusterDetails(v[0], v[1], v[2], SERVICE_IPV4_CIDR)).encode()).decode()
         )
 
-    def _create_gpu_node_group(self, cluster: aws.eks.Cluster, node_role: aws.iam.Role, after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+    def _create_gpu_node_group(
+        self, cluster: aws.eks.Cluster, node_role: aws.iam.Role, after: list[pulumi.Resource]
+    ) -> aws.eks.NodeGroup:
         a, name = self._args, self._name
         spec = a.spec
         groups: list[pulumi.Input[str]] = [cluster.vpc_config.cluster_security_group_id, a.gpu_security_group_id]
@@ -423,7 +431,9 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags(a.tags, f"{spec.stack}-gpu"),
             # On a reservation the old node group must release its instances before a
             # replacement (new AMI type, capacity type or subnets) can launch into it.
-            opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED, delete_before_replace=reserved_capacity(spec)),
+            opts=child(
+                self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED, delete_before_replace=reserved_capacity(spec)
+            ),
         )
 
     # -- access ------------------------------------------------------------------------------
@@ -447,7 +457,9 @@ class EksCluster(pulumi.ComponentResource):
                     f"{name}-admin-policy-{suffix}",
                     cluster_name=cluster.name,
                     principal_arn=entry.principal_arn,
-                    policy_arn=pulumi.Output.concat("arn:", a.partition, ":eks::aws:cluster-access-policy/", CLUSTER_ADMIN_ACCESS_POLICY),
+                    policy_arn=pulumi.Output.concat(
+                        "arn:", a.partition, ":eks::aws:cluster-access-policy/", CLUSTER_ADMIN_ACCESS_POLICY
+                    ),
                     access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                     opts=child(self, depends_on=[entry]),
                 )
@@ -455,7 +467,9 @@ class EksCluster(pulumi.ComponentResource):
         return out
 
     # -- Pod Identity -----------------------------------------------------------------------
-    def _create_pod_identities(self, cluster: aws.eks.Cluster, after: list[pulumi.Resource]) -> list[aws.eks.PodIdentityAssociation]:
+    def _create_pod_identities(
+        self, cluster: aws.eks.Cluster, after: list[pulumi.Resource]
+    ) -> list[aws.eks.PodIdentityAssociation]:
         a, name = self._args, self._name
         spec = a.spec
         self.service_account_roles: dict[str, pulumi.Output[str]] = {}
@@ -478,7 +492,8 @@ class EksCluster(pulumi.ComponentResource):
                 tag_session=True,
                 partition=a.partition,
                 inline={"weight-mirror": doc},
-                description=f"kimi-deploy {spec.stack}: {namespace}/{account} ({'write' if write else 'read'} {prefix}/ in the mirror)",
+                description=f"kimi-deploy {spec.stack}: {namespace}/{account} ({'write' if write else 'read'} {prefix}/ in the "
+                            "mirror)",
             )
             out.append(
                 aws.eks.PodIdentityAssociation(

@@ -8,7 +8,8 @@ one may be an Output) plus a ``Name``. ``tags_all`` is left to the provider.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pulumi
 

@@ -26,10 +26,10 @@ import pulumi_aws as aws
 
 from components.spec import naming
 from components.spec.config import DeploymentSpec
+from components.spec.naming import NVME_RAID0_HOST_PATH
 from components.spec.sizing import Sizing, sync_budget_seconds
 from components.spec.targets import InstanceFacts
 from components.spec.vllm import VllmCommand
-from components.spec.naming import NVME_RAID0_HOST_PATH
 from components.spec.weights import HUB_TOKEN_ENV, WEIGHTS_MOUNT_PATH, mirror_key_prefix, sync_steps
 
 from . import iam
@@ -112,7 +112,9 @@ def efa_network_interfaces(
     common = dict(security_groups=security_group_ids, delete_on_termination="true")
     if subnet_id is not None:
         common["subnet_id"] = subnet_id
-    nics = [aws.ec2.LaunchTemplateNetworkInterfaceArgs(network_card_index=0, device_index=0, interface_type="interface", **common)]
+    nics = [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(network_card_index=0, device_index=0, interface_type="interface", **common)
+    ]
     cards = instance.efa_cards or tuple(range(max(instance.network_cards - instance.efa_interfaces, 0), instance.network_cards))
     for card in cards:
         nics.append(
@@ -223,15 +225,19 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
     """
     from components.spec.config import ConfigError
 
-    text = render_ec2_user_data(spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set)
+    text = render_ec2_user_data(
+        spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set
+    )
     total = len(text.encode())
     if total <= USER_DATA_LIMIT_BYTES:
         return total
     extra = list(spec.config.vllm.extra_args)
     key, value = ("vllm.extraArgs", extra) if extra else ("vllm", "(the serving command)")
     raise ConfigError(
-        key, value,
-        f"makes the EC2 user data {total:,} bytes, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before base64); "
+        key,
+        value,
+        f"makes the EC2 user data {total:,} bytes, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before "
+        "base64); "
         "shorten it or use aws-eks",
     )
 
@@ -284,7 +290,9 @@ class Ec2GpuServer(pulumi.ComponentResource):
         spec = args.spec
         self._args = args
         self.api_key_parameter = secret_parameter_name(spec.project, spec.stack, "vllm-api-key")
-        self.hub_token_parameter = secret_parameter_name(spec.project, spec.stack, "hub-token") if args.hub_token is not None else None
+        self.hub_token_parameter = (
+            secret_parameter_name(spec.project, spec.stack, "hub-token") if args.hub_token is not None else None
+        )
         params = self._create_secret_parameters(name)
         profile = self._create_instance_profile(name, params)
         ami = self._ami_id()
@@ -303,7 +311,12 @@ class Ec2GpuServer(pulumi.ComponentResource):
         self.availability_zone = instance.availability_zone
         self.launch_template_id = template.id
         self.register_outputs(
-            {"instanceId": instance.id, "privateIp": instance.private_ip, "launchTemplateId": template.id, "roleName": self.role_name}
+            {
+                "instanceId": instance.id,
+                "privateIp": instance.private_ip,
+                "launchTemplateId": template.id,
+                "roleName": self.role_name,
+            }
         )
 
     def _create_secret_parameters(self, name: str) -> list[aws.ssm.Parameter]:
@@ -341,7 +354,9 @@ class Ec2GpuServer(pulumi.ComponentResource):
         # Write only under this stack's revision prefix (iam.py module docstring).
         revision_prefix = mirror_key_prefix(spec)
         mirror_doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(
-            lambda v: iam.mirror_policy(v[0], v[1], prefix, write=True, extra_read_prefixes=[TOOLS_PREFIX], write_prefix=revision_prefix)
+            lambda v: iam.mirror_policy(
+                v[0], v[1], prefix, write=True, extra_read_prefixes=[TOOLS_PREFIX], write_prefix=revision_prefix
+            )
         )
         ssm_doc = pulumi.Output.all(*[p.arn for p in params]).apply(lambda arns: iam.ssm_parameters_policy(list(arns)))
         role = iam.role(
@@ -378,7 +393,9 @@ class Ec2GpuServer(pulumi.ComponentResource):
 
         return pulumi.Output.from_input(a.mirror_bucket).apply(render)
 
-    def _create_launch_template(self, name: str, ami: pulumi.Input[str], profile: aws.iam.InstanceProfile) -> aws.ec2.LaunchTemplate:
+    def _create_launch_template(
+        self, name: str, ami: pulumi.Input[str], profile: aws.iam.InstanceProfile
+    ) -> aws.ec2.LaunchTemplate:
         a = self._args
         spec = a.spec
         network: dict[str, Any]

@@ -26,7 +26,8 @@ actions of AWS's "minimal instance permissions" for Session Manager), and the EC
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -101,7 +102,9 @@ def session_manager_policy() -> str:
     return json.dumps(
         {
             "Version": "2012-10-17",
-            "Statement": [{"Sid": "SessionManagerChannels", "Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS), "Resource": "*"}],
+            "Statement": [
+                {"Sid": "SessionManagerChannels", "Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS), "Resource": "*"}
+            ],
         },
         sort_keys=True,
     )
@@ -166,7 +169,9 @@ def ssm_parameters_policy(parameter_arns: list[str]) -> str:
     return json.dumps(
         {
             "Version": "2012-10-17",
-            "Statement": [{"Sid": "ReadBootSecrets", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": parameter_arns}],
+            "Statement": [
+                {"Sid": "ReadBootSecrets", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": parameter_arns}
+            ],
         },
         sort_keys=True,
     )

@@ -13,7 +13,8 @@ GPU zone in a Local Zone (``us-east-1-dfw-2a``; capacity blocks for P6e UltraSer
 there too): EKS refuses Local Zone subnets for its control plane, and of the EKS-related
 resources only managed node groups, self-managed nodes, EBS volumes and Application Load
 Balancers are supported in Local Zones (EKS user guide, "Launch low-latency EKS clusters with AWS
-Local Zones"): no NLB, and the NAT gateway belongs in the parent region. So the layout becomes: the GPU subnet alone in the Local Zone (GPU nodes only,
+Local Zones"): no NLB, and the NAT gateway belongs in the parent region. So the layout becomes:
+the GPU subnet alone in the Local Zone (GPU nodes only,
 no load-balancer tags); two private subnets in two parent-region AZs (``private-second``,
 ``private-third``: EKS control plane, system nodes, internal load balancers); the public subnet
 and NAT gateway in the first of them. With an existing VPC, ``network.privateSubnetIds`` must
@@ -52,7 +53,12 @@ def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
     """
     net = ipaddress.ip_network(vpc_cidr)
     blocks = list(net.subnets(new_prefix=net.prefixlen + 4))
-    return {"private-gpu": str(blocks[0]), "private-second": str(blocks[1]), "private-third": str(blocks[2]), "public": str(blocks[8])}
+    return {
+        "private-gpu": str(blocks[0]),
+        "private-second": str(blocks[1]),
+        "private-third": str(blocks[2]),
+        "public": str(blocks[8]),
+    }
 
 
 def gpu_availability_zone(spec: DeploymentSpec) -> str:
@@ -122,7 +128,9 @@ class Network(pulumi.ComponentResource):
         else:
             self._create_vpc(name)
         self.gpu_security_group_id = self._create_gpu_security_group(name)
-        self.efa_security_group_id = self._create_efa_security_group(name) if (spec.efa_enabled or spec.config.storage.fsx.efa) else None
+        self.efa_security_group_id = (
+            self._create_efa_security_group(name) if (spec.efa_enabled or spec.config.storage.fsx.efa) else None
+        )
         outputs: dict[str, Any] = {
             "vpcId": self.vpc_id,
             "privateSubnetIds": self.private_subnet_ids,
@@ -150,12 +158,18 @@ class Network(pulumi.ComponentResource):
         ).ids
         if not found:
             why = "the capacity reservation's AZ" if spec.config.compute.capacity.availability_zone else "the GPU AZ"
-            raise ConfigError("network.privateSubnetIds", ids, f"has no subnet of {net.vpc_id} in {az} ({why}; GPU nodes and FSx must launch there)")
+            raise ConfigError(
+                "network.privateSubnetIds",
+                ids,
+                f"has no subnet of {net.vpc_id} in {az} ({why}; GPU nodes and FSx must launch there)",
+            )
         self.vpc_id = pulumi.Output.from_input(net.vpc_id)
         control_plane = [i for i in ids if i not in found] if self.local_zone else ids
         if not control_plane:
             raise ConfigError(
-                "network.privateSubnetIds", ids, f"has only subnets in the Local Zone {az}: EKS and the NAT path need subnets in two parent-region AZs too"
+                "network.privateSubnetIds",
+                ids,
+                f"has only subnets in the Local Zone {az}: EKS and the NAT path need subnets in two parent-region AZs too",
             )
         self.private_subnet_ids = pulumi.Output.from_input(control_plane)
         self.gpu_subnet_ids = pulumi.Output.from_input(sorted(found, key=ids.index))
@@ -186,7 +200,9 @@ class Network(pulumi.ComponentResource):
         )
         # The default security group of a new VPC allows all traffic between its members; take
         # every rule away so nothing can rely on it.
-        aws.ec2.DefaultSecurityGroup(f"{name}-default-sg", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-default-closed"), opts=child(self))
+        aws.ec2.DefaultSecurityGroup(
+            f"{name}-default-sg", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-default-closed"), opts=child(self)
+        )
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-igw"), opts=child(self))
         public = aws.ec2.Subnet(
             f"{name}-public",
@@ -197,8 +213,16 @@ class Network(pulumi.ComponentResource):
             tags={**tags(a.tags), "Name": pulumi.Output.concat(spec.stack, "-public-", public_az)},
             opts=child(self),
         )
-        public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-public"), opts=child(self))
-        aws.ec2.Route(f"{name}-public-default", route_table_id=public_rt.id, destination_cidr_block=ANY_IPV4, gateway_id=igw.id, opts=child(self))
+        public_rt = aws.ec2.RouteTable(
+            f"{name}-public-rt", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-public"), opts=child(self)
+        )
+        aws.ec2.Route(
+            f"{name}-public-default",
+            route_table_id=public_rt.id,
+            destination_cidr_block=ANY_IPV4,
+            gateway_id=igw.id,
+            opts=child(self),
+        )
         aws.ec2.RouteTableAssociation(f"{name}-public-assoc", subnet_id=public.id, route_table_id=public_rt.id, opts=child(self))
         eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags=tags(a.tags, f"{spec.stack}-nat"), opts=child(self))
         nat = aws.ec2.NatGateway(
@@ -208,8 +232,16 @@ class Network(pulumi.ComponentResource):
             tags=tags(a.tags, f"{spec.stack}-nat"),
             opts=child(self, depends_on=[igw]),
         )
-        private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-private"), opts=child(self))
-        aws.ec2.Route(f"{name}-private-default", route_table_id=private_rt.id, destination_cidr_block=ANY_IPV4, nat_gateway_id=nat.id, opts=child(self))
+        private_rt = aws.ec2.RouteTable(
+            f"{name}-private-rt", vpc_id=vpc.id, tags=tags(a.tags, f"{spec.stack}-private"), opts=child(self)
+        )
+        aws.ec2.Route(
+            f"{name}-private-default",
+            route_table_id=private_rt.id,
+            destination_cidr_block=ANY_IPV4,
+            nat_gateway_id=nat.id,
+            opts=child(self),
+        )
         subnet_tags: dict[str, Any] = {}
         if a.cluster_name:
             # Internal load balancers (the internal NLB of the vLLM Service) land here.
@@ -230,7 +262,9 @@ class Network(pulumi.ComponentResource):
                 tags={**tags(a.tags), "Name": pulumi.Output.concat(spec.stack, "-private-", zone), **lb_tags},
                 opts=child(self),
             )
-            aws.ec2.RouteTableAssociation(f"{name}-{key}-assoc", subnet_id=subnet.id, route_table_id=private_rt.id, opts=child(self))
+            aws.ec2.RouteTableAssociation(
+                f"{name}-{key}-assoc", subnet_id=subnet.id, route_table_id=private_rt.id, opts=child(self)
+            )
             private.append(subnet)
         self.vpc_id = vpc.id
         # The control plane never gets the Local Zone subnet (EKS refuses it).
@@ -392,7 +426,9 @@ class Network(pulumi.ComponentResource):
             tags=tags(a.tags, f"{a.spec.stack}-fsx"),
             opts=child(self),
         )
-        sources: list[tuple[str, pulumi.Input[str]]] = [("self", sg.id)] + [(f"client{i}", g) for i, g in enumerate(client_security_group_ids)]
+        sources: list[tuple[str, pulumi.Input[str]]] = [("self", sg.id)] + [
+            (f"client{i}", g) for i, g in enumerate(client_security_group_ids)
+        ]
         rules: list[pulumi.Resource] = []
         for label, source in sources:
             for low, high in LUSTRE_PORTS:

@@ -88,7 +88,8 @@ def declare_node_autoscaler_identity(
         tag_session=True,
         partition=partition,
         inline={"cluster-autoscaler": cluster.name.apply(cluster_autoscaler_policy)},
-        description=f"kimi-deploy {spec.stack}: {CLUSTER_AUTOSCALER_NAMESPACE}/{CLUSTER_AUTOSCALER_SERVICE_ACCOUNT} (GPU node group size)",
+        description=f"kimi-deploy {spec.stack}: {CLUSTER_AUTOSCALER_NAMESPACE}/{CLUSTER_AUTOSCALER_SERVICE_ACCOUNT} (GPU node "
+                    "group size)",
     )
     return [
         aws.eks.PodIdentityAssociation(

@@ -16,13 +16,13 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.spec import naming
 from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing
 from components.spec.weights import FSX_MOUNT_PATH
 
-from components.spec import naming
-
 from .common import TOOLS_PREFIX, child, tags
+from .iam import tls_only_bucket_policy
 
 
 def mirror_tags(ctx_tags, name: str) -> dict:
@@ -32,7 +32,7 @@ def mirror_tags(ctx_tags, name: str) -> dict:
     out[naming.TAG_ROLE] = naming.ROLE_WEIGHTS_MIRROR
     out[naming.TAG_RETAIN] = "true"
     return out
-from .iam import tls_only_bucket_policy
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The weight-sync program: shipped to EC2 nodes as an S3 object (user data is limited to 16 KB).

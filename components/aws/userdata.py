@@ -29,9 +29,9 @@ EC2 user data is limited to 16 KB, so the weight-sync program travels through S3
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Mapping, Sequence
 
 import yaml
 
@@ -263,7 +263,8 @@ def weights_script(cfg: Ec2BootConfig) -> str:
 
         ec = cfg.engine_cache
         lines += [
-            f"aws s3 cp --only-show-errors --region {shlex.quote(cfg.region)} {shlex.quote(ec.tools_uri)} {ENGINE_CACHE_SCRIPT_PATH}.new",
+            f"aws s3 cp --only-show-errors --region {shlex.quote(cfg.region)} {shlex.quote(ec.tools_uri)} "
+            f"{ENGINE_CACHE_SCRIPT_PATH}.new",
             f"echo {shlex.quote(ec.tools_sha256 + '  ' + ENGINE_CACHE_SCRIPT_PATH + '.new')} | sha256sum -c --quiet -",
             f"mv -f {ENGINE_CACHE_SCRIPT_PATH}.new {ENGINE_CACHE_SCRIPT_PATH}",
             f"mkdir -p {shlex.quote(ec.host_dir)}",
@@ -377,7 +378,7 @@ Restart=on-failure
 RestartSec=30
 TimeoutStopSec=90
 """
-    units = dict(zip(UNITS, (raid, weights, vllm)))
+    units = dict(zip(UNITS, (raid, weights, vllm), strict=False))
     if cfg.engine_cache is not None:
         units.update(engine_cache_units(cfg, cfg.engine_cache.restore_argv, cfg.engine_cache.save_argv))
     return units
@@ -529,4 +530,4 @@ ExecStart={_q(engine_cache_docker_command(cfg, save_argv, "engine-cache-save"))}
 # engine_cache.py waits up to 4 h (--wait-seconds) for vLLM's health, then archives: 1 h for that.
 TimeoutStartSec=18000
 """
-    return dict(zip(ENGINE_CACHE_UNITS, (restore, save)))
+    return dict(zip(ENGINE_CACHE_UNITS, (restore, save), strict=False))

@@ -21,8 +21,8 @@ from components.spec.weights import sync_steps
 
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
-from .storage import FsxVolumeSource, declare_fsx_volume
 from .scaling_edge import declare_scaling_and_observability
+from .storage import FsxVolumeSource, declare_fsx_volume
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
 from .weight_sync import declare_weight_sync, node_copy_init
 
@@ -39,7 +39,7 @@ class K8sResult:
     """
 
     outputs: dict[str, Any] = field(default_factory=dict)
-    component: "KimiWorkloads | None" = None
+    component: KimiWorkloads | None = None
 
 
 def _fsx_source(fsx: Any) -> FsxVolumeSource | None:
@@ -207,7 +207,9 @@ def declare_workloads(ctx: Any, aws_result: Any) -> K8sResult:
     if spec.config.kubernetes.service_type == "internal-nlb":
         service = component.vllm["service"]
         outputs["loadBalancerHostname"] = service.status.apply(
-            lambda s: (s.load_balancer.ingress or [None])[0].hostname if s and s.load_balancer and s.load_balancer.ingress else None
+            lambda s: (
+                (s.load_balancer.ingress or [None])[0].hostname if s and s.load_balancer and s.load_balancer.ingress else None
+            )
         )
     return K8sResult(outputs=outputs, component=component)
 

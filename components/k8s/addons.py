@@ -78,7 +78,9 @@ def _gpu_node_affinity(spec: DeploymentSpec) -> dict[str, Any]:
     """Required node affinity to the GPU nodes (charts merge maps but replace lists, so the
     chart's NFD-label terms are replaced, not extended)."""
     terms = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(gpu_node_selector(spec).items())]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}}
+    return {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}
+    }
 
 
 def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
@@ -133,8 +135,8 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
         return {}
     if name == "cluster-autoscaler":
         from components.aws.common import resource_prefix  # the EKS cluster's name (aws edge)
-        from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
         from components.spec.config import eks_version_of
+        from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
         from components.spec.versions import cluster_autoscaler_image_tag
 
         return {

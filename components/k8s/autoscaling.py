@@ -103,7 +103,9 @@ def hpa_behavior(plan: ScalingPlan) -> dict[str, Any]:
         "scaleUp": {
             "stabilizationWindowSeconds": 0,
             "selectPolicy": "Max",
-            "policies": [{"type": "Pods", "value": 1, "periodSeconds": min(plan.scale_up_seconds, HPA_MAX_POLICY_PERIOD_SECONDS)}],
+            "policies": [
+                {"type": "Pods", "value": 1, "periodSeconds": min(plan.scale_up_seconds, HPA_MAX_POLICY_PERIOD_SECONDS)}
+            ],
         },
         "scaleDown": {
             "stabilizationWindowSeconds": min(plan.scale_down_delay_seconds, HPA_MAX_STABILIZATION_SECONDS),
@@ -134,11 +136,18 @@ def scaled_object_spec(spec: DeploymentSpec, sizing: Sizing, plan: ScalingPlan, 
             },
         })
     for i, window in enumerate(spec.config.autoscaling.schedule):
-        triggers.append({
-            "type": "cron",
-            "name": f"window-{i}",
-            "metadata": {"timezone": window.timezone, "start": window.start, "end": window.end, "desiredReplicas": str(plan.initial_replicas)},
-        })
+        triggers.append(
+            {
+                "type": "cron",
+                "name": f"window-{i}",
+                "metadata": {
+                    "timezone": window.timezone,
+                    "start": window.start,
+                    "end": window.end,
+                    "desiredReplicas": str(plan.initial_replicas),
+                },
+            }
+        )
     body: dict[str, Any] = {
         "scaleTargetRef": workload_ref(multi_node),
         "pollingInterval": POLLING_INTERVAL_SECONDS,
@@ -147,7 +156,11 @@ def scaled_object_spec(spec: DeploymentSpec, sizing: Sizing, plan: ScalingPlan, 
         "initialCooldownPeriod": plan.scale_up_bound_seconds,
         "minReplicaCount": plan.min_replicas,
         "maxReplicaCount": plan.max_replicas,
-        "fallback": {"failureThreshold": FALLBACK_FAILURE_THRESHOLD, "replicas": max(plan.min_replicas, 1), "behavior": "currentReplicasIfHigher"},
+        "fallback": {
+            "failureThreshold": FALLBACK_FAILURE_THRESHOLD,
+            "replicas": max(plan.min_replicas, 1),
+            "behavior": "currentReplicasIfHigher",
+        },
         "advanced": {
             "restoreToOriginalReplicaCount": False,
             "horizontalPodAutoscalerConfig": {"name": VLLM_NAME, "behavior": hpa_behavior(plan)},

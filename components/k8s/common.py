@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from components.spec.config import DeploymentSpec
 from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, NVME_RAID0_HOST_PATH, TARGET_NODE_LABEL

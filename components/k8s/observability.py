@@ -174,7 +174,9 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
 
 def prometheus_rule_spec(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_budget_seconds: int) -> dict[str, Any]:
     """The PrometheusRule ``spec``: one group of the deployment's alerts."""
-    return {"groups": [{"name": f"kimi-vllm-{spec.stack}", "rules": alert_rules(spec, sizing, multi_node, per_pod_budget_seconds)}]}
+    return {
+        "groups": [{"name": f"kimi-vllm-{spec.stack}", "rules": alert_rules(spec, sizing, multi_node, per_pod_budget_seconds)}]
+    }
 
 
 # -- dashboard -------------------------------------------------------------------------------------
@@ -186,7 +188,9 @@ def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
     return {"datasource": {"type": "prometheus", "uid": "${datasource}"}, "expr": expr, "legendFormat": legend, "refId": ref}
 
 
-def _panel(pid: int, title: str, kind: str, grid: tuple[int, int, int, int], unit: str, targets: list[tuple[str, str]]) -> dict[str, Any]:
+def _panel(
+    pid: int, title: str, kind: str, grid: tuple[int, int, int, int], unit: str, targets: list[tuple[str, str]]
+) -> dict[str, Any]:
     x, y, w, h = grid
     return {
         "id": pid,
@@ -209,50 +213,125 @@ def _quantiles(metric: str) -> list[tuple[str, str]]:
 def dashboard() -> dict[str, Any]:
     """The Grafana dashboard (JSON model, schemaVersion 39) of a vLLM deployment."""
     panels = [
-        _panel(1, "Serving replicas", "stat", (0, 0, 4, 4), "none", [(f"count({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "replicas")]),
-        _panel(2, "Requests waiting", "stat", (4, 0, 4, 4), "none", [(f"sum({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting")]),
-        _panel(3, "Requests running", "stat", (8, 0, 4, 4), "none", [(f"sum({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "running")]),
-        _panel(4, "KV cache usage (max)", "stat", (12, 0, 4, 4), "percentunit", [(f"max({m.VLLM_KV_CACHE_USAGE}{{{_SEL}}})", "kv")]),
-        _panel(5, "Generation tokens/s", "stat", (16, 0, 4, 4), "none", [(f"sum(rate({m.VLLM_GENERATION_TOKENS}_total{{{_SEL}}}[5m]))", "tokens/s")]),
-        _panel(6, "Requests/s", "stat", (20, 0, 4, 4), "reqps", [(f"sum(rate({m.VLLM_REQUEST_SUCCESS}_total{{{_SEL}}}[5m]))", "requests/s")]),
+        _panel(
+            1, "Serving replicas", "stat", (0, 0, 4, 4), "none", [(f"count({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "replicas")]
+        ),
+        _panel(
+            2, "Requests waiting", "stat", (4, 0, 4, 4), "none", [(f"sum({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting")]
+        ),
+        _panel(
+            3, "Requests running", "stat", (8, 0, 4, 4), "none", [(f"sum({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "running")]
+        ),
+        _panel(
+            4, "KV cache usage (max)", "stat", (12, 0, 4, 4), "percentunit", [(f"max({m.VLLM_KV_CACHE_USAGE}{{{_SEL}}})", "kv")]
+        ),
+        _panel(
+            5,
+            "Generation tokens/s",
+            "stat",
+            (16, 0, 4, 4),
+            "none",
+            [(f"sum(rate({m.VLLM_GENERATION_TOKENS}_total{{{_SEL}}}[5m]))", "tokens/s")],
+        ),
+        _panel(
+            6,
+            "Requests/s",
+            "stat",
+            (20, 0, 4, 4),
+            "reqps",
+            [(f"sum(rate({m.VLLM_REQUEST_SUCCESS}_total{{{_SEL}}}[5m]))", "requests/s")],
+        ),
         _panel(7, "Time to first token", "timeseries", (0, 4, 12, 8), "s", _quantiles(m.VLLM_TTFT)),
         _panel(8, "Inter-token latency", "timeseries", (12, 4, 12, 8), "s", _quantiles(m.VLLM_ITL)),
-        _panel(9, "Throughput (tokens/s)", "timeseries", (0, 12, 12, 8), "none", [
-            (f"sum(rate({m.VLLM_PROMPT_TOKENS}_total{{{_SEL}}}[5m]))", "prompt"),
-            (f"sum(rate({m.VLLM_GENERATION_TOKENS}_total{{{_SEL}}}[5m]))", "generation"),
-        ]),
-        _panel(10, "Queue depth", "timeseries", (12, 12, 12, 8), "none", [
-            (f"sum({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting"),
-            (f"sum(rate({m.VLLM_NUM_PREEMPTIONS}_total{{{_SEL}}}[5m]))", "preemptions/s"),
-        ]),
-        _panel(11, "Running and waiting per replica", "timeseries", (0, 20, 12, 8), "none", [
-            (f"sum by (pod) ({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "running {{pod}}"),
-            (f"sum by (pod) ({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting {{pod}}"),
-        ]),
-        _panel(12, "KV cache usage per replica", "timeseries", (12, 20, 12, 8), "percentunit", [
-            (f"max by (pod) ({m.VLLM_KV_CACHE_USAGE}{{{_SEL}}})", "{{pod}}"),
-        ]),
-        _panel(13, "GPU utilisation", "timeseries", (0, 28, 12, 8), "percent", [
-            (f'avg by (Hostname) ({m.DCGM_GPU_UTIL}{{namespace="$namespace"}})', "NVIDIA {{Hostname}}"),
-            (f"avg by (hostname) ({m.AMD_GFX_ACTIVITY})", "AMD {{hostname}}"),
-        ]),
-        _panel(14, "GPU memory used", "timeseries", (12, 28, 12, 8), "bytes", [
-            (f'sum by (Hostname) ({m.DCGM_FB_USED}{{namespace="$namespace"}}) * 1048576', "NVIDIA {{Hostname}}"),
-            (f"sum by (hostname) ({m.AMD_USED_VRAM}) * 1000000", "AMD {{hostname}}"),
-        ]),
+        _panel(
+            9,
+            "Throughput (tokens/s)",
+            "timeseries",
+            (0, 12, 12, 8),
+            "none",
+            [
+                (f"sum(rate({m.VLLM_PROMPT_TOKENS}_total{{{_SEL}}}[5m]))", "prompt"),
+                (f"sum(rate({m.VLLM_GENERATION_TOKENS}_total{{{_SEL}}}[5m]))", "generation"),
+            ],
+        ),
+        _panel(
+            10,
+            "Queue depth",
+            "timeseries",
+            (12, 12, 12, 8),
+            "none",
+            [
+                (f"sum({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting"),
+                (f"sum(rate({m.VLLM_NUM_PREEMPTIONS}_total{{{_SEL}}}[5m]))", "preemptions/s"),
+            ],
+        ),
+        _panel(
+            11,
+            "Running and waiting per replica",
+            "timeseries",
+            (0, 20, 12, 8),
+            "none",
+            [
+                (f"sum by (pod) ({m.VLLM_NUM_REQUESTS_RUNNING}{{{_SEL}}})", "running {{pod}}"),
+                (f"sum by (pod) ({m.VLLM_NUM_REQUESTS_WAITING}{{{_SEL}}})", "waiting {{pod}}"),
+            ],
+        ),
+        _panel(
+            12,
+            "KV cache usage per replica",
+            "timeseries",
+            (12, 20, 12, 8),
+            "percentunit",
+            [
+                (f"max by (pod) ({m.VLLM_KV_CACHE_USAGE}{{{_SEL}}})", "{{pod}}"),
+            ],
+        ),
+        _panel(
+            13,
+            "GPU utilisation",
+            "timeseries",
+            (0, 28, 12, 8),
+            "percent",
+            [
+                (f'avg by (Hostname) ({m.DCGM_GPU_UTIL}{{namespace="$namespace"}})', "NVIDIA {{Hostname}}"),
+                (f"avg by (hostname) ({m.AMD_GFX_ACTIVITY})", "AMD {{hostname}}"),
+            ],
+        ),
+        _panel(
+            14,
+            "GPU memory used",
+            "timeseries",
+            (12, 28, 12, 8),
+            "bytes",
+            [
+                (f'sum by (Hostname) ({m.DCGM_FB_USED}{{namespace="$namespace"}}) * 1048576', "NVIDIA {{Hostname}}"),
+                (f"sum by (hostname) ({m.AMD_USED_VRAM}) * 1000000", "AMD {{hostname}}"),
+            ],
+        ),
     ]
     variables = [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus", "hide": 0},
         {
-            "name": "namespace", "label": "Namespace", "type": "query", "hide": 0, "refresh": 2,
+            "name": "namespace",
+            "label": "Namespace",
+            "type": "query",
+            "hide": 0,
+            "refresh": 2,
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
             "query": {"query": f"label_values({m.VLLM_NUM_REQUESTS_RUNNING}, namespace)", "refId": "namespace"},
             "definition": f"label_values({m.VLLM_NUM_REQUESTS_RUNNING}, namespace)",
         },
         {
-            "name": "model_name", "label": "Served model", "type": "query", "hide": 0, "refresh": 2,
+            "name": "model_name",
+            "label": "Served model",
+            "type": "query",
+            "hide": 0,
+            "refresh": 2,
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "query": {"query": f'label_values({m.VLLM_NUM_REQUESTS_RUNNING}{{namespace="$namespace"}}, model_name)', "refId": "model_name"},
+            "query": {
+                "query": f'label_values({m.VLLM_NUM_REQUESTS_RUNNING}{{namespace="$namespace"}}, model_name)',
+                "refId": "model_name",
+            },
             "definition": f'label_values({m.VLLM_NUM_REQUESTS_RUNNING}{{namespace="$namespace"}}, model_name)',
         },
     ]
@@ -323,7 +402,10 @@ def declare_observability(
             "vllm-alerts",
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
-            metadata={**metadata(spec, VLLM_NAME, "alerts"), "labels": {**labels(spec, "alerts"), **spec.config.observability.monitor_labels}},
+            metadata={
+                **metadata(spec, VLLM_NAME, "alerts"),
+                "labels": {**labels(spec, "alerts"), **spec.config.observability.monitor_labels},
+            },
             spec=prometheus_rule_spec(spec, sizing, multi_node, per_pod_budget_seconds),
             opts=opts,
         )

@@ -105,7 +105,7 @@ while True:
                          "has not completed for this node (kubectl get jobs -l app.kubernetes.io/part-of=kimi-deploy)\\n")
         sys.exit(1)
     time.sleep(%d)
-""" % MARKER_POLL_SECONDS
+""" % MARKER_POLL_SECONDS  # noqa: UP031 (the script holds f-string braces: str.format would need them doubled)
 
 # Stdlib only. argv: port, served model name. The key comes from the env (secretKeyRef).
 READINESS_SCRIPT = """\
@@ -491,7 +491,9 @@ def declare_vllm(
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
             spec=leaderworkerset_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, node_copy),
-            opts=opts(lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
+            opts=opts(
+                lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)
+            ),
         )
     else:
         out["workload"] = k8s.apps.v1.Deployment(
@@ -532,7 +534,10 @@ def declare_vllm(
             "vllm-pod-monitor",
             api_version="monitoring.coreos.com/v1",
             kind="PodMonitor",
-            metadata={**metadata(spec, VLLM_NAME, "metrics"), "labels": {**labels(spec, "metrics"), **spec.config.observability.monitor_labels}},
+            metadata={
+                **metadata(spec, VLLM_NAME, "metrics"),
+                "labels": {**labels(spec, "metrics"), **spec.config.observability.monitor_labels},
+            },
             spec=pod_monitor_spec(spec, command),
             opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
         )

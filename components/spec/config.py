@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
@@ -48,7 +49,9 @@ _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 # Docker tag grammar; an image reference is name[:tag][@sha256:digest].
 _IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_IMAGE_RE = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+_IMAGE_RE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
 # Trials are short by design; anything longer is a staging stack.
 MAX_TRIAL_HOURS = 24 * 30
 # Client CIDRs broader than this are "the internet" for practical purposes.
@@ -250,7 +253,9 @@ class ObservabilityConfig(_Raw):
     gpu_exporter: StrictBool = Field(True, alias="gpuExporter")
     # Labels of the Prometheus pods the NetworkPolicy admits to the metrics port (the Prometheus
     # Operator labels its pods app.kubernetes.io/name=prometheus).
-    prometheus_pod_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}, alias="prometheusPodLabels")
+    prometheus_pod_labels: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}, alias="prometheusPodLabels"
+    )
     # Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by
     # (kube-prometheus-stack by default: release=<its Helm release name>).
     monitor_labels: dict[str, str] = Field(default_factory=dict, alias="monitorLabels")
@@ -426,7 +431,7 @@ class DeploymentSpec:
 
 def format_utc(moment: datetime) -> str:
     """``moment`` as an RFC 3339 UTC string with seconds, e.g. ``2026-12-01T00:00:00Z``."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_utc(text: str, key: str) -> datetime:
@@ -443,7 +448,7 @@ def parse_utc(text: str, key: str) -> datetime:
         moment = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(key, text, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
@@ -542,7 +547,7 @@ def parse_spec(
     Raises:
         ConfigError: the first invalid value, as one line naming key, value and what is allowed.
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     plain = {k: v for k, v in config.items() if k not in SECRET_KEYS}
     try:
         raw = RawConfig.model_validate(plain)
@@ -555,7 +560,9 @@ def parse_spec(
         if shape is not None:
             secret_key = shape.secret_key or "apiKey"
             raise ConfigError(
-                path, "[looks like a credential]", f"must not hold credentials in plain config: use `pulumi config set --secret kimi-deploy:{secret_key}`"
+                path,
+                "[looks like a credential]",
+                f"must not hold credentials in plain config: use `pulumi config set --secret kimi-deploy:{secret_key}`",
             )
 
     # Target, platform, environment -------------------------------------------------------
@@ -566,7 +573,10 @@ def parse_spec(
     _check_choice("environment", raw.environment, ENVIRONMENTS)
     if not _LABEL_VALUE_RE.match(raw.owner):
         raise ConfigError(
-            "owner", raw.owner, "must name the owning team or person: 1-63 letters, digits, '-', '_' or '.' (it becomes an AWS tag and a Kubernetes label)"
+            "owner",
+            raw.owner,
+            "must name the owning team or person: 1-63 letters, digits, '-', '_' or '.' (it becomes an AWS tag and a Kubernetes "
+            "label)",
         )
     target = TARGETS[raw.target]
     model = MODELS.get(raw.model.profile)
@@ -612,7 +622,9 @@ def parse_spec(
     is_aws = raw.platform.startswith("aws-")
     if raw.platform == "aws-ec2" and raw.compute.replicas != 1:
         raise ConfigError(
-            "compute.replicas", raw.compute.replicas, "must be 1 on aws-ec2 (one instance serves one copy; use aws-eks for more copies)"
+            "compute.replicas",
+            raw.compute.replicas,
+            "must be 1 on aws-ec2 (one instance serves one copy; use aws-eks for more copies)",
         )
     region = raw.region
     if region is not None and not _REGION_RE.match(region):
@@ -640,7 +652,9 @@ def parse_spec(
                 "compute.availabilityZone", az, f"does not offer {instance_type} (allowed: {', '.join(offered)})"
             )
     if cap.availability_zone is not None and not _AZ_RE.match(cap.availability_zone):
-        raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, "is not an availability zone name (e.g. us-east-1a)")
+        raise ConfigError(
+            "compute.capacity.availabilityZone", cap.availability_zone, "is not an availability zone name (e.g. us-east-1a)"
+        )
     if is_aws and cap.availability_zone and region and not cap.availability_zone.startswith(region):
         raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, f"is not in region {region}")
     if cap.type in ("odcr", "capacity-block"):
@@ -650,11 +664,15 @@ def parse_spec(
             raise ConfigError("compute.capacity.reservationId", None, f"is required for {cap.type} (format cr-0123456789abcdef0)")
         if not _RESERVATION_RE.match(cap.reservation_id):
             raise ConfigError(
-                "compute.capacity.reservationId", cap.reservation_id, "is not a capacity reservation id (cr- and 8 to 17 hex digits)"
+                "compute.capacity.reservationId",
+                cap.reservation_id,
+                "is not a capacity reservation id (cr- and 8 to 17 hex digits)",
             )
         if not cap.availability_zone:
             raise ConfigError(
-                "compute.capacity.availabilityZone", None, f"is required for {cap.type}: subnets are pinned to the reservation's AZ"
+                "compute.capacity.availabilityZone",
+                None,
+                f"is required for {cap.type}: subnets are pinned to the reservation's AZ",
             )
         if az and az != cap.availability_zone:
             raise ConfigError(
@@ -669,7 +687,11 @@ def parse_spec(
                 f"does not offer {instance_type} (allowed: {', '.join(instance.offered_azs.get(region or '', ()))})",
             )
     elif cap.reservation_id:
-        raise ConfigError("compute.capacity.reservationId", cap.reservation_id, "is set but compute.capacity.type is on-demand (set odcr or capacity-block)")
+        raise ConfigError(
+            "compute.capacity.reservationId",
+            cap.reservation_id,
+            "is set but compute.capacity.type is on-demand (set odcr or capacity-block)",
+        )
     if is_aws and target.aws_capacity_types is not None and cap.type not in target.aws_capacity_types:
         raise ConfigError(
             "compute.capacity.type",
@@ -692,14 +714,18 @@ def parse_spec(
             )
     if is_aws and not instance.offered_azs and not (cap.availability_zone or az):
         raise ConfigError(
-            "compute.availabilityZone", None, f"is required: there are no offering facts for {instance_type} (name an AZ that offers it; preflight checks it)"
+            "compute.availabilityZone",
+            None,
+            f"is required: there are no offering facts for {instance_type} (name an AZ that offers it; preflight checks it)",
         )
     if raw.compute.ami_id is not None:
         if not re.match(r"^ami-[0-9a-f]{8,17}$", raw.compute.ami_id):
             raise ConfigError("compute.amiId", raw.compute.ami_id, "is not an AMI id (ami-0123456789abcdef0)")
         if not raw.compute.ami_architecture:
             raise ConfigError(
-                "compute.amiArchitecture", None, f"is required with compute.amiId (the AMI's architecture; {instance_type} needs {instance.cpu_architecture})"
+                "compute.amiArchitecture",
+                None,
+                f"is required with compute.amiId (the AMI's architecture; {instance_type} needs {instance.cpu_architecture})",
             )
     if raw.compute.ami_architecture and raw.compute.ami_architecture != instance.cpu_architecture:
         raise ConfigError(
@@ -719,7 +745,10 @@ def parse_spec(
             raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
         if net.prefixlen < MIN_CLIENT_PREFIX_LENGTH:
             raise ConfigError(
-                key, cidr, f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client networks)"
+                key,
+                cidr,
+                f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client "
+                "networks)",
             )
     for cidr in raw.network.api_server_public_cidrs:
         try:
@@ -728,7 +757,9 @@ def parse_spec(
             raise ConfigError("network.apiServerPublicCidrs", cidr, "is not a CIDR block (e.g. 203.0.113.0/24)") from None
         if ipaddress.ip_network(cidr).prefixlen < MIN_CLIENT_PREFIX_LENGTH:
             raise ConfigError(
-                "network.apiServerPublicCidrs", cidr, f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: name your egress CIDR, not the internet"
+                "network.apiServerPublicCidrs",
+                cidr,
+                f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: name your egress CIDR, not the internet",
             )
     try:
         ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
@@ -742,7 +773,8 @@ def parse_spec(
         # A public range inside the VPC shadows those addresses on the internet for everything in it.
         raise ConfigError(
             "network.vpcCidr", raw.network.vpc_cidr,
-            "is not a private range: use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918, as the Amazon VPC user guide recommends)",
+            "is not a private range: use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 "
+            "(RFC 1918, as the Amazon VPC user guide recommends)",
         )
     if raw.network.api_server_private_only and raw.network.api_server_public_cidrs:
         raise ConfigError(
@@ -784,7 +816,10 @@ def parse_spec(
             raise ConfigError("storage.existingClaim", st.existing_claim, f"{why} (a PersistentVolumeClaim name)")
     if st.kind == "nvme" and instance.nvme_total_bytes < needed * 1.05:
         raise ConfigError(
-            "storage.kind", st.kind, f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of weights (use fsx)"
+            "storage.kind",
+            st.kind,
+            f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of "
+            "weights (use fsx)",
         )
     fc = st.fsx
     _check_choice("storage.fsx.deploymentType", fc.deployment_type, fsx.DEPLOYMENT_TYPES)
@@ -798,7 +833,9 @@ def parse_spec(
     if fc.capacity_gib is not None:
         if not fsx.is_valid_capacity_gib(fc.capacity_gib):
             raise ConfigError(
-                "storage.fsx.capacityGib", fc.capacity_gib, "is not a valid FSx for Lustre size (1200, 2400, then multiples of 2400)"
+                "storage.fsx.capacityGib",
+                fc.capacity_gib,
+                "is not a valid FSx for Lustre size (1200, 2400, then multiples of 2400)",
             )
         if fc.capacity_gib * 2**30 < needed:
             raise ConfigError(
@@ -811,17 +848,31 @@ def parse_spec(
             raise ConfigError("storage.fsx.metadataIops", fc.metadata_iops, "is only for PERSISTENT_2")
         if not fsx.is_valid_metadata_iops(fc.metadata_iops):
             raise ConfigError(
-                "storage.fsx.metadataIops", fc.metadata_iops, "is not valid (1500, 3000, 6000, 12000, then multiples of 12000 up to 192000)"
+                "storage.fsx.metadataIops",
+                fc.metadata_iops,
+                "is not valid (1500, 3000, 6000, 12000, then multiples of 12000 up to 192000)",
             )
     mirror = st.mirror
     if mirror.bucket_name is not None and not _BUCKET_RE.match(mirror.bucket_name):
-        raise ConfigError("storage.mirror.bucketName", mirror.bucket_name, "is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)")
+        raise ConfigError(
+            "storage.mirror.bucketName",
+            mirror.bucket_name,
+            "is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)",
+        )
     if not mirror.create and mirror.enabled and not mirror.bucket_name:
-        raise ConfigError("storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)")
+        raise ConfigError(
+            "storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)"
+        )
     if raw.platform == "aws-ec2" and not mirror.enabled:
-        raise ConfigError("storage.mirror.enabled", False, "must be true on aws-ec2 (the instance boots from the mirror's _tools/ prefix and weights)")
+        raise ConfigError(
+            "storage.mirror.enabled",
+            False,
+            "must be true on aws-ec2 (the instance boots from the mirror's _tools/ prefix and weights)",
+        )
     if st.kind in ("fsx", "nvme-from-fsx") and not mirror.enabled:
-        raise ConfigError("storage.mirror.enabled", False, f"must be true for storage.kind {st.kind} (FSx imports the weights from the mirror)")
+        raise ConfigError(
+            "storage.mirror.enabled", False, f"must be true for storage.kind {st.kind} (FSx imports the weights from the mirror)"
+        )
     if not mirror.prefix or mirror.prefix.startswith("/") or ".." in mirror.prefix.split("/"):
         raise ConfigError("storage.mirror.prefix", mirror.prefix, "must be a relative S3 key prefix without '..'")
 
@@ -853,25 +904,41 @@ def parse_spec(
             "(--dcp-comm-backend a2a, TOKENSPEED_MLA decode, TRTLLM_RAGGED prefill)"
         )
     if raw.vllm.max_model_len is not None and raw.vllm.max_model_len > model.max_context_tokens:
-        raise ConfigError("vllm.maxModelLen", raw.vllm.max_model_len, f"exceeds the model's context of {model.max_context_tokens:,} tokens")
+        raise ConfigError(
+            "vllm.maxModelLen", raw.vllm.max_model_len, f"exceeds the model's context of {model.max_context_tokens:,} tokens"
+        )
     if target.image_family == "rocm" and raw.vllm.kv_cache_dtype not in (None, "auto", "bfloat16"):
         # The ROCm recipe serves the KV cache in the model dtype; FP8 MLA KV is a CUDA path.
-        raise ConfigError("vllm.kvCacheDtype", raw.vllm.kv_cache_dtype, "is not part of the MI355X recipe (allowed: auto, bfloat16)")
+        raise ConfigError(
+            "vllm.kvCacheDtype", raw.vllm.kv_cache_dtype, "is not part of the MI355X recipe (allowed: auto, bfloat16)"
+        )
     reserved = {"--api-key", "--hf-token", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
     for arg in raw.vllm.extra_args:
         if arg.split("=", 1)[0] in reserved:
-            raise ConfigError("vllm.extraArgs", arg, f"sets a flag the toolkit owns ({', '.join(sorted(reserved))}); use the matching config key")
+            raise ConfigError(
+                "vllm.extraArgs",
+                arg,
+                f"sets a flag the toolkit owns ({', '.join(sorted(reserved))}); use the matching config key",
+            )
     if raw.vllm.image_tag is not None and not _IMAGE_TAG_RE.match(raw.vllm.image_tag):
-        raise ConfigError("vllm.imageTag", raw.vllm.image_tag, "is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)")
+        raise ConfigError(
+            "vllm.imageTag", raw.vllm.image_tag, "is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)"
+        )
     if raw.vllm.image is not None and not _IMAGE_RE.match(raw.vllm.image):
-        raise ConfigError("vllm.image", raw.vllm.image, "is not a valid image reference (registry/name:tag or name@sha256:digest)")
+        raise ConfigError(
+            "vllm.image", raw.vllm.image, "is not a valid image reference (registry/name:tag or name@sha256:digest)"
+        )
     if raw.vllm.image and raw.vllm.image_tag:
         raise ConfigError("vllm.image", raw.vllm.image, "and vllm.imageTag are both set (set one)")
 
     # Kubernetes -----------------------------------------------------------------------------
     host_path = raw.kubernetes.nvme_host_path
     if not host_path.startswith("/") or host_path.rstrip("/") == "" or ".." in host_path.split("/"):
-        raise ConfigError("kubernetes.nvmeHostPath", host_path, "must be an absolute path below / without '..' (where the node's NVMe is mounted)")
+        raise ConfigError(
+            "kubernetes.nvmeHostPath",
+            host_path,
+            "must be an absolute path below / without '..' (where the node's NVMe is mounted)",
+        )
     from .limits import check_kubernetes_fields_and_limits
 
     check_kubernetes_fields_and_limits(raw, stack, project)
@@ -883,13 +950,17 @@ def parse_spec(
     for arn in raw.kubernetes.admin_role_arns:
         if not _IAM_PRINCIPAL_ARN_RE.match(arn):
             raise ConfigError(
-                "kubernetes.adminRoleArns", arn, "is not an IAM role or user ARN (arn:aws:iam::123456789012:role/NAME; not an sts assumed-role ARN)"
+                "kubernetes.adminRoleArns",
+                arn,
+                "is not an IAM role or user ARN (arn:aws:iam::123456789012:role/NAME; not an sts assumed-role ARN)",
             )
     if len(set(raw.kubernetes.admin_role_arns)) != len(raw.kubernetes.admin_role_arns):
         raise ConfigError("kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), "names an ARN twice")
     if raw.kubernetes.admin_role_arns and raw.platform != "aws-eks":
         raise ConfigError(
-            "kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), f"is only for aws-eks (EKS access entries), not {raw.platform}"
+            "kubernetes.adminRoleArns",
+            list(raw.kubernetes.admin_role_arns),
+            f"is only for aws-eks (EKS access entries), not {raw.platform}",
         )
     _check_eks_version(raw, now, warnings)
     from .versions import KNOWN_ADDONS
@@ -912,7 +983,9 @@ def parse_spec(
     if not _COMMIT_RE.match(rev):
         if raw.environment != "trial":
             raise ConfigError(
-                "model.revision", rev, f"must be a 40-hex commit in {raw.environment} (branches move; pin the commit the trial resolved)"
+                "model.revision",
+                rev,
+                f"must be a 40-hex commit in {raw.environment} (branches move; pin the commit the trial resolved)",
             )
         warnings.append(
             f"model.revision '{rev}' is a branch, not a commit: the weight sync resolves and records the "
@@ -920,7 +993,9 @@ def parse_spec(
         )
     if raw.model.license_acknowledged is not True:
         raise ConfigError(
-            "model.licenseAcknowledged", raw.model.license_acknowledged, f"must be true: {model.display_name} license is {model.license_summary}"
+            "model.licenseAcknowledged",
+            raw.model.license_acknowledged,
+            f"must be true: {model.display_name} license is {model.license_summary}",
         )
     from .examples import example_value_warnings
 
@@ -932,21 +1007,31 @@ def parse_spec(
     expires_at = raw.expires_at
     if expires_at is not None:
         if expires_at.tzinfo is None:
-            expires_at = expires_at.replace(tzinfo=timezone.utc)
+            expires_at = expires_at.replace(tzinfo=UTC)
         if expires_at <= now:
             raise ConfigError(
-                "expiresAt", format_utc(expires_at), f"is already in the past (now {format_utc(now)}); extend it or remove it to use trialTtlHours"
+                "expiresAt",
+                format_utc(expires_at),
+                f"is already in the past (now {format_utc(now)}); extend it or remove it to use trialTtlHours",
             )
     if raw.environment == "trial" and expires_at is not None and expires_at - now > timedelta(hours=MAX_TRIAL_HOURS):
         raise ConfigError(
-            "expiresAt", format_utc(expires_at), f"is more than {MAX_TRIAL_HOURS} h away: a trial is short by design (use a staging stack)"
+            "expiresAt",
+            format_utc(expires_at),
+            f"is more than {MAX_TRIAL_HOURS} h away: a trial is short by design (use a staging stack)",
         )
     if raw.environment == "prod" and expires_at is not None:
-        raise ConfigError("expiresAt", format_utc(expires_at), "is set on a prod stack (prod does not expire; use a trial or staging stack)")
+        raise ConfigError(
+            "expiresAt", format_utc(expires_at), "is set on a prod stack (prod does not expire; use a trial or staging stack)"
+        )
     if cap.type == "capacity-block" and cap.ends_at is not None:
-        ends = cap.ends_at if cap.ends_at.tzinfo else cap.ends_at.replace(tzinfo=timezone.utc)
+        ends = cap.ends_at if cap.ends_at.tzinfo else cap.ends_at.replace(tzinfo=UTC)
         if ends <= now:
-            raise ConfigError("compute.capacity.endsAt", format_utc(ends), f"is in the past (now {format_utc(now)}): the capacity block has ended")
+            raise ConfigError(
+                "compute.capacity.endsAt",
+                format_utc(ends),
+                f"is in the past (now {format_utc(now)}): the capacity block has ended",
+            )
         if expires_at is not None and ends < expires_at:
             warnings.append(
                 f"the capacity block ends at {format_utc(ends)}, before the stack expires at {format_utc(expires_at)}: "
@@ -1004,7 +1089,10 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
 
     asc, obs, k8s_cfg = raw.autoscaling, raw.observability, raw.kubernetes
     on_k8s = raw.platform in ("aws-eks", "kubernetes")
-    for key, ns in (("observability.prometheusNamespace", obs.prometheus_namespace), ("observability.grafanaNamespace", obs.grafana_namespace)):
+    for key, ns in (
+        ("observability.prometheusNamespace", obs.prometheus_namespace),
+        ("observability.grafanaNamespace", obs.grafana_namespace),
+    ):
         if ns is None:
             continue
         if not on_k8s:
@@ -1012,9 +1100,15 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
         if not _DNS_LABEL_RE.match(ns):
             raise ConfigError(key, ns, "is not a valid namespace name (lowercase DNS label)")
     for label_key, label_value in {**obs.monitor_labels, **obs.prometheus_pod_labels}.items():
-        if not re.match(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", label_key) or not _LABEL_VALUE_RE.match(label_value):
+        if not re.match(
+            r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", label_key
+        ) or not _LABEL_VALUE_RE.match(label_value):
             which = "observability.monitorLabels" if label_key in obs.monitor_labels else "observability.prometheusPodLabels"
-            raise ConfigError(which, {label_key: label_value}, "is not a valid Kubernetes label (key [prefix/]name, value 1-63 of letters, digits, '-', '_', '.')")
+            raise ConfigError(
+                which,
+                {label_key: label_value},
+                "is not a valid Kubernetes label (key [prefix/]name, value 1-63 of letters, digits, '-', '_', '.')",
+            )
     if obs.prometheus_url is not None and not _URL_RE.match(obs.prometheus_url):
         raise ConfigError("observability.prometheusUrl", obs.prometheus_url, "is not an http(s) URL without credentials (e.g. http://prometheus-operated.monitoring.svc:9090)")
     scrapers = "prometheus-operator" in k8s_cfg.installed_addons or obs.prometheus_url is not None
@@ -1026,38 +1120,68 @@ def _check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) ->
     if not asc.enabled:
         return
     if not on_k8s:
-        raise ConfigError("autoscaling.enabled", True, f"is only for the aws-eks and kubernetes platforms (allowed there), not {raw.platform}: one EC2 instance serves one copy")
+        raise ConfigError(
+            "autoscaling.enabled",
+            True,
+            f"is only for the aws-eks and kubernetes platforms (allowed there), not {raw.platform}: one EC2 instance serves one "
+            "copy",
+        )
     max_replicas = asc.max_replicas if asc.max_replicas is not None else raw.compute.replicas
     if max_replicas < max(asc.min_replicas, 1):
-        raise ConfigError("autoscaling.maxReplicas", max_replicas, f"is below autoscaling.minReplicas {asc.min_replicas} (and at least 1)")
+        raise ConfigError(
+            "autoscaling.maxReplicas", max_replicas, f"is below autoscaling.minReplicas {asc.min_replicas} (and at least 1)"
+        )
     replicas = raw.compute.replicas
     if not max(asc.min_replicas, 1) <= replicas <= max_replicas:
         raise ConfigError(
-            "compute.replicas", replicas, f"is the initial replica count and must lie within autoscaling.minReplicas..maxReplicas ({max(asc.min_replicas, 1)}..{max_replicas})"
+            "compute.replicas",
+            replicas,
+            "is the initial replica count and must lie within autoscaling.minReplicas..maxReplicas "
+            f"({max(asc.min_replicas, 1)}..{max_replicas})",
         )
     if asc.min_replicas == 0 and not asc.schedule:
         raise ConfigError(
-            "autoscaling.minReplicas", 0, "needs autoscaling.schedule: with no replica there is no queue metric to scale up from (name the serving windows)"
+            "autoscaling.minReplicas",
+            0,
+            "needs autoscaling.schedule: with no replica there is no queue metric to scale up from (name the serving windows)",
         )
     if asc.schedule and asc.controller != "keda":
-        raise ConfigError("autoscaling.schedule", [w.start for w in asc.schedule], f"needs autoscaling.controller keda (a cron trigger); {asc.controller} has none")
+        raise ConfigError(
+            "autoscaling.schedule",
+            [w.start for w in asc.schedule],
+            f"needs autoscaling.controller keda (a cron trigger); {asc.controller} has none",
+        )
     for i, window in enumerate(asc.schedule):
         for name in ("start", "end"):
             expr = getattr(window, name)
             fields = expr.split()
             if len(fields) != 5 or not all(_CRON_FIELD_RE.match(f) for f in fields):
-                raise ConfigError(f"autoscaling.schedule.{i}.{name}", expr, "is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. '0 8 * * 1-5')")
+                raise ConfigError(
+                    f"autoscaling.schedule.{i}.{name}",
+                    expr,
+                    "is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. '0 8 * * 1-5')",
+                )
         try:
             zoneinfo.ZoneInfo(window.timezone)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(f"autoscaling.schedule.{i}.timezone", window.timezone, "is not an IANA time zone (e.g. UTC, Europe/Berlin, Asia/Shanghai)") from None
+            raise ConfigError(
+                f"autoscaling.schedule.{i}.timezone",
+                window.timezone,
+                "is not an IANA time zone (e.g. UTC, Europe/Berlin, Asia/Shanghai)",
+            ) from None
     if asc.controller == "hpa" and "prometheus-adapter" not in k8s_cfg.installed_addons:
         raise ConfigError(
-            "autoscaling.controller", "hpa", "needs an external metrics adapter on the cluster: list prometheus-adapter in kubernetes.installedAddons (or use keda)"
+            "autoscaling.controller",
+            "hpa",
+            "needs an external metrics adapter on the cluster: list prometheus-adapter in kubernetes.installedAddons (or use "
+            "keda)",
         )
     if obs.prometheus_namespace is None and obs.prometheus_url is None:
         raise ConfigError(
-            "autoscaling.enabled", True, "needs observability.prometheusNamespace or observability.prometheusUrl (the Prometheus that scrapes vLLM and answers the scaler's queries)"
+            "autoscaling.enabled",
+            True,
+            "needs observability.prometheusNamespace or observability.prometheusUrl (the Prometheus that scrapes vLLM and "
+            "answers the scaler's queries)",
         )
 
 
@@ -1112,7 +1236,9 @@ def _check_ultraserver_block(raw: RawConfig, instance: InstanceFacts, nodes: int
         raise ConfigError("compute.capacity.blockInstances", billed, f"is smaller than the {nodes} GPU nodes the stack runs")
     if not any(billed % n == 0 for n in sizes):
         raise ConfigError(
-            "compute.capacity.blockInstances", billed, f"is not a whole number of UltraServers ({' or '.join(str(n) for n in sizes)} {instance.instance_type} each)"
+            "compute.capacity.blockInstances",
+            billed,
+            f"is not a whole number of UltraServers ({' or '.join(str(n) for n in sizes)} {instance.instance_type} each)",
         )
     if nodes < billed:
         warnings.append(
@@ -1174,14 +1300,19 @@ def _check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> No
             f"has no cluster autoscaler release recorded for autoscaling (allowed: {', '.join(CLUSTER_AUTOSCALER_IMAGE_TAGS)})",
         )
     if _version_tuple(version) < (1, 34):
-        raise ConfigError("kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)")
+        raise ConfigError(
+            "kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)"
+        )
     if status == "extended":
         warnings.append(
             f"EKS {version} is in extended support (standard support ended {facts.end_of_standard_support.isoformat()}): "
             f"the control plane bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of "
             f"{EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f}; {instead}"
         )
-    elif raw.expires_at is not None and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or timezone.utc).date() >= facts.end_of_standard_support:
+    elif (
+        raw.expires_at is not None
+        and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or UTC).date() >= facts.end_of_standard_support
+    ):
         warnings.append(
             f"EKS {version} leaves standard support on {facts.end_of_standard_support.isoformat()}, before the stack expires: "
             + ("EKS upgrades the cluster then (supportType STANDARD)" if k8s.eks_support_type == "STANDARD"
@@ -1249,7 +1380,12 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     """
     path = stacks_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise StackFileError("--stack", stack, f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: {', '.join(stack_names(stacks_dir)) or 'none'})")
+        raise StackFileError(
+            "--stack",
+            stack,
+            f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: "
+            f"{', '.join(stack_names(stacks_dir)) or 'none'})",
+        )
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
     text = path.read_text()
     try:
@@ -1271,7 +1407,9 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
         raw_config = data.get("config")
         for key in raw_config if isinstance(raw_config, dict) else ():
             if not isinstance(key, str):
-                raise StackFileError("--stack", stack, f"file {shown} has a config key {key!r} that is not a string (write namespace:key)")
+                raise StackFileError(
+                    "--stack", stack, f"file {shown} has a config key {key!r} that is not a string (write namespace:key)"
+                )
     config = data.get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
         raise StackFileError("--stack", stack, "file has no 'config:' map")
@@ -1312,7 +1450,11 @@ def _yaml_error_text(err: yaml.YAMLError) -> str:
     reason = getattr(err, "problem", None) or str(err).splitlines()[0]
     context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
     if context and context not in reason:
-        where = f" started at line {context_mark.line + 1}, column {context_mark.column + 1}" if context_mark is not None and context_mark is not mark else ""
+        where = (
+            f" started at line {context_mark.line + 1}, column {context_mark.column + 1}"
+            if context_mark is not None and context_mark is not mark
+            else ""
+        )
         reason = f"{reason} ({context}{where})"
     return f"line {mark.line + 1}, column {mark.column + 1}: {reason}" if mark is not None else reason
 
@@ -1346,7 +1488,9 @@ def load_stack(
         name = key.partition(":")[2]
         is_secure = isinstance(value, dict) and set(value) == {"secure"}
         if key.startswith(NAMESPACE + ":") and name in SECRET_KEYS and not is_secure:
-            raise ConfigError(key, "[plaintext]", "is a secret and must be set with `pulumi config set --secret` (never in plain text)")
+            raise ConfigError(
+                key, "[plaintext]", "is a secret and must be set with `pulumi config set --secret` (never in plain text)"
+            )
         if key.startswith(NAMESPACE + ":") and name not in SECRET_KEYS and is_secure:
             raise ConfigError(
                 key, "[secure value]", f"is not a secret key (secret keys: {', '.join(SECRET_KEYS)}); set it without --secret"

@@ -33,8 +33,9 @@ import difflib
 import json
 import types
 import typing
+from collections.abc import Mapping
 from datetime import date, datetime
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -186,7 +187,7 @@ def _decode_secret(full_key: str, kind: str, text: str) -> Any:
 
     try:
         return _decode(full_key, kind, text)
-    except ConfigError as err:
+    except ConfigError:
         raise ConfigError(full_key, "[secret]", f"is not a valid {kind} value") from None
 
 
@@ -230,7 +231,9 @@ def read_config_strings(
             keys = PROVIDER_NAMESPACES[namespace]
             if keys is not None and name not in keys:
                 raise ConfigError(
-                    full_key, shown, f"is not a key of the {namespace} provider" + (did_you_mean(name, keys) or f" (keys: {', '.join(keys)})")
+                    full_key,
+                    shown,
+                    f"is not a key of the {namespace} provider" + (did_you_mean(name, keys) or f" (keys: {', '.join(keys)})"),
                 )
             if full_key == "aws:region":
                 values["region"] = text
@@ -272,7 +275,9 @@ def _check_provider_default_tags(text: str | None) -> None:
     try:
         tags = (json.loads(text) or {}).get("tags") or {}
     except (ValueError, AttributeError):
-        raise ConfigError("aws:defaultTags", text, "is not a map with a 'tags' map (see the AWS provider's defaultTags)") from None
+        raise ConfigError(
+            "aws:defaultTags", text, "is not a map with a 'tags' map (see the AWS provider's defaultTags)"
+        ) from None
     if not isinstance(tags, dict):
         raise ConfigError("aws:defaultTags", text, "has 'tags' that is not a map")
     broken = tags_problem({str(k): str(v) for k, v in tags.items()}, reserved=OWN_TAGS_PER_RESOURCE)

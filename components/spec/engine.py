@@ -56,7 +56,7 @@ class EngineBuild:
         if self.kind == "nightly":
             return f"vLLM nightly build of commit {self.pin} (not a release; pinned by commit tag)"
         if self.kind == "digest":
-            return f"image pinned by digest sha256:{self.pin[:12]}... (not a release: its vLLM version is not known here)"
+            return f"image pinned by digest sha256:{(self.pin or '')[:12]}... (not a release: its vLLM version is not known here)"
         return "mutable tag (refused)"
 
 

@@ -9,12 +9,13 @@ appears in a shipped stack file, so the list cannot go stale).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 # config key (without namespace) -> (example value, what to put there instead)
 SHIPPED_EXAMPLE_VALUES: Mapping[str, Mapping[str, str]] = {
     "model.revision": {
-        "4f1e2d3c5b6a79880716253443526170819a0b1c": "the commit your trial's weight sync recorded (resolved_revision in .weights-complete.json)",
+        "4f1e2d3c5b6a79880716253443526170819a0b1c": "the commit your trial's weight sync recorded (resolved_revision in "
+                                                    ".weights-complete.json)",
     },
     "compute.capacity.reservationId": {
         "cr-0123456789abcdef0": "your capacity block's reservation id (aws ec2 describe-capacity-reservations)",

@@ -7,8 +7,8 @@ so these rules are enforced here and tested on their own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 DEPLOYMENT_TYPES: tuple[str, ...] = ("SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 

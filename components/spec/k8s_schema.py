@@ -25,9 +25,10 @@ Affinity is not a config key (the program derives node affinity itself), so it h
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .limits import label_key_problem, label_value_problem
 
@@ -66,7 +67,11 @@ def tolerations_problem(tolerations: Sequence[Any]) -> tuple[str, Any, str] | No
         effect = tol.get("effect") or ""
         value = tol.get("value") or ""
         if operator not in TOLERATION_OPERATORS:
-            return f"[{i}].operator", tol.get("operator"), f"is not a toleration operator (allowed: {', '.join(TOLERATION_OPERATORS)})"
+            return (
+                f"[{i}].operator",
+                tol.get("operator"),
+                f"is not a toleration operator (allowed: {', '.join(TOLERATION_OPERATORS)})",
+            )
         if not key and operator != "Exists":
             return f"[{i}].operator", tol.get("operator"), "must be Exists when the key is empty (tolerate every taint)"
         if key and (why := label_key_problem(key)):

@@ -15,7 +15,8 @@ Sources:
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 LABEL_VALUE_MAX_CHARS = 63
 QUALIFIED_NAME_MAX_CHARS = 63
@@ -80,7 +81,11 @@ def tags_problem(tags: Mapping[str, str], reserved: int = 0) -> tuple[str, str, 
         reserved: tags a resource adds on top (``Name``), counted against the 50.
     """
     if len(tags) + reserved > AWS_TAGS_PER_RESOURCE:
-        return ("", str(len(tags)), f"tags plus {reserved} per-resource tags exceed AWS's {AWS_TAGS_PER_RESOURCE} tags per resource")
+        return (
+            "",
+            str(len(tags)),
+            f"tags plus {reserved} per-resource tags exceed AWS's {AWS_TAGS_PER_RESOURCE} tags per resource",
+        )
     for key, value in tags.items():
         if len(key) > AWS_TAG_KEY_MAX_CHARS:
             return (key, value, f"tag key is {len(key)} characters; AWS allows {AWS_TAG_KEY_MAX_CHARS}")
@@ -111,7 +116,9 @@ def check_kubernetes_fields_and_limits(raw: Any, stack: str, project: str) -> No
         raise ConfigError(f"kubernetes.nodeSelector{found[0]}", found[1], found[2])
     # The stack name becomes the app.kubernetes.io/instance label and a tag value on everything.
     if why := label_value_problem(stack):
-        raise ConfigError("--stack", stack, f"{why} (the stack name is the app.kubernetes.io/instance label); use a shorter stack name")
+        raise ConfigError(
+            "--stack", stack, f"{why} (the stack name is the app.kubernetes.io/instance label); use a shorter stack name"
+        )
     tags = {naming.TAG_STACK: stack, naming.TAG_ENVIRONMENT: raw.environment, naming.TAG_TARGET: raw.target,
             naming.TAG_OWNER: raw.owner, naming.TAG_PROJECT: project, naming.TAG_EXPIRES_AT: "2026-12-01T00:00:00Z"}
     broken = tags_problem(tags, reserved=1)  # + Name

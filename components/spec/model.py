@@ -7,9 +7,9 @@ and the model card (https://huggingface.co/moonshotai/Kimi-K3.1-Pro). Adding a m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,9 @@ _KIMI_KV_FIT = FittedKvModel(
         "8x B300, FP8 KV, --gpu-memory-utilization 0.95: about 2.6M tokens at TP8 (vLLM recipe, Kimi-K3.yaml)",
         "the same with DCP8: about 18.5M tokens (vLLM recipe, Kimi-K3.yaml)",
     ),
-    fitted=MappingProxyType({"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED, "dcp_kv_efficiency": _KIMI_DCP_EFFICIENCY}),
+    fitted=MappingProxyType(
+        {"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED, "dcp_kv_efficiency": _KIMI_DCP_EFFICIENCY}
+    ),
     independent_check=None,  # no third public figure (other GPU, dtype or DCP size) found
 )
 

@@ -140,7 +140,9 @@ def scale_down_delay_seconds(spec: DeploymentSpec, sizing: Sizing) -> int:
         from .config import ConfigError
 
         raise ConfigError(
-            "autoscaling.scaleDownDelaySeconds", configured, f"must exceed the scale-up time of {up} s (a replica could be removed while a new one is still starting)"
+            "autoscaling.scaleDownDelaySeconds",
+            configured,
+            f"must exceed the scale-up time of {up} s (a replica could be removed while a new one is still starting)",
         )
     return configured
 
@@ -182,7 +184,9 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
             "a node for a pending replica and removes an empty one; `pulumi up` never resets the desired size"
         )
     if per_node_sync_seconds(spec, sizing):
-        notes.append("a replica on a fresh node copies its weights to the node's NVMe before loading (included in the scale-up time)")
+        notes.append(
+            "a replica on a fresh node copies its weights to the node's NVMe before loading (included in the scale-up time)"
+        )
     if asc.schedule:
         windows = "; ".join(f"{w.start} to {w.end} ({w.timezone})" for w in asc.schedule)
         floor = "scales to zero" if lo == 0 else f"keeps {lo}"

@@ -209,7 +209,9 @@ def storage_plan(spec: DeploymentSpec) -> StoragePlan:
         read_bps = fsx_bps // spec.gpu_nodes  # type: ignore[operator]
         source = f"FSx {fsx_cap:,} GiB x {fsx_tier} MB/s/TiB shared by {spec.gpu_nodes} node(s)"
     elif st.kind == "pvc":
-        raise ConfigError("storage.readGBps", None, "is required for storage.kind pvc (measure the claim's read bandwidth in GB/s)")
+        raise ConfigError(
+            "storage.readGBps", None, "is required for storage.kind pvc (measure the claim's read bandwidth in GB/s)"
+        )
     else:
         read_bps, source = spec.instance.nvme_read_bytes_per_second, spec.instance.nvme_read_source
     if st.kind == "fsx":
@@ -244,7 +246,11 @@ def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
     """
     compute = spec.config.compute
     nodes = billed_gpu_nodes(spec)
-    block = "" if nodes == spec.gpu_nodes else f" x {nodes} {spec.instance.instance_type} in the UltraServer block ({spec.gpu_nodes} used)"
+    block = (
+        ""
+        if nodes == spec.gpu_nodes
+        else f" x {nodes} {spec.instance.instance_type} in the UltraServer block ({spec.gpu_nodes} used)"
+    )
     if compute.usd_per_hour is not None:
         return compute.usd_per_hour * nodes, f"compute.usdPerHour (config){block}"
     if compute.capacity.usd_per_hour is not None:
@@ -254,7 +260,11 @@ def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
         where = "" if spec.region == inst.price_region else f" (price from {inst.price_region}; {spec.region} may differ)"
         return inst.usd_per_hour_on_demand * nodes, f"on-demand list price {inst.price_region}{where}"
     if block:
-        return None, f"unknown: no public price for {inst.instance_type}; set compute.capacity.usdPerHour or compute.usdPerHour (per tray-hour; billed{block})"
+        return (
+            None,
+            f"unknown: no public price for {inst.instance_type}; set compute.capacity.usdPerHour or compute.usdPerHour (per "
+            f"tray-hour; billed{block})",
+        )
     return None, f"unknown: no public price for {inst.instance_type}; set compute.usdPerHour"
 
 

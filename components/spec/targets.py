@@ -7,9 +7,9 @@ All figures carry their source in the comment beside them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 MIB = 1024**2
 GB = 10**9
@@ -222,7 +222,8 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             # "Maximize network bandwidth ... multiple network cards").
             efa_cards=tuple(range(1, 17)),
             facts_source="EC2 DescribeInstanceTypes (moto 5.2 data), checked live by preflight",
-            # AWS P6-B300 launch (2025-12): 300 Gbps of ENA beside 6.4 Tbps of EFA (AWS "Amazon EC2 P6-B300 instances" launch announcement).
+            # AWS P6-B300 launch (2025-12): 300 Gbps of ENA beside 6.4 Tbps of EFA (AWS "Amazon EC2 P6-B300 instances"
+            # launch announcement).
             network_gbps=300,
             network_source="AWS P6-B300 launch 2025-12: 300 Gbps ENA (S3 and registry traffic)",
             nvme_write_bytes_per_second=12 * GB,
@@ -305,14 +306,21 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             usd_per_hour_on_demand=None,
             price_region=None,
             # moto 5.2 DescribeInstanceTypeOfferings (availability-zone), the regions used here.
-            offered_azs=MappingProxyType({"us-east-1": ("us-east-1c",), "us-east-2": ("us-east-2a", "us-east-2b", "us-east-2c"), "us-west-2": ("us-west-2a", "us-west-2b", "us-west-2d")}),
+            offered_azs=MappingProxyType(
+                {
+                    "us-east-1": ("us-east-1c",),
+                    "us-east-2": ("us-east-2a", "us-east-2b", "us-east-2c"),
+                    "us-west-2": ("us-west-2a", "us-west-2b", "us-west-2d"),
+                }
+            ),
         ),
         "p6e-gb200.36xlarge": InstanceFacts(
             instance_type="p6e-gb200.36xlarge",
             cloud="aws",
             gpus=4,
             # One Grace-Blackwell tray of a P6e-GB200 UltraServer (u-p6e-gb200x36 = 9 trays, x72 =
-            # 18): 144 vCPU, 960 GiB, 3 x 7.5 TB NVMe (by analogy with p6e-gb200: EC2 instance types, accelerated computing); 17 network
+            # 18): 144 vCPU, 960 GiB, 3 x 7.5 TB NVMe (by analogy with p6e-gb200: EC2 instance types, accelerated
+            # computing); 17 network
             # cards, the odd cards 1-15 EFA-only (AWS recommends 4 or 8 EFA). Sold only as
             # UltraServer capacity blocks: no on-demand price, not in moto's catalog.
             vcpus=144,

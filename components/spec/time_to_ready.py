@@ -58,7 +58,9 @@ class Fact:
 # --- S3 -> node copy -------------------------------------------------------------------------
 # One TCP flow to S3 tops out near 5 Gbps; parallel ranged GETs are needed beyond it.
 S3_CONNECTION_GBPS = Fact(
-    5.0, "AWS S3 performance guidelines / EC2 network bandwidth: about 5 Gbps per connection (docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance-guidelines.html)"
+    5.0,
+    "AWS S3 performance guidelines / EC2 network bandwidth: about 5 Gbps per connection "
+    "(docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance-guidelines.html)",
 )
 # Share of an instance's network bandwidth a tuned parallel S3 reader reaches.
 S3_ACHIEVABLE_FRACTION = Fact(
@@ -339,7 +341,7 @@ def engine_init_cold_seconds(spec: DeploymentSpec) -> float:
     return _engine_init(spec, cached=False)[0]
 
 
-def _sync_phase(spec: DeploymentSpec, sizing: "Sizing", step: "SyncStep", cached_mirror: bool) -> tuple[str, float, str]:
+def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mirror: bool) -> tuple[str, float, str]:
     """(phase name, seconds, source) of one sync step; ``cached_mirror``: the mirror is full."""
     from .sizing import HUB_DOWNLOAD_MEGABYTES_PER_SECOND, sync_expected_seconds
 
@@ -347,11 +349,19 @@ def _sync_phase(spec: DeploymentSpec, sizing: "Sizing", step: "SyncStep", cached
     if step.name == "publish-mirror":
         if cached_mirror:
             return "mirror check (complete)", 1, "a complete mirror is a no-op (manifest + marker read)"
-        return ("hub download -> mirror", sync_expected_seconds(spec, sizing, step),
-                f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed article's 100 MB/s figure)")
+        return (
+            "hub download -> mirror",
+            sync_expected_seconds(spec, sizing, step),
+            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed "
+            "article's 100 MB/s figure)",
+        )
     if step.needs_hub_token or step.source == spec.hub_uri:
-        return ("hub download -> node", sync_expected_seconds(spec, sizing, step),
-                f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed article's 100 MB/s figure); no mirror")
+        return (
+            "hub download -> node",
+            sync_expected_seconds(spec, sizing, step),
+            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed "
+            "article's 100 MB/s figure); no mirror",
+        )
     if step.needs_fsx:
         return ("weight copy FSx -> NVMe", sync_expected_seconds(spec, sizing, step),
                 f"FSx {sizing.storage.fsx_read_bytes_per_second / GB:.2f} GB/s shared by {spec.gpu_nodes} node(s)")
@@ -360,7 +370,7 @@ def _sync_phase(spec: DeploymentSpec, sizing: "Sizing", step: "SyncStep", cached
             f"{weights / 1e12:.2f} TB at {rate.bytes_per_second / GB:.1f} GB/s ({rate.bound}-bound; {rate.source})")
 
 
-def _load(spec: DeploymentSpec, sizing: "Sizing") -> tuple[float, str]:
+def _load(spec: DeploymentSpec, sizing: Sizing) -> tuple[float, str]:
     st = sizing.storage
     per_node = sizing.weights_bytes / spec.nodes_per_copy
     return per_node / st.read_bytes_per_second, (
@@ -368,7 +378,7 @@ def _load(spec: DeploymentSpec, sizing: "Sizing") -> tuple[float, str]:
     )
 
 
-def _scenario_steps(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep", ...], scenario: str,
+def _scenario_steps(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...], scenario: str,
                     streamer: bool = False, engine_cache: bool = False) -> list[_Step]:
     ttr = spec.config.time_to_ready
     platform = spec.platform
@@ -456,7 +466,7 @@ class TimeToReady:
         return {name: self.scenarios[name].as_json() for name in SCENARIOS}
 
 
-def time_to_ready(spec: DeploymentSpec, sizing: "Sizing", steps: tuple["SyncStep", ...]) -> TimeToReady:
+def time_to_ready(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> TimeToReady:
     """The time-to-ready model of ``spec`` for each scenario.
 
     Args:

@@ -5,10 +5,10 @@ Bumping vLLM or a chart is a one-line change here, and shows up in every stack's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from types import MappingProxyType
-from typing import Mapping
 
 # vLLM: 0.33.0 is the newest release (PyPI, 2026-11) and already registers the kimi_k3 tool and
 # reasoning parsers, but it cannot serve K3.1 Pro (VLLM_RELEASE_GAPS): the model card asks for
@@ -99,7 +99,7 @@ def eks_support_status(version: str, moment: datetime) -> str:
         KeyError: a version not in ``EKS_VERSIONS``.
     """
     facts = EKS_VERSIONS[version]
-    day = moment.astimezone(timezone.utc).date()
+    day = moment.astimezone(UTC).date()
     if day < facts.end_of_standard_support:
         return "standard"
     if day < facts.end_of_extended_support:

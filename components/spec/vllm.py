@@ -7,9 +7,9 @@ which deployments fill from a secret (``secret_env``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from .config import DeploymentSpec
 from .sizing import Sizing, compute_sizing, kv_cache_dtype
