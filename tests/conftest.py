@@ -72,3 +72,47 @@ def plan(stack):
 
 def pytest_configure(config):
     os.environ.setdefault("KIMI_DEPLOY_NOW", FIXED_NOW.isoformat())
+
+
+@pytest.fixture
+def fake_aws_env(monkeypatch):
+    """Test credentials and region for moto: no real profile or endpoint can leak in."""
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture
+def moto_aws(fake_aws_env):
+    """moto's in-process AWS (``mock_aws``) with ``fake_aws_env``."""
+    from moto import mock_aws
+
+    with mock_aws():
+        yield
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    """A moto server on 127.0.0.1 for subprocesses and s5cmd (one per test module)."""
+    pytest.importorskip("moto.server")
+    from tests.sync_fixtures import MotoServer
+
+    with MotoServer() as server:
+        yield server
+
+
+@pytest.fixture
+def sync_s3(moto_server, monkeypatch):
+    """A boto3 client on ``moto_server``, with the environment weight_sync will see and fast retries."""
+    import boto3
+
+    import scripts.weight_sync as ws
+    from tests.sync_fixtures import S3_ENV
+
+    for k, v in S3_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)
+    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+    return boto3.client("s3", endpoint_url=moto_server.endpoint)

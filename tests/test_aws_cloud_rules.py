@@ -658,18 +658,6 @@ def test_internal_nlb_services_carry_the_stacks_tags():
     assert pairs == run.context.spec.tags and pairs["kimi-deploy:stack"] == "b300-prod"
 
 
-@pytest.fixture
-def moto_aws(monkeypatch):
-    from moto import mock_aws
-
-    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
-        yield
-
 
 def _k8s_world(cluster: str = "kimi-deploy-gb300") -> dict[str, str]:
     """An expired EKS stack whose cluster left what Kubernetes created: an NLB tagged only for

@@ -27,12 +27,8 @@ QUOTA_CODE = ec2_vcpu_quota("p6-b300.48xlarge")[0]
 
 
 @pytest.fixture(autouse=True)
-def _aws_env(monkeypatch):
-    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+def _aws_env(fake_aws_env):
+    """Every preflight test runs with test credentials (tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from scripts import sweep
 
@@ -44,14 +43,10 @@ def spec(resource_type: str, d: dict[str, str]) -> list[dict]:
 
 
 @pytest.fixture
-def aws(monkeypatch):
-    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
-        yield
+def aws(moto_aws):
+    """moto's AWS (tests/conftest.py) in this file's REGION."""
+    assert REGION == "us-east-1"
+    yield
 
 
 class Recorder:

