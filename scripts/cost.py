@@ -26,7 +26,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 from components.spec import cost as costmodel
 from components.spec.config import DeploymentSpec, load_stack, stack_names
 from components.spec.sizing import billed_gpu_nodes, compute_sizing
-from scripts._cli import CliParser, UsageError, print_json, print_table, run_cli
+from scripts._cli import EXIT_USAGE, CliParser, UsageError, print_json, print_table, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -365,6 +365,12 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Print the cost report of ``--stack``; return the exit code.
+
+    0 when the comparison was made; 2 (``EXIT_USAGE``) when it could not be, because the
+    stack's price is unknown (no public price, none configured, no ``--usd-per-hour``): the
+    report is still printed, with one line on stderr saying what to set.
+    """
     args = build_parser().parse_args(argv)
     spec = load_stack(args.stack)
     report = estimate(spec, args)
@@ -372,6 +378,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_json(report)
     else:
         print_report(report)
+    if report["self_hosted_cost_per_hour_usd"] is None:
+        print(
+            f"error: stack {spec.stack}: no self-hosted price, so no comparison; set "
+            "kimi-deploy:compute.usdPerHour (or compute.capacity.usdPerHour) or pass --usd-per-hour",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     return 0
 
 
