@@ -197,3 +197,93 @@ def test_lifecycle_alone():
     assert "is set on a prod stack" in raises(lifecycle.check_expiry, prod, FIXED_NOW)
     assert lifecycle.protect_of(raw_of(environment="prod")) is True and lifecycle.protect_of(raw_of()) is False
     assert "is not allowed" in raises(lifecycle.check_environment, raw_of(environment="dev"))
+
+
+# --- fixes from a fresh user's trial ------------------------------------------------------------
+
+
+def parse_error(base: str = "b300", **sections) -> str:
+    """The one-line error of ``parse_spec`` over a recorded base with top-level keys replaced."""
+    from components.spec.config import parse_spec
+    from tests.config_corpus import decode
+
+    config = decode(CORPUS["bases"][base])
+    config.update(sections)
+    with pytest.raises(ConfigError) as info:
+        parse_spec(config, stack="t", now=FIXED_NOW)
+    message = str(info.value)
+    assert "\n" not in message and "input should" not in message
+    return message
+
+
+def test_read_gbps_has_a_ceiling_per_storage_kind():
+    """readGBps above what the node's storage can deliver (a Gbit/s or MB/s slip) is refused;
+    the NVMe ceiling is the PCIe 5.0 x4 link of each device, the FSx one the file system's."""
+    assert storage.NVME_DEVICE_MAX_READ_BYTES_PER_SECOND == pytest.approx(15.754e9, rel=1e-4)
+    msg = parse_error(storage={"readGBps": 500})
+    assert msg == (
+        "kimi-deploy:storage.readGBps: 500.0 is more than storage.kind nvme can deliver to one p6-b300.48xlarge: "
+        "8 NVMe devices x 15.75 GB/s (PCIe 5.0 x4 each) = 126.03 GB/s "
+        "(allowed: more than 0 and at most 126.03; GB/s, not Gbit/s or MB/s)"
+    )
+    # gb300 has 3 devices: 47.26 GB/s.
+    gb300 = decode_base("gb300")
+    assert "= 47.26 GB/s" in parse_error("gb300", storage={**gb300["storage"], "readGBps": 50})
+    # FSx: 2,400 GiB x 1000 MB/s per TiB = 2.34 GB/s for the whole file system.
+    prod = decode_base("b300-prod")
+    fsx = {**prod["storage"], "kind": "fsx", "readGBps": 3}
+    assert "the FSx file system serves 2,400 GiB x 1000 MB/s per TiB = 2.34 GB/s" in parse_error("b300-prod", storage=fsx)
+    # Figures at or under the ceiling pass (a measured 100 GB/s on 8 devices).
+    raw = raw_of(storage={**decode_base("b300")["storage"], "readGBps": 100})
+    instance_type, instance = compute.resolve_instance(raw, TARGETS["b300"])
+    storage.check_read_gbps(raw, instance, instance_type, KIMI.weights_bytes)
+
+
+def decode_base(name: str) -> dict:
+    from tests.config_corpus import decode
+
+    return decode(CORPUS["bases"][name])
+
+
+def test_kubernetes_namespace_on_aws_ec2_is_refused_like_other_platform_keys():
+    msg = parse_error(kubernetes={"namespace": "team-a"})
+    assert msg == (
+        "kimi-deploy:kubernetes.namespace: 'team-a' is only for the aws-eks and kubernetes platforms, not aws-ec2 "
+        "(vLLM runs under systemd on the instance, in no namespace): remove it"
+    )
+    # The same key on EKS is read (the workload namespace), and other aws-ec2 keys stay untouched.
+    raw = raw_of("gb300", kubernetes={**decode_base("gb300").get("kubernetes", {}), "namespace": "team-a"})
+    kubernetes.check_kubernetes(raw, "t", "kimi-deploy", FIXED_NOW, frozenset(), [])
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("network", {"allowedCidrs": "10.0.0.0/8"},
+     "kimi-deploy:network.allowedCidrs: '10.0.0.0/8' is not a list (write one item per line, each starting with '- ')"),
+    ("expiresAt", "next friday",
+     "kimi-deploy:expiresAt: 'next friday' is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)"),
+    ("trialTtlHours", 1000, "kimi-deploy:trialTtlHours: 1000 is out of range (allowed: 1 to 720)"),
+    ("trialTtlHours", 0, "kimi-deploy:trialTtlHours: 0 is out of range (allowed: 1 to 720)"),
+    ("vllm", {"gpuMemoryUtilization": 0.3},
+     "kimi-deploy:vllm.gpuMemoryUtilization: 0.3 is out of range (allowed: more than 0.5 and at most 0.99)"),
+    ("compute", {"replicas": "two"}, "kimi-deploy:compute.replicas: 'two' is not a whole number"),
+    ("observability", {"alerts": "yes"}, "kimi-deploy:observability.alerts: 'yes' is not a boolean (allowed: true, false)"),
+])
+def test_pydantic_wording_is_the_projects_one_line_form(key, value, expected):
+    assert parse_error(**{key: value}) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("AKIA" + "ABCDEFGHIJKLMNOP", "it looks like an AWS access key id, which no kimi-deploy key holds; remove it (the AWS "
+                                  "provider reads credentials from AWS_PROFILE, the environment or a role, never the stack)"),
+    ("ghp_" + "a" * 30, "it looks like a GitHub token, which no kimi-deploy key holds; remove it"),
+    ("sk-" + "a" * 20, "use `pulumi config set --secret kimi-deploy:apiKey`"),
+    ("hf_" + "a" * 30, "use `pulumi config set --secret kimi-deploy:hfToken`"),
+])
+def test_a_pasted_credential_is_sent_to_the_right_secret_or_none(text, expected):
+    base = decode_base("b300")
+    msg = parse_error(storage={**base["storage"], "mirror": {**base["storage"]["mirror"], "prefix": text}})
+    assert msg.startswith("kimi-deploy:storage.mirror.prefix: '[looks like a credential]' must not hold credentials")
+    assert msg.endswith(expected)
+    assert text not in msg
+    if "AKIA" in text:
+        assert "apiKey" not in msg

@@ -36,6 +36,14 @@ def check_kubernetes(
             raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
     if not DNS_LABEL_RE.match(raw.kubernetes.namespace):
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
+    if raw.platform == "aws-ec2" and "namespace" in raw.kubernetes.model_fields_set:
+        # Like kubernetes.adminRoleArns and observability.prometheusNamespace off their platforms:
+        # a key the stack's platform never reads is an error, not silently ignored.
+        raise ConfigError(
+            "kubernetes.namespace", raw.kubernetes.namespace,
+            "is only for the aws-eks and kubernetes platforms, not aws-ec2 (vLLM runs under systemd on the instance, "
+            "in no namespace): remove it",
+        )
     for arn in raw.kubernetes.admin_role_arns:
         if not IAM_PRINCIPAL_ARN_RE.match(arn):
             raise ConfigError(

@@ -277,7 +277,63 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
     if kind == "literal_error":
         expected = first.get("ctx", {}).get("expected", "")
         return ConfigError(key, value, f"is not allowed (allowed: {expected})")
+    if kind in _TYPE_WORDS:
+        return ConfigError(key, value, _TYPE_WORDS[kind])
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return ConfigError(key, value, f"is out of range (allowed: {_range_text(_field_at(loc), first.get('ctx', {}))})")
     return ConfigError(key, value, f"is not valid: {first['msg'].lower()}")
+
+
+# pydantic error types -> the project's wording (one line: what the value is not, what to write).
+_ISO_TIME = "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)"
+_TYPE_WORDS: dict[str, str] = {
+    "tuple_type": "is not a list (write one item per line, each starting with '- ')",
+    "list_type": "is not a list (write one item per line, each starting with '- ')",
+    "string_type": "is not a string",
+    "int_type": "is not a whole number",
+    "int_parsing": "is not a whole number",
+    "int_from_float": "is not a whole number",
+    "float_type": "is not a number",
+    "float_parsing": "is not a number",
+    "bool_type": "is not a boolean (allowed: true, false)",
+    "bool_parsing": "is not a boolean (allowed: true, false)",
+    "datetime_type": _ISO_TIME,
+    "datetime_parsing": _ISO_TIME,
+    "datetime_from_date_parsing": _ISO_TIME,
+}
+
+
+def _field_at(loc: tuple[Any, ...]) -> Any:
+    """The pydantic ``FieldInfo`` at location ``loc`` in ``RawConfig`` (list indexes skipped), or None."""
+    model: Any = RawConfig
+    info = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None:
+            return None
+        info = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if info is None:
+            return None
+        candidates = [info.annotation, *getattr(info.annotation, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return info
+
+
+def _range_text(info: Any, ctx: Mapping[str, Any]) -> str:
+    """A field's bounds as words: ``1 to 720``, ``more than 0 and at most 2``; from its
+    ``Field(ge=..., le=...)`` metadata (else from the one bound pydantic reported)."""
+    bounds: dict[str, Any] = {}
+    for meta in getattr(info, "metadata", ()) or ():
+        for name in ("gt", "ge", "lt", "le"):
+            if getattr(meta, name, None) is not None:
+                bounds[name] = getattr(meta, name)
+    if not bounds:
+        bounds = {name: ctx[name] for name in ("gt", "ge", "lt", "le") if name in ctx}
+    if "ge" in bounds and "le" in bounds:
+        return f"{bounds['ge']} to {bounds['le']}"
+    words = {"gt": "more than", "ge": "at least", "lt": "less than", "le": "at most"}
+    return " and ".join(f"{words[name]} {bounds[name]}" for name in ("gt", "ge", "lt", "le") if name in bounds)
 
 
 def _model_keys_at(loc: tuple[Any, ...]) -> list[str]:

@@ -90,3 +90,55 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
         )
     if not mirror.prefix or mirror.prefix.startswith("/") or ".." in mirror.prefix.split("/"):
         raise ConfigError("storage.mirror.prefix", mirror.prefix, "must be a relative S3 key prefix without '..'")
+    check_read_gbps(raw, instance, instance_type, needed)
+
+
+# The fastest an NVMe device can deliver: its PCIe 5.0 x4 link, 32 GT/s per lane with 128b/130b
+# encoding = 4 x 32e9 x 128/130 / 8 = 15.75 GB/s (PCI-SIG, PCI Express Base Specification 5.0).
+# No instance-store NVMe of these nodes has a wider or faster link (Nitro SSDs are PCIe Gen4/Gen5 x4).
+NVME_DEVICE_MAX_READ_BYTES_PER_SECOND = 4 * 32e9 * 128 / 130 / 8
+
+
+def read_gbps_ceiling(raw: RawConfig, instance: InstanceFacts, needed: int) -> tuple[float, str]:
+    """The most ``storage.readGBps`` can be for the stack's storage on one node, GB/s, and why.
+
+    - ``nvme`` and ``nvme-from-fsx`` (served from local NVMe): the node's devices x
+      ``NVME_DEVICE_MAX_READ_BYTES_PER_SECOND`` (PCIe 5.0 x4 each).
+    - ``fsx``: the whole file system's throughput (capacity x MB/s per TiB,
+      ``sizing.fsx_read_bytes_per_second``; FSx for Lustre user guide, "Performance"): one
+      client cannot read faster than the file system serves.
+    - ``pvc``: local NVMe or the node's network (``InstanceFacts.network_gbps`` / 8), whichever is more.
+    """
+    nvme_gbps = instance.nvme_devices * NVME_DEVICE_MAX_READ_BYTES_PER_SECOND / 1e9
+    nvme_why = f"{instance.nvme_devices} NVMe devices x {NVME_DEVICE_MAX_READ_BYTES_PER_SECOND / 1e9:.2f} GB/s (PCIe 5.0 x4 each)"
+    kind = raw.storage.kind
+    if kind == "fsx":
+        from ..sizing import fsx_capacity_gib, fsx_read_bytes_per_second  # sizing imports this package
+
+        fc = raw.storage.fsx
+        capacity = fc.capacity_gib or fsx_capacity_gib(needed, fc.headroom_fraction)
+        fsx_gbps = fsx_read_bytes_per_second(capacity, fc.throughput_per_tib) / 1e9
+        return fsx_gbps, f"the FSx file system serves {capacity:,} GiB x {fc.throughput_per_tib} MB/s per TiB"
+    if kind == "pvc" and instance.network_gbps is not None and instance.network_gbps / 8 > nvme_gbps:
+        return instance.network_gbps / 8, f"the node's {instance.network_gbps:g} Gbit/s network"
+    return nvme_gbps, nvme_why
+
+
+def check_read_gbps(raw: RawConfig, instance: InstanceFacts, instance_type: str, needed: int) -> None:
+    """``storage.readGBps`` (a measured read bandwidth, GB/s) is at most ``read_gbps_ceiling``:
+    a larger figure is a unit slip (Gbit/s or MB/s) and would make every load time in the plan
+    too short.
+
+    Raises:
+        ConfigError: above the ceiling; the message names the ceiling and where it comes from.
+    """
+    gbps = raw.storage.read_gbps
+    if gbps is None:
+        return
+    ceiling, why = read_gbps_ceiling(raw, instance, needed)
+    if gbps > ceiling:
+        raise ConfigError(
+            "storage.readGBps", gbps,
+            f"is more than storage.kind {raw.storage.kind} can deliver to one {instance_type}: {why} = {ceiling:.2f} GB/s "
+            f"(allowed: more than 0 and at most {ceiling:.2f}; GB/s, not Gbit/s or MB/s)",
+        )
