@@ -183,8 +183,8 @@ def pytest_configure(config: Any) -> None:  # noqa: ARG001  pytest hook signatur
             _RECORDED.append({"kind": "stack", "file": encode(full), "stack": stack, "now": (now or DEFAULT_NOW).isoformat()})
         return real_load(stack, stacks_dir=stacks_dir, now=now, project=project)
 
-    cfg.parse_spec = parse_spec  # type: ignore[assignment]  # recording wrapper, same signature
-    cfg.load_stack = load_stack  # type: ignore[assignment]
+    cfg.parse_spec = parse_spec  # type: ignore[assignment]  # a recording wrapper: Any-typed arguments
+    cfg.load_stack = load_stack
 
 
 def pytest_unconfigure(config: Any) -> None:  # noqa: ARG001
@@ -197,7 +197,7 @@ def pytest_unconfigure(config: Any) -> None:  # noqa: ARG001
 
 # Wrong types and out-of-range values tried for every key, by the key's declared type.
 _REMOVE = object()
-_GENERIC = ("", "not a valid value!", -1, 0, 1.5, 10**7, True, [], ["x"], {}, {"bogus": 1})
+_GENERIC: tuple[Any, ...] = ("", "not a valid value!", -1, 0, 1.5, 10**7, True, [], ["x"], {}, {"bogus": 1})
 
 
 def _field_paths() -> list[tuple[tuple[str, ...], Any]]:
