@@ -101,7 +101,7 @@ def _plan_error(name: str, overrides: dict, tmp_path: Path) -> str:
         # Inside a map a quoted number stays a string (JSON), for `pulumi up` as for the plan.
         (
             {"kimi-deploy:compute": {"replicas": "1"}},
-            "kimi-deploy:compute.replicas: '1' is not valid: input should be a valid integer",
+            "kimi-deploy:compute.replicas: '1' is not a whole number",
         ),
         (
             {"kimi-deploy:model": {"revision": 1234, "licenseAcknowledged": True}},

@@ -10,8 +10,8 @@ from types import MappingProxyType
 
 import pytest
 
-from components.spec import config as config_module
 from components.spec.config import parse_spec
+from components.spec.config import target as config_module  # where parse_spec reads TARGETS
 from components.spec.model import KIMI_K3_1_PRO
 from components.spec.sizing import compute_sizing
 from components.spec.targets import TARGETS

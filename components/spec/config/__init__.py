@@ -1,0 +1,70 @@
+"""The typed deployment spec: parsed and validated from a stack's ``kimi-deploy:*`` config.
+
+``parse_spec`` turns the plain config mapping (as in ``stacks/Pulumi.<stack>.yaml``) into a
+frozen ``DeploymentSpec``, or raises ``ConfigError`` with one line naming the key, the value and
+what is allowed. Nothing is declared before the whole spec is valid. No Pulumi import here:
+``__main__.py`` reads the config through Pulumi and hands it in; scripts read the stack file.
+
+In parts (each importable and testable alone; every name stays importable from here):
+
+- ``errors``: ``ConfigError`` (and ``NAMESPACE``); ``patterns``: value formats (regexes).
+- ``raw``: the pydantic models of the YAML (``RawConfig`` and one per section) and
+  ``validate_raw`` (pydantic's first error as one line).
+- one module of checks per section, each function taking the raw config and what it needs:
+  ``plain_secrets`` (credential-shaped values), ``target`` (target, platform), ``tags`` (owner),
+  ``model`` (profile, revision, license), ``compute`` (instance, region, AZ, capacity, EFA,
+  AMI), ``network``, ``storage`` (with the mirror and FSx), ``vllm`` (with the engine build),
+  ``kubernetes`` (with EKS), ``scaling`` (autoscaling, observability), ``lifecycle``
+  (environment, expiresAt, trialTtlHours, protect).
+- ``spec``: ``DeploymentSpec`` and its derived properties; ``parse``: ``parse_spec``, the fixed
+  order of the checks; ``stack_file``: stack files and ``load_stack``.
+"""
+
+from __future__ import annotations
+
+from .compute import block_instances
+from .errors import MAX_SHOWN_VALUE_CHARS, NAMESPACE, ConfigError
+from .kubernetes import eks_version_of
+from .lifecycle import ENVIRONMENTS, MAX_TRIAL_HOURS
+from .network import MIN_CLIENT_PREFIX_LENGTH
+from .parse import parse_spec
+from .raw import (
+    DEFAULT_TRIAL_TTL_HOURS,
+    SECRET_KEYS,
+    AutoscalingConfig,
+    CapacityConfig,
+    ComputeConfig,
+    FsxConfig,
+    KubernetesConfig,
+    MirrorConfig,
+    ModelConfig,
+    NetworkConfig,
+    ObservabilityConfig,
+    RawConfig,
+    ScheduleWindowConfig,
+    StorageConfig,
+    TimeToReadyConfig,
+    VllmConfig,
+)
+from .spec import DeploymentSpec, format_utc, parse_utc
+from .stack_file import (
+    CONFIG_OVERLAY_ENV,
+    REPO_ROOT,
+    STACK_FILE_KEYS,
+    STACKS_DIR,
+    StackFileError,
+    load_stack,
+    namespace_config,
+    read_stack_config,
+    stack_names,
+)
+
+__all__ = [
+    "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_SHOWN_VALUE_CHARS", "MAX_TRIAL_HOURS",
+    "MIN_CLIENT_PREFIX_LENGTH", "NAMESPACE", "REPO_ROOT", "SECRET_KEYS", "STACKS_DIR", "STACK_FILE_KEYS",
+    "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "ConfigError", "DeploymentSpec", "FsxConfig",
+    "KubernetesConfig", "MirrorConfig", "ModelConfig", "NetworkConfig", "ObservabilityConfig", "RawConfig",
+    "ScheduleWindowConfig", "StackFileError", "StorageConfig", "TimeToReadyConfig", "VllmConfig", "block_instances",
+    "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_spec", "parse_utc", "read_stack_config",
+    "stack_names",
+]

@@ -1,0 +1,37 @@
+"""``ConfigError``: the one-line error every config check raises (key, value, what is allowed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAMESPACE = "kimi-deploy"
+
+# The longest value a config error echoes before cutting it (the message stays one readable line).
+MAX_SHOWN_VALUE_CHARS = 120
+
+
+class ConfigError(ValueError):
+    """A stack config value is invalid. ``str(err)`` is one line: key, value, what is allowed.
+
+    Attributes:
+        key: full config key, e.g. ``kimi-deploy:storage.fsx.throughputPerTib``.
+        value: the value received (never a secret's value).
+    """
+
+    def __init__(self, key: str, value: Any, allowed: str):
+        # Stack config keys get the namespace; command-line flags (--stack) and env vars stay as given.
+        bare = key.startswith(NAMESPACE + ":") or ":" in key or key.startswith("-") or key.isupper()
+        self.key = key if bare else f"{NAMESPACE}:{key}"
+        self.value = value
+        # Booleans as YAML writes them (true/false), not Python's True/False.
+        shown = "(unset)" if value is None else ("true" if value else "false") if isinstance(value, bool) else repr(value)
+        if len(shown) > MAX_SHOWN_VALUE_CHARS:  # a 20 KB extraArgs must not become a 20 KB error line
+            shown = f"{shown[:MAX_SHOWN_VALUE_CHARS]}... ({len(shown):,} characters)"
+        super().__init__(f"{self.key}: {shown} {allowed}")
+
+
+
+def check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> None:
+    """Raise ``ConfigError`` unless ``value`` is one of ``allowed`` (named in the message)."""
+    if value not in allowed:
+        raise ConfigError(key, value, f"is not allowed (allowed: {', '.join(allowed)})")

@@ -1,0 +1,149 @@
+"""``kubernetes``: host path, field schemas and limits, namespaces, EKS admins, the EKS version and
+its support calendar, add-ons, the kubeconfig."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from .errors import ConfigError
+from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE
+from .raw import RawConfig
+
+
+def check_kubernetes(
+    raw: RawConfig, stack: str, project: str, now: datetime, secrets_set: frozenset[str] | set[str], warnings: list[str]
+) -> None:
+    """``kubernetes.*`` (``limits.check_kubernetes_fields_and_limits`` for the schema-checked
+    fields and name lengths), then ``check_eks_version``; a warning when the kubernetes platform
+    has no ``kubeconfig`` secret.
+
+    Raises:
+        ConfigError: the first invalid value, one line.
+    """
+    host_path = raw.kubernetes.nvme_host_path
+    if not host_path.startswith("/") or host_path.rstrip("/") == "" or ".." in host_path.split("/"):
+        raise ConfigError(
+            "kubernetes.nvmeHostPath",
+            host_path,
+            "must be an absolute path below / without '..' (where the node's NVMe is mounted)",
+        )
+    from ..limits import check_kubernetes_fields_and_limits
+
+    check_kubernetes_fields_and_limits(raw, stack, project)
+    for ns in raw.kubernetes.allowed_namespaces:
+        if not DNS_LABEL_RE.match(ns):
+            raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
+    if not DNS_LABEL_RE.match(raw.kubernetes.namespace):
+        raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
+    if raw.platform == "aws-ec2" and "namespace" in raw.kubernetes.model_fields_set:
+        # Like kubernetes.adminRoleArns and observability.prometheusNamespace off their platforms:
+        # a key the stack's platform never reads is an error, not silently ignored.
+        raise ConfigError(
+            "kubernetes.namespace", raw.kubernetes.namespace,
+            "is only for the aws-eks and kubernetes platforms, not aws-ec2 (vLLM runs under systemd on the instance, "
+            "in no namespace): remove it",
+        )
+    for arn in raw.kubernetes.admin_role_arns:
+        if not IAM_PRINCIPAL_ARN_RE.match(arn):
+            raise ConfigError(
+                "kubernetes.adminRoleArns",
+                arn,
+                "is not an IAM role or user ARN (arn:aws:iam::123456789012:role/NAME; not an sts assumed-role ARN)",
+            )
+    if len(set(raw.kubernetes.admin_role_arns)) != len(raw.kubernetes.admin_role_arns):
+        raise ConfigError("kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), "names an ARN twice")
+    if raw.kubernetes.admin_role_arns and raw.platform != "aws-eks":
+        raise ConfigError(
+            "kubernetes.adminRoleArns",
+            list(raw.kubernetes.admin_role_arns),
+            f"is only for aws-eks (EKS access entries), not {raw.platform}",
+        )
+    check_eks_version(raw, now, warnings)
+    from ..versions import KNOWN_ADDONS
+
+    for addon in raw.kubernetes.installed_addons:
+        if addon not in KNOWN_ADDONS:
+            raise ConfigError("kubernetes.installedAddons", addon, f"is not a known add-on (allowed: {', '.join(KNOWN_ADDONS)})")
+    if raw.platform == "kubernetes" and "kubeconfig" not in secrets_set:
+        warnings.append(
+            "kimi-deploy:kubeconfig is not set: `pulumi up` will use the ambient kubeconfig; "
+            "set it with `pulumi config set --secret kimi-deploy:kubeconfig < ~/.kube/config`"
+        )
+
+
+def eks_version_of(raw: RawConfig) -> str:
+    """The EKS version a stack creates: ``kubernetes.eksVersion`` or ``versions.EKS_VERSION``."""
+    from ..versions import EKS_VERSION
+
+    return raw.kubernetes.eks_version or EKS_VERSION
+
+
+def check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> None:
+    """``kubernetes.eksVersion`` / ``eksSupportType`` against the EKS support calendar at ``now``.
+
+    EKS accepts ``upgradePolicy.supportType: STANDARD`` only for a version still in standard
+    support (EKS user guide, "Manage EKS extended support"); past it the cluster runs in
+    extended support, billed per cluster-hour at ``EKS_EXTENDED_USD_PER_CLUSTER_HOUR`` instead of
+    ``EKS_STANDARD_USD_PER_CLUSTER_HOUR``. So an out-of-standard version needs EXTENDED chosen
+    explicitly (then a warning states the price), and a version past extended support or not in
+    ``versions.EKS_VERSIONS`` is refused.
+
+    Raises:
+        ConfigError: ``kubernetes.eksVersion`` or ``kubernetes.eksSupportType`` is not allowed.
+    """
+    from ..versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_STANDARD_USD_PER_CLUSTER_HOUR, EKS_VERSIONS, eks_support_status
+
+    k8s = raw.kubernetes
+    if raw.platform != "aws-eks":
+        if k8s.eks_version is not None:
+            raise ConfigError("kubernetes.eksVersion", k8s.eks_version, f"is only for aws-eks, not {raw.platform}")
+        return
+    version = eks_version_of(raw)
+    if version not in EKS_VERSIONS:
+        raise ConfigError("kubernetes.eksVersion", version, f"is not a known EKS version (allowed: {', '.join(EKS_VERSIONS)})")
+    facts = EKS_VERSIONS[version]
+    status = eks_support_status(version, now)
+    newest = [v for v in EKS_VERSIONS if eks_support_status(v, now) == "standard"]
+    instead = f"use {' or '.join(newest)}" if newest else "add the newer EKS versions to versions.EKS_VERSIONS"
+    if status == "unsupported":
+        raise ConfigError(
+            "kubernetes.eksVersion", version, f"left extended support on {facts.end_of_extended_support.isoformat()} ({instead})",
+        )
+    if status == "extended" and k8s.eks_support_type != "EXTENDED":
+        raise ConfigError(
+            "kubernetes.eksVersion", version,
+            f"left standard support on {facts.end_of_standard_support.isoformat()}: EKS refuses supportType STANDARD for it "
+            f"({instead}, or set kubernetes.eksSupportType: EXTENDED at "
+            f"USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of {EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f})",
+        )
+    from ..versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
+
+    if raw.autoscaling.enabled and version not in CLUSTER_AUTOSCALER_IMAGE_TAGS:
+        raise ConfigError(
+            "kubernetes.eksVersion", version,
+            f"has no cluster autoscaler release recorded for autoscaling (allowed: {', '.join(CLUSTER_AUTOSCALER_IMAGE_TAGS)})",
+        )
+    if _version_tuple(version) < (1, 34):
+        raise ConfigError(
+            "kubernetes.eksVersion", version, "is too old: ComputeDomains and DRA need resource.k8s.io/v1 (GA from 1.34)"
+        )
+    if status == "extended":
+        warnings.append(
+            f"EKS {version} is in extended support (standard support ended {facts.end_of_standard_support.isoformat()}): "
+            f"the control plane bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour instead of "
+            f"{EKS_STANDARD_USD_PER_CLUSTER_HOUR:.2f}; {instead}"
+        )
+    elif (
+        raw.expires_at is not None
+        and raw.expires_at.replace(tzinfo=raw.expires_at.tzinfo or UTC).date() >= facts.end_of_standard_support
+    ):
+        warnings.append(
+            f"EKS {version} leaves standard support on {facts.end_of_standard_support.isoformat()}, before the stack expires: "
+            + ("EKS upgrades the cluster then (supportType STANDARD)" if k8s.eks_support_type == "STANDARD"
+               else f"it then bills USD {EKS_EXTENDED_USD_PER_CLUSTER_HOUR:.2f} per cluster-hour (supportType EXTENDED)")
+        )
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])

@@ -1,0 +1,63 @@
+"""``model``: a known profile, a revision (a commit outside trials), the license acknowledged."""
+
+from __future__ import annotations
+
+import re
+
+from ..model import MODELS, ModelProfile
+from .errors import ConfigError
+from .patterns import COMMIT_RE, REVISION_RE
+from .raw import RawConfig
+
+
+def check_profile(raw: RawConfig) -> ModelProfile:
+    """The model profile named by ``model.profile``.
+
+    Raises:
+        ConfigError: not a key of ``model.MODELS``.
+    """
+    model = MODELS.get(raw.model.profile)
+    if model is None:
+        raise ConfigError("model.profile", raw.model.profile, f"is not a known model (allowed: {', '.join(MODELS)})")
+    return model
+
+
+def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: list[str]) -> str:
+    """``model.revision`` (a lower-case 40-hex commit; a branch or tag only in a trial, with a
+    warning), ``model.licenseAcknowledged`` true, and warnings for example values left in.
+
+    Returns:
+        The revision.
+
+    Raises:
+        ConfigError: the first invalid value.
+    """
+    cap = raw.compute.capacity
+    rev = raw.model.revision
+    if not REVISION_RE.match(rev):
+        raise ConfigError("model.revision", rev, "is not a revision (a 40-hex commit, or in a trial a branch or tag name)")
+    if re.fullmatch(r"[0-9a-fA-F]{40}", rev) and not COMMIT_RE.match(rev):
+        raise ConfigError("model.revision", rev, "is a commit in upper case: write it in lower case as the hub does")
+    if not COMMIT_RE.match(rev):
+        if raw.environment != "trial":
+            raise ConfigError(
+                "model.revision",
+                rev,
+                f"must be a 40-hex commit in {raw.environment} (branches move; pin the commit the trial resolved)",
+            )
+        warnings.append(
+            f"model.revision '{rev}' is a branch, not a commit: the weight sync resolves and records the "
+            "commit; pin it before staging or prod"
+        )
+    if raw.model.license_acknowledged is not True:
+        raise ConfigError(
+            "model.licenseAcknowledged",
+            raw.model.license_acknowledged,
+            f"must be true: {model.display_name} license is {model.license_summary}",
+        )
+    from ..examples import example_value_warnings
+
+    warnings.extend(
+        example_value_warnings({"model.revision": rev, "compute.capacity.reservationId": cap.reservation_id})
+    )
+    return rev

@@ -1,0 +1,86 @@
+"""``network``: client and API-server CIDRs, the VPC range, an existing VPC's subnets."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from .errors import ConfigError
+from .raw import RawConfig
+
+# Client CIDRs broader than this are "the internet" for practical purposes.
+MIN_CLIENT_PREFIX_LENGTH = 8
+# Private IPv4 ranges (RFC 1918), the VPC CIDR blocks the Amazon VPC user guide recommends.
+_RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def check_network(raw: RawConfig, warnings: list[str]) -> None:
+    """CIDR blocks (valid, no broader than ``MIN_CLIENT_PREFIX_LENGTH``), the VPC CIDR (a private
+    /16 to /22), the EKS endpoint settings (warnings), and ``vpcId`` with ``privateSubnetIds``.
+
+    Raises:
+        ConfigError: the first invalid value, one line.
+    """
+    is_aws = raw.platform.startswith("aws-")
+    for i, cidr in enumerate(raw.network.allowed_cidrs + raw.kubernetes.allowed_cidrs):
+        key = "network.allowedCidrs" if i < len(raw.network.allowed_cidrs) else "kubernetes.allowedCidrs"
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
+        if net.prefixlen < MIN_CLIENT_PREFIX_LENGTH:
+            raise ConfigError(
+                key,
+                cidr,
+                f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client "
+                "networks)",
+            )
+    for cidr in raw.network.api_server_public_cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError("network.apiServerPublicCidrs", cidr, "is not a CIDR block (e.g. 203.0.113.0/24)") from None
+        if ipaddress.ip_network(cidr).prefixlen < MIN_CLIENT_PREFIX_LENGTH:
+            raise ConfigError(
+                "network.apiServerPublicCidrs",
+                cidr,
+                f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: name your egress CIDR, not the internet",
+            )
+    try:
+        ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
+    except ValueError:
+        raise ConfigError("network.vpcCidr", raw.network.vpc_cidr, "is not a CIDR block (e.g. 10.42.0.0/16)") from None
+    if not 16 <= ipaddress.ip_network(raw.network.vpc_cidr).prefixlen <= 22:
+        # Subnets are /prefix+4 (an EKS node with 17 ENIs and pod IPs needs room).
+        raise ConfigError("network.vpcCidr", raw.network.vpc_cidr, "must be a /16 to /22 block (subnets are a sixteenth of it)")
+    vpc = ipaddress.ip_network(raw.network.vpc_cidr)
+    if vpc.version != 4 or not any(vpc.subnet_of(n) for n in _RFC1918):  # type: ignore[arg-type]  # v4 checked first
+        # A public range inside the VPC shadows those addresses on the internet for everything in it.
+        raise ConfigError(
+            "network.vpcCidr", raw.network.vpc_cidr,
+            "is not a private range: use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 "
+            "(RFC 1918, as the Amazon VPC user guide recommends)",
+        )
+    if raw.network.api_server_private_only and raw.network.api_server_public_cidrs:
+        raise ConfigError(
+            "network.apiServerPrivateOnly",
+            True,
+            "turns the public EKS endpoint off, but network.apiServerPublicCidrs is set (set one)",
+        )
+    if raw.platform == "aws-eks" and raw.network.api_server_private_only:
+        warnings.append(
+            "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port "
+            "forwarding), or unset network.apiServerPrivateOnly and set network.apiServerPublicCidrs to your egress CIDR"
+        )
+    elif raw.platform == "aws-eks" and not raw.network.api_server_public_cidrs:
+        warnings.append(
+            "the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs"
+        )
+    if is_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
+        warnings.append(
+            "network.allowedCidrs and network.allowedSecurityGroupIds are empty: no client outside the "
+            "deployment can reach the API port"
+        )
+    if raw.network.vpc_id and not raw.network.private_subnet_ids:
+        raise ConfigError("network.privateSubnetIds", [], "is required with network.vpcId (the private subnets to use)")
+    if raw.network.private_subnet_ids and not raw.network.vpc_id:
+        raise ConfigError("network.privateSubnetIds", list(raw.network.private_subnet_ids), "needs network.vpcId")

@@ -1,0 +1,24 @@
+"""Formats of config values (regular expressions), shared by the section checks."""
+
+from __future__ import annotations
+
+import re
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
+# AWS region names: us-east-1, ap-southeast-2, us-gov-west-1, cn-north-1, eusc-de-east-1.
+REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
+# An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
+IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
+# An AZ (us-east-1a) or a Local Zone (us-east-1-dfw-2a: the parent region, the zone group, a letter).
+AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|-[a-z]+-\d[a-z])$")
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Kubernetes label values (also valid AWS tag values): the owner is both.
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# Docker tag grammar; an image reference is name[:tag][@sha256:digest].
+IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+IMAGE_RE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)

@@ -1,0 +1,118 @@
+"""``autoscaling`` and ``observability`` (components/spec/scaling.py reads them)."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+from .patterns import DNS_LABEL_RE, LABEL_VALUE_RE
+from .raw import RawConfig
+
+_CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,?-]+$")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")
+
+
+def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> None:
+    """Validate ``autoscaling`` and ``observability`` (components/spec/scaling.py reads them).
+
+    Raises:
+        ConfigError: the first invalid value, one line.
+    """
+    import zoneinfo
+
+    asc, obs, k8s_cfg = raw.autoscaling, raw.observability, raw.kubernetes
+    on_k8s = raw.platform in ("aws-eks", "kubernetes")
+    for key, ns in (
+        ("observability.prometheusNamespace", obs.prometheus_namespace),
+        ("observability.grafanaNamespace", obs.grafana_namespace),
+    ):
+        if ns is None:
+            continue
+        if not on_k8s:
+            raise ConfigError(key, ns, f"is only for the aws-eks and kubernetes platforms, not {raw.platform}")
+        if not DNS_LABEL_RE.match(ns):
+            raise ConfigError(key, ns, "is not a valid namespace name (lowercase DNS label)")
+    for label_key, label_value in {**obs.monitor_labels, **obs.prometheus_pod_labels}.items():
+        if not re.match(
+            r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", label_key
+        ) or not LABEL_VALUE_RE.match(label_value):
+            which = "observability.monitorLabels" if label_key in obs.monitor_labels else "observability.prometheusPodLabels"
+            raise ConfigError(
+                which,
+                {label_key: label_value},
+                "is not a valid Kubernetes label (key [prefix/]name, value 1-63 of letters, digits, '-', '_', '.')",
+            )
+    if obs.prometheus_url is not None and not _URL_RE.match(obs.prometheus_url):
+        raise ConfigError("observability.prometheusUrl", obs.prometheus_url, "is not an http(s) URL without credentials (e.g. http://prometheus-operated.monitoring.svc:9090)")
+    scrapers = "prometheus-operator" in k8s_cfg.installed_addons or obs.prometheus_url is not None
+    if on_k8s and scrapers and obs.prometheus_namespace is None:
+        warnings.append(
+            "a Prometheus is configured (prometheus-operator in kubernetes.installedAddons or observability.prometheusUrl) but "
+            "observability.prometheusNamespace is not: the NetworkPolicy blocks its scrape of vLLM's /metrics; name its namespace"
+        )
+    if not asc.enabled:
+        return
+    if not on_k8s:
+        raise ConfigError(
+            "autoscaling.enabled",
+            True,
+            f"is only for the aws-eks and kubernetes platforms (allowed there), not {raw.platform}: one EC2 instance serves one "
+            "copy",
+        )
+    max_replicas = asc.max_replicas if asc.max_replicas is not None else raw.compute.replicas
+    if max_replicas < max(asc.min_replicas, 1):
+        raise ConfigError(
+            "autoscaling.maxReplicas", max_replicas, f"is below autoscaling.minReplicas {asc.min_replicas} (and at least 1)"
+        )
+    replicas = raw.compute.replicas
+    if not max(asc.min_replicas, 1) <= replicas <= max_replicas:
+        raise ConfigError(
+            "compute.replicas",
+            replicas,
+            "is the initial replica count and must lie within autoscaling.minReplicas..maxReplicas "
+            f"({max(asc.min_replicas, 1)}..{max_replicas})",
+        )
+    if asc.min_replicas == 0 and not asc.schedule:
+        raise ConfigError(
+            "autoscaling.minReplicas",
+            0,
+            "needs autoscaling.schedule: with no replica there is no queue metric to scale up from (name the serving windows)",
+        )
+    if asc.schedule and asc.controller != "keda":
+        raise ConfigError(
+            "autoscaling.schedule",
+            [w.start for w in asc.schedule],
+            f"needs autoscaling.controller keda (a cron trigger); {asc.controller} has none",
+        )
+    for i, window in enumerate(asc.schedule):
+        for name in ("start", "end"):
+            expr = getattr(window, name)
+            fields = expr.split()
+            if len(fields) != 5 or not all(_CRON_FIELD_RE.match(f) for f in fields):
+                raise ConfigError(
+                    f"autoscaling.schedule.{i}.{name}",
+                    expr,
+                    "is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. '0 8 * * 1-5')",
+                )
+        try:
+            zoneinfo.ZoneInfo(window.timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                f"autoscaling.schedule.{i}.timezone",
+                window.timezone,
+                "is not an IANA time zone (e.g. UTC, Europe/Berlin, Asia/Shanghai)",
+            ) from None
+    if asc.controller == "hpa" and "prometheus-adapter" not in k8s_cfg.installed_addons:
+        raise ConfigError(
+            "autoscaling.controller",
+            "hpa",
+            "needs an external metrics adapter on the cluster: list prometheus-adapter in kubernetes.installedAddons (or use "
+            "keda)",
+        )
+    if obs.prometheus_namespace is None and obs.prometheus_url is None:
+        raise ConfigError(
+            "autoscaling.enabled",
+            True,
+            "needs observability.prometheusNamespace or observability.prometheusUrl (the Prometheus that scrapes vLLM and "
+            "answers the scaler's queries)",
+        )

@@ -1,0 +1,180 @@
+"""Stack files: ``stacks/Pulumi.<stack>.yaml`` read (duplicate keys rejected, the offline
+overlay applied), its namespace decoded by ``config_reader`` as the engine hands it, and
+``load_stack`` (file -> ``DeploymentSpec``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import NAMESPACE, ConfigError
+from .parse import parse_spec
+from .raw import SECRET_KEYS
+from .spec import DeploymentSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+STACKS_DIR = REPO_ROOT / "stacks"
+
+
+
+
+# Top-level keys of a Pulumi stack settings file (pulumi/pulumi sdk/go/common/workspace/project.go,
+# ProjectStack: secretsprovider, encryptedkey, encryptionsalt, config, environment).
+STACK_FILE_KEYS: tuple[str, ...] = ("config", "encryptedkey", "encryptionsalt", "environment", "secretsprovider")
+
+
+class StackFileError(ConfigError):
+    """A stack file is missing or not a Pulumi stack config file."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one map (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def stack_names(stacks_dir: Path = STACKS_DIR) -> list[str]:
+    """Names of the stacks with a file ``stacks/Pulumi.<name>.yaml``, sorted."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
+def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, Any]:
+    """The ``config:`` map of ``stacks/Pulumi.<stack>.yaml`` with full keys (``kimi-deploy:target``).
+
+    Secure values (``{secure: ...}``) are kept as they are: only their presence matters offline.
+
+    Raises:
+        StackFileError: no such stack file, or it is not valid YAML with a ``config`` map.
+    """
+    path = stacks_dir / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise StackFileError(
+            "--stack",
+            stack,
+            f"has no file {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path} (stacks: "
+            f"{', '.join(stack_names(stacks_dir)) or 'none'})",
+        )
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    text = path.read_text()
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as err:
+        raise StackFileError("--stack", stack, f"file {shown} is not valid YAML: {_yaml_error_text(err)}") from None
+    if data is None:
+        raise StackFileError("--stack", stack, f"file {shown} is empty (it needs a 'config:' map; see stacks/Pulumi.b300.yaml)")
+    if isinstance(data, dict):
+        from ..config_reader import did_you_mean
+
+        for top in data:
+            if top not in STACK_FILE_KEYS:
+                raise StackFileError(
+                    "--stack", stack,
+                    f"file {shown} has a top-level key {top!r} that Pulumi does not read (allowed: {', '.join(STACK_FILE_KEYS)})"
+                    + did_you_mean(str(top), STACK_FILE_KEYS),
+                )
+        raw_config = data.get("config")
+        for key in raw_config if isinstance(raw_config, dict) else ():
+            if not isinstance(key, str):
+                raise StackFileError(
+                    "--stack", stack, f"file {shown} has a config key {key!r} that is not a string (write namespace:key)"
+                )
+    config = data.get("config", {}) if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        raise StackFileError("--stack", stack, "file has no 'config:' map")
+    return _overlay(config, stack)
+
+
+# Offline runs only (scripts/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
+# JSON config merged over every stack file, one level deep into maps, as `pulumi config set`
+# would add it: e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
+CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
+
+
+def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
+    import json
+    import os
+
+    text = os.environ.get(CONFIG_OVERLAY_ENV, "").strip()
+    if not text:
+        return config
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
+    if not isinstance(extra, dict):
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
+    merged = dict(config)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _yaml_error_text(err: yaml.YAMLError) -> str:
+    """A PyYAML error as ``line L, column C: reason`` (1-based, as editors count)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    reason = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and context not in reason:
+        where = (
+            f" started at line {context_mark.line + 1}, column {context_mark.column + 1}"
+            if context_mark is not None and context_mark is not mark
+            else ""
+        )
+        reason = f"{reason} ({context}{where})"
+    return f"line {mark.line + 1}, column {mark.column + 1}: {reason}" if mark is not None else reason
+
+
+def namespace_config(full_config: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """The ``kimi-deploy`` namespace map (prefix removed, plus ``region`` from ``aws:region``) and
+    the set of secret keys that have a value, read from a stack file's ``config:`` map exactly as
+    ``pulumi up`` reads it: converted to the strings the CLI hands the program
+    (``config_reader.cli_config_strings``), then decoded by the program's reader
+    (``config_reader.read_config_strings``).
+
+    Raises:
+        ConfigError: an unknown namespace or key, or a value not of its key's type.
+    """
+    from ..config_reader import cli_config_strings, read_config_strings
+
+    secure = {k for k, v in full_config.items() if isinstance(v, dict) and set(v) == {"secure"}}
+    return read_config_strings(cli_config_strings(full_config), secure)
+
+
+def load_stack(
+    stack: str, *, stacks_dir: Path = STACKS_DIR, now: datetime | None = None, project: str = NAMESPACE
+) -> DeploymentSpec:
+    """Parse and validate ``stacks/Pulumi.<stack>.yaml`` into a ``DeploymentSpec``.
+
+    Raises:
+        ConfigError: the stack file is missing or a value is invalid (one line).
+    """
+    full = read_stack_config(stack, stacks_dir)
+    for key, value in full.items():
+        name = key.partition(":")[2]
+        is_secure = isinstance(value, dict) and set(value) == {"secure"}
+        if key.startswith(NAMESPACE + ":") and name in SECRET_KEYS and not is_secure:
+            raise ConfigError(
+                key, "[plaintext]", "is a secret and must be set with `pulumi config set --secret` (never in plain text)"
+            )
+        if key.startswith(NAMESPACE + ":") and name not in SECRET_KEYS and is_secure:
+            raise ConfigError(
+                key, "[secure value]", f"is not a secret key (secret keys: {', '.join(SECRET_KEYS)}); set it without --secret"
+            )
+    ns, secrets = namespace_config(full)
+    return parse_spec(ns, stack=stack, project=project, now=now, secrets_set=secrets)

@@ -1,0 +1,144 @@
+"""``storage``: the kind (NVMe, FSx, PVC) and whether the weights fit, FSx settings, the S3 mirror."""
+
+from __future__ import annotations
+
+from .. import fsx
+from ..targets import InstanceFacts
+from .errors import ConfigError, check_choice
+from .patterns import BUCKET_RE
+from .raw import RawConfig
+
+
+def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, needed: int) -> None:
+    """``storage.kind`` for the platform and the node's NVMe (``needed`` bytes of weights),
+    ``storage.existingClaim``, ``storage.fsx.*`` and ``storage.mirror.*``.
+
+    Raises:
+        ConfigError: the first invalid value, one line.
+    """
+    is_aws = raw.platform.startswith("aws-")
+    st = raw.storage
+    if st.kind in ("fsx", "nvme-from-fsx") and not is_aws:
+        raise ConfigError("storage.kind", st.kind, "needs an AWS platform (allowed on kubernetes: nvme, pvc)")
+    if st.kind == "pvc":
+        if not raw.platform == "kubernetes" and raw.platform != "aws-eks":
+            raise ConfigError("storage.kind", st.kind, "needs a Kubernetes platform (aws-eks, kubernetes)")
+        if not st.existing_claim:
+            raise ConfigError("storage.existingClaim", None, "is required when storage.kind is pvc")
+        from ..limits import dns1123_subdomain_problem
+
+        if why := dns1123_subdomain_problem(st.existing_claim):
+            raise ConfigError("storage.existingClaim", st.existing_claim, f"{why} (a PersistentVolumeClaim name)")
+    if st.kind == "nvme" and instance.nvme_total_bytes < needed * 1.05:
+        raise ConfigError(
+            "storage.kind",
+            st.kind,
+            f"does not fit: {instance_type} has {instance.nvme_total_bytes / 1e12:.1f} TB of NVMe for {needed / 1e12:.2f} TB of "
+            "weights (use fsx)",
+        )
+    fc = st.fsx
+    check_choice("storage.fsx.deploymentType", fc.deployment_type, fsx.DEPLOYMENT_TYPES)
+    tiers = fsx.THROUGHPUT_PER_TIB_MBPS[fc.deployment_type]
+    if fc.throughput_per_tib not in tiers and fc.deployment_type != "SCRATCH_2":
+        raise ConfigError(
+            "storage.fsx.throughputPerTib",
+            fc.throughput_per_tib,
+            f"is not valid for {fc.deployment_type} ({', '.join(map(str, tiers))})",
+        )
+    if fc.capacity_gib is not None:
+        if not fsx.is_valid_capacity_gib(fc.capacity_gib):
+            raise ConfigError(
+                "storage.fsx.capacityGib",
+                fc.capacity_gib,
+                "is not a valid FSx for Lustre size (1200, 2400, then multiples of 2400)",
+            )
+        if fc.capacity_gib * 2**30 < needed:
+            raise ConfigError(
+                "storage.fsx.capacityGib", fc.capacity_gib, f"cannot hold {needed / 2**30:,.0f} GiB of weights"
+            )
+    if fc.efa and fc.deployment_type != "PERSISTENT_2":
+        raise ConfigError("storage.fsx.efa", True, f"needs deploymentType PERSISTENT_2 (got {fc.deployment_type})")
+    if fc.metadata_iops is not None:
+        if fc.deployment_type != "PERSISTENT_2":
+            raise ConfigError("storage.fsx.metadataIops", fc.metadata_iops, "is only for PERSISTENT_2")
+        if not fsx.is_valid_metadata_iops(fc.metadata_iops):
+            raise ConfigError(
+                "storage.fsx.metadataIops",
+                fc.metadata_iops,
+                "is not valid (1500, 3000, 6000, 12000, then multiples of 12000 up to 192000)",
+            )
+    mirror = st.mirror
+    if mirror.bucket_name is not None and not BUCKET_RE.match(mirror.bucket_name):
+        raise ConfigError(
+            "storage.mirror.bucketName",
+            mirror.bucket_name,
+            "is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)",
+        )
+    if not mirror.create and mirror.enabled and not mirror.bucket_name:
+        raise ConfigError(
+            "storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)"
+        )
+    if raw.platform == "aws-ec2" and not mirror.enabled:
+        raise ConfigError(
+            "storage.mirror.enabled",
+            False,
+            "must be true on aws-ec2 (the instance boots from the mirror's _tools/ prefix and weights)",
+        )
+    if st.kind in ("fsx", "nvme-from-fsx") and not mirror.enabled:
+        raise ConfigError(
+            "storage.mirror.enabled", False, f"must be true for storage.kind {st.kind} (FSx imports the weights from the mirror)"
+        )
+    if not mirror.prefix or mirror.prefix.startswith("/") or ".." in mirror.prefix.split("/"):
+        raise ConfigError("storage.mirror.prefix", mirror.prefix, "must be a relative S3 key prefix without '..'")
+    check_read_gbps(raw, instance, instance_type, needed)
+
+
+# The fastest an NVMe device can deliver: its PCIe 5.0 x4 link, 32 GT/s per lane with 128b/130b
+# encoding = 4 x 32e9 x 128/130 / 8 = 15.75 GB/s (PCI-SIG, PCI Express Base Specification 5.0).
+# No instance-store NVMe of these nodes has a wider or faster link (Nitro SSDs are PCIe Gen4/Gen5 x4).
+NVME_DEVICE_MAX_READ_BYTES_PER_SECOND = 4 * 32e9 * 128 / 130 / 8
+
+
+def read_gbps_ceiling(raw: RawConfig, instance: InstanceFacts, needed: int) -> tuple[float, str]:
+    """The most ``storage.readGBps`` can be for the stack's storage on one node, GB/s, and why.
+
+    - ``nvme`` and ``nvme-from-fsx`` (served from local NVMe): the node's devices x
+      ``NVME_DEVICE_MAX_READ_BYTES_PER_SECOND`` (PCIe 5.0 x4 each).
+    - ``fsx``: the whole file system's throughput (capacity x MB/s per TiB,
+      ``sizing.fsx_read_bytes_per_second``; FSx for Lustre user guide, "Performance"): one
+      client cannot read faster than the file system serves.
+    - ``pvc``: local NVMe or the node's network (``InstanceFacts.network_gbps`` / 8), whichever is more.
+    """
+    nvme_gbps = instance.nvme_devices * NVME_DEVICE_MAX_READ_BYTES_PER_SECOND / 1e9
+    nvme_why = f"{instance.nvme_devices} NVMe devices x {NVME_DEVICE_MAX_READ_BYTES_PER_SECOND / 1e9:.2f} GB/s (PCIe 5.0 x4 each)"
+    kind = raw.storage.kind
+    if kind == "fsx":
+        from ..sizing import fsx_capacity_gib, fsx_read_bytes_per_second  # sizing imports this package
+
+        fc = raw.storage.fsx
+        capacity = fc.capacity_gib or fsx_capacity_gib(needed, fc.headroom_fraction)
+        fsx_gbps = fsx_read_bytes_per_second(capacity, fc.throughput_per_tib) / 1e9
+        return fsx_gbps, f"the FSx file system serves {capacity:,} GiB x {fc.throughput_per_tib} MB/s per TiB"
+    if kind == "pvc" and instance.network_gbps is not None and instance.network_gbps / 8 > nvme_gbps:
+        return instance.network_gbps / 8, f"the node's {instance.network_gbps:g} Gbit/s network"
+    return nvme_gbps, nvme_why
+
+
+def check_read_gbps(raw: RawConfig, instance: InstanceFacts, instance_type: str, needed: int) -> None:
+    """``storage.readGBps`` (a measured read bandwidth, GB/s) is at most ``read_gbps_ceiling``:
+    a larger figure is a unit slip (Gbit/s or MB/s) and would make every load time in the plan
+    too short.
+
+    Raises:
+        ConfigError: above the ceiling; the message names the ceiling and where it comes from.
+    """
+    gbps = raw.storage.read_gbps
+    if gbps is None:
+        return
+    ceiling, why = read_gbps_ceiling(raw, instance, needed)
+    if gbps > ceiling:
+        raise ConfigError(
+            "storage.readGBps", gbps,
+            f"is more than storage.kind {raw.storage.kind} can deliver to one {instance_type}: {why} = {ceiling:.2f} GB/s "
+            f"(allowed: more than 0 and at most {ceiling:.2f}; GB/s, not Gbit/s or MB/s)",
+        )

@@ -1,0 +1,89 @@
+"""``vllm``: parallelism and memory against the target and the recipe, flags the toolkit owns,
+the image reference, and whether the engine build can serve the model."""
+
+from __future__ import annotations
+
+from ..model import ModelProfile
+from ..targets import TargetProfile
+from .errors import ConfigError
+from .patterns import IMAGE_RE, IMAGE_TAG_RE
+from .raw import RawConfig
+
+
+def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> None:
+    """``vllm.decodeContextParallelSize`` (divides TP; room for the DCP workspace, a warning),
+    ``maxModelLen``, ``kvCacheDtype`` on ROCm, ``extraArgs``, ``imageTag`` and ``image``.
+
+    Raises:
+        ConfigError: the first invalid value, one line.
+    """
+    tp = target.gpus_per_copy
+    dcp = raw.vllm.decode_context_parallel_size
+    if tp % dcp != 0:
+        divisors = [str(d) for d in range(1, tp + 1) if tp % d == 0]
+        raise ConfigError(
+            "vllm.decodeContextParallelSize", dcp, f"must divide the tensor-parallel size {tp} (allowed: {', '.join(divisors)})"
+        )
+    recipe_dcp_env = model.recipes[target.image_family].dcp_env if target.image_family in model.recipes else {}
+    if dcp > 1 and "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE" in recipe_dcp_env:
+        # The DCP workspace is allocated by the attention backend, beside vLLM's memory pool: the
+        # share of GPU memory gpuMemoryUtilization leaves out must hold it twice over.
+        workspace = int(recipe_dcp_env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"])
+        outside = (1 - raw.vllm.gpu_memory_utilization) * target.gpu.memory_bytes
+        if outside < 2 * workspace:
+            most = 1 - 2 * workspace / target.gpu.memory_bytes
+            raise ConfigError(
+                "vllm.gpuMemoryUtilization", raw.vllm.gpu_memory_utilization,
+                f"leaves {outside / 1024**3:.1f} GiB per GPU outside vLLM's pool; DCP {dcp} needs room for a "
+                f"{workspace / 1024**3:.0f} GiB FlashInfer workspace twice over (at most {most:.3f})",
+            )
+        warnings.append(
+            f"DCP {dcp}: about {dcp * model.dcp_kv_efficiency:.1f}x the KV tokens of plain TP (long sessions, "
+            f"bigger prefix cache) for decode steps about 7-25% slower, a {workspace / 1024**3:.0f} GiB "
+            "FlashInfer workspace per GPU (default 394 MiB; vllm#50781) and the recipe's DCP backends "
+            "(--dcp-comm-backend a2a, TOKENSPEED_MLA decode, TRTLLM_RAGGED prefill)"
+        )
+    if raw.vllm.max_model_len is not None and raw.vllm.max_model_len > model.max_context_tokens:
+        raise ConfigError(
+            "vllm.maxModelLen", raw.vllm.max_model_len, f"exceeds the model's context of {model.max_context_tokens:,} tokens"
+        )
+    if target.image_family == "rocm" and raw.vllm.kv_cache_dtype not in (None, "auto", "bfloat16"):
+        # The ROCm recipe serves the KV cache in the model dtype; FP8 MLA KV is a CUDA path.
+        raise ConfigError(
+            "vllm.kvCacheDtype", raw.vllm.kv_cache_dtype, "is not part of the MI355X recipe (allowed: auto, bfloat16)"
+        )
+    reserved = {"--api-key", "--hf-token", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
+    for arg in raw.vllm.extra_args:
+        if arg.split("=", 1)[0] in reserved:
+            raise ConfigError(
+                "vllm.extraArgs",
+                arg,
+                f"sets a flag the toolkit owns ({', '.join(sorted(reserved))}); use the matching config key",
+            )
+    if raw.vllm.image_tag is not None and not IMAGE_TAG_RE.match(raw.vllm.image_tag):
+        raise ConfigError(
+            "vllm.imageTag", raw.vllm.image_tag, "is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)"
+        )
+    if raw.vllm.image is not None and not IMAGE_RE.match(raw.vllm.image):
+        raise ConfigError(
+            "vllm.image", raw.vllm.image, "is not a valid image reference (registry/name:tag or name@sha256:digest)"
+        )
+    if raw.vllm.image and raw.vllm.image_tag:
+        raise ConfigError("vllm.image", raw.vllm.image, "and vllm.imageTag are both set (set one)")
+
+
+def engine_blocker_of(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> Exception | None:
+    """The engine build's blocker (``engine.engine_blocker``; None when it serves the model) and a
+    warning for a build that is not a release."""
+    from ..engine import engine_blocker
+    from ..versions import vllm_image
+
+    # Engine support: a build known not to serve the model stops `pulumi up` (exit 2, before any
+    # resource); the offline plan shows it as a blocker at the top of an otherwise complete plan.
+    engine_key = "vllm.imageTag" if raw.vllm.image_tag else "vllm.image"
+    engine, blocker = engine_blocker(
+        raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag), engine_key, target.image_family, model
+    )
+    if not engine.is_release:
+        warnings.append(f"engine: {engine.describe()}; the model card asks for vLLM >= {model.min_vllm_version}")
+    return blocker
