@@ -19,10 +19,12 @@ are reported while they are still paid for: destroying a stack does not cancel t
 
 With ``--destroy``: first ``pulumi destroy`` of each expired stack through the Automation API
 when the ``pulumi`` CLI is on PATH (skipped, and said so, when any resource tagged to be retained
-in that stack's state lacks ``retainOnDelete``), then delete what is left, in dependency order:
-node groups, clusters, instances, load balancers, file systems, network interfaces, security
-groups, volumes. Load balancers go after the cluster (while it runs, its service controller
-would create a deleted one again) and before the interfaces and groups that keep the VPC.
+in that stack's state lacks ``retainOnDelete``), then delete what is left, in dependency order.
+The kinds live in a registry (``scripts/sweeping/kinds.py``: each declares discover, delete,
+gone and the kinds it is deleted after); ``DELETE_ORDER`` is the registry's topological sort:
+instances and their volumes, node groups before their cluster, load balancers after the
+cluster (while it runs, its service controller would create a deleted one again), file
+systems after their clients, and network interfaces and security groups last.
 
 Exit codes: 0 nothing expired remains (dry run: nothing expired was found); 1 something expired
 remains (dry run: expired resources found; with --destroy: something could not be removed);
@@ -38,8 +40,8 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,6 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.spec.config import format_utc as _utc
-from components.spec.config import parse_utc
 from components.spec.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
@@ -60,6 +61,54 @@ from components.spec.naming import (  # one place for tag keys
 )
 from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
 from scripts._cli import CliParser, aws_session
+from scripts.sweeping.found import (
+    Found,
+    classify,
+    error_code,
+    is_connection_error,
+    is_credentials_error,
+    one_line,
+    parse_time,
+    public,
+)
+from scripts.sweeping.kinds import (
+    CLUSTER_TAG_PREFIX,
+    CNI_CLUSTER_TAG,
+    LBC_CLUSTER_TAG,
+    REGISTRY,
+    DiscoveryContext,
+    cluster_leftovers,
+    discover_cluster_leftovers,
+)
+
+__all__ = [
+    "CLUSTER_TAG_PREFIX",
+    "CNI_CLUSTER_TAG",
+    "DELETE_ORDER",
+    "LBC_CLUSTER_TAG",
+    "REGISTRY",
+    "REPORT_ONLY_KINDS",
+    "ROLE_WEIGHTS_MIRROR",
+    "TAG_ENVIRONMENT",
+    "TAG_EXPIRES",
+    "TAG_OWNER",
+    "TAG_PROJECT",
+    "TAG_RETAIN",
+    "TAG_ROLE",
+    "TAG_STACK",
+    "AutomationDestroyer",
+    "DestroyOutcome",
+    "EndpointUnreachable",
+    "Found",
+    "Sweeper",
+    "classify",
+    "cluster_leftovers",
+    "default_client_factory",
+    "discover",
+    "main",
+    "parse_time",
+    "unsafe_retained_in_state",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,118 +119,28 @@ REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
 # region stops that region's discovery, see ``EndpointUnreachable``).
 CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
 
-# Tag keys this sweeper relies on (set by components/program.py and the AWS edge).
-
-# Kinds in the order they are deleted: consumers before what they consume.
-DELETE_ORDER: tuple[str, ...] = (
-    "eks-nodegroup",
-    "eks-cluster",
-    "ec2-instance",
-    "load-balancer",
-    "fsx-file-system",
-    "network-interface",
-    "security-group",
-    "ebs-volume",
+# Kinds in the order they are deleted (consumers before what they consume), built from the
+# registry's dependencies; and the kinds that are only reported, never deleted.
+DELETE_ORDER: tuple[str, ...] = REGISTRY.delete_order()
+REPORT_ONLY_KINDS: tuple[str, ...] = REGISTRY.report_only()
+# The gone check's AWS error codes: the resource no longer exists (deleted) ...
+GONE_CODES = frozenset({
+    "ResourceNotFoundException",
+    "LoadBalancerNotFound",
+    "FileSystemNotFound",
+    "InvalidNetworkInterfaceID.NotFound",
+    "InvalidGroup.NotFound",
+    "InvalidVolume.NotFound",
+    "InvalidInstanceID.NotFound",
+})
+# ... or something it depends on is still going away (checked again until the deadline).
+WAIT_CODES = frozenset(
+    {"DependencyViolation", "InvalidNetworkInterface.InUse", "VolumeInUse", "IncorrectState", "InvalidParameterValue"}
 )
-REPORT_ONLY_KINDS = ("s3-bucket", "capacity-reservation")
-# What Kubernetes creates in AWS for a cluster, and how it marks it (the stack's own tags come
-# from the Service annotation service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags,
-# but older objects, or ones made by hand in the cluster, may carry only these):
-# - load balancers and their security groups: ``kubernetes.io/cluster/<name>`` (the legacy AWS
-#   cloud provider's service controller) or ``elbv2.k8s.aws/cluster: <name>`` (AWS Load
-#   Balancer Controller);
-# - network interfaces: ``cluster.k8s.amazonaws.com/name: <name>`` (Amazon VPC CNI) or
-#   ``kubernetes.io/cluster/<name>``; a load balancer's own interfaces are described
-#   ``ELB net/<lb name>/<id>`` (``app/`` for ALBs) and carry no tag at all.
-CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
-LBC_CLUSTER_TAG = "elbv2.k8s.aws/cluster"
-CNI_CLUSTER_TAG = "cluster.k8s.amazonaws.com/name"
 
 
 class UsageError(Exception):
     """A user's mistake (exit 2, one line, no traceback)."""
-
-
-def parse_time(text: str) -> datetime:
-    """An ISO 8601 / RFC 3339 time as an aware UTC datetime.
-
-    Raises:
-        ValueError: not a time.
-    """
-    return parse_utc(text, TAG_EXPIRES)
-
-
-def _tags(pairs: Iterable[Mapping[str, str]] | Mapping[str, str] | None) -> dict[str, str]:
-    if not pairs:
-        return {}
-    if isinstance(pairs, Mapping):
-        return dict(pairs)
-    return {p["Key"]: p.get("Value", "") for p in pairs}
-
-
-@dataclass
-class Found:
-    """One resource of ours.
-
-    Attributes:
-        kind: one of ``DELETE_ORDER`` or ``REPORT_ONLY_KINDS``.
-        id: the AWS id (instance id, ARN for load balancers, ``cluster/nodegroup`` for node groups).
-        region: AWS region.
-        stack, project, owner, environment: from the tags.
-        expires_at: the ``expires-at`` tag as found (None when absent).
-        expired: ``expires-at`` is at or before now.
-        retained: tagged ``kimi-deploy:retain=true`` or the weight mirror: never deleted.
-        status: what was done: ``active`` (not expired), ``would-delete`` (dry run),
-            ``deleted``, ``kept`` (retained or never deleted), ``failed``, ``still-paid``.
-        reason: why (kept, failed, invalid expiry), one line.
-        detail: kind-specific facts (instance type, state, end date of a capacity block).
-    """
-
-    kind: str
-    id: str
-    region: str
-    stack: str
-    project: str = ""
-    owner: str = ""
-    environment: str = ""
-    expires_at: str | None = None
-    expired: bool = False
-    retained: bool = False
-    status: str = "active"
-    reason: str = ""
-    detail: dict[str, Any] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict, repr=False)
-
-
-def classify(
-    kind: str, rid: str, region: str, tags: Mapping[str, str], now: datetime, detail: dict | None = None
-) -> Found | None:
-    """A ``Found`` for a resource with ``tags``, or None when it is not ours (no stack tag)."""
-    if TAG_STACK not in tags:
-        return None
-    item = Found(
-        kind=kind,
-        id=rid,
-        region=region,
-        stack=tags[TAG_STACK],
-        project=tags.get(TAG_PROJECT, ""),
-        owner=tags.get(TAG_OWNER, ""),
-        environment=tags.get(TAG_ENVIRONMENT, ""),
-        expires_at=tags.get(TAG_EXPIRES),
-        detail=dict(detail or {}),
-        tags=dict(tags),
-    )
-    item.retained = tags.get(TAG_RETAIN, "").lower() == "true" or tags.get(TAG_ROLE) == ROLE_WEIGHTS_MIRROR
-    if item.expires_at and item.environment == "prod":
-        # Config rejects expiresAt on prod stacks; a prod resource carrying the tag anyway (set by
-        # hand, or by an old release) is reported, never ended by the sweeper.
-        item.reason = "environment prod: expires-at ignored, never swept"
-    elif item.expires_at:
-        try:
-            item.expired = parse_time(item.expires_at) <= now
-        except ValueError:
-            item.reason = f"expires-at {item.expires_at!r} is not an RFC 3339 time: not swept (fix the tag)"
-    return item
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +154,7 @@ _SESSIONS: list[Any] = []  # one boto3 session per process (scripts._cli.aws_ses
 SESSION_NOTES: list[str] = []
 
 
-def default_client_factory(service: str, region: str):
+def default_client_factory(service: str, region: str) -> Any:
     """A boto3 client from ``scripts._cli.aws_session``, the same session preflight uses:
     ``AWS_ENDPOINT_URL`` and boto3's per-service variants are read by botocore itself, and a
     local endpoint without credentials gets dummy ones (noted in ``SESSION_NOTES``)."""
@@ -206,337 +165,42 @@ def default_client_factory(service: str, region: str):
     return _SESSIONS[0].client(service, region_name=region, config=Config(**CLIENT_CONFIG))
 
 
-def _paginate(client, op: str, key: str, **kwargs) -> list[dict]:
-    out: list[dict] = []
-    if client.can_paginate(op):
-        for page in client.get_paginator(op).paginate(**kwargs):
-            out.extend(page.get(key, []))
-    else:
-        out.extend(getattr(client, op)(**kwargs).get(key, []))
-    return out
-
-
-_OURS = [{"Name": "tag-key", "Values": [TAG_STACK]}]
-
-
 class EndpointUnreachable(Exception):
     """The AWS endpoint of a region cannot be reached (refused, DNS, timeout); ``str(err)`` is
     one line with the region and the reason."""
 
 
-def _is_connection_error(err: Exception) -> bool:
-    try:
-        from botocore.exceptions import ConnectionError as BotoConnectionError
-    except ImportError:  # pragma: no cover - boto3 is a dependency
-        return False
-    return isinstance(err, BotoConnectionError)
-
-
 def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[Found], list[str]]:
     """Everything of ours in ``region``, and errors of kinds that could not be listed.
+
+    Runs each registered kind's ``discover`` in registration order, then ``cluster_leftovers``
+    (what Kubernetes created for our clusters). A kind that cannot be listed adds one line to
+    the errors and the others are still listed.
 
     Raises:
         EndpointUnreachable: the first call that cannot connect (the other kinds would only
             wait for the same timeout again).
+        Exception: a credentials error (``main`` turns it into exit 2).
     """
-    found: list[Found] = []
+    ctx = DiscoveryContext(client=lambda service: clients(service, region), region=region, now=now)
     errors: list[str] = []
-    ec2 = clients("ec2", region)
 
-    def attempt(what: str, fn: Callable[[], None]) -> None:
+    def attempt(what: str, fn: Callable[[DiscoveryContext], list[Found]]) -> None:
         try:
-            fn()
+            ctx.found.extend(fn(ctx))
         except Exception as err:  # noqa: BLE001 - one unlistable kind must not hide the others
-            if _is_credentials_error(err):
+            if is_credentials_error(err):
                 raise
-            if _is_connection_error(err):
+            if is_connection_error(err):
                 raise EndpointUnreachable(
-                    f"{region}: cannot reach the AWS endpoint while listing {what}: {_one_line(err)}"
+                    f"{region}: cannot reach the AWS endpoint while listing {what}: {one_line(err)}"
                 ) from None
-            errors.append(f"{region}: could not list {what}: {_one_line(err)}")
+            errors.append(f"{region}: could not list {what}: {one_line(err)}")
 
-    def instances():
-        for res in _paginate(
-            ec2,
-            "describe_instances",
-            "Reservations",
-            Filters=[*_OURS, {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}],
-        ):
-            for inst in res.get("Instances", []):
-                f = classify(
-                    "ec2-instance",
-                    inst["InstanceId"],
-                    region,
-                    _tags(inst.get("Tags")),
-                    now,
-                    {"instance_type": inst.get("InstanceType"), "state": inst.get("State", {}).get("Name")},
-                )
-                if f:
-                    found.append(f)
-
-    def volumes():
-        for vol in _paginate(ec2, "describe_volumes", "Volumes", Filters=_OURS):
-            f = classify(
-                "ebs-volume",
-                vol["VolumeId"],
-                region,
-                _tags(vol.get("Tags")),
-                now,
-                {"state": vol.get("State"), "size_gib": vol.get("Size")},
-            )
-            if f:
-                found.append(f)
-
-    def security_groups():
-        for sg in _paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=_OURS):
-            f = classify(
-                "security-group",
-                sg["GroupId"],
-                region,
-                _tags(sg.get("Tags")),
-                now,
-                {"name": sg.get("GroupName"), "vpc_id": sg.get("VpcId")},
-            )
-            if f:
-                found.append(f)
-
-    def enis():
-        for eni in _paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=_OURS):
-            f = classify(
-                "network-interface",
-                eni["NetworkInterfaceId"],
-                region,
-                _tags(eni.get("TagSet")),
-                now,
-                {"status": eni.get("Status"), "description": eni.get("Description", "")},
-            )
-            if f:
-                found.append(f)
-
-    def capacity():
-        for cr in _paginate(ec2, "describe_capacity_reservations", "CapacityReservations", Filters=_OURS):
-            state = cr.get("State")
-            f = classify(
-                "capacity-reservation",
-                cr["CapacityReservationId"],
-                region,
-                _tags(cr.get("Tags")),
-                now,
-                {
-                    "state": state,
-                    "reservation_type": cr.get("ReservationType", "default"),
-                    "instance_type": cr.get("InstanceType"),
-                    "instance_count": cr.get("TotalInstanceCount"),
-                    "availability_zone": cr.get("AvailabilityZone"),
-                    "end_date": _utc(cr["EndDate"]) if isinstance(cr.get("EndDate"), datetime) else cr.get("EndDate"),
-                },
-            )
-            if f and state in ("active", "scheduled", "payment-pending", "pending", "assessing"):
-                found.append(f)
-
-    attempt("instances", instances)
-    attempt("volumes", volumes)
-    attempt("security groups", security_groups)
-    attempt("network interfaces", enis)
-    attempt("capacity reservations", capacity)
-
-    def eks():
-        client = clients("eks", region)
-        for name in _paginate(client, "list_clusters", "clusters"):
-            cluster = client.describe_cluster(name=name)["cluster"]
-            ctags = _tags(cluster.get("tags"))
-            cf = classify("eks-cluster", name, region, ctags, now, {"status": cluster.get("status")})
-            for ng_name in _paginate(client, "list_nodegroups", "nodegroups", clusterName=name):
-                ng = client.describe_nodegroup(clusterName=name, nodegroupName=ng_name)["nodegroup"]
-                ntags = _tags(ng.get("tags"))
-                if TAG_EXPIRES not in ntags and cf is not None and cf.expires_at:
-                    ntags = {**ctags, **ntags, TAG_EXPIRES: cf.expires_at}  # inherits the cluster's expiry
-                elif TAG_STACK not in ntags and cf is not None:
-                    ntags = {**ctags, **ntags}
-                nf = classify(
-                    "eks-nodegroup",
-                    f"{name}/{ng_name}",
-                    region,
-                    ntags,
-                    now,
-                    {"instance_types": ng.get("instanceTypes"), "status": ng.get("status")},
-                )
-                if nf:
-                    found.append(nf)
-            if cf:
-                found.append(cf)
-
-    untagged_lbs: list[tuple[dict, dict[str, str]]] = []  # load balancers without our stack tag
-
-    def lbs():
-        client = clients("elbv2", region)
-        balancers = _paginate(client, "describe_load_balancers", "LoadBalancers")
-        for i in range(0, len(balancers), 20):
-            chunk = balancers[i : i + 20]
-            descs = client.describe_tags(ResourceArns=[b["LoadBalancerArn"] for b in chunk])["TagDescriptions"]
-            by_arn = {d["ResourceArn"]: _tags(d.get("Tags")) for d in descs}
-            for b in chunk:
-                if TAG_STACK not in by_arn.get(b["LoadBalancerArn"], {}):
-                    untagged_lbs.append((b, by_arn.get(b["LoadBalancerArn"], {})))
-                f = classify(
-                    "load-balancer",
-                    b["LoadBalancerArn"],
-                    region,
-                    by_arn.get(b["LoadBalancerArn"], {}),
-                    now,
-                    {"name": b.get("LoadBalancerName"), "type": b.get("Type")},
-                )
-                if f:
-                    found.append(f)
-
-    def fsx():
-        client = clients("fsx", region)
-        for fs in _paginate(client, "describe_file_systems", "FileSystems"):
-            if fs.get("Lifecycle") in ("DELETING",):
-                continue
-            f = classify(
-                "fsx-file-system",
-                fs["FileSystemId"],
-                region,
-                _tags(fs.get("Tags")),
-                now,
-                {"type": fs.get("FileSystemType"), "capacity_gib": fs.get("StorageCapacity")},
-            )
-            if f:
-                found.append(f)
-
-    def buckets():
-        client = clients("s3", region)
-        for b in client.list_buckets().get("Buckets", []):
-            try:
-                loc = client.get_bucket_location(Bucket=b["Name"]).get("LocationConstraint") or "us-east-1"
-                if loc != region:
-                    continue
-                tags = _tags(client.get_bucket_tagging(Bucket=b["Name"]).get("TagSet"))
-            except Exception as err:  # noqa: BLE001 - untagged or foreign buckets
-                if "NoSuchTagSet" in str(err) or "AccessDenied" in str(err) or "NoSuchBucket" in str(err):
-                    continue
-                raise
-            f = classify("s3-bucket", b["Name"], region, tags, now)
-            if f:
-                found.append(f)
-
-    attempt("EKS clusters and node groups", eks)
-    attempt("load balancers", lbs)
-    attempt(
-        "what Kubernetes created for our clusters", lambda: found.extend(cluster_leftovers(ec2, region, now, found, untagged_lbs))
-    )
-    attempt("FSx file systems", fsx)
-    attempt("S3 buckets", buckets)
-    return found, errors
-
-
-def _for_cluster(tags: Mapping[str, str], cluster: str) -> bool:
-    """Whether AWS tags mark a resource as created by Kubernetes for EKS cluster ``cluster``."""
-    return (
-        f"{CLUSTER_TAG_PREFIX}{cluster}" in tags
-        or tags.get(LBC_CLUSTER_TAG) == cluster
-        or tags.get(CNI_CLUSTER_TAG) == cluster
-    )
-
-
-def cluster_leftovers(
-    ec2, region: str, now: datetime, found: list[Found], untagged_lbs: list[tuple[dict, dict[str, str]]]
-) -> list[Found]:
-    """Load balancers, their interfaces and security groups, and CNI interfaces that Kubernetes
-    created for one of our EKS clusters but that carry no ``kimi-deploy:stack`` tag.
-
-    Each becomes the cluster's stack's, with the cluster's tags (stack, owner, ``expires-at``,
-    retain), so it is swept with the cluster: otherwise an NLB of a ``LoadBalancer`` Service
-    outlives the cluster, its interfaces keep the subnets (and the VPC) from being deleted,
-    and nothing reports it. Resources already found by their own tags are not repeated.
-    """
-    known = {f.id for f in found}
-    out: list[Found] = []
-    clusters = [f for f in found if f.kind == "eks-cluster"]
-
-    def inherit(cf: Found, own: Mapping[str, str]) -> dict[str, str]:
-        return {**own, **{k: v for k, v in cf.tags.items() if k != "Name"}}
-
-    for cf in clusters:
-        note = {"created_by": f"Kubernetes for EKS cluster {cf.id}"}
-        lb_descriptions: list[str] = []
-        for lb, ltags in untagged_lbs:
-            arn = lb["LoadBalancerArn"]
-            if arn in known or not _for_cluster(ltags, cf.id):
-                continue
-            f = classify(
-                "load-balancer",
-                arn,
-                region,
-                inherit(cf, ltags),
-                now,
-                {"name": lb.get("LoadBalancerName"), "type": lb.get("Type"), **note},
-            )
-            if f:
-                out.append(f)
-                known.add(arn)
-                kind = "net" if lb.get("Type") == "network" else "app"
-                lb_descriptions.append(f"ELB {kind}/{lb.get('LoadBalancerName')}/*")
-        eni_filters = [
-            [{"Name": f"tag:{CNI_CLUSTER_TAG}", "Values": [cf.id]}],
-            [{"Name": "tag-key", "Values": [f"{CLUSTER_TAG_PREFIX}{cf.id}"]}],
-        ]
-        if lb_descriptions:
-            eni_filters.append([{"Name": "description", "Values": lb_descriptions}])
-        for filters in eni_filters:
-            for eni in _paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=filters):
-                eid = eni["NetworkInterfaceId"]
-                if eid in known:
-                    continue
-                f = classify(
-                    "network-interface",
-                    eid,
-                    region,
-                    inherit(cf, _tags(eni.get("TagSet"))),
-                    now,
-                    {"status": eni.get("Status"), "description": eni.get("Description", ""), **note},
-                )
-                if f:
-                    out.append(f)
-                    known.add(eid)
-        for filters in (
-            [{"Name": "tag-key", "Values": [f"{CLUSTER_TAG_PREFIX}{cf.id}"]}],
-            [{"Name": f"tag:{LBC_CLUSTER_TAG}", "Values": [cf.id]}],
-        ):
-            for sg in _paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=filters):
-                if sg["GroupId"] in known:
-                    continue
-                f = classify(
-                    "security-group",
-                    sg["GroupId"],
-                    region,
-                    inherit(cf, _tags(sg.get("Tags"))),
-                    now,
-                    {"name": sg.get("GroupName"), "vpc_id": sg.get("VpcId"), **note},
-                )
-                if f:
-                    out.append(f)
-                    known.add(sg["GroupId"])
-    return out
-
-
-def _is_credentials_error(err: Exception) -> bool:
-    name = type(err).__name__
-    return (
-        name in ("NoCredentialsError", "PartialCredentialsError", "NoRegionError")
-        or "UnrecognizedClientException" in str(err)
-        or "InvalidClientTokenId" in str(err)
-    )
-
-
-def _one_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
-
-
-def _error_code(err: Exception) -> str:
-    return getattr(err, "response", {}).get("Error", {}).get("Code", "") if hasattr(err, "response") else ""
+    for kind in REGISTRY:
+        attempt(kind.label, kind.discover)
+    attempt("what Kubernetes created for our clusters", discover_cluster_leftovers)
+    return ctx.found, errors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -593,7 +257,7 @@ class AutomationDestroyer:
             st.destroy(exclude_protected=True, continue_on_error=True, on_output=lambda line: print(line, file=sys.stderr))
             return DestroyOutcome(stack, "destroyed")
         except Exception as err:  # noqa: BLE001 - the API cleanup below still runs
-            return DestroyOutcome(stack, "failed", _one_line(err))
+            return DestroyOutcome(stack, "failed", one_line(err))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -686,34 +350,40 @@ class Sweeper:
             f.status = "would-delete"
 
     # Each deleter starts the deletion; ``_gone`` tells when it is complete.
+    # Each kind's ``delete`` starts the deletion; its ``gone`` tells when it is complete.
     def _delete_region(self, region: str, targets: list[Found]) -> None:
         by_kind: dict[str, list[Found]] = {k: [] for k in DELETE_ORDER}
         for f in targets:
             by_kind[f.kind].append(f)
-        ec2 = self.clients("ec2", region)
-        for kind in DELETE_ORDER:
-            batch = by_kind[kind]
+
+        def client(service: str) -> Any:
+            return self.clients(service, region)
+
+        for name in DELETE_ORDER:
+            batch = by_kind[name]
             if not batch:
                 continue
-            self.log(f"{region}: deleting {len(batch)} {kind}")
+            kind = REGISTRY[name]
+            assert kind.delete is not None  # registration guarantees it for every deletable kind
+            self.log(f"{region}: deleting {len(batch)} {name}")
             for f in batch:
                 try:
-                    getattr(self, "_delete_" + kind.replace("-", "_"))(region, f, ec2)
+                    kind.delete(client, f)
                 except Exception as err:  # noqa: BLE001
-                    if _is_credentials_error(err):
+                    if is_credentials_error(err):
                         raise
-                    f.status, f.reason = "failed", _one_line(err)
-            self._wait(region, [f for f in batch if f.status == "would-delete"], ec2)
+                    f.status, f.reason = "failed", one_line(err)
+            self._wait(client, [f for f in batch if f.status == "would-delete"])
 
-    def _wait(self, region: str, pending: list[Found], ec2) -> None:
+    def _wait(self, client: Callable[[str], Any], pending: list[Found]) -> None:
         deadline = time.monotonic() + self.wait_seconds
         while pending:
             still = []
             for f in pending:
                 try:
-                    done = self._gone(region, f, ec2)
+                    done = self._gone(client, f)
                 except Exception as err:  # noqa: BLE001
-                    f.status, f.reason = "failed", _one_line(err)
+                    f.status, f.reason = "failed", one_line(err)
                     continue
                 if done:
                     f.status, f.reason = "deleted", ""
@@ -727,126 +397,23 @@ class Sweeper:
             if pending:
                 time.sleep(self.poll_seconds)
 
-    # -- per kind ----------------------------------------------------------------------------
-
-    def _delete_eks_nodegroup(self, region, f, ec2):
-        cluster, ng = f.id.split("/", 1)
-        self.clients("eks", region).delete_nodegroup(clusterName=cluster, nodegroupName=ng)
-
-    def _delete_eks_cluster(self, region, f, ec2):
-        self.clients("eks", region).delete_cluster(name=f.id)
-
-    def _delete_ec2_instance(self, region, f, ec2):
-        ec2.terminate_instances(InstanceIds=[f.id])
-
-    def _delete_load_balancer(self, region, f, ec2):
-        self.clients("elbv2", region).delete_load_balancer(LoadBalancerArn=f.id)
-
-    def _delete_fsx_file_system(self, region, f, ec2):
-        # No final backup: a trial's file system only holds an import of the mirror.
-        self.clients("fsx", region).delete_file_system(FileSystemId=f.id, LustreConfiguration={"SkipFinalBackup": True})
-
-    def _delete_network_interface(self, region, f, ec2):
+    @staticmethod
+    def _gone(client: Callable[[str], Any], f: Found) -> bool:
+        """Whether ``f`` is deleted (its kind's ``gone``): a not-found error means gone, an error
+        of something still in the way (``WAIT_CODES``) means not yet."""
         from botocore.exceptions import ClientError
 
+        gone = REGISTRY[f.kind].gone
+        assert gone is not None  # registration guarantees it for every deletable kind
         try:
-            eni = ec2.describe_network_interfaces(NetworkInterfaceIds=[f.id])["NetworkInterfaces"][0]
+            return gone(client, f)
         except ClientError as err:
-            if _error_code(err) == "InvalidNetworkInterfaceID.NotFound":
-                return  # a load balancer's interface went with it
-            raise
-        attachment = eni.get("Attachment")
-        if attachment and attachment.get("AttachmentId") and attachment.get("DeviceIndex", 1) != 0:
-            ec2.detach_network_interface(AttachmentId=attachment["AttachmentId"], Force=True)
-
-    def _delete_security_group(self, region, f, ec2):
-        # Rules in other groups that reference this one block its deletion: revoke them first.
-        for other in _paginate(
-            ec2, "describe_security_groups", "SecurityGroups", Filters=[{"Name": "ip-permission.group-id", "Values": [f.id]}]
-        ):
-            perms = [
-                p for p in other.get("IpPermissions", []) if any(g.get("GroupId") == f.id for g in p.get("UserIdGroupPairs", []))
-            ]
-            if perms:
-                ec2.revoke_security_group_ingress(GroupId=other["GroupId"], IpPermissions=[_only_group(p, f.id) for p in perms])
-        for other in _paginate(
-            ec2,
-            "describe_security_groups",
-            "SecurityGroups",
-            Filters=[{"Name": "egress.ip-permission.group-id", "Values": [f.id]}],
-        ):
-            perms = [
-                p
-                for p in other.get("IpPermissionsEgress", [])
-                if any(g.get("GroupId") == f.id for g in p.get("UserIdGroupPairs", []))
-            ]
-            if perms:
-                ec2.revoke_security_group_egress(GroupId=other["GroupId"], IpPermissions=[_only_group(p, f.id) for p in perms])
-
-    def _delete_ebs_volume(self, region, f, ec2):
-        pass  # deleted in _gone once detached (instances terminate first)
-
-    def _gone(self, region: str, f: Found, ec2) -> bool:
-        """Whether ``f`` is deleted; retries the kinds whose deletion waits on others."""
-        from botocore.exceptions import ClientError
-
-        try:
-            if f.kind == "eks-nodegroup":
-                cluster, ng = f.id.split("/", 1)
-                self.clients("eks", region).describe_nodegroup(clusterName=cluster, nodegroupName=ng)
-                return False
-            if f.kind == "eks-cluster":
-                self.clients("eks", region).describe_cluster(name=f.id)
-                return False
-            if f.kind == "ec2-instance":
-                inst = ec2.describe_instances(InstanceIds=[f.id])["Reservations"][0]["Instances"][0]
-                return inst["State"]["Name"] == "terminated"
-            if f.kind == "load-balancer":
-                self.clients("elbv2", region).describe_load_balancers(LoadBalancerArns=[f.id])
-                return False
-            if f.kind == "fsx-file-system":
-                systems = self.clients("fsx", region).describe_file_systems(FileSystemIds=[f.id]).get("FileSystems", [])
-                return not systems
-            if f.kind == "network-interface":
-                ec2.delete_network_interface(NetworkInterfaceId=f.id)
+            code = error_code(err)
+            if code in GONE_CODES:
                 return True
-            if f.kind == "security-group":
-                # Detached interfaces left in the group (load balancer or CNI leftovers) block it.
-                for eni in _paginate(
-                    ec2,
-                    "describe_network_interfaces",
-                    "NetworkInterfaces",
-                    Filters=[{"Name": "group-id", "Values": [f.id]}, {"Name": "status", "Values": ["available"]}],
-                ):
-                    if _tags(eni.get("TagSet")).get(TAG_RETAIN, "").lower() != "true":
-                        ec2.delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])
-                ec2.delete_security_group(GroupId=f.id)
-                return True
-            if f.kind == "ebs-volume":
-                ec2.delete_volume(VolumeId=f.id)
-                return True
-        except ClientError as err:
-            code = _error_code(err)
-            if code in (
-                "ResourceNotFoundException",
-                "LoadBalancerNotFound",
-                "FileSystemNotFound",
-                "InvalidNetworkInterfaceID.NotFound",
-                "InvalidGroup.NotFound",
-                "InvalidVolume.NotFound",
-                "InvalidInstanceID.NotFound",
-            ):
-                return True
-            if code in (
-                "DependencyViolation",
-                "InvalidNetworkInterface.InUse",
-                "VolumeInUse",
-                "IncorrectState",
-                "InvalidParameterValue",
-            ):
+            if code in WAIT_CODES:
                 return False  # something it depends on is still going away: retry until the deadline
             raise
-        return True
 
     # -- report ------------------------------------------------------------------------------
 
@@ -868,8 +435,8 @@ class Sweeper:
             )
             s["expired"] = s["expired"] or f.expired
             s["expires_at"] = s["expires_at"] or f.expires_at
-            s["resources"].append(_public(f))
-        still_paid = [_public(f) for f in items if f.status == "still-paid"]
+            s["resources"].append(public(f))
+        still_paid = [public(f) for f in items if f.status == "still-paid"]
         count = lambda status: sum(1 for f in items if f.status == status)  # noqa: E731
         summary = {
             "expired": sum(1 for f in items if f.expired and f.kind != "capacity-reservation"),
@@ -893,19 +460,6 @@ class Sweeper:
             "exit_code": 1 if remaining or errors else 0,
         }
 
-
-def _only_group(perm: Mapping[str, Any], group_id: str) -> dict[str, Any]:
-    keep = {k: perm[k] for k in ("IpProtocol", "FromPort", "ToPort") if k in perm}
-    keep["UserIdGroupPairs"] = [
-        {"GroupId": g["GroupId"]} for g in perm.get("UserIdGroupPairs", []) if g.get("GroupId") == group_id
-    ]
-    return keep
-
-
-def _public(f: Found) -> dict[str, Any]:
-    d = asdict(f)
-    d.pop("tags", None)
-    return d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1055,8 +609,8 @@ def main(
         for note in SESSION_NOTES:
             print(f"note: {note}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001
-        if _is_credentials_error(err):
-            print(f"error: no usable AWS credentials ({_one_line(err)}); configure them or set AWS_ENDPOINT_URL", file=sys.stderr)
+        if is_credentials_error(err):
+            print(f"error: no usable AWS credentials ({one_line(err)}); configure them or set AWS_ENDPOINT_URL", file=sys.stderr)
             return 2
         raise
     if args.json:

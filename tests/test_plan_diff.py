@@ -1,4 +1,4 @@
-"""Offline plan diff (scripts/plan_diff.py) and the CI workflows that post it."""
+"""Offline plan diff (scripts/plan_diff.py, scripts/diff/): every row of its replace table, and the CI workflows that post it."""
 
 from __future__ import annotations
 
@@ -477,3 +477,199 @@ def test_json_output_stays_valid_when_an_embedded_script_looks_like_a_credential
     back = json.loads(text)  # valid JSON
     body = back["resources"][0]["inputs"]["data"]["weight_sync.py"]
     assert "hf_" + "A" * 30 not in body and "[redacted]" in body
+
+
+# --- the replace table, row by row (scripts/diff/rules.py) -------------------------------------
+
+from scripts.diff import rules as diff_rules  # noqa: E402  beside the tests that use it
+
+LUSTRE, LAUNCH_TEMPLATE = diff_rules.LUSTRE, diff_rules.LAUNCH_TEMPLATE
+
+# Rows whose rule holds only under a condition (``when``) need a case here: (old, new, other inputs)
+# that replaces, and one that does not. A conditional row without a case fails the test below.
+CONDITIONAL_CASES = {
+    (INSTANCE, "userData"): (("#!/bin/sh\na", "#!/bin/sh\nb", {"userDataReplaceOnChange": True}), ("a", "b", {})),
+    (INSTANCE, "userDataBase64"): (("YQ==", "Yg==", {"userDataReplaceOnChange": True}), ("YQ==", "Yg==", {})),
+    # Shrinking replaces; growing is in place, except on SCRATCH_1 (which cannot grow).
+    (LUSTRE, "storageCapacity"): (
+        (4800, 2400, {"deploymentType": "PERSISTENT_2"}),
+        (2400, 4800, {"deploymentType": "PERSISTENT_2"}),
+    ),
+}
+
+
+def _nest(path: str, value, extra=None) -> dict:
+    """Inputs holding ``value`` at dotted ``path`` (``a.b[0].c``), merged with ``extra``."""
+    out: dict = {}
+    cur = out
+    parts = path.split(".")
+    for part in parts[:-1]:
+        if part.endswith("[0]"):
+            lst = [{}]
+            cur[part[:-3]] = lst
+            cur = lst[0]
+        else:
+            cur = cur.setdefault(part, {})
+    cur[parts[-1]] = value
+    return {**out, **(extra or {})}
+
+
+def _concrete(pattern: str) -> str:
+    return pattern.replace("[*]", "[0]").replace("*", "x")
+
+
+def _field(rtype: str, path: str, old, new, extra=None) -> tuple[dict, dict]:
+    """The change record of ``path`` and the resource's entry when only ``path`` changes."""
+    d = plan_diff.diff_documents(doc((rtype, "r", _nest(path, old, extra))), doc((rtype, "r", _nest(path, new, extra))))
+    [change] = d["changed"]
+    return next(f for f in change["fields"] if f["path"] == path), change
+
+
+def _neighbour(rtype: str, pattern: str) -> str:
+    """The in-place input of ``rtype`` nearest to ``pattern`` (longest shared dotted prefix)."""
+    options = [r.pattern for r in diff_rules.IN_PLACE.get(rtype, ())]
+    assert options, f"{rtype}: no in-place input in IN_PLACE to change beside its forcing rows"
+
+    def shared(p: str) -> int:
+        n = 0
+        for a, b in zip(p.split("."), pattern.split("."), strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    return max(options, key=lambda p: (shared(p), -options.index(p)))
+
+
+_REPLACE_ROWS = list(diff_rules.replace_rows())
+
+
+@pytest.mark.parametrize("rtype, rule", _REPLACE_ROWS, ids=[f"{t.split(':')[-1]}.{r.pattern}" for t, r in _REPLACE_ROWS])
+def test_every_replace_row_replaces_and_its_in_place_neighbour_does_not(rtype, rule):
+    path = _concrete(rule.pattern)
+    if rule.when is not None:
+        assert (rtype, rule.pattern) in CONDITIONAL_CASES, f"{rtype} {rule.pattern}: add a CONDITIONAL_CASES entry"
+        (old, new, extra), (n_old, n_new, n_extra) = CONDITIONAL_CASES[(rtype, rule.pattern)]
+        field, _ = _field(rtype, path, n_old, n_new, n_extra)
+        assert not field["replaces"], f"{rule.pattern}: {n_old!r} -> {n_new!r} must not replace"
+    else:
+        old, new, extra = "old-value", "new-value", {}
+    field, change = _field(rtype, path, old, new, extra)
+    assert field["replaces"] is True and change["action"] == "replace" and change["disruptive"] is True
+    assert field["note"] == rule.note
+    assert rule.source, f"{rtype} {rule.pattern}: a replace row needs its source"
+
+    neighbour = _neighbour(rtype, rule.pattern)
+    field, change = _field(rtype, neighbour, "old-value", "new-value")
+    assert field["replaces"] is False and change["action"] == "update", f"{neighbour} beside {rule.pattern}"
+
+
+_DISRUPT_ROWS = list(diff_rules.disrupt_rows())
+
+
+@pytest.mark.parametrize("rtype, rule", _DISRUPT_ROWS, ids=[f"{t.split(':')[-1]}.{r.pattern}" for t, r in _DISRUPT_ROWS])
+def test_every_disruptive_row_is_in_place_but_flagged(rtype, rule):
+    old, new = (2400, 4800) if (rtype, rule.pattern) == (LUSTRE, "storageCapacity") else ("old-value", "new-value")
+    field, change = _field(rtype, _concrete(rule.pattern), old, new)
+    assert field["disrupts"] is True and field["replaces"] is False
+    assert change["action"] == "update" and change["disruptive"] is True and field["note"] == rule.note
+    assert rule.source
+
+
+_IN_PLACE_ROWS = [(t, r) for t, rows in diff_rules.IN_PLACE.items() for r in rows]
+
+
+@pytest.mark.parametrize("rtype, rule", _IN_PLACE_ROWS, ids=[f"{t.split(':')[-1]}.{r.pattern}" for t, r in _IN_PLACE_ROWS])
+def test_in_place_rows_never_replace(rtype, rule):
+    field, change = _field(rtype, _concrete(rule.pattern), "old-value", "new-value")
+    assert field["replaces"] is False and change["action"] == "update" and rule.source
+
+
+def _sdk_args_class(rtype: str):
+    """The Pulumi SDK's ``<Type>Args`` class of a type token (None for CRDs the SDK does not know)."""
+    import importlib
+
+    provider, module, name = rtype.split(":")
+    if provider == "aws":
+        mod = importlib.import_module(f"pulumi_aws.{module.split('/')[0]}")
+    elif provider == "kubernetes" and "." not in module.split("/")[0]:
+        mod = importlib.import_module(f"pulumi_kubernetes.{module.replace('/', '.')}")
+    else:
+        return None
+    return getattr(mod, f"{name}Args")
+
+
+def _sdk_inputs(cls) -> dict[str, str]:
+    """``{input name as in plan documents (camelCase): python attribute}`` of an SDK Args class."""
+    return {
+        v.fget._pulumi_name: attr
+        for attr, v in vars(cls).items()
+        if isinstance(v, property) and getattr(v.fget, "_pulumi_name", None)
+    }
+
+
+def _sdk_nested(cls, attr: str):
+    """The Args class an input of ``cls`` holds: its annotation names ``'XArgs'`` (same module)
+    or ``'_group.version.XArgs'`` (pulumi-kubernetes: another API group's module)."""
+    import importlib
+    import inspect
+    import re
+
+    annotation = str(inspect.signature(cls.__init__).parameters[attr].annotation)
+    [(group, version, name)] = set(re.findall(r"'(?:_(\w+)\.(\w+)\.)?(\w+Args)'", annotation))
+    module = importlib.import_module(f"{cls.__module__.split('.')[0]}.{group}.{version}" if group else cls.__module__)
+    return getattr(module, name)
+
+
+# Types of the tables the SDKs do not describe (a CRD without a generated class).
+_NOT_IN_AN_SDK = {"kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"}
+
+
+@pytest.mark.parametrize("table", ["REPLACE_ON_CHANGE", "DISRUPTIVE_ON_CHANGE", "IN_PLACE"])
+def test_every_row_names_a_real_input_of_its_type(table):
+    """A row only works if its path is what plan documents hold: each pattern is checked against
+    the pulumi-aws / pulumi-kubernetes SDK's Args class of the type, segment by segment (so a
+    misspelt or renamed input, which would never match, fails here)."""
+    problems = []
+    for rtype, rows in getattr(diff_rules, table).items():
+        cls = _sdk_args_class(rtype)
+        if cls is None:
+            assert rtype in _NOT_IN_AN_SDK, rtype
+            continue
+        for rule in rows:
+            current = cls
+            segments = rule.pattern.replace("[*]", "").split(".")
+            for i, seg in enumerate(segments):
+                inputs = _sdk_inputs(current)
+                if seg not in inputs:
+                    problems.append(f"{rtype} {rule.pattern}: {seg!r} is not an input of {current.__name__}")
+                    break
+                if i + 1 < len(segments):
+                    current = _sdk_nested(current, inputs[seg])
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "rtype, path, old, new, extra, replaces",
+    [
+        ("kubernetes:core/v1:ConfigMap", "data.weight_sync.py", "a", "b", {}, True),  # no enableConfigMapMutable
+        ("kubernetes:batch/v1:Job", "spec.parallelism", 1, 2, {}, False),
+        ("kubernetes:batch/v1:Job", "spec.selector.matchLabels.app", "a", "b", {}, True),
+        ("kubernetes:core/v1:PersistentVolumeClaim", "spec.resources.requests.storage", "1Ti", "2Ti", {}, True),
+        ("kubernetes:core/v1:Service", "spec.type", "ClusterIP", "LoadBalancer", {}, True),
+        ("kubernetes:core/v1:Service", "spec.ports", "a", "b", {}, False),
+        ("aws:ec2/securityGroupRule:SecurityGroupRule", "description", "a", "b", {}, False),
+        ("aws:ec2/securityGroupRule:SecurityGroupRule", "fromPort", 443, 8443, {}, True),
+        (LUSTRE, "storageCapacity", 1200, 2400, {"deploymentType": "SCRATCH_1"}, True),
+        (LUSTRE, "storageCapacity", 1200, 2400, {"deploymentType": "PERSISTENT_2"}, False),
+        (INSTANCE, "rootBlockDevice.volumeSize", 500, 600, {}, False),
+        (INSTANCE, "rootBlockDevice.encrypted", False, True, {}, True),
+        ("aws:eks/nodeGroup:NodeGroup", "instanceTypes", ["p6-b300.48xlarge"], ["p5.48xlarge"], {}, True),
+        ("aws:eks/nodeGroup:NodeGroup", "scalingConfig.desiredSize", 1, 2, {}, False),
+        ("aws:ec2/subnet:Subnet", "cidrBlock", "10.0.0.0/24", "10.0.1.0/24", {}, True),
+    ],
+)
+def test_replacement_facts_named_by_hand(rtype, path, old, new, extra, replaces):
+    """Facts typed here independently of the table (a row deleted from it fails one of these)."""
+    field, change = _field(rtype, path, old, new, extra)
+    assert field["replaces"] is replaces and (change["action"] == "replace") is replaces

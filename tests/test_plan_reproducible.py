@@ -97,6 +97,7 @@ def test_no_salted_hash_in_the_program_or_the_plan():
         *sorted((REPO_ROOT / "components").rglob("*.py")),
         REPO_ROOT / "scripts" / "plan.py",
         REPO_ROOT / "scripts" / "plan_diff.py",
+        *sorted((REPO_ROOT / "scripts" / "diff").glob("*.py")),
     ]
     offenders = []
     for path in files:

@@ -556,3 +556,115 @@ def test_unreachable_endpoint_is_exit_1_with_the_reason_in_seconds():
     report = json.loads(proc.stdout)
     assert [e.split(":")[0] for e in report["errors"]] == [REGION, "eu-west-1"]  # one reason per region, not one per kind
     assert all("cannot reach the AWS endpoint" in e and "Could not connect" in e for e in report["errors"])
+
+
+# --- the registry of kinds (scripts/sweeping/registry.py, kinds.py) -----------------------------
+
+from scripts.sweeping import registry as sweep_registry  # noqa: E402  beside the tests that use it
+from scripts.sweeping.kinds import REGISTRY  # noqa: E402
+
+
+def test_delete_order_is_built_from_the_registry_and_respects_every_dependency():
+    order = sweep.DELETE_ORDER
+    assert order == REGISTRY.delete_order()
+    deletable = [k.name for k in REGISTRY if not k.report_only]
+    assert sorted(order) == sorted(deletable) and len(set(order)) == len(order)
+    for kind in REGISTRY:
+        for before in kind.after:
+            assert order.index(before) < order.index(kind.name), f"{before} must be deleted before {kind.name}"
+        if kind.report_only:
+            assert kind.name not in order and kind.delete is None and kind.gone is None
+        else:
+            assert callable(kind.delete) and callable(kind.gone) and callable(kind.discover)
+    assert set(sweep.REPORT_ONLY_KINDS) == {"s3-bucket", "capacity-reservation"}
+
+
+@pytest.mark.parametrize(
+    "first, then",
+    [
+        ("eks-nodegroup", "eks-cluster"),  # EKS refuses to delete a cluster with node groups
+        ("eks-cluster", "load-balancer"),  # the service controller would recreate the balancer
+        ("load-balancer", "network-interface"),
+        ("ec2-instance", "ebs-volume"),  # VolumeInUse until the instance is gone
+        ("ec2-instance", "fsx-file-system"),
+        ("fsx-file-system", "security-group"),
+        ("network-interface", "security-group"),  # DependencyViolation while an interface is in it
+        ("ec2-instance", "security-group"),
+    ],
+)
+def test_dependencies_named_by_hand_hold(first, then):
+    """Facts typed here independently of the registry: ``then`` is declared (directly or through
+    others) to be deleted after ``first``, so a dependency dropped from the registry fails here
+    even where registration order would still happen to put the kinds right."""
+    closure, todo = set(), list(REGISTRY[then].after)
+    while todo:
+        name = todo.pop()
+        if name not in closure:
+            closure.add(name)
+            todo.extend(REGISTRY[name].after)
+    assert first in closure
+    assert sweep.DELETE_ORDER.index(first) < sweep.DELETE_ORDER.index(then)
+
+
+def _noop_discover(ctx):
+    return []
+
+
+def _noop_delete(client, found):
+    return None
+
+
+def _noop_gone(client, found):
+    return True
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"delete": None, "gone": _noop_gone}, "has no delete"),
+        ({"delete": _noop_delete, "gone": None}, "has no gone"),
+        ({"delete": None, "gone": None}, "has no delete and no gone"),
+        ({"delete": _noop_delete, "gone": _noop_gone, "report_only": True}, "is report-only"),
+        ({"delete": _noop_delete, "gone": _noop_gone, "after": ("x",)}, "cannot be deleted after itself"),
+    ],
+)
+def test_a_kind_without_delete_or_gone_fails_registration(kwargs, needle):
+    reg = sweep_registry.Registry()
+    with pytest.raises(sweep_registry.RegistrationError, match=needle):
+        reg.register(sweep_registry.Kind("x", "xs", _noop_discover, **kwargs))
+    assert "x" not in reg
+
+
+def test_registry_rejects_duplicates_unknown_dependencies_and_cycles():
+    def kind(name, *after):
+        return sweep_registry.Kind(name, name + "s", _noop_discover, _noop_delete, _noop_gone, after=after)
+
+    reg = sweep_registry.Registry()
+    reg.register(kind("a"))
+    with pytest.raises(sweep_registry.RegistrationError, match="already registered"):
+        reg.register(kind("a"))
+    reg.register(kind("b", "c"))
+    with pytest.raises(sweep_registry.RegistrationError, match="deleted after c: not a deletable kind"):
+        reg.delete_order()
+    reg.register(kind("c", "b"))
+    with pytest.raises(sweep_registry.RegistrationError, match="cycle: b, c"):
+        reg.delete_order()
+
+
+def test_delete_order_is_a_topological_sort_with_ties_in_registration_order():
+    reg = sweep_registry.Registry()
+    for name, after in (("sg", ("eni", "vm")), ("vm", ()), ("eni", ("vm",)), ("ng", ()), ("cluster", ("ng",))):
+        reg.register(sweep_registry.Kind(name, name, _noop_discover, _noop_delete, _noop_gone, after=after))
+    reg.register(sweep_registry.Kind("bucket", "buckets", _noop_discover, report_only=True))
+    assert reg.delete_order() == ("vm", "eni", "sg", "ng", "cluster")
+    assert reg.report_only() == ("bucket",)
+
+
+def test_every_kind_is_discovered_and_its_label_names_it_in_errors(aws):
+    """Each registered kind's discover runs (one failing kind is one error naming its label,
+    the others are still listed)."""
+    rec = Recorder(refuse={"DescribeVolumes": "UnauthorizedOperation"})
+    found, errors = sweep.discover(rec, REGION, NOW)
+    assert errors == [f"{REGION}: could not list volumes: An error occurred (UnauthorizedOperation) when calling the "
+                      "DescribeVolumes operation: DescribeVolumes refused by test"]
+    assert {k.label for k in REGISTRY} >= {"volumes", "instances", "EKS clusters", "EKS node groups", "S3 buckets"}
