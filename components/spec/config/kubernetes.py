@@ -15,7 +15,8 @@ def check_kubernetes(
     raw: RawConfig, stack: str, project: str, now: datetime, secrets_set: frozenset[str] | set[str], warnings: list[str]
 ) -> None:
     """``kubernetes.*`` (``limits.check_kubernetes_fields_and_limits`` for the schema-checked
-    fields and name lengths), then ``check_eks_version``; a warning when the kubernetes platform
+    fields and name lengths; ``namespace`` refused on aws-ec2, which never reads it), then
+    ``check_eks_version``; a warning when the kubernetes platform
     has no ``kubeconfig`` secret.
 
     Raises:

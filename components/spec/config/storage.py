@@ -11,7 +11,7 @@ from .raw import RawConfig
 
 def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, needed: int) -> None:
     """``storage.kind`` for the platform and the node's NVMe (``needed`` bytes of weights),
-    ``storage.existingClaim``, ``storage.fsx.*`` and ``storage.mirror.*``.
+    ``storage.existingClaim``, ``storage.fsx.*``, ``storage.mirror.*``, then ``check_read_gbps``.
 
     Raises:
         ConfigError: the first invalid value, one line.
