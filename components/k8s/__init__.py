@@ -148,21 +148,23 @@ class KimiWorkloads(pulumi.ComponentResource):
         """The API key and (when a sync reads the hub and a token is set) the hub token, as
         Secrets from Pulumi secrets; workloads read them only through secretKeyRef."""
         spec, ctx = self._ctx.spec, self._ctx
+        api_key: pulumi.Output[str] = pulumi.Output.secret(ctx.api_key)
         out = {
             "api_key": k8s.core.v1.Secret(
                 "vllm-api-key",
                 metadata=metadata(spec, API_KEY_SECRET, "credentials"),
                 type="Opaque",
-                string_data={API_KEY_SECRET_KEY: pulumi.Output.secret(ctx.api_key)},
+                string_data={API_KEY_SECRET_KEY: api_key},
                 opts=self._opts(self.namespace_resource),
             )
         }
         if needs_hub_token and ctx.hub_token is not None:
+            hub_token: pulumi.Output[str] = pulumi.Output.secret(ctx.hub_token)
             out["hub_token"] = k8s.core.v1.Secret(
                 "hub-token",
                 metadata=metadata(spec, HUB_TOKEN_SECRET, "credentials"),
                 type="Opaque",
-                string_data={HUB_TOKEN_SECRET_KEY: pulumi.Output.secret(ctx.hub_token)},
+                string_data={HUB_TOKEN_SECRET_KEY: hub_token},
                 opts=self._opts(self.namespace_resource),
             )
         return out
@@ -192,6 +194,12 @@ class KimiWorkloads(pulumi.ComponentResource):
         }
 
 
+def _load_balancer_hostname(status: k8s.core.v1.outputs.ServiceStatus | None) -> str | None:
+    """The first ingress hostname of a LoadBalancer Service's status, or None (not provisioned)."""
+    ingress = status.load_balancer.ingress if status and status.load_balancer else None
+    return ingress[0].hostname if ingress else None
+
+
 def declare_workloads(ctx: DeploymentContext, handle: KubernetesPlatformHandle) -> K8sResult:
     """Declare the Kubernetes side of a deployment on the platform of ``handle`` and return its
     stack outputs.
@@ -215,11 +223,9 @@ def declare_workloads(ctx: DeploymentContext, handle: KubernetesPlatformHandle) 
     }
     if handle.service_access.service_type == "internal-nlb":
         service = component.vllm["service"]
-        outputs["loadBalancerHostname"] = service.status.apply(
-            lambda s: (
-                (s.load_balancer.ingress or [None])[0].hostname if s and s.load_balancer and s.load_balancer.ingress else None
-            )
-        )
+        if not isinstance(service, k8s.core.v1.Service):
+            raise TypeError(f"the vLLM service is a {type(service).__name__}, not a Service")
+        outputs["loadBalancerHostname"] = service.status.apply(_load_balancer_hostname)
     return K8sResult(outputs=outputs, component=component)
 
 

@@ -49,6 +49,10 @@ SECRET_REFS: Mapping[str, tuple[str, str]] = {
     "modelscopeToken": (HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY),
 }
 
+# A Kubernetes document as the API spells it (camelCase keys). The SDK's ``*ArgsDict`` TypedDicts
+# spell keys in snake_case, so a manifest cannot be typed as one: it is passed as Any.
+Manifest = Any
+
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -99,7 +103,7 @@ def tag_annotations(tags: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def metadata(spec: DeploymentSpec, name: str, component: str, tags: Mapping[str, Any] | None = None,
-             annotations: Mapping[str, Any] | None = None, namespaced: bool = True) -> dict[str, Any]:
+             annotations: Mapping[str, Any] | None = None, namespaced: bool = True) -> Manifest:
     """Object metadata: name, namespace, labels and annotations (tags first, then ``annotations``)."""
     meta: dict[str, Any] = {"name": name, "labels": labels(spec, component)}
     if namespaced:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -21,7 +23,7 @@ def declare_scaling_and_observability(
     sizing: Sizing,
     command: VllmCommand,
     vllm: dict[str, pulumi.Resource],
-    addons: dict[str, pulumi.Resource],
+    addons: Mapping[str, pulumi.Resource],
     provider: k8s.Provider,
     parent: pulumi.Resource,
     prereqs: list[pulumi.Resource],

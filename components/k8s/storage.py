@@ -16,7 +16,7 @@ from components.platform import FsxVolumeSource
 from components.spec.config import DeploymentSpec
 from components.spec.weights import FSX_MOUNT_PATH, WEIGHTS_MOUNT_PATH
 
-from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, dns_name, metadata
+from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, Manifest, dns_name, metadata
 
 # CSI driver name of FSx for Lustre (https://github.com/kubernetes-sigs/aws-fsx-csi-driver).
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
@@ -75,7 +75,7 @@ def declare_fsx_volume(
     pv_name = fsx_pv_name(spec)
     namespace = spec.config.kubernetes.namespace
     opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on)
-    pv_spec: dict[str, Any] = {
+    pv_spec: Manifest = {
         "capacity": {"storage": capacity},
         "volumeMode": "Filesystem",
         "accessModes": ["ReadWriteMany"],
@@ -92,7 +92,7 @@ def declare_fsx_volume(
     pv = k8s.core.v1.PersistentVolume(
         "weights-fsx-pv", metadata=metadata(spec, pv_name, "weights-storage", namespaced=False), spec=pv_spec, opts=opts
     )
-    pvc_spec: dict[str, Any] = {
+    pvc_spec: Manifest = {
         "accessModes": ["ReadWriteMany"],
         "storageClassName": "",
         "volumeName": pv_name,

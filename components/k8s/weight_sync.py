@@ -18,6 +18,7 @@ Pulumi awaits each Job's completion within its sync budget; the vLLM workload de
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from components.spec.weights import FSX_MOUNT_PATH, HUB_TOKEN_ENV, SYNC_SCRIPT_P
 
 from .common import (
     SYNC_PROGRAM_CONFIGMAP_PREFIX,
+    Manifest,
     hardened_container_security,
     labels,
     metadata,
@@ -111,7 +113,7 @@ def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict
 def job_spec(
     spec: DeploymentSpec, sizing: Sizing, image: str, step: SyncStep, argv: Any, program_configmap: str, hub_token_set: bool,
     placement: GpuPlacement,
-) -> dict[str, Any]:
+) -> Manifest:
     """The Job ``spec`` of one sync step (``argv`` may be an Output: it carries the bucket), on
     the GPU nodes of ``placement``."""
     component = f"weight-sync-{step.name}"
@@ -228,6 +230,16 @@ def node_copy_init(
     return NodeCopyInit(container, extra, WEIGHT_SYNC_SERVICE_ACCOUNT, sync_budget_seconds(spec, sizing, step))
 
 
+def _step_argv_with_bucket(spec: DeploymentSpec, index: int, bucket: str) -> list[str]:
+    """The argv of ``sync_steps(spec, bucket)[index]`` (inside ``apply``: the bucket's real name)."""
+    return step_argv(sync_steps(spec, bucket)[index])
+
+
+def _job_name(step_name: str, body: Any) -> str:
+    """The Job's name: ``kimi-weights-<step>-<hash of its spec>`` (a changed spec is a new Job)."""
+    return f"kimi-weights-{step_name}-{spec_hash(body)}"
+
+
 def declare_weight_sync(
     spec: DeploymentSpec,
     sizing: Sizing,
@@ -269,11 +281,11 @@ def declare_weight_sync(
         if step.name == "node-copy" and step.per_node:
             continue  # an init container of every vLLM pod (node_copy_init), not a Job
         if bucket is not None:
-            argv: Any = bucket.apply(lambda b, i=index: step_argv(sync_steps(spec, b)[i]))
+            argv: Any = bucket.apply(functools.partial(_step_argv_with_bucket, spec, index))
         else:
             argv = step_argv(step)
         body = job_spec(spec, sizing, image, step, argv, cm_name, hub_token_set, placement)
-        name = pulumi.Output.from_input(body).apply(lambda b, s=step.name: f"kimi-weights-{s}-{spec_hash(b)}")
+        name = pulumi.Output.from_input(body).apply(functools.partial(_job_name, step.name))
         budget = sync_budget_seconds(spec, sizing, step)
         meta = metadata(
             spec, "", f"weight-sync-{step.name}", tags,
