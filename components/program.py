@@ -8,16 +8,20 @@ declared. Config errors stop the program before any resource is declared, as one
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 import pulumi
 import pulumi_random as random
 
+from components.platform import PlatformResult
 from components.spec import naming
 from components.spec.config import NAMESPACE, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
 from components.spec.config_reader import read_config_strings
+from components.spec.platforms import platform_profile
 from components.spec.sizing import Sizing, compute_sizing
 from components.spec.vllm import VllmCommand, build_vllm_command
 
@@ -133,7 +137,7 @@ def build_context(now: datetime | None = None, *, allow_blockers: bool = False) 
         raise spec.blockers[0]
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
-    if spec.platform == "aws-ec2":
+    if platform_profile(spec.platform).serves_under_systemd:
         # Hard limits before any resource (the trial-expiry marker below is one) is declared.
         from components.aws.compute import check_ec2_user_data
 
@@ -156,11 +160,36 @@ def build_context(now: datetime | None = None, *, allow_blockers: bool = False) 
     )
 
 
+def _declare_aws(ctx: DeploymentContext) -> PlatformResult:
+    from components.aws import declare_aws_platform
+
+    return declare_aws_platform(ctx)
+
+
+def _declare_existing_cluster(ctx: DeploymentContext) -> PlatformResult:
+    from components.k8s.existing_cluster import declare_existing_cluster
+
+    return declare_existing_cluster(ctx)
+
+
+# Platform name -> its declare function: what the platform provisions, its stack outputs and, when
+# its workloads run on Kubernetes, the handle the Kubernetes edge consumes (components/platform.py).
+# Imports are deferred so a stack loads only its own platform's modules.
+PLATFORM_DECLARERS: Mapping[str, Callable[[DeploymentContext], PlatformResult]] = MappingProxyType(
+    {"aws-ec2": _declare_aws, "aws-eks": _declare_aws, "kubernetes": _declare_existing_cluster}
+)
+
+
 def declare(ctx: DeploymentContext) -> dict[str, Any]:
     """Declare every component for ``ctx`` and return the stack outputs.
 
-    AWS infrastructure first (network, compute or EKS, storage, IAM), then the Kubernetes
-    workloads on the EKS cluster or the configured existing cluster.
+    The platform first (``PLATFORM_DECLARERS``: on AWS the network, compute or EKS, storage,
+    IAM; on an existing cluster its provider), then, when the platform hands over a
+    ``KubernetesPlatformHandle``, the Kubernetes workloads on it.
+
+    Raises:
+        ValueError: a platform whose profile runs Kubernetes workloads returned no handle, or
+            the reverse (a programming error in its declare function).
     """
     spec, sizing = ctx.spec, ctx.sizing
     outputs: dict[str, Any] = {
@@ -176,16 +205,14 @@ def declare(ctx: DeploymentContext) -> dict[str, Any]:
     }
     if ctx.expires_at is not None:
         outputs["expiresAt"] = ctx.expires_at
-    aws_result = None
-    if spec.is_aws:
-        from components.aws import declare_aws
-
-        aws_result = declare_aws(ctx)
-        outputs.update(aws_result.outputs)
-    if spec.uses_kubernetes:
+    platform = PLATFORM_DECLARERS[spec.platform](ctx)
+    outputs.update(platform.outputs)
+    if (platform.kubernetes is not None) != platform_profile(spec.platform).runs_kubernetes:
+        raise ValueError(f"platform {spec.platform}: its declare function's Kubernetes handle does not match its profile")
+    if platform.kubernetes is not None:
         from components.k8s import declare_workloads
 
-        k8s_result = declare_workloads(ctx, aws_result)
+        k8s_result = declare_workloads(ctx, platform.kubernetes)
         outputs.update(k8s_result.outputs)
     return outputs
 

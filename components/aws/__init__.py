@@ -3,24 +3,30 @@
 ``declare_aws(ctx)`` declares, in order: the network (``network.py``), the S3 weight mirror
 (``storage.py``), the optional FSx for Lustre file system, then either one GPU instance
 (``compute.py``, ``aws-ec2``) or an EKS cluster with GPU node groups (``cluster.py``,
-``aws-eks``). It returns an ``AwsResult``: the stack outputs and what the Kubernetes edge
-(``components/k8s``) consumes. Every value the edge needs is a field of ``AwsResult``; the
-field names are a stable interface.
+``aws-eks``). It returns an ``AwsResult``: the stack outputs and, on ``aws-eks``, the
+``KubernetesPlatformHandle`` (``components/platform.py``) the Kubernetes edge consumes.
+``declare_aws_platform`` is the program's entry point (``components/program.py``).
+Which branch runs is a field of the platform's profile (``components/spec/platforms.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_aws as aws
 
+from components.platform import FsxVolumeSource, KubernetesPlatformHandle, PlatformResult
+from components.spec.platforms import platform_profile
 from components.spec.weights import mirror_uri
 
 from .common import resource_prefix
 from .network import Network, NetworkArgs
 from .storage import LustreArgs, LustreStorage, WeightMirror, WeightMirrorArgs
+
+if TYPE_CHECKING:
+    from components.program import DeploymentContext
 
 
 @dataclass
@@ -56,12 +62,9 @@ class AwsResult:
             to ``spec/weights.py sync_steps`` (inside ``apply``) for the Jobs' argv.
         fsx: the file system, or None.
         cluster_name: the EKS cluster's name (``aws-eks``), else None.
-        k8s_provider: a ``pulumi_kubernetes.Provider`` for the EKS cluster (``aws-eks``), else None.
         kubeconfig: the cluster's kubeconfig (secret Output; ``aws eks get-token`` exec auth), else None.
-        cluster_ready: resources Kubernetes workloads should depend on (node groups, add-ons),
-            so pods are not created before there are nodes to run them.
-        service_accounts: Kubernetes service account name -> IAM role ARN bound to it with
-            EKS Pod Identity in ``kubernetes.namespace`` (the edge creates the accounts).
+        kubernetes: the handle for the Kubernetes edge (``aws-eks``: the cluster's provider, GPU
+            placement, mirror, FSx, readiness and Pod Identity roles), else None.
         instance_id: the GPU instance (``aws-ec2``), else None.
         private_endpoint: the OpenAI-compatible base URL inside the VPC (``aws-ec2``; on EKS
             the Kubernetes edge exports the Service's), else None.
@@ -74,10 +77,8 @@ class AwsResult:
     mirror_bucket: pulumi.Output[str] | None = None
     fsx: FsxInfo | None = None
     cluster_name: pulumi.Output[str] | None = None
-    k8s_provider: Any = None
     kubeconfig: pulumi.Output[str] | None = None
-    cluster_ready: list[pulumi.Resource] = field(default_factory=list)
-    service_accounts: dict[str, pulumi.Output[str]] = field(default_factory=dict)
+    kubernetes: KubernetesPlatformHandle | None = None
     instance_id: pulumi.Output[str] | None = None
     private_endpoint: pulumi.Output[str] | None = None
 
@@ -89,7 +90,7 @@ class AwsDeployment(pulumi.ComponentResource):
         super().__init__("kimi-deploy:aws:Deployment", name, None, opts)
 
 
-def declare_aws(ctx) -> AwsResult:
+def declare_aws(ctx: DeploymentContext) -> AwsResult:
     """Declare the AWS infrastructure of ``ctx.spec`` (platform ``aws-ec2`` or ``aws-eks``).
 
     Args:
@@ -104,10 +105,13 @@ def declare_aws(ctx) -> AwsResult:
             (aws-ec2 needs the mirror, vpcId needs subnets) are parse_spec's.
     """
     spec, sizing = ctx.spec, ctx.sizing
+    profile = platform_profile(spec.platform)
     region = spec.region
+    if region is None:  # parse_spec requires aws:region on every AWS platform
+        raise ValueError(f"{spec.platform}: the spec has no AWS region")
     result = AwsResult(region=region)
     partition = aws.get_partition_output().partition
-    cluster_name = resource_prefix(spec.project, spec.stack) if spec.platform == "aws-eks" else None
+    cluster_name = resource_prefix(spec.project, spec.stack) if profile.creates_cluster else None
     root = AwsDeployment(resource_prefix(spec.project, spec.stack))
 
     network = Network(
@@ -123,13 +127,14 @@ def declare_aws(ctx) -> AwsResult:
     if spec.config.storage.mirror.enabled:
         mirror = WeightMirror(
             "mirror",
-            WeightMirrorArgs(spec=spec, tags=ctx.tags, partition=partition, upload_tools=spec.platform == "aws-ec2"),
+            WeightMirrorArgs(spec=spec, tags=ctx.tags, partition=partition, upload_tools=profile.serves_under_systemd),
             pulumi.ResourceOptions(parent=root),
         )
         result.mirror_bucket = mirror.bucket_name
 
     client_groups: list[pulumi.Input[str]] = [network.gpu_security_group_id]
-    if spec.platform == "aws-eks":
+    cluster = None
+    if cluster_name is not None:
         from .cluster import EksCluster, EksClusterArgs
 
         cluster = EksCluster(
@@ -151,10 +156,7 @@ def declare_aws(ctx) -> AwsResult:
         )
         client_groups.append(cluster.cluster_security_group_id)
         result.cluster_name = cluster.cluster_name
-        result.k8s_provider = cluster.provider
         result.kubeconfig = cluster.kubeconfig
-        result.cluster_ready = cluster.ready
-        result.service_accounts = cluster.service_account_roles
         result.outputs.update(
             {
                 "clusterName": cluster.cluster_name,
@@ -165,8 +167,10 @@ def declare_aws(ctx) -> AwsResult:
         )
 
     if sizing.storage.fsx_capacity_gib is not None:
+        if result.mirror_bucket is None:  # parse_spec requires the mirror for FSx kinds
+            raise ValueError(f"storage.kind {spec.config.storage.kind}: FSx needs the S3 mirror, which is disabled")
         lustre_group, fsx_rules = network.lustre_security_group("net", client_groups)
-        fsx_groups = [lustre_group]
+        fsx_groups: list[pulumi.Input[str]] = [lustre_group]
         if spec.config.storage.fsx.efa and network.efa_security_group_id is not None:
             fsx_groups.append(network.efa_security_group_id)
             fsx_rules = [*fsx_rules, *network.efa_security_group_rules]
@@ -179,7 +183,7 @@ def declare_aws(ctx) -> AwsResult:
                 subnet_id=gpu_subnet,
                 security_group_ids=fsx_groups,
                 security_group_rules=fsx_rules,
-                mirror_bucket=result.mirror_bucket,  # parse_spec requires the mirror for FSx kinds
+                mirror_bucket=result.mirror_bucket,
             ),
             pulumi.ResourceOptions(parent=root),
         )
@@ -194,8 +198,27 @@ def declare_aws(ctx) -> AwsResult:
             {"fsxFileSystemId": lustre.file_system_id, "fsxDnsName": lustre.dns_name, "fsxMountName": lustre.mount_name}
         )
 
-    if spec.platform == "aws-ec2":
+    if cluster is not None:
+        from components.k8s.common import gpu_placement, service_access
+
+        fsx = result.fsx
+        result.kubernetes = KubernetesPlatformHandle(
+            profile=profile,
+            provider=cluster.provider,
+            placement=gpu_placement(spec),
+            service_access=service_access(spec),
+            mirror_bucket=result.mirror_bucket,
+            fsx=FsxVolumeSource(fsx.file_system_id, fsx.dns_name, fsx.mount_name, fsx.capacity_gib) if fsx else None,
+            cluster_ready=tuple(cluster.ready),
+            pod_identity_roles=dict(cluster.service_account_roles),
+        )
+
+    if profile.serves_under_systemd:
         from .compute import Ec2GpuServer, Ec2GpuServerArgs
+
+        # parse_spec requires the mirror on aws-ec2; the mirror uploads the tools there.
+        if mirror is None or result.mirror_bucket is None or mirror.tools_object_key is None or mirror.weight_sync_sha256 is None:
+            raise ValueError(f"{spec.platform}: the instance boots from the S3 mirror and its tools, which are missing")
 
         groups: list[pulumi.Input[str]] = [network.gpu_security_group_id]
         if spec.efa_enabled and network.efa_security_group_id is not None:
@@ -253,3 +276,10 @@ def declare_aws(ctx) -> AwsResult:
         result.outputs["mirrorUri"] = result.mirror_bucket.apply(lambda b: mirror_uri(spec, b))
     root.register_outputs({k: v for k, v in result.outputs.items() if k != "kubeconfig"})
     return result
+
+
+def declare_aws_platform(ctx: DeploymentContext) -> PlatformResult:
+    """The ``aws-ec2`` / ``aws-eks`` platform: ``declare_aws`` as a ``PlatformResult`` (its
+    outputs, and on ``aws-eks`` the Kubernetes handle)."""
+    result = declare_aws(ctx)
+    return PlatformResult(outputs=result.outputs, kubernetes=result.kubernetes)

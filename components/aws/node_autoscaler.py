@@ -25,6 +25,7 @@ import pulumi_aws as aws
 
 from components.spec.config import DeploymentSpec
 from components.spec.naming import CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+from components.spec.platforms import platform_profile
 from components.spec.scaling import autoscaling_enabled
 
 from . import iam
@@ -47,7 +48,7 @@ WRITE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanc
 
 def needs_node_autoscaler(spec: DeploymentSpec) -> bool:
     """Whether the stack runs the cluster autoscaler: ``aws-eks`` with ``autoscaling.enabled``."""
-    return spec.platform == "aws-eks" and autoscaling_enabled(spec)
+    return platform_profile(spec.platform).cluster_autoscaler and autoscaling_enabled(spec)
 
 
 def cluster_autoscaler_policy(cluster_name: str) -> str:

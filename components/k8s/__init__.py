@@ -1,30 +1,35 @@
 """Kubernetes workloads (aws-eks and kubernetes platforms): add-ons, namespace, secrets, service
 accounts, weight storage, the weight-sync Jobs and the vLLM service.
 
-``declare_workloads(ctx, aws_result)`` is the entry point ``components/program.py`` calls. On
-EKS, ``aws_result`` carries the cluster's ``k8s_provider``, the ``mirror_bucket`` name and the
-``fsx`` file system; on an existing cluster a provider is built from ``kimi-deploy:kubeconfig``
-(or the ambient kubeconfig) and ``kubernetes.context``.
+``declare_workloads(ctx, handle)`` is the entry point ``components/program.py`` calls. Everything
+that differs by platform comes from the ``KubernetesPlatformHandle`` (``components/platform.py``):
+the provider, GPU placement, the mirror bucket's name, the FSx file system, the Service's client
+CIDRs and the Pod Identity roles. On ``aws-eks`` the AWS edge builds it (``components/aws``); on
+an existing cluster ``existing_cluster.py`` builds it from ``kimi-deploy:kubeconfig``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.platform import KubernetesPlatformHandle
 from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.spec.sizing import sync_budget_seconds
-from components.spec.weights import sync_steps
+from components.spec.weights import SyncStep, sync_steps
 
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
 from .scaling_edge import declare_scaling_and_observability
-from .storage import FsxVolumeSource, declare_fsx_volume
+from .storage import declare_fsx_volume
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
 from .weight_sync import declare_weight_sync, node_copy_init
+
+if TYPE_CHECKING:
+    from components.program import DeploymentContext
 
 TYPE_TOKEN = "kimi-deploy:k8s:Workloads"
 
@@ -42,12 +47,21 @@ class K8sResult:
     component: KimiWorkloads | None = None
 
 
-def _fsx_source(fsx: Any) -> FsxVolumeSource | None:
-    """The AWS edge's FSx description (object with attributes, or a mapping) as a source."""
-    if fsx is None:
-        return None
-    get = (lambda k: fsx[k]) if isinstance(fsx, dict) else (lambda k: getattr(fsx, k))
-    return FsxVolumeSource(get("file_system_id"), get("dns_name"), get("mount_name"), int(get("capacity_gib")))
+def check_handle(ctx: DeploymentContext, handle: KubernetesPlatformHandle) -> None:
+    """The handle holds what the spec needs: a mirror bucket when the mirror is enabled on a
+    platform that provisions it, an FSx file system for ``storage.kind`` ``fsx`` /
+    ``nvme-from-fsx``, and the profile of the spec's platform.
+
+    Raises:
+        ValueError: a platform module handed the edge an incomplete handle (a programming error).
+    """
+    spec = ctx.spec
+    if handle.profile.name != spec.platform:
+        raise ValueError(f"the Kubernetes handle is for platform {handle.profile.name}, the spec's is {spec.platform}")
+    if handle.mirror_bucket is None and spec.config.storage.mirror.enabled and handle.profile.provisions_aws:
+        raise ValueError("the mirror is enabled but the platform handle has no mirror_bucket")
+    if handle.fsx is None and spec.config.storage.kind in ("fsx", "nvme-from-fsx"):
+        raise ValueError(f"storage.kind {spec.config.storage.kind}: the platform handle has no fsx file system")
 
 
 class KimiWorkloads(pulumi.ComponentResource):
@@ -56,26 +70,36 @@ class KimiWorkloads(pulumi.ComponentResource):
     Args:
         name: logical name of the component.
         ctx: the ``DeploymentContext`` (spec, sizing, vLLM command, tags, secrets).
-        aws_result: the AWS edge's result on ``aws-eks`` (provider, mirror bucket, FSx), else None.
+        handle: the platform's ``KubernetesPlatformHandle`` (provider, placement, mirror, FSx, ...).
         opts: caller options (merged).
+
+    Raises:
+        ValueError: an incomplete handle (``check_handle``), or a Pod Identity role bound to a
+            service account this component does not create.
     """
 
     namespace: pulumi.Output[str]
     service_name: pulumi.Output[str]
 
-    def __init__(self, name: str, ctx: Any, aws_result: Any = None, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self, name: str, ctx: DeploymentContext, handle: KubernetesPlatformHandle, opts: pulumi.ResourceOptions | None = None
+    ):
+        check_handle(ctx, handle)
         super().__init__(TYPE_TOKEN, name, None, opts)
         spec = ctx.spec
         self._ctx = ctx
-        self.provider = self._create_provider(ctx, aws_result)
+        self.provider = handle.provider
         # Nothing is applied before the cluster has nodes and its managed add-ons (EKS).
-        cluster_ready = list(getattr(aws_result, "cluster_ready", None) or [])
-        bucket, fsx = self._aws_inputs(ctx, aws_result)
-        self.addons = declare_addons(spec, self.provider, self, cluster_ready)
+        cluster_ready = list(handle.cluster_ready)
+        bucket, fsx, placement = handle.mirror_bucket, handle.fsx, handle.placement
+        self.addons = declare_addons(spec, placement, self.provider, self, cluster_ready)
         self.namespace_resource = self._create_namespace(cluster_ready)
-        steps = self._sync_steps(bucket, fsx)
+        steps = self._sync_steps(bucket)
         self.secrets = self._create_secrets(needs_hub_token=any(step.needs_hub_token for step in steps))
         self.service_accounts = self._create_service_accounts(publish=bucket is not None)
+        unbound = sorted(set(handle.pod_identity_roles) - set(self._service_account_names(bucket is not None).values()))
+        if unbound:
+            raise ValueError(f"Pod Identity roles are bound to service accounts the workloads do not create: {unbound}")
         prereqs: list[pulumi.Resource] = [self.namespace_resource, *self.secrets.values(), *self.service_accounts.values()]
         self.fsx_volume = None
         if fsx is not None:
@@ -84,56 +108,30 @@ class KimiWorkloads(pulumi.ComponentResource):
         program: list[pulumi.Resource] = []
         self.jobs = declare_weight_sync(
             spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, ctx.tags, self.provider, self, prereqs,
-            program_out=program,
+            placement, program_out=program,
         )
         marker_wait = max(MIN_MARKER_WAIT_SECONDS, sum(sync_budget_seconds(spec, ctx.sizing, s) for s in steps))
         # The node-local copy runs in every vLLM pod, on its own node (weights follow the node).
-        node_copy = node_copy_init(spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None)
+        node_copy = node_copy_init(spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, placement.nvme_host_path)
         self.vllm = declare_vllm(
             spec, ctx.sizing, ctx.vllm, ctx.tags, marker_wait, self.provider, self,
             [*prereqs, *program, *self.jobs, *self.addons.values()],
             lws_release=self.addons.get("lws"),
             dra_release=self.addons.get("nvidia-dra-driver"),
+            placement=placement,
+            access=handle.service_access,
             node_copy=node_copy,
         )
-        self.scaling = declare_scaling_and_observability(ctx, self.vllm, self.addons, self.provider, self, prereqs)
+        self.scaling = declare_scaling_and_observability(
+            spec, ctx.sizing, ctx.vllm, self.vllm, self.addons, self.provider, self, prereqs
+        )
         self.namespace = pulumi.Output.from_input(spec.config.kubernetes.namespace)
         self.service_name = pulumi.Output.from_input(VLLM_NAME)
         self.register_outputs({"namespace": self.namespace, "service_name": self.service_name})
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _create_provider(self, ctx: Any, aws_result: Any) -> k8s.Provider:
-        provider = getattr(aws_result, "k8s_provider", None)
-        if provider is not None:
-            return provider
-        spec = ctx.spec
-        if spec.platform == "aws-eks":
-            # Never fall back to the ambient kubeconfig on EKS: it may name another cluster.
-            raise ValueError("aws-eks: the AWS edge's result has no k8s_provider for the EKS cluster")
-        return k8s.Provider(
-            "k8s",
-            kubeconfig=ctx.kubeconfig,
-            context=spec.config.kubernetes.context,
-            namespace=spec.config.kubernetes.namespace,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-
-    def _aws_inputs(self, ctx: Any, aws_result: Any) -> tuple[Any, FsxVolumeSource | None]:
-        """The mirror bucket name (Output or str, None without a mirror) and the FSx source."""
-        spec = ctx.spec
-        mirror = spec.config.storage.mirror
-        bucket = getattr(aws_result, "mirror_bucket", None) if mirror.enabled else None
-        if bucket is None and mirror.enabled and mirror.bucket_name and not mirror.create:
-            bucket = mirror.bucket_name  # an existing mirror named in config
-        if bucket is None and mirror.enabled and spec.is_aws:
-            raise ValueError("the mirror is enabled but the AWS edge's result has no mirror_bucket")
-        fsx = _fsx_source(getattr(aws_result, "fsx", None))
-        if fsx is None and spec.config.storage.kind in ("fsx", "nvme-from-fsx"):
-            raise ValueError(f"storage.kind {spec.config.storage.kind}: the AWS edge's result has no fsx file system")
-        return bucket, fsx
-
-    def _sync_steps(self, bucket: Any, fsx: FsxVolumeSource | None) -> tuple:
+    def _sync_steps(self, bucket: pulumi.Output[str] | None) -> tuple[SyncStep, ...]:
         """The sync runs (``spec/weights.py``), computed with a stand-in bucket name: which runs
         happen depends only on whether there is a mirror (the Jobs recompute argv with the name)."""
         return sync_steps(self._ctx.spec, "mirror-bucket" if bucket is not None else None)
@@ -150,32 +148,41 @@ class KimiWorkloads(pulumi.ComponentResource):
         """The API key and (when a sync reads the hub and a token is set) the hub token, as
         Secrets from Pulumi secrets; workloads read them only through secretKeyRef."""
         spec, ctx = self._ctx.spec, self._ctx
+        api_key: pulumi.Output[str] = pulumi.Output.secret(ctx.api_key)
         out = {
             "api_key": k8s.core.v1.Secret(
                 "vllm-api-key",
                 metadata=metadata(spec, API_KEY_SECRET, "credentials"),
                 type="Opaque",
-                string_data={API_KEY_SECRET_KEY: pulumi.Output.secret(ctx.api_key)},
+                string_data={API_KEY_SECRET_KEY: api_key},
                 opts=self._opts(self.namespace_resource),
             )
         }
         if needs_hub_token and ctx.hub_token is not None:
+            hub_token: pulumi.Output[str] = pulumi.Output.secret(ctx.hub_token)
             out["hub_token"] = k8s.core.v1.Secret(
                 "hub-token",
                 metadata=metadata(spec, HUB_TOKEN_SECRET, "credentials"),
                 type="Opaque",
-                string_data={HUB_TOKEN_SECRET_KEY: pulumi.Output.secret(ctx.hub_token)},
+                string_data={HUB_TOKEN_SECRET_KEY: hub_token},
                 opts=self._opts(self.namespace_resource),
             )
         return out
+
+    @staticmethod
+    def _service_account_names(publish: bool) -> dict[str, str]:
+        """Role -> service account name (``spec/naming.py``): vLLM, weight sync, and the mirror
+        publisher when there is a mirror."""
+        names = {"vllm": VLLM_SERVICE_ACCOUNT, "weight_sync": WEIGHT_SYNC_SERVICE_ACCOUNT}
+        if publish:
+            names["mirror_publish"] = MIRROR_PUBLISH_SERVICE_ACCOUNT
+        return names
 
     def _create_service_accounts(self, publish: bool) -> dict[str, k8s.core.v1.ServiceAccount]:
         """Service accounts named in ``spec/naming.py`` (the AWS edge binds Pod Identity roles to
         them by name); no API token is mounted, the pods never call the Kubernetes API."""
         spec = self._ctx.spec
-        names = {"vllm": VLLM_SERVICE_ACCOUNT, "weight_sync": WEIGHT_SYNC_SERVICE_ACCOUNT}
-        if publish:
-            names["mirror_publish"] = MIRROR_PUBLISH_SERVICE_ACCOUNT
+        names = self._service_account_names(publish)
         return {
             key: k8s.core.v1.ServiceAccount(
                 f"sa-{name}",
@@ -187,15 +194,25 @@ class KimiWorkloads(pulumi.ComponentResource):
         }
 
 
-def declare_workloads(ctx: Any, aws_result: Any) -> K8sResult:
-    """Declare the Kubernetes side of a deployment and return its stack outputs.
+def _load_balancer_hostname(status: k8s.core.v1.outputs.ServiceStatus | None) -> str | None:
+    """The first ingress hostname of a LoadBalancer Service's status, or None (not provisioned)."""
+    ingress = status.load_balancer.ingress if status and status.load_balancer else None
+    return ingress[0].hostname if ingress else None
+
+
+def declare_workloads(ctx: DeploymentContext, handle: KubernetesPlatformHandle) -> K8sResult:
+    """Declare the Kubernetes side of a deployment on the platform of ``handle`` and return its
+    stack outputs.
 
     Outputs: ``kubernetesNamespace``, ``serviceUrl`` (in-cluster), ``vllmWorkload`` (kind),
     ``kubernetesAddons`` (installed here), ``weightSyncJobs`` (Job names), and for an internal
     NLB ``loadBalancerHostname``.
+
+    Raises:
+        ValueError: an incomplete handle (``check_handle``).
     """
     spec = ctx.spec
-    component = KimiWorkloads("workloads", ctx, aws_result)
+    component = KimiWorkloads("workloads", ctx, handle)
     namespace = spec.config.kubernetes.namespace
     outputs: dict[str, Any] = {
         "kubernetesNamespace": namespace,
@@ -204,14 +221,12 @@ def declare_workloads(ctx: Any, aws_result: Any) -> K8sResult:
         "kubernetesAddons": list(addons_to_install(spec)),
         "weightSyncJobs": [job.metadata.apply(lambda m: m.name if m else None) for job in component.jobs],
     }
-    if spec.config.kubernetes.service_type == "internal-nlb":
+    if handle.service_access.service_type == "internal-nlb":
         service = component.vllm["service"]
-        outputs["loadBalancerHostname"] = service.status.apply(
-            lambda s: (
-                (s.load_balancer.ingress or [None])[0].hostname if s and s.load_balancer and s.load_balancer.ingress else None
-            )
-        )
+        if not isinstance(service, k8s.core.v1.Service):
+            raise TypeError(f"the vLLM service is a {type(service).__name__}, not a Service")
+        outputs["loadBalancerHostname"] = service.status.apply(_load_balancer_hostname)
     return K8sResult(outputs=outputs, component=component)
 
 
-__all__ = ["K8sResult", "KimiWorkloads", "declare_workloads"]
+__all__ = ["K8sResult", "KimiWorkloads", "check_handle", "declare_workloads"]

@@ -14,11 +14,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.platform import GpuPlacement
 from components.spec.config import DeploymentSpec
 from components.spec.naming import GPU_NODE_LABEL
+from components.spec.platforms import platform_profile
 from components.spec.versions import ADDON_EQUIVALENTS, HELM_CHARTS
 
-from .common import gpu_node_selector, gpu_tolerations
+from .common import gpu_placement
 
 
 def required_addons(spec: DeploymentSpec) -> tuple[str, ...]:
@@ -31,7 +33,7 @@ def required_addons(spec: DeploymentSpec) -> tuple[str, ...]:
     """
     needed: list[str] = []
     needed.append("amd-device-plugin" if spec.target.gpu.vendor == "amd" else "nvidia-device-plugin")
-    if spec.platform == "aws-eks" and spec.efa_enabled:
+    if platform_profile(spec.platform).efa_to_pods and spec.efa_enabled:
         needed.append("efa-device-plugin")
     if spec.target.needs_compute_domain and spec.nodes_per_copy > 1:
         needed.append("nvidia-dra-driver")
@@ -52,7 +54,7 @@ def scaling_addons(spec: DeploymentSpec) -> list[str]:
     asc, obs = spec.config.autoscaling, spec.config.observability
     if asc.enabled and asc.controller == "keda":
         out.append("keda")
-    if asc.enabled and spec.platform == "aws-eks":
+    if asc.enabled and platform_profile(spec.platform).cluster_autoscaler:
         # GPU nodes follow the replicas (its Pod Identity role: components/aws/node_autoscaler.py).
         out.append("cluster-autoscaler")
     if obs.gpu_exporter and (obs.prometheus_namespace or obs.grafana_namespace):
@@ -74,26 +76,29 @@ def addons_to_install(spec: DeploymentSpec) -> tuple[str, ...]:
     return tuple(name for name in required_addons(spec) if name not in installed)
 
 
-def _gpu_node_affinity(spec: DeploymentSpec) -> dict[str, Any]:
+def _gpu_node_affinity(placement: GpuPlacement) -> dict[str, Any]:
     """Required node affinity to the GPU nodes (charts merge maps but replace lists, so the
     chart's NFD-label terms are replaced, not extended)."""
-    terms = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(gpu_node_selector(spec).items())]
+    terms = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(placement.node_selector.items())]
     return {
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}
     }
 
 
-def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
-    """Helm values of add-on ``name`` for ``spec``.
+def addon_values(spec: DeploymentSpec, name: str, placement: GpuPlacement | None = None) -> dict[str, Any]:
+    """Helm values of add-on ``name`` for ``spec``, its GPU pods placed by ``placement`` (the
+    platform handle's; default ``common.gpu_placement(spec)``, the same value the platform
+    modules put in their handles).
 
     Raises:
         KeyError: unknown add-on.
     """
-    tolerations = gpu_tolerations(spec)
+    placement = placement if placement is not None else gpu_placement(spec)
+    tolerations = placement.tolerations_list()
     if name == "nvidia-device-plugin":
         return {
             # The EKS NVIDIA AMI has no NFD labels: select the GPU nodes by our labels instead.
-            "affinity": _gpu_node_affinity(spec),
+            "affinity": _gpu_node_affinity(placement),
             "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations],
             "gfd": {"enabled": False},
             "nfd": {"enabled": False},
@@ -119,14 +124,14 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
                     }
                 }
             },
-            "kubeletPlugin": {"affinity": _gpu_node_affinity(spec), "tolerations": tolerations},
+            "kubeletPlugin": {"affinity": _gpu_node_affinity(placement), "tolerations": tolerations},
         }
     if name == "amd-device-plugin":
         return {
             "nfd": {"enabled": False},
             "labeller": {"enabled": False},
             "node_selector_enabled": True,
-            "node_selector": gpu_node_selector(spec),
+            "node_selector": placement.node_selector_dict(),
             "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations],
         }
     if name == "lws":
@@ -156,14 +161,14 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
     monitor_labels = spec.config.observability.monitor_labels
     if name == "dcgm-exporter":
         return {
-            "affinity": _gpu_node_affinity(spec),
+            "affinity": _gpu_node_affinity(placement),
             "tolerations": tolerations,
             # honorLabels keeps the exporter's namespace/pod labels (the pod holding the GPU).
             "serviceMonitor": {"enabled": service_monitor, "honorLabels": True, "additionalLabels": dict(monitor_labels)},
         }
     if name == "amd-metrics-exporter":
         return {
-            "nodeSelector": gpu_node_selector(spec),
+            "nodeSelector": placement.node_selector_dict(),
             "tolerations": tolerations,
             "serviceMonitor": {"enabled": service_monitor, "honorLabels": True, "labels": dict(monitor_labels)},
         }
@@ -171,9 +176,11 @@ def addon_values(spec: DeploymentSpec, name: str) -> dict[str, Any]:
 
 
 def declare_addons(
-    spec: DeploymentSpec, provider: k8s.Provider, parent: pulumi.Resource, depends_on: list[pulumi.Resource]
+    spec: DeploymentSpec, placement: GpuPlacement, provider: k8s.Provider, parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource],
 ) -> dict[str, k8s.helm.v3.Release]:
-    """Declare a Helm release per add-on to install; returns add-on name -> release."""
+    """Declare a Helm release per add-on to install (GPU pods placed by ``placement``, the
+    platform handle's); returns add-on name -> release."""
     releases: dict[str, k8s.helm.v3.Release] = {}
     for name in addons_to_install(spec):
         chart = HELM_CHARTS[name]
@@ -186,7 +193,7 @@ def declare_addons(
             repository_opts=repo,
             namespace=chart.namespace,
             create_namespace=True,
-            values=addon_values(spec, name),
+            values=addon_values(spec, name, placement),
             atomic=True,
             cleanup_on_fail=True,
             timeout=900,

@@ -12,10 +12,13 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
+from components.platform import GpuPlacement, ServiceAccess
 from components.spec.config import DeploymentSpec
-from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, NVME_RAID0_HOST_PATH, TARGET_NODE_LABEL
+from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL
+from components.spec.platforms import platform_profile
 from components.spec.versions import VLLM_VERSION
 
 # app.kubernetes.io/name of every workload object, and the part-of value.
@@ -45,6 +48,10 @@ SECRET_REFS: Mapping[str, tuple[str, str]] = {
     "hfToken": (HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY),
     "modelscopeToken": (HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY),
 }
+
+# A Kubernetes document as the API spells it (camelCase keys). The SDK's ``*ArgsDict`` TypedDicts
+# spell keys in snake_case, so a manifest cannot be typed as one: it is passed as Any.
+Manifest = Any
 
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -96,7 +103,7 @@ def tag_annotations(tags: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def metadata(spec: DeploymentSpec, name: str, component: str, tags: Mapping[str, Any] | None = None,
-             annotations: Mapping[str, Any] | None = None, namespaced: bool = True) -> dict[str, Any]:
+             annotations: Mapping[str, Any] | None = None, namespaced: bool = True) -> Manifest:
     """Object metadata: name, namespace, labels and annotations (tags first, then ``annotations``)."""
     meta: dict[str, Any] = {"name": name, "labels": labels(spec, component)}
     if namespaced:
@@ -108,19 +115,21 @@ def metadata(spec: DeploymentSpec, name: str, component: str, tags: Mapping[str,
 
 
 def nvme_host_path(spec: DeploymentSpec) -> str:
-    """Host path of the GPU nodes' NVMe RAID0: the nodeadm mount on EKS, config elsewhere."""
-    return NVME_RAID0_HOST_PATH if spec.platform == "aws-eks" else spec.config.kubernetes.nvme_host_path
+    """Host path of the GPU nodes' NVMe RAID0: the platform's own mount
+    (``PlatformProfile.nvme_host_path``: nodeadm's on EKS), else ``kubernetes.nvmeHostPath``."""
+    return platform_profile(spec.platform).nvme_host_path or spec.config.kubernetes.nvme_host_path
 
 
 def gpu_node_selector(spec: DeploymentSpec) -> dict[str, str]:
     """Node selector of every pod that must run on the GPU nodes (vLLM, node-local weight sync).
 
-    EKS: the labels the AWS edge puts on the GPU node group; every platform: the CPU
-    architecture (arm64 on Grace) and ``kubernetes.nodeSelector`` from config.
+    Where the stack labels its GPU node groups (``PlatformProfile.labels_gpu_nodes``: EKS) the
+    labels the AWS edge puts on them; every platform: the CPU architecture (arm64 on Grace) and
+    ``kubernetes.nodeSelector`` from config.
     """
     arch = "arm64" if spec.instance.cpu_architecture == "arm64" else "amd64"
     selector = {"kubernetes.io/arch": arch}
-    if spec.platform == "aws-eks":
+    if platform_profile(spec.platform).labels_gpu_nodes:
         selector[GPU_NODE_LABEL] = GPU_NODE_LABEL_VALUE
         selector[TARGET_NODE_LABEL] = spec.target.name
     selector.update(spec.config.kubernetes.node_selector)
@@ -128,16 +137,38 @@ def gpu_node_selector(spec: DeploymentSpec) -> dict[str, str]:
 
 
 def gpu_tolerations(spec: DeploymentSpec) -> list[dict[str, Any]]:
-    """Tolerations of pods on GPU nodes: our GPU taint and the vendor's resource taint on EKS,
-    then ``kubernetes.tolerations`` from config (duplicates removed, order kept)."""
+    """Tolerations of pods on GPU nodes: our GPU taint and the vendor's resource taint where the
+    stack taints its GPU node groups (``PlatformProfile.labels_gpu_nodes``: EKS), then
+    ``kubernetes.tolerations`` from config (duplicates removed, order kept)."""
     out: list[dict[str, Any]] = []
-    if spec.platform == "aws-eks":
+    if platform_profile(spec.platform).labels_gpu_nodes:
         out.append({"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
         out.append({"key": spec.target.gpu_resource_name, "operator": "Exists", "effect": "NoSchedule"})
     for tol in spec.config.kubernetes.tolerations:
         if dict(tol) not in out:
             out.append(dict(tol))
     return out
+
+
+def gpu_placement(spec: DeploymentSpec) -> GpuPlacement:
+    """``gpu_node_selector``, ``gpu_tolerations`` and ``nvme_host_path`` of ``spec`` as the
+    handle's ``GpuPlacement`` (each platform module builds its handle with it)."""
+    return GpuPlacement(
+        node_selector=MappingProxyType(gpu_node_selector(spec)),
+        tolerations=tuple(MappingProxyType(t) for t in gpu_tolerations(spec)),
+        nvme_host_path=nvme_host_path(spec),
+    )
+
+
+def service_access(spec: DeploymentSpec) -> ServiceAccess:
+    """``ServiceAccess`` of ``spec``: ``kubernetes.serviceType``, and the API's client CIDRs:
+    ``kubernetes.allowedCidrs`` then, where the stack provisions the AWS network
+    (``PlatformProfile.provisions_aws``), ``network.allowedCidrs`` (duplicates removed, order kept)."""
+    k8s_cfg, net = spec.config.kubernetes, spec.config.network
+    network_cidrs = net.allowed_cidrs if platform_profile(spec.platform).provisions_aws else ()
+    return ServiceAccess(
+        service_type=k8s_cfg.service_type, client_cidrs=tuple(dict.fromkeys(k8s_cfg.allowed_cidrs + network_cidrs))
+    )
 
 
 def secret_env(name: str, config_key: str) -> dict[str, Any]:

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.spec.config import DeploymentSpec
 from components.spec.scaling import scaling_plan
+from components.spec.sizing import Sizing
+from components.spec.vllm import VllmCommand
 
 from .autoscaling import declare_autoscaling
 from .observability import declare_observability
@@ -16,17 +19,19 @@ from .vllm_service import per_pod_budget_seconds
 
 
 def declare_scaling_and_observability(
-    ctx: Any,
+    spec: DeploymentSpec,
+    sizing: Sizing,
+    command: VllmCommand,
     vllm: dict[str, pulumi.Resource],
-    addons: dict[str, pulumi.Resource],
+    addons: Mapping[str, pulumi.Resource],
     provider: k8s.Provider,
     parent: pulumi.Resource,
     prereqs: list[pulumi.Resource],
 ) -> dict[str, pulumi.Resource]:
     """Declare the ScaledObject/HPA (``autoscaling.enabled``), the dashboard ConfigMap and the
-    PrometheusRule. Returns role -> resource (``autoscaler``, ``dashboard``, ``alerts``)."""
-    spec, sizing = ctx.spec, ctx.sizing
-    multi_node = len(ctx.vllm.roles) > 1
+    PrometheusRule for ``spec`` / ``sizing`` / ``command`` (the serving command: one role or a
+    multi-node group). Returns role -> resource (``autoscaler``, ``dashboard``, ``alerts``)."""
+    multi_node = len(command.roles) > 1
     out: dict[str, pulumi.Resource] = {}
     plan = scaling_plan(spec, sizing)
     if plan is not None:

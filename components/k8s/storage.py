@@ -7,16 +7,16 @@ for Lustre PersistentVolume and claim (ReadWriteMany), or an existing claim.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.platform import FsxVolumeSource
 from components.spec.config import DeploymentSpec
 from components.spec.weights import FSX_MOUNT_PATH, WEIGHTS_MOUNT_PATH
 
-from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, dns_name, metadata, nvme_host_path
+from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, Manifest, dns_name, metadata
 
 # CSI driver name of FSx for Lustre (https://github.com/kubernetes-sigs/aws-fsx-csi-driver).
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
@@ -25,27 +25,14 @@ FSX_VOLUME = "fsx"
 SCRATCH_VOLUME = "scratch"
 
 
-@dataclass(frozen=True)
-class FsxVolumeSource:
-    """The FSx file system a static volume points at (from the AWS edge).
-
-    Attributes:
-        file_system_id: ``fs-...`` (the CSI volume handle).
-        dns_name: the file system's DNS name.
-        mount_name: the Lustre mount name.
-        capacity_gib: the file system's capacity (the static volume's size).
-    """
-
-    file_system_id: Any
-    dns_name: Any
-    mount_name: Any
-    capacity_gib: int
+__all__ = ["FsxVolumeSource", "declare_fsx_volume", "serving_volume"]
 
 
-def nvme_volume(spec: DeploymentSpec, name: str = WEIGHTS_VOLUME) -> dict[str, Any]:
-    """The node's NVMe RAID0 as a host-path volume. ``type: Directory`` makes a pod fail to start
-    when the RAID0 is not mounted, instead of filling the root disk with 1.5 TB."""
-    return {"name": name, "hostPath": {"path": nvme_host_path(spec), "type": "Directory"}}
+def nvme_volume(host_path: str, name: str = WEIGHTS_VOLUME) -> dict[str, Any]:
+    """The node's NVMe RAID0 at ``host_path`` (``GpuPlacement.nvme_host_path``) as a host-path
+    volume. ``type: Directory`` makes a pod fail to start when the RAID0 is not mounted, instead
+    of filling the root disk with 1.5 TB."""
+    return {"name": name, "hostPath": {"path": host_path, "type": "Directory"}}
 
 
 def fsx_volume(read_only: bool) -> dict[str, Any]:
@@ -59,18 +46,18 @@ def existing_claim_volume(spec: DeploymentSpec, read_only: bool) -> dict[str, An
     return {"name": WEIGHTS_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}
 
 
-def serving_volume(spec: DeploymentSpec) -> tuple[dict[str, Any], str]:
+def serving_volume(spec: DeploymentSpec, nvme_host_path: str) -> tuple[dict[str, Any], str]:
     """The pod volume vLLM reads the weights from (read-only) and its mount path.
 
     ``fsx``: the FSx claim at ``/fsx``; ``pvc``: the existing claim at ``/models``; ``nvme`` and
-    ``nvme-from-fsx``: the node's NVMe at ``/models``.
+    ``nvme-from-fsx``: the node's NVMe (host path ``nvme_host_path``) at ``/models``.
     """
     kind = spec.config.storage.kind
     if kind == "fsx":
         return fsx_volume(read_only=True), FSX_MOUNT_PATH
     if kind == "pvc":
         return existing_claim_volume(spec, read_only=True), WEIGHTS_MOUNT_PATH
-    return nvme_volume(spec), WEIGHTS_MOUNT_PATH
+    return nvme_volume(nvme_host_path), WEIGHTS_MOUNT_PATH
 
 
 def fsx_pv_name(spec: DeploymentSpec) -> str:
@@ -88,34 +75,33 @@ def declare_fsx_volume(
     pv_name = fsx_pv_name(spec)
     namespace = spec.config.kubernetes.namespace
     opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on)
-    pv = k8s.core.v1.PersistentVolume(
-        "weights-fsx-pv",
-        metadata=metadata(spec, pv_name, "weights-storage", namespaced=False),
-        spec={
-            "capacity": {"storage": capacity},
-            "volumeMode": "Filesystem",
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "mountOptions": ["flock"],
-            "claimRef": {"namespace": namespace, "name": FSX_CLAIM_NAME},
-            "csi": {
-                "driver": FSX_CSI_DRIVER,
-                "volumeHandle": fsx.file_system_id,
-                "volumeAttributes": {"dnsname": fsx.dns_name, "mountname": fsx.mount_name},
-            },
+    pv_spec: Manifest = {
+        "capacity": {"storage": capacity},
+        "volumeMode": "Filesystem",
+        "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": "",
+        "mountOptions": ["flock"],
+        "claimRef": {"namespace": namespace, "name": FSX_CLAIM_NAME},
+        "csi": {
+            "driver": FSX_CSI_DRIVER,
+            "volumeHandle": fsx.file_system_id,
+            "volumeAttributes": {"dnsname": fsx.dns_name, "mountname": fsx.mount_name},
         },
-        opts=opts,
+    }
+    pv = k8s.core.v1.PersistentVolume(
+        "weights-fsx-pv", metadata=metadata(spec, pv_name, "weights-storage", namespaced=False), spec=pv_spec, opts=opts
     )
+    pvc_spec: Manifest = {
+        "accessModes": ["ReadWriteMany"],
+        "storageClassName": "",
+        "volumeName": pv_name,
+        "resources": {"requests": {"storage": capacity}},
+    }
     pvc = k8s.core.v1.PersistentVolumeClaim(
         "weights-fsx-pvc",
         metadata=metadata(spec, FSX_CLAIM_NAME, "weights-storage"),
-        spec={
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeName": pv_name,
-            "resources": {"requests": {"storage": capacity}},
-        },
+        spec=pvc_spec,
         # A claim bound to a static volume stays Pending until the volume exists.
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=[pv, *depends_on]),
     )

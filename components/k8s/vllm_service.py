@@ -37,8 +37,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.platform import GpuPlacement, ServiceAccess
 from components.spec.config import DeploymentSpec
 from components.spec.naming import VLLM_SERVICE_ACCOUNT
+from components.spec.platforms import platform_profile
 from components.spec.scaling import autoscaling_enabled, max_replicas
 from components.spec.sizing import Sizing
 from components.spec.vllm import VllmCommand, VllmRole
@@ -50,8 +52,6 @@ from .common import (
     COMPUTE_DOMAIN_NAME,
     HTTP_PORT_NAME,
     VLLM_NAME,
-    gpu_node_selector,
-    gpu_tolerations,
     hardened_container_security,
     labels,
     metadata,
@@ -175,13 +175,13 @@ def serving_components(command: VllmCommand) -> list[str]:
 
 def pod_template(
     spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, role: VllmRole, marker_wait_seconds: int,
-    scrape_annotations: bool, node_copy: NodeCopyInit | None = None,
+    scrape_annotations: bool, placement: GpuPlacement, node_copy: NodeCopyInit | None = None,
 ) -> dict[str, Any]:
     """The pod template of ``role``: the node-local weight copy (``node_copy``, an init
     container running the sync onto the pod's own node) or else a marker wait, the vLLM
-    container, GPUs, EFA, ComputeDomain claim, /dev/shm, scheduling; secrets only through
-    ``secretKeyRef``."""
-    volume, mount_path = serving_volume(spec)
+    container, GPUs, EFA, ComputeDomain claim, /dev/shm, scheduling on the GPU nodes of
+    ``placement`` (the platform handle's); secrets only through ``secretKeyRef``."""
+    volume, mount_path = serving_volume(spec, placement.nvme_host_path)
     marker = f"{command.model_path}/{MARKER_NAME}"
     target, instance = spec.target, spec.instance
     gpus = str(target.gpus_per_node)
@@ -193,7 +193,7 @@ def pod_template(
     # No CPU or memory limit: one vLLM pod owns the node, and an OOM kill in the middle of a
     # 1.5 TB load costs the whole startup budget.
     limits: dict[str, str] = {target.gpu_resource_name: gpus}
-    if spec.platform == "aws-eks" and spec.efa_enabled:
+    if platform_profile(spec.platform).efa_to_pods and spec.efa_enabled:
         efa = str(instance.efa_interfaces)
         requests["vpc.amazonaws.com/efa"] = efa
         limits["vpc.amazonaws.com/efa"] = efa
@@ -239,8 +239,8 @@ def pod_template(
         # Service links would inject *_PORT variables; vLLM reads VLLM_PORT from the env.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 60,
-        "nodeSelector": gpu_node_selector(spec),
-        "tolerations": gpu_tolerations(spec),
+        "nodeSelector": placement.node_selector_dict(),
+        "tolerations": placement.tolerations_list(),
         "initContainers": [init],
         "containers": [container],
         "volumes": volumes,
@@ -273,7 +273,7 @@ def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
 
 def deployment_spec(
     spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool,
-    node_copy: NodeCopyInit | None = None,
+    placement: GpuPlacement, node_copy: NodeCopyInit | None = None,
 ) -> dict[str, Any]:
     """Deployment spec of a single-node copy: ``replicas`` copies, one at a time on update
     (``maxSurge: 0``: the GPU nodes are all in use, a surge pod could never schedule)."""
@@ -284,13 +284,13 @@ def deployment_spec(
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
         "progressDeadlineSeconds": per_pod_budget_seconds(sizing, node_copy.budget_seconds if node_copy else 0),
         "revisionHistoryLimit": 3,
-        "template": pod_template(spec, sizing, command, role, marker_wait_seconds, scrape, node_copy),
+        "template": pod_template(spec, sizing, command, role, marker_wait_seconds, scrape, placement, node_copy),
     }
 
 
 def leaderworkerset_spec(
     spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool,
-    node_copy: NodeCopyInit | None = None,
+    placement: GpuPlacement, node_copy: NodeCopyInit | None = None,
 ) -> dict[str, Any]:
     """LeaderWorkerSet spec of a copy spanning ``nodes_per_copy`` nodes: group size = nodes,
     leader and worker commands from the core builder, the whole group recreated when a pod restarts."""
@@ -302,8 +302,8 @@ def leaderworkerset_spec(
         "leaderWorkerTemplate": {
             "size": leader.nodes + worker.nodes,
             "restartPolicy": "RecreateGroupOnPodRestart",
-            "leaderTemplate": pod_template(spec, sizing, command, leader, marker_wait_seconds, scrape, node_copy),
-            "workerTemplate": pod_template(spec, sizing, command, worker, marker_wait_seconds, scrape, node_copy),
+            "leaderTemplate": pod_template(spec, sizing, command, leader, marker_wait_seconds, scrape, placement, node_copy),
+            "workerTemplate": pod_template(spec, sizing, command, worker, marker_wait_seconds, scrape, placement, node_copy),
         },
     }
 
@@ -378,7 +378,7 @@ def pdb_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
     }
 
 
-def network_policy_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
+def network_policy_spec(spec: DeploymentSpec, command: VllmCommand, client_cidrs: tuple[str, ...]) -> dict[str, Any]:
     """Ingress to vLLM pods: the API port from the configured namespaces and CIDRs only; all
     ports between the pods of a multi-node group (torch.distributed and NCCL); the scrape of
     ``/metrics`` from the Prometheus pods of ``observability.prometheusNamespace``.
@@ -389,15 +389,15 @@ def network_policy_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str,
     labelled ``observability.prometheusPodLabels`` in that namespace (namespace AND pod selector
     in one peer). The API itself stays closed to them: every ``/v1`` route needs the API key
     (vLLM's AuthenticationMiddleware), which Prometheus does not have; ``/metrics`` and
-    ``/health`` are the unauthenticated paths it can read."""
-    k8s_cfg, net = spec.config.kubernetes, spec.config.network
+    ``/health`` are the unauthenticated paths it can read. ``client_cidrs``: the platform
+    handle's ``ServiceAccess.client_cidrs``."""
+    k8s_cfg = spec.config.kubernetes
     peers: list[dict[str, Any]] = []
     if k8s_cfg.allowed_namespaces:
         peers.append({"namespaceSelector": {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(k8s_cfg.allowed_namespaces)}
         ]}})
-    cidrs = list(dict.fromkeys(k8s_cfg.allowed_cidrs + (net.allowed_cidrs if spec.is_aws else ())))
-    peers += [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]
+    peers += [{"ipBlock": {"cidr": cidr}} for cidr in client_cidrs]
     rules: list[dict[str, Any]] = []
     if peers:
         rules.append({"from": peers, "ports": [{"protocol": "TCP", "port": command.port}]})
@@ -458,9 +458,12 @@ def declare_vllm(
     depends_on: list[pulumi.Resource],
     lws_release: pulumi.Resource | None,
     dra_release: pulumi.Resource | None,
+    placement: GpuPlacement,
+    access: ServiceAccess,
     node_copy: NodeCopyInit | None = None,
 ) -> dict[str, pulumi.Resource]:
-    """Declare the workload, ComputeDomain, Service, PDB, NetworkPolicy and scraping.
+    """Declare the workload, ComputeDomain, Service, PDB, NetworkPolicy and scraping, on the GPU
+    nodes of ``placement`` with the client CIDRs of ``access`` (the platform handle's).
 
     Returns logical role -> resource (``workload``, ``service``, ...).
     """
@@ -490,7 +493,9 @@ def declare_vllm(
             api_version="leaderworkerset.x-k8s.io/v1",
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
-            spec=leaderworkerset_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, node_copy),
+            spec=leaderworkerset_spec(
+                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy
+            ),
             opts=opts(
                 lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)
             ),
@@ -499,7 +504,7 @@ def declare_vllm(
         out["workload"] = k8s.apps.v1.Deployment(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
-            spec=deployment_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, node_copy),
+            spec=deployment_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy),
             opts=opts(custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     body, notes = service_spec(spec, command)
@@ -526,7 +531,7 @@ def declare_vllm(
     out["network_policy"] = k8s.networking.v1.NetworkPolicy(
         "vllm-network-policy",
         metadata=metadata(spec, VLLM_NAME, "network-policy"),
-        spec=network_policy_spec(spec, command),
+        spec=network_policy_spec(spec, command, access.client_cidrs),
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )
     if scrape_with_pod_monitor:

@@ -18,6 +18,7 @@ Pulumi awaits each Job's completion within its sync budget; the vLLM workload de
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.platform import GpuPlacement
 from components.spec.config import REPO_ROOT, DeploymentSpec
 from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.spec.sizing import Sizing, sync_budget_seconds
@@ -32,8 +34,7 @@ from components.spec.weights import FSX_MOUNT_PATH, HUB_TOKEN_ENV, SYNC_SCRIPT_P
 
 from .common import (
     SYNC_PROGRAM_CONFIGMAP_PREFIX,
-    gpu_node_selector,
-    gpu_tolerations,
+    Manifest,
     hardened_container_security,
     labels,
     metadata,
@@ -61,7 +62,9 @@ def sync_program_text(path: Path = SYNC_PROGRAM_SOURCE) -> str:
     return path.read_text()
 
 
-def _volumes(spec: DeploymentSpec, step: SyncStep, program_configmap: str) -> tuple[list[dict], list[dict]]:
+def _volumes(
+    spec: DeploymentSpec, step: SyncStep, program_configmap: str, nvme_host_path: str
+) -> tuple[list[dict], list[dict]]:
     volumes: list[dict[str, Any]] = [
         {"name": "sync-program", "configMap": {"name": program_configmap, "defaultMode": 0o444}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "16Gi"}},
@@ -74,13 +77,13 @@ def _volumes(spec: DeploymentSpec, step: SyncStep, program_configmap: str) -> tu
     if step.name == "publish-mirror":
         # The publish step stages hub files on the GPU node's NVMe (weights.STAGING_DIR): a
         # container's ephemeral storage on the root disk cannot hold the files in flight.
-        volumes.append(nvme_volume(spec, SCRATCH_VOLUME))
+        volumes.append(nvme_volume(nvme_host_path, SCRATCH_VOLUME))
         mounts.append({"name": SCRATCH_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     elif kind == "pvc":
         volumes.append(existing_claim_volume(spec, read_only=False))
         mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     else:
-        volumes.append(nvme_volume(spec))
+        volumes.append(nvme_volume(nvme_host_path))
         mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     if step.needs_fsx:
         volumes.append(fsx_volume(read_only=True))
@@ -108,11 +111,13 @@ def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict
 
 
 def job_spec(
-    spec: DeploymentSpec, sizing: Sizing, image: str, step: SyncStep, argv: Any, program_configmap: str, hub_token_set: bool
-) -> dict[str, Any]:
-    """The Job ``spec`` of one sync step (``argv`` may be an Output: it carries the bucket)."""
+    spec: DeploymentSpec, sizing: Sizing, image: str, step: SyncStep, argv: Any, program_configmap: str, hub_token_set: bool,
+    placement: GpuPlacement,
+) -> Manifest:
+    """The Job ``spec`` of one sync step (``argv`` may be an Output: it carries the bucket), on
+    the GPU nodes of ``placement``."""
     component = f"weight-sync-{step.name}"
-    volumes, mounts = _volumes(spec, step, program_configmap)
+    volumes, mounts = _volumes(spec, step, program_configmap, placement.nvme_host_path)
     budget = sync_budget_seconds(spec, sizing, step)
     completions = spec.gpu_nodes if step.per_node else 1
     pod_spec: dict[str, Any] = {
@@ -121,8 +126,8 @@ def job_spec(
         "enableServiceLinks": False,
         # Retry in place: a node-local copy must resume on the node it belongs to.
         "restartPolicy": "OnFailure",
-        "nodeSelector": gpu_node_selector(spec),
-        "tolerations": gpu_tolerations(spec),
+        "nodeSelector": placement.node_selector_dict(),
+        "tolerations": placement.tolerations_list(),
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [
             {
@@ -192,7 +197,8 @@ class NodeCopyInit:
 
 
 def node_copy_init(
-    spec: DeploymentSpec, sizing: Sizing, image: str, mirror_bucket: pulumi.Input[str] | None, hub_token_set: bool
+    spec: DeploymentSpec, sizing: Sizing, image: str, mirror_bucket: pulumi.Input[str] | None, hub_token_set: bool,
+    nvme_host_path: str,
 ) -> NodeCopyInit | None:
     """The ``node-copy`` step as an init container, when that step runs per GPU node.
 
@@ -209,7 +215,7 @@ def node_copy_init(
         return None
     step = steps[index]
     argv: Any = bucket.apply(lambda b: step_argv(sync_steps(spec, b)[index])) if bucket is not None else step_argv(step)
-    volumes, mounts = _volumes(spec, step, sync_program_configmap_name())
+    volumes, mounts = _volumes(spec, step, sync_program_configmap_name(), nvme_host_path)
     container = {
         "name": "weight-sync",
         "image": image,
@@ -224,6 +230,16 @@ def node_copy_init(
     return NodeCopyInit(container, extra, WEIGHT_SYNC_SERVICE_ACCOUNT, sync_budget_seconds(spec, sizing, step))
 
 
+def _step_argv_with_bucket(spec: DeploymentSpec, index: int, bucket: str) -> list[str]:
+    """The argv of ``sync_steps(spec, bucket)[index]`` (inside ``apply``: the bucket's real name)."""
+    return step_argv(sync_steps(spec, bucket)[index])
+
+
+def _job_name(step_name: str, body: Any) -> str:
+    """The Job's name: ``kimi-weights-<step>-<hash of its spec>`` (a changed spec is a new Job)."""
+    return f"kimi-weights-{step_name}-{spec_hash(body)}"
+
+
 def declare_weight_sync(
     spec: DeploymentSpec,
     sizing: Sizing,
@@ -234,13 +250,15 @@ def declare_weight_sync(
     provider: k8s.Provider,
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource],
+    placement: GpuPlacement,
     program_out: list[pulumi.Resource] | None = None,
 ) -> list[k8s.batch.v1.Job]:
     """The sync program ConfigMap and one Job per ``sync_steps`` entry, each after the previous,
     except a per-node ``node-copy`` (an init container of the vLLM pods: ``node_copy_init``).
     ``program_out``, when given, receives the ConfigMap (the vLLM pods depend on it).
 
-    ``mirror_bucket`` is the mirror bucket's name (an Output from the AWS edge) or None. The
+    ``mirror_bucket`` is the mirror bucket's name (the handle's, an Output) or None; the Jobs run
+    on the GPU nodes of ``placement`` (the handle's). The
     step list only depends on whether a bucket is given, so it is computed with a stand-in and
     each Job's argv is recomputed from the real name by the same ``sync_steps``.
     """
@@ -263,11 +281,11 @@ def declare_weight_sync(
         if step.name == "node-copy" and step.per_node:
             continue  # an init container of every vLLM pod (node_copy_init), not a Job
         if bucket is not None:
-            argv: Any = bucket.apply(lambda b, i=index: step_argv(sync_steps(spec, b)[i]))
+            argv: Any = bucket.apply(functools.partial(_step_argv_with_bucket, spec, index))
         else:
             argv = step_argv(step)
-        body = job_spec(spec, sizing, image, step, argv, cm_name, hub_token_set)
-        name = pulumi.Output.from_input(body).apply(lambda b, s=step.name: f"kimi-weights-{s}-{spec_hash(b)}")
+        body = job_spec(spec, sizing, image, step, argv, cm_name, hub_token_set, placement)
+        name = pulumi.Output.from_input(body).apply(functools.partial(_job_name, step.name))
         budget = sync_budget_seconds(spec, sizing, step)
         meta = metadata(
             spec, "", f"weight-sync-{step.name}", tags,

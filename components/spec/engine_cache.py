@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import DeploymentSpec
+from .platforms import platform_profile
 from .versions import VLLM_VERSION
 from .weights import WEIGHTS_MOUNT_PATH, mirror_key_prefix
 
@@ -131,7 +132,7 @@ def restored_at_start(spec: DeploymentSpec) -> bool:
     its first healthy start): ``aws-ec2`` with a mirror (``components/aws/userdata.py``: the
     ``kimi-engine-cache-*`` units pulled in by ``kimi-vllm.service``). Not yet on Kubernetes: the
     vLLM pods hold no S3 rights to save with, so those starts compile cold."""
-    return spec.platform == "aws-ec2" and spec.config.storage.mirror.enabled
+    return platform_profile(spec.platform).serves_under_systemd and spec.config.storage.mirror.enabled
 
 
 def cache_dir(key: EngineCacheKey) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import DeploymentSpec
+from .platforms import platform_profile
 from .sizing import Sizing, gpu_usd_per_hour, sync_expected_seconds
 from .weights import sync_steps
 
@@ -161,7 +162,8 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
     up, up_source = scale_up_seconds(spec, sizing)
     total, price_source = gpu_usd_per_hour(spec)
     per_node = total / spec.gpu_nodes if total is not None else None
-    capacity = spec.config.compute.capacity.type if spec.is_aws else "existing cluster"
+    profile = platform_profile(spec.platform)
+    capacity = spec.config.compute.capacity.type if profile.provisions_aws else "existing cluster"
     reserved = capacity in RESERVED_CAPACITY_TYPES
     notes: list[str] = []
     if reserved:
@@ -173,7 +175,7 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
     else:
         at_min = per_node * lo * nodes if per_node is not None else None
         at_max = per_node * hi * nodes if per_node is not None else None
-    if spec.platform == "kubernetes":
+    if not profile.creates_cluster:
         notes.append(
             f"existing cluster: {hi * nodes} GPU node(s) must be schedulable at the maximum; an idle replica frees "
             f"{spec.target.gpus_per_node * nodes} GPUs for other workloads"
