@@ -398,6 +398,10 @@ def _runner(mode, limit, attempts, pause, *argv):
 def test_runner_restore_always_lets_the_engine_start(tmp_path):
     import sys
 
+    from components.k8s import engine_cache as kec
+
+    assert "$(" not in kec.RUNNER_SCRIPT  # the kubelet expands $(VAR) in every command element
+
     failing = _runner("restore", 0, 1, 0, sys.executable, "-c", "raise SystemExit(3)")
     out, err = failing.communicate(timeout=60)
     assert failing.returncode == 0 and "ended with 3" in err

@@ -278,9 +278,10 @@ def declare_engine_cache_program(
     if spec.platform == "aws-ec2" or not ec.restored_at_start(spec):
         return None
     text = program_text()
+    meta: Any = metadata(spec, program_configmap_name(text), "engine-cache")  # a plain dict: the SDK accepts it
     return k8s.core.v1.ConfigMap(
         "engine-cache-program",
-        metadata=metadata(spec, program_configmap_name(text), "engine-cache"),
+        metadata=meta,
         data={PROGRAM_KEY: text},
         immutable=True,
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
