@@ -15,8 +15,9 @@ name ends in a hash of its text, run in the pinned vLLM image (no extra image). 
   ``versions.EKS_VERSIONS``, is >= 1.31). Being started is all the kubelet waits for, so serving
   never waits for it. It runs the core's save argv (wait for ``/health``, archive once, never over
   an existing archive) up to ``SAVE_ATTEMPTS`` times, then idles: a sidecar that exits is
-  restarted, and while it is down the pod's Ready condition is false (kubelet counts restartable
-  init containers in ContainersReady), which would take a serving pod out of its Service.
+  restarted, and while it is down the pod's Ready condition is false (the kubelet counts
+  restartable init containers in ContainersReady: kubernetes ``pkg/kubelet/status/generate.go``
+  ``GenerateContainersReadyCondition``), which would take a serving pod out of its Service.
 - vLLM mounts the key's directory read-write at ``engine_cache.ENGINE_CACHE_CONTAINER_PATH`` and
   gets ``engine_cache.vllm_cache_env()``; everything else it mounts stays read-only.
 
