@@ -15,7 +15,7 @@ from components.spec.config import namespace_config, parse_spec, read_stack_conf
 from components.spec.sizing import compute_sizing
 from components.spec.vllm import build_vllm_command
 from scripts import engine_cache as tool
-from tests.conftest import FIXED_NOW
+from tests.conftest import FIXED_NOW, REPO_ROOT
 
 BASE = dict(
     image="vllm/vllm-openai:v0.33.0", vllm_version="0.33.0", model_revision="a" * 40,
@@ -171,3 +171,259 @@ def test_ec2_units_run_the_core_argv(tmp_path):
         out = subprocess.run(["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)],
                              capture_output=True, text=True)
         assert "Unknown key" not in out.stderr and "Invalid" not in out.stderr, out.stderr
+
+
+# -- Kubernetes (aws-eks): restore init container, save sidecar, grant -------------------------------
+
+
+def _eks_pods(stack: str, **overrides):
+    from tests.conftest import plan_for
+    from tests.test_k8s_workloads import vllm_pods
+
+    run = plan_for(stack, overrides=overrides or None)
+    return run, vllm_pods(run)
+
+
+def _container(pod, name):
+    return next(c for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]] if c["name"] == name)
+
+
+def _core_argv(argv):
+    """The core's argv inside the runner (``python3 -c RUNNER_SCRIPT mode limit attempts pause ARGV``)."""
+    from components.k8s import engine_cache as kec
+
+    assert argv[:3] == ["python3", "-c", kec.RUNNER_SCRIPT]
+    return argv[7:]
+
+
+def _opt(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize("stack", ["gb300", "b300-prod"])
+def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
+    """The restore runs the core's argv after the weight copy (init containers run in order, vLLM
+    after all of them); the save is a native sidecar (restartPolicy Always) running the core's save."""
+    from components.k8s import engine_cache as kec
+    from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF
+
+    run, pods = _eks_pods(stack)
+    spec, cmd = run.context.spec, run.context.vllm
+    assert ec.restored_at_start(spec)
+    mirror = run.outputs["mirrorUri"].rstrip("/")
+    bucket = mirror[len("s3://"):].split("/", 1)[0]
+    for role_name, pod in pods.items():
+        inits = pod["spec"]["initContainers"]
+        assert [c["name"] for c in inits] == ["weight-sync", kec.RESTORE_CONTAINER, kec.SAVE_CONTAINER], role_name
+        restore, save = inits[1], inits[2]
+        assert "restartPolicy" not in restore and save["restartPolicy"] == "Always"
+        role = cmd.role(role_name)
+        key = ec.engine_cache_key(spec, cmd)
+        if len(cmd.roles) > 1:  # every node of the copy has its own archive
+            key = ec.node_key(key, WORKER_INDEX_REF)
+        url = f"http://{'127.0.0.1' if role.serves_http else LEADER_ADDRESS_REF}:{cmd.port}/health"
+        want_restore, want_save = ec.cache_steps(spec, bucket, key, url)
+        assert _core_argv(restore["command"]) == list(want_restore.argv)
+        assert _core_argv(save["command"]) == list(want_save.argv)
+        assert restore["command"][3:7] == ["restore", str(kec.RESTORE_TIMEOUT_SECONDS), "1", "0"]
+        assert save["command"][3:7] == ["save", "0", str(kec.SAVE_ATTEMPTS), str(kec.SAVE_RETRY_SECONDS)]
+        archive = _opt(_core_argv(restore["command"]), "--uri")
+        assert archive == f"{mirror}/{ec.MIRROR_FOLDER}/{key.digest}.tar"  # beside the weights, the real bucket
+        assert archive.startswith(f"s3://{bucket}/{ec.cache_key_prefix(spec)}/")
+        for c in (restore, save):
+            assert c["image"] == cmd.image and c["securityContext"]["readOnlyRootFilesystem"] is True
+            env = {e["name"]: e["value"] for e in c["env"]}
+            assert env["TMPDIR"] == ec.ENGINE_CACHE_ROOT  # the save stages its archive on the cache volume
+            assert {"name": kec.PROGRAM_VOLUME, "mountPath": "/opt/kimi-deploy", "readOnly": True} in c["volumeMounts"]
+            cache = next(m for m in c["volumeMounts"] if m["mountPath"] == ec.ENGINE_CACHE_ROOT)
+            assert cache == {"name": "weights", "mountPath": ec.ENGINE_CACHE_ROOT, "subPath": ".kimi-engine-cache"}
+        # vLLM: the key's directory read-write, the weights still read-only, no AWS credentials.
+        vllm = _container(pod, "vllm")
+        mount = next(m for m in vllm["volumeMounts"] if m["mountPath"] == ec.ENGINE_CACHE_CONTAINER_PATH)
+        sub = mount.get("subPathExpr", mount.get("subPath"))
+        assert f"/models/{sub}" == _opt(_core_argv(restore["command"]), "--dir") and not mount.get("readOnly")
+        assert ("subPathExpr" in mount) == (len(cmd.roles) > 1)
+        assert next(m for m in vllm["volumeMounts"] if m["mountPath"] == "/models")["readOnly"] is True
+        env = {e["name"]: e.get("value") for e in vllm["env"]}
+        assert {k: env[k] for k in ec.vllm_cache_env()} == ec.vllm_cache_env()
+        assert pod["metadata"]["annotations"][kec.SKIP_CONTAINERS_ANNOTATION] == "vllm"
+        assert pod["spec"]["serviceAccountName"] == ec.vllm_pods_service_account(spec)
+
+
+def test_gb300_nodes_of_a_copy_keep_their_own_caches():
+    """Leader and worker restore and save their own archive (rank-specific torch.compile caches)."""
+    _, pods = _eks_pods("gb300")
+    keys = {r: _opt(_core_argv(_container(p, "engine-cache-restore")["command"]), "--key") for r, p in pods.items()}
+    assert keys["leader"] == keys["worker"] and keys["leader"].endswith("-node$(LWS_WORKER_INDEX)")
+    base = ec.EngineCacheKey({}, "d")
+    assert ec.node_key(base, "0").digest != ec.node_key(base, "1").digest
+    saves = {r: _opt(_core_argv(_container(p, "engine-cache-save")["command"]), "--wait-url") for r, p in pods.items()}
+    assert saves["leader"].startswith("http://127.0.0.1:") and saves["worker"].startswith("http://$(LWS_LEADER_ADDRESS):")
+
+
+def test_pods_of_another_layout_or_build_get_another_key():
+    def key(stack, **vllm):
+        overrides = {}
+        if vllm:
+            overrides["kimi-deploy:vllm"] = {**read_stack_config(stack)["kimi-deploy:vllm"], **vllm}
+        _, pods = _eks_pods(stack, **overrides)
+        return {_opt(_core_argv(_container(p, "engine-cache-restore")["command"]), "--key") for p in pods.values()}
+
+    base = key("gb300")
+    assert key("gb300", decodeContextParallelSize=2) != base
+    assert key("gb300", imageTag="nightly-" + "3" * 40) != base
+    single = key("b300-prod")
+    assert single.isdisjoint(base) and not any("-node" in k for k in single)  # one node: the copy's key
+
+
+def test_pods_and_program_configmap():
+    from components.k8s import engine_cache as kec
+    from tests.test_k8s_workloads import of_kind
+
+    run, pods = _eks_pods("gb300")
+    (cm,) = [c for c in of_kind(run, "ConfigMap") if c["metadata"]["name"].startswith(kec.PROGRAM_CONFIGMAP_PREFIX + "-")]
+    text = (REPO_ROOT / "scripts" / "engine_cache.py").read_text()
+    assert cm["data"] == {"engine_cache.py": text} and cm["immutable"] is True
+    assert cm["metadata"]["name"] == kec.program_configmap_name(text)
+    volume = {"name": kec.PROGRAM_VOLUME, "configMap": {"name": cm["metadata"]["name"], "defaultMode": 0o444}}
+    for pod in pods.values():
+        assert volume in pod["spec"]["volumes"]
+
+
+def test_kubernetes_platform_and_ec2_pods_get_no_engine_cache():
+    """mi355x (kubernetes platform, no mirror) restores nothing: no containers, no ConfigMap."""
+    from components.k8s import engine_cache as kec
+    from tests.test_k8s_workloads import of_kind
+
+    run, pods = _eks_pods("mi355x")
+    assert not ec.restored_at_start(run.context.spec)
+    for pod in pods.values():
+        names = {c["name"] for c in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]}
+        assert not names & {kec.RESTORE_CONTAINER, kec.SAVE_CONTAINER}
+        assert "VLLM_CACHE_ROOT" not in {e["name"] for e in _container(pod, "vllm")["env"]}
+    assert not [c for c in of_kind(run, "ConfigMap") if c["metadata"]["name"].startswith(kec.PROGRAM_CONFIGMAP_PREFIX + "-")]
+
+
+def test_shared_claims_keep_the_cache_in_an_empty_dir():
+    """fsx: the serving claim is shared, so the cache lives in an emptyDir; the pods run as the vLLM
+    account, which then is the one granted the engine-cache rights."""
+    from components.k8s import engine_cache as kec
+    from components.spec.naming import VLLM_SERVICE_ACCOUNT
+
+    storage = {**read_stack_config("b300-prod")["kimi-deploy:storage"], "kind": "fsx"}
+    run, pods = _eks_pods("b300-prod", **{"kimi-deploy:storage": storage})
+    (pod,) = pods.values()
+    assert {"name": kec.CACHE_VOLUME, "emptyDir": {"sizeLimit": kec.EMPTY_DIR_SIZE}} in pod["spec"]["volumes"]
+    mount = next(m for m in _container(pod, "vllm")["volumeMounts"] if m["mountPath"] == ec.ENGINE_CACHE_CONTAINER_PATH)
+    assert mount["name"] == kec.CACHE_VOLUME and "/" not in mount["subPath"]
+    assert pod["spec"]["serviceAccountName"] == VLLM_SERVICE_ACCOUNT == ec.vllm_pods_service_account(run.context.spec)
+    assoc = {r.inputs["serviceAccount"] for r in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")}
+    assert VLLM_SERVICE_ACCOUNT in assoc
+    policies = {r.name for r in run.of_type("aws:iam/rolePolicy:RolePolicy")}
+    assert f"eks-{VLLM_SERVICE_ACCOUNT}-engine-cache" in policies and f"eks-{VLLM_SERVICE_ACCOUNT}-weight-mirror" not in policies
+
+
+def test_restore_budget_is_part_of_the_pod_budget():
+    from components.k8s import engine_cache as kec
+    from components.k8s.vllm_service import per_pod_budget_seconds
+    from components.spec.sizing import sync_budget_seconds
+    from components.spec.weights import sync_steps
+    from tests.test_k8s_workloads import one
+
+    run, _ = _eks_pods("b300-prod")
+    spec, sizing = run.context.spec, run.context.sizing
+    copy = next(s for s in sync_steps(spec, "b") if s.name == "node-copy")
+    want = per_pod_budget_seconds(sizing, sync_budget_seconds(spec, sizing, copy) + kec.RESTORE_TIMEOUT_SECONDS)
+    assert one(run, "Deployment")["spec"]["progressDeadlineSeconds"] == want
+
+
+# -- IAM: the save writes only <revision>/_engine-cache/ ----------------------------------------------
+
+
+def test_engine_cache_policy_document():
+    from components.aws import iam
+
+    doc = json.loads(iam.engine_cache_policy("aws", "bkt", "models/org/repo/rev/_engine-cache/"))
+    st = {s["Sid"]: s for s in doc["Statement"]}
+    assert st["ListEngineCache"]["Resource"] == "arn:aws:s3:::bkt"
+    assert st["ListEngineCache"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["models/org/repo/rev/_engine-cache", "models/org/repo/rev/_engine-cache/*"]}
+    }
+    assert st["ReadEngineCache"] == {"Sid": "ReadEngineCache", "Effect": "Allow", "Action": ["s3:GetObject"],
+                                     "Resource": "arn:aws:s3:::bkt/models/org/repo/rev/_engine-cache/*"}
+    assert st["WriteEngineCache"]["Resource"] == "arn:aws:s3:::bkt/models/org/repo/rev/_engine-cache/*"
+    assert set(st["WriteEngineCache"]["Action"]) == {"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
+    actions = [a for s in doc["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    assert not any("Delete" in a or a == "s3:*" for a in actions)
+    for bad in ("", "/", "models/../x"):
+        with pytest.raises(ValueError, match="engine cache prefix"):
+            iam.engine_cache_policy("aws", "bkt", bad)
+
+
+def test_gb300_pod_account_may_write_only_its_revisions_engine_cache():
+    from tests.conftest import plan_for
+
+    run = plan_for("gb300")
+    spec = run.context.spec
+    account = ec.vllm_pods_service_account(spec)
+    policies = {r.name: json.loads(r.inputs["policy"]) for r in run.of_type("aws:iam/rolePolicy:RolePolicy")}
+    cache = policies[f"eks-{account}-engine-cache"]
+    bucket_arn = "arn:aws:s3:::mirror-bucket-a1b2c3d"
+    writes = [s for s in cache["Statement"] if "s3:PutObject" in s["Action"]]
+    assert [w["Resource"] for w in writes] == [f"{bucket_arn}/{ec.cache_key_prefix(spec)}/*"]
+    assert ec.cache_key_prefix(spec).endswith("/_engine-cache")
+    # The other roles gained nothing: the publisher still writes its revision, the reader reads.
+    for name, doc in policies.items():
+        if name == f"eks-{account}-engine-cache":
+            continue
+        for s in doc["Statement"]:
+            assert not str(s["Resource"]).endswith("_engine-cache/*"), name
+    role = run.named(f"eks-{account}")
+    assert "engine caches" in role.inputs["description"]
+
+
+# -- the runner around the core's argv ----------------------------------------------------------------
+
+
+def _runner(mode, limit, attempts, pause, *argv):
+    import subprocess
+    import sys
+
+    from components.k8s import engine_cache as kec
+
+    return subprocess.Popen([sys.executable, "-c", kec.RUNNER_SCRIPT, mode, str(limit), str(attempts), str(pause), *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_runner_restore_always_lets_the_engine_start(tmp_path):
+    import sys
+
+    from components.k8s import engine_cache as kec
+
+    assert "$(" not in kec.RUNNER_SCRIPT  # the kubelet expands $(VAR) in every command element
+
+    failing = _runner("restore", 0, 1, 0, sys.executable, "-c", "raise SystemExit(3)")
+    out, err = failing.communicate(timeout=60)
+    assert failing.returncode == 0 and "ended with 3" in err
+    slow = _runner("restore", 1, 1, 0, sys.executable, "-c", "import time; time.sleep(30)")
+    out, err = slow.communicate(timeout=60)
+    assert slow.returncode == 0 and "timeout after 1 s" in err
+
+
+def test_runner_save_retries_then_idles_until_sigterm(tmp_path):
+    import signal
+    import sys
+    import time
+
+    counter = tmp_path / "runs"
+    script = f"open({str(counter)!r}, 'a').write('x'); raise SystemExit(1)"
+    proc = _runner("save", 0, 2, 0, sys.executable, "-c", script)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (counter.exists() and len(counter.read_text()) == 2):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert proc.poll() is None  # idles: an exited sidecar would be restarted and the pod unready
+    assert counter.read_text() == "xx"  # SAVE_ATTEMPTS, no more
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "attempt 2/2 ended with 1" in err

@@ -23,10 +23,14 @@ from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEM
 from components.k8s.weight_sync import sync_program_text
 from components.plan_engine import SECRET_MASK, run_program
 from components.spec.config import ConfigError, read_stack_config
+from components.spec.engine_cache import restored_at_start
 from components.spec.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.spec.versions import HELM_CHARTS
 from components.spec.weights import MARKER_NAME, SYNC_SCRIPT_PATH
 from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
+
+# The engine caches' init containers after the weight copy (components/k8s/engine_cache.py).
+ENGINE_CACHE_CONTAINERS = ("engine-cache-restore", "engine-cache-save")
 
 K8S_STACKS = [s for s in STACKS if plan_for(s).context.spec.uses_kubernetes]
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -168,8 +172,10 @@ def test_kubernetes_stacks_declare_the_complete_workload_set(name):
         for r in k8s_objects(run)
         if (r.inputs.get("metadata") or {}).get("namespace", workload_ns) == workload_ns
     ]
-    for kind in ("Namespace", "ConfigMap", "Service", "PodDisruptionBudget", "NetworkPolicy"):
+    for kind in ("Namespace", "Service", "PodDisruptionBudget", "NetworkPolicy"):
         assert kinds.count(kind) == 1, f"{name}: {kind} x{kinds.count(kind)}"
+    # The weight-sync program, and the engine-cache program where the pods restore the caches.
+    assert kinds.count("ConfigMap") == 1 + restored_at_start(run.context.spec), f"{name}: ConfigMap x{kinds.count('ConfigMap')}"
     assert kinds.count("Secret") >= 1 and kinds.count("ServiceAccount") >= 2
     for kind, count in EXPECTED_WORKLOAD[name].items():
         assert kinds.count(kind) == count, f"{name}: {kind} x{kinds.count(kind)}, expected {count}"
@@ -417,7 +423,7 @@ def test_leaderworkerset_replicas_follow_config():
     assert one(run, "ComputeDomain")["spec"]["numNodes"] == 0
     tmpl = one(run, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):  # every pod of every group copies onto its node
-        assert [c["name"] for c in tmpl[role]["spec"]["initContainers"]] == ["weight-sync"]
+        assert [c["name"] for c in tmpl[role]["spec"]["initContainers"]] == ["weight-sync", *ENGINE_CACHE_CONTAINERS]
 
 
 # -- weight-sync Jobs -------------------------------------------------------------------------------
@@ -447,7 +453,9 @@ def test_node_local_copy_is_an_init_container_of_every_vllm_pod(name):
     assert not [r for r in run.resources if r.name == "weight-sync-node-copy"]  # no Job to re-run
     for role, pod in vllm_pods(run).items():
         inits = pod["spec"]["initContainers"]
-        assert [c["name"] for c in inits] == ["weight-sync"], role
+        # Then the engine caches' restore and save sidecar where the pods restore them (test_engine_cache.py).
+        cache = list(ENGINE_CACHE_CONTAINERS) if restored_at_start(run.context.spec) else []
+        assert [c["name"] for c in inits] == ["weight-sync", *cache], role
         argv = inits[0]["command"]
         assert argv[:2] == ["python3", SYNC_SCRIPT_PATH] and argv[argv.index("--dest") + 1] == run.context.vllm.model_path
         weights = next(v for v in pod["spec"]["volumes"] if v["name"] == "weights")

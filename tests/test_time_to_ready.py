@@ -103,8 +103,8 @@ def test_overrides_replace_estimates():
     assert first["image pull"].source == "measured (kimi-deploy:timeToReady.imagePullSeconds)"
     assert first["engine init (cold)"].seconds == 1234 and "engineInitSeconds" in first["engine init (cold)"].source
     assert cached["engine init (cached)"].seconds == 77 and "engineInitCachedSeconds" in cached["engine init (cached)"].source
-    gb300 = _model(_spec_with("gb300", engineInitSeconds=1234))  # Kubernetes: no restore yet, cold
-    assert {p.name: p for p in gb300.scenarios["repeat_trial"].phases}["engine init (cold)"].seconds == 1234
+    mi355x = _model(_spec_with("mi355x", engineInitSeconds=1234))  # kubernetes platform: no restore, cold
+    assert {p.name: p for p in mi355x.scenarios["repeat_trial"].phases}["engine init (cold)"].seconds == 1234
     assert first["infrastructure"].seconds == 11 and first["instance boot"].seconds == 13
     copy = repeat["weight copy mirror -> NVMe"]
     assert copy.seconds == -(-spec.model.weights_bytes // int(2.5e9)) and "copyGBps" in copy.source
@@ -143,12 +143,31 @@ def test_b300_repeat_trial_goal_on_paper():
     assert model.engine_cache_repeat_trial is None  # nothing to show beside: it is the scenario
 
 
-def test_kubernetes_stacks_start_cold_and_show_the_cached_start_beside():
-    """Kubernetes pods do not restore the caches yet: cold in the scenarios, cached as an alternative."""
-    model = _model(load_stack("gb300", now=FIXED_NOW))
+def test_kubernetes_platform_starts_cold_and_shows_the_cached_start_beside():
+    """On the kubernetes platform the pods do not restore the caches (nothing is granted the right
+    to save there): cold in the scenarios, cached as an alternative where a mirror exists."""
+    ns, _ = namespace_config(read_stack_config("mi355x"))
+    ns["storage"] = {**ns["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "existing-mirror"}}
+    model = _model(parse_spec(ns, stack="t", now=FIXED_NOW))
     assert all("(cached)" not in p.name for p in model.scenarios["repeat_trial"].phases)
     alt = model.engine_cache_repeat_trial
     assert alt is not None and alt.total_seconds < model.scenarios["repeat_trial"].total_seconds
+
+
+@pytest.mark.parametrize("stack", ["gb300", "b300-prod"])
+def test_aws_eks_pods_restore_between_the_copy_and_the_load(stack):
+    """aws-eks: the restore is an init container after the weight-sync one, so it follows the copy
+    and vLLM (the load, then the cached engine init) follows it; no alternative is shown."""
+    model = _model(load_stack(stack, now=FIXED_NOW))
+    for name in ("repeat_trial", "replaced_node"):
+        phases = {p.name: p for p in model.scenarios[name].phases}
+        copy = next(p for n, p in phases.items() if n.startswith("weight copy"))
+        restore = phases["engine cache restore"]
+        assert restore.start_seconds == copy.end_seconds and restore.on_critical_path
+        assert phases["weight load"].start_seconds == restore.end_seconds
+        assert "engine init (cached)" in phases and "engine init (cold)" not in phases
+    assert "engine init (cold)" in {p.name for p in model.scenarios["first_deploy"].phases}
+    assert model.engine_cache_repeat_trial is None
 
 
 def test_repeat_trial_after_running_excludes_the_infrastructure():

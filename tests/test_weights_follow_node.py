@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from components.k8s import vllm_service
+from components.k8s import engine_cache, vllm_service
 from components.spec.config import read_stack_config
+from components.spec.engine_cache import restored_at_start
 from components.spec.sizing import sync_budget_seconds
 from components.spec.weights import sync_steps
 from tests.conftest import plan_for
@@ -37,8 +38,10 @@ def test_pulumi_waits_and_progress_deadline_include_the_copy(stack):
     run, timeouts = run_with_timeouts(stack)
     spec, sizing = run.context.spec, run.context.sizing
     copy = next(s for s in sync_steps(spec, "b" if spec.config.storage.mirror.enabled else None) if s.name == "node-copy")
+    # The engine caches' restore (an init container after the copy) where the pods restore them.
+    restore = engine_cache.RESTORE_TIMEOUT_SECONDS if restored_at_start(spec) else 0
     per_pod = (sizing.startup_budget_seconds + vllm_service.ENGINE_TIMEOUT_MARGIN_SECONDS + vllm_service.IMAGE_PULL_BUDGET_SECONDS
-               + sync_budget_seconds(spec, sizing, copy))
+               + sync_budget_seconds(spec, sizing, copy) + restore)
     workload = "vllm-leaderworkerset" if spec.nodes_per_copy > 1 else "vllm-deployment"
     assert seconds(timeouts[workload].create) == per_pod
     # a rolling update may touch every copy up to the autoscaler's maximum

@@ -175,6 +175,29 @@ def kubeconfig_json(cluster_name: str, endpoint: str, ca_data: str, region: str)
     )
 
 
+def engine_cache_grant(spec: DeploymentSpec, partition: pulumi.Input[str], bucket: pulumi.Input[str]) -> tuple[str, Any]:
+    """``(service account, policy document Output or None)``: the engine-cache rights of the
+    vLLM pods' account (``engine_cache.vllm_pods_service_account``), read and write under
+    ``engine_cache.cache_key_prefix`` only; None where the pods do not restore the caches."""
+    from components.spec import engine_cache as ec
+
+    account = ec.vllm_pods_service_account(spec)
+    if spec.platform != "aws-eks" or not ec.restored_at_start(spec):
+        return account, None
+    cache_prefix = ec.cache_key_prefix(spec)
+    return account, pulumi.Output.all(partition, bucket).apply(lambda v: iam.engine_cache_policy(v[0], v[1], cache_prefix))
+
+
+def role_description(spec: DeploymentSpec, account: str, write: bool, policies: list[str]) -> str:
+    """The IAM description of a Pod Identity role: what it may do in the mirror."""
+    rights = []
+    if "weight-mirror" in policies:
+        rights.append(f"{'write' if write else 'read'} {spec.config.storage.mirror.prefix}/ in the mirror")
+    if "engine-cache" in policies:
+        rights.append("read and write the engine caches of its revision")
+    return f"kimi-deploy {spec.stack}: {spec.config.kubernetes.namespace}/{account} ({'; '.join(rights)})"
+
+
 @dataclass
 class EksClusterArgs:
     """Inputs of ``EksCluster``.
@@ -480,10 +503,17 @@ class EksCluster(pulumi.ComponentResource):
         revision_prefix = mirror_key_prefix(spec)
         namespace = spec.config.kubernetes.namespace
         out = []
+        inline: dict[str, dict[str, Any]] = {}
         for account, write in ((WEIGHT_SYNC_SERVICE_ACCOUNT, False), (MIRROR_PUBLISH_SERVICE_ACCOUNT, True)):
-            doc = pulumi.Output.all(a.partition, a.mirror_bucket).apply(
+            inline[account] = {"weight-mirror": pulumi.Output.all(a.partition, a.mirror_bucket).apply(
                 lambda v, w=write: iam.mirror_policy(v[0], v[1], prefix, write=w, write_prefix=revision_prefix)
-            )
+            )}
+        # The vLLM pods' account restores and saves the engine caches (components/k8s/engine_cache.py).
+        cache_account, cache_doc = engine_cache_grant(spec, a.partition, a.mirror_bucket)
+        if cache_doc is not None:
+            inline.setdefault(cache_account, {})["engine-cache"] = cache_doc
+        for account, policies in inline.items():
+            write = account == MIRROR_PUBLISH_SERVICE_ACCOUNT
             role = iam.role(
                 f"{name}-{account}",
                 parent=self,
@@ -491,9 +521,8 @@ class EksCluster(pulumi.ComponentResource):
                 service="pods.eks.amazonaws.com",
                 tag_session=True,
                 partition=a.partition,
-                inline={"weight-mirror": doc},
-                description=f"kimi-deploy {spec.stack}: {namespace}/{account} ({'write' if write else 'read'} {prefix}/ in the "
-                            "mirror)",
+                inline=policies,
+                description=role_description(spec, account, write, sorted(policies)),
             )
             out.append(
                 aws.eks.PodIdentityAssociation(

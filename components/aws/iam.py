@@ -164,6 +164,56 @@ def mirror_policy(
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
+# What the engine-cache save needs beyond reading the mirror (scripts/engine_cache.py: boto3
+# upload_file, multipart above 8 MB): put, and abort/list the parts of its own multipart uploads.
+# No s3:DeleteObject: a save never removes or replaces an archive.
+ENGINE_CACHE_WRITE_ACTIONS: tuple[str, ...] = (
+    "s3:PutObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+)
+
+
+def engine_cache_policy(partition: str, bucket: str, cache_prefix: str) -> str:
+    """The S3 policy document (JSON) of a pod that restores and saves the engine caches: list,
+    read and write under ``cache_prefix`` only (``engine_cache.cache_key_prefix``:
+    ``<prefix>/<repo>/<revision>/_engine-cache``); the weights beside it stay out of reach.
+
+    The list right (conditioned on the prefix) makes S3 answer a HEAD of a missing archive with
+    404 instead of 403 (S3 API reference, HeadObject permissions; S3 evaluates ``s3:prefix`` as
+    the object's key there, ceph/ceph#68577 matching AWS), which the save's existence check needs.
+
+    Raises:
+        ValueError: ``cache_prefix`` is empty or not a relative key prefix.
+    """
+    clean = cache_prefix.strip("/")
+    if not clean or ".." in clean.split("/"):
+        raise ValueError(f"engine cache prefix {cache_prefix!r} is not a relative S3 key prefix")
+    arn = bucket_arn(partition, bucket)
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ListEngineCache",
+                    "Effect": "Allow",
+                    "Action": "s3:ListBucket",
+                    "Resource": arn,
+                    "Condition": {"StringLike": {"s3:prefix": _prefix_patterns([clean])}},
+                },
+                {"Sid": "ReadEngineCache", "Effect": "Allow", "Action": list(READ_ACTIONS), "Resource": f"{arn}/{clean}/*"},
+                {
+                    "Sid": "WriteEngineCache",
+                    "Effect": "Allow",
+                    "Action": list(ENGINE_CACHE_WRITE_ACTIONS),
+                    "Resource": f"{arn}/{clean}/*",
+                },
+            ],
+        },
+        sort_keys=True,
+    )
+
+
 def ssm_parameters_policy(parameter_arns: list[str]) -> str:
     """Read (and decrypt through SSM with the AWS managed key) exactly these parameters (JSON)."""
     return json.dumps(

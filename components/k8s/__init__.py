@@ -23,6 +23,7 @@ from components.spec.weights import SyncStep, sync_steps
 
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
+from .engine_cache import declare_engine_cache_program, engine_cache_pods
 from .scaling_edge import declare_scaling_and_observability
 from .storage import declare_fsx_volume
 from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
@@ -113,6 +114,11 @@ class KimiWorkloads(pulumi.ComponentResource):
         marker_wait = max(MIN_MARKER_WAIT_SECONDS, sum(sync_budget_seconds(spec, ctx.sizing, s) for s in steps))
         # The node-local copy runs in every vLLM pod, on its own node (weights follow the node).
         node_copy = node_copy_init(spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, placement.nvme_host_path)
+        # The engine caches: restored before vLLM starts, saved after its first healthy start.
+        self.engine_cache_program = declare_engine_cache_program(spec, self.provider, self, prereqs)
+        if self.engine_cache_program is not None:
+            program.append(self.engine_cache_program)
+        caches = {r.name: engine_cache_pods(spec, ctx.vllm, r, bucket) for r in ctx.vllm.roles}
         self.vllm = declare_vllm(
             spec, ctx.sizing, ctx.vllm, ctx.tags, marker_wait, self.provider, self,
             [*prereqs, *program, *self.jobs, *self.addons.values()],
@@ -121,6 +127,7 @@ class KimiWorkloads(pulumi.ComponentResource):
             placement=placement,
             access=handle.service_access,
             node_copy=node_copy,
+            engine_cache={name: c for name, c in caches.items() if c is not None},
         )
         self.scaling = declare_scaling_and_observability(
             spec, ctx.sizing, ctx.vllm, self.vllm, self.addons, self.provider, self, prereqs

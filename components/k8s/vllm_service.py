@@ -59,6 +59,7 @@ from .common import (
     secret_env,
     selector_labels,
 )
+from .engine_cache import EngineCachePods, engine_cache_budget_seconds, with_engine_cache
 from .storage import serving_volume
 from .weight_sync import NodeCopyInit
 
@@ -176,11 +177,13 @@ def serving_components(command: VllmCommand) -> list[str]:
 def pod_template(
     spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, role: VllmRole, marker_wait_seconds: int,
     scrape_annotations: bool, placement: GpuPlacement, node_copy: NodeCopyInit | None = None,
+    engine_cache: dict[str, EngineCachePods] | None = None,
 ) -> dict[str, Any]:
     """The pod template of ``role``: the node-local weight copy (``node_copy``, an init
     container running the sync onto the pod's own node) or else a marker wait, the vLLM
     container, GPUs, EFA, ComputeDomain claim, /dev/shm, scheduling on the GPU nodes of
-    ``placement`` (the platform handle's); secrets only through ``secretKeyRef``."""
+    ``placement`` (the platform handle's); secrets only through ``secretKeyRef``; the engine
+    caches' restore and save (``engine_cache``, by role name: ``engine_cache.with_engine_cache``)."""
     volume, mount_path = serving_volume(spec, placement.nvme_host_path)
     marker = f"{command.model_path}/{MARKER_NAME}"
     target, instance = spec.target, spec.instance
@@ -254,7 +257,7 @@ def pod_template(
             "prometheus.io/port": str(command.port),
             "prometheus.io/path": "/metrics",
         }
-    return {"metadata": meta, "spec": pod}
+    return with_engine_cache({"metadata": meta, "spec": pod}, (engine_cache or {}).get(role.name))
 
 
 # ComputeDomain.spec.numNodes: deprecated, and with the DRA driver's default feature gate
@@ -274,6 +277,7 @@ def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
 def deployment_spec(
     spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool,
     placement: GpuPlacement, node_copy: NodeCopyInit | None = None,
+    engine_cache: dict[str, EngineCachePods] | None = None,
 ) -> dict[str, Any]:
     """Deployment spec of a single-node copy: ``replicas`` copies, one at a time on update
     (``maxSurge: 0``: the GPU nodes are all in use, a surge pod could never schedule)."""
@@ -282,15 +286,20 @@ def deployment_spec(
         "replicas": spec.replicas,
         "selector": {"matchLabels": selector_labels(spec, role_component(role))},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-        "progressDeadlineSeconds": per_pod_budget_seconds(sizing, node_copy.budget_seconds if node_copy else 0),
+        "progressDeadlineSeconds": per_pod_budget_seconds(
+            sizing, (node_copy.budget_seconds if node_copy else 0) + engine_cache_budget_seconds(engine_cache)
+        ),
         "revisionHistoryLimit": 3,
-        "template": pod_template(spec, sizing, command, role, marker_wait_seconds, scrape, placement, node_copy),
+        "template": pod_template(
+            spec, sizing, command, role, marker_wait_seconds, scrape, placement, node_copy, engine_cache
+        ),
     }
 
 
 def leaderworkerset_spec(
     spec: DeploymentSpec, sizing: Sizing, command: VllmCommand, marker_wait_seconds: int, scrape: bool,
     placement: GpuPlacement, node_copy: NodeCopyInit | None = None,
+    engine_cache: dict[str, EngineCachePods] | None = None,
 ) -> dict[str, Any]:
     """LeaderWorkerSet spec of a copy spanning ``nodes_per_copy`` nodes: group size = nodes,
     leader and worker commands from the core builder, the whole group recreated when a pod restarts."""
@@ -302,8 +311,12 @@ def leaderworkerset_spec(
         "leaderWorkerTemplate": {
             "size": leader.nodes + worker.nodes,
             "restartPolicy": "RecreateGroupOnPodRestart",
-            "leaderTemplate": pod_template(spec, sizing, command, leader, marker_wait_seconds, scrape, placement, node_copy),
-            "workerTemplate": pod_template(spec, sizing, command, worker, marker_wait_seconds, scrape, placement, node_copy),
+            "leaderTemplate": pod_template(
+                spec, sizing, command, leader, marker_wait_seconds, scrape, placement, node_copy, engine_cache
+            ),
+            "workerTemplate": pod_template(
+                spec, sizing, command, worker, marker_wait_seconds, scrape, placement, node_copy, engine_cache
+            ),
         },
     }
 
@@ -461,6 +474,7 @@ def declare_vllm(
     placement: GpuPlacement,
     access: ServiceAccess,
     node_copy: NodeCopyInit | None = None,
+    engine_cache: dict[str, EngineCachePods] | None = None,
 ) -> dict[str, pulumi.Resource]:
     """Declare the workload, ComputeDomain, Service, PDB, NetworkPolicy and scraping, on the GPU
     nodes of ``placement`` with the client CIDRs of ``access`` (the platform handle's).
@@ -473,7 +487,7 @@ def declare_vllm(
 
     out: dict[str, pulumi.Resource] = {}
     scrape_with_pod_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
-    copy_s = node_copy.budget_seconds if node_copy is not None else 0
+    copy_s = (node_copy.budget_seconds if node_copy is not None else 0) + engine_cache_budget_seconds(engine_cache)
     create_s, update_s = rollout_timeouts(spec, sizing, copy_s)
     timeouts = pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s")
     multi_node = len(command.roles) > 1
@@ -494,7 +508,8 @@ def declare_vllm(
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
             spec=leaderworkerset_spec(
-                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy
+                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                engine_cache,
             ),
             opts=opts(
                 lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)
@@ -504,7 +519,10 @@ def declare_vllm(
         out["workload"] = k8s.apps.v1.Deployment(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
-            spec=deployment_spec(spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy),
+            spec=deployment_spec(
+                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                engine_cache,
+            ),
             opts=opts(custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     body, notes = service_spec(spec, command)

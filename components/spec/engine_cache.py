@@ -129,10 +129,44 @@ def engine_cache_key(spec: DeploymentSpec, command) -> EngineCacheKey:
 
 def restored_at_start(spec: DeploymentSpec) -> bool:
     """Whether the stack's boot chain restores the caches before vLLM starts (and saves them after
-    its first healthy start): ``aws-ec2`` with a mirror (``components/aws/userdata.py``: the
-    ``kimi-engine-cache-*`` units pulled in by ``kimi-vllm.service``). Not yet on Kubernetes: the
-    vLLM pods hold no S3 rights to save with, so those starts compile cold."""
-    return platform_profile(spec.platform).serves_under_systemd and spec.config.storage.mirror.enabled
+    its first healthy start): a mirror on a platform whose profile ``restores_engine_cache``
+    (aws-ec2: the ``kimi-engine-cache-*`` units; aws-eks: the vLLM pods' restore init container
+    and save sidecar, ``components/k8s/engine_cache.py``). Elsewhere every start compiles cold."""
+    return platform_profile(spec.platform).restores_engine_cache and spec.config.storage.mirror.enabled
+
+
+# The folder beside the revision's weights in the mirror that holds the archives.
+MIRROR_FOLDER = "_engine-cache"
+
+
+def cache_key_prefix(spec: DeploymentSpec) -> str:
+    """``<mirror prefix of the revision>/_engine-cache``: the one key prefix a save writes under
+    (every ``archive_uri`` of the stack lies below it; the IAM grant of the save is scoped to it)."""
+    return f"{mirror_key_prefix(spec)}/{MIRROR_FOLDER}"
+
+
+def node_key(key: EngineCacheKey, node_index: str) -> EngineCacheKey:
+    """The key of node ``node_index`` of a copy spanning nodes.
+
+    vLLM keeps torch.compile artifacts per rank (``torch_compile_cache/<hash>/rank_<r>_<dp>/``,
+    ``vllm/compilation/backends.py``), so the cache of a copy's leader holds other ranks than a
+    worker's: each node gets its own archive, ``<digest>-node<index>``, and a node never restores
+    another node's archive (the restore compares the whole recorded key). ``node_index`` may be a
+    Kubernetes ``$(VAR)`` reference (``vllm.WORKER_INDEX_REF``), expanded by the kubelet in argv.
+    """
+    return EngineCacheKey({**key.parts, "node_index": node_index}, f"{key.digest}-node{node_index}")
+
+
+def vllm_pods_service_account(spec: DeploymentSpec) -> str:
+    """The service account the Kubernetes vLLM pods run as (and so the one their engine-cache
+    containers use): the weight-sync account where every pod copies its node's weights in an init
+    container (``node-copy`` per node: ``nvme``, ``nvme-from-fsx``), else the vLLM account."""
+    from .naming import VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+    from .weights import sync_steps
+
+    bucket = "mirror-bucket" if spec.config.storage.mirror.enabled else None
+    per_node_copy = any(s.name == "node-copy" and s.per_node for s in sync_steps(spec, bucket))
+    return WEIGHT_SYNC_SERVICE_ACCOUNT if per_node_copy else VLLM_SERVICE_ACCOUNT
 
 
 def cache_dir(key: EngineCacheKey) -> str:

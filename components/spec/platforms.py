@@ -62,6 +62,12 @@ class PlatformProfile:
         cluster_autoscaler: with ``autoscaling.enabled``, the stack installs the cluster
             autoscaler for its GPU node groups (and its IAM identity).
         service_exposure: how clients reach the API (``ServiceExposure``).
+        restores_engine_cache: with a mirror, the engine's compile caches are restored before
+            vLLM starts and saved after its first healthy start (``engine_cache.py``): aws-ec2
+            through the ``kimi-engine-cache-*`` units, aws-eks through the vLLM pods' restore init
+            container and save sidecar, whose service account may write ``<rev>/_engine-cache/``
+            alone. Not on an existing cluster: the mirror's credentials are the operator's (the
+            project binds no cloud identity there), so nothing could be granted the right to save.
     """
 
     name: str
@@ -76,6 +82,7 @@ class PlatformProfile:
     fsx_available: bool
     cluster_autoscaler: bool
     service_exposure: ServiceExposure
+    restores_engine_cache: bool
 
 
 PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
@@ -93,6 +100,7 @@ PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
             fsx_available=False,
             cluster_autoscaler=False,
             service_exposure="instance-private-endpoint",
+            restores_engine_cache=True,
         ),
         "aws-eks": PlatformProfile(
             name="aws-eks",
@@ -107,6 +115,7 @@ PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
             fsx_available=True,
             cluster_autoscaler=True,
             service_exposure="kubernetes-service",
+            restores_engine_cache=True,
         ),
         "kubernetes": PlatformProfile(
             name="kubernetes",
@@ -121,6 +130,7 @@ PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
             fsx_available=False,
             cluster_autoscaler=False,
             service_exposure="kubernetes-service",
+            restores_engine_cache=False,
         ),
     }
 )

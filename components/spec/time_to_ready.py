@@ -412,12 +412,19 @@ def _scenario_steps(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep,
     ready_after = [prev]
     restored = engine_cache and cached and mirror
     if restored:
-        # The engine caches come from the mirror beside the weights (engine_cache.py).
+        # The engine caches come from the mirror beside the weights (engine_cache.py). On
+        # Kubernetes the restore is an init container after the weight-sync one (init containers
+        # run one at a time, then vLLM starts: components/k8s/engine_cache.py), so it lies
+        # between the copy and the load.
         rate = mirror_copy_rate(spec)
+        in_pod = spec.platform != "aws-ec2"
         out.append(_Step("engine cache restore", ENGINE_CACHE_BYTES.value / rate.bytes_per_second,
                          f"{ENGINE_CACHE_BYTES.value / 1e9:g} GB [{ENGINE_CACHE_BYTES.source}] at the copy rate",
-                         after=(before_copy,), gpu=True))
-        ready_after.append("engine cache restore")
+                         after=(prev,) if in_pod else (before_copy,), gpu=True))
+        if in_pod:
+            prev = "engine cache restore"
+        else:
+            ready_after.append("engine cache restore")
     if streamer:
         rate = stream_rate(spec)
         per_node = sizing.weights_bytes / spec.nodes_per_copy
@@ -443,7 +450,7 @@ class TimeToReady:
         streamer_repeat_trial: the repeat trial loading with ``--load-format runai_streamer``
             straight from the mirror (no copy), side by side with the copy; None without a mirror.
         engine_cache_repeat_trial: where the boot chain does not restore the engine's compile
-            caches (``engine_cache.restored_at_start``: Kubernetes today), the repeat trial as it
+            caches (``engine_cache.restored_at_start``: the kubernetes platform), the repeat trial as it
             would be with them, side by side; None where they are restored (the scenarios include
             it) or without a mirror.
         goal_seconds: ``REPEAT_TRIAL_GOAL_SECONDS``.
@@ -496,10 +503,12 @@ def time_to_ready(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, .
 
 # Why the scenarios start the engine cold although engine_cache.py exists (README "Time to ready").
 ENGINE_CACHE_NOTE = (
-    "engine caches: on aws-ec2 the boot chain restores them from the mirror before vLLM starts and "
-    "saves them after its first healthy start (scripts/engine_cache.py, keyed by engine build, "
-    "revision, layout and GPU); on Kubernetes not yet (the vLLM pods hold no S3 rights to save "
-    "with), so those scenarios start the engine cold and the cached figure is shown beside them"
+    "engine caches: on aws-ec2 (boot units) and aws-eks (a restore init container and a save sidecar "
+    "in every vLLM pod) they are restored from the mirror before vLLM starts and saved after its "
+    "first healthy start (scripts/engine_cache.py, keyed by engine build, revision, layout, node of "
+    "the copy and GPU); on the kubernetes platform not (the mirror's credentials there are the "
+    "operator's, nothing is granted the right to save), so those scenarios start the engine cold and "
+    "the cached figure is shown beside them where a mirror exists"
 )
 
 

@@ -1,0 +1,292 @@
+"""The engine's compile caches in the Kubernetes vLLM pods (``aws-eks``): restored from the mirror
+before vLLM starts, saved once after the copy's first healthy start.
+
+The key, the archive's place (``s3://<mirror>/<prefix>/<repo>/<rev>/_engine-cache/<key>.tar``) and
+the restore/save runs are the core's (``components/spec/engine_cache.py``); the program is
+``scripts/engine_cache.py``, shipped like the weight-sync program: an immutable ConfigMap whose
+name ends in a hash of its text, run in the pinned vLLM image (no extra image). Per pod:
+
+- ``engine-cache-restore``: an init container after the ``weight-sync`` one (init containers run
+  one at a time, so vLLM starts only after it). It runs the core's restore argv under
+  ``RUNNER_SCRIPT``: bounded by ``RESTORE_TIMEOUT_SECONDS`` and always exiting 0, so a missing,
+  refused (another key) or failed archive is a cold start, never a pod that cannot start.
+- ``engine-cache-save``: a native sidecar (an init container with ``restartPolicy: Always``;
+  Kubernetes >= 1.29 runs it beside the main containers, and every EKS version offered here,
+  ``versions.EKS_VERSIONS``, is >= 1.31). Being started is all the kubelet waits for, so serving
+  never waits for it. It runs the core's save argv (wait for ``/health``, archive once, never over
+  an existing archive) up to ``SAVE_ATTEMPTS`` times, then idles: a sidecar that exits is
+  restarted, and while it is down the pod's Ready condition is false (the kubelet counts
+  restartable init containers in ContainersReady: kubernetes ``pkg/kubelet/status/generate.go``
+  ``GenerateContainersReadyCondition``), which would take a serving pod out of its Service.
+- vLLM mounts the key's directory read-write at ``engine_cache.ENGINE_CACHE_CONTAINER_PATH`` and
+  gets ``engine_cache.vllm_cache_env()``; everything else it mounts stays read-only.
+
+Where the cache lives: on the node's NVMe (the pod's ``weights`` hostPath volume, sub-directory
+``.kimi-engine-cache``, the layout of the EC2 node) for ``nvme`` and ``nvme-from-fsx``: it
+survives a pod restart on the node (the restore finds the key's directory and does nothing), it
+draws on TBs of NVMe rather than the root disk's ephemeral storage (which counts toward kubelet
+evictions), and the save's archive is staged beside it (``TMPDIR``). For ``fsx`` and ``pvc`` (a
+claim shared by several pods, never a place for one pod's cache) an ``emptyDir`` of
+``EMPTY_DIR_SIZE`` holds it instead.
+
+Copies spanning nodes (LeaderWorkerSet): each node keeps the torch.compile artifacts of its own
+ranks, so each gets its own key, ``<digest>-node$(LWS_WORKER_INDEX)`` (``engine_cache.node_key``;
+LeaderWorkerSet 0.9.0 injects ``LWS_WORKER_INDEX`` and ``LWS_LEADER_ADDRESS`` into every container
+and init container, ``pkg/utils/pod/pod_utils.go AddLWSVariables``; the kubelet expands ``$(VAR)``
+in ``command`` and ``subPathExpr``). A worker serves no HTTP, so its save waits for the leader's
+``/health`` (the NetworkPolicy admits all ports between a group's pods).
+
+Credentials (aws-eks): the pods run as ``engine_cache.vllm_pods_service_account``; its EKS Pod
+Identity role may read the mirror prefix and write ``<revision>/_engine-cache/`` only
+(``components/aws/cluster.py``, ``iam.engine_cache_policy``). The pod annotation
+``eks.amazonaws.com/skip-containers: vllm`` keeps the credentials out of the vLLM container (the
+Pod Identity webhook skips the named containers: aws/amazon-eks-pod-identity-webhook
+``pkg/handler/handler.go getContainersToSkip``, test data ``containercredentials/rawPodSkip``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.spec import engine_cache as ec
+from components.spec.config import REPO_ROOT, DeploymentSpec
+from components.spec.platforms import platform_profile
+from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
+from components.spec.weights import WEIGHTS_MOUNT_PATH
+
+from .common import hardened_container_security, metadata, plain_env, spec_hash
+from .storage import WEIGHTS_VOLUME, serving_volume
+
+PROGRAM_SOURCE = REPO_ROOT / "scripts" / "engine_cache.py"
+PROGRAM_KEY = Path(ec.ENGINE_CACHE_SCRIPT_PATH).name
+PROGRAM_DIR = str(Path(ec.ENGINE_CACHE_SCRIPT_PATH).parent)
+PROGRAM_CONFIGMAP_PREFIX = "kimi-engine-cache"
+PROGRAM_VOLUME = "engine-cache-program"
+# The pod volume of the cache where it is not on the node's NVMe (fsx, pvc).
+CACHE_VOLUME = "engine-cache"
+# The caches of 8 ranks are about 5 GB (time_to_ready.ENGINE_CACHE_BYTES, an estimate); the save
+# stages one archive of them beside (TMPDIR): 64 GiB leaves room for both.
+EMPTY_DIR_SIZE = "64Gi"
+RESTORE_CONTAINER = "engine-cache-restore"
+SAVE_CONTAINER = "engine-cache-save"
+VLLM_CONTAINER = "vllm"
+# An init container has no timeout of its own: the runner bounds the restore (the EC2 unit's
+# TimeoutStartSec). 5 GB at the mirror copy rate take seconds.
+RESTORE_TIMEOUT_SECONDS = 1_800
+# The save itself waits up to 4 h for /health (scripts/engine_cache.py --wait-seconds), then
+# archives; a failed attempt (S3 error, vLLM not up) is retried after SAVE_RETRY_SECONDS.
+SAVE_ATTEMPTS = 3
+SAVE_RETRY_SECONDS = 300
+# Pod Identity / IRSA webhook annotation: containers that get no AWS credentials.
+SKIP_CONTAINERS_ANNOTATION = "eks.amazonaws.com/skip-containers"
+
+# Stdlib only (runs in the vLLM image). argv: mode (restore|save), timeout seconds per attempt
+# (0 = none), attempts, pause seconds between attempts, then the command. restore: exit 0 whatever
+# happened (a cold start). save: never exits (SIGTERM ends it; it is PID 1, which ignores signals
+# without a handler).
+RUNNER_SCRIPT = """\
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+mode, limit, attempts, pause = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+argv = sys.argv[5:]
+for attempt in range(1, attempts + 1):
+    try:
+        rc = subprocess.run(argv, timeout=limit or None).returncode
+    except subprocess.TimeoutExpired:
+        rc = f"timeout after {limit:.0f} s"
+    except OSError as exc:
+        rc = str(exc)
+    if rc == 0:
+        break
+    print(f"engine-cache {mode}: attempt {attempt}/{attempts} ended with {rc}", file=sys.stderr, flush=True)
+    if attempt < attempts:
+        time.sleep(pause)
+if mode == "restore":
+    sys.exit(0)
+print(f"engine-cache {mode}: done; idle until the pod stops", flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def program_text(path: Path = PROGRAM_SOURCE) -> str:
+    """The text of ``scripts/engine_cache.py`` as shipped in the ConfigMap.
+
+    Raises:
+        FileNotFoundError: the program is missing from the checkout.
+    """
+    return path.read_text()
+
+
+def program_configmap_name(text: str | None = None) -> str:
+    """Name of the ConfigMap carrying the program (ends in a hash of its text)."""
+    return f"{PROGRAM_CONFIGMAP_PREFIX}-{spec_hash(text if text is not None else program_text())}"
+
+
+def runner_argv(mode: str, argv: Any) -> Any:
+    """``python3 -c RUNNER_SCRIPT`` around one core step's ``argv`` (a list, or an Output of one)."""
+    if mode == "restore":
+        head = ["python3", "-c", RUNNER_SCRIPT, "restore", str(RESTORE_TIMEOUT_SECONDS), "1", "0"]
+    else:
+        head = ["python3", "-c", RUNNER_SCRIPT, "save", "0", str(SAVE_ATTEMPTS), str(SAVE_RETRY_SECONDS)]
+    return pulumi.Output.from_input(argv).apply(lambda a: [*head, *a]) if isinstance(argv, pulumi.Output) else [*head, *argv]
+
+
+def _on_nvme(spec: DeploymentSpec) -> bool:
+    volume, _ = serving_volume(spec)
+    return "hostPath" in volume
+
+
+def pod_key(spec: DeploymentSpec, command: VllmCommand) -> ec.EngineCacheKey:
+    """The key of a pod's cache: the copy's key, per node (``$(LWS_WORKER_INDEX)``) on a copy
+    spanning nodes."""
+    key = ec.engine_cache_key(spec, command)
+    return ec.node_key(key, WORKER_INDEX_REF) if len(command.roles) > 1 else key
+
+
+def health_url(command: VllmCommand, role: VllmRole) -> str:
+    """What a role's save waits for: its own ``/health``, or the leader's for a headless worker."""
+    host = "127.0.0.1" if role.serves_http else LEADER_ADDRESS_REF
+    return f"http://{host}:{command.port}/health"
+
+
+@dataclass(frozen=True)
+class EngineCachePods:
+    """What one role's pod template gains.
+
+    Attributes:
+        key: the pod's key (may carry ``$(LWS_WORKER_INDEX)``).
+        restore: the ``engine-cache-restore`` init container (after ``weight-sync``).
+        save: the ``engine-cache-save`` native sidecar (``restartPolicy: Always``).
+        volumes: pod volumes it adds (the program ConfigMap; the ``emptyDir`` off NVMe).
+        vllm_mount: the key's directory, read-write at ``ENGINE_CACHE_CONTAINER_PATH`` in vLLM.
+        vllm_env: ``engine_cache.vllm_cache_env()``.
+        annotations: pod annotations (no AWS credentials in the vLLM container).
+        budget_seconds: what the restore may add to a pod's start (``RESTORE_TIMEOUT_SECONDS``).
+    """
+
+    key: ec.EngineCacheKey
+    restore: dict[str, Any]
+    save: dict[str, Any]
+    volumes: tuple[dict[str, Any], ...]
+    vllm_mount: dict[str, Any]
+    vllm_env: dict[str, str]
+    annotations: dict[str, str]
+    budget_seconds: int
+
+
+def engine_cache_pods(
+    spec: DeploymentSpec, command: VllmCommand, role: VllmRole, mirror_bucket: pulumi.Input[str] | None,
+    program_configmap: str | None = None,
+) -> EngineCachePods | None:
+    """The restore, save and mounts of ``role``'s pods; None where the stack does not restore the
+    caches (``engine_cache.restored_at_start``: aws-eks with a mirror here; aws-ec2 has its units)
+    or has no bucket.
+
+    ``mirror_bucket`` is the mirror's name (an Output from the AWS edge, or a str): the argv are
+    the core's ``cache_steps`` for it.
+    """
+    if not platform_profile(spec.platform).runs_kubernetes or not ec.restored_at_start(spec) or mirror_bucket is None:
+        return None
+    key = pod_key(spec, command)
+    url = health_url(command, role)
+    bucket = pulumi.Output.from_input(mirror_bucket)
+    steps = bucket.apply(lambda b: ec.cache_steps(spec, b, key, url))
+    restore_argv = runner_argv("restore", steps.apply(lambda s: list(s[0].argv)))
+    save_argv = runner_argv("save", steps.apply(lambda s: list(s[1].argv)))
+    root = PurePosixPath(ec.ENGINE_CACHE_ROOT)
+    directory = PurePosixPath(ec.cache_dir(key)).name
+    volumes: list[dict[str, Any]] = [
+        {"name": PROGRAM_VOLUME, "configMap": {"name": program_configmap or program_configmap_name(), "defaultMode": 0o444}},
+    ]
+    if _on_nvme(spec):
+        cache_volume, base = WEIGHTS_VOLUME, str(root.relative_to(WEIGHTS_MOUNT_PATH))
+        cache_mount: dict[str, Any] = {"name": cache_volume, "mountPath": str(root), "subPath": base}
+        sub = f"{base}/{directory}"
+    else:
+        cache_volume = CACHE_VOLUME
+        volumes.append({"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": EMPTY_DIR_SIZE}})
+        cache_mount = {"name": cache_volume, "mountPath": str(root)}
+        sub = directory
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(root)}
+    if spec.region:
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = spec.region
+    if spec.config.storage.mirror.endpoint_url:
+        env["AWS_ENDPOINT_URL_S3"] = spec.config.storage.mirror.endpoint_url
+    mounts = [{"name": PROGRAM_VOLUME, "mountPath": PROGRAM_DIR, "readOnly": True}, cache_mount]
+
+    def container(name: str, argv: Any, resources: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "image": command.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": argv,
+            "env": plain_env(env),
+            "resources": resources,
+            "volumeMounts": [dict(m) for m in mounts],
+            "securityContext": hardened_container_security(),
+        }
+
+    restore = container(RESTORE_CONTAINER, restore_argv,
+                        {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}})
+    save = container(SAVE_CONTAINER, save_argv, {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}})
+    save["restartPolicy"] = "Always"
+    # $(VAR) in the path (the worker index) needs subPathExpr; a literal path stays subPath.
+    vllm_mount = {"name": cache_volume, "mountPath": ec.ENGINE_CACHE_CONTAINER_PATH,
+                  ("subPathExpr" if "$(" in sub else "subPath"): sub}
+    # The stack binds the pods' AWS identity where it provisions AWS (EKS Pod Identity): keep it
+    # out of the vLLM container.
+    annotations = {SKIP_CONTAINERS_ANNOTATION: VLLM_CONTAINER} if platform_profile(spec.platform).provisions_aws else {}
+    return EngineCachePods(key, restore, save, tuple(volumes), vllm_mount, ec.vllm_cache_env(), annotations,
+                           RESTORE_TIMEOUT_SECONDS)
+
+
+def engine_cache_budget_seconds(caches: dict[str, EngineCachePods] | None) -> int:
+    """Seconds the restore may add to a pod's start (the longest of the roles'; 0 without)."""
+    return max((c.budget_seconds for c in (caches or {}).values()), default=0)
+
+
+def with_engine_cache(template: dict[str, Any], cache: EngineCachePods | None) -> dict[str, Any]:
+    """``template`` (a pod template from ``vllm_service.pod_template``) with ``cache`` added: the
+    restore after the existing init containers, then the save sidecar; the vLLM container's
+    mount and env; the volumes; the annotations. Unchanged when ``cache`` is None."""
+    if cache is None:
+        return template
+    meta = dict(template["metadata"])
+    pod = dict(template["spec"])
+    if cache.annotations:
+        meta["annotations"] = {**meta.get("annotations", {}), **cache.annotations}
+    pod["initContainers"] = [*pod.get("initContainers", []), cache.restore, cache.save]
+    containers = []
+    for c in pod["containers"]:
+        if c["name"] == VLLM_CONTAINER:
+            c = {**c, "env": [*c.get("env", []), *plain_env(cache.vllm_env)],
+                 "volumeMounts": [*c.get("volumeMounts", []), cache.vllm_mount]}
+        containers.append(c)
+    pod["containers"] = containers
+    have = {v["name"] for v in pod.get("volumes", [])}
+    pod["volumes"] = [*pod.get("volumes", []), *(v for v in cache.volumes if v["name"] not in have)]
+    return {"metadata": meta, "spec": pod}
+
+
+def declare_engine_cache_program(
+    spec: DeploymentSpec, provider: k8s.Provider, parent: pulumi.Resource, depends_on: list[pulumi.Resource],
+) -> k8s.core.v1.ConfigMap | None:
+    """The immutable ConfigMap carrying ``scripts/engine_cache.py`` where the pods restore the
+    caches (``engine_cache.restored_at_start`` off aws-ec2), else None."""
+    if not platform_profile(spec.platform).runs_kubernetes or not ec.restored_at_start(spec):
+        return None
+    text = program_text()
+    meta: Any = metadata(spec, program_configmap_name(text), "engine-cache")  # a plain dict: the SDK accepts it
+    return k8s.core.v1.ConfigMap(
+        "engine-cache-program",
+        metadata=meta,
+        data={PROGRAM_KEY: text},
+        immutable=True,
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+    )
