@@ -371,7 +371,7 @@ def history(tmp_path_factory):
     _git(repo, *_COMMIT, "-m", "whole")
     (repo / "components" / "spec" / "trial_probe.py").write_text("VALUE = 1\n")
     config = repo / "components" / "spec" / "config" / "__init__.py"
-    config.write_text(config.read_text() + "\nfrom . import trial_probe  # noqa: E402,F401  only the new code has it\n")
+    config.write_text(config.read_text() + "\nfrom .. import trial_probe  # noqa: E402,F401  only the new code has it\n")
     stack = repo / "stacks" / "Pulumi.b300.yaml"
     assert "gpuMemoryUtilization: 0.95" in stack.read_text()
     stack.write_text(stack.read_text().replace("gpuMemoryUtilization: 0.95", "gpuMemoryUtilization: 0.9"))
