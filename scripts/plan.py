@@ -101,7 +101,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "gpus_per_node": spec.target.gpus_per_node,
             "replicas": spec.replicas,
             "instance_type": spec.instance.instance_type,
-            "capacity": spec.config.compute.capacity.type if spec.is_aws else "existing cluster",
+            "capacity": spec.config.compute.capacity.type if spec.profile.provisions_aws else "existing cluster",
         },
         "sizing": {
             "storage_kind": st.kind,

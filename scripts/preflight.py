@@ -729,7 +729,7 @@ def _list_nodes(kubeconfig: Path, context: str | None, timeout_seconds: float) -
 
 def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | None, enabled: bool) -> list[Check]:
     """The cluster answers and enough nodes advertise the target's GPU resource."""
-    if not spec.uses_kubernetes:
+    if not spec.profile.runs_kubernetes:
         reason = f"platform {spec.platform}: no Kubernetes cluster"
         return [Check("cluster", SKIP, reason), Check("gpu-nodes", SKIP, reason)]
     if not enabled:
@@ -838,7 +838,7 @@ def run_checks(
         "eks-version",
         "mirror",
     )
-    if not spec.is_aws:
+    if not spec.profile.provisions_aws:
         checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
     else:
         region = region or spec.region
@@ -916,7 +916,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     now = datetime.now(UTC)
     spec = load_stack(args.stack, now=now)
     region = args.region or spec.region
-    clients = AwsClients(region) if spec.is_aws else None
+    clients = AwsClients(region) if spec.profile.provisions_aws else None
     common: dict[str, Any] = {
         "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
@@ -955,7 +955,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "result": result, "counts": counts, "error": error, "notes": notes, "checks": [asdict(c) for c in checks],
         })
     else:
-        where = f"{region} / {spec.availability_zone or 'any AZ'}" if spec.is_aws else spec.platform
+        where = f"{region} / {spec.availability_zone or 'any AZ'}" if spec.profile.provisions_aws else spec.platform
         print_table(
             f"Preflight: stack {spec.stack} ({spec.gpu_nodes}x {spec.instance.instance_type}, {where})",
             ("check", "status", "reason"),

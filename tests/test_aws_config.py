@@ -32,7 +32,7 @@ def _set(values: dict, path: str, value) -> dict:
 @pytest.mark.parametrize("stack", ["b300", "gb300", "b300-prod"])
 def test_shipped_aws_stacks_are_valid(stack):
     spec = load_stack(stack, now=FIXED_NOW)
-    assert spec.is_aws and spec.region == "us-east-1"
+    assert spec.profile.provisions_aws and spec.region == "us-east-1"
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
 # The engine caches' init containers after the weight copy (components/k8s/engine_cache.py).
 ENGINE_CACHE_CONTAINERS = ("engine-cache-restore", "engine-cache-save")
 
-K8S_STACKS = [s for s in STACKS if plan_for(s).context.spec.uses_kubernetes]
+K8S_STACKS = [s for s in STACKS if plan_for(s).context.spec.profile.runs_kubernetes]
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 SECRET_ENV_NAMES = {"VLLM_API_KEY", "HF_TOKEN", "MODELSCOPE_API_TOKEN"}
 LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -670,9 +670,8 @@ def test_network_policy_admits_only_configured_peers_to_the_api_port(name):
         assert namespaces[0]["namespaceSelector"]["matchExpressions"][0]["values"] == allowed_ns
     else:
         assert not namespaces
-    expected = list(
-        dict.fromkeys(spec.config.kubernetes.allowed_cidrs + (spec.config.network.allowed_cidrs if spec.is_aws else ()))
-    )
+    vpc_cidrs = spec.config.network.allowed_cidrs if spec.profile.provisions_aws else ()
+    expected = list(dict.fromkeys(spec.config.kubernetes.allowed_cidrs + vpc_cidrs))
     assert cidrs == expected and "0.0.0.0/0" not in cidrs
     group_rules = [r for r in policy["ingress"] if "ports" not in r]
     assert len(group_rules) == (1 if spec.nodes_per_copy > 1 else 0)

@@ -27,9 +27,10 @@ from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = REPO_ROOT / "components"
-# The only modules that may compare platform names: the config parser (its own checks) and the
-# profile registry.
-ALLOWED = {COMPONENTS / "spec" / "config.py", COMPONENTS / "spec" / "platforms.py"}
+# The only modules that may compare platform names: the check that the platform is one the
+# target offers (a value check on data) and the profile registry. Everything else, the config
+# checks included, asks profile fields (``spec.profile`` / ``platform_profile(raw.platform)``).
+ALLOWED = {COMPONENTS / "spec" / "config" / "target.py", COMPONENTS / "spec" / "platforms.py"}
 PLATFORM_CHECK = re.compile(
     r"""platform\s*(==|!=)|platform\s+(not\s+)?in\b|platform\.startswith|\bis_aws\b|\buses_kubernetes\b"""
     r"""|(==|!=)\s*["'](aws-ec2|aws-eks|kubernetes)["']"""

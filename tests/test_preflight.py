@@ -90,7 +90,7 @@ def reservation_client(region: str, rid: str, **fields):
 def run(stack: str, *, region=None, overrides=None, **kwargs):
     spec = load_stack(stack, now=FIXED_NOW)
     region = region or spec.region
-    clients = AwsClients(region, overrides=overrides or {}) if spec.is_aws else None
+    clients = AwsClients(region, overrides=overrides or {}) if spec.profile.provisions_aws else None
     return by_name(run_checks(spec, region=region, now=FIXED_NOW, clients=clients, **kwargs))
 
 
@@ -255,7 +255,7 @@ def test_every_stack_runs_without_crashing(moto, stack):
     checks = run(stack)
     assert all(c.status in ("pass", "warn", "fail", "unknown", "skip") and c.reason for c in checks.values())
     spec = load_stack(stack, now=FIXED_NOW)
-    if not spec.is_aws:
+    if not spec.profile.provisions_aws:
         assert checks["offered-in-region"].status == "skip" and "not applicable" in checks["offered-in-region"].reason
     else:
         assert checks["offered-in-region"].status in ("pass", "unknown")
@@ -417,7 +417,7 @@ def no_credentials(monkeypatch, tmp_path):
     return {"HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
 
 
-@pytest.mark.parametrize("stack", [s for s in STACKS if load_stack(s, now=FIXED_NOW).is_aws])
+@pytest.mark.parametrize("stack", [s for s in STACKS if load_stack(s, now=FIXED_NOW).profile.provisions_aws])
 def test_a_check_that_does_not_apply_is_skip_with_or_without_credentials(moto, stack, no_credentials):
     spec = load_stack(stack, now=FIXED_NOW)
     without = by_name(run_checks(spec, now=FIXED_NOW, clients=AwsClients(spec.region)))
@@ -471,7 +471,7 @@ def test_unreachable_endpoint_is_unknown_and_exit_2_in_seconds():
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
     for stack in STACKS:
         spec = load_stack(stack, now=FIXED_NOW)
-        if not spec.is_aws:
+        if not spec.profile.provisions_aws:
             continue
         started = time.monotonic()
         out = _cli("--stack", stack, "--json", env=env)

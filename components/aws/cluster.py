@@ -182,7 +182,7 @@ def engine_cache_grant(spec: DeploymentSpec, partition: pulumi.Input[str], bucke
     from components.spec import engine_cache as ec
 
     account = ec.vllm_pods_service_account(spec)
-    if spec.platform != "aws-eks" or not ec.restored_at_start(spec):
+    if not spec.profile.creates_cluster or not ec.restored_at_start(spec):
         return account, None
     cache_prefix = ec.cache_key_prefix(spec)
     return account, pulumi.Output.all(partition, bucket).apply(lambda v: iam.engine_cache_policy(v[0], v[1], cache_prefix))

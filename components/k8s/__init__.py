@@ -118,7 +118,7 @@ class KimiWorkloads(pulumi.ComponentResource):
         self.engine_cache_program = declare_engine_cache_program(spec, self.provider, self, prereqs)
         if self.engine_cache_program is not None:
             program.append(self.engine_cache_program)
-        caches = {r.name: engine_cache_pods(spec, ctx.vllm, r, bucket) for r in ctx.vllm.roles}
+        caches = {r.name: engine_cache_pods(spec, ctx.vllm, r, bucket, placement.nvme_host_path) for r in ctx.vllm.roles}
         self.vllm = declare_vllm(
             spec, ctx.sizing, ctx.vllm, ctx.tags, marker_wait, self.provider, self,
             [*prereqs, *program, *self.jobs, *self.addons.values()],

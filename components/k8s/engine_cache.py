@@ -137,8 +137,8 @@ def runner_argv(mode: str, argv: Any) -> Any:
     return pulumi.Output.from_input(argv).apply(lambda a: [*head, *a]) if isinstance(argv, pulumi.Output) else [*head, *argv]
 
 
-def _on_nvme(spec: DeploymentSpec) -> bool:
-    volume, _ = serving_volume(spec)
+def _on_nvme(spec: DeploymentSpec, nvme_host_path: str) -> bool:
+    volume, _ = serving_volume(spec, nvme_host_path)
     return "hostPath" in volume
 
 
@@ -182,14 +182,15 @@ class EngineCachePods:
 
 def engine_cache_pods(
     spec: DeploymentSpec, command: VllmCommand, role: VllmRole, mirror_bucket: pulumi.Input[str] | None,
-    program_configmap: str | None = None,
+    nvme_host_path: str, program_configmap: str | None = None,
 ) -> EngineCachePods | None:
     """The restore, save and mounts of ``role``'s pods; None where the stack does not restore the
     caches (``engine_cache.restored_at_start``: aws-eks with a mirror here; aws-ec2 has its units)
     or has no bucket.
 
     ``mirror_bucket`` is the mirror's name (an Output from the AWS edge, or a str): the argv are
-    the core's ``cache_steps`` for it.
+    the core's ``cache_steps`` for it. ``nvme_host_path``: the GPU nodes' NVMe RAID0 (the
+    platform handle's ``GpuPlacement``); on NVMe the caches live there, else in an emptyDir.
     """
     if not platform_profile(spec.platform).runs_kubernetes or not ec.restored_at_start(spec) or mirror_bucket is None:
         return None
@@ -204,7 +205,7 @@ def engine_cache_pods(
     volumes: list[dict[str, Any]] = [
         {"name": PROGRAM_VOLUME, "configMap": {"name": program_configmap or program_configmap_name(), "defaultMode": 0o444}},
     ]
-    if _on_nvme(spec):
+    if _on_nvme(spec, nvme_host_path):
         cache_volume, base = WEIGHTS_VOLUME, str(root.relative_to(WEIGHTS_MOUNT_PATH))
         cache_mount: dict[str, Any] = {"name": cache_volume, "mountPath": str(root), "subPath": base}
         sub = f"{base}/{directory}"

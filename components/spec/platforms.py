@@ -44,6 +44,8 @@ class PlatformProfile:
             ``components/aws``); capacity is bought (``compute.capacity``), and
             ``network.allowedCidrs`` describes the clients of the VPC.
         runs_kubernetes: the workloads are Kubernetes objects (``components/k8s``).
+        needs_kubeconfig: the workloads go to a cluster the stack does not create, reached
+            with the ``kimi-deploy:kubeconfig`` secret.
         creates_cluster: the stack creates the cluster and its GPU node groups (EKS): the
             Kubernetes provider comes from that cluster's kubeconfig, never the ambient one.
         labels_gpu_nodes: the stack's GPU node groups carry ``naming.GPU_NODE_LABEL`` /
@@ -74,6 +76,7 @@ class PlatformProfile:
     description: str
     provisions_aws: bool
     runs_kubernetes: bool
+    needs_kubeconfig: bool
     creates_cluster: bool
     labels_gpu_nodes: bool
     nvme_host_path: str | None
@@ -92,6 +95,7 @@ PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
             description="one GPU instance in a new or existing VPC, vLLM under systemd",
             provisions_aws=True,
             runs_kubernetes=False,
+            needs_kubeconfig=False,
             creates_cluster=False,
             labels_gpu_nodes=False,
             nvme_host_path=None,
@@ -107,6 +111,7 @@ PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
             description="an EKS cluster with GPU node groups, created by the stack",
             provisions_aws=True,
             runs_kubernetes=True,
+            needs_kubeconfig=False,
             creates_cluster=True,
             labels_gpu_nodes=True,
             nvme_host_path=NVME_RAID0_HOST_PATH,
@@ -122,6 +127,7 @@ PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
             description="an existing Kubernetes cluster (kimi-deploy:kubeconfig)",
             provisions_aws=False,
             runs_kubernetes=True,
+            needs_kubeconfig=True,
             creates_cluster=False,
             labels_gpu_nodes=False,
             nvme_host_path=None,

@@ -417,7 +417,7 @@ def _scenario_steps(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep,
         # run one at a time, then vLLM starts: components/k8s/engine_cache.py), so it lies
         # between the copy and the load.
         rate = mirror_copy_rate(spec)
-        in_pod = spec.platform != "aws-ec2"
+        in_pod = spec.profile.runs_kubernetes
         out.append(_Step("engine cache restore", ENGINE_CACHE_BYTES.value / rate.bytes_per_second,
                          f"{ENGINE_CACHE_BYTES.value / 1e9:g} GB [{ENGINE_CACHE_BYTES.source}] at the copy rate",
                          after=(prev,) if in_pod else (before_copy,), gpu=True))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from ..platforms import platform_profile
 from ..targets import InstanceFacts, TargetProfile
 from .errors import ConfigError
 from .patterns import AZ_RE, REGION_RE, RESERVATION_RE
@@ -42,7 +43,7 @@ def check_replicas(raw: RawConfig) -> None:
     Raises:
         ConfigError: more than one replica on aws-ec2.
     """
-    if raw.platform == "aws-ec2" and raw.compute.replicas != 1:
+    if platform_profile(raw.platform).serves_under_systemd and raw.compute.replicas != 1:
         raise ConfigError(
             "compute.replicas",
             raw.compute.replicas,
@@ -60,14 +61,14 @@ def check_region(raw: RawConfig, instance: InstanceFacts, instance_type: str) ->
     Raises:
         ConfigError: a malformed or missing region, or a non-AWS instance type on AWS.
     """
-    is_aws = raw.platform.startswith("aws-")
+    provisions_aws = platform_profile(raw.platform).provisions_aws
     region = raw.region
     if region is not None and not REGION_RE.match(region):
         # Checked on every platform and target, with or without offering facts (preflight asks AWS).
         raise ConfigError("aws:region", region, "is not an AWS region name (e.g. us-east-1)")
-    if is_aws and not region:
+    if provisions_aws and not region:
         raise ConfigError("aws:region", None, "is required for AWS platforms (pulumi config set aws:region us-east-1)")
-    if is_aws and instance.cloud != "aws":
+    if provisions_aws and instance.cloud != "aws":
         raise ConfigError("compute.instanceType", instance_type, "is not an AWS instance type")
     return region
 
@@ -82,14 +83,14 @@ def check_placement_and_capacity(
     Raises:
         ConfigError: the first invalid value, one line.
     """
-    is_aws = raw.platform.startswith("aws-")
+    provisions_aws = platform_profile(raw.platform).provisions_aws
     cap = raw.compute.capacity
     az = raw.compute.availability_zone
     if az is not None and not AZ_RE.match(az):
         raise ConfigError("compute.availabilityZone", az, "is not an availability zone name (e.g. us-east-1a)")
-    if is_aws and az and region and not az.startswith(region):
+    if provisions_aws and az and region and not az.startswith(region):
         raise ConfigError("compute.availabilityZone", az, f"is not in region {region}")
-    if is_aws and instance.offered_azs:
+    if provisions_aws and instance.offered_azs:
         offered = instance.offered_azs.get(region or "", ())
         if not offered:
             regions = ", ".join(sorted(instance.offered_azs))
@@ -102,10 +103,10 @@ def check_placement_and_capacity(
         raise ConfigError(
             "compute.capacity.availabilityZone", cap.availability_zone, "is not an availability zone name (e.g. us-east-1a)"
         )
-    if is_aws and cap.availability_zone and region and not cap.availability_zone.startswith(region):
+    if provisions_aws and cap.availability_zone and region and not cap.availability_zone.startswith(region):
         raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, f"is not in region {region}")
     if cap.type in ("odcr", "capacity-block"):
-        if not is_aws:
+        if not provisions_aws:
             raise ConfigError("compute.capacity.type", cap.type, "needs an AWS platform (aws-ec2, aws-eks)")
         if not cap.reservation_id:
             raise ConfigError("compute.capacity.reservationId", None, f"is required for {cap.type} (format cr-0123456789abcdef0)")
@@ -139,7 +140,7 @@ def check_placement_and_capacity(
             cap.reservation_id,
             "is set but compute.capacity.type is on-demand (set odcr or capacity-block)",
         )
-    if is_aws and target.aws_capacity_types is not None and cap.type not in target.aws_capacity_types:
+    if provisions_aws and target.aws_capacity_types is not None and cap.type not in target.aws_capacity_types:
         raise ConfigError(
             "compute.capacity.type",
             cap.type,
@@ -159,7 +160,7 @@ def check_placement_and_capacity(
                 "needs vllm.image set to a build with libfabric's EFA provider and aws-ofi-nccl (the stock "
                 f"{', '.join(VLLM_IMAGES.values())} images have neither, so NCCL would fall back to sockets)",
             )
-    if is_aws and not instance.offered_azs and not (cap.availability_zone or az):
+    if provisions_aws and not instance.offered_azs and not (cap.availability_zone or az):
         raise ConfigError(
             "compute.availabilityZone",
             None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from ..platforms import platform_profile
 from .errors import ConfigError
 from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE
 from .raw import RawConfig
@@ -37,7 +38,7 @@ def check_kubernetes(
             raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
     if not DNS_LABEL_RE.match(raw.kubernetes.namespace):
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
-    if raw.platform == "aws-ec2" and "namespace" in raw.kubernetes.model_fields_set:
+    if not platform_profile(raw.platform).runs_kubernetes and "namespace" in raw.kubernetes.model_fields_set:
         # Like kubernetes.adminRoleArns and observability.prometheusNamespace off their platforms:
         # a key the stack's platform never reads is an error, not silently ignored.
         raise ConfigError(
@@ -54,7 +55,7 @@ def check_kubernetes(
             )
     if len(set(raw.kubernetes.admin_role_arns)) != len(raw.kubernetes.admin_role_arns):
         raise ConfigError("kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), "names an ARN twice")
-    if raw.kubernetes.admin_role_arns and raw.platform != "aws-eks":
+    if raw.kubernetes.admin_role_arns and not platform_profile(raw.platform).creates_cluster:
         raise ConfigError(
             "kubernetes.adminRoleArns",
             list(raw.kubernetes.admin_role_arns),
@@ -66,7 +67,7 @@ def check_kubernetes(
     for addon in raw.kubernetes.installed_addons:
         if addon not in KNOWN_ADDONS:
             raise ConfigError("kubernetes.installedAddons", addon, f"is not a known add-on (allowed: {', '.join(KNOWN_ADDONS)})")
-    if raw.platform == "kubernetes" and "kubeconfig" not in secrets_set:
+    if platform_profile(raw.platform).needs_kubeconfig and "kubeconfig" not in secrets_set:
         warnings.append(
             "kimi-deploy:kubeconfig is not set: `pulumi up` will use the ambient kubeconfig; "
             "set it with `pulumi config set --secret kimi-deploy:kubeconfig < ~/.kube/config`"
@@ -96,7 +97,7 @@ def check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> Non
     from ..versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_STANDARD_USD_PER_CLUSTER_HOUR, EKS_VERSIONS, eks_support_status
 
     k8s = raw.kubernetes
-    if raw.platform != "aws-eks":
+    if not platform_profile(raw.platform).creates_cluster:
         if k8s.eks_version is not None:
             raise ConfigError("kubernetes.eksVersion", k8s.eks_version, f"is only for aws-eks, not {raw.platform}")
         return

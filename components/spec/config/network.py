@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from ..platforms import platform_profile
 from .errors import ConfigError
 from .raw import RawConfig
 
@@ -20,7 +21,7 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
     Raises:
         ConfigError: the first invalid value, one line.
     """
-    is_aws = raw.platform.startswith("aws-")
+    provisions_aws = platform_profile(raw.platform).provisions_aws
     for i, cidr in enumerate(raw.network.allowed_cidrs + raw.kubernetes.allowed_cidrs):
         key = "network.allowedCidrs" if i < len(raw.network.allowed_cidrs) else "kubernetes.allowedCidrs"
         try:
@@ -66,16 +67,16 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
             True,
             "turns the public EKS endpoint off, but network.apiServerPublicCidrs is set (set one)",
         )
-    if raw.platform == "aws-eks" and raw.network.api_server_private_only:
+    if platform_profile(raw.platform).creates_cluster and raw.network.api_server_private_only:
         warnings.append(
             "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port "
             "forwarding), or unset network.apiServerPrivateOnly and set network.apiServerPublicCidrs to your egress CIDR"
         )
-    elif raw.platform == "aws-eks" and not raw.network.api_server_public_cidrs:
+    elif platform_profile(raw.platform).creates_cluster and not raw.network.api_server_public_cidrs:
         warnings.append(
             "the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs"
         )
-    if is_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
+    if provisions_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
         warnings.append(
             "network.allowedCidrs and network.allowedSecurityGroupIds are empty: no client outside the "
             "deployment can reach the API port"

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..model import MODELS
+from ..platforms import platform_profile
 from . import compute, kubernetes, lifecycle, model, network, plain_secrets, scaling, storage, tags, target, vllm
 from .errors import NAMESPACE
 from .raw import validate_raw
@@ -84,7 +85,7 @@ def parse_spec(
         platform=raw.platform,
         environment=raw.environment,
         owner=raw.owner,
-        region=region if raw.platform.startswith("aws-") else None,
+        region=region if platform_profile(raw.platform).provisions_aws else None,
         expires_at=expires_at,
         trial_ttl_hours=raw.trial_ttl_hours,
         protect=protect,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..platforms import platform_profile
 from .errors import ConfigError
 from .patterns import DNS_LABEL_RE, LABEL_VALUE_RE
 from .raw import RawConfig
@@ -21,7 +22,7 @@ def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> 
     import zoneinfo
 
     asc, obs, k8s_cfg = raw.autoscaling, raw.observability, raw.kubernetes
-    on_k8s = raw.platform in ("aws-eks", "kubernetes")
+    on_k8s = platform_profile(raw.platform).runs_kubernetes
     for key, ns in (
         ("observability.prometheusNamespace", obs.prometheus_namespace),
         ("observability.grafanaNamespace", obs.grafana_namespace),

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from .. import naming
 from ..model import ModelProfile
+from ..platforms import PlatformProfile, platform_profile
 from ..targets import InstanceFacts, TargetProfile
 from .errors import ConfigError
 from .patterns import COMMIT_RE
@@ -65,14 +66,9 @@ class DeploymentSpec:
         return bool(COMMIT_RE.match(self.revision))
 
     @property
-    def is_aws(self) -> bool:
-        """Whether AWS resources are declared (``aws-ec2`` or ``aws-eks``)."""
-        return self.platform.startswith("aws-")
-
-    @property
-    def uses_kubernetes(self) -> bool:
-        """Whether the workloads run on Kubernetes (``aws-eks`` or ``kubernetes``)."""
-        return self.platform in ("aws-eks", "kubernetes")
+    def profile(self) -> PlatformProfile:
+        """The platform's facts (``platforms.PlatformProfile``): ask its fields, never the name."""
+        return platform_profile(self.platform)
 
     @property
     def nodes_per_copy(self) -> int:

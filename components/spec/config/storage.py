@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import fsx
+from ..platforms import platform_profile
 from ..targets import InstanceFacts
 from .errors import ConfigError, check_choice
 from .patterns import BUCKET_RE
@@ -16,12 +17,12 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
     Raises:
         ConfigError: the first invalid value, one line.
     """
-    is_aws = raw.platform.startswith("aws-")
+    profile = platform_profile(raw.platform)
     st = raw.storage
-    if st.kind in ("fsx", "nvme-from-fsx") and not is_aws:
+    if st.kind in ("fsx", "nvme-from-fsx") and not profile.provisions_aws:
         raise ConfigError("storage.kind", st.kind, "needs an AWS platform (allowed on kubernetes: nvme, pvc)")
     if st.kind == "pvc":
-        if not raw.platform == "kubernetes" and raw.platform != "aws-eks":
+        if not profile.runs_kubernetes:
             raise ConfigError("storage.kind", st.kind, "needs a Kubernetes platform (aws-eks, kubernetes)")
         if not st.existing_claim:
             raise ConfigError("storage.existingClaim", None, "is required when storage.kind is pvc")
@@ -78,7 +79,7 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
         raise ConfigError(
             "storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)"
         )
-    if raw.platform == "aws-ec2" and not mirror.enabled:
+    if platform_profile(raw.platform).serves_under_systemd and not mirror.enabled:
         raise ConfigError(
             "storage.mirror.enabled",
             False,
