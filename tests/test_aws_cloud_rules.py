@@ -597,15 +597,25 @@ def test_parliament_finds_nothing_in_any_identity_policy(stack):
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_write_rights_on_the_mirror_cover_only_the_stacks_revision(variant):
     run = variant_plan(variant)
-    revision = mirror_key_prefix(run.context.spec)
-    writers = 0
+    from components.spec import engine_cache
+
+    spec = run.context.spec
+    revision = mirror_key_prefix(spec)
+    writers = cache_writers = 0
     for pol in run.of_type("aws:iam/rolePolicy:RolePolicy"):
         for st in json.loads(pol.inputs["policy"])["Statement"]:
             actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
             if any(a in ("s3:PutObject", "s3:DeleteObject", "s3:*", "*") for a in actions):
+                if pol.name.endswith("-engine-cache"):
+                    # The vLLM pods' engine-cache save (aws-eks): the revision's _engine-cache/ only, no delete.
+                    cache_writers += 1
+                    assert st["Resource"] == f"arn:aws:s3:::mirror-bucket-a1b2c3d/{engine_cache.cache_key_prefix(spec)}/*"
+                    assert not any(a in ("s3:DeleteObject", "s3:*", "*") for a in actions), pol.name
+                    continue
                 writers += 1
                 assert st["Resource"] == f"arn:aws:s3:::mirror-bucket-a1b2c3d/{revision}/*", pol.name
-    assert writers == 1  # the EC2 instance, or the EKS publish Job's role: never the serving side
+    assert writers == 1  # the EC2 instance, or the EKS publish Job's role: the serving side never writes weights
+    assert cache_writers == (spec.platform == "aws-eks" and engine_cache.restored_at_start(spec))
 
 
 # -- 8. GB300: the block is the bill ----------------------------------------------------------------
