@@ -91,18 +91,19 @@ def declare_fsx_volume(
     pv = k8s.core.v1.PersistentVolume(
         "weights-fsx-pv",
         metadata=metadata(spec, pv_name, "weights-storage", namespaced=False),
+        # The SDK's typed dicts (PersistentVolumeSpecArgsDict): Python names, sent as the API's camelCase.
         spec={
             "capacity": {"storage": capacity},
-            "volumeMode": "Filesystem",
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "mountOptions": ["flock"],
-            "claimRef": {"namespace": namespace, "name": FSX_CLAIM_NAME},
+            "volume_mode": "Filesystem",
+            "access_modes": ["ReadWriteMany"],
+            "persistent_volume_reclaim_policy": "Retain",
+            "storage_class_name": "",
+            "mount_options": ["flock"],
+            "claim_ref": {"namespace": namespace, "name": FSX_CLAIM_NAME},
             "csi": {
                 "driver": FSX_CSI_DRIVER,
-                "volumeHandle": fsx.file_system_id,
-                "volumeAttributes": {"dnsname": fsx.dns_name, "mountname": fsx.mount_name},
+                "volume_handle": fsx.file_system_id,
+                "volume_attributes": {"dnsname": fsx.dns_name, "mountname": fsx.mount_name},
             },
         },
         opts=opts,
@@ -111,9 +112,9 @@ def declare_fsx_volume(
         "weights-fsx-pvc",
         metadata=metadata(spec, FSX_CLAIM_NAME, "weights-storage"),
         spec={
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeName": pv_name,
+            "access_modes": ["ReadWriteMany"],
+            "storage_class_name": "",
+            "volume_name": pv_name,
             "resources": {"requests": {"storage": capacity}},
         },
         # A claim bound to a static volume stays Pending until the volume exists.

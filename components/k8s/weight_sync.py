@@ -263,11 +263,12 @@ def declare_weight_sync(
         if step.name == "node-copy" and step.per_node:
             continue  # an init container of every vLLM pod (node_copy_init), not a Job
         if bucket is not None:
-            argv: Any = bucket.apply(lambda b, i=index: step_argv(sync_steps(spec, b)[i]))
+            # `index` rides in the Output (a plain value) so the lambda needs no default argument.
+            argv: Any = pulumi.Output.all(bucket, index).apply(lambda v: step_argv(sync_steps(spec, v[0])[v[1]]))
         else:
             argv = step_argv(step)
         body = job_spec(spec, sizing, image, step, argv, cm_name, hub_token_set)
-        name = pulumi.Output.from_input(body).apply(lambda b, s=step.name: f"kimi-weights-{s}-{spec_hash(b)}")
+        name = pulumi.Output.concat("kimi-weights-", step.name, "-", pulumi.Output.from_input(body).apply(spec_hash))
         budget = sync_budget_seconds(spec, sizing, step)
         meta = metadata(
             spec, "", f"weight-sync-{step.name}", tags,
