@@ -73,6 +73,8 @@ class PlanRun:
         computed_values: mock value -> where it came from (``net-vpc.id``,
             ``gpu-instance.privateIp``, ``getCallerIdentity.accountId``): values that exist only
             after ``pulumi up``.
+        calls: tokens of the provider functions (data sources) the program called, in call
+            order (``aws:ec2/getSubnets:getSubnets``); the deploy policy lists them.
     """
 
     resources: list[RecordedResource] = field(default_factory=list)
@@ -80,6 +82,7 @@ class PlanRun:
     secret_leaks: list[tuple[str, str, str]] = field(default_factory=list)
     context: Any = None
     computed_values: dict[str, str] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
 
     def mark_computed(self, value: Any) -> Any:
         """``value`` (a JSON-like document) with every provider-computed mock value replaced by
@@ -294,6 +297,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return resource_id, state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
+        self.run.calls.append(args.token)
         fn = CALL_RESULTS.get(args.token)
         result = fn(dict(_unwrap(args.args))) if fn else {}
         for key in CALL_COMPUTED_FIELDS.get(args.token, ()):

@@ -215,22 +215,12 @@ def declared(stack: str, now: datetime | None = None) -> tuple[list[str], list[s
     """
     from components import plan_engine
 
-    calls: set[str] = set()
-    original = plan_engine.RecordingMocks.call
-
-    def recording(self, args):  # the mock engine answers data sources; note which were read
-        calls.add(args.token)
-        return original(self, args)
-
-    plan_engine.RecordingMocks.call = recording
-    try:
-        # The permissions do not depend on the engine build: a stack still blocked on one (no
-        # capable vLLM pinned yet) gets its policy, so it can be prepared before the engine is chosen.
-        run = plan_engine.run_program(read_stack_config(stack), stack=stack, allow_blockers=True,
-                                      now=now or datetime.now(UTC).replace(microsecond=0))
-    finally:
-        plan_engine.RecordingMocks.call = original
-    return sorted({r.type for r in run.resources}), sorted(calls)
+    # The permissions do not depend on the engine build: a stack still blocked on one (no
+    # capable vLLM pinned yet) gets its policy, so it can be prepared before the engine is chosen.
+    # The mock engine answers data sources and records which were read (PlanRun.calls).
+    run = plan_engine.run_program(read_stack_config(stack), stack=stack, allow_blockers=True,
+                                  now=now or datetime.now(UTC).replace(microsecond=0))
+    return sorted({r.type for r in run.resources}), sorted(set(run.calls))
 
 
 def uncovered(types: Iterable[str], invokes: Iterable[str]) -> list[str]:

@@ -141,7 +141,10 @@ def restore(uri: str, directory: str, key: str, log=print) -> str:
                 first = tar.next()
                 if first is None or first.name != KEY_FILE_NAME:
                     raise CacheError(f"{uri}: the first member is not {KEY_FILE_NAME}")
-                got = json.load(tar.extractfile(first)).get("digest")
+                key_file = tar.extractfile(first)
+                if key_file is None:
+                    raise CacheError(f"{uri}: {KEY_FILE_NAME} is not a regular file")
+                got = json.load(key_file).get("digest")
                 if got != key:
                     log(f"engine-cache: {uri} records key {got}, not {key}: refused, the engine starts cold")
                     return "refused"

@@ -27,7 +27,7 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.spec.config import ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
+from components.spec.config import STACKS_DIR, ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
 from scripts._cli import CliParser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -65,11 +65,11 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     from components.spec.weights import sync_steps
 
     now = now or datetime.now(UTC).replace(microsecond=0)
-    kwargs = {"stacks_dir": stacks_dir} if stacks_dir else {}
-    spec = load_stack(stack, now=now, **kwargs)  # validates before anything is declared
+    stacks_dir = stacks_dir or STACKS_DIR
+    spec = load_stack(stack, now=now, stacks_dir=stacks_dir)  # validates before anything is declared
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
-    run = run_program(read_stack_config(stack, **kwargs), stack=stack, now=now, allow_blockers=True)
+    run = run_program(read_stack_config(stack, stacks_dir=stacks_dir), stack=stack, now=now, allow_blockers=True)
     mirror_bucket = run.outputs.get("mirrorBucket") if spec.config.storage.mirror.enabled else None
     if spec.config.storage.mirror.enabled and not mirror_bucket:
         mirror_bucket = spec.config.storage.mirror.bucket_name or "<mirror-bucket>"

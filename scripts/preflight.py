@@ -805,6 +805,20 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
 # ---------------------------------------------------------------------------------------------
 
 
+def aws_region(spec: DeploymentSpec, override: str | None) -> str:
+    """The AWS region preflight asks: ``override`` (``--region``) when set, else the stack's
+    ``aws:region``.
+
+    Raises:
+        UsageError: neither is set (``parse_spec`` requires ``aws:region`` on AWS platforms, so
+            only a spec built around it gets here).
+    """
+    region = override or spec.region
+    if not region:
+        raise UsageError("--region: the stack sets no aws:region; pass --region (e.g. us-east-1)")
+    return region
+
+
 def run_checks(
     spec: DeploymentSpec,
     *,
@@ -841,7 +855,7 @@ def run_checks(
     if not spec.profile.provisions_aws:
         checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
     else:
-        region = region or spec.region
+        region = aws_region(spec, region)
         clients = clients or AwsClients(region)
         # Without credentials every check still runs: one that does not apply to the stack is
         # `skip` either way; one that needs an API answer is `unknown` (``_call``).
@@ -916,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     now = datetime.now(UTC)
     spec = load_stack(args.stack, now=now)
     region = args.region or spec.region
-    clients = AwsClients(region) if spec.profile.provisions_aws else None
+    clients = AwsClients(aws_region(spec, args.region)) if spec.profile.provisions_aws else None
     common: dict[str, Any] = {
         "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,

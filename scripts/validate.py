@@ -29,6 +29,7 @@ Exit codes: 0 all passed, 1 a check failed or the endpoint cannot be reached, 2 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -268,7 +269,7 @@ def check_round_trip(client: Any, opts: Options) -> CheckResult:
     if not calls:
         return CheckResult(name, FAIL, "turn 1 returned no tool_calls (see the tools check)")
     field_name, reasoning = reasoning_of(msg)
-    if not reasoning:
+    if field_name is None or not reasoning:  # reasoning_of gives both or neither
         return CheckResult(name, FAIL, "turn 1 returned no reasoning_content: is --reasoning-parser kimi_k3 set?")
     assistant: dict[str, Any] = {
         "role": "assistant",
@@ -423,7 +424,7 @@ def _one_stream(client: Any, opts: Options, prompt: str) -> dict[str, Any]:
                     chunks += 1
     except openai.OpenAIError as err:
         return {"error": _describe_error(err)}
-    if first is None:
+    if first is None or last is None:  # both are set by the first token
         return {"error": "the stream produced no tokens"}
     tokens = usage_tokens if usage_tokens is not None else chunks
     itl = (last - first) / (tokens - 1) if tokens > 1 else None
@@ -641,7 +642,7 @@ def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int]
             continue
         try:
             if name == "throughput":
-                result = check_throughput(client, opts, (lambda d, t, name=name: progress(name, d, t)) if progress else None)
+                result = check_throughput(client, opts, functools.partial(progress, name) if progress else None)
             else:
                 if progress:
                     progress(name, 0, 1)

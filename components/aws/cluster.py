@@ -262,7 +262,7 @@ class EksCluster(pulumi.ComponentResource):
             inline={"session-manager": iam.session_manager_policy()},
             description=f"kimi-deploy {args.spec.stack}: EKS nodes",
         )
-        early = [self._addon(cluster, addon) for addon in ADDONS_BEFORE_NODES]
+        early: list[pulumi.Resource] = [self._addon(cluster, addon) for addon in ADDONS_BEFORE_NODES]
         system = self._create_system_node_group(cluster, node_role, early)
         gpu = self._create_gpu_node_group(cluster, node_role, early)
         late = [self._addon(cluster, addon, depends_on=[system]) for addon in ADDONS_AFTER_NODES]
@@ -505,8 +505,9 @@ class EksCluster(pulumi.ComponentResource):
         out = []
         inline: dict[str, dict[str, Any]] = {}
         for account, write in ((WEIGHT_SYNC_SERVICE_ACCOUNT, False), (MIRROR_PUBLISH_SERVICE_ACCOUNT, True)):
-            inline[account] = {"weight-mirror": pulumi.Output.all(a.partition, a.mirror_bucket).apply(
-                lambda v, w=write: iam.mirror_policy(v[0], v[1], prefix, write=w, write_prefix=revision_prefix)
+            # `write` rides in the Output (a plain value: no dependency) so the lambda needs no default argument.
+            inline[account] = {"weight-mirror": pulumi.Output.all(a.partition, a.mirror_bucket, write).apply(
+                lambda v: iam.mirror_policy(v[0], v[1], prefix, write=v[2], write_prefix=revision_prefix)
             )}
         # The vLLM pods' account restores and saves the engine caches (components/k8s/engine_cache.py).
         cache_account, cache_doc = engine_cache_grant(spec, a.partition, a.mirror_bucket)

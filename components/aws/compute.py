@@ -109,19 +109,18 @@ def efa_network_interfaces(
     the instance's published EFA layout (``InstanceFacts.efa_cards``, e.g. the odd cards 1-15 on
     P6e), at device 0 (card 0 device 1 when the layout includes card 0). Without a recorded
     layout: every EFA-capable card (the last ``efa_interfaces`` cards)."""
-    common = dict(security_groups=security_group_ids, delete_on_termination="true")
-    if subnet_id is not None:
-        common["subnet_id"] = subnet_id
-    nics = [
-        aws.ec2.LaunchTemplateNetworkInterfaceArgs(network_card_index=0, device_index=0, interface_type="interface", **common)
-    ]
+
+    def nic(card: int, device: int, interface_type: str) -> aws.ec2.LaunchTemplateNetworkInterfaceArgs:
+        # subnet_id None is left unset by the Args class (the launch template's subnet applies).
+        return aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=card, device_index=device, interface_type=interface_type,
+            security_groups=security_group_ids, delete_on_termination="true", subnet_id=subnet_id,
+        )
+
+    nics = [nic(0, 0, "interface")]
     cards = instance.efa_cards or tuple(range(max(instance.network_cards - instance.efa_interfaces, 0), instance.network_cards))
     for card in cards:
-        nics.append(
-            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                network_card_index=card, device_index=1 if card == 0 else 0, interface_type="efa-only", **common
-            )
-        )
+        nics.append(nic(card, 1 if card == 0 else 0, "efa-only"))
     return nics
 
 

@@ -25,6 +25,7 @@ actions of AWS's "minimal instance permissions" for Session Manager), and the EC
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -273,7 +274,7 @@ def role(
         aws.iam.RolePolicyAttachment(
             f"{name}-{policy.lower().replace('_', '-')}",
             role=r.name,
-            policy_arn=pulumi.Output.from_input(partition).apply(lambda p, n=policy: managed_policy_arn(p, n)),
+            policy_arn=pulumi.Output.from_input(partition).apply(functools.partial(managed_policy_arn, name=policy)),
             opts=child(parent),
         )
     for policy_name, document in (inline or {}).items():

@@ -124,7 +124,7 @@ class Network(pulumi.ComponentResource):
         self.s3_endpoint_id: pulumi.Output[str] | None = None
         self.efa_security_group_rules: list[pulumi.Resource] = []
         if net.vpc_id:
-            self._use_existing(name)
+            self._use_existing(name, net.vpc_id)
         else:
             self._create_vpc(name)
         self.gpu_security_group_id = self._create_gpu_security_group(name)
@@ -143,7 +143,7 @@ class Network(pulumi.ComponentResource):
         self.register_outputs(outputs)
 
     # -- existing VPC ---------------------------------------------------------------------
-    def _use_existing(self, name: str) -> None:
+    def _use_existing(self, name: str, vpc_id: str) -> None:
         spec, net = self._args.spec, self._args.spec.config.network
         ids = list(net.private_subnet_ids)
         az = self.gpu_availability_zone
@@ -151,7 +151,7 @@ class Network(pulumi.ComponentResource):
         # program before anything is declared.
         found = aws.ec2.get_subnets(
             filters=[
-                aws.ec2.GetSubnetsFilterArgs(name="vpc-id", values=[net.vpc_id]),
+                aws.ec2.GetSubnetsFilterArgs(name="vpc-id", values=[vpc_id]),
                 aws.ec2.GetSubnetsFilterArgs(name="subnet-id", values=ids),
                 aws.ec2.GetSubnetsFilterArgs(name="availability-zone", values=[az]),
             ]
@@ -161,9 +161,9 @@ class Network(pulumi.ComponentResource):
             raise ConfigError(
                 "network.privateSubnetIds",
                 ids,
-                f"has no subnet of {net.vpc_id} in {az} ({why}; GPU nodes and FSx must launch there)",
+                f"has no subnet of {vpc_id} in {az} ({why}; GPU nodes and FSx must launch there)",
             )
-        self.vpc_id = pulumi.Output.from_input(net.vpc_id)
+        self.vpc_id = pulumi.Output.from_input(vpc_id)
         control_plane = [i for i in ids if i not in found] if self.local_zone else ids
         if not control_plane:
             raise ConfigError(
@@ -185,9 +185,12 @@ class Network(pulumi.ComponentResource):
         spec, net = a.spec, a.spec.config.network
         cidrs = subnet_cidrs(net.vpc_cidr)
         az = self.gpu_availability_zone
+        second_az: pulumi.Input[str]
+        third_az: pulumi.Output[str] | None
+        public_az: pulumi.Input[str]
         if self.local_zone:
             second_az, third_az = self._parent_azs()
-            public_az: pulumi.Input[str] = second_az
+            public_az = second_az
         else:
             second_az, third_az, public_az = self._second_az(az), None, az
         vpc = aws.ec2.Vpc(

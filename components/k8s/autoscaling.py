@@ -219,7 +219,9 @@ def declare_autoscaling(
     """Declare the ScaledObject (or HPA) of the vLLM workload, after the workload and KEDA."""
     opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on)
     if plan.controller == "hpa":
-        return k8s.autoscaling.v2.HorizontalPodAutoscaler(
+        # Stub narrower than the runtime: the overloads type `spec` only as the snake_case ArgsDict; hpa_spec is the
+        # API's camelCase manifest, which pulumi's serializer passes through (pulumi/runtime/rpc.py `.get(k) or k`).
+        return k8s.autoscaling.v2.HorizontalPodAutoscaler(  # type: ignore[call-overload]
             "vllm-autoscaler",
             metadata=metadata(spec, VLLM_NAME, "autoscaler"),
             spec=hpa_spec(spec, sizing, plan, multi_node),

@@ -13,13 +13,16 @@ import json
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.platform import GpuPlacement, ServiceAccess
 from components.spec.config import DeploymentSpec
 from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL
 from components.spec.platforms import platform_profile
 from components.spec.versions import VLLM_VERSION
+
+if TYPE_CHECKING:  # typing only: this module creates no resources and imports no Pulumi at run time
+    from pulumi_kubernetes.meta.v1 import ObjectMetaArgsDict
 
 # app.kubernetes.io/name of every workload object, and the part-of value.
 APP_NAME = "kimi-vllm"
@@ -103,9 +106,11 @@ def tag_annotations(tags: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def metadata(spec: DeploymentSpec, name: str, component: str, tags: Mapping[str, Any] | None = None,
-             annotations: Mapping[str, Any] | None = None, namespaced: bool = True) -> Manifest:
-    """Object metadata: name, namespace, labels and annotations (tags first, then ``annotations``)."""
-    meta: dict[str, Any] = {"name": name, "labels": labels(spec, component)}
+             annotations: Mapping[str, Any] | None = None, namespaced: bool = True) -> ObjectMetaArgsDict:
+    """Object metadata: name, namespace, labels and annotations (tags first, then ``annotations``).
+    A plain dict typed as the SDK's ``ObjectMetaArgsDict`` (these four keys are spelled the same
+    in the API and in Python)."""
+    meta: ObjectMetaArgsDict = {"name": name, "labels": labels(spec, component)}
     if namespaced:
         meta["namespace"] = spec.config.kubernetes.namespace
     notes = {**tag_annotations(tags or {}), **(annotations or {})}

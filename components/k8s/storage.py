@@ -16,7 +16,7 @@ from components.platform import FsxVolumeSource
 from components.spec.config import DeploymentSpec
 from components.spec.weights import FSX_MOUNT_PATH, WEIGHTS_MOUNT_PATH
 
-from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, Manifest, dns_name, metadata
+from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, dns_name, metadata
 
 # CSI driver name of FSx for Lustre (https://github.com/kubernetes-sigs/aws-fsx-csi-driver).
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
@@ -75,33 +75,35 @@ def declare_fsx_volume(
     pv_name = fsx_pv_name(spec)
     namespace = spec.config.kubernetes.namespace
     opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on)
-    pv_spec: Manifest = {
-        "capacity": {"storage": capacity},
-        "volumeMode": "Filesystem",
-        "accessModes": ["ReadWriteMany"],
-        "persistentVolumeReclaimPolicy": "Retain",
-        "storageClassName": "",
-        "mountOptions": ["flock"],
-        "claimRef": {"namespace": namespace, "name": FSX_CLAIM_NAME},
-        "csi": {
-            "driver": FSX_CSI_DRIVER,
-            "volumeHandle": fsx.file_system_id,
-            "volumeAttributes": {"dnsname": fsx.dns_name, "mountname": fsx.mount_name},
-        },
-    }
     pv = k8s.core.v1.PersistentVolume(
-        "weights-fsx-pv", metadata=metadata(spec, pv_name, "weights-storage", namespaced=False), spec=pv_spec, opts=opts
+        "weights-fsx-pv",
+        metadata=metadata(spec, pv_name, "weights-storage", namespaced=False),
+        # The SDK's typed dicts (PersistentVolumeSpecArgsDict): Python names, sent as the API's camelCase.
+        spec={
+            "capacity": {"storage": capacity},
+            "volume_mode": "Filesystem",
+            "access_modes": ["ReadWriteMany"],
+            "persistent_volume_reclaim_policy": "Retain",
+            "storage_class_name": "",
+            "mount_options": ["flock"],
+            "claim_ref": {"namespace": namespace, "name": FSX_CLAIM_NAME},
+            "csi": {
+                "driver": FSX_CSI_DRIVER,
+                "volume_handle": fsx.file_system_id,
+                "volume_attributes": {"dnsname": fsx.dns_name, "mountname": fsx.mount_name},
+            },
+        },
+        opts=opts,
     )
-    pvc_spec: Manifest = {
-        "accessModes": ["ReadWriteMany"],
-        "storageClassName": "",
-        "volumeName": pv_name,
-        "resources": {"requests": {"storage": capacity}},
-    }
     pvc = k8s.core.v1.PersistentVolumeClaim(
         "weights-fsx-pvc",
         metadata=metadata(spec, FSX_CLAIM_NAME, "weights-storage"),
-        spec=pvc_spec,
+        spec={
+            "access_modes": ["ReadWriteMany"],
+            "storage_class_name": "",
+            "volume_name": pv_name,
+            "resources": {"requests": {"storage": capacity}},
+        },
         # A claim bound to a static volume stays Pending until the volume exists.
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=[pv, *depends_on]),
     )

@@ -293,7 +293,10 @@ def declare_weight_sync(
             annotations={"pulumi.com/replaceUnready": "true"},
         )
         meta["name"] = name
-        job = k8s.batch.v1.Job(
+        # Stub narrower than the runtime (type: ignore below): the overloads type `spec` only as the snake_case
+        # ArgsDict; job_spec builds the API's camelCase manifest, which pulumi's serializer passes through unchanged
+        # (pulumi/runtime/rpc.py: `py_name_to_pulumi_name.get(k) or k`); the schema tests validate it.
+        job = k8s.batch.v1.Job(  # type: ignore[call-overload]
             f"weight-sync-{step.name}",
             metadata=meta,
             spec=body,

@@ -362,9 +362,11 @@ def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mir
             f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed "
             "article's 100 MB/s figure); no mirror",
         )
-    if step.needs_fsx:
+    fsx_bps = sizing.storage.fsx_read_bytes_per_second
+    # As in sync_expected_seconds: without an FSx figure the step is timed as a mirror copy.
+    if step.needs_fsx and fsx_bps:
         return ("weight copy FSx -> NVMe", sync_expected_seconds(spec, sizing, step),
-                f"FSx {sizing.storage.fsx_read_bytes_per_second / GB:.2f} GB/s shared by {spec.gpu_nodes} node(s)")
+                f"FSx {fsx_bps / GB:.2f} GB/s shared by {spec.gpu_nodes} node(s)")
     rate = mirror_copy_rate(spec)
     return ("weight copy mirror -> NVMe", weights / rate.bytes_per_second,
             f"{weights / 1e12:.2f} TB at {rate.bytes_per_second / GB:.1f} GB/s ({rate.bound}-bound; {rate.source})")

@@ -198,6 +198,7 @@ def build_vllm_command(spec: DeploymentSpec, sizing: Sizing | None = None) -> Vl
     secret_env = {"VLLM_API_KEY": "apiKey"}
     extra = list(cfg.extra_args)
     nodes = spec.nodes_per_copy
+    roles: tuple[VllmRole, ...]
     if nodes == 1:
         roles = (VllmRole("server", 1, tuple(base + http + extra), env, secret_env),)
     else:
