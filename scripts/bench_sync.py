@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark weight_sync.py against s5cmd and cp on a synthetic checkpoint. Prints figures; it is
+"""Benchmark the weight sync (its zipapp, as nodes run it) against s5cmd and cp on a synthetic checkpoint. Prints figures; it is
 not a pass/fail test (exit 0 unless a run itself fails).
 
 It builds about --files files totalling --total-gb GB (shard sizes skewed like a real
@@ -46,7 +46,6 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WEIGHT_SYNC = os.path.join(HERE, "weight_sync.py")
 BLOCK_BYTES = 64 << 20
 
 
@@ -226,7 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         if moto:
             subprocess.run(s5 + ["mb", "s3://bench"], env=env, check=True, capture_output=True)
             subprocess.run(s5 + ["cp", f"{src}/*", "s3://bench/ckpt/"], env=env, check=True, capture_output=True)
-        ws = [sys.executable, WEIGHT_SYNC, "--workers", str(args.workers), "--quiet"]
+        # What the nodes run: the zipapp of scripts/weight_sync/ (components/sync_artifact.py).
+        from components.sync_artifact import build_sync_artifact
+
+        pyz = os.path.join(work, "weight_sync.pyz")
+        with open(pyz, "wb") as f:
+            f.write(build_sync_artifact().data)
+        ws = [sys.executable, pyz, "--workers", str(args.workers), "--quiet"]
 
         def prepare() -> None:
             drop_caches((work,))  # also writes out the previous run's dirty pages

@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 import scripts.weight_sync as ws
+from scripts.weight_sync import model
 from tests.sync_fixtures import (
     FaultProxy,
     checkpoint_files,
@@ -107,6 +108,31 @@ def test_transient_500s_are_retried(tmp_path, s3, moto, capsys, monkeypatch, cli
                                     "--s3-client", client)
     assert rc == 0, err
     assert proxy.failures_sent == 4 and read_tree(str(tmp_path / "d")) == files
+
+
+@pytest.mark.parametrize("client, path", [
+    ("boto3", "single-get"), ("boto3", "transfer-manager"),
+    pytest.param("s5cmd", "s5cmd", marks=pytest.mark.skipif(not S5CMD, reason="s5cmd not installed"))])
+def test_a_failing_object_is_requested_exactly_retry_attempts_times(tmp_path, s3, moto, capsys, monkeypatch, client, path):
+    """One retry layer: botocore (total_max_attempts=1), s3transfer (num_download_attempts=1) and
+    s5cmd (--retry-count 0) never retry, so an object whose every GET fails is requested exactly
+    RETRY_ATTEMPTS times (it was up to about 25 with three layers), then the run fails."""
+    from scripts.weight_sync import retry, sources
+
+    monkeypatch.setattr(retry, "RETRY_ATTEMPTS", 3)
+    if path == "transfer-manager":  # ranged parts through s3transfer instead of one GET
+        monkeypatch.setattr(sources, "S3_SINGLE_GET_MAX_BYTES", 0)
+    files = checkpoint_files(seed=3)
+    bucket = bucket_name()
+    publish_mirror(s3, bucket, "m", files)
+    bad = "model-00004-of-00006.safetensors"
+    with FaultProxy(moto.port, fail_pattern=bad, failures=1000) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        rc, _, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"),
+                              "--s3-client", client, "--workers", "1")
+    assert rc == 1 and bad in err and "giving up after 3 attempts" in err, err
+    assert proxy.gets_of(bad) == 3 == proxy.failures_sent
+    assert not (tmp_path / "d" / ws.MARKER_NAME).exists()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -206,7 +232,7 @@ def test_small_objects_use_one_get_not_the_transfer_manager(tmp_path, s3, capsys
     """Objects up to S3_SINGLE_GET_MAX_BYTES are read with one GET into the sink (less CPU per GB);
     larger ones keep ranged parts."""
     files = checkpoint_files(seed=5)
-    assert max(len(v) for v in files.values()) <= ws.S3_SINGLE_GET_MAX_BYTES
+    assert max(len(v) for v in files.values()) <= model.S3_SINGLE_GET_MAX_BYTES
     bucket = bucket_name()
     publish_mirror(s3, bucket, "m", files, manifest_for(files, revision="d" * 40))
     import boto3.s3.inject
