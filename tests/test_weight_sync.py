@@ -505,3 +505,28 @@ def test_zipapp_runs_alone_with_the_standard_library(tmp_path, src):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["files_transferred"] == len(files)
     assert read_tree(str(tmp_path / "d")) == files and (tmp_path / "d" / ws.MARKER_NAME).is_file()
+
+
+def test_a_verified_copy_is_copied_without_hashing_and_sha256_mode_still_hashes(tmp_path, src, capsys, monkeypatch):
+    """dir -> dir from a directory this program completed (marker + manifest with the same digest):
+    kernel-side copy (copy_file), no hashing, sizes checked. `--verify sha256` hashes every byte,
+    so a same-size corruption of the source is caught there (and only there: the trade-off)."""
+    root, files = src
+    first = tmp_path / "first"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(first))[0] == 0
+    copies: list[str] = []
+    real_copy = destinations.copy_file
+    monkeypatch.setattr(destinations, "copy_file", lambda s, d, p=None: (copies.append(s), real_copy(s, d, p))[1])
+    rc, summary, err = run_json(capsys, "--source", f"file://{first}", "--dest", str(tmp_path / "second"))
+    assert rc == 0, err
+    assert len(copies) == len(files) and read_tree(str(tmp_path / "second")) == files
+    marker = json.loads((tmp_path / "second" / ws.MARKER_NAME).read_text())
+    assert marker["manifest_sha256"] == json.loads((first / ws.MARKER_NAME).read_text())["manifest_sha256"]
+    bad = next(p for p in files if p.startswith("model-"))
+    (first / bad).write_bytes(bytes(len(files[bad])))  # same size, other bytes
+    rc, _, err = run_json(capsys, "--source", f"file://{first}", "--dest", str(tmp_path / "third"), "--verify", "sha256")
+    assert rc == 1 and bad in err and "sha256" in err
+    copies.clear()
+    (first / ws.MARKER_NAME).unlink()  # no longer a verified copy: hashed while copied
+    rc, _, err = run_json(capsys, "--source", f"file://{first}", "--dest", str(tmp_path / "fourth"))
+    assert rc == 1 and bad in err and copies == []

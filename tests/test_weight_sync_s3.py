@@ -244,3 +244,30 @@ def test_small_objects_use_one_get_not_the_transfer_manager(tmp_path, s3, capsys
     rc, summary, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"), "--s3-client", "boto3")
     assert rc == 0, err
     assert read_tree(str(tmp_path / "d")) == files and summary["files_transferred"] == len(files)
+
+
+def test_resume_of_a_complete_pinned_copy_never_imports_boto3_nor_asks_s3(tmp_path, s3, capsys):
+    """The mirror prefix ends in the commit (components/spec/weights.py), so a complete copy of it
+    is checked locally: marker (same source and revision), manifest digest, sizes. The endpoint is
+    dead during the resume and boto3 is never imported; an unpinned source is asked again."""
+    import subprocess
+
+    files = checkpoint_files(seed=8)
+    bucket, rev = bucket_name(), "e" * 40
+    publish_mirror(s3, bucket, f"models/org/repo/{rev}", files, manifest_for(files, revision=rev))
+    dest = tmp_path / "d"
+    uri = f"s3://{bucket}/models/org/repo/{rev}"
+    assert run_json(capsys, "--source", uri, "--dest", str(dest), "--s3-client", "boto3")[0] == 0
+    code = ("import json, sys; import scripts.weight_sync as ws; rc = ws.main(sys.argv[1:]); "
+            "print(json.dumps([rc, 'boto3' in sys.modules, 'botocore' in sys.modules]))")
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:9")  # nothing listens there
+    r = subprocess.run([sys.executable, "-c", code, "--source", uri, "--dest", str(dest), "--json", "--quiet"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    summary, verdict = r.stdout.splitlines()
+    assert json.loads(verdict) == [0, False, False], r.stderr
+    assert json.loads(summary)["files_skipped"] == len(files)
+    # One file cut short: the local check fails, the normal path runs (and needs S3).
+    (dest / "config.json").write_bytes(b"{}")
+    r = subprocess.run([sys.executable, "-c", code, "--source", uri, "--dest", str(dest), "--json", "--quiet"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert json.loads(r.stdout.splitlines()[-1])[:2] == [1, True]

@@ -52,10 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=8, metavar="N",
                    help="files transferred at once (default 8); each S3 file also uses "
                         f"{S3_PART_CONCURRENCY} parallel ranged GETs of {S3_PART_BYTES >> 20} MiB")
-    p.add_argument("--verify", choices=("fast", "full"), default="fast",
+    p.add_argument("--verify", choices=("fast", "sha256", "full"), default="fast",
                    help="fast (default): trust a marker whose manifest digest matches and files this "
-                        "program already verified (same size and mtime); full: re-hash every file "
-                        "already in the destination. Files transferred are always hashed.")
+                        "program already verified (same size and mtime); a complete copy of a pinned "
+                        "source (a commit) is checked locally without contacting the source; files "
+                        "from a verified copy (a directory with this program's marker) are copied "
+                        "without hashing (sizes checked). sha256: hash every byte transferred against "
+                        "the manifest. full: as sha256, and re-hash every file already in the "
+                        "destination.")
     p.add_argument("--json", action="store_true",
                    help="print a JSON summary on stdout at the end (bytes, seconds, files "
                         "transferred, skipped and verified, throughput)")

@@ -26,6 +26,7 @@ from .model import (
     human_bytes,
     manifest_digest,
     manifest_document,
+    parse_manifest,
     validate_relative_path,
 )
 from .progress import Progress
@@ -37,11 +38,13 @@ from .sources import (
     ModelScopeSource,
     Source,
     parse_s3_uri,
+    pinned_revision,
+    read_json_or_none,
     resolve_nonempty,
     s3_client,
     s3_key,
 )
-from .verify import Sink, _WriteOnly, check_bytes, fetch_verified, hash_file
+from .verify import Sink, _WriteOnly, check_bytes, copy_file, fetch_verified, hash_file
 
 # LocalDestination makes its files durable in batches (one syncfs per batch, not an fsync per
 # file); a batch ends after this many bytes and at the end of the run. See LocalDestination.
@@ -222,6 +225,8 @@ class LocalDestination(Destination):
         if isinstance(self.source, FileSource):
             if os.path.realpath(self.source.root) == os.path.realpath(self.root):
                 raise UsageError("--source and --dest are the same directory")
+        if self.verify != "full" and (complete := self._complete_pinned_copy(summary)) is not None:
+            return complete
         if isinstance(self.source, (HfSource, ModelScopeSource)):
             self.source.staging_dir = os.path.join(self.state, "hub")  # created with the state directory
         revision, entries = resolve_nonempty(self.source)  # before anything is written
@@ -233,7 +238,7 @@ class LocalDestination(Destination):
         journal = self._load_journal()
         entries = [self._known_hash(e, journal.get(e.path)) for e in entries]
         marker = self._read_marker()
-        if (self.verify == "fast" and marker and all(e.sha256 for e in entries)
+        if (self.verify != "full" and marker and all(e.sha256 for e in entries)
                 and marker.get("manifest_sha256") == manifest_digest(entries) and self._sizes_ok(entries)):
             summary.files_skipped = len(entries)
             return summary
@@ -255,7 +260,7 @@ class LocalDestination(Destination):
             if st.st_size != entry.size_bytes:
                 return entry, "fetch"
             rec = journal.get(entry.path)
-            if self.verify == "fast" and self._journal_match(entry, rec, st):
+            if self.verify != "full" and self._journal_match(entry, rec, st):
                 return dataclasses.replace(entry, sha256=rec["sha256"]), "skip"
             # Full mode re-hashes everything; fast mode re-hashes a file whose record came after
             # the last sync point (a power loss may have left it short or empty: see the class).
@@ -297,6 +302,30 @@ class LocalDestination(Destination):
         self._finish(summary, revision, final)
         return summary
 
+    def _complete_pinned_copy(self, summary: Summary) -> Summary | None:
+        """The resume of a complete copy of a pinned source, without contacting the source (no
+        boto3 import, no request): the marker names this source URI and its revision, which the
+        URI pins (``sources.pinned_revision``: a commit, so the content cannot have changed), the
+        local manifest.json has the marker's digest, and every file it lists has its size.
+        Returns the summary (everything skipped), or None to take the normal path."""
+        revision = pinned_revision(self.source.uri)
+        marker = read_json_or_none(self.marker_path) if revision else None
+        if not marker or marker.get("source") != self.source.uri or marker.get("revision") != revision:
+            return None
+        document = read_json_or_none(os.path.join(self.root, MANIFEST_NAME))
+        if document is None:
+            return None
+        try:
+            _, entries = parse_manifest(document, MANIFEST_NAME)
+            if marker.get("manifest_sha256") != manifest_digest(entries) or not self._sizes_ok(entries):
+                return None
+        except SyncError:
+            return None
+        summary.revision, summary.files_total = revision, len(entries)
+        summary.files_skipped = len(entries)
+        summary.bytes_total = sum(e.size_bytes for e in entries)
+        return summary
+
     def _check_entries(self, entries: list[FileEntry]) -> None:
         seen = set()
         for e in entries:
@@ -326,8 +355,17 @@ class LocalDestination(Destination):
         final_path = self.target(entry.path)
         tmp = os.path.join(self.partial, hashlib.sha256(entry.path.encode()).hexdigest()[:32] + ".partial")
         result: list[str] = []
+        source = self.source
+        trusted = (self.verify == "fast" and isinstance(source, FileSource) and source.verified
+                   and entry.sha256 is not None)
+
         def fetch():
-            return result.append(fetch_verified(self.source, entry, tmp, progress, durable=False, writeback=True))
+            if trusted and isinstance(source, FileSource) and entry.sha256:
+                # A verified copy (see FileSource.resolve): kernel-side copy, no hashing; the
+                # size is checked, the manifest's sha256 is recorded.
+                size_bytes = copy_file(source.local_path(entry), tmp, progress)
+                return result.append(check_bytes(entry, size_bytes, entry.sha256))
+            return result.append(fetch_verified(source, entry, tmp, progress, durable=False, writeback=True))
         with_retries(fetch, entry.path, self.log)
         os.makedirs(os.path.dirname(final_path), exist_ok=True)
         os.replace(tmp, final_path)  # verified; durable at the next sync point (see the class)
@@ -399,7 +437,7 @@ class S3Destination(Destination):
             marker = None
             if marker_key in existing:
                 marker = json.loads(client.get_object(Bucket=self.bucket, Key=marker_key)["Body"].read())
-            if (self.verify == "fast" and marker and all(e.sha256 for e in entries)
+            if (self.verify != "full" and marker and all(e.sha256 for e in entries)
                     and marker.get("manifest_sha256") == manifest_digest(entries)
                     and all(existing.get(s3_key(self.prefix, e.path)) == e.size_bytes for e in entries)):
                 summary.files_skipped = len(entries)
@@ -410,7 +448,7 @@ class S3Destination(Destination):
                 key = s3_key(self.prefix, entry.path)
                 if existing.get(key) != entry.size_bytes:
                     return entry, "fetch"
-                if self.verify == "fast":
+                if self.verify != "full":
                     sha = client.head_object(Bucket=self.bucket, Key=key).get("Metadata", {}).get("sha256")
                     local = self.source.local_path(entry)
                     if not entry.sha256 and local is not None:  # a local read is cheaper than an upload

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from typing import Any
 
 from .fsio import advise_sequential
 from .hub import hub_errors
@@ -28,6 +29,7 @@ from .model import (
     SyncError,
     TransientError,
     UsageError,
+    manifest_digest,
     parse_manifest,
     validate_relative_path,
 )
@@ -102,6 +104,8 @@ class FileSource(Source):
     def __init__(self, uri: str):
         self.uri, self.root = uri, os.path.abspath(uri[len("file://"):])
         self.stats: dict[str, list[int]] = {}  # path -> [size_bytes, mtime_ns], without manifest
+        # True when the directory is a verified copy: see ``resolve``.
+        self.verified = False
 
     def resolve(self):
         if not os.path.isdir(self.root):
@@ -110,9 +114,15 @@ class FileSource(Source):
         if os.path.isfile(manifest_path):
             with open(manifest_path) as f:
                 try:
-                    return parse_manifest(json.load(f), manifest_path)
+                    revision, listed = parse_manifest(json.load(f), manifest_path)
                 except json.JSONDecodeError as exc:
                     raise SyncError(f"{manifest_path}: not JSON ({exc})") from None
+            # A verified copy: a directory this program completed (its marker, written only after
+            # every file was verified against this manifest and made durable, names the same
+            # manifest digest). Its files are then copied without hashing (sizes still checked).
+            marker = read_json_or_none(os.path.join(self.root, MARKER_NAME))
+            self.verified = bool(marker) and marker.get("manifest_sha256") == manifest_digest(listed)
+            return revision, listed
         entries = []
         for dirpath, dirnames, filenames in os.walk(self.root):
             dirnames[:] = sorted(d for d in dirnames if d != STATE_DIR_NAME)
@@ -327,6 +337,30 @@ class ModelScopeSource(Source):
         with hub_errors("modelscope", self.repo, self.revision, transient_ok=True):
             path = model_file_download(self.repo, entry.path, revision=self.revision, local_dir=self.staging_dir)
         sink.adopt(path)
+
+
+def read_json_or_none(path: str) -> Any:
+    """The JSON document at ``path``, or None when it is missing or not JSON."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def pinned_revision(uri: str) -> str | None:
+    """The 40-hex commit a source URI pins, or None: ``hf://ORG/REPO@<commit>``,
+    ``modelscope://ORG/REPO@<commit>``, or an s3:// mirror whose prefix ends in the commit (the
+    mirror layout ``<prefix>/<org>/<repo>/<revision>``: ``components/spec/weights.py``). A
+    pinned source's content never changes, so a destination completed from it can be trusted
+    without asking the source again."""
+    if uri.startswith(("hf://", "modelscope://")):
+        rev = uri.rpartition("@")[2] if "@" in uri else ""
+    elif uri.startswith("s3://"):
+        rev = uri.rstrip("/").rpartition("/")[2]
+    else:
+        return None
+    return rev if HEX40.match(rev) else None
 
 
 def resolve_nonempty(source: Source) -> tuple[str, list[FileEntry]]:
