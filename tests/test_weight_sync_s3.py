@@ -271,3 +271,46 @@ def test_resume_of_a_complete_pinned_copy_never_imports_boto3_nor_asks_s3(tmp_pa
     r = subprocess.run([sys.executable, "-c", code, "--source", uri, "--dest", str(dest), "--json", "--quiet"],
                        capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert json.loads(r.stdout.splitlines()[-1])[:2] == [1, True]
+
+
+def test_mirror_copy_checks_object_checksums_not_sha256_and_sha256_mode_still_hashes(tmp_path, s3, capsys, monkeypatch):
+    """Publishing verifies sha256 once and records crc32 + crc64nvme per file (manifest and object
+    metadata); S3 stores its own CRC64NVME of each upload. The node copy (default) asks for S3's
+    checksum (ChecksumMode=ENABLED), botocore validates it in flight, nothing hashes sha256; a
+    same-size corruption of an object is caught by the checksum, and `--verify sha256` by sha256."""
+    import base64
+    import zlib
+
+    from awscrt import checksums
+
+    from scripts.weight_sync import verify
+
+    files = checkpoint_files(seed=12)
+    write_tree(str(tmp_path / "src"), files)
+    bucket, rev = bucket_name(), "f" * 40
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/models/org/repo/{rev}"
+    assert run_json(capsys, "--source", f"file://{tmp_path / 'src'}", "--dest", uri)[0] == 0
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"models/org/repo/{rev}/manifest.json")["Body"].read())
+    for f in manifest["files"]:
+        data = files[f["path"]]
+        assert f["checksums"] == {
+            "crc32": base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode(),
+            "crc64nvme": base64.b64encode(checksums.crc64nvme(data).to_bytes(8, "big")).decode()}
+        head = s3.head_object(Bucket=bucket, Key=f"models/org/repo/{rev}/{f['path']}", ChecksumMode="ENABLED")
+        assert head["ChecksumCRC64NVME"] == f["checksums"]["crc64nvme"]
+    sinks: list = []
+    real_init = verify.Sink.__init__
+    monkeypatch.setattr(verify.Sink, "__init__", lambda self, *a, **k: (real_init(self, *a, **k), sinks.append(self))[0])
+    rc, summary, err = run_json(capsys, "--source", uri, "--dest", str(tmp_path / "d"), "--s3-client", "boto3")
+    assert rc == 0, err
+    assert read_tree(str(tmp_path / "d")) == files
+    assert len(sinks) == len(files) and all(s.sha256 is None for s in sinks)
+    assert all(list(s.validated_by_s3) == ["crc64nvme"] for s in sinks)
+    bad = "model-00002-of-00006.safetensors"
+    s3.put_object(Bucket=bucket, Key=f"models/org/repo/{rev}/{bad}", Body=bytes(len(files[bad])))
+    rc, _, err = run_json(capsys, "--source", uri, "--dest", str(tmp_path / "d2"), "--s3-client", "boto3")
+    assert rc == 1 and bad in err and "crc64nvme" in err
+    rc, _, err = run_json(capsys, "--source", uri, "--dest", str(tmp_path / "d3"), "--s3-client", "boto3",
+                          "--verify", "sha256")
+    assert rc == 1 and bad in err and "sha256" in err

@@ -44,7 +44,17 @@ from .sources import (
     s3_client,
     s3_key,
 )
-from .verify import Sink, _WriteOnly, check_bytes, copy_file, fetch_verified, hash_file
+from .verify import (
+    CHECKSUM_BYTES,
+    Sink,
+    _WriteOnly,
+    check_bytes,
+    checksum_functions,
+    copy_file,
+    digest_file,
+    fetch_verified,
+    hash_file,
+)
 
 # LocalDestination makes its files durable in batches (one syncfs per batch, not an fsync per
 # file); a batch ends after this many bytes and at the end of the run. See LocalDestination.
@@ -365,7 +375,8 @@ class LocalDestination(Destination):
                 # size is checked, the manifest's sha256 is recorded.
                 size_bytes = copy_file(source.local_path(entry), tmp, progress)
                 return result.append(check_bytes(entry, size_bytes, entry.sha256))
-            return result.append(fetch_verified(source, entry, tmp, progress, durable=False, writeback=True))
+            return result.append(fetch_verified(source, entry, tmp, progress, durable=False, writeback=True,
+                                                by_checksum=self.verify == "fast"))
         with_retries(fetch, entry.path, self.log)
         os.makedirs(os.path.dirname(final_path), exist_ok=True)
         os.replace(tmp, final_path)  # verified; durable at the next sync point (see the class)
@@ -449,12 +460,14 @@ class S3Destination(Destination):
                 if existing.get(key) != entry.size_bytes:
                     return entry, "fetch"
                 if self.verify != "full":
-                    sha = client.head_object(Bucket=self.bucket, Key=key).get("Metadata", {}).get("sha256")
+                    meta = client.head_object(Bucket=self.bucket, Key=key).get("Metadata", {})
+                    sha = meta.get("sha256")
                     local = self.source.local_path(entry)
                     if not entry.sha256 and local is not None:  # a local read is cheaper than an upload
                         entry = dataclasses.replace(entry, sha256=hash_file(local)[1])
                     if sha and sha == entry.sha256:
-                        return dataclasses.replace(entry, sha256=sha), "skip"
+                        kept = {n: meta[n] for n in CHECKSUM_BYTES if meta.get(n)} or entry.checksums
+                        return dataclasses.replace(entry, sha256=sha, checksums=kept), "skip"
                     return entry, "fetch"
                 sink = Sink(os.path.join(staging, "check", key.replace("/", "_")), Progress(0, 0, False))
                 try:
@@ -479,22 +492,33 @@ class S3Destination(Destination):
             need_bytes = sum(e.size_bytes for e in fetch)
             progress = Progress(need_bytes, len(fetch), enabled=self.progress_enabled).start()
 
+            algorithms = tuple(n for n in CHECKSUM_BYTES if n in checksum_functions())
+            upload_algorithm = algorithms[0].upper()  # CRC64NVME with awscrt, else CRC32
+
             def publish(entry: FileEntry) -> FileEntry:
                 key = s3_key(self.prefix, entry.path)
                 tmp = os.path.join(staging, "partial", hashlib.sha256(entry.path.encode()).hexdigest()[:32])
                 shas: list[str] = []
+                crcs: dict[str, str] = {}
 
                 def attempt():
+                    # sha256 verified here, once, against the hub; the object checksums computed in
+                    # the same pass go in the manifest (what node copies check) and the metadata.
                     local = self.source.local_path(entry)
                     if local is not None:  # upload in place after hashing it once
-                        size_bytes, sha = hash_file(local, progress)
+                        size_bytes, sha, found = digest_file(local, progress, algorithms)
                         shas.append(check_bytes(entry, size_bytes, sha))
+                        crcs.update(found)
                         path = local
                     else:
-                        shas.append(fetch_verified(self.source, entry, tmp, progress, durable=False))
+                        shas.append(fetch_verified(self.source, entry, tmp, progress, durable=False,
+                                                   checksums=algorithms, checksums_out=crcs))
                         path = tmp
-                    client.upload_file(path, self.bucket, key, ExtraArgs={"Metadata": {"sha256": shas[-1]}},
-                                       Config=config)
+                    # S3 computes and stores its own checksum of the upload (ChecksumAlgorithm;
+                    # full-object for CRC64NVME, also for multipart), returned on GET with
+                    # ChecksumMode=ENABLED and compared with the manifest by the node copy.
+                    client.upload_file(path, self.bucket, key, Config=config, ExtraArgs={
+                        "Metadata": {"sha256": shas[-1], **crcs}, "ChecksumAlgorithm": upload_algorithm})
 
                 try:
                     with_retries(attempt, entry.path, self.log)
@@ -502,7 +526,7 @@ class S3Destination(Destination):
                     if os.path.exists(tmp):
                         os.unlink(tmp)
                 progress.file_done()
-                return dataclasses.replace(entry, sha256=shas[-1])
+                return dataclasses.replace(entry, sha256=shas[-1], checksums=dict(crcs) or None)
 
             try:
                 fetched = self._run_pool(sorted(fetch, key=lambda e: -e.size_bytes), publish)

@@ -68,6 +68,9 @@ class FileEntry:
     size_bytes: int
     sha256: str | None = None
     git_sha1: str | None = None
+    # Object checksums from the mirror's manifest, {"crc32" | "crc64nvme": S3-form value}: what the
+    # node copy checks instead of sha256 (verify.py), or None (hub sources, older manifests).
+    checksums: dict[str, str] | None = dataclasses.field(default=None, compare=False, hash=False)
 
 
 def validate_relative_path(path: object) -> str:
@@ -99,7 +102,8 @@ def manifest_document(source: str, revision: str, entries: list[FileEntry]) -> d
     return {
         "version": MANIFEST_VERSION, "source": source, "revision": revision,
         "total_bytes": sum(e.size_bytes for e in entries),
-        "files": [{"path": e.path, "size_bytes": e.size_bytes, "sha256": e.sha256}
+        "files": [{"path": e.path, "size_bytes": e.size_bytes, "sha256": e.sha256,
+                   **({"checksums": dict(sorted(e.checksums.items()))} if e.checksums else {})}
                   for e in sorted(entries, key=lambda e: e.path)],
     }
 
@@ -108,7 +112,8 @@ def parse_manifest(document: Any, where: str) -> tuple[str, list[FileEntry]]:
     """Validate a manifest.json document; return (revision, entries). Raises SyncError."""
     try:
         revision = str(document["revision"])
-        entries = [FileEntry(validate_relative_path(f["path"]), int(f["size_bytes"]), str(f["sha256"]).lower())
+        entries = [FileEntry(validate_relative_path(f["path"]), int(f["size_bytes"]), str(f["sha256"]).lower(),
+                             checksums=_checksums(f.get("checksums"), f["path"], where))
                    for f in document["files"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise SyncError(f"{where}: malformed manifest ({exc.__class__.__name__}: {exc})") from None
@@ -116,6 +121,17 @@ def parse_manifest(document: Any, where: str) -> tuple[str, list[FileEntry]]:
         if e.size_bytes < 0 or not re.fullmatch(r"[0-9a-f]{64}", e.sha256 or ""):
             raise SyncError(f"{where}: bad size or sha256 for {e.path!r}")
     return revision, entries
+
+
+def _checksums(value: Any, path: str, where: str) -> dict[str, str] | None:
+    """A manifest entry's optional ``checksums``: {"crc32" | "crc64nvme": base64 str}."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value or not all(
+            k in ("crc32", "crc64nvme") and isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9+/]{6,12}={0,2}", v)
+            for k, v in value.items()):
+        raise SyncError(f"{where}: bad checksums for {path!r}: expected {{'crc32' or 'crc64nvme': base64}}")
+    return dict(value)
 
 
 def human_bytes(n_bytes: float) -> str:

@@ -205,7 +205,7 @@ class S3Source(Source):
         if self.s5cmd and entry.size_bytes >= self.s5cmd_min_bytes:
             return self._fetch_s5cmd(key, sink)
         if entry.size_bytes <= S3_SINGLE_GET_MAX_BYTES:
-            return self._fetch_single(key, sink)
+            return self._fetch_single(key, sink, entry)
         from boto3.s3.transfer import TransferConfig
 
         if self._transfer_config is None:
@@ -214,15 +214,35 @@ class S3Source(Source):
                 max_concurrency=S3_PART_CONCURRENCY, **NO_RETRY_TRANSFER)
         self.client().download_fileobj(self.bucket, key, _WriteOnly(sink), Config=self._transfer_config)
 
-    def _fetch_single(self, key: str, sink: Sink) -> None:
-        """One GET read in S3_READ_BYTES pieces into one reused buffer (size and sha256 are
-        checked by the caller against the manifest)."""
-        body = self.client().get_object(Bucket=self.bucket, Key=key)["Body"]
+    def _fetch_single(self, key: str, sink: Sink, entry: FileEntry) -> None:
+        """One GET read in S3_READ_BYTES pieces into one reused buffer (size and digest are
+        checked by the caller against the manifest).
+
+        When the sink checks an object checksum instead of sha256, the GET asks for S3's own
+        (``ChecksumMode=ENABLED``); if S3 returns the full-object value of that algorithm and it
+        equals the manifest's, botocore validates the body against it as it is read (flexible
+        checksums: botocore/httpchecksum.py StreamingChecksumBody, FlexibleChecksumError at the
+        end on a mismatch; crc64nvme through awscrt) and the sink does not compute it again.
+        Raises IntegrityError when botocore's validation fails."""
+        algorithm = next(iter(sink.crcs), None) if sink.sha256 is None else None
+        kwargs = {"ChecksumMode": "ENABLED"} if algorithm else {}
+        response = self.client().get_object(Bucket=self.bucket, Key=key, **kwargs)
+        if algorithm:
+            s3_value = response.get(f"Checksum{algorithm.upper()}")
+            if (s3_value and response.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT"
+                    and s3_value == (entry.checksums or {}).get(algorithm)):
+                sink.crcs.pop(algorithm)
+                sink.validated_by_s3[algorithm] = s3_value
+        body = response["Body"]
         buf = bytearray(S3_READ_BYTES)
         view = memoryview(buf)
         try:
             while n := body.readinto(buf):
                 sink.write(view[:n])
+        except Exception as exc:
+            if type(exc).__name__ == "FlexibleChecksumError":
+                raise IntegrityError(f"{entry.path}: S3 {algorithm} check failed in flight: {exc}") from None
+            raise
         finally:
             body.close()
 

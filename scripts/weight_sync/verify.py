@@ -2,10 +2,12 @@
 stall detection, and the comparison with the manifest."""
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
-from typing import TYPE_CHECKING
+import zlib
+from typing import TYPE_CHECKING, Any
 
 from .fsio import advise_sequential, start_writeback
 from .model import CHUNK_BYTES, LOCAL_CHUNK_BYTES, FileEntry, IntegrityError, TransientError
@@ -29,11 +31,19 @@ class Sink:
     bytes as they are written. Sources call `write` with chunks in order, or `adopt` a file a
     library has written (then it is hashed in one read)."""
 
-    def __init__(self, tmp_path: str, progress: Progress, git_blob_size: int | None = None):
+    def __init__(self, tmp_path: str, progress: Progress, git_blob_size: int | None = None,
+                 sha256: bool = True, checksums: tuple[str, ...] = ()):
         self.tmp_path, self.progress = tmp_path, progress
         os.makedirs(os.path.dirname(tmp_path), exist_ok=True)
         self._file = open(tmp_path, "wb", buffering=0)
-        self.sha256 = hashlib.sha256()
+        # sha256 of the bytes (None: not computed, the copy is checked by a checksum instead).
+        self.sha256 = hashlib.sha256() if sha256 else None
+        # CRC state per checksum algorithm (see CHECKSUM_BYTES); an algorithm S3 validated in
+        # flight for this object is dropped from it (``validated_by_s3``).
+        fns = checksum_functions()
+        self.crcs: dict[str, int] = {name: 0 for name in checksums if name in fns}
+        self._crc_fns = fns
+        self.validated_by_s3: dict[str, str] = {}
         self.git_sha1 = hashlib.sha1(b"blob %d\0" % git_blob_size) if git_blob_size is not None else None
         self.size_bytes = 0
         self._window_start, self._window_bytes = time.monotonic(), 0
@@ -62,7 +72,10 @@ class Sink:
         """
         self._check_throughput(len(data))
         view = memoryview(data)
-        self.sha256.update(view)
+        if self.sha256 is not None:
+            self.sha256.update(view)
+        for name, crc in self.crcs.items():
+            self.crcs[name] = self._crc_fns[name](view, crc)
         if self.git_sha1 is not None:
             self.git_sha1.update(view)
         while view:  # raw files may write less than asked
@@ -78,7 +91,10 @@ class Sink:
         with open(self.tmp_path, "rb", buffering=0) as f:
             buf = bytearray(CHUNK_BYTES)
             while n := f.readinto(buf):
-                self.sha256.update(memoryview(buf)[:n])
+                if self.sha256 is not None:
+                    self.sha256.update(memoryview(buf)[:n])
+                for name, crc in self.crcs.items():
+                    self.crcs[name] = self._crc_fns[name](memoryview(buf)[:n], crc)
                 if self.git_sha1 is not None:
                     self.git_sha1.update(memoryview(buf)[:n])
                 self.size_bytes += n
@@ -107,15 +123,74 @@ class _WriteOnly:
 
 def hash_file(path: str, progress: Progress | None = None) -> tuple[int, str]:
     """(size_bytes, sha256 hex) of a local file, read once in LOCAL_CHUNK_BYTES pieces."""
+    size, sha, _ = digest_file(path, progress)
+    return size, sha
+
+
+def digest_file(path: str, progress: Progress | None = None,
+                checksums: tuple[str, ...] = ()) -> tuple[int, str, dict[str, str]]:
+    """(size_bytes, sha256 hex, {algorithm: S3-form checksum}) of a local file, read once."""
     sha, size, buf = hashlib.sha256(), 0, bytearray(LOCAL_CHUNK_BYTES)
+    fns = checksum_functions()
+    crcs = {name: 0 for name in checksums if name in fns}
     with open(path, "rb", buffering=0) as f:
         advise_sequential(f.fileno())
         while n := f.readinto(buf):
-            sha.update(memoryview(buf)[:n])
+            view = memoryview(buf)[:n]
+            sha.update(view)
+            for name, crc in crcs.items():
+                crcs[name] = fns[name](view, crc)
             size += n
             if progress:
                 progress.add(n)
-    return size, sha.hexdigest()
+    return size, sha.hexdigest(), {name: encode_checksum(name, crc) for name, crc in crcs.items()}
+
+
+# Object checksums (S3 "additional checksums": https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html),
+# name -> width in bytes. Values are S3's form: base64 of the big-endian CRC (x-amz-checksum-*).
+# crc32 is the standard library's (zlib, about 0.4 CPU s/GB here); crc64nvme needs awscrt
+# (hardware CRC, about 0.1 CPU s/GB here; what botocore uses for it too). Preferred first.
+CHECKSUM_BYTES = {"crc64nvme": 8, "crc32": 4}
+_CHECKSUM_FNS: dict[str, Any] = {}
+
+
+def checksum_functions() -> dict[str, Any]:
+    """Available CRC functions ``fn(data, previous) -> int``: crc32 always, crc64nvme with awscrt."""
+    if not _CHECKSUM_FNS:
+        _CHECKSUM_FNS["crc32"] = zlib.crc32
+        try:
+            from awscrt import checksums  # optional: boto3[crt]; imported only when checksums are used
+
+            _CHECKSUM_FNS["crc64nvme"] = checksums.crc64nvme
+        except ImportError:
+            pass
+    return _CHECKSUM_FNS
+
+
+def encode_checksum(name: str, value: int) -> str:
+    """S3's form of a checksum: base64 of the big-endian value (4 bytes crc32, 8 crc64nvme)."""
+    return base64.b64encode(value.to_bytes(CHECKSUM_BYTES[name], "big")).decode("ascii")
+
+
+def usable_checksum(entry: FileEntry) -> str | None:
+    """The preferred algorithm the manifest lists for ``entry`` and this host can compute, or None."""
+    fns = checksum_functions()
+    return next((n for n in CHECKSUM_BYTES if n in (entry.checksums or {}) and n in fns), None)
+
+def sink_checksums(sink: Sink) -> dict[str, str]:
+    """The checksums a sink computed, in S3's form."""
+    return {name: encode_checksum(name, crc) for name, crc in sink.crcs.items()}
+
+
+def check_checksum(entry: FileEntry, sink: Sink, algorithm: str) -> None:
+    """Compare the object checksum ``algorithm`` of what was received with the manifest's: the
+    value S3 returned and botocore validated in flight (``sink.validated_by_s3``), else the one
+    the sink computed. Raises IntegrityError on a mismatch."""
+    expected = (entry.checksums or {}).get(algorithm)
+    got = sink.validated_by_s3.get(algorithm) or sink_checksums(sink).get(algorithm)
+    if got != expected:
+        raise IntegrityError(f"{entry.path}: {algorithm} {got} does not match the manifest's {expected}")
+
 
 def check_bytes(entry: FileEntry, size_bytes: int, sha256: str, git_sha1: str | None = None) -> str:
     """Compare what was received (size, sha256 hex, git blob sha1 hex) with the manifest; return
@@ -130,17 +205,33 @@ def check_bytes(entry: FileEntry, size_bytes: int, sha256: str, git_sha1: str | 
 
 
 def fetch_verified(source: Source, entry: FileEntry, tmp_path: str, progress: Progress,
-                   durable: bool = True, writeback: bool = False) -> str:
-    """Fetch `entry` into `tmp_path`, hashing as the bytes arrive; return its sha256 hex. On any
-    failure the partial file is removed and its bytes taken off the progress count.
+                   durable: bool = True, writeback: bool = False, by_checksum: bool = False,
+                   checksums: tuple[str, ...] = (), checksums_out: dict[str, str] | None = None) -> str:
+    """Fetch `entry` into `tmp_path`, checking the bytes as they arrive; return its sha256 hex.
+
+    by_checksum: when the manifest lists a checksum this host can compute (``usable_checksum``),
+    check size + that checksum (validated in flight by botocore where S3 returns it, else by the
+    sink) instead of sha256, and return the manifest's sha256 (verified when the mirror was
+    filled). checksums: algorithms to compute besides sha256 (publishing: they go in the
+    manifest), written into ``checksums_out``. On any failure the partial file is removed and
+    its bytes taken off the progress count.
     Raises IntegrityError, SyncError, or the source's own (possibly transient) errors."""
-    sink = Sink(tmp_path, progress, entry.size_bytes if entry.git_sha1 else None)
+    algorithm = usable_checksum(entry) if by_checksum and entry.sha256 else None
+    sink = Sink(tmp_path, progress, entry.size_bytes if entry.git_sha1 else None,
+                sha256=algorithm is None, checksums=(algorithm,) if algorithm else checksums)
     ok = False
     try:
         source.fetch(entry, sink)
         sink.close(durable=durable, writeback=writeback)
-        sha = check_bytes(entry, sink.size_bytes, sink.sha256.hexdigest(),
-                          sink.git_sha1.hexdigest() if sink.git_sha1 is not None else None)
+        if algorithm and entry.sha256 and entry.checksums:
+            check_checksum(entry, sink, algorithm)
+            sha = check_bytes(entry, sink.size_bytes, entry.sha256)
+        else:
+            assert sink.sha256 is not None  # sha256=True above
+            sha = check_bytes(entry, sink.size_bytes, sink.sha256.hexdigest(),
+                              sink.git_sha1.hexdigest() if sink.git_sha1 is not None else None)
+        if checksums_out is not None:
+            checksums_out.update(sink_checksums(sink))
         ok = True
         return sha
     finally:
