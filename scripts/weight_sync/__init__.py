@@ -12,6 +12,20 @@ detection, manifest comparison), ``fsio`` (durability helpers), ``sources``, ``d
 ``python3 /opt/kimi-deploy/weight_sync.pyz`` (one deterministic zipapp of this package built by
 ``components/sync_artifact.py``: same source, same bytes, same sha256).
 
+Design for speed (issue 14; README "Sync design for speed"):
+
+- sha256 is verified once per file, when the mirror is filled from the hub; publishing records
+  each file's object checksums (crc32; crc64nvme with awscrt) in manifest.json and uploads with
+  ``ChecksumAlgorithm`` so S3 stores its own. The mirror -> node copy checks size + that checksum
+  (S3's value validated in flight by botocore with ``ChecksumMode=ENABLED`` when it matches the
+  manifest, else computed by the sink), not sha256; ``--verify sha256`` keeps the full hash.
+- The resume of a complete copy of a pinned source (a commit in the URI) is checked locally
+  (marker, manifest digest, sizes) without importing boto3 (``LocalDestination._complete_pinned_copy``).
+- dir -> dir from a verified copy (a directory with this program's marker matching its manifest)
+  uses ``os.copy_file_range`` without hashing; other directories are hashed while copied.
+- One retry layer (``retry.py``): no client below it retries.
+- The completion marker is still written last, after one syncfs: vLLM never starts on partial weights.
+
 Only the standard library is imported at package import (boto3, botocore, huggingface_hub,
 modelscope and awscrt are imported where used), so ``import scripts.weight_sync`` is cheap and
 a resume over a complete copy never loads boto3. Exit codes: 0 ok, 1 a check or transfer failed,
