@@ -270,14 +270,14 @@ class LocalDestination(Destination):
             if st.st_size != entry.size_bytes:
                 return entry, "fetch"
             rec = journal.get(entry.path)
-            if self.verify != "full" and self._journal_match(entry, rec, st):
+            if self.verify != "full" and rec is not None and self._journal_match(entry, rec, st):
                 return dataclasses.replace(entry, sha256=rec["sha256"]), "skip"
             # Full mode re-hashes everything; fast mode re-hashes a file whose record came after
             # the last sync point (a power loss may have left it short or empty: see the class).
             if (self.verify == "full" or (rec and not rec.get("trusted"))) and (entry.sha256 or rec):
                 _, sha = hash_file(path, check_progress)
                 expected = entry.sha256 or (
-                    rec.get("sha256") if entry.git_sha1 and rec.get("git_sha1") == entry.git_sha1 else None
+                    rec.get("sha256") if rec and entry.git_sha1 and rec.get("git_sha1") == entry.git_sha1 else None
                 )
                 if sha == expected:
                     self._journal_append(self._record(entry.path, sha, entry.git_sha1, path))
@@ -319,7 +319,9 @@ class LocalDestination(Destination):
         local manifest.json has the marker's digest, and every file it lists has its size.
         Returns the summary (everything skipped), or None to take the normal path."""
         revision = pinned_revision(self.source.uri)
-        marker = read_json_or_none(self.marker_path) if revision else None
+        if revision is None:
+            return None
+        marker = read_json_or_none(self.marker_path)
         if not marker or marker.get("source") != self.source.uri or marker.get("revision") != revision:
             return None
         document = read_json_or_none(os.path.join(self.root, MANIFEST_NAME))
@@ -475,6 +477,7 @@ class S3Destination(Destination):
                 finally:
                     sink.close(durable=False)
                     os.unlink(sink.tmp_path)
+                assert sink.sha256 is not None  # a Sink hashes sha256 unless told not to
                 sha = sink.sha256.hexdigest()
                 return (dataclasses.replace(entry, sha256=sha), "verified") if sha == (entry.sha256 or sha) else (entry, "fetch")
 

@@ -1,6 +1,7 @@
 """Sources: hf://, modelscope://, s3:// (the mirror) and file:// (a local directory)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any
+from typing import Any, cast
 
 from .fsio import advise_sequential
 from .hub import hub_errors
@@ -248,6 +249,7 @@ class S3Source(Source):
 
     def _fetch_s5cmd(self, key: str, sink: Sink) -> None:
         # s5cmd retries 10 times by default (`s5cmd --help`: --retry-count); 0: our loop only.
+        assert self.s5cmd is not None  # fetch() routes here only when s5cmd was found
         cmd = [self.s5cmd, "--retry-count", "0"]
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
@@ -257,9 +259,11 @@ class S3Source(Source):
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
             assert proc.stdout is not None  # stdout=PIPE
+            # Popen(stdout=PIPE) with the default bufsize gives a BufferedReader (subprocess docs).
+            stdout = cast(io.BufferedReader, proc.stdout)
             try:
                 buf = bytearray(1 << 20)
-                while n := proc.stdout.readinto(buf):
+                while n := stdout.readinto(buf):
                     sink.write(memoryview(buf)[:n])
             finally:
                 proc.stdout.close()
