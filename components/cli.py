@@ -6,7 +6,7 @@
     kimi-deploy validate --base-url URL ...    # scripts/validate.py
     kimi-deploy cost --stack b300              # scripts/cost.py
     kimi-deploy sweep --region us-east-1       # scripts/sweep.py
-    kimi-deploy sync --source S --dest D       # scripts/weight_sync.py
+    kimi-deploy sync --source S --dest D       # scripts/weight_sync/ (package)
     kimi-deploy bench                          # scripts/bench_sync.py
 
 Installed as a console script by ``pip install -e .`` (``make setup``; pyproject.toml

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark weight_sync.py against s5cmd and cp on a synthetic checkpoint. Prints figures; it is
+"""Benchmark the weight sync (its zipapp, as nodes run it) against s5cmd and cp on a synthetic checkpoint. Prints figures; it is
 not a pass/fail test (exit 0 unless a run itself fails).
 
 It builds about --files files totalling --total-gb GB (shard sizes skewed like a real
@@ -7,9 +7,9 @@ checkpoint: a small first shard, a short last one, the rest within +-15 %, a few
 files), serves them from moto in server mode on 127.0.0.1 and from a local directory, and
 times, against durable baselines run side by side in the same process:
 
-  S3 -> dir   `s5cmd cp && sync` vs weight_sync --verify full: CPU seconds per GB
+  S3 -> dir   `s5cmd cp && sync` vs weight_sync (default): CPU seconds per GB
               (target <= 1.3x s5cmd's); wall-time ratio shown
-  dir -> dir  `cp -r && sync` vs weight_sync --verify full: wall time (target <= 1.15x)
+  dir -> dir  `cp -r && sync` vs weight_sync (default): wall time (target <= 1.15x)
   a second weight_sync run over each complete destination (resume; target < 0.5 s)
 
 weight_sync ends with its data on stable storage (syncfs), so the baselines end with `sync`.
@@ -44,10 +44,12 @@ import sys
 import tempfile
 import time
 import urllib.request
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WEIGHT_SYNC = os.path.join(HERE, "weight_sync.py")
 BLOCK_BYTES = 64 << 20
+# The mirror prefix ends in the revision, as a deployment's does (components/spec/weights.py).
+MIRROR = "s3://bench/ckpt/" + "0" * 40
 
 
 def find_tool(name: str) -> str | None:
@@ -65,11 +67,17 @@ def shard_sizes_bytes(total_bytes: int, n_files: int, seed: int) -> list[int]:
 
 
 def build_checkpoint(root: str, total_bytes: int, n_files: int, seed: int = 0) -> dict:
-    """Write the synthetic checkpoint and its manifest.json; returns the manifest document.
+    """Write the synthetic checkpoint, its manifest.json (sha256 and the object checksums a
+    published mirror carries: crc32, and crc64nvme with awscrt) and weight_sync's completion
+    marker (the directory is a verified copy, like one weight_sync filled); returns the manifest.
     Content differs per file (a random 64 MiB block read at a file-specific offset)."""
+    from scripts.weight_sync.destinations import marker_document
+    from scripts.weight_sync.model import FileEntry
+    from scripts.weight_sync.verify import digest_file
+
     rng = random.Random(seed)
     block = rng.randbytes(BLOCK_BYTES)
-    files = []
+    files: list[dict[str, Any]] = []
     sizes = shard_sizes_bytes(total_bytes, n_files, seed)
     names = [f"model-{i + 1:05d}-of-{len(sizes):05d}.safetensors" for i in range(len(sizes))]
     small = {"config.json": b'{"model_type": "kimi_k3"}\n', "generation_config.json": b"{}\n",
@@ -90,15 +98,19 @@ def build_checkpoint(root: str, total_bytes: int, n_files: int, seed: int = 0) -
                 sha.update(piece)
                 left -= len(piece)
                 offset = (offset + len(piece)) % BLOCK_BYTES
-        files.append({"path": name, "size_bytes": size, "sha256": sha.hexdigest()})
     for name, data in small.items():
         with open(os.path.join(root, name), "wb") as f:
             f.write(data)
-        files.append({"path": name, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    for name in [*names, *small]:
+        size, digest, crcs = digest_file(os.path.join(root, name), checksums=("crc64nvme", "crc32"))
+        files.append({"path": name, "size_bytes": size, "sha256": digest, "checksums": crcs})
     doc = {"version": 1, "source": "bench", "revision": "0" * 40,
            "total_bytes": sum(f["size_bytes"] for f in files), "files": sorted(files, key=lambda f: f["path"])}
-    with open(os.path.join(root, "manifest.json"), "w") as f:
-        json.dump(doc, f)
+    with open(os.path.join(root, "manifest.json"), "w") as out:
+        json.dump(doc, out)
+    entries = [FileEntry(e["path"], e["size_bytes"], e["sha256"]) for e in files]
+    with open(os.path.join(root, ".weights-complete.json"), "w") as out:
+        json.dump(marker_document("bench", str(doc["revision"]), entries), out)
     return doc
 
 
@@ -109,6 +121,7 @@ def timed(cmd: list[str], env: dict) -> tuple[float, int, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None  # stderr=PIPE
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.monotonic() - started
@@ -203,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                AWS_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
     moto = None
     if with_s3:
-        moto = subprocess.Popen([moto_server, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+        moto = subprocess.Popen([moto_server or "moto_server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
     rows = []
     reps = max(args.repeat, 1)
@@ -222,11 +235,17 @@ def main(argv: list[str] | None = None) -> int:
                                          str(args.total_gb), "--files", str(args.files)],
                                         check=True, capture_output=True).stdout)
         total = doc["total_bytes"]
-        s5 = [s5cmd, "--endpoint-url", env["AWS_ENDPOINT_URL"]]
+        s5 = [s5cmd or "s5cmd", "--endpoint-url", env["AWS_ENDPOINT_URL"]]
         if moto:
             subprocess.run(s5 + ["mb", "s3://bench"], env=env, check=True, capture_output=True)
-            subprocess.run(s5 + ["cp", f"{src}/*", "s3://bench/ckpt/"], env=env, check=True, capture_output=True)
-        ws = [sys.executable, WEIGHT_SYNC, "--workers", str(args.workers), "--quiet"]
+            subprocess.run(s5 + ["cp", f"{src}/*", f"{MIRROR}/"], env=env, check=True, capture_output=True)
+        # What the nodes run: the zipapp of scripts/weight_sync/ (components/sync_artifact.py).
+        from components.sync_artifact import build_sync_artifact
+
+        pyz = os.path.join(work, "weight_sync.pyz")
+        with open(pyz, "wb") as f:
+            f.write(build_sync_artifact().data)
+        ws = [sys.executable, pyz, "--workers", str(args.workers), "--quiet"]
 
         def prepare() -> None:
             drop_caches((work,))  # also writes out the previous run's dirty pages
@@ -270,21 +289,21 @@ def main(argv: list[str] | None = None) -> int:
             d_s5, d_s5sync, d_ws, d_forced = (
                 os.path.join(work, n) for n in ("s5cmd-dst", "s5cmd-sync-dst", "ws-s3-dst", "ws-s3-s5cmd-dst")
             )
-            s5_sync = ["sh", "-c", '"$0" "$@" && sync', *s5, "cp", "s3://bench/ckpt/*", d_s5sync + "/"]
-            cases = [
-                ("S3 -> dir: s5cmd cp", s5 + ["cp", "s3://bench/ckpt/*", d_s5 + "/"], d_s5),
+            s5_sync = ["sh", "-c", '"$0" "$@" && sync', *s5, "cp", f"{MIRROR}/*", d_s5sync + "/"]
+            cases: list[tuple[str, list[str], str]] = [
+                ("S3 -> dir: s5cmd cp", s5 + ["cp", f"{MIRROR}/*", d_s5 + "/"], d_s5),
                 ("S3 -> dir: s5cmd cp && sync", s5_sync, d_s5sync),
-                ("S3 -> dir: weight_sync --verify full",
-                 ws + ["--source", "s3://bench/ckpt", "--dest", d_ws, "--verify", "full"], d_ws)]
+                ("S3 -> dir: weight_sync (default)",
+                 ws + ["--source", MIRROR, "--dest", d_ws], d_ws)]
             if args.forced_s5cmd:
                 cases.append(("S3 -> dir: same, --s3-client s5cmd for every file",
-                              ws + ["--source", "s3://bench/ckpt", "--dest", d_forced, "--verify", "full",
+                              ws + ["--source", MIRROR, "--dest", d_forced,
                                     "--s3-client", "s5cmd"], d_forced))
             base_s3, base_s3_sync, ours_s3, *_ = interleaved(cases, keep_last=d_ws)
             if not os.path.exists(os.path.join(d_ws, ".weights-complete.json")):  # rotated: last run was another
-                subprocess.run(ws + ["--source", "s3://bench/ckpt", "--dest", d_ws], env=env, check=True)
+                subprocess.run(ws + ["--source", MIRROR, "--dest", d_ws], env=env, check=True)
             again_s3 = again("S3 -> dir: resume (complete, 112 files)",
-                             ws + ["--source", "s3://bench/ckpt", "--dest", d_ws], d_ws)
+                             ws + ["--source", MIRROR, "--dest", d_ws], d_ws)
             base_s3_sync["ratio"] = round(base_s3_sync["seconds"] / base_s3["seconds"], 2)
             base_s3_sync["target"] = "(durable baseline)"
             ours_s3["ratio"] = round(ours_s3["seconds"] / base_s3_sync["seconds"], 2)
@@ -299,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             base_dir, base_sync, ours_dir = interleaved([
                 ("dir -> dir: cp -r", ["cp", "-r", src, d_cp], d_cp),
                 ("dir -> dir: cp -r && sync", ["sh", "-c", 'cp -r "$0" "$1" && sync', src, d_sync], d_sync),
-                ("dir -> dir: weight_sync --verify full",
-                 ws + ["--source", f"file://{src}", "--dest", d_ws, "--verify", "full"], d_ws)], keep_last=d_ws)
+                ("dir -> dir: weight_sync (default)",
+                 ws + ["--source", f"file://{src}", "--dest", d_ws], d_ws)], keep_last=d_ws)
             if not os.path.exists(os.path.join(d_ws, ".weights-complete.json")):
                 subprocess.run(ws + ["--source", f"file://{src}", "--dest", d_ws], env=env, check=True)
             again_dir = again("dir -> dir: resume (complete, 112 files)",

@@ -108,11 +108,11 @@ def sync_s3(moto_server, monkeypatch):
     """A boto3 client on ``moto_server``, with the environment weight_sync will see and fast retries."""
     import boto3
 
-    import scripts.weight_sync as ws
+    from scripts.weight_sync import retry
     from tests.sync_fixtures import S3_ENV
 
     for k, v in S3_ENV.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)
-    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+    monkeypatch.setattr(retry, "RETRY_BASE_SECONDS", 0.01)
     return boto3.client("s3", endpoint_url=moto_server.endpoint)

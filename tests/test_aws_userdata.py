@@ -94,11 +94,18 @@ def test_weights_unit_runs_the_exact_sync_steps_in_order(run, files):
     script = files[userdata.WEIGHTS_SCRIPT]
     # The program is fetched from the mirror's _tools/ prefix and checked against its digest.
     obj = run.named("mirror-weight-sync-script").inputs
-    assert obj["key"] == "_tools/weight_sync.py" and obj["bucket"] == "mirror-bucket-a1b2c3d"
+    assert obj["key"] == "_tools/weight_sync.pyz" and obj["bucket"] == "mirror-bucket-a1b2c3d"
+    import base64
     import hashlib
 
-    digest = hashlib.sha256(obj["content"].encode()).hexdigest()
-    assert f"s3://mirror-bucket-a1b2c3d/_tools/weight_sync.py {SYNC_SCRIPT_PATH}.new" in script
+    from components.sync_artifact import sync_artifact
+
+    data = base64.b64decode(obj["contentBase64"])
+    assert data == sync_artifact().data and "content" not in obj  # the zipapp's bytes, not text
+    digest = hashlib.sha256(data).hexdigest()
+    assert obj["metadata"] == {"sha256": digest, "size-bytes": str(len(data))}
+    assert SYNC_SCRIPT_PATH.endswith(".pyz")
+    assert f"s3://mirror-bucket-a1b2c3d/_tools/weight_sync.pyz {SYNC_SCRIPT_PATH}.new" in script
     assert f"{digest}  {SYNC_SCRIPT_PATH}.new" in script
     assert "HF_TOKEN=/kimi-deploy/b300/hub-token" in script
 

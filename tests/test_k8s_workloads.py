@@ -4,6 +4,7 @@ spec-hashed Job names, add-ons, storage, network policy; and the probe/marker sc
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import re
@@ -20,7 +21,7 @@ from components import program
 from components.k8s import addons as k8s_addons
 from components.k8s import vllm_service
 from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEMPLATE, spec_hash
-from components.k8s.weight_sync import sync_program_text
+from components.k8s.weight_sync import sync_program_artifact
 from components.plan_engine import SECRET_MASK, run_program
 from components.spec.config import ConfigError, read_stack_config
 from components.spec.engine_cache import restored_at_start
@@ -466,12 +467,15 @@ def test_node_local_copy_is_an_init_container_of_every_vllm_pod(name):
 
 
 @pytest.mark.parametrize("name", K8S_STACKS)
-def test_sync_program_is_mounted_from_a_configmap_of_the_script(name):
+def test_sync_program_is_mounted_from_a_configmap_of_the_zipapp(name):
     run = plan_for(name)
     (cm,) = [c for c in of_kind(run, "ConfigMap") if c["metadata"]["name"].startswith("kimi-weight-sync")]
-    text = sync_program_text()
-    assert cm["data"] == {"weight_sync.py": text} and cm["immutable"] is True
-    assert cm["metadata"]["name"].endswith(spec_hash(text))
+    artifact = sync_program_artifact()
+    assert cm["binaryData"] == {"weight_sync.pyz": base64.b64encode(artifact.data).decode()} and cm["immutable"] is True
+    assert "data" not in cm
+    assert cm["metadata"]["name"] == "kimi-weight-sync-" + artifact.sha256[:10]
+    assert cm["metadata"]["annotations"]["kimi-deploy/sync-program-sha256"] == artifact.sha256
+    assert cm["metadata"]["annotations"]["kimi-deploy/sync-program-bytes"] == str(len(artifact.data))
     for obj in of_kind(run, "Job"):
         pod = obj["spec"]["template"]["spec"]
         assert {"name": "sync-program", "configMap": {"name": cm["metadata"]["name"], "defaultMode": 0o444}} in pod["volumes"]

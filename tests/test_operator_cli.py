@@ -62,7 +62,7 @@ def test_without_the_venv_a_script_says_make_setup(argv):
 
 
 def test_weight_sync_without_boto3_says_make_setup(tmp_path):
-    out = _run([sys.executable, "-S", "scripts/weight_sync.py", "--source", "s3://bucket/prefix",
+    out = _run([sys.executable, "-S", "-m", "scripts.weight_sync", "--source", "s3://bucket/prefix",
                 "--dest", str(tmp_path / "d")])
     assert out.returncode == 2 and "'boto3' is not installed" in out.stderr and "make setup" in out.stderr
     assert "Traceback" not in out.stderr
@@ -74,7 +74,7 @@ def test_weight_sync_without_aws_credentials_says_where_they_come_from(tmp_path)
            "AWS_PROFILE": "", "AWS_ENDPOINT_URL": ""}
     full = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     full.update({k: v for k, v in env.items() if v})
-    out = subprocess.run([sys.executable, "scripts/weight_sync.py", "--source", "s3://bucket/prefix", "--dest",
+    out = subprocess.run([sys.executable, "-m", "scripts.weight_sync", "--source", "s3://bucket/prefix", "--dest",
                           str(tmp_path / "d")], cwd=REPO_ROOT, env=full, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "no usable AWS credentials" in out.stderr and "instance profile" in out.stderr and "AWS_PROFILE" in out.stderr

@@ -13,16 +13,19 @@ import types
 import pytest
 
 import scripts.weight_sync as ws
+from components.sync_artifact import build_sync_artifact
+from scripts.weight_sync import cli, destinations, retry
 from tests.sync_fixtures import checkpoint_files, manifest_for, read_tree, write_tree
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-SCRIPT = os.path.join(REPO, "scripts", "weight_sync.py")
+# How users run it from a checkout (kimi-deploy sync dispatches to the same main).
+SYNC = [sys.executable, "-m", "scripts.weight_sync"]
 
 
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch):
-    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+    monkeypatch.setattr(retry, "RETRY_BASE_SECONDS", 0.01)
 
 
 def run_json(capsys, *argv) -> tuple[int, dict | None, str]:
@@ -48,24 +51,26 @@ def test_module_exports_names_and_imports_only_stdlib():
     assert out.strip() == "[]"
 
 
-def test_file_names_come_from_the_core_and_a_copy_shipped_alone_agrees(tmp_path):
-    """One definition (components/spec/naming.py); the file shipped alone to a node (ConfigMap,
+def test_file_names_come_from_the_core_and_the_shipped_zipapp_agrees(tmp_path):
+    """One definition (components/spec/naming.py); the zipapp shipped alone to a node (ConfigMap,
     S3 object: no components package, standard library only: `python -I -S`) falls back to the
     same values."""
     from components.spec import naming
 
     assert (ws.MARKER_NAME, ws.MANIFEST_NAME, ws.S3_PART_CONCURRENCY) == (
         naming.MARKER_NAME, naming.MANIFEST_NAME, naming.S3_PART_CONCURRENCY)
-    code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1], run_name='shipped'); "
-            "print(ns['MARKER_NAME'], ns['MANIFEST_NAME'], ns['S3_PART_CONCURRENCY'], 'components' in sys.modules)")
+    pyz = tmp_path / "weight_sync.pyz"
+    pyz.write_bytes(build_sync_artifact().data)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from weight_sync import model as m; "
+            "print(m.MARKER_NAME, m.MANIFEST_NAME, m.S3_PART_CONCURRENCY, 'components' in sys.modules)")
     out = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", code, SCRIPT], cwd=tmp_path, capture_output=True, text=True, check=True
+        [sys.executable, "-I", "-S", "-c", code, str(pyz)], cwd=tmp_path, capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == [naming.MARKER_NAME, naming.MANIFEST_NAME, str(naming.S3_PART_CONCURRENCY), "False"]
 
 
 def test_help_explains_every_flag():
-    out = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([*SYNC, "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--source", "--dest", "--workers", "--verify", "--json", "--s3-client", "--staging-dir", "--quiet"):
         assert flag in out
     assert "hf://" in out and "modelscope://" in out and "file:///" in out and "fast" in out and "full" in out
@@ -81,7 +86,7 @@ def test_help_explains_every_flag():
     (["--source", "file:///tmp", "--dest", "/tmp/x", "--verify", "sometimes"], "invalid choice"),
 ])
 def test_usage_errors_exit_2_with_one_line_and_no_traceback(argv, needle):
-    r = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True)
+    r = subprocess.run([*SYNC, *argv], capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and "Traceback" not in r.stderr
 
@@ -218,21 +223,21 @@ def test_free_space_check_counts_only_missing_bytes(tmp_path, src, capsys, monke
     root, files = src
     dest = tmp_path / "dst"
     total = sum(map(len, files.values()))
-    monkeypatch.setattr(ws, "disk_free_bytes", lambda path: 1000)
+    monkeypatch.setattr(destinations, "disk_free_bytes", lambda path: 1000)
     rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
     assert rc == 1 and "not enough free space" in err and f"({total} bytes" in err and "(1000 bytes)" in err
     assert read_tree(str(dest)) == {}
     # With all but one shard present and valid, only that shard's bytes are needed.
     monkeypatch.undo()
-    monkeypatch.setattr(ws, "RETRY_BASE_SECONDS", 0.01)
+    monkeypatch.setattr(retry, "RETRY_BASE_SECONDS", 0.01)
     assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
     missing = "model-00006-of-00006.safetensors"
     os.unlink(dest / missing)
     need = len(files[missing])
-    monkeypatch.setattr(ws, "disk_free_bytes", lambda path: need - 1)
+    monkeypatch.setattr(destinations, "disk_free_bytes", lambda path: need - 1)
     rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))
     assert rc == 1 and f"({need} bytes" in err
-    monkeypatch.setattr(ws, "disk_free_bytes", lambda path: need)
+    monkeypatch.setattr(destinations, "disk_free_bytes", lambda path: need)
     assert run_json(capsys, "--source", f"file://{root}", "--dest", str(dest))[0] == 0
 
 
@@ -318,9 +323,9 @@ def test_marker_follows_one_sync_of_the_destination_and_no_fsync_per_file(tmp_pa
     root, files = src
     dest = tmp_path / "dst"
     events, real_syncfs, real_fsync = [], ws.syncfs, os.fsync
-    monkeypatch.setattr(ws, "syncfs", lambda path: (events.append(("syncfs", (dest / ws.MARKER_NAME).exists())),
+    monkeypatch.setattr(destinations, "syncfs", lambda path: (events.append(("syncfs", (dest / ws.MARKER_NAME).exists())),
                                                     real_syncfs(path)))
-    monkeypatch.setattr(ws.os, "fsync", lambda fd: (events.append(("fsync", None)), real_fsync(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", None)), real_fsync(fd)))
     rc, summary, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "3")
     assert rc == 0, err
     assert events.count(("syncfs", False)) == 1 and ("syncfs", True) not in events
@@ -334,8 +339,8 @@ def test_marker_follows_one_sync_of_the_destination_and_no_fsync_per_file(tmp_pa
 def test_periodic_sync_points_cover_only_files_recorded_before_them(tmp_path, src, capsys, monkeypatch):
     root, files = src
     dest = tmp_path / "dst"
-    monkeypatch.setattr(ws, "SYNC_EVERY_BYTES", 150_000)
-    monkeypatch.setattr(ws, "LocalDestination", type("NoCompact", (ws.LocalDestination,), {
+    monkeypatch.setattr(destinations, "SYNC_EVERY_BYTES", 150_000)
+    monkeypatch.setattr(cli, "LocalDestination", type("NoCompact", (ws.LocalDestination,), {
         "_finish": lambda self, summary, revision, entries: self._sync_point()}))
     rc, _, err = run_json(capsys, "--source", f"file://{root}", "--dest", str(dest), "--workers", "1")
     assert rc == 0, err
@@ -451,7 +456,77 @@ def test_empty_paths_and_abbreviations_are_one_line_usage_errors(tmp_path, argv,
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     paths = {"src": str(tmp_path / "no-such-source"), "dst": str(tmp_path / "dst")}
-    r = subprocess.run([sys.executable, SCRIPT, *(a.format(**paths) for a in argv)], capture_output=True, text=True, cwd=cwd)
+    r = subprocess.run([*SYNC, *(a.format(**paths) for a in argv)], capture_output=True, text=True, cwd=cwd)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd"] and list(cwd.iterdir()) == []  # no .weights-sync/ anywhere
+
+
+def test_zipapp_is_byte_reproducible_and_only_carries_the_package(tmp_path):
+    """Same source -> same bytes -> same sha256, whatever the files' mtimes, modes or stray
+    bytecode; a one-byte change gives another hash (the ConfigMap and S3 object names use it)."""
+    import shutil
+    import zipfile
+
+    from components.sync_artifact import FIXED_ZIP_DATE, SYNC_PACKAGE_DIR
+
+    first = build_sync_artifact()
+    copy = tmp_path / "weight_sync"
+    shutil.copytree(SYNC_PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for i, path in enumerate(sorted(copy.iterdir())):
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i * 7))
+        path.chmod(0o600 if i % 2 else 0o755)
+    (copy / "__pycache__").mkdir()
+    (copy / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"stray")
+    (copy / "notes.txt").write_text("not shipped")
+    again = build_sync_artifact(copy)
+    assert again.data == first.data and again.sha256 == first.sha256 == hashlib.sha256(first.data).hexdigest()
+    assert first.size_bytes == len(first.data) < 1 << 20  # far below the ConfigMap limit (1 MiB)
+    assert first.data.startswith(b"#!/usr/bin/env python3\n")
+    (tmp_path / "a.pyz").write_bytes(first.data)
+    with zipfile.ZipFile(tmp_path / "a.pyz") as archive:
+        infos = archive.infolist()
+    names = [i.filename for i in infos]
+    assert names == sorted(names) and names[0] == "__main__.py"
+    assert set(names[1:]) == {f"weight_sync/{p.name}" for p in SYNC_PACKAGE_DIR.glob("*.py")}
+    assert {i.date_time for i in infos} == {FIXED_ZIP_DATE} and {i.compress_type for i in infos} == {zipfile.ZIP_STORED}
+    (copy / "cli.py").write_bytes((copy / "cli.py").read_bytes() + b"\n")
+    assert build_sync_artifact(copy).sha256 != first.sha256
+
+
+def test_zipapp_runs_alone_with_the_standard_library(tmp_path, src):
+    """What a node runs: `python3 weight_sync.pyz ...` in isolated mode (no site-packages, no
+    checkout on the path) copies, verifies and marks a local directory."""
+    root, files = src
+    pyz = tmp_path / "weight_sync.pyz"
+    pyz.write_bytes(build_sync_artifact().data)
+    r = subprocess.run([sys.executable, "-I", "-S", str(pyz), "--source", f"file://{root}", "--dest",
+                        str(tmp_path / "d"), "--json", "--quiet"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["files_transferred"] == len(files)
+    assert read_tree(str(tmp_path / "d")) == files and (tmp_path / "d" / ws.MARKER_NAME).is_file()
+
+
+def test_a_verified_copy_is_copied_without_hashing_and_sha256_mode_still_hashes(tmp_path, src, capsys, monkeypatch):
+    """dir -> dir from a directory this program completed (marker + manifest with the same digest):
+    kernel-side copy (copy_file), no hashing, sizes checked. `--verify sha256` hashes every byte,
+    so a same-size corruption of the source is caught there (and only there: the trade-off)."""
+    root, files = src
+    first = tmp_path / "first"
+    assert run_json(capsys, "--source", f"file://{root}", "--dest", str(first))[0] == 0
+    copies: list[str] = []
+    real_copy = destinations.copy_file
+    monkeypatch.setattr(destinations, "copy_file", lambda s, d, p=None: (copies.append(s), real_copy(s, d, p))[1])
+    rc, summary, err = run_json(capsys, "--source", f"file://{first}", "--dest", str(tmp_path / "second"))
+    assert rc == 0, err
+    assert len(copies) == len(files) and read_tree(str(tmp_path / "second")) == files
+    marker = json.loads((tmp_path / "second" / ws.MARKER_NAME).read_text())
+    assert marker["manifest_sha256"] == json.loads((first / ws.MARKER_NAME).read_text())["manifest_sha256"]
+    bad = next(p for p in files if p.startswith("model-"))
+    (first / bad).write_bytes(bytes(len(files[bad])))  # same size, other bytes
+    rc, _, err = run_json(capsys, "--source", f"file://{first}", "--dest", str(tmp_path / "third"), "--verify", "sha256")
+    assert rc == 1 and bad in err and "sha256" in err
+    copies.clear()
+    (first / ws.MARKER_NAME).unlink()  # no longer a verified copy: hashed while copied
+    rc, _, err = run_json(capsys, "--source", f"file://{first}", "--dest", str(tmp_path / "fourth"))
+    assert rc == 1 and bad in err and copies == []

@@ -18,7 +18,7 @@ from tests.sync_fixtures import checkpoint_files, read_tree
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytest.importorskip("huggingface_hub")
-SCRIPT = os.path.join(REPO, "scripts", "weight_sync.py")
+SYNC = [sys.executable, "-m", "scripts.weight_sync"]
 MARKER = ".weights-complete.json"
 
 
@@ -36,7 +36,7 @@ def env_for(hub, tmp_path, **extra) -> dict:
 
 
 def sync(hub, tmp_path, source: str, dest, *extra, **env_extra) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, SCRIPT, "--source", source, "--dest", str(dest), "--json", *extra],
+    return subprocess.run([*SYNC, "--source", source, "--dest", str(dest), "--json", *extra],
                           env=env_for(hub, tmp_path, **env_extra), capture_output=True, text=True, timeout=120)
 
 
@@ -131,7 +131,7 @@ def test_sigkill_mid_run_keeps_completed_files_and_resumes(hub, tmp_path):
     hub.state.add_repo("org/model", files)
     hub.state.download_delay_seconds = 0.25
     dest = tmp_path / "dst"
-    proc = subprocess.Popen([sys.executable, SCRIPT, "--source", "hf://org/model@main", "--dest", str(dest),
+    proc = subprocess.Popen([*SYNC, "--source", "hf://org/model@main", "--dest", str(dest),
                              "--workers", "1", "--quiet"], env=env_for(hub, tmp_path),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     def verified_finals() -> int:
@@ -236,7 +236,7 @@ def test_unreachable_host_names_the_endpoint_and_hf_endpoint(hub, tmp_path):
     env = env_for(hub, tmp_path)
     env["HF_ENDPOINT"] = dead
     started = time.monotonic()
-    r = subprocess.run([sys.executable, SCRIPT, "--source", "hf://org/model@main", "--dest", str(tmp_path / "d")],
+    r = subprocess.run([*SYNC, "--source", "hf://org/model@main", "--dest", str(tmp_path / "d")],
                        env=env, capture_output=True, text=True, timeout=60)
     _one_line_error(r, "hf://org/model@main", "cannot reach the hub at " + dead, "HF_ENDPOINT (set)")
     assert time.monotonic() - started < 30

@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 import scripts.weight_sync as ws
+from scripts.weight_sync import model
 from tests.sync_fixtures import (
     FaultProxy,
     checkpoint_files,
@@ -107,6 +108,31 @@ def test_transient_500s_are_retried(tmp_path, s3, moto, capsys, monkeypatch, cli
                                     "--s3-client", client)
     assert rc == 0, err
     assert proxy.failures_sent == 4 and read_tree(str(tmp_path / "d")) == files
+
+
+@pytest.mark.parametrize("client, path", [
+    ("boto3", "single-get"), ("boto3", "transfer-manager"),
+    pytest.param("s5cmd", "s5cmd", marks=pytest.mark.skipif(not S5CMD, reason="s5cmd not installed"))])
+def test_a_failing_object_is_requested_exactly_retry_attempts_times(tmp_path, s3, moto, capsys, monkeypatch, client, path):
+    """One retry layer: botocore (total_max_attempts=1), s3transfer (num_download_attempts=1) and
+    s5cmd (--retry-count 0) never retry, so an object whose every GET fails is requested exactly
+    RETRY_ATTEMPTS times (it was up to about 25 with three layers), then the run fails."""
+    from scripts.weight_sync import retry, sources
+
+    monkeypatch.setattr(retry, "RETRY_ATTEMPTS", 3)
+    if path == "transfer-manager":  # ranged parts through s3transfer instead of one GET
+        monkeypatch.setattr(sources, "S3_SINGLE_GET_MAX_BYTES", 0)
+    files = checkpoint_files(seed=3)
+    bucket = bucket_name()
+    publish_mirror(s3, bucket, "m", files)
+    bad = "model-00004-of-00006.safetensors"
+    with FaultProxy(moto.port, fail_pattern=bad, failures=1000) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        rc, _, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"),
+                              "--s3-client", client, "--workers", "1")
+    assert rc == 1 and bad in err and "giving up after 3 attempts" in err, err
+    assert proxy.gets_of(bad) == 3 == proxy.failures_sent
+    assert not (tmp_path / "d" / ws.MARKER_NAME).exists()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -206,7 +232,7 @@ def test_small_objects_use_one_get_not_the_transfer_manager(tmp_path, s3, capsys
     """Objects up to S3_SINGLE_GET_MAX_BYTES are read with one GET into the sink (less CPU per GB);
     larger ones keep ranged parts."""
     files = checkpoint_files(seed=5)
-    assert max(len(v) for v in files.values()) <= ws.S3_SINGLE_GET_MAX_BYTES
+    assert max(len(v) for v in files.values()) <= model.S3_SINGLE_GET_MAX_BYTES
     bucket = bucket_name()
     publish_mirror(s3, bucket, "m", files, manifest_for(files, revision="d" * 40))
     import boto3.s3.inject
@@ -218,3 +244,73 @@ def test_small_objects_use_one_get_not_the_transfer_manager(tmp_path, s3, capsys
     rc, summary, err = run_json(capsys, "--source", f"s3://{bucket}/m", "--dest", str(tmp_path / "d"), "--s3-client", "boto3")
     assert rc == 0, err
     assert read_tree(str(tmp_path / "d")) == files and summary["files_transferred"] == len(files)
+
+
+def test_resume_of_a_complete_pinned_copy_never_imports_boto3_nor_asks_s3(tmp_path, s3, capsys):
+    """The mirror prefix ends in the commit (components/spec/weights.py), so a complete copy of it
+    is checked locally: marker (same source and revision), manifest digest, sizes. The endpoint is
+    dead during the resume and boto3 is never imported; an unpinned source is asked again."""
+    import subprocess
+
+    files = checkpoint_files(seed=8)
+    bucket, rev = bucket_name(), "e" * 40
+    publish_mirror(s3, bucket, f"models/org/repo/{rev}", files, manifest_for(files, revision=rev))
+    dest = tmp_path / "d"
+    uri = f"s3://{bucket}/models/org/repo/{rev}"
+    assert run_json(capsys, "--source", uri, "--dest", str(dest), "--s3-client", "boto3")[0] == 0
+    code = ("import json, sys; import scripts.weight_sync as ws; rc = ws.main(sys.argv[1:]); "
+            "print(json.dumps([rc, 'boto3' in sys.modules, 'botocore' in sys.modules]))")
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:9")  # nothing listens there
+    r = subprocess.run([sys.executable, "-c", code, "--source", uri, "--dest", str(dest), "--json", "--quiet"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    summary, verdict = r.stdout.splitlines()
+    assert json.loads(verdict) == [0, False, False], r.stderr
+    assert json.loads(summary)["files_skipped"] == len(files)
+    # One file cut short: the local check fails, the normal path runs (and needs S3).
+    (dest / "config.json").write_bytes(b"{}")
+    r = subprocess.run([sys.executable, "-c", code, "--source", uri, "--dest", str(dest), "--json", "--quiet"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert json.loads(r.stdout.splitlines()[-1])[:2] == [1, True]
+
+
+def test_mirror_copy_checks_object_checksums_not_sha256_and_sha256_mode_still_hashes(tmp_path, s3, capsys, monkeypatch):
+    """Publishing verifies sha256 once and records crc32 + crc64nvme per file (manifest and object
+    metadata); S3 stores its own CRC64NVME of each upload. The node copy (default) asks for S3's
+    checksum (ChecksumMode=ENABLED), botocore validates it in flight, nothing hashes sha256; a
+    same-size corruption of an object is caught by the checksum, and `--verify sha256` by sha256."""
+    import base64
+    import zlib
+
+    from awscrt import checksums
+
+    from scripts.weight_sync import verify
+
+    files = checkpoint_files(seed=12)
+    write_tree(str(tmp_path / "src"), files)
+    bucket, rev = bucket_name(), "f" * 40
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/models/org/repo/{rev}"
+    assert run_json(capsys, "--source", f"file://{tmp_path / 'src'}", "--dest", uri)[0] == 0
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"models/org/repo/{rev}/manifest.json")["Body"].read())
+    for f in manifest["files"]:
+        data = files[f["path"]]
+        assert f["checksums"] == {
+            "crc32": base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode(),
+            "crc64nvme": base64.b64encode(checksums.crc64nvme(data).to_bytes(8, "big")).decode()}
+        head = s3.head_object(Bucket=bucket, Key=f"models/org/repo/{rev}/{f['path']}", ChecksumMode="ENABLED")
+        assert head["ChecksumCRC64NVME"] == f["checksums"]["crc64nvme"]
+    sinks: list = []
+    real_init = verify.Sink.__init__
+    monkeypatch.setattr(verify.Sink, "__init__", lambda self, *a, **k: (real_init(self, *a, **k), sinks.append(self))[0])
+    rc, summary, err = run_json(capsys, "--source", uri, "--dest", str(tmp_path / "d"), "--s3-client", "boto3")
+    assert rc == 0, err
+    assert read_tree(str(tmp_path / "d")) == files
+    assert len(sinks) == len(files) and all(s.sha256 is None for s in sinks)
+    assert all(list(s.validated_by_s3) == ["crc64nvme"] for s in sinks)
+    bad = "model-00002-of-00006.safetensors"
+    s3.put_object(Bucket=bucket, Key=f"models/org/repo/{rev}/{bad}", Body=bytes(len(files[bad])))
+    rc, _, err = run_json(capsys, "--source", uri, "--dest", str(tmp_path / "d2"), "--s3-client", "boto3")
+    assert rc == 1 and bad in err and "crc64nvme" in err
+    rc, _, err = run_json(capsys, "--source", uri, "--dest", str(tmp_path / "d3"), "--s3-client", "boto3",
+                          "--verify", "sha256")
+    assert rc == 1 and bad in err and "sha256" in err

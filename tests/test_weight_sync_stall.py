@@ -12,6 +12,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import scripts.weight_sync as ws  # noqa: E402
+from scripts.weight_sync import retry, verify  # noqa: E402
 from tests.sync_fixtures import FaultProxy, checkpoint_files, publish_mirror, read_tree  # noqa: E402
 
 pytest.importorskip("moto.server")
@@ -27,10 +28,10 @@ def moto(moto_server):
 
 @pytest.fixture
 def s3(sync_s3, monkeypatch):
-    monkeypatch.setattr(ws, "RETRY_MAX_SECONDS", 0.05)
+    monkeypatch.setattr(retry, "RETRY_MAX_SECONDS", 0.05)
     # run() sets the module's guard from the flags: restore it after each test.
-    monkeypatch.setattr(ws, "MIN_BYTES_PER_SECOND", ws.MIN_BYTES_PER_SECOND)
-    monkeypatch.setattr(ws, "THROUGHPUT_WINDOW_SECONDS", ws.THROUGHPUT_WINDOW_SECONDS)
+    monkeypatch.setattr(verify, "MIN_BYTES_PER_SECOND", verify.MIN_BYTES_PER_SECOND)
+    monkeypatch.setattr(verify, "THROUGHPUT_WINDOW_SECONDS", verify.THROUGHPUT_WINDOW_SECONDS)
     return sync_s3
 
 

@@ -9,6 +9,7 @@ imports the mirror prefix through a data repository association with auto-import
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from components.spec import naming
 from components.spec.config import DeploymentSpec
 from components.spec.sizing import Sizing
 from components.spec.weights import FSX_MOUNT_PATH
+from components.sync_artifact import SYNC_PACKAGE_DIR, sync_artifact
 
 from .common import TOOLS_PREFIX, child, tags
 from .iam import tls_only_bucket_policy
@@ -35,9 +37,10 @@ def mirror_tags(ctx_tags, name: str) -> dict:
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# The weight-sync program: shipped to EC2 nodes as an S3 object (user data is limited to 16 KB).
-WEIGHT_SYNC_SOURCE = REPO_ROOT / "scripts" / "weight_sync.py"
-WEIGHT_SYNC_KEY = f"{TOOLS_PREFIX}/weight_sync.py"
+# The weight-sync program: shipped to EC2 nodes as an S3 object (user data is limited to 16 KB),
+# the deterministic zipapp of scripts/weight_sync/ (components/sync_artifact.py).
+WEIGHT_SYNC_SOURCE = SYNC_PACKAGE_DIR
+WEIGHT_SYNC_KEY = f"{TOOLS_PREFIX}/weight_sync.pyz"
 # The engine-cache program (restore before vLLM starts, save after its first healthy start).
 ENGINE_CACHE_SOURCE = REPO_ROOT / "scripts" / "engine_cache.py"
 ENGINE_CACHE_KEY = f"{TOOLS_PREFIX}/engine_cache.py"
@@ -63,7 +66,7 @@ class WeightMirrorArgs:
         spec: the deployment spec (``storage.mirror``, protection).
         tags: the stack's tags.
         partition: the AWS partition.
-        upload_tools: upload ``scripts/weight_sync.py`` and ``scripts/engine_cache.py`` under
+        upload_tools: upload the weight-sync zipapp (``scripts/weight_sync/``) and ``scripts/engine_cache.py`` under
             ``_tools/`` (EC2 nodes fetch and verify them).
     """
 
@@ -80,7 +83,7 @@ class WeightMirror(pulumi.ComponentResource):
         bucket_name: the bucket's name.
         bucket_arn: its ARN.
         tools_object_key: key of the uploaded weight-sync program, or None.
-        weight_sync_sha256: sha256 (hex) of that program's text, or None.
+        weight_sync_sha256: sha256 (hex) of that program's bytes (the zipapp), or None.
     """
 
     bucket_name: pulumi.Output[str]
@@ -168,22 +171,32 @@ class WeightMirror(pulumi.ComponentResource):
         self.bucket_arn = bucket.arn
 
     def _upload_tools(self, name: str, args: WeightMirrorArgs) -> None:
-        self.weight_sync_sha256 = tool_sha256(WEIGHT_SYNC_SOURCE)
+        artifact = sync_artifact()
+        self.weight_sync_sha256 = artifact.sha256
         self.tools_object_key = WEIGHT_SYNC_KEY
-        for logical, source, key in (
-            (f"{name}-weight-sync-script", WEIGHT_SYNC_SOURCE, WEIGHT_SYNC_KEY),
-            (f"{name}-engine-cache-script", ENGINE_CACHE_SOURCE, ENGINE_CACHE_KEY),
-        ):
-            aws.s3.BucketObjectv2(
-                logical,
-                bucket=self.bucket_name,
-                key=key,
-                content=source.read_text(),
-                content_type="text/x-python",
-                server_side_encryption="AES256",
-                tags=tags(args.tags),
-                opts=child(self),
-            )
+        # The zipapp's bytes (base64 in the plan; S3 stores the decoded bytes), its sha256 and
+        # size also as object metadata (x-amz-meta-*), readable without downloading it.
+        aws.s3.BucketObjectv2(
+            f"{name}-weight-sync-script",
+            bucket=self.bucket_name,
+            key=WEIGHT_SYNC_KEY,
+            content_base64=base64.b64encode(artifact.data).decode("ascii"),
+            content_type="application/zip",
+            metadata={"sha256": artifact.sha256, "size-bytes": str(artifact.size_bytes)},
+            server_side_encryption="AES256",
+            tags=tags(args.tags),
+            opts=child(self),
+        )
+        aws.s3.BucketObjectv2(
+            f"{name}-engine-cache-script",
+            bucket=self.bucket_name,
+            key=ENGINE_CACHE_KEY,
+            content=ENGINE_CACHE_SOURCE.read_text(),
+            content_type="text/x-python",
+            server_side_encryption="AES256",
+            tags=tags(args.tags),
+            opts=child(self),
+        )
 
 
 @dataclass

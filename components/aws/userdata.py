@@ -90,8 +90,8 @@ class Ec2BootConfig:
         vllm_env: its plain environment.
         port: the vLLM port published by the container.
         sync_steps: the weight-sync runs, in order (``spec/weights.py sync_steps``).
-        tools_uri: ``s3://bucket/_tools/weight_sync.py``.
-        tools_sha256: sha256 (hex) of that object's expected text.
+        tools_uri: ``s3://bucket/_tools/weight_sync.pyz`` (the weight-sync zipapp).
+        tools_sha256: sha256 (hex) of that object's expected bytes.
         api_key_parameter: SSM SecureString name holding the vLLM API key.
         hub_token_parameter: SSM SecureString name of the hub token, or None.
         hub_token_env: env var the sync reads the hub token from (``HF_TOKEN``...).

@@ -2,7 +2,7 @@
 for Lustre PersistentVolume and claim (ReadWriteMany), or an existing claim.
 
 ``serving_volume`` says which pod volume vLLM reads the weights from; the weight-sync Jobs
-(``weight_sync.py``) use the same helpers, so both always agree on paths.
+(``scripts/weight_sync/``) use the same helpers, so both always agree on paths.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Weight-sync Jobs: ``scripts/weight_sync.py`` run in the pinned vLLM image, the program mounted
-from a ConfigMap (no extra image to build or push).
+"""Weight-sync Jobs: the ``scripts/weight_sync/`` package, as one deterministic zipapp
+(``components/sync_artifact.py``), run in the pinned vLLM image, the program mounted from a
+ConfigMap's ``binaryData`` (no extra image to build or push).
 
 The runs are exactly ``components/spec/weights.py`` ``sync_steps``: ``publish-mirror`` once (hub ->
 S3 mirror, a Job), then ``node-copy``. For node-local NVMe, ``node-copy`` is NOT a Job: it is
@@ -10,7 +11,7 @@ access to the mirror; the hub token only in the init container's env when it rea
 For a shared claim (``pvc``) ``node-copy`` stays one Job and vLLM pods wait for its marker.
 
 Job names end in a hash of the Job's spec (``common.spec_hash``): any change (image, revision,
-bucket, program text) gives a new name, so Pulumi replaces the Job instead of failing on its
+bucket, program bytes) gives a new name, so Pulumi replaces the Job instead of failing on its
 immutable pod template, and an unchanged, finished Job is left alone by every later ``up``
 (no ``ttlSecondsAfterFinished``: a Job deleted by TTL would be recreated by the next ``up``).
 Pulumi awaits each Job's completion within its sync budget; the vLLM workload depends on them.
@@ -18,6 +19,7 @@ Pulumi awaits each Job's completion within its sync budget; the vLLM workload de
 
 from __future__ import annotations
 
+import base64
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +29,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.platform import GpuPlacement
-from components.spec.config import REPO_ROOT, DeploymentSpec
+from components.spec.config import DeploymentSpec
 from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.spec.sizing import Sizing, sync_budget_seconds
 from components.spec.weights import FSX_MOUNT_PATH, HUB_TOKEN_ENV, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
+from components.sync_artifact import SYNC_PACKAGE_DIR, SyncArtifact, sync_artifact
 
 from .common import (
     SYNC_PROGRAM_CONFIGMAP_PREFIX,
@@ -45,21 +48,21 @@ from .common import (
 )
 from .storage import FSX_VOLUME, SCRATCH_VOLUME, WEIGHTS_VOLUME, existing_claim_volume, fsx_volume, nvme_volume
 
-# The sync program shipped into the Jobs (read at plan time, so its text is part of the plan).
-SYNC_PROGRAM_SOURCE = REPO_ROOT / "scripts" / "weight_sync.py"
+# The sync package shipped into the Jobs as a zipapp (built at plan time, so its bytes are part of the plan).
+SYNC_PROGRAM_SOURCE = SYNC_PACKAGE_DIR
 SYNC_PROGRAM_KEY = Path(SYNC_SCRIPT_PATH).name
 SYNC_PROGRAM_DIR = str(Path(SYNC_SCRIPT_PATH).parent)
 # Retries of a failed sync container (it resumes from its journal) per completion.
 SYNC_RETRIES_PER_COMPLETION = 6
 
 
-def sync_program_text(path: Path = SYNC_PROGRAM_SOURCE) -> str:
-    """The text of ``scripts/weight_sync.py`` as shipped in the ConfigMap.
+def sync_program_artifact() -> SyncArtifact:
+    """The zipapp of ``scripts/weight_sync/`` as shipped in the ConfigMap (``binaryData``).
 
     Raises:
-        FileNotFoundError: the program is missing from the checkout.
+        FileNotFoundError: the package is missing from the checkout.
     """
-    return path.read_text()
+    return sync_artifact()
 
 
 def _volumes(
@@ -171,9 +174,15 @@ def step_argv(step: SyncStep) -> list[str]:
     return list(step.argv)
 
 
-def sync_program_configmap_name(text: str | None = None) -> str:
-    """Name of the ConfigMap that carries the sync program (ends in a hash of its text)."""
-    return f"{SYNC_PROGRAM_CONFIGMAP_PREFIX}-{spec_hash(text if text is not None else sync_program_text())}"
+def sync_program_configmap_name(artifact: SyncArtifact | None = None) -> str:
+    """Name of the ConfigMap that carries the sync program: ends in the first 10 hex digits of
+    the zipapp's sha256 (a new program, a new immutable ConfigMap)."""
+    return f"{SYNC_PROGRAM_CONFIGMAP_PREFIX}-{(artifact or sync_program_artifact()).sha256[:10]}"
+
+
+def sync_program_annotations(artifact: SyncArtifact) -> dict[str, str]:
+    """Annotations of the program ConfigMap: the zipapp's sha256 (hex) and size in bytes."""
+    return {"kimi-deploy/sync-program-sha256": artifact.sha256, "kimi-deploy/sync-program-bytes": str(artifact.size_bytes)}
 
 
 @dataclass(frozen=True)
@@ -262,12 +271,14 @@ def declare_weight_sync(
     step list only depends on whether a bucket is given, so it is computed with a stand-in and
     each Job's argv is recomputed from the real name by the same ``sync_steps``.
     """
-    text = sync_program_text()
-    cm_name = sync_program_configmap_name(text)
+    artifact = sync_program_artifact()
+    cm_name = sync_program_configmap_name(artifact)
+    # What is shipped, readable without decoding it: the zipapp's full sha256 and size.
+    meta = metadata(spec, cm_name, "weight-sync", annotations=sync_program_annotations(artifact))
     configmap = k8s.core.v1.ConfigMap(
         "weight-sync-program",
-        metadata=metadata(spec, cm_name, "weight-sync"),
-        data={SYNC_PROGRAM_KEY: text},
+        metadata=meta,
+        binary_data={SYNC_PROGRAM_KEY: base64.b64encode(artifact.data).decode("ascii")},
         immutable=True,
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )

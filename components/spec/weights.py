@@ -1,4 +1,4 @@
-"""The weight flow: which ``scripts/weight_sync.py`` runs happen, where, with which arguments.
+"""The weight flow: which weight-sync runs (``scripts/weight_sync/``, shipped as a zipapp) happen, where, with which arguments.
 
 hub -> S3 mirror (``publish-mirror``, once per revision, skipped when complete) -> serving copy
 (``node-copy``: per node for node-local NVMe, once for a shared claim; none for ``fsx``, where
@@ -16,13 +16,14 @@ from .naming import MANIFEST_NAME, MARKER_NAME  # noqa: F401  re-exported: defin
 # Paths inside the containers that run the sync and vLLM.
 WEIGHTS_MOUNT_PATH = "/models"
 FSX_MOUNT_PATH = "/fsx"
-SYNC_SCRIPT_PATH = "/opt/kimi-deploy/weight_sync.py"
+# The weight-sync zipapp (components/sync_artifact.py), run as `python3 SYNC_SCRIPT_PATH ...`.
+SYNC_SCRIPT_PATH = "/opt/kimi-deploy/weight_sync.pyz"
 # Publishing to the mirror verifies hub files on local disk before upload (workers x largest
 # shard, hundreds of GB): on the node's NVMe, mounted at WEIGHTS_MOUNT_PATH, never the root disk.
 STAGING_DIR = f"{WEIGHTS_MOUNT_PATH}/.kimi-deploy-staging"
 # Parallel transfers per sync (files in flight; ranged parts within a file are the tool's own).
 SYNC_WORKERS = 16
-# Environment variable that carries the hub token into scripts/weight_sync.py, per model source.
+# Environment variable that carries the hub token into the weight sync, per model source.
 HUB_TOKEN_ENV = {"huggingface": "HF_TOKEN", "modelscope": "MODELSCOPE_API_TOKEN"}
 
 
@@ -32,7 +33,7 @@ class SyncStep:
 
     Attributes:
         name: ``publish-mirror`` or ``node-copy``.
-        source, dest: URIs / paths as ``weight_sync.py`` takes them (container paths).
+        source, dest: URIs / paths as the weight sync takes them (container paths).
         per_node: runs on every GPU node (node-local copy) rather than once.
         needs_hub_token: reads from the hub (the token secret is mounted as env).
         needs_fsx: mounts the FSx file system at ``FSX_MOUNT_PATH``.
