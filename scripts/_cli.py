@@ -31,6 +31,18 @@ STATUSES: tuple[str, ...] = (PASS, SKIP, UNKNOWN, WARN, FAIL)
 _STATUS_STYLES = {PASS: "green", SKIP: "dim", UNKNOWN: "cyan", WARN: "yellow", FAIL: "bold red"}
 
 
+# The program name the dispatcher (components/cli.py) puts in sys.argv[0]: "kimi-deploy <command>".
+DISPATCHED_PREFIX = "kimi-deploy "
+
+
+def prog_name(script: str) -> str:
+    """The ``prog`` of a script's parser: ``kimi-deploy <command>`` when run through the
+    ``kimi-deploy`` command (``components/cli.py`` sets ``sys.argv[0]``), else ``script`` (e.g.
+    ``scripts/plan.py``), so ``--help`` and usage errors name the command the user typed."""
+    first = sys.argv[0] if sys.argv else ""
+    return first if first.startswith(DISPATCHED_PREFIX) else script
+
+
 class UsageError(Exception):
     """The command line is wrong (exit 2). ``str(err)`` is one line naming the flag."""
 

@@ -26,7 +26,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 from components.spec import cost as costmodel
 from components.spec.config import DeploymentSpec, load_stack, stack_names
 from components.spec.sizing import billed_gpu_nodes, compute_sizing
-from scripts._cli import EXIT_USAGE, CliParser, UsageError, print_json, print_table, run_cli
+from scripts._cli import EXIT_USAGE, CliParser, UsageError, print_json, print_table, prog_name, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def _range(low: float, high: float, low_open: bool) -> str:
 def build_parser() -> argparse.ArgumentParser:
     ref = costmodel.REFERENCE_TASK
     parser = CliParser(
-        prog="scripts/cost.py",
+        prog=prog_name("scripts/cost.py"),
         description="Compare self-hosting a stack with the model vendor's API price for your volume.",
         epilog="Example: python scripts/cost.py --stack b300 --tasks-per-month 5000 "
         "--throughput-json validate.json",

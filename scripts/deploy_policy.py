@@ -36,7 +36,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.spec.config import ConfigError, read_stack_config, stack_names
-from scripts._cli import CliParser, UsageError, print_json, run_cli
+from scripts._cli import CliParser, UsageError, print_json, prog_name, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -273,7 +273,7 @@ def compact_size(document: dict[str, Any]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(
-        prog="scripts/deploy_policy.py",
+        prog=prog_name("scripts/deploy_policy.py"),
         description="Print the IAM policy document the identity running `pulumi up` and `pulumi destroy` "
         "needs for a stack, derived from the resource types the program declares (offline mock run).",
         epilog="Exit codes: 0 ok, 2 usage or config error, or a declared type has no IAM actions in the table. "

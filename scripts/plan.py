@@ -28,7 +28,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.spec.config import STACKS_DIR, ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
-from scripts._cli import CliParser
+from scripts._cli import CliParser, prog_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -568,7 +568,7 @@ def render_table(doc: dict[str, Any], file=None) -> None:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = CliParser(
-        prog="plan.py",
+        prog=prog_name("scripts/plan.py"),
         description="Offline plan of a kimi-deploy stack: every resource `pulumi up` would declare, "
         "the exact vLLM command per node role, sizing and cost. Needs no cloud account and no Pulumi CLI. "
         "Exit codes: 0 ok, 1 a secret found in a plain input, 2 usage or config error.",

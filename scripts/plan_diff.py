@@ -43,7 +43,7 @@ from pathlib import Path
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from scripts._cli import CliParser  # standard library only
+from scripts._cli import CliParser, prog_name  # standard library only
 from scripts.diff.engine import IGNORED_DOC_KEYS, diff_documents, diff_values, flatten, has_changes
 from scripts.diff.render import (
     MARKDOWN_LIMIT_CHARS,
@@ -132,7 +132,7 @@ def main_diff(
 def make_parser() -> argparse.ArgumentParser:
     """The command line of ``plan_diff.py`` (one-line usage errors, exit 2: ``CliParser``)."""
     parser = CliParser(
-        prog="plan_diff.py",
+        prog=prog_name("scripts/plan_diff.py"),
         description="Offline plan diff of kimi-deploy stacks between a git ref and the working tree "
         "(no cloud account, no Pulumi CLI, no secret). Same as `scripts/plan.py --diff-against`.",
     )

@@ -66,6 +66,7 @@ from scripts._cli import (
     one_line,
     print_json,
     print_table,
+    prog_name,
     run_cli,
     status_counts,
     verdict,
@@ -884,7 +885,7 @@ def run_checks(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(
-        prog="scripts/preflight.py",
+        prog=prog_name("scripts/preflight.py"),
         description="Check that a stack can get its GPU capacity before `pulumi up`: instance offered in "
         "the region and AZ, facts match the profile, vCPU quota, capacity reservation or block, FSx/EKS, "
         "the S3 weight mirror and (optionally) the Kubernetes cluster. Statuses: pass, warn, fail, "

@@ -60,7 +60,7 @@ from components.spec.naming import (  # one place for tag keys
     TAG_STACK,
 )
 from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
-from scripts._cli import CliParser, aws_session
+from scripts._cli import CliParser, aws_session, prog_name
 from scripts.sweeping.found import (
     Found,
     classify,
@@ -487,7 +487,7 @@ def default_regions() -> list[str]:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = CliParser(
-        prog="sweep.py",
+        prog=prog_name("scripts/sweep.py"),
         description="Find what kimi-deploy created (tag kimi-deploy:stack) whose expires-at tag has passed, grouped by "
         "stack, and with --destroy remove it. Never deletes the weight mirror, S3 buckets, or anything tagged "
         "kimi-deploy:retain=true. Reports capacity reservations/blocks that are still paid for. "

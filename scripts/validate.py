@@ -57,6 +57,7 @@ from scripts._cli import (
     one_line,
     print_json,
     print_table,
+    prog_name,
     run_cli,
 )
 
@@ -734,7 +735,7 @@ def _positive(kind: type, low: float, high: float) -> Callable[[str], Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(
-        prog="scripts/validate.py",
+        prog=prog_name("scripts/validate.py"),
         description="Validate a deployed OpenAI-compatible endpoint: tool calls, multi-turn reasoning round trip, "
         "reasoning_effort, long-context needle, throughput and latency.",
         epilog="Exit codes: 0 all selected checks passed, 1 a check failed or the endpoint cannot be reached "

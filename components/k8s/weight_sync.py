@@ -304,10 +304,9 @@ def declare_weight_sync(
             annotations={"pulumi.com/replaceUnready": "true"},
         )
         meta["name"] = name
-        # Stub narrower than the runtime (type: ignore below): the overloads type `spec` only as the snake_case
-        # ArgsDict; job_spec builds the API's camelCase manifest, which pulumi's serializer passes through unchanged
-        # (pulumi/runtime/rpc.py: `py_name_to_pulumi_name.get(k) or k`); the schema tests validate it.
-        job = k8s.batch.v1.Job(  # type: ignore[call-overload]
+        # job_spec builds the API's camelCase manifest (typed Manifest = Any), which pulumi's serializer passes
+        # through unchanged (pulumi/runtime/rpc.py: `py_name_to_pulumi_name.get(k) or k`); the schema tests validate it.
+        job = k8s.batch.v1.Job(
             f"weight-sync-{step.name}",
             metadata=meta,
             spec=body,

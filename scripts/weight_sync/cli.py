@@ -36,7 +36,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; --help explains every flag."""
     p = _Parser(
-        prog="weight_sync",
+        # "kimi-deploy sync" when dispatched by the kimi-deploy command (components/cli.py sets argv[0]).
+        prog=sys.argv[0] if sys.argv and sys.argv[0].startswith("kimi-deploy ") else "weight_sync",
         description="Copy a model checkpoint with per-file size and sha256 verification, resuming "
                     "where an interrupted run stopped. The destination gets " + MARKER_NAME +
                     " only when every file is verified. Exit codes: 0 ok, 1 a check or transfer "
