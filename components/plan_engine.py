@@ -25,8 +25,8 @@ import pulumi.runtime
 from pulumi.runtime import rpc
 from pulumi.runtime.sync_await import _sync_await
 
-from components.spec.config import NAMESPACE, SECRET_KEYS
-from components.spec.config_reader import cli_config_strings
+from components.core.config import NAMESPACE, SECRET_KEYS
+from components.core.config_reader import cli_config_strings
 
 SECRET_MASK = "[secret]"
 # What the plan shows instead of a value the provider computes at `pulumi up` (ids, addresses,

@@ -14,7 +14,7 @@ never the AWS edge's result or the platform's name:
   and ``kubernetes.*`` config;
 - ``aws-ec2``: no handle (vLLM runs under systemd on the instance).
 
-The pure facts behind these values are ``components/spec/platforms.py`` (``PlatformProfile``).
+The pure facts behind these values are ``components/core/platforms.py`` (``PlatformProfile``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.spec.platforms import PlatformProfile
+from components.core.platforms import PlatformProfile
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class KubernetesPlatformHandle:
     """What the Kubernetes edge needs from the platform it runs on.
 
     Attributes:
-        profile: the platform's pure facts (``components/spec/platforms.py``).
+        profile: the platform's pure facts (``components/core/platforms.py``).
         provider: the ``pulumi_kubernetes.Provider`` of the cluster (the EKS cluster's own on
             ``aws-eks``; never the ambient kubeconfig there).
         placement: GPU node selector, tolerations and the NVMe host path.

@@ -17,13 +17,13 @@ from typing import Any
 import pulumi
 import pulumi_random as random
 
+from components.core import naming
+from components.core.config import NAMESPACE, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
+from components.core.config_reader import read_config_strings
+from components.core.platforms import platform_profile
+from components.core.sizing import Sizing, compute_sizing
+from components.core.vllm import VllmCommand, build_vllm_command
 from components.platform import PlatformResult
-from components.spec import naming
-from components.spec.config import NAMESPACE, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
-from components.spec.config_reader import read_config_strings
-from components.spec.platforms import platform_profile
-from components.spec.sizing import Sizing, compute_sizing
-from components.spec.vllm import VllmCommand, build_vllm_command
 
 # Reproducible clock for offline plans and plan diffs (ISO 8601); `pulumi up` uses the real clock.
 NOW_ENV = "KIMI_DEPLOY_NOW"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # Pulumi's policy runtime (pulumi.policy.__main__) runs this pack with runpy.run_path(<pack dir>),
 # which puts the pack directory first on sys.path: `import rules` finds policy/rules.py. The rules
-# import components.spec, so the pack's venv has the project installed (`make policy-venv`:
+# import components.core, so the pack's venv has the project installed (`make policy-venv`:
 # pip install --no-deps -e .); no sys.path edits.
 from pulumi_policy import (
     EnforcementLevel,

@@ -12,7 +12,7 @@ like (credential patterns, sensitive names).
 
 Tag keys relied on (set by ``components/program.py`` and the AWS edge): ``kimi-deploy:environment``,
 ``expires-at``, ``kimi-deploy:role`` (``weights-mirror``), ``kimi-deploy:retain`` (``true``).
-Facts come from ``components/spec`` (instance GPUs from ``targets.INSTANCES``, the API port from
+Facts come from ``components/core`` (instance GPUs from ``targets.INSTANCES``, the API port from
 ``versions.VLLM_PORT``, GPU node label/taint from ``naming``): stdlib-only modules.
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from components.spec.credentials import CREDENTIAL_RE
-from components.spec.naming import (  # one place for tag keys
+from components.core.credentials import CREDENTIAL_RE
+from components.core.naming import (  # one place for tag keys
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
     ROLE_WEIGHTS_MIRROR,
@@ -34,9 +34,9 @@ from components.spec.naming import (  # one place for tag keys
     TAG_RETAIN,
     TAG_ROLE,
 )
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
-from components.spec.targets import INSTANCES
-from components.spec.versions import VLLM_PORT
+from components.core.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from components.core.targets import INSTANCES
+from components.core.versions import VLLM_PORT
 
 SECRET_MASK = "[secret]"  # components.plan_engine.SECRET_MASK
 RESOLVED_LT = "__launchTemplate"  # props key added by resolve_launch_templates (not an input)
@@ -56,7 +56,7 @@ SENSITIVE_KEY = re.compile(
     re.IGNORECASE,
 )
 # Values shaped like credentials (checked where secretness cannot be seen): one list, in
-# components/spec/credentials.py, shared with the config check and the plan diff.
+# components/core/credentials.py, shared with the config check and the plan diff.
 CREDENTIAL_VALUE = CREDENTIAL_RE
 
 WORKLOAD_TYPES = (

@@ -89,7 +89,7 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     ``SystemExit`` from argparse (``--help``, bad flags) passes its code through. Any other
     exception is a bug and keeps its traceback.
     """
-    from components.spec.config import ConfigError
+    from components.core.config import ConfigError
 
     try:
         return int(main(argv) or 0)
@@ -274,7 +274,7 @@ def missing_module_hook(exc_type: type, exc: BaseException, tb: Any) -> None:
     (``missing_module_message``) and exit 2; anything else goes to the previous hook."""
     # A third-party package, or this project itself (``components``/``scripts`` resolve only once
     # `make setup` has installed it, editable, into .venv): either way the fix is `make setup`.
-    # (A missing module *inside* this project, components.spec.x, is a bug or a wrong checkout: traceback.)
+    # (A missing module *inside* this project, components.core.x, is a bug or a wrong checkout: traceback.)
     if isinstance(exc, ModuleNotFoundError) and exc.name and (_is_third_party(exc) or exc.name in _OWN_PACKAGES):
         import os
 

@@ -48,7 +48,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BLOCK_BYTES = 64 << 20
-# The mirror prefix ends in the revision, as a deployment's does (components/spec/weights.py).
+# The mirror prefix ends in the revision, as a deployment's does (components/core/weights.py).
 MIRROR = "s3://bench/ckpt/" + "0" * 40
 
 

@@ -23,9 +23,9 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.spec import cost as costmodel
-from components.spec.config import DeploymentSpec, load_stack, stack_names
-from components.spec.sizing import billed_gpu_nodes, compute_sizing
+from components.core import cost as costmodel
+from components.core.config import DeploymentSpec, load_stack, stack_names
+from components.core.sizing import billed_gpu_nodes, compute_sizing
 from scripts._cli import EXIT_USAGE, CliParser, UsageError, print_json, print_table, prog_name, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

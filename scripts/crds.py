@@ -49,7 +49,7 @@ class Crd:
         return f"https://raw.githubusercontent.com/{self.project}/{self.tag}/{self.path}"
 
 
-# Versions: the releases the components deploy (components/spec/versions.py pins the charts).
+# Versions: the releases the components deploy (components/core/versions.py pins the charts).
 # Paths: each project's generated CRDs (controller-gen output) at that tag.
 CRDS: tuple[Crd, ...] = (
     Crd("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "leaderworkerset.x-k8s.io_leaderworkersets.yaml",

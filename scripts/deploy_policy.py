@@ -35,7 +35,7 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.spec.config import ConfigError, read_stack_config, stack_names
+from components.core.config import ConfigError, read_stack_config, stack_names
 from scripts._cli import CliParser, UsageError, print_json, prog_name, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

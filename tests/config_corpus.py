@@ -2,7 +2,7 @@
 
 ``tests/test_config_parts.py`` replays every case through today's ``parse_spec`` / ``load_stack``
 and compares the outcome with the recording: the first error message of a bad file (byte for
-byte), or the warnings and blockers of a good one. So splitting ``components/spec/config`` or
+byte), or the warnings and blockers of a good one. So splitting ``components/core/config`` or
 re-ordering its checks cannot change what a user reads without the fixture changing with it.
 
 Where the cases come from (``python -m tests.config_corpus`` rewrites the fixture):
@@ -97,7 +97,7 @@ def outcome_of_spec(spec: Any) -> dict[str, Any]:
 
 def run_case(case: dict[str, Any], bases: dict[str, Any]) -> dict[str, Any]:
     """Replay one case; ``{"error": "ConfigError: ..."}`` or ``{"ok": {"warnings": [...], ...}}``."""
-    from components.spec import config as cfg
+    from components.core import config as cfg
 
     now = datetime.fromisoformat(case.get("now", DEFAULT_NOW.isoformat()))
     if case["kind"] == "parse":
@@ -162,7 +162,7 @@ _RECORDED: list[dict[str, Any]] = []
 
 def pytest_configure(config: Any) -> None:  # noqa: ARG001  pytest hook signature
     """Wrap ``parse_spec`` and ``load_stack`` before any test module imports them."""
-    from components.spec import config as cfg
+    from components.core import config as cfg
 
     real_parse, real_load = cfg.parse_spec, cfg.load_stack
 
@@ -204,7 +204,7 @@ def _field_paths() -> list[tuple[tuple[str, ...], Any]]:
     """``(camelCase path, annotation)`` of every leaf and section of ``RawConfig``."""
     from pydantic import BaseModel
 
-    from components.spec.config import RawConfig
+    from components.core.config import RawConfig
 
     out: list[tuple[tuple[str, ...], Any]] = []
 
@@ -279,7 +279,7 @@ def mutation_cases(bases: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _bases() -> dict[str, Any]:
-    from components.spec.config import namespace_config, read_stack_config, stack_names
+    from components.core.config import namespace_config, read_stack_config, stack_names
 
     saved = os.environ.pop(OVERLAY_ENV, None)
     try:

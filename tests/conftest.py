@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.spec.config import read_stack_config, stack_names
+from components.core.config import read_stack_config, stack_names
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Scripts the tests start as subprocesses (`python scripts/plan.py`, `python -c ...`) import the
@@ -30,7 +30,7 @@ TEST_SECRETS = {
 STACKS = stack_names()
 
 # No vLLM release serves K3.1 Pro yet, so every shipped stack is refused until its owner sets
-# kimi-deploy:vllm.image (components/spec/engine.py). Tests of everything else plan the stacks
+# kimi-deploy:vllm.image (components/core/engine.py). Tests of everything else plan the stacks
 # with this stand-in engine: an immutable nightly-by-commit tag (test data, not a real commit),
 # given the way a user gives one (config), through the offline overlay. Tests of the refusal
 # itself clear it (tests/test_engine.py).

@@ -13,16 +13,16 @@ import jsonschema
 import pytest
 import yaml
 
-from components.k8s import autoscaling as asc_mod
-from components.k8s import vllm_service
-from components.spec.config import ConfigError, load_stack, read_stack_config
-from components.spec.scaling import (
+from components.core.config import ConfigError, load_stack, read_stack_config
+from components.core.scaling import (
     HPA_MAX_POLICY_PERIOD_SECONDS,
     HPA_MAX_STABILIZATION_SECONDS,
     SCALE_DOWN_MARGIN_SECONDS,
     scaling_plan,
 )
-from components.spec.sizing import compute_sizing
+from components.core.sizing import compute_sizing
+from components.k8s import autoscaling as asc_mod
+from components.k8s import vllm_service
 from tests.conftest import FIXED_NOW, plan_for
 from tests.test_k8s_schemas import crds_dir, validate_against_crd, validate_core
 from tests.test_k8s_workloads import HELM_RELEASE, of_kind, one
@@ -48,7 +48,7 @@ def autoscaled(name: str, extra: dict | None = None):
 
 
 def spec_with(name: str, extra: dict | None = None):
-    from components.spec.config import namespace_config, parse_spec
+    from components.core.config import namespace_config, parse_spec
 
     full = dict(read_stack_config(name))
     full.update(TURN_ON[name])
@@ -323,7 +323,7 @@ def test_autoscaling_config_errors_are_one_line(extra, message):
 
 
 def test_autoscaling_is_refused_on_aws_ec2():
-    from components.spec.config import namespace_config, parse_spec
+    from components.core.config import namespace_config, parse_spec
 
     full = dict(read_stack_config("b300"))
     full["kimi-deploy:autoscaling"] = {"enabled": True}
@@ -335,7 +335,7 @@ def test_autoscaling_is_refused_on_aws_ec2():
 
 
 def test_subquery_hold_rejects_windows_below_one_step():
-    from components.spec.metrics import scaling_queries
+    from components.core.metrics import scaling_queries
 
     with pytest.raises(ValueError, match="at least 30"):
         scaling_queries("kimi", "m", 10)
@@ -363,7 +363,7 @@ def test_gpu_node_group_range_follows_the_replicas_and_reservations_keep_min_zer
 
 @pytest.mark.parametrize("name", ["b300-prod", "gb300"])
 def test_the_commented_keys_in_the_stack_file_turn_autoscaling_on(name):
-    from components.spec.config import STACKS_DIR
+    from components.core.config import STACKS_DIR
 
     text = (STACKS_DIR / f"Pulumi.{name}.yaml").read_text()
     block = text[text.index("  # Replica autoscaling"):].splitlines()[1:]
@@ -378,13 +378,13 @@ def test_scale_up_time_uses_the_time_to_ready_model_where_present():
     sizing = compute_sizing(spec)
     plan = scaling_plan(spec, sizing)
     try:
-        from components.spec.time_to_ready import time_to_ready
+        from components.core.time_to_ready import time_to_ready
     except ImportError:
         # Without the model: the budget-based bound, and the plan says so.
         assert plan.scale_up_seconds == plan.scale_up_bound_seconds
         assert plan.scale_up_source.startswith("per-node weight copy") and "startup budget" in plan.scale_up_source
         return
-    from components.spec.weights import sync_steps
+    from components.core.weights import sync_steps
 
     expected = time_to_ready(spec, sizing, sync_steps(spec, "mirror-bucket")).scenarios["replaced_node"].total_seconds
     assert plan.scale_up_seconds == int(expected) and plan.scale_up_source.startswith("time-to-ready model")
@@ -396,8 +396,8 @@ def test_cluster_autoscaler_runs_with_its_pod_identity_on_autoscaled_eks_only():
 
     from components.aws.common import resource_prefix
     from components.aws.node_autoscaler import cluster_autoscaler_policy
+    from components.core.naming import CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
     from components.k8s.addons import addon_values
-    from components.spec.naming import CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
 
     run = autoscaled("b300-prod")
     spec = run.context.spec
@@ -416,7 +416,7 @@ def test_cluster_autoscaler_runs_with_its_pod_identity_on_autoscaled_eks_only():
     assert values == addon_values(spec, "cluster-autoscaler")
     assert values["autoDiscovery"]["clusterName"] == cluster and values["awsRegion"] == "us-east-1"
     assert values["rbac"]["serviceAccount"]["name"] == CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
-    from components.spec.versions import EKS_VERSION
+    from components.core.versions import EKS_VERSION
 
     assert values["image"]["tag"].startswith(f"v{EKS_VERSION}.")  # the autoscaler minor matches the cluster
     # not on stacks without autoscaling, nor on existing clusters (their node autoscaler is theirs)

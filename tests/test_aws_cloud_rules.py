@@ -14,17 +14,17 @@ from pathlib import Path
 import boto3
 import pytest
 
-from components.spec.config import ConfigError, eks_version_of, namespace_config, parse_spec, read_stack_config
-from components.spec.sizing import compute_sizing
-from components.spec.targets import INSTANCES, is_local_zone
-from components.spec.versions import (
+from components.core.config import ConfigError, eks_version_of, namespace_config, parse_spec, read_stack_config
+from components.core.sizing import compute_sizing
+from components.core.targets import INSTANCES, is_local_zone
+from components.core.versions import (
     EKS_EXTENDED_USD_PER_CLUSTER_HOUR,
     EKS_VERSION,
     EKS_VERSIONS,
     KUBERNETES_VERSION,
     eks_support_status,
 )
-from components.spec.weights import mirror_key_prefix
+from components.core.weights import mirror_key_prefix
 from tests.conftest import FIXED_NOW, STACKS, plan_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -597,7 +597,7 @@ def test_parliament_finds_nothing_in_any_identity_policy(stack):
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_write_rights_on_the_mirror_cover_only_the_stacks_revision(variant):
     run = variant_plan(variant)
-    from components.spec import engine_cache
+    from components.core import engine_cache
 
     spec = run.context.spec
     revision = mirror_key_prefix(spec)

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
+from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
 from components.plan_engine import CALL_RESULTS
-from components.spec.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
 from tests.conftest import FIXED_NOW, plan_for
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from pulumi.runtime import mocks as pulumi_mocks
 
+from components.core.config import read_stack_config
 from components.plan_engine import run_program
-from components.spec.config import read_stack_config
 from tests.conftest import FIXED_NOW, TEST_SECRETS
 
 _RUNS: dict[str, dict[str, dict]] = {}

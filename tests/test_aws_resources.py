@@ -10,16 +10,16 @@ import json
 import pytest
 import yaml
 
-from components.spec.config import read_stack_config
-from components.spec.naming import (
+from components.core.config import read_stack_config
+from components.core.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
     MIRROR_PUBLISH_SERVICE_ACCOUNT,
     TARGET_NODE_LABEL,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
-from components.spec.versions import EKS_VERSION
-from components.spec.weights import mirror_key_prefix
+from components.core.versions import EKS_VERSION
+from components.core.weights import mirror_key_prefix
 from tests.conftest import STACKS, plan_for
 
 AWS_STACKS = [s for s in STACKS if read_stack_config(s).get("kimi-deploy:platform", "").startswith("aws-")]

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from components.aws import userdata
-from components.spec.naming import NVME_RAID0_HOST_PATH
-from components.spec.weights import SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, sync_steps
+from components.core.naming import NVME_RAID0_HOST_PATH
+from components.core.weights import SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, sync_steps
 from tests.conftest import TEST_SECRETS, plan_for
 
 
@@ -73,7 +73,7 @@ def test_vllm_unit_runs_the_exact_core_command(run, files):
     assert f"{ctx.vllm.port}:{ctx.vllm.port}" == cmd[cmd.index("-p") + 1]
     assert f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}:ro" in cmd
     env = dict(line.split("=", 1) for line in files[userdata.VLLM_ENV_FILE].splitlines())
-    from components.spec.engine_cache import vllm_cache_env
+    from components.core.engine_cache import vllm_cache_env
 
     assert env == {**server.env, **vllm_cache_env()}  # the core's env plus where the engine caches live
     # The API key arrives from SSM at start, never as text.

@@ -126,12 +126,12 @@ def test_the_sys_path_detector_can_fail():
 
 
 def test_the_pure_core_imports_nothing_from_scripts_or_pulumi():
-    """components/spec is the pure core: no Pulumi, and never the operator scripts (scripts/
+    """components/core is the pure core: no Pulumi, and never the operator scripts (scripts/
     depends on the core, not the other way round)."""
     import ast
     from pathlib import Path
 
-    core = Path(__file__).resolve().parents[1] / "components" / "spec"
+    core = Path(__file__).resolve().parents[1] / "components" / "core"
     offenders = []
     for path in sorted(core.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

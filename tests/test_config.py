@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from components.spec.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
 from tests.conftest import FIXED_NOW, STACKS
 
 

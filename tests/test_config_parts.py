@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from components.spec.config import (
+from components.core.config import (
     compute,
     kubernetes,
     lifecycle,
@@ -22,10 +22,10 @@ from components.spec.config import (
     target,
     vllm,
 )
-from components.spec.config.errors import ConfigError, check_choice
-from components.spec.config.raw import RawConfig, validate_raw
-from components.spec.model import MODELS
-from components.spec.targets import INSTANCES, TARGETS
+from components.core.config.errors import ConfigError, check_choice
+from components.core.config.raw import RawConfig, validate_raw
+from components.core.model import MODELS
+from components.core.targets import INSTANCES, TARGETS
 from tests.config_corpus import FIXTURE, OVERLAY_ENV, run_case
 from tests.conftest import FIXED_NOW
 
@@ -208,7 +208,7 @@ def test_lifecycle_alone():
 
 def parse_error(base: str = "b300", **sections) -> str:
     """The one-line error of ``parse_spec`` over a recorded base with top-level keys replaced."""
-    from components.spec.config import parse_spec
+    from components.core.config import parse_spec
     from tests.config_corpus import decode
 
     config = decode(CORPUS["bases"][base])

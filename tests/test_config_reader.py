@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.plan_engine import run_program
-from components.spec.config import STACKS_DIR, ConfigError, load_stack, read_stack_config
-from components.spec.config_reader import (
+from components.core.config import STACKS_DIR, ConfigError, load_stack, read_stack_config
+from components.core.config_reader import (
     AWS_PROVIDER_CONFIG_KEYS,
     KUBERNETES_PROVIDER_CONFIG_KEYS,
     cli_config_strings,
     read_config_strings,
 )
+from components.plan_engine import run_program
 from scripts import plan as plan_script  # noqa: E402
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
@@ -135,7 +135,7 @@ def test_nested_unknown_keys_get_a_did_you_mean():
 
 
 def read_and_parse(overrides: dict, stack: str = "b300"):
-    from components.spec.config import namespace_config, parse_spec
+    from components.core.config import namespace_config, parse_spec
 
     full = {**read_stack_config(stack), **overrides}
     ns, secrets = namespace_config(full)
@@ -264,8 +264,8 @@ def test_oversized_extra_args_is_a_config_error_before_any_resource():
 def test_shipped_ec2_stack_user_data_fits_with_the_longest_bucket_name():
     from components.aws.compute import check_ec2_user_data
     from components.aws.userdata import USER_DATA_LIMIT_BYTES
-    from components.spec.sizing import compute_sizing
-    from components.spec.vllm import build_vllm_command
+    from components.core.sizing import compute_sizing
+    from components.core.vllm import build_vllm_command
 
     spec = load_stack("b300", now=FIXED_NOW)
     size = check_ec2_user_data(spec, build_vllm_command(spec, compute_sizing(spec)), compute_sizing(spec), hub_token_set=True)

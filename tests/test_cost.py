@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from components.spec import cost
-from components.spec.config import load_stack
-from components.spec.model import MODELS
-from components.spec.sizing import billed_gpu_nodes, compute_sizing
-from components.spec.targets import INSTANCES
+from components.core import cost
+from components.core.config import load_stack
+from components.core.model import MODELS
+from components.core.sizing import billed_gpu_nodes, compute_sizing
+from components.core.targets import INSTANCES
 from tests.conftest import FIXED_NOW, STACKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""One list of credential shapes (components/spec/credentials.py), and every consumer flags every
+"""One list of credential shapes (components/core/credentials.py), and every consumer flags every
 shape: the config check, the plan diff's redaction and the guardrails (ModelScope included: the
 diff and the policy used to miss it)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.spec import credentials
-from components.spec.config import ConfigError, parse_spec
+from components.core import credentials
+from components.core.config import ConfigError, parse_spec
 from policy import rules
 from scripts import plan_diff
 from tests.conftest import FIXED_NOW, TEST_SECRETS

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from components.aws import userdata
-from components.spec.sizing import compute_sizing, sync_budget_seconds
-from components.spec.weights import sync_steps
+from components.core.sizing import compute_sizing, sync_budget_seconds
+from components.core.weights import sync_steps
 from tests.conftest import plan_for
 
 
@@ -176,7 +176,7 @@ def test_engine_caches_are_restored_before_vllm_and_saved_after(units, cloud_con
     vLLM gets the key's directory read-write and the cache env; the program is fetched and
     verified like weight_sync.py."""
     from components.aws.storage import ENGINE_CACHE_SOURCE, tool_sha256
-    from components.spec import engine_cache as ec
+    from components.core import engine_cache as ec
 
     vllm = _parse(units["kimi-vllm.service"])["Unit"]
     assert set(" ".join(vllm["Wants"]).split()) == set(userdata.ENGINE_CACHE_UNITS)

@@ -1,4 +1,4 @@
-"""Engine support is data and is enforced (components/spec/engine.py, model.engine_requirements).
+"""Engine support is data and is enforced (components/core/engine.py, model.engine_requirements).
 
 The shipped stacks are checked WITHOUT the test overlay of conftest.py: no vLLM release serves
 K3.1 Pro, so each must stop with one line naming the key, the minimum and the source.
@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from components.spec.config import ConfigError, load_stack
-from components.spec.engine import check_engine, parse_engine_image
-from components.spec.model import KIMI_K3_1_PRO, SPARSE_INDEXER_MLA
-from components.spec.versions import VLLM_VERSION
+from components.core.config import ConfigError, load_stack
+from components.core.engine import check_engine, parse_engine_image
+from components.core.model import KIMI_K3_1_PRO, SPARSE_INDEXER_MLA
+from components.core.versions import VLLM_VERSION
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
 COMMIT = "b22afe45ac797ae58e67a7a3ad79ee5714024420"
@@ -49,7 +49,7 @@ def test_every_vendor_requires_the_sparse_indexer_at_0_34():
 
 @pytest.mark.parametrize("family", ["cuda", "rocm"])
 def test_a_release_below_the_minimum_is_refused_naming_key_minimum_and_source(family):
-    from components.spec.versions import vllm_image
+    from components.core.versions import vllm_image
 
     with pytest.raises(ConfigError) as err:
         check_engine(vllm_image(family, f"v{VLLM_VERSION}"), "vllm.imageTag", family, KIMI_K3_1_PRO)
@@ -78,8 +78,8 @@ def test_shipped_stacks_are_refused_by_pulumi_up_until_an_engine_is_set(stack, m
     assert isinstance(blocker, ConfigError)
     assert blocker.key == "kimi-deploy:vllm.image" and "0.34.0" in str(blocker)
     # The program as `pulumi up` runs it raises the blocker before any resource is declared.
+    from components.core.config import read_stack_config
     from components.plan_engine import run_program
-    from components.spec.config import read_stack_config
 
     with pytest.raises(ConfigError) as err:
         run_program(read_stack_config(stack), stack=stack, now=FIXED_NOW)
@@ -127,7 +127,7 @@ def test_an_image_of_the_other_gpu_vendor_is_refused(image, family):
 
 
 def test_the_blocker_names_the_targets_own_image_repository():
-    from components.spec.engine import engine_blocker
+    from components.core.engine import engine_blocker
 
     _, blocker = engine_blocker("vllm/vllm-openai-rocm:v0.33.0", "vllm.image", "rocm", KIMI_K3_1_PRO)
     assert "vllm/vllm-openai-rocm:nightly-<40-hex commit>" in str(blocker)

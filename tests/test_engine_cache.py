@@ -1,4 +1,4 @@
-"""Engine compile/kernel caches: the key (components/spec/engine_cache.py) and the restore/save
+"""Engine compile/kernel caches: the key (components/core/engine_cache.py) and the restore/save
 program (scripts/engine_cache.py). A restored cache is never used for another build or layout."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import tarfile
 
 import pytest
 
-from components.spec import engine_cache as ec
-from components.spec.config import namespace_config, parse_spec, read_stack_config
-from components.spec.sizing import compute_sizing
-from components.spec.vllm import build_vllm_command
+from components.core import engine_cache as ec
+from components.core.config import namespace_config, parse_spec, read_stack_config
+from components.core.sizing import compute_sizing
+from components.core.vllm import build_vllm_command
 from scripts import engine_cache as tool
 from tests.conftest import FIXED_NOW, REPO_ROOT
 
@@ -204,8 +204,8 @@ def _opt(argv, flag):
 def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
     """The restore runs the core's argv after the weight copy (init containers run in order, vLLM
     after all of them); the save is a native sidecar (restartPolicy Always) running the core's save."""
+    from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF
     from components.k8s import engine_cache as kec
-    from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF
 
     run, pods = _eks_pods(stack)
     spec, cmd = run.context.spec, run.context.vllm
@@ -307,8 +307,8 @@ def test_kubernetes_platform_and_ec2_pods_get_no_engine_cache():
 def test_shared_claims_keep_the_cache_in_an_empty_dir():
     """fsx: the serving claim is shared, so the cache lives in an emptyDir; the pods run as the vLLM
     account, which then is the one granted the engine-cache rights."""
+    from components.core.naming import VLLM_SERVICE_ACCOUNT
     from components.k8s import engine_cache as kec
-    from components.spec.naming import VLLM_SERVICE_ACCOUNT
 
     storage = {**read_stack_config("b300-prod")["kimi-deploy:storage"], "kind": "fsx"}
     run, pods = _eks_pods("b300-prod", **{"kimi-deploy:storage": storage})
@@ -324,10 +324,10 @@ def test_shared_claims_keep_the_cache_in_an_empty_dir():
 
 
 def test_restore_budget_is_part_of_the_pod_budget():
+    from components.core.sizing import sync_budget_seconds
+    from components.core.weights import sync_steps
     from components.k8s import engine_cache as kec
     from components.k8s.vllm_service import per_pod_budget_seconds
-    from components.spec.sizing import sync_budget_seconds
-    from components.spec.weights import sync_steps
     from tests.test_k8s_workloads import one
 
     run, _ = _eks_pods("b300-prod")

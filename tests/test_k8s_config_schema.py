@@ -10,9 +10,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from components.spec import k8s_schema
-from components.spec.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
-from components.spec.versions import KUBERNETES_VERSION
+from components.core import k8s_schema
+from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.versions import KUBERNETES_VERSION
 from tests.conftest import FIXED_NOW
 
 
@@ -132,7 +132,7 @@ def test_shipped_stacks_pass_every_limit():
 
 
 def test_tag_limits():
-    from components.spec.limits import AWS_TAGS_PER_RESOURCE, tags_problem
+    from components.core.limits import AWS_TAGS_PER_RESOURCE, tags_problem
 
     assert tags_problem({f"k{i}": "v" for i in range(AWS_TAGS_PER_RESOURCE)}, reserved=1)[2].endswith(
         "exceed AWS's 50 tags per resource"

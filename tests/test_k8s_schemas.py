@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.spec.versions import KUBERNETES_VERSION
+from components.core.versions import KUBERNETES_VERSION
 from scripts.crds import CRDS, DEFAULT_DEST
 from scripts.crds import verify as verify_crds
 from tests.conftest import plan_for

@@ -18,16 +18,16 @@ import pulumi
 import pytest
 
 from components import program
+from components.core.config import ConfigError, read_stack_config
+from components.core.engine_cache import restored_at_start
+from components.core.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.core.versions import HELM_CHARTS
+from components.core.weights import MARKER_NAME, SYNC_SCRIPT_PATH
 from components.k8s import addons as k8s_addons
 from components.k8s import vllm_service
 from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEMPLATE, spec_hash
 from components.k8s.weight_sync import sync_program_artifact
 from components.plan_engine import SECRET_MASK, run_program
-from components.spec.config import ConfigError, read_stack_config
-from components.spec.engine_cache import restored_at_start
-from components.spec.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
-from components.spec.versions import HELM_CHARTS
-from components.spec.weights import MARKER_NAME, SYNC_SCRIPT_PATH
 from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
 
 # The engine caches' init containers after the weight copy (components/k8s/engine_cache.py).

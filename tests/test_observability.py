@@ -14,11 +14,11 @@ from pathlib import Path
 import promql_parser
 import pytest
 
+from components.core import metrics as m
+from components.core.config import load_stack, read_stack_config
+from components.core.versions import HELM_CHARTS, VLLM_VERSION
 from components.k8s import observability as obs
 from components.k8s.addons import addon_values, addons_to_install
-from components.spec import metrics as m
-from components.spec.config import load_stack, read_stack_config
-from components.spec.versions import HELM_CHARTS, VLLM_VERSION
 from tests.conftest import FIXED_NOW, plan_for
 from tests.test_autoscaling import autoscaled
 from tests.test_k8s_schemas import validate_against_crd, validate_core
@@ -277,7 +277,7 @@ def test_network_policy_has_no_scrape_rule_without_a_prometheus_namespace():
 
 
 def test_plan_warns_when_a_configured_scraper_would_be_blocked():
-    from components.spec.config import namespace_config, parse_spec
+    from components.core.config import namespace_config, parse_spec
 
     full = dict(read_stack_config("mi355x"))
     full["kimi-deploy:observability"] = {"grafanaNamespace": "monitoring", "prometheusUrl": "http://prom.monitoring.svc:9090"}
@@ -338,7 +338,7 @@ def test_monitor_labels_reach_every_object_a_prometheus_selects():
 
 
 def test_bad_monitor_label_is_a_config_error():
-    from components.spec.config import ConfigError
+    from components.core.config import ConfigError
 
     observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube prometheus"}}
     with pytest.raises(

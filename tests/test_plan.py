@@ -130,8 +130,8 @@ def test_bad_stack_config_exits_2(tmp_path):
 
 
 def test_placeholder_marks_unset_secrets():
+    from components.core.config import read_stack_config
     from components.plan_engine import run_program
-    from components.spec.config import read_stack_config
 
     config = dict(read_stack_config("mi355x"))
     config["kimi-deploy:kubeconfig"] = {"secure": "v1:abc"}

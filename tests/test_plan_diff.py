@@ -352,25 +352,25 @@ _COMMIT = ("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", 
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):
-    """Four commits: HEAD~3 has no scripts/plan.py; HEAD~2 lacks components/spec/versions.py,
+    """Four commits: HEAD~3 has no scripts/plan.py; HEAD~2 lacks components/core/versions.py,
     which its own code imports (old code that cannot render); HEAD~1 is whole; HEAD adds a
     module only the new code imports and changes a vLLM flag of b300."""
     repo = tmp_path_factory.mktemp("history") / "kimi-deploy"
     shutil.copytree(REPO_ROOT, repo, ignore=_COPY_IGNORE)
-    plan_py, versions = (repo / "scripts" / "plan.py").read_text(), (repo / "components" / "spec" / "versions.py").read_text()
+    plan_py, versions = (repo / "scripts" / "plan.py").read_text(), (repo / "components" / "core" / "versions.py").read_text()
     _git(repo, "init", "-q", "-b", "main")
     (repo / "scripts" / "plan.py").unlink()
     _git(repo, "add", "-A")
     _git(repo, *_COMMIT, "-m", "no plan.py yet")
     (repo / "scripts" / "plan.py").write_text(plan_py)
-    (repo / "components" / "spec" / "versions.py").unlink()
+    (repo / "components" / "core" / "versions.py").unlink()
     _git(repo, "add", "-A")
     _git(repo, *_COMMIT, "-m", "versions.py missing")
-    (repo / "components" / "spec" / "versions.py").write_text(versions)
+    (repo / "components" / "core" / "versions.py").write_text(versions)
     _git(repo, "add", "-A")
     _git(repo, *_COMMIT, "-m", "whole")
-    (repo / "components" / "spec" / "trial_probe.py").write_text("VALUE = 1\n")
-    config = repo / "components" / "spec" / "config" / "__init__.py"
+    (repo / "components" / "core" / "trial_probe.py").write_text("VALUE = 1\n")
+    config = repo / "components" / "core" / "config" / "__init__.py"
     config.write_text(config.read_text() + "\nfrom .. import trial_probe  # noqa: E402,F401  only the new code has it\n")
     stack = repo / "stacks" / "Pulumi.b300.yaml"
     assert "gpuMemoryUtilization: 0.95" in stack.read_text()
@@ -391,7 +391,7 @@ def test_base_renders_with_only_its_own_tree(history, monkeypatch):
     assert d["summary"]["added"] == d["summary"]["removed"] == 0
 
 
-@pytest.mark.parametrize("ref, reason", [("HEAD~2", "components.spec.versions"), ("HEAD~3", "has no scripts/plan.py")])
+@pytest.mark.parametrize("ref, reason", [("HEAD~2", "components.core.versions"), ("HEAD~3", "has no scripts/plan.py")])
 def test_base_that_cannot_render_shows_the_whole_plan_as_added(history, ref, reason):
     proc = subprocess.run(
         [

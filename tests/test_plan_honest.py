@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from components.core.config import STACKS_DIR, ConfigError, parse_spec
+from components.core.examples import SHIPPED_EXAMPLE_VALUES, example_value_warnings
 from components.plan_engine import KNOWN_AFTER_UP, MOCK_ACCOUNT_ID
-from components.spec.config import STACKS_DIR, ConfigError, parse_spec
-from components.spec.examples import SHIPPED_EXAMPLE_VALUES, example_value_warnings
 from scripts import plan as plan_script  # noqa: E402
 from tests.conftest import FIXED_NOW, STACKS
 

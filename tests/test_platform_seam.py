@@ -18,11 +18,11 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components import program
+from components.core.config import read_stack_config
+from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.core.platforms import PLATFORM_PROFILES, platform_profile
+from components.core.targets import PLATFORMS
 from components.plan_engine import PlanRun, run_program
-from components.spec.config import read_stack_config
-from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
-from components.spec.platforms import PLATFORM_PROFILES, platform_profile
-from components.spec.targets import PLATFORMS
 from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ COMPONENTS = REPO_ROOT / "components"
 # The only modules that may compare platform names: the check that the platform is one the
 # target offers (a value check on data) and the profile registry. Everything else, the config
 # checks included, asks profile fields (``spec.profile`` / ``platform_profile(raw.platform)``).
-ALLOWED = {COMPONENTS / "spec" / "config" / "target.py", COMPONENTS / "spec" / "platforms.py"}
+ALLOWED = {COMPONENTS / "core" / "config" / "target.py", COMPONENTS / "core" / "platforms.py"}
 PLATFORM_CHECK = re.compile(
     r"""platform\s*(==|!=)|platform\s+(not\s+)?in\b|platform\.startswith|\bis_aws\b|\buses_kubernetes\b"""
     r"""|(==|!=)\s*["'](aws-ec2|aws-eks|kubernetes)["']"""
@@ -223,8 +223,8 @@ def test_the_eks_handle_places_pods_on_the_node_groups_it_labels_and_taints():
     """The AWS edge's handle selects exactly the labels its GPU node group carries and tolerates
     its taint (components/aws/cluster.py), on the NVMe path nodeadm mounts."""
     from components.aws.cluster import gpu_node_labels
+    from components.core.naming import GPU_TAINT_KEY, NVME_RAID0_HOST_PATH
     from components.k8s.common import gpu_placement
-    from components.spec.naming import GPU_TAINT_KEY, NVME_RAID0_HOST_PATH
 
     spec = plan_for("b300-prod").context.spec
     placement = gpu_placement(spec)
@@ -234,8 +234,8 @@ def test_the_eks_handle_places_pods_on_the_node_groups_it_labels_and_taints():
 
 
 def test_the_existing_cluster_handle_uses_only_config():
+    from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY
     from components.k8s.common import gpu_placement, service_access
-    from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY
 
     spec = plan_for("mi355x").context.spec
     k8s_cfg = spec.config.kubernetes

@@ -15,9 +15,9 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from components.spec.config import load_stack
-from components.spec.targets import ec2_vcpu_quota
-from components.spec.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
+from components.core.config import load_stack
+from components.core.targets import ec2_vcpu_quota
+from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts import preflight
 from scripts.preflight import AwsClients, run_checks
 from tests.conftest import FIXED_NOW, STACKS

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from components.spec.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
-from components.spec.vllm import build_vllm_command
+from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.vllm import build_vllm_command
 from tests.conftest import FIXED_NOW, plan_for
 
 EFA_IMAGE = "registry.example.com/vllm-efa@sha256:" + "e" * 64

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from components.spec import fsx
-from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
-from components.spec.model import KIMI_K3_1_PRO
-from components.spec.sizing import (
+from components.core import fsx
+from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.model import KIMI_K3_1_PRO
+from components.core.sizing import (
     compute_sizing,
     download_seconds,
     fsx_capacity_gib,
@@ -15,8 +15,8 @@ from components.spec.sizing import (
     kv_cache_tokens,
     startup_budget_seconds,
 )
-from components.spec.targets import GPUS
-from components.spec.versions import RECIPE_ENGINE_READY_TIMEOUT_S
+from components.core.targets import GPUS
+from components.core.versions import RECIPE_ENGINE_READY_TIMEOUT_S
 from tests.conftest import FIXED_NOW, STACKS
 
 WEIGHTS = KIMI_K3_1_PRO.weights_bytes
@@ -107,7 +107,7 @@ def test_fsx_serving_load_time_and_budget():
 
 
 def test_gpu_memory_utilization_too_low_is_a_config_error():
-    from components.spec.config import ConfigError
+    from components.core.config import ConfigError
 
     ns, _ = namespace_config(read_stack_config("b300"))
     ns["vllm"] = {**ns["vllm"], "gpuMemoryUtilization": 0.7}
@@ -126,14 +126,14 @@ def test_price_b300_on_demand_and_unknown_gb300():
 
 
 def test_sync_times_and_first_deploy():
-    from components.spec.sizing import (
+    from components.core.sizing import (
         SYNC_BUDGET_FLOOR_SECONDS,
         first_deploy_seconds,
         sync_budget_seconds,
         sync_expected_seconds,
     )
-    from components.spec.time_to_ready import mirror_copy_rate
-    from components.spec.weights import sync_steps
+    from components.core.time_to_ready import mirror_copy_rate
+    from components.core.weights import sync_steps
 
     spec = load_stack("b300", now=FIXED_NOW)
     sizing = compute_sizing(spec)
@@ -152,8 +152,8 @@ def test_sync_times_and_first_deploy():
 
 
 def test_fsx_node_copy_shares_the_file_system():
-    from components.spec.sizing import sync_expected_seconds
-    from components.spec.weights import sync_steps
+    from components.core.sizing import sync_expected_seconds
+    from components.core.weights import sync_steps
 
     spec = load_stack("b300-prod", now=FIXED_NOW)
     sizing = compute_sizing(spec)

@@ -10,10 +10,10 @@ from types import MappingProxyType
 
 import pytest
 
-from components.spec.config import parse_spec
-from components.spec.config import target as config_module  # where parse_spec reads TARGETS
-from components.spec.sizing import compute_sizing
-from components.spec.targets import TARGETS
+from components.core.config import parse_spec
+from components.core.config import target as config_module  # where parse_spec reads TARGETS
+from components.core.sizing import compute_sizing
+from components.core.targets import TARGETS
 from scripts import sweep
 from tests.conftest import FIXED_NOW
 from tests.test_config import base, reject
@@ -119,8 +119,8 @@ def test_a_target_profile_with_no_platform_gives_its_error(monkeypatch):
 
 
 def test_plan_shows_the_kv_figures_as_a_fitted_model():
-    from components.spec.config import load_stack
-    from components.spec.model import KIMI_K3_1_PRO
+    from components.core.config import load_stack
+    from components.core.model import KIMI_K3_1_PRO
     from scripts.plan import _kv_cache_model
 
     fit = _kv_cache_model(load_stack("b300", now=FIXED_NOW).model)
@@ -133,9 +133,9 @@ def test_plan_shows_the_kv_figures_as_a_fitted_model():
 
 def test_the_fit_reproduces_its_two_figures():
     """The fitted constants give back the two recipe figures they came from (8x B300, FP8, 0.95)."""
-    from components.spec.model import KIMI_K3_1_PRO
-    from components.spec.sizing import kv_cache_tokens
-    from components.spec.targets import GPUS
+    from components.core.model import KIMI_K3_1_PRO
+    from components.core.sizing import kv_cache_tokens
+    from components.core.targets import GPUS
 
     tp8 = kv_cache_tokens(KIMI_K3_1_PRO, GPUS["B300"], 8, 0.95, "fp8", 1)
     dcp8 = kv_cache_tokens(KIMI_K3_1_PRO, GPUS["B300"], 8, 0.95, "fp8", 8)

@@ -1,4 +1,4 @@
-"""A target is data (components/spec/targets.py), not a code path: an 8x B200 target (rejected for
+"""A target is data (components/core/targets.py), not a code path: an 8x B200 target (rejected for
 memory, and not listed as supported in the same message) and a GB200 target (four trays, the
 gb300 shape) are entries of TARGETS/INSTANCES/GPUS only; no code compares a target's name."""
 
@@ -10,12 +10,12 @@ from types import MappingProxyType
 
 import pytest
 
-from components.spec.config import parse_spec
-from components.spec.config import target as config_module  # where parse_spec reads TARGETS
-from components.spec.model import KIMI_K3_1_PRO
-from components.spec.sizing import compute_sizing
-from components.spec.targets import TARGETS
-from components.spec.vllm import build_vllm_command
+from components.core.config import parse_spec
+from components.core.config import target as config_module  # where parse_spec reads TARGETS
+from components.core.model import KIMI_K3_1_PRO
+from components.core.sizing import compute_sizing
+from components.core.targets import TARGETS
+from components.core.vllm import build_vllm_command
 from tests.conftest import FIXED_NOW, REPO_ROOT, plan_for
 from tests.test_config import base, reject
 

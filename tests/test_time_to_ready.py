@@ -1,15 +1,15 @@
-"""The time-to-ready model (components/spec/time_to_ready.py): phases add up, every input has a
+"""The time-to-ready model (components/core/time_to_ready.py): phases add up, every input has a
 source, measured overrides replace estimates, the b300 repeat trial meets its goal on paper."""
 
 from __future__ import annotations
 
 import pytest
 
-from components.spec import time_to_ready as ttr
-from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
-from components.spec.sizing import compute_sizing
-from components.spec.targets import INSTANCES, TARGETS
-from components.spec.weights import sync_steps
+from components.core import time_to_ready as ttr
+from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.sizing import compute_sizing
+from components.core.targets import INSTANCES, TARGETS
+from components.core.weights import sync_steps
 from tests.conftest import FIXED_NOW, STACKS
 
 
@@ -114,7 +114,7 @@ def test_overrides_replace_estimates():
 
 
 def test_override_must_be_positive():
-    from components.spec.config import ConfigError
+    from components.core.config import ConfigError
 
     with pytest.raises(ConfigError) as info:
         _spec_with("b300", copyGBps=0)

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
-from components.spec.sizing import compute_sizing
-from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, build_vllm_command
+from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.sizing import compute_sizing
+from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, build_vllm_command
 from tests.conftest import FIXED_NOW, STACKS, TEST_ENGINE_TAG
 
 NVIDIA_ONLY_FLAGS = ("--attention-config", "--no-enable-flashinfer-autotune", "fastsafetensors")
@@ -130,7 +130,7 @@ def test_dcp_adds_the_recipe_settings_and_workspace_and_plain_tp_does_not():
 
 
 def test_dcp_needs_memory_outside_the_pool_for_its_workspace():
-    from components.spec.config import ConfigError
+    from components.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="vllm.gpuMemoryUtilization.*FlashInfer workspace"):
         command("b300", decodeContextParallelSize=8, gpuMemoryUtilization=0.99)

@@ -80,8 +80,8 @@ LIBRARY_ENV_SOURCES = {
 
 def _stack_roles() -> dict[str, Any]:
     """stack -> (VllmCommand, [(label, role, argv), ...]) or the exception that stack raised."""
-    from components.spec.config import load_stack
-    from components.spec.vllm import build_vllm_command
+    from components.core.config import load_stack
+    from components.core.vllm import build_vllm_command
 
     out: dict[str, Any] = {}
     for stack in STACKS:
@@ -135,7 +135,7 @@ def _parsed_ok(label: str) -> dict[str, Any]:
 def test_parser_is_the_pinned_vllm():
     """The parser the contract runs is the vLLM the product pins (versions.VLLM_VERSION), and the
     installer's requirements pin the same: bumping the constant alone fails here."""
-    from components.spec import versions
+    from components.core import versions
 
     report = _everything()[0]
     assert version_disagreements(versions.VLLM_VERSION, report["vllm_version"], REQUIREMENTS_VLLM.read_text()) == []
@@ -144,7 +144,7 @@ def test_parser_is_the_pinned_vllm():
 def test_a_bumped_version_constant_is_caught():
     """Without the vLLM venv: the requirements pin and a parser of the old version both disagree
     with a bumped constant."""
-    from components.spec import versions
+    from components.core import versions
 
     text = REQUIREMENTS_VLLM.read_text()
     assert version_disagreements(versions.VLLM_VERSION, None, text) == []
@@ -252,9 +252,9 @@ def test_stack_argv_parses_with_real_vllm(stack):
 @pytest.mark.parametrize("family", ["cuda", "rocm"])
 def test_pinned_release_claims_only_features_its_wheel_has(family):
     """versions.VLLM_RELEASE_GAPS must record every required feature the installed wheel lacks."""
-    from components.spec.engine import release_gaps
-    from components.spec.model import MODELS
-    from components.spec.versions import VLLM_VERSION
+    from components.core.engine import release_gaps
+    from components.core.model import MODELS
+    from components.core.versions import VLLM_VERSION
 
     site = installed_site_packages()
     has = wheel_features(site, family)
@@ -293,7 +293,7 @@ def _pod_specs(value: Any):
 
 def _variants() -> dict[str, Any]:
     """label -> spec: every stack, plus DCP on every stack that allows it."""
-    from components.spec.config import load_stack, namespace_config, parse_spec, read_stack_config
+    from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
 
     out: dict[str, Any] = {}
     for stack in STACKS:
@@ -311,7 +311,7 @@ def _all_env_names() -> dict[str, set[str]]:
     import yaml
 
     from components.aws.userdata import API_ENV_FILE, VLLM_ENV_FILE
-    from components.spec.vllm import build_vllm_command
+    from components.core.vllm import build_vllm_command
     from tests.conftest import plan_for
 
     where: dict[str, set[str]] = {}
@@ -370,8 +370,8 @@ def test_env_proof_is_not_vacuous():
 
 
 def test_mi355x_selects_the_a8w4_moe_path_by_a_value_vllm_accepts():
-    from components.spec.config import load_stack
-    from components.spec.vllm import build_vllm_command
+    from components.core.config import load_stack
+    from components.core.vllm import build_vllm_command
 
     env = build_vllm_command(load_stack("mi355x", now=FIXED_NOW)).role("server").env
     assert env["VLLM_ROCM_USE_AITER_MOE_SITUV2"] == "a8w4"
@@ -400,10 +400,10 @@ def test_the_installer_reads_the_version_constant(tmp_path):
 
     from tests.conftest import REPO_ROOT
 
-    for rel in ("scripts/install_vllm_cpu.sh", "components/spec/versions.py", "requirements-vllm.txt"):
+    for rel in ("scripts/install_vllm_cpu.sh", "components/core/versions.py", "requirements-vllm.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / rel, tmp_path / rel)
-    versions_py = tmp_path / "components/spec/versions.py"
+    versions_py = tmp_path / "components/core/versions.py"
     text = versions_py.read_text()
     assert text.count('\nVLLM_VERSION = "') == 1
     versions_py.write_text(text.replace('\nVLLM_VERSION = "', '\nVLLM_VERSION = "99.0.0"  # was "', 1))

@@ -52,10 +52,10 @@ def test_module_exports_names_and_imports_only_stdlib():
 
 
 def test_file_names_come_from_the_core_and_the_shipped_zipapp_agrees(tmp_path):
-    """One definition (components/spec/naming.py); the zipapp shipped alone to a node (ConfigMap,
+    """One definition (components/core/naming.py); the zipapp shipped alone to a node (ConfigMap,
     S3 object: no components package, standard library only: `python -I -S`) falls back to the
     same values."""
-    from components.spec import naming
+    from components.core import naming
 
     assert (ws.MARKER_NAME, ws.MANIFEST_NAME, ws.S3_PART_CONCURRENCY) == (
         naming.MARKER_NAME, naming.MANIFEST_NAME, naming.S3_PART_CONCURRENCY)

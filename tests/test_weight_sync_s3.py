@@ -247,7 +247,7 @@ def test_small_objects_use_one_get_not_the_transfer_manager(tmp_path, s3, capsys
 
 
 def test_resume_of_a_complete_pinned_copy_never_imports_boto3_nor_asks_s3(tmp_path, s3, capsys):
-    """The mirror prefix ends in the commit (components/spec/weights.py), so a complete copy of it
+    """The mirror prefix ends in the commit (components/core/weights.py), so a complete copy of it
     is checked locally: marker (same source and revision), manifest digest, sizes. The endpoint is
     dead during the resume and boto3 is never imported; an unpinned source is asked again."""
     import subprocess

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from components.core.config import read_stack_config
+from components.core.engine_cache import restored_at_start
+from components.core.sizing import sync_budget_seconds
+from components.core.weights import sync_steps
 from components.k8s import engine_cache, vllm_service
-from components.spec.config import read_stack_config
-from components.spec.engine_cache import restored_at_start
-from components.spec.sizing import sync_budget_seconds
-from components.spec.weights import sync_steps
 from tests.conftest import plan_for
 from tests.test_k8s_workloads import run_with_timeouts, seconds, vllm_pods
 

@@ -38,7 +38,7 @@ _CACHE: dict[str, dict[str, Any]] = {}
 
 
 def version_disagreements(version: str, parser_version: str | None, requirements_text: str) -> list[str]:
-    """Where the pinned vLLM ``version`` (components/spec/versions.py VLLM_VERSION) is not what
+    """Where the pinned vLLM ``version`` (components/core/versions.py VLLM_VERSION) is not what
     the contract runs against: the ``vllm==`` pin of requirements-vllm.txt (what the installer
     puts in the venv) and the parser's own ``vllm.__version__`` (``parser_version``; None: not
     checked). Empty when all agree; bumping VLLM_VERSION alone makes this non-empty."""

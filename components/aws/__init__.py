@@ -6,7 +6,7 @@
 ``aws-eks``). It returns an ``AwsResult``: the stack outputs and, on ``aws-eks``, the
 ``KubernetesPlatformHandle`` (``components/platform.py``) the Kubernetes edge consumes.
 ``declare_aws_platform`` is the program's entry point (``components/program.py``).
-Which branch runs is a field of the platform's profile (``components/spec/platforms.py``).
+Which branch runs is a field of the platform's profile (``components/core/platforms.py``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_aws as aws
 
+from components.core.platforms import platform_profile
+from components.core.weights import mirror_uri
 from components.platform import FsxVolumeSource, KubernetesPlatformHandle, PlatformResult
-from components.spec.platforms import platform_profile
-from components.spec.weights import mirror_uri
 
 from .common import resource_prefix
 from .network import Network, NetworkArgs

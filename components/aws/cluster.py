@@ -38,16 +38,16 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec.config import DeploymentSpec, eks_version_of
-from components.spec.naming import (
+from components.core.config import DeploymentSpec, eks_version_of
+from components.core.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
     MIRROR_PUBLISH_SERVICE_ACCOUNT,
     TARGET_NODE_LABEL,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
-from components.spec.scaling import gpu_node_group_size
-from components.spec.weights import mirror_key_prefix
+from components.core.scaling import gpu_node_group_size
+from components.core.weights import mirror_key_prefix
 
 from . import iam
 from .common import child, tags
@@ -179,7 +179,7 @@ def engine_cache_grant(spec: DeploymentSpec, partition: pulumi.Input[str], bucke
     """``(service account, policy document Output or None)``: the engine-cache rights of the
     vLLM pods' account (``engine_cache.vllm_pods_service_account``), read and write under
     ``engine_cache.cache_key_prefix`` only; None where the pods do not restore the caches."""
-    from components.spec import engine_cache as ec
+    from components.core import engine_cache as ec
 
     account = ec.vllm_pods_service_account(spec)
     if not spec.profile.creates_cluster or not ec.restored_at_start(spec):

@@ -24,13 +24,13 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec import naming
-from components.spec.config import DeploymentSpec
-from components.spec.naming import NVME_RAID0_HOST_PATH
-from components.spec.sizing import Sizing, sync_budget_seconds
-from components.spec.targets import InstanceFacts
-from components.spec.vllm import VllmCommand
-from components.spec.weights import HUB_TOKEN_ENV, WEIGHTS_MOUNT_PATH, mirror_key_prefix, sync_steps
+from components.core import naming
+from components.core.config import DeploymentSpec
+from components.core.naming import NVME_RAID0_HOST_PATH
+from components.core.sizing import Sizing, sync_budget_seconds
+from components.core.targets import InstanceFacts
+from components.core.vllm import VllmCommand
+from components.core.weights import HUB_TOKEN_ENV, WEIGHTS_MOUNT_PATH, mirror_key_prefix, sync_steps
 
 from . import iam
 from .common import TOOLS_PREFIX, child, tags
@@ -187,7 +187,7 @@ def render_ec2_user_data(
 def _engine_cache_boot(spec: DeploymentSpec, vllm: VllmCommand, bucket: str) -> EngineCacheBoot:
     """The engine-cache restore/save of this node: the archive beside the weights in the mirror,
     keyed by ``engine_cache.engine_cache_key`` (engine build, revision, layout, serve argv/env, GPU)."""
-    from components.spec import engine_cache as ec
+    from components.core import engine_cache as ec
 
     from .storage import ENGINE_CACHE_KEY, ENGINE_CACHE_SOURCE, tool_sha256
 
@@ -222,7 +222,7 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
             commands when you launch an EC2 instance with user data input"). Names
             ``vllm.extraArgs`` when the extra flags push it over, else ``vllm``.
     """
-    from components.spec.config import ConfigError
+    from components.core.config import ConfigError
 
     text = render_ec2_user_data(
         spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set

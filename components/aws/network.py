@@ -34,9 +34,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec.config import ConfigError, DeploymentSpec
-from components.spec.targets import is_local_zone
-from components.spec.versions import VLLM_MASTER_PORT
+from components.core.config import ConfigError, DeploymentSpec
+from components.core.targets import is_local_zone
+from components.core.versions import VLLM_MASTER_PORT
 
 from .common import child, tags
 

@@ -4,7 +4,7 @@ account the Kubernetes edge's Helm release creates (``components/k8s/addons.py``
 
 Why: KEDA adds replicas; a replica whose node does not exist stays Pending until a node
 autoscaler raises the GPU node group's desired size (within the min/max that follow the replicas,
-``components/spec/scaling.py``). EKS tags a managed node group's Auto Scaling group for
+``components/core/scaling.py``). EKS tags a managed node group's Auto Scaling group for
 cluster-autoscaler auto-discovery (``k8s.io/cluster-autoscaler/enabled`` and
 ``k8s.io/cluster-autoscaler/<cluster>``: ``owned``), so the write actions are limited to groups
 carrying this cluster's tag.
@@ -23,10 +23,10 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec.config import DeploymentSpec
-from components.spec.naming import CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
-from components.spec.platforms import platform_profile
-from components.spec.scaling import autoscaling_enabled
+from components.core.config import DeploymentSpec
+from components.core.naming import CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+from components.core.platforms import platform_profile
+from components.core.scaling import autoscaling_enabled
 
 from . import iam
 from .common import child, tags

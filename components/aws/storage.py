@@ -17,10 +17,10 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.spec import naming
-from components.spec.config import DeploymentSpec
-from components.spec.sizing import Sizing
-from components.spec.weights import FSX_MOUNT_PATH
+from components.core import naming
+from components.core.config import DeploymentSpec
+from components.core.sizing import Sizing
+from components.core.weights import FSX_MOUNT_PATH
 from components.sync_artifact import SYNC_PACKAGE_DIR, sync_artifact
 
 from .common import TOOLS_PREFIX, child, tags

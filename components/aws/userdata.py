@@ -35,8 +35,8 @@ from pathlib import PurePosixPath
 
 import yaml
 
-from components.spec.naming import NVME_RAID0_HOST_PATH
-from components.spec.weights import STAGING_DIR, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
+from components.core.naming import NVME_RAID0_HOST_PATH
+from components.core.weights import STAGING_DIR, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
 
 from .common import HOST_TOOLS_DIR
 
@@ -60,7 +60,7 @@ MD_NAME = "kimi-nvme"
 
 @dataclass(frozen=True)
 class EngineCacheBoot:
-    """The engine's compile caches on an ``aws-ec2`` node (``components/spec/engine_cache.py``).
+    """The engine's compile caches on an ``aws-ec2`` node (``components/core/engine_cache.py``).
 
     Attributes:
         tools_uri: ``s3://bucket/_tools/engine_cache.py``.
@@ -237,7 +237,7 @@ def vllm_docker_command(cfg: Ec2BootConfig) -> list[str]:
     if cfg.efa:
         cmd += ["--device", "/dev/infiniband"]
     if cfg.engine_cache is not None:
-        from components.spec.engine_cache import ENGINE_CACHE_CONTAINER_PATH
+        from components.core.engine_cache import ENGINE_CACHE_CONTAINER_PATH
 
         # The only writable path vLLM gets: its compile caches (restored before, saved after).
         cmd += ["-v", f"{cfg.engine_cache.host_dir}:{ENGINE_CACHE_CONTAINER_PATH}"]
@@ -259,7 +259,7 @@ def weights_script(cfg: Ec2BootConfig) -> str:
         f"mv -f {SYNC_SCRIPT_PATH}.new {SYNC_SCRIPT_PATH}",
     ]
     if cfg.engine_cache is not None:
-        from components.spec.engine_cache import ENGINE_CACHE_SCRIPT_PATH
+        from components.core.engine_cache import ENGINE_CACHE_SCRIPT_PATH
 
         ec = cfg.engine_cache
         lines += [
@@ -475,7 +475,7 @@ def eks_node_user_data(cluster: ClusterDetails | None = None) -> str:
     )
 
 
-# -- engine caches (components/spec/engine_cache.py) -----------------------------------------
+# -- engine caches (components/core/engine_cache.py) -----------------------------------------
 # Declared here as separate units; the lead hooks them into the chain (see engine_cache_units).
 
 ENGINE_CACHE_UNITS = ("kimi-engine-cache-restore.service", "kimi-engine-cache-save.service")
@@ -485,7 +485,7 @@ def engine_cache_docker_command(cfg: Ec2BootConfig, argv: Sequence[str], name: s
     """``docker run`` of one ``scripts/engine_cache.py`` step in the pinned image: the NVMe at
     ``/models`` read-write (the cache directory lives there), the program mounted read-only,
     host networking (instance role; the save polls vLLM's health on 127.0.0.1)."""
-    from components.spec.engine_cache import ENGINE_CACHE_SCRIPT_PATH
+    from components.core.engine_cache import ENGINE_CACHE_SCRIPT_PATH
 
     return [
         "docker", "run", "--rm", "--network", "host", "--name", f"kimi-{name}",

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.core.sizing import sync_budget_seconds
+from components.core.weights import SyncStep, sync_steps
 from components.platform import KubernetesPlatformHandle
-from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
-from components.spec.sizing import sync_budget_seconds
-from components.spec.weights import SyncStep, sync_steps
 
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata

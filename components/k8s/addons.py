@@ -4,7 +4,7 @@ The FSx CSI driver is the AWS edge's (EKS managed add-on), since FSx exists only
 Which add-ons a deployment needs is a pure function of the spec (``required_addons``); config's
 ``kubernetes.installedAddons`` removes those already on the cluster (an operator that provides
 an add-on, e.g. the AMD GPU Operator, counts as installing it). Chart versions live in
-``components/spec/versions.py`` (``HELM_CHARTS``).
+``components/core/versions.py`` (``HELM_CHARTS``).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core.config import DeploymentSpec
+from components.core.naming import GPU_NODE_LABEL
+from components.core.platforms import platform_profile
+from components.core.versions import ADDON_EQUIVALENTS, HELM_CHARTS
 from components.platform import GpuPlacement
-from components.spec.config import DeploymentSpec
-from components.spec.naming import GPU_NODE_LABEL
-from components.spec.platforms import platform_profile
-from components.spec.versions import ADDON_EQUIVALENTS, HELM_CHARTS
 
 from .common import gpu_placement
 
@@ -48,7 +48,7 @@ def scaling_addons(spec: DeploymentSpec) -> list[str]:
     ``observability.py``): ``keda`` for a KEDA-scaled stack; the GPU vendor's metrics exporter
     (``dcgm-exporter`` or ``amd-metrics-exporter``) when a Prometheus or Grafana namespace is
     configured and ``observability.gpuExporter`` is true."""
-    from components.spec.metrics import gpu_exporter_for
+    from components.core.metrics import gpu_exporter_for
 
     out: list[str] = []
     asc, obs = spec.config.autoscaling, spec.config.observability
@@ -140,9 +140,9 @@ def addon_values(spec: DeploymentSpec, name: str, placement: GpuPlacement | None
         return {}
     if name == "cluster-autoscaler":
         from components.aws.common import resource_prefix  # the EKS cluster's name (aws edge)
-        from components.spec.config import eks_version_of
-        from components.spec.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
-        from components.spec.versions import cluster_autoscaler_image_tag
+        from components.core.config import eks_version_of
+        from components.core.naming import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+        from components.core.versions import cluster_autoscaler_image_tag
 
         return {
             "cloudProvider": "aws",

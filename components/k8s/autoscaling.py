@@ -2,7 +2,7 @@
 (``keda.sh/v1alpha1``) or, with ``autoscaling.controller: hpa``, an ``autoscaling/v2``
 HorizontalPodAutoscaler on external metrics served by an installed prometheus-adapter.
 
-Signals (``components/spec/metrics.py``), each a Prometheus query over vLLM's own metrics:
+Signals (``components/core/metrics.py``), each a Prometheus query over vLLM's own metrics:
 - ``queue``: requests waiting (``vllm:num_requests_waiting``), ``autoscaling.queuePerReplica`` per copy;
 - ``kv-cache``: KV-cache usage (``vllm:kv_cache_usage_perc``), ``autoscaling.kvCacheUsageTarget`` per copy;
 - ``busy-replicas``: copies with a running request, 1 per copy: the scaler never asks for fewer
@@ -10,7 +10,7 @@ Signals (``components/spec/metrics.py``), each a Prometheus query over vLLM's ow
 - ``cron`` (KEDA only): one per ``autoscaling.schedule`` window, ``compute.replicas`` copies inside.
 The HPA takes the largest replica count any signal asks for.
 
-Timing (``components/spec/scaling.py``): each query is the maximum over the scale-down delay, so a
+Timing (``components/core/scaling.py``): each query is the maximum over the scale-down delay, so a
 rise counts on the next poll and a fall only after the whole delay, which is longer than a
 scale-up takes (load + warm-up + per-node weight copy). On top, the HPA behaviour adds one copy at
 a time (no scale-up stabilisation) and removes one copy per 30 minutes after a stabilisation
@@ -37,15 +37,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.spec.config import DeploymentSpec
-from components.spec.metrics import ScalingQueries, scaling_queries
-from components.spec.scaling import (
+from components.core.config import DeploymentSpec
+from components.core.metrics import ScalingQueries, scaling_queries
+from components.core.scaling import (
     HPA_MAX_POLICY_PERIOD_SECONDS,
     HPA_MAX_STABILIZATION_SECONDS,
     POLLING_INTERVAL_SECONDS,
     ScalingPlan,
 )
-from components.spec.sizing import Sizing
+from components.core.sizing import Sizing
 
 from .common import VLLM_NAME, metadata
 
@@ -219,9 +219,9 @@ def declare_autoscaling(
     """Declare the ScaledObject (or HPA) of the vLLM workload, after the workload and KEDA."""
     opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on)
     if plan.controller == "hpa":
-        # Stub narrower than the runtime: the overloads type `spec` only as the snake_case ArgsDict; hpa_spec is the
-        # API's camelCase manifest, which pulumi's serializer passes through (pulumi/runtime/rpc.py `.get(k) or k`).
-        return k8s.autoscaling.v2.HorizontalPodAutoscaler(  # type: ignore[call-overload]
+        # hpa_spec is the API's camelCase manifest, which pulumi's serializer passes through (pulumi/runtime/rpc.py
+        # `.get(k) or k`); the schema tests validate it.
+        return k8s.autoscaling.v2.HorizontalPodAutoscaler(
             "vllm-autoscaler",
             metadata=metadata(spec, VLLM_NAME, "autoscaler"),
             spec=hpa_spec(spec, sizing, plan, multi_node),

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from components.core.config import DeploymentSpec
+from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL
+from components.core.platforms import platform_profile
+from components.core.versions import VLLM_VERSION
 from components.platform import GpuPlacement, ServiceAccess
-from components.spec.config import DeploymentSpec
-from components.spec.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL
-from components.spec.platforms import platform_profile
-from components.spec.versions import VLLM_VERSION
 
 if TYPE_CHECKING:  # typing only: this module creates no resources and imports no Pulumi at run time
     from pulumi_kubernetes.meta.v1 import ObjectMetaArgsDict

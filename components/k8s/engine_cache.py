@@ -2,7 +2,7 @@
 before vLLM starts, saved once after the copy's first healthy start.
 
 The key, the archive's place (``s3://<mirror>/<prefix>/<repo>/<rev>/_engine-cache/<key>.tar``) and
-the restore/save runs are the core's (``components/spec/engine_cache.py``); the program is
+the restore/save runs are the core's (``components/core/engine_cache.py``); the program is
 ``scripts/engine_cache.py``, shipped like the weight-sync program: an immutable ConfigMap whose
 name ends in a hash of its text, run in the pinned vLLM image (no extra image). Per pod:
 
@@ -53,11 +53,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.spec import engine_cache as ec
-from components.spec.config import REPO_ROOT, DeploymentSpec
-from components.spec.platforms import platform_profile
-from components.spec.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
-from components.spec.weights import WEIGHTS_MOUNT_PATH
+from components.core import engine_cache as ec
+from components.core.config import REPO_ROOT, DeploymentSpec
+from components.core.platforms import platform_profile
+from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
+from components.core.weights import WEIGHTS_MOUNT_PATH
 
 from .common import hardened_container_security, metadata, plain_env, spec_hash
 from .storage import WEIGHTS_VOLUME, serving_volume

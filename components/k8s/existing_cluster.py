@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core.config import DeploymentSpec
+from components.core.platforms import platform_profile
 from components.platform import KubernetesPlatformHandle, PlatformResult
-from components.spec.config import DeploymentSpec
-from components.spec.platforms import platform_profile
 
 from .common import gpu_placement, service_access
 

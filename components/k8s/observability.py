@@ -16,7 +16,7 @@ Prometheus alerts.
   ``release: kube-prometheus-stack``) go on it, the PodMonitor and the exporters' ServiceMonitors,
   so a Prometheus with a label selector picks them up.
 
-Metric names and their sources: ``components/spec/metrics.py``.
+Metric names and their sources: ``components/core/metrics.py``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.spec import metrics as m
-from components.spec.config import DeploymentSpec
-from components.spec.sizing import Sizing, sync_budget_seconds, sync_expected_seconds
-from components.spec.weights import sync_steps
+from components.core import metrics as m
+from components.core.config import DeploymentSpec
+from components.core.sizing import Sizing, sync_budget_seconds, sync_expected_seconds
+from components.core.weights import sync_steps
 
 from .common import VLLM_NAME, labels, metadata
 

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.spec.config import DeploymentSpec
-from components.spec.scaling import scaling_plan
-from components.spec.sizing import Sizing
-from components.spec.vllm import VllmCommand
+from components.core.config import DeploymentSpec
+from components.core.scaling import scaling_plan
+from components.core.sizing import Sizing
+from components.core.vllm import VllmCommand
 
 from .autoscaling import declare_autoscaling
 from .observability import declare_observability

@@ -12,9 +12,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core.config import DeploymentSpec
+from components.core.weights import FSX_MOUNT_PATH, WEIGHTS_MOUNT_PATH
 from components.platform import FsxVolumeSource
-from components.spec.config import DeploymentSpec
-from components.spec.weights import FSX_MOUNT_PATH, WEIGHTS_MOUNT_PATH
 
 from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, dns_name, metadata
 

@@ -37,14 +37,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core.config import DeploymentSpec
+from components.core.naming import VLLM_SERVICE_ACCOUNT
+from components.core.platforms import platform_profile
+from components.core.scaling import autoscaling_enabled, max_replicas
+from components.core.sizing import Sizing
+from components.core.vllm import VllmCommand, VllmRole
+from components.core.weights import MARKER_NAME
 from components.platform import GpuPlacement, ServiceAccess
-from components.spec.config import DeploymentSpec
-from components.spec.naming import VLLM_SERVICE_ACCOUNT
-from components.spec.platforms import platform_profile
-from components.spec.scaling import autoscaling_enabled, max_replicas
-from components.spec.sizing import Sizing
-from components.spec.vllm import VllmCommand, VllmRole
-from components.spec.weights import MARKER_NAME
 
 from .common import (
     COMPUTE_DOMAIN_CLAIM,
@@ -516,11 +516,10 @@ def declare_vllm(
             ),
         )
     else:
-        # Stub narrower than the runtime (type: ignore below): the overloads type `spec` only as the snake_case
-        # ArgsDict; deployment_spec, service_spec, pdb_spec and network_policy_spec build the API's camelCase
+        # deployment_spec, service_spec, pdb_spec and network_policy_spec build the API's camelCase
         # manifest, which pulumi's serializer passes through unchanged (pulumi/runtime/rpc.py:
         # `py_name_to_pulumi_name.get(k) or k`); the schema tests validate it.
-        out["workload"] = k8s.apps.v1.Deployment(  # type: ignore[call-overload]
+        out["workload"] = k8s.apps.v1.Deployment(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
             spec=deployment_spec(
@@ -538,19 +537,19 @@ def declare_vllm(
     # that would report "ready" with no ready endpoint and no NLB hostname
     # (the ``loadBalancerHostname`` output reads the Service's status).
     svc_create_s, svc_update_s = service_timeouts(spec, sizing, copy_s)
-    out["service"] = k8s.core.v1.Service(  # type: ignore[call-overload]  # camelCase manifest, see the Deployment above
+    out["service"] = k8s.core.v1.Service(
         "vllm-service",
         metadata=metadata(spec, VLLM_NAME, serving_components(command)[0], tags, annotations=notes),
         spec=body,
         opts=opts(out["workload"], custom_timeouts=pulumi.CustomTimeouts(create=f"{svc_create_s}s", update=f"{svc_update_s}s")),
     )
-    out["pdb"] = k8s.policy.v1.PodDisruptionBudget(  # type: ignore[call-overload]  # camelCase manifest, as above
+    out["pdb"] = k8s.policy.v1.PodDisruptionBudget(
         "vllm-pdb",
         metadata=metadata(spec, VLLM_NAME, "disruption-budget"),
         spec=pdb_spec(spec, command),
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )
-    out["network_policy"] = k8s.networking.v1.NetworkPolicy(  # type: ignore[call-overload]  # camelCase manifest, as above
+    out["network_policy"] = k8s.networking.v1.NetworkPolicy(
         "vllm-network-policy",
         metadata=metadata(spec, VLLM_NAME, "network-policy"),
         spec=network_policy_spec(spec, command, access.client_cidrs),

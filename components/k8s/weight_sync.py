@@ -2,7 +2,7 @@
 (``components/sync_artifact.py``), run in the pinned vLLM image, the program mounted from a
 ConfigMap's ``binaryData`` (no extra image to build or push).
 
-The runs are exactly ``components/spec/weights.py`` ``sync_steps``: ``publish-mirror`` once (hub ->
+The runs are exactly ``components/core/weights.py`` ``sync_steps``: ``publish-mirror`` once (hub ->
 S3 mirror, a Job), then ``node-copy``. For node-local NVMe, ``node-copy`` is NOT a Job: it is
 the ``weight-sync`` init container of every vLLM pod (``node_copy_init``), so the copy runs on
 whatever node the pod lands on, including nodes added or replaced after ``pulumi up`` (a Job
@@ -28,11 +28,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core.config import DeploymentSpec
+from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.core.sizing import Sizing, sync_budget_seconds
+from components.core.weights import FSX_MOUNT_PATH, HUB_TOKEN_ENV, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
 from components.platform import GpuPlacement
-from components.spec.config import DeploymentSpec
-from components.spec.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
-from components.spec.sizing import Sizing, sync_budget_seconds
-from components.spec.weights import FSX_MOUNT_PATH, HUB_TOKEN_ENV, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
 from components.sync_artifact import SYNC_PACKAGE_DIR, SyncArtifact, sync_artifact
 
 from .common import (

@@ -10,14 +10,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from components.spec.credentials import redact_credentials  # standard library only
+from components.core.credentials import redact_credentials  # standard library only
 from scripts.diff.engine import MISSING, has_changes
 
 # GitHub rejects issue comments over 65,536 characters; leave room for the other stacks' headers.
 MARKDOWN_LIMIT_CHARS = 60_000
 
 # Second fence: values shaped like credentials never reach a comment even if one slipped past
-# the plan's masking (the shapes of components/spec/credentials.py), and values after a
+# the plan's masking (the shapes of components/core/credentials.py), and values after a
 # credential-like name (`password: ...`).
 _NAMED_SECRET_RE = re.compile(r"(?i)((?:token|password|passwd|secret|api[_-]?key)\s*[=:]\s*)(?!\[secret\])[^\s\"',;]{6,}")
 

@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from components.spec.config import parse_utc
-from components.spec.naming import (  # one place for tag keys
+from components.core.config import parse_utc
+from components.core.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
     TAG_OWNER,
@@ -19,7 +19,7 @@ from components.spec.naming import (  # one place for tag keys
     TAG_ROLE,
     TAG_STACK,
 )
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from components.core.naming import TAG_EXPIRES_AT as TAG_EXPIRES
 
 # EC2 filter: resources carrying the stack tag (what kimi-deploy tags; DeploymentSpec.tags).
 OURS_FILTER = [{"Name": "tag-key", "Values": [TAG_STACK]}]

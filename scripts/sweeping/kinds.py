@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from components.spec.config import format_utc as _utc
-from components.spec.naming import TAG_EXPIRES_AT as TAG_EXPIRES
-from components.spec.naming import TAG_RETAIN, TAG_STACK
+from components.core.config import format_utc as _utc
+from components.core.naming import TAG_EXPIRES_AT as TAG_EXPIRES
+from components.core.naming import TAG_RETAIN, TAG_STACK
 from scripts.sweeping.found import OURS_FILTER, Found, classify, error_code, paginate, tags_of
 from scripts.sweeping.registry import Kind, Registry
 

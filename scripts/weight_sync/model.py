@@ -1,6 +1,6 @@
 """The checkpoint's data model: file names, limits, errors, manifest entries and documents.
 
-Standard library only. The file names are defined once in ``components/spec/naming.py``; a
+Standard library only. The file names are defined once in ``components/core/naming.py``; a
 copy of this package shipped alone (the zipapp on a node) falls back to the same values, held
 equal by tests/test_weight_sync.py."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 try:  # the one definition (standard library only), in a checkout or the installed package
-    from components.spec.naming import MANIFEST_NAME, MARKER_NAME, S3_PART_CONCURRENCY
+    from components.core.naming import MANIFEST_NAME, MARKER_NAME, S3_PART_CONCURRENCY
 except ImportError:  # shipped alone to a node (ConfigMap / S3 object): the same values, held
-    # equal to components/spec/naming.py by tests/test_weight_sync.py (the shipped-alone run).
+    # equal to components/core/naming.py by tests/test_weight_sync.py (the shipped-alone run).
     MARKER_NAME = ".weights-complete.json"
     MANIFEST_NAME = "manifest.json"
     S3_PART_CONCURRENCY = 8

@@ -375,7 +375,7 @@ def read_json_or_none(path: str) -> Any:
 def pinned_revision(uri: str) -> str | None:
     """The 40-hex commit a source URI pins, or None: ``hf://ORG/REPO@<commit>``,
     ``modelscope://ORG/REPO@<commit>``, or an s3:// mirror whose prefix ends in the commit (the
-    mirror layout ``<prefix>/<org>/<repo>/<revision>``: ``components/spec/weights.py``). A
+    mirror layout ``<prefix>/<org>/<repo>/<revision>``: ``components/core/weights.py``). A
     pinned source's content never changes, so a destination completed from it can be trusted
     without asking the source again."""
     if uri.startswith(("hf://", "modelscope://")):

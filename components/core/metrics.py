@@ -54,7 +54,7 @@ AMD_GFX_ACTIVITY = "gpu_gfx_activity"
 AMD_USED_VRAM = "gpu_used_vram"
 AMD_TOTAL_VRAM = "gpu_total_vram"
 AMD_ECC_UNCORRECTABLE = "gpu_ecc_uncorrect_total"
-# Exporter add-on (components/spec/versions.py HELM_CHARTS) -> the names it exports that we use.
+# Exporter add-on (components/core/versions.py HELM_CHARTS) -> the names it exports that we use.
 GPU_EXPORTER_METRICS: dict[str, frozenset[str]] = {
     "dcgm-exporter": frozenset({DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_FB_FREE, DCGM_XID_ERRORS}),
     "amd-metrics-exporter": frozenset({AMD_GFX_ACTIVITY, AMD_USED_VRAM, AMD_TOTAL_VRAM, AMD_ECC_UNCORRECTABLE}),

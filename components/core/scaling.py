@@ -8,7 +8,7 @@ scaler reacts at once to a rise (no scale-up stabilisation) and waits longer tha
 removes a replica (scale-down delay = scale-up time + ``SCALE_DOWN_MARGIN_SECONDS``): a replica is
 never removed while one just added could still be starting.
 
-Where ``components/spec/time_to_ready.py`` (the time-to-ready model) provides a per-replica
+Where ``components/core/time_to_ready.py`` (the time-to-ready model) provides a per-replica
 estimate, ``scale_up_seconds`` is the place to use it; today it is the startup budget plus the
 per-node copy.
 
@@ -112,7 +112,7 @@ def scale_up_bound_seconds(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, s
 def scale_up_seconds(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, str]:
     """``(seconds, source)`` of one scale-up, as the plan shows it.
 
-    With the time-to-ready model (``components/spec/time_to_ready.py``, merged separately) this
+    With the time-to-ready model (``components/core/time_to_ready.py``, merged separately) this
     is its ``replaced_node`` scenario: a new replica on a fresh node is exactly that (launch,
     boot, image pull, per-node copy, load, engine init). Without it, ``scale_up_bound_seconds``.
     """

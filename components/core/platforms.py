@@ -3,7 +3,7 @@
 Code asks a profile field (``platform_profile(spec.platform).creates_cluster``) instead of comparing
 platform names, so the components hold no ``platform == ...`` branches and a new platform is a new
 entry here plus its declare function (``components/program.py``, ``PLATFORM_DECLARERS``). Pure
-data: no Pulumi import (``components/spec`` is the pure core).
+data: no Pulumi import (``components/core`` is the pure core).
 
 Sources of the facts:
 - ``nvme_host_path`` on ``aws-eks``: the GPU nodes' nodeadm user data mounts the instance-store

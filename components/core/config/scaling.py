@@ -1,4 +1,4 @@
-"""``autoscaling`` and ``observability`` (components/spec/scaling.py reads them)."""
+"""``autoscaling`` and ``observability`` (components/core/scaling.py reads them)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*
 
 
 def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> None:
-    """Validate ``autoscaling`` and ``observability`` (components/spec/scaling.py reads them).
+    """Validate ``autoscaling`` and ``observability`` (components/core/scaling.py reads them).
 
     Raises:
         ConfigError: the first invalid value, one line.
