@@ -95,3 +95,42 @@ def run_argv_check(python: Path, request: Mapping[str, Any], timeout_seconds: fl
             f"{CHECK_SCRIPT.name} with {python} exited {proc.returncode}{hint}: {detail or 'no report'}\n{tail}"
         )
     return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python scripts/vllm_parser.py < request.json``: ``vllm_argv_check.py`` run with the vLLM
+    venv found here (``find_vllm_python``), so callers need not know where it is.
+
+    Exit codes: 0 report printed; 2 no vLLM venv, a bad request, or the check could not run.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="scripts/vllm_parser.py",
+        description="Parse `vllm serve` command lines with the real parser of the pinned vLLM "
+        "(CPU, offline), using the vLLM venv of this checkout ($KIMI_VLLM_PYTHON, else .venv-vllm).",
+        epilog='stdin: {"argvs": [[MODEL, FLAG, ...], ...], "envs": [ENV or null, ...]} (envs optional); '
+        "stdout: the JSON report of scripts/vllm_argv_check.py. Install the venv with " + INSTALL_HINT + ".",
+    )
+    parser.add_argument("--timeout-seconds", type=float, default=TIMEOUT_SECONDS, help="give up after this long")
+    args = parser.parse_args(argv)
+    python = find_vllm_python()
+    if python is None:
+        print(f"error: no vLLM parser venv ({ENV_VAR} or .venv-vllm): {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    try:
+        request = json.loads(sys.stdin.read())
+        report = run_argv_check(python, argv_check_request(request["argvs"], request.get("envs")), args.timeout_seconds)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        print(f"error: stdin is not a request {{\"argvs\": [[...]]}}: {err}", file=sys.stderr)
+        return 2
+    except VllmParserError as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -292,7 +292,9 @@ def test_readme_cost_example_is_the_real_verdict():
 
 
 def test_preflight_with_every_check_skipped_is_not_ok():
-    out = _run([sys.executable, "scripts/preflight.py", "--stack", "mi355x", "--json"])
+    # No vLLM parser venv either (a path that is not there): then every check is skipped.
+    out = _run([sys.executable, "scripts/preflight.py", "--stack", "mi355x", "--json"],
+               env={"KIMI_VLLM_PYTHON": str(REPO_ROOT / "no-vllm-parser-here")})
     assert out.returncode == 2, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert report["ok"] is False and report["counts"]["skip"] == len(report["checks"])

@@ -99,21 +99,7 @@ def test_added_removed_changed_and_replaced_are_classified():
     ],
 )
 def test_replacement_table(rtype, path, old, new, extra, replaces):
-    def nest(p, v):
-        out: dict = {}
-        cur = out
-        parts = p.split(".")
-        for part in parts[:-1]:
-            if part.endswith("[0]"):
-                lst = [{}]
-                cur[part[:-3]] = lst
-                cur = lst[0]
-            else:
-                cur = cur.setdefault(part, {})
-        cur[parts[-1]] = v
-        return {**out, **extra}
-
-    d = plan_diff.diff_documents(doc((rtype, "r", nest(path, old))), doc((rtype, "r", nest(path, new))))
+    d = plan_diff.diff_documents(doc((rtype, "r", _nest(path, old, extra))), doc((rtype, "r", _nest(path, new, extra))))
     [change] = d["changed"]
     field = next(f for f in change["fields"] if f["path"] == path)
     assert field["replaces"] is replaces
