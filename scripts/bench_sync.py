@@ -180,7 +180,9 @@ def free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from scripts._cli import CliParser, prog_name  # one-line usage errors, exit 2, like every other command
+
+    p = CliParser(prog=prog_name("scripts/bench_sync.py"), description=__doc__.split("\n\n")[0])
     p.add_argument("--total-gb", type=float, default=3.0, help="checkpoint size in GB (default 3)")
     p.add_argument("--files", type=int, default=112, help="number of files (default 112, like Kimi K3.1 Pro)")
     p.add_argument("--workers", type=int, default=4, help="weight_sync --workers (default 4)")

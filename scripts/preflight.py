@@ -51,6 +51,7 @@ from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts._cli import (
     DUMMY_AWS_CREDENTIALS,
+    EXIT_CHECK_FAILED,
     EXIT_USAGE,
     FAIL,
     PASS,
@@ -957,6 +958,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif verdict_code == EXIT_USAGE:
         error = (f"nothing could be checked ({counts_text(counts)})"
                  + ("; pass --check-cluster to check the cluster" if not args.check_cluster else ""))
+    if error and code == EXIT_CHECK_FAILED:
+        # A check that ran and failed (e.g. vllm-argv, offline) is the verdict; the AWS problem
+        # that kept the other checks from running is said as a note, not in its place.
+        notes.append(f"not checked on AWS: {error}")
+        error = None
     if error:
         code = EXIT_USAGE
         result = f"NOT CHECKED ({counts_text(counts)}): see the error below"

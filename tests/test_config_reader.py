@@ -373,3 +373,28 @@ def test_the_size_check_renders_the_same_user_data_as_the_program():
     rendered = render_ec2_user_data(spec, run.context.vllm, run.context.sizing, bucket="mirror-bucket-a1b2c3d", tools_sha256=sha,
                                     hub_token_set=spec.hub_token_key in spec.secrets_set)
     assert rendered == actual
+
+
+def test_stack_files_are_read_as_yaml_1_2_like_the_pulumi_cli(tmp_path):
+    """go-yaml v3 (the CLI) reads YAML 1.2: `1:12` and `yes` are text there, `017` is 17. PyYAML's
+    default (YAML 1.1) would make them 72, True and 15, and the plan would accept what `pulumi up`
+    refuses (a fresh-user trial found `trialTtlHours: 1:12` planned as a 72 h expiry)."""
+    import yaml as pyyaml
+
+    from components.core.config import ConfigError, load_stack
+    from components.core.config.stack_file import _UniqueKeyLoader
+
+    assert pyyaml.safe_load("a: 1:12")["a"] == 72  # the YAML 1.1 reading this guards against
+    read = {text: pyyaml.load(f"a: {text}", Loader=_UniqueKeyLoader)["a"] for text in
+            ("1:12", "yes", "on", "off", "true", "False", "017", "0o17", "0x1f", "1_000", "0.95", "-3", "1e3")}
+    assert read == {"1:12": "1:12", "yes": "yes", "on": "on", "off": "off", "true": True, "False": False,
+                    "017": 17, "0o17": 15, "0x1f": 31, "1_000": "1_000", "0.95": 0.95, "-3": -3, "1e3": 1000.0}
+    text = (REPO_ROOT / "stacks" / "Pulumi.b300.yaml").read_text()
+    assert "kimi-deploy:trialTtlHours:" in text
+    bad = "\n".join(
+        "  kimi-deploy:trialTtlHours: 1:12" if line.strip().startswith("kimi-deploy:trialTtlHours:") else line
+        for line in text.splitlines()
+    )
+    (tmp_path / "Pulumi.t.yaml").write_text(bad + "\n")
+    with pytest.raises(ConfigError, match="trialTtlHours"):
+        load_stack("t", stacks_dir=tmp_path, now=FIXED_NOW)

@@ -536,3 +536,27 @@ def test_vllm_argv_parser_that_cannot_run_is_unknown(tmp_path):
     broken.chmod(0o755)
     check = preflight.check_vllm_argv(load_stack("mi355x", now=FIXED_NOW), broken)
     assert check.status == "unknown" and "make vllm-parser" in check.reason
+
+
+def test_a_failed_offline_check_is_the_verdict_without_aws_credentials(tmp_path):
+    """A misspelt vllm.extraArgs flag fails vllm-argv offline: without AWS credentials the result is
+    FAILED (exit 1) naming it, and the missing credentials are a note, not "NOT CHECKED" (exit 2)."""
+    from tests.vllm_contract import require_vllm_python
+
+    python = require_vllm_python()
+    _stack_with_extra_args(tmp_path, "b300", ["--max-num-seqz", "64"])
+    stack_dir = REPO_ROOT / "stacks"
+    name = "t-preflight-failed"
+    target = stack_dir / f"Pulumi.{name}.yaml"
+    target.write_text((tmp_path / "Pulumi.b300.yaml").read_text())
+    try:
+        out = _cli("--stack", name, "--json", env={"KIMI_VLLM_PYTHON": str(python), "AWS_CONFIG_FILE": "/dev/null",
+                                                   "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"})
+    finally:
+        target.unlink()
+    assert out.returncode == 1, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["vllm-argv"]["status"] == "fail" and "--max-num-seqz" in checks["vllm-argv"]["reason"]
+    assert report["result"].startswith("FAILED") and report["exit_code"] == 1
+    assert "note: not checked on AWS:" in out.stderr and "error:" not in out.stderr

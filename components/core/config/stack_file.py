@@ -4,6 +4,7 @@ overlay applied), its namespace decoded by ``config_reader`` as the engine hands
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -31,8 +32,33 @@ class StackFileError(ConfigError):
     """A stack file is missing or not a Pulumi stack config file."""
 
 
+# YAML 1.2 core schema scalars (https://yaml.org/spec/1.2.2/#1032-tag-resolution), as the Pulumi
+# CLI reads stack files (gopkg.in/yaml.v3 implements YAML 1.2). PyYAML's SafeLoader is YAML 1.1,
+# where `1:12` is the sexagesimal int 72, `yes`/`on`/`off` are booleans and `017` is octal: the
+# plan would accept values `pulumi up` reads as text and refuses.
+_YAML12_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_YAML12_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_YAML12_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_YAML11_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one map (YAML would keep the last silently)."""
+    """SafeLoader with YAML 1.2 core scalars (``_YAML12_*``) that rejects a key given twice in one
+    map (YAML would keep the last silently)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML11_TAGS]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_yaml_int(self, node):
+        """A YAML 1.2 int: decimal (a leading 0 stays decimal), ``0o`` octal or ``0x`` hex."""
+        text = self.construct_scalar(node)
+        if text.startswith(("0o", "0x")):
+            return int(text, 0)
+        return int(text, 10)
 
     def construct_mapping(self, node, deep=False):
         seen: set[Any] = set()
@@ -44,6 +70,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _YAML12_BOOL, list("tTfF"))
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", _YAML12_INT, list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
 def stack_names(stacks_dir: Path = STACKS_DIR) -> list[str]:
