@@ -20,7 +20,6 @@ import pulumi_random as random
 from components.core import naming
 from components.core.config import NAMESPACE, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
 from components.core.config_reader import read_config_strings
-from components.core.platforms import platform_profile
 from components.core.sizing import Sizing, compute_sizing
 from components.core.vllm import VllmCommand, build_vllm_command
 from components.platform import PlatformResult
@@ -137,7 +136,7 @@ def build_context(now: datetime | None = None, *, allow_blockers: bool = False) 
         raise spec.blockers[0]
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
-    if platform_profile(spec.platform).serves_under_systemd:
+    if spec.profile.serves_under_systemd:
         # Hard limits before any resource (the trial-expiry marker below is one) is declared.
         from components.aws.compute import check_ec2_user_data
 
@@ -207,7 +206,7 @@ def declare(ctx: DeploymentContext) -> dict[str, Any]:
         outputs["expiresAt"] = ctx.expires_at
     platform = PLATFORM_DECLARERS[spec.platform](ctx)
     outputs.update(platform.outputs)
-    if (platform.kubernetes is not None) != platform_profile(spec.platform).runs_kubernetes:
+    if (platform.kubernetes is not None) != spec.profile.runs_kubernetes:
         raise ValueError(f"platform {spec.platform}: its declare function's Kubernetes handle does not match its profile")
     if platform.kubernetes is not None:
         from components.k8s import declare_workloads

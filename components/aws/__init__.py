@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_aws as aws
 
-from components.core.platforms import platform_profile
 from components.core.weights import mirror_uri
 from components.platform import FsxVolumeSource, KubernetesPlatformHandle, PlatformResult
 
@@ -105,7 +104,7 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
             (aws-ec2 needs the mirror, vpcId needs subnets) are parse_spec's.
     """
     spec, sizing = ctx.spec, ctx.sizing
-    profile = platform_profile(spec.platform)
+    profile = spec.profile
     region = spec.region
     if region is None:  # parse_spec requires aws:region on every AWS platform
         raise ValueError(f"{spec.platform}: the spec has no AWS region")

@@ -25,7 +25,6 @@ import pulumi_aws as aws
 
 from components.core.config import DeploymentSpec
 from components.core.naming import CLUSTER_AUTOSCALER_NAMESPACE, CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
-from components.core.platforms import platform_profile
 from components.core.scaling import autoscaling_enabled
 
 from . import iam
@@ -48,7 +47,7 @@ WRITE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanc
 
 def needs_node_autoscaler(spec: DeploymentSpec) -> bool:
     """Whether the stack runs the cluster autoscaler: ``aws-eks`` with ``autoscaling.enabled``."""
-    return platform_profile(spec.platform).cluster_autoscaler and autoscaling_enabled(spec)
+    return spec.profile.cluster_autoscaler and autoscaling_enabled(spec)
 
 
 def cluster_autoscaler_policy(cluster_name: str) -> str:

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import DeploymentSpec
-from .platforms import platform_profile
 from .versions import VLLM_VERSION
 from .weights import WEIGHTS_MOUNT_PATH, mirror_key_prefix
 
@@ -132,7 +131,7 @@ def restored_at_start(spec: DeploymentSpec) -> bool:
     its first healthy start): a mirror on a platform whose profile ``restores_engine_cache``
     (aws-ec2: the ``kimi-engine-cache-*`` units; aws-eks: the vLLM pods' restore init container
     and save sidecar, ``components/k8s/engine_cache.py``). Elsewhere every start compiles cold."""
-    return platform_profile(spec.platform).restores_engine_cache and spec.config.storage.mirror.enabled
+    return spec.profile.restores_engine_cache and spec.config.storage.mirror.enabled
 
 
 # The folder beside the revision's weights in the mirror that holds the archives.
@@ -162,10 +161,9 @@ def vllm_pods_service_account(spec: DeploymentSpec) -> str:
     containers use): the weight-sync account where every pod copies its node's weights in an init
     container (``node-copy`` per node: ``nvme``, ``nvme-from-fsx``), else the vLLM account."""
     from .naming import VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
-    from .weights import sync_steps
+    from .weights import per_node_copy_step
 
-    bucket = "mirror-bucket" if spec.config.storage.mirror.enabled else None
-    per_node_copy = any(s.name == "node-copy" and s.per_node for s in sync_steps(spec, bucket))
+    per_node_copy = per_node_copy_step(spec, spec.config.storage.mirror.enabled) is not None
     return WEIGHT_SYNC_SERVICE_ACCOUNT if per_node_copy else VLLM_SERVICE_ACCOUNT
 
 

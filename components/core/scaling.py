@@ -22,9 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import DeploymentSpec
-from .platforms import platform_profile
 from .sizing import Sizing, gpu_usd_per_hour, sync_expected_seconds
-from .weights import sync_steps
+from .weights import SHAPE_BUCKET, sync_steps
 
 # Added to the scale-up time to get the scale-down delay: a scale-down never lands while a
 # replica added by the last scale-up may still be loading.
@@ -94,7 +93,7 @@ def max_replicas(spec: DeploymentSpec) -> int:
 def per_node_sync_seconds(spec: DeploymentSpec, sizing: Sizing) -> int:
     """Expected seconds of the per-node weight copy a fresh node needs (0 when the weights are
     shared, e.g. FSx or a claim)."""
-    steps = sync_steps(spec, "mirror-bucket" if spec.config.storage.mirror.enabled else None)
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
     return sum(sync_expected_seconds(spec, sizing, s) for s in steps if s.per_node)
 
 
@@ -120,7 +119,7 @@ def scale_up_seconds(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, str]:
         from .time_to_ready import time_to_ready  # the time-to-ready model, when present
     except ImportError:
         return scale_up_bound_seconds(spec, sizing)
-    steps = sync_steps(spec, "mirror-bucket" if spec.config.storage.mirror.enabled else None)
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
     scenario = time_to_ready(spec, sizing, steps).scenarios["replaced_node"]
     return int(scenario.total_seconds), "time-to-ready model, replaced-node scenario"
 
@@ -162,7 +161,7 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
     up, up_source = scale_up_seconds(spec, sizing)
     total, price_source = gpu_usd_per_hour(spec)
     per_node = total / spec.gpu_nodes if total is not None else None
-    profile = platform_profile(spec.platform)
+    profile = spec.profile
     capacity = spec.config.compute.capacity.type if profile.provisions_aws else "existing cluster"
     reserved = capacity in RESERVED_CAPACITY_TYPES
     notes: list[str] = []

@@ -79,6 +79,20 @@ def _argv(source: str, dest: str) -> tuple[str, ...]:
     return ("python3", SYNC_SCRIPT_PATH, "--source", source, "--dest", dest, "--workers", str(SYNC_WORKERS), "--json")
 
 
+# A bucket name that only stands in for "a mirror is used": the steps' order, kinds and volumes
+# do not depend on the name, so callers that need the shape before the bucket exists use this.
+SHAPE_BUCKET = "mirror-bucket"
+
+
+def per_node_copy_step(spec: DeploymentSpec, with_mirror: bool) -> tuple[int, SyncStep] | None:
+    """``(index, step)`` of the ``node-copy`` step that runs on every GPU node (on Kubernetes an
+    init container of every vLLM pod, run as the weight-sync service account), or None (``pvc``:
+    one Job; ``fsx``: no copy). ``step`` is built with ``SHAPE_BUCKET`` when ``with_mirror``: use
+    ``sync_steps(spec, bucket)[index]`` for the real argv."""
+    steps = sync_steps(spec, SHAPE_BUCKET if with_mirror else None)
+    return next(((i, s) for i, s in enumerate(steps) if s.name == "node-copy" and s.per_node), None)
+
+
 def sync_steps(spec: DeploymentSpec, mirror_bucket: str | None) -> tuple[SyncStep, ...]:
     """The ordered sync runs for ``spec``.
 

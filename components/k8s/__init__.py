@@ -18,7 +18,7 @@ import pulumi_kubernetes as k8s
 
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.core.sizing import sync_budget_seconds
-from components.core.weights import SyncStep, sync_steps
+from components.core.weights import SHAPE_BUCKET, SyncStep, sync_steps
 from components.platform import KubernetesPlatformHandle
 
 from .addons import addons_to_install, declare_addons
@@ -141,7 +141,7 @@ class KimiWorkloads(pulumi.ComponentResource):
     def _sync_steps(self, bucket: pulumi.Output[str] | None) -> tuple[SyncStep, ...]:
         """The sync runs (``spec/weights.py``), computed with a stand-in bucket name: which runs
         happen depends only on whether there is a mirror (the Jobs recompute argv with the name)."""
-        return sync_steps(self._ctx.spec, "mirror-bucket" if bucket is not None else None)
+        return sync_steps(self._ctx.spec, SHAPE_BUCKET if bucket is not None else None)
 
     def _opts(self, *depends_on: pulumi.Resource) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=list(depends_on))

@@ -16,7 +16,6 @@ import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
 from components.core.naming import GPU_NODE_LABEL
-from components.core.platforms import platform_profile
 from components.core.versions import ADDON_EQUIVALENTS, HELM_CHARTS
 from components.platform import GpuPlacement
 
@@ -33,7 +32,7 @@ def required_addons(spec: DeploymentSpec) -> tuple[str, ...]:
     """
     needed: list[str] = []
     needed.append("amd-device-plugin" if spec.target.gpu.vendor == "amd" else "nvidia-device-plugin")
-    if platform_profile(spec.platform).efa_to_pods and spec.efa_enabled:
+    if spec.profile.efa_to_pods and spec.efa_enabled:
         needed.append("efa-device-plugin")
     if spec.target.needs_compute_domain and spec.nodes_per_copy > 1:
         needed.append("nvidia-dra-driver")
@@ -54,7 +53,7 @@ def scaling_addons(spec: DeploymentSpec) -> list[str]:
     asc, obs = spec.config.autoscaling, spec.config.observability
     if asc.enabled and asc.controller == "keda":
         out.append("keda")
-    if asc.enabled and platform_profile(spec.platform).cluster_autoscaler:
+    if asc.enabled and spec.profile.cluster_autoscaler:
         # GPU nodes follow the replicas (its Pod Identity role: components/aws/node_autoscaler.py).
         out.append("cluster-autoscaler")
     if obs.gpu_exporter and (obs.prometheus_namespace or obs.grafana_namespace):

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from components.core.config import DeploymentSpec
 from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL
-from components.core.platforms import platform_profile
 from components.core.versions import VLLM_VERSION
 from components.platform import GpuPlacement, ServiceAccess
 
@@ -122,7 +121,7 @@ def metadata(spec: DeploymentSpec, name: str, component: str, tags: Mapping[str,
 def nvme_host_path(spec: DeploymentSpec) -> str:
     """Host path of the GPU nodes' NVMe RAID0: the platform's own mount
     (``PlatformProfile.nvme_host_path``: nodeadm's on EKS), else ``kubernetes.nvmeHostPath``."""
-    return platform_profile(spec.platform).nvme_host_path or spec.config.kubernetes.nvme_host_path
+    return spec.profile.nvme_host_path or spec.config.kubernetes.nvme_host_path
 
 
 def gpu_node_selector(spec: DeploymentSpec) -> dict[str, str]:
@@ -134,7 +133,7 @@ def gpu_node_selector(spec: DeploymentSpec) -> dict[str, str]:
     """
     arch = "arm64" if spec.instance.cpu_architecture == "arm64" else "amd64"
     selector = {"kubernetes.io/arch": arch}
-    if platform_profile(spec.platform).labels_gpu_nodes:
+    if spec.profile.labels_gpu_nodes:
         selector[GPU_NODE_LABEL] = GPU_NODE_LABEL_VALUE
         selector[TARGET_NODE_LABEL] = spec.target.name
     selector.update(spec.config.kubernetes.node_selector)
@@ -146,7 +145,7 @@ def gpu_tolerations(spec: DeploymentSpec) -> list[dict[str, Any]]:
     stack taints its GPU node groups (``PlatformProfile.labels_gpu_nodes``: EKS), then
     ``kubernetes.tolerations`` from config (duplicates removed, order kept)."""
     out: list[dict[str, Any]] = []
-    if platform_profile(spec.platform).labels_gpu_nodes:
+    if spec.profile.labels_gpu_nodes:
         out.append({"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
         out.append({"key": spec.target.gpu_resource_name, "operator": "Exists", "effect": "NoSchedule"})
     for tol in spec.config.kubernetes.tolerations:
@@ -170,7 +169,7 @@ def service_access(spec: DeploymentSpec) -> ServiceAccess:
     ``kubernetes.allowedCidrs`` then, where the stack provisions the AWS network
     (``PlatformProfile.provisions_aws``), ``network.allowedCidrs`` (duplicates removed, order kept)."""
     k8s_cfg, net = spec.config.kubernetes, spec.config.network
-    network_cidrs = net.allowed_cidrs if platform_profile(spec.platform).provisions_aws else ()
+    network_cidrs = net.allowed_cidrs if spec.profile.provisions_aws else ()
     return ServiceAccess(
         service_type=k8s_cfg.service_type, client_cidrs=tuple(dict.fromkeys(k8s_cfg.allowed_cidrs + network_cidrs))
     )

@@ -55,7 +55,6 @@ import pulumi_kubernetes as k8s
 
 from components.core import engine_cache as ec
 from components.core.config import REPO_ROOT, DeploymentSpec
-from components.core.platforms import platform_profile
 from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
 from components.core.weights import WEIGHTS_MOUNT_PATH
 
@@ -192,7 +191,7 @@ def engine_cache_pods(
     the core's ``cache_steps`` for it. ``nvme_host_path``: the GPU nodes' NVMe RAID0 (the
     platform handle's ``GpuPlacement``); on NVMe the caches live there, else in an emptyDir.
     """
-    if not platform_profile(spec.platform).runs_kubernetes or not ec.restored_at_start(spec) or mirror_bucket is None:
+    if not ec.restored_at_start(spec) or mirror_bucket is None:
         return None
     key = pod_key(spec, command)
     url = health_url(command, role)
@@ -242,7 +241,7 @@ def engine_cache_pods(
                   ("subPathExpr" if "$(" in sub else "subPath"): sub}
     # The stack binds the pods' AWS identity where it provisions AWS (EKS Pod Identity): keep it
     # out of the vLLM container.
-    annotations = {SKIP_CONTAINERS_ANNOTATION: VLLM_CONTAINER} if platform_profile(spec.platform).provisions_aws else {}
+    annotations = {SKIP_CONTAINERS_ANNOTATION: VLLM_CONTAINER} if spec.profile.provisions_aws else {}
     return EngineCachePods(key, restore, save, tuple(volumes), vllm_mount, ec.vllm_cache_env(), annotations,
                            RESTORE_TIMEOUT_SECONDS)
 
@@ -280,7 +279,7 @@ def declare_engine_cache_program(
 ) -> k8s.core.v1.ConfigMap | None:
     """The immutable ConfigMap carrying ``scripts/engine_cache.py`` where the pods restore the
     caches (``engine_cache.restored_at_start`` off aws-ec2), else None."""
-    if not platform_profile(spec.platform).runs_kubernetes or not ec.restored_at_start(spec):
+    if not ec.restored_at_start(spec):
         return None
     text = program_text()
     meta: Any = metadata(spec, program_configmap_name(text), "engine-cache")  # a plain dict: the SDK accepts it

@@ -14,7 +14,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
-from components.core.platforms import platform_profile
 from components.platform import KubernetesPlatformHandle, PlatformResult
 
 from .common import gpu_placement, service_access
@@ -55,7 +54,7 @@ def declare_existing_cluster(ctx: DeploymentContext) -> PlatformResult:
     )
     bucket = existing_mirror_bucket(spec)
     handle = KubernetesPlatformHandle(
-        profile=platform_profile(spec.platform),
+        profile=spec.profile,
         provider=provider,
         placement=gpu_placement(spec),
         service_access=service_access(spec),

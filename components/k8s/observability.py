@@ -31,7 +31,7 @@ import pulumi_kubernetes as k8s
 from components.core import metrics as m
 from components.core.config import DeploymentSpec
 from components.core.sizing import Sizing, sync_budget_seconds, sync_expected_seconds
-from components.core.weights import sync_steps
+from components.core.weights import SHAPE_BUCKET, sync_steps
 
 from .common import VLLM_NAME, labels, metadata
 
@@ -131,7 +131,7 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
             },
         },
     ]
-    steps = sync_steps(spec, "mirror-bucket" if spec.config.storage.mirror.enabled else None)
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
     for step in steps:
         stall = int(SYNC_STALL_FACTOR * sync_expected_seconds(spec, sizing, step))
         jobs = f'namespace="{ns}",job_name=~"{WEIGHT_SYNC_JOB_PREFIX}{step.name}-.*"'

@@ -39,7 +39,6 @@ import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
 from components.core.naming import VLLM_SERVICE_ACCOUNT
-from components.core.platforms import platform_profile
 from components.core.scaling import autoscaling_enabled, max_replicas
 from components.core.sizing import Sizing
 from components.core.vllm import VllmCommand, VllmRole
@@ -196,7 +195,7 @@ def pod_template(
     # No CPU or memory limit: one vLLM pod owns the node, and an OOM kill in the middle of a
     # 1.5 TB load costs the whole startup budget.
     limits: dict[str, str] = {target.gpu_resource_name: gpus}
-    if platform_profile(spec.platform).efa_to_pods and spec.efa_enabled:
+    if spec.profile.efa_to_pods and spec.efa_enabled:
         efa = str(instance.efa_interfaces)
         requests["vpc.amazonaws.com/efa"] = efa
         limits["vpc.amazonaws.com/efa"] = efa

@@ -31,7 +31,16 @@ import pulumi_kubernetes as k8s
 from components.core.config import DeploymentSpec
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.core.sizing import Sizing, sync_budget_seconds
-from components.core.weights import FSX_MOUNT_PATH, HUB_TOKEN_ENV, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep, sync_steps
+from components.core.weights import (
+    FSX_MOUNT_PATH,
+    HUB_TOKEN_ENV,
+    SHAPE_BUCKET,
+    SYNC_SCRIPT_PATH,
+    WEIGHTS_MOUNT_PATH,
+    SyncStep,
+    per_node_copy_step,
+    sync_steps,
+)
 from components.platform import GpuPlacement
 from components.sync_artifact import SYNC_PACKAGE_DIR, SyncArtifact, sync_artifact
 
@@ -218,11 +227,10 @@ def node_copy_init(
     shared claim (``pvc``: one Job) and ``fsx`` (no copy).
     """
     bucket = pulumi.Output.from_input(mirror_bucket) if mirror_bucket is not None else None
-    steps = sync_steps(spec, "mirror-bucket" if bucket is not None else None)
-    index = next((i for i, s in enumerate(steps) if s.name == "node-copy" and s.per_node), None)
-    if index is None:
+    found = per_node_copy_step(spec, bucket is not None)
+    if found is None:
         return None
-    step = steps[index]
+    index, step = found
     argv: Any = bucket.apply(lambda b: step_argv(sync_steps(spec, b)[index])) if bucket is not None else step_argv(step)
     volumes, mounts = _volumes(spec, step, sync_program_configmap_name(), nvme_host_path)
     container = {
@@ -285,7 +293,7 @@ def declare_weight_sync(
     if program_out is not None:
         program_out.append(configmap)  # the vLLM pods' node-copy init container mounts it too
     bucket = pulumi.Output.from_input(mirror_bucket) if mirror_bucket is not None else None
-    steps = sync_steps(spec, "mirror-bucket" if bucket is not None else None)
+    steps = sync_steps(spec, SHAPE_BUCKET if bucket is not None else None)
     jobs: list[k8s.batch.v1.Job] = []
     previous: list[pulumi.Resource] = [configmap, *depends_on]
     for index, step in enumerate(steps):

@@ -79,7 +79,7 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
         raise ConfigError(
             "storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)"
         )
-    if platform_profile(raw.platform).serves_under_systemd and not mirror.enabled:
+    if profile.serves_under_systemd and not mirror.enabled:
         raise ConfigError(
             "storage.mirror.enabled",
             False,
