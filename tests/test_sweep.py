@@ -112,47 +112,19 @@ def build_world() -> dict[str, str]:
         ],
     )
 
-    ids["i_expired"] = ec2.run_instances(
-        ImageId=ami,
-        MinCount=1,
-        MaxCount=1,
-        InstanceType="p6-b300.48xlarge",
-        SubnetId=subnet,
-        SecurityGroupIds=[ids["sg_expired"]],
-        TagSpecifications=spec("instance", tags("b300", PAST)),
-    )["Instances"][0]["InstanceId"]
-    ids["i_active"] = ec2.run_instances(
-        ImageId=ami,
-        MinCount=1,
-        MaxCount=1,
-        InstanceType="p6-b300.48xlarge",
-        SubnetId=subnet,
-        TagSpecifications=spec("instance", tags("gb300", FUTURE)),
-    )["Instances"][0]["InstanceId"]
-    ids["i_prod"] = ec2.run_instances(
-        ImageId=ami,
-        MinCount=1,
-        MaxCount=1,
-        InstanceType="p6-b300.48xlarge",
-        SubnetId=subnet,
-        TagSpecifications=spec("instance", {**tags("b300-prod"), sweep.TAG_ENVIRONMENT: "prod"}),
-    )["Instances"][0]["InstanceId"]
-    ids["i_foreign"] = ec2.run_instances(
-        ImageId=ami,
-        MinCount=1,
-        MaxCount=1,
-        InstanceType="t3.micro",
-        SubnetId=subnet,
-        TagSpecifications=spec("instance", {"expires-at": PAST, "team": "other"}),
-    )["Instances"][0]["InstanceId"]
-    ids["i_retained"] = ec2.run_instances(
-        ImageId=ami,
-        MinCount=1,
-        MaxCount=1,
-        InstanceType="t3.micro",
-        SubnetId=subnet,
-        TagSpecifications=spec("instance", tags("b300", PAST, **{sweep.TAG_RETAIN: "true"})),
-    )["Instances"][0]["InstanceId"]
+    def instance(instance_type: str, instance_tags: dict, *groups: str) -> str:
+        """One instance in the subnet with ``instance_tags`` (and security ``groups``); its id."""
+        extra = {"SecurityGroupIds": list(groups)} if groups else {}
+        return ec2.run_instances(
+            ImageId=ami, MinCount=1, MaxCount=1, InstanceType=instance_type, SubnetId=subnet,
+            TagSpecifications=spec("instance", instance_tags), **extra,
+        )["Instances"][0]["InstanceId"]
+
+    ids["i_expired"] = instance("p6-b300.48xlarge", tags("b300", PAST), ids["sg_expired"])
+    ids["i_active"] = instance("p6-b300.48xlarge", tags("gb300", FUTURE))
+    ids["i_prod"] = instance("p6-b300.48xlarge", {**tags("b300-prod"), sweep.TAG_ENVIRONMENT: "prod"})
+    ids["i_foreign"] = instance("t3.micro", {"expires-at": PAST, "team": "other"})
+    ids["i_retained"] = instance("t3.micro", tags("b300", PAST, **{sweep.TAG_RETAIN: "true"}))
 
     ids["eni_expired"] = ec2.create_network_interface(
         SubnetId=subnet, Groups=[ids["sg_expired"]], TagSpecifications=spec("network-interface", tags("b300", PAST))
