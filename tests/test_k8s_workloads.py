@@ -180,7 +180,7 @@ def test_kubernetes_stacks_declare_the_complete_workload_set(name):
     assert kinds.count("Secret") >= 1 and kinds.count("ServiceAccount") >= 2
     for kind, count in EXPECTED_WORKLOAD[name].items():
         assert kinds.count(kind) == count, f"{name}: {kind} x{kinds.count(kind)}, expected {count}"
-    assert run.outputs["serviceUrl"] == "http://kimi-vllm.kimi.svc.cluster.local:8000/v1"
+    assert run.outputs["serviceUrl"] == "http://kimi-vllm-api.kimi.svc.cluster.local:8000/v1"
     assert len(run.outputs["weightSyncJobs"]) == EXPECTED_WORKLOAD[name]["Job"]
     assert all(n.startswith("kimi-weights-") for n in run.outputs["weightSyncJobs"])
 

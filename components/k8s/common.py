@@ -26,7 +26,9 @@ if TYPE_CHECKING:  # typing only: this module creates no resources and imports n
 # app.kubernetes.io/name of every workload object, and the part-of value.
 APP_NAME = "kimi-vllm"
 PART_OF = "kimi-deploy"
-# Object names (in the configured namespace).
+# Object names (in the configured namespace). VLLM_NAME: the workload (Deployment or
+# LeaderWorkerSet), its PDB, NetworkPolicy, scaler and monitors; the client Service has its own
+# (naming.VLLM_CLIENT_SERVICE), since the LeaderWorkerSet controller takes VLLM_NAME for its Service.
 VLLM_NAME = "kimi-vllm"
 API_KEY_SECRET = "kimi-vllm-api-key"
 API_KEY_SECRET_KEY = "api-key"

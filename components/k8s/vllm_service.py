@@ -38,7 +38,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
-from components.core.naming import VLLM_SERVICE_ACCOUNT
+from components.core.controller_objects import LWS_LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
+from components.core.naming import VLLM_CLIENT_SERVICE, VLLM_SERVICE_ACCOUNT
 from components.core.scaling import autoscaling_enabled, max_replicas
 from components.core.sizing import Sizing
 from components.core.vllm import VllmCommand, VllmRole
@@ -340,12 +341,24 @@ def load_balancer_tags(spec: DeploymentSpec) -> str:
     return ",".join(pairs)
 
 
+def client_service_selector(spec: DeploymentSpec, command: VllmCommand) -> dict[str, str]:
+    """The client Service's selector: the pods that serve the API. A copy spanning nodes serves
+    from its leader only (``VllmRole.serves_http``; the workers run ``--headless``), so the
+    selector is the leader's component label plus the LeaderWorkerSet's own leader mark
+    (``worker-index: "0"``, which its controller puts on every leader pod and on no worker:
+    ``controller_objects.LWS_WORKER_INDEX_LABEL``)."""
+    selector = selector_labels(spec, serving_components(command)[0])
+    if len(command.roles) > 1:
+        selector[LWS_WORKER_INDEX_LABEL] = LWS_LEADER_WORKER_INDEX
+    return selector
+
+
 def service_spec(spec: DeploymentSpec, command: VllmCommand) -> tuple[dict[str, Any], dict[str, str]]:
     """Service spec and extra annotations: ClusterIP, or an internal NLB (in-tree AWS cloud
-    provider annotations) limited to the allowed CIDRs, client IPs preserved."""
-    component = serving_components(command)[0]
+    provider annotations) limited to the allowed CIDRs, client IPs preserved; it selects only
+    the serving pods (``client_service_selector``)."""
     body: dict[str, Any] = {
-        "selector": selector_labels(spec, component),
+        "selector": client_service_selector(spec, command),
         "ports": [{"name": HTTP_PORT_NAME, "port": command.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}],
     }
     notes: dict[str, str] = {}
@@ -538,7 +551,8 @@ def declare_vllm(
     svc_create_s, svc_update_s = service_timeouts(spec, sizing, copy_s)
     out["service"] = k8s.core.v1.Service(
         "vllm-service",
-        metadata=metadata(spec, VLLM_NAME, serving_components(command)[0], tags, annotations=notes),
+        # Its own name: the LeaderWorkerSet controller creates a headless Service named VLLM_NAME.
+        metadata=metadata(spec, VLLM_CLIENT_SERVICE, serving_components(command)[0], tags, annotations=notes),
         spec=body,
         opts=opts(out["workload"], custom_timeouts=pulumi.CustomTimeouts(create=f"{svc_create_s}s", update=f"{svc_update_s}s")),
     )
