@@ -489,10 +489,12 @@ def test_publish_job_uses_the_mirror_bucket_and_stages_on_nvme():
     dest = argv[argv.index("--dest") + 1]
     assert dest == run.outputs["mirrorUri"]  # the AWS edge's bucket, not the plan-time stand-in
     assert argv[-2:] == ["--staging-dir", "/models/.kimi-deploy-staging"]
-    nvme = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/models"]
+    nvme = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/models/.kimi-deploy-staging"]
     assert len(nvme) == 1  # the node's NVMe holds the staged files, not the root disk
     host = {v["name"]: v for v in pod["volumes"]}[nvme[0]["name"]]
-    assert host["hostPath"]["path"] == "/mnt/k8s-disks/0"
+    # Its own staging directory, never the array (kubelet and containerd state) nor the weights.
+    assert host["hostPath"] == {"path": "/mnt/k8s-disks/0/kimi-deploy/staging", "type": "DirectoryOrCreate"}
+    assert not [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/models"]
     assert pod["serviceAccountName"] == "kimi-mirror-publish"
     copy = vllm_pods(run)["leader"]["spec"]["initContainers"][0]["command"]
     assert copy[copy.index("--source") + 1] == dest  # the node copy reads the mirror just published
@@ -638,13 +640,14 @@ def test_fsx_static_volume_and_claim():
     assert {"name": "fsx", "mountPath": "/fsx", "readOnly": True} in copy["volumeMounts"]
     # vLLM serves from the node's NVMe copy, not from FSx.
     server = vllm_pods(run)["server"]["spec"]
-    assert [v for v in server["volumes"] if v["name"] == "weights"][0]["hostPath"]["path"] == "/mnt/k8s-disks/0"
+    weights = [v for v in server["volumes"] if v["name"] == "weights"][0]
+    assert weights["hostPath"]["path"] == "/mnt/k8s-disks/0/kimi-deploy/weights"
 
 
 def test_node_local_host_path_follows_platform():
     pod = vllm_pods(plan_for("mi355x"))["server"]["spec"]
     weights = next(v for v in pod["volumes"] if v["name"] == "weights")
-    assert weights["hostPath"] == {"path": "/mnt/nvme", "type": "Directory"}
+    assert weights["hostPath"] == {"path": "/mnt/nvme/kimi-deploy/weights", "type": "DirectoryOrCreate"}
     assert pod["nodeSelector"]["amd.com/gpu.product-name"] == "AMD_Instinct_MI355X"
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
 

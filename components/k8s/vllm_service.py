@@ -31,6 +31,7 @@ fail with ``PodEvictionFailure``.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import Any
 
@@ -403,10 +404,39 @@ def pdb_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
     }
 
 
-def network_policy_spec(spec: DeploymentSpec, command: VllmCommand, client_cidrs: tuple[str, ...]) -> dict[str, Any]:
-    """Ingress to vLLM pods: the API port from the configured namespaces and CIDRs only; all
-    ports between the pods of a multi-node group (torch.distributed and NCCL); the scrape of
-    ``/metrics`` from the Prometheus pods of ``observability.prometheusNamespace``.
+def client_ip_blocks(client_cidrs: tuple[str, ...], cluster_cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """NetworkPolicy ``ipBlock`` peers admitting ``client_cidrs`` but never an address of the
+    cluster's own nodes and pods (``cluster_cidrs``).
+
+    A NetworkPolicy ipBlock matches pod addresses too (on EKS pods take VPC addresses from the node
+    subnets: vpc-cni), so a client block such as 10.0.0.0/8 would admit every pod of the cluster
+    and make the namespace restriction meaningless. Each cluster range inside a client block becomes
+    one of its ``except`` entries (the API requires them to lie within ``cidr``); a client block
+    that lies wholly inside a cluster range is left out (it could only ever admit cluster pods,
+    which the namespace and pod selectors govern). Ranges of another IP version do not interact.
+
+    Raises:
+        ValueError: a value is not a CIDR block (config validation rejects those first).
+    """
+    cluster = [ipaddress.ip_network(c, strict=False) for c in cluster_cidrs]
+    blocks: list[dict[str, Any]] = []
+    for cidr in client_cidrs:
+        net = ipaddress.ip_network(cidr, strict=False)
+        same_version = [c for c in cluster if c.version == net.version]
+        if any(net.subnet_of(c) for c in same_version):  # type: ignore[arg-type]  # same IP version
+            continue
+        inside = sorted({c for c in same_version if c.subnet_of(net)})  # type: ignore[arg-type]  # same IP version
+        blocks.append({"ipBlock": {"cidr": cidr, **({"except": [str(c) for c in inside]} if inside else {})}})
+    return blocks
+
+
+def network_policy_spec(
+    spec: DeploymentSpec, command: VllmCommand, client_cidrs: tuple[str, ...], cluster_cidrs: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Ingress to vLLM pods: the API port from the configured namespaces and CIDRs only (the
+    CIDRs minus the cluster's own ranges, ``client_ip_blocks``); all ports between the pods of a
+    multi-node group (torch.distributed and NCCL); the scrape of ``/metrics`` from the Prometheus
+    pods of ``observability.prometheusNamespace``.
 
     vLLM 0.33.0 serves ``/metrics`` on the API port (``entrypoints/serve/instrumentator/metrics.py``
     mounts it on the API app; the arg parser has no separate metrics port) and a NetworkPolicy
@@ -415,14 +445,14 @@ def network_policy_spec(spec: DeploymentSpec, command: VllmCommand, client_cidrs
     in one peer). The API itself stays closed to them: every ``/v1`` route needs the API key
     (vLLM's AuthenticationMiddleware), which Prometheus does not have; ``/metrics`` and
     ``/health`` are the unauthenticated paths it can read. ``client_cidrs``: the platform
-    handle's ``ServiceAccess.client_cidrs``."""
+    handle's ``ServiceAccess.client_cidrs``; ``cluster_cidrs``: its ``cluster_cidrs`` (resolved)."""
     k8s_cfg = spec.config.kubernetes
     peers: list[dict[str, Any]] = []
     if k8s_cfg.allowed_namespaces:
         peers.append({"namespaceSelector": {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(k8s_cfg.allowed_namespaces)}
         ]}})
-    peers += [{"ipBlock": {"cidr": cidr}} for cidr in client_cidrs]
+    peers += client_ip_blocks(client_cidrs, cluster_cidrs)
     rules: list[dict[str, Any]] = []
     if peers:
         rules.append({"from": peers, "ports": [{"protocol": "TCP", "port": command.port}]})
@@ -470,6 +500,16 @@ def service_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: in
     create_s, update_s = rollout_timeouts(spec, sizing, node_copy_seconds)
     extra = LOAD_BALANCER_BUDGET_SECONDS if spec.config.kubernetes.service_type == "internal-nlb" else 0
     return create_s + extra, update_s + extra
+
+
+def _network_policy(spec: DeploymentSpec, command: VllmCommand, access: ServiceAccess) -> Any:
+    """``network_policy_spec`` for the handle's access: a plain manifest when the cluster ranges are
+    known now (a new VPC, config), else an Output of it (an existing VPC's subnets, looked up)."""
+    if all(isinstance(c, str) for c in access.cluster_cidrs):
+        return network_policy_spec(spec, command, access.client_cidrs, tuple(str(c) for c in access.cluster_cidrs))
+    return pulumi.Output.all(*access.cluster_cidrs).apply(
+        lambda cidrs: network_policy_spec(spec, command, access.client_cidrs, tuple(cidrs))
+    )
 
 
 def declare_vllm(
@@ -565,7 +605,7 @@ def declare_vllm(
     out["network_policy"] = k8s.networking.v1.NetworkPolicy(
         "vllm-network-policy",
         metadata=metadata(spec, VLLM_NAME, "network-policy"),
-        spec=network_policy_spec(spec, command, access.client_cidrs),
+        spec=_network_policy(spec, command, access),
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )
     if scrape_with_pod_monitor:

@@ -35,6 +35,7 @@ from components.core.weights import (
     FSX_MOUNT_PATH,
     HUB_TOKEN_ENV,
     SHAPE_BUCKET,
+    STAGING_DIR,
     SYNC_SCRIPT_PATH,
     WEIGHTS_MOUNT_PATH,
     SyncStep,
@@ -55,7 +56,15 @@ from .common import (
     selector_labels,
     spec_hash,
 )
-from .storage import FSX_VOLUME, SCRATCH_VOLUME, WEIGHTS_VOLUME, existing_claim_volume, fsx_volume, nvme_volume
+from .storage import (
+    FSX_VOLUME,
+    STAGING_VOLUME,
+    WEIGHTS_VOLUME,
+    existing_claim_volume,
+    fsx_volume,
+    nvme_staging_volume,
+    nvme_weights_volume,
+)
 
 # The sync package shipped into the Jobs as a zipapp (built at plan time, so its bytes are part of the plan).
 SYNC_PROGRAM_SOURCE = SYNC_PACKAGE_DIR
@@ -88,14 +97,16 @@ def _volumes(
     kind = spec.config.storage.kind
     if step.name == "publish-mirror":
         # The publish step stages hub files on the GPU node's NVMe (weights.STAGING_DIR): a
-        # container's ephemeral storage on the root disk cannot hold the files in flight.
-        volumes.append(nvme_volume(nvme_host_path, SCRATCH_VOLUME))
-        mounts.append({"name": SCRATCH_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
+        # container's ephemeral storage on the root disk cannot hold the files in flight. Only its
+        # own staging directory (node_storage.node_dirs), never the array or the weights.
+        volumes.append(nvme_staging_volume(nvme_host_path))
+        mounts.append({"name": STAGING_VOLUME, "mountPath": STAGING_DIR})
     elif kind == "pvc":
         volumes.append(existing_claim_volume(spec, read_only=False))
         mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     else:
-        volumes.append(nvme_volume(nvme_host_path))
+        # The weight writer: the only container that mounts the weights read-write.
+        volumes.append(nvme_weights_volume(nvme_host_path))
         mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     if step.needs_fsx:
         volumes.append(fsx_volume(read_only=True))
