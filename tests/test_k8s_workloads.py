@@ -22,7 +22,7 @@ from components.core.config import ConfigError, read_stack_config
 from components.core.engine_cache import restored_at_start
 from components.core.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.core.versions import HELM_CHARTS
-from components.core.weights import MARKER_NAME, SYNC_SCRIPT_PATH
+from components.core.weights import SYNC_SCRIPT_PATH
 from components.k8s import addons as k8s_addons
 from components.k8s import vllm_service
 from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEMPLATE, spec_hash
@@ -500,26 +500,19 @@ def test_publish_job_uses_the_mirror_bucket_and_stages_on_nvme():
     assert copy[copy.index("--source") + 1] == dest  # the node copy reads the mirror just published
 
 
-def test_wait_for_marker_init_container():
-    # A shared claim (pvc) is filled once by a Job; its pods wait for the marker.
+def test_wait_for_weights_init_container():
+    # A shared claim (pvc) is filled once by a Job; its pods wait until the copy is complete (marker,
+    # manifest and every listed file: tests/test_weights_complete.py runs the gate).
     storage = {"kind": "pvc", "existingClaim": "kimi-weights", "readGBps": 4, "mirror": {"enabled": False}}
     run = plan_for("mi355x", overrides={"kimi-deploy:storage": storage})
     assert run.named("weight-sync-node-copy")
     for pod in vllm_pods(run).values():
         init = pod["spec"]["initContainers"][0]
-        assert init["command"][:2] == ["python3", "-c"]
-        assert init["command"][3] == f"{run.context.vllm.model_path}/{MARKER_NAME}"
-        assert int(init["command"][4]) >= 1800
-
-
-def test_marker_wait_script_waits_for_the_marker(tmp_path):
-    marker = tmp_path / MARKER_NAME
-    script = vllm_service.WAIT_FOR_MARKER_SCRIPT
-    missing = subprocess.run([sys.executable, "-c", script, str(marker), "0"], capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 1 and "no weight-complete marker" in missing.stderr
-    marker.write_text(json.dumps({"file_count": 112, "total_bytes": 1, "revision": "abc"}))
-    done = subprocess.run([sys.executable, "-c", script, str(marker), "0"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and "112 files" in done.stdout
+        assert init["command"][:2] == ["python3", "-c"] and "weight_sync.ready import main" in init["command"][2]
+        assert init["command"][3:5] == [SYNC_SCRIPT_PATH, run.context.vllm.model_path]
+        assert int(init["command"][5]) >= 1800
+        assert {"name": "sync-program", "mountPath": "/opt/kimi-deploy", "readOnly": True} in init["volumeMounts"]
+        assert any(v["name"] == "sync-program" for v in pod["spec"]["volumes"])
 
 
 class _ModelsHandler(http.server.BaseHTTPRequestHandler):

@@ -2,7 +2,9 @@
 spanning nodes), the GB300 ComputeDomain, Service, PodDisruptionBudget, NetworkPolicy and
 Prometheus scraping.
 
-Startup: an init container waits for the weight-complete marker; a startup probe on ``/health``
+Startup: an init container copies the weights onto the node, or (a claim filled by another step:
+FSx by S3 import, a Job) waits until the copy is complete: marker, manifest and every listed file
+at its size (``weight_sync.weights_ready_init``); a startup probe on ``/health``
 whose budget (``failureThreshold`` x ``periodSeconds``) is at least the sizing's startup budget;
 liveness on ``/health`` only starts after it, so it cannot kill a server that is still loading.
 Readiness proves the model is served: vLLM guards ``/v1/*`` with the API key (its
@@ -44,7 +46,6 @@ from components.core.naming import VLLM_CLIENT_SERVICE, VLLM_SERVICE_ACCOUNT
 from components.core.scaling import autoscaling_enabled, max_replicas
 from components.core.sizing import Sizing
 from components.core.vllm import VllmCommand, VllmRole
-from components.core.weights import MARKER_NAME
 from components.platform import GpuPlacement, ServiceAccess
 
 from .common import (
@@ -53,7 +54,6 @@ from .common import (
     COMPUTE_DOMAIN_NAME,
     HTTP_PORT_NAME,
     VLLM_NAME,
-    hardened_container_security,
     labels,
     metadata,
     plain_env,
@@ -62,7 +62,7 @@ from .common import (
 )
 from .engine_cache import EngineCachePods, engine_cache_budget_seconds, with_engine_cache
 from .storage import serving_volume
-from .weight_sync import NodeCopyInit
+from .weight_sync import NodeCopyInit, weights_ready_init
 
 # Time to pull the ~25 GB vLLM image and schedule, added to the startup budget per pod.
 IMAGE_PULL_BUDGET_SECONDS = 1_800
@@ -83,31 +83,8 @@ LIVENESS_PERIOD_SECONDS = 20
 LIVENESS_FAILURE_THRESHOLD = 6
 # /dev/shm for NCCL/RCCL and vLLM's shared-memory message queues between workers.
 SHM_SIZE = "64Gi"
-# Wait-for-marker poll interval (seconds).
-MARKER_POLL_SECONDS = 15
-# The marker wait gives up after this long at least (the Jobs normally finished before).
+# The readiness gate waits at least this long for a complete copy (the Jobs normally finished before).
 MIN_MARKER_WAIT_SECONDS = 1_800
-
-# Stdlib only: runs in the vLLM image. argv: marker path, budget seconds.
-WAIT_FOR_MARKER_SCRIPT = """\
-import json, sys, time
-marker, budget = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + budget
-while True:
-    try:
-        with open(marker) as f:
-            doc = json.load(f)
-        print(f"weights complete: {doc.get('file_count')} files, {doc.get('total_bytes')} bytes, "
-              f"revision {doc.get('revision')}", flush=True)
-        sys.exit(0)
-    except (OSError, ValueError):
-        pass
-    if time.monotonic() > deadline:
-        sys.stderr.write(f"no weight-complete marker at {marker} after {budget} s: the weight-sync Job "
-                         "has not completed for this node (kubectl get jobs -l app.kubernetes.io/part-of=kimi-deploy)\\n")
-        sys.exit(1)
-    time.sleep(%d)
-""" % MARKER_POLL_SECONDS  # noqa: UP031 (the script holds f-string braces: str.format would need them doubled)
 
 # Stdlib only. argv: port, served model name. The key comes from the env (secretKeyRef).
 READINESS_SCRIPT = """\
@@ -186,7 +163,6 @@ def pod_template(
     ``placement`` (the platform handle's); secrets only through ``secretKeyRef``; the engine
     caches' restore and save (``engine_cache``, by role name: ``engine_cache.with_engine_cache``)."""
     volume, mount_path = serving_volume(spec, placement.nvme_host_path)
-    marker = f"{command.model_path}/{MARKER_NAME}"
     target, instance = spec.target, spec.instance
     gpus = str(target.gpus_per_node)
     requests: dict[str, str] = {
@@ -224,19 +200,18 @@ def pod_template(
         container["startupProbe"] = startup_probe(command.port, sizing)
         container["readinessProbe"] = readiness_probe(command.port, command.served_model_names[0])
         container["livenessProbe"] = liveness_probe(command.port)
-    init = {
-        "name": "wait-for-weights",
-        "image": command.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-c", WAIT_FOR_MARKER_SCRIPT, marker, str(marker_wait_seconds)],
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
-        "volumeMounts": [{"name": volume["name"], "mountPath": mount_path, "readOnly": True}],
-        "securityContext": hardened_container_security(),
-    }
     volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
     if node_copy is not None:
         init = node_copy.container
         volumes += list(node_copy.volumes)
+    else:
+        # A claim another step fills (fsx: the S3 import; pvc: the node-copy Job): ready only when
+        # every listed file is there, not when the marker is.
+        init, extra = weights_ready_init(
+            command.image, command.model_path, {"name": volume["name"], "mountPath": mount_path, "readOnly": True},
+            marker_wait_seconds,
+        )
+        volumes += list(extra)
     pod: dict[str, Any] = {
         "serviceAccountName": node_copy.service_account if node_copy is not None else VLLM_SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,

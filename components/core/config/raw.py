@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
 from ..versions import VLLM_PORT
 from .errors import ConfigError
 
@@ -100,6 +101,10 @@ class FsxConfig(_Raw):
     headroom_fraction: float = Field(0.10, alias="headroomFraction", ge=0, le=2)
     efa: bool = False
     metadata_iops: StrictInt | None = Field(None, alias="metadataIops")
+    # Seconds a reader waits for the S3 import to produce a listed file (fsx.IMPORT_WAIT_SECONDS).
+    import_wait_seconds: StrictInt = Field(
+        IMPORT_WAIT_SECONDS, alias="importWaitSeconds", ge=0, le=MAX_IMPORT_WAIT_SECONDS
+    )
 
 
 class StorageConfig(_Raw):
