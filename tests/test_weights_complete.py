@@ -10,6 +10,7 @@ carries) and the node copy (the zipapp with ``--source-wait-seconds``, the nvme-
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -30,7 +31,7 @@ from tests.conftest import plan_for
 from tests.sync_fixtures import checkpoint_files, read_tree, write_tree
 from tests.test_k8s_workloads import vllm_pods
 
-DELAY_SECONDS = 1.5
+DELAY_SECONDS = 2.5
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +81,19 @@ def _import_late(root: Path, names: list[str], stash: Path, delay_seconds: float
 # -- the readiness gate (vLLM pods on a claim) -----------------------------------------------------------
 
 
-def _gate_argv(zipapp: Path, root: Path, budget_seconds: int) -> list[str]:
-    """The init container's argv on fsx, with the zipapp's path and the directory of this test."""
+@functools.cache
+def _fsx_gate_command() -> tuple[str, ...]:
+    """The vLLM pod's first init container's command on b300-prod with ``storage.kind: fsx``."""
     storage = {**read_stack_config("b300-prod")["kimi-deploy:storage"], "kind": "fsx"}
     pod = vllm_pods(plan_for("b300-prod", overrides={"kimi-deploy:storage": storage}))["server"]
     init = pod["spec"]["initContainers"][0]
     assert init["name"] == "wait-for-weights"
-    argv = list(init["command"])
+    return tuple(init["command"])
+
+
+def _gate_argv(zipapp: Path, root: Path, budget_seconds: int) -> list[str]:
+    """The init container's argv on fsx, with the zipapp's path and the directory of this test."""
+    argv = list(_fsx_gate_command())
     assert argv[3] == SYNC_SCRIPT_PATH and argv[4].startswith("/fsx/")
     argv[0], argv[3], argv[4], argv[5] = sys.executable, str(zipapp), str(root), str(budget_seconds)
     return argv
@@ -95,10 +102,11 @@ def _gate_argv(zipapp: Path, root: Path, budget_seconds: int) -> list[str]:
 def test_readiness_gate_waits_for_every_listed_file_not_only_the_marker(zipapp, published, tmp_path):
     root, files = published
     shards = sorted(n for n in files if n.endswith(".safetensors"))[:3]
+    argv = _gate_argv(zipapp, root, 60)  # before the clock starts: a first plan run takes seconds
     thread = _import_late(root, shards, tmp_path / "stash")
     assert (root / ws.MARKER_NAME).exists()  # the marker is there, the shards are not
     started = time.monotonic()
-    done = subprocess.run(_gate_argv(zipapp, root, 60), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - started
     thread.join()
     assert done.returncode == 0, done.stderr
@@ -151,10 +159,14 @@ def test_nvme_from_fsx_node_copy_waits_for_the_import():
     assert wait == run.context.spec.config.storage.fsx.import_wait_seconds > 0
 
 
-def _copy(zipapp: Path, root: Path, dest: Path, wait_seconds: float) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(zipapp), "--source", f"file://{root}", "--dest", str(dest), "--workers", "4",
+def _copy_argv(zipapp: Path, root: Path, dest: Path, wait_seconds: float) -> list[str]:
+    """The node copy as nvme-from-fsx runs it (the zipapp, a file:// source, an import wait)."""
+    return [sys.executable, str(zipapp), "--source", f"file://{root}", "--dest", str(dest), "--workers", "4",
             "--json", "--quiet", "--source-wait-seconds", f"{wait_seconds:g}"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=180)
+
+
+def _copy(zipapp: Path, root: Path, dest: Path, wait_seconds: float) -> subprocess.CompletedProcess:
+    return subprocess.run(_copy_argv(zipapp, root, dest, wait_seconds), capture_output=True, text=True, timeout=180)
 
 
 @pytest.mark.parametrize("late", ["shards", "shards-and-marker"])
@@ -165,12 +177,13 @@ def test_node_copy_waits_and_retries_files_the_import_has_not_produced(zipapp, p
         names += [ws.MARKER_NAME, ws.MANIFEST_NAME]
     thread = _import_late(root, names, tmp_path / "stash")
     dest = tmp_path / "nvme"
-    started = time.monotonic()
-    done = _copy(zipapp, root, dest, wait_seconds=60)
+    proc = subprocess.Popen(_copy_argv(zipapp, root, dest, 60), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(DELAY_SECONDS / 2)
+    assert proc.poll() is None and not (root / names[0]).exists()  # running, and the import has not caught up
+    out, err = proc.communicate(timeout=180)
     thread.join()
-    assert done.returncode == 0, done.stderr
-    assert time.monotonic() - started >= DELAY_SECONDS
-    summary = json.loads(done.stdout)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
     assert summary["files_transferred"] == len(files)
     assert read_tree(str(dest)) == files and (dest / ws.MARKER_NAME).exists()
 
