@@ -67,6 +67,17 @@ def test_no_declared_object_takes_the_name_of_one_a_controller_creates(name, var
     )
 
 
+@pytest.mark.parametrize("name", sorted(TURN_ON))
+def test_switching_the_scaler_from_keda_to_an_hpa_takes_no_name_keda_holds(name):
+    """`pulumi up` creates the new objects before it deletes the old ones: the HPA declared for
+    `controller: hpa` is created while the ScaledObject's HPA (KEDA's) still exists."""
+    before = [o for o in declared(run_of(name, "keda")) if o["kind"] == "ScaledObject"]
+    after = [o for o in declared(run_of(name, "hpa")) if o["kind"] == "HorizontalPodAutoscaler"]
+    assert before and after
+    found = co.collisions(before + after)
+    assert not found, [(ref.name, p.row.source) for ref, p in found]
+
+
 def test_the_check_finds_a_client_service_named_after_the_leaderworkerset():
     """The declaration gb300 had: its client Service named like the set. The LWS controller
     creates that Service itself (headless, every pod of the group)."""
