@@ -240,8 +240,8 @@ def test_gitignore_covers_generated_directories(path):
 
 
 def test_code_and_docs_cite_public_sources_not_files_a_user_lacks():
-    """No reference to the workplace's notes (DESIGN.md, STYLE.md, ../shared): a user of a clone
-    has none of them. .ci/run may use ../shared/crds as a local CRD copy when it exists."""
+    """No reference to the workplace's notes (DESIGN.md, STYLE.md, ../shared, the seed articles): a
+    user of a clone has none of them. .ci/run may use ../shared/crds as a local CRD copy when it exists."""
     listed = _run(["git", "ls-files", "-co", "--exclude-standard"]).stdout.split()
     offenders = []
     for name in listed:
@@ -251,7 +251,7 @@ def test_code_and_docs_cite_public_sources_not_files_a_user_lacks():
         if not path.is_file():
             continue
         text = path.read_text(errors="replace")
-        for needle in ("DESIGN.md", "STYLE.md", "../shared"):
+        for needle in ("DESIGN.md", "STYLE.md", "../shared", "seed article"):
             if needle in text and name != "tests/test_operator_cli.py" and not (
                     name == "tests/test_cost.py" and text.count(needle) == text.count(f'"{needle}" not in')):
                 offenders.append(f"{name}: {needle}")

@@ -225,3 +225,18 @@ def test_replaced_node_pays_from_boot():
     replaced = _model(load_stack("b300", now=FIXED_NOW)).scenarios["replaced_node"]
     assert replaced.phases[0].name == "instance launch"
     assert replaced.gpu_seconds == replaced.total_seconds - replaced.phases[0].end_seconds
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_weight_phases_name_the_public_origin_of_their_rates(name):
+    """The hub download's 100 MB/s is an estimate that names the public bound it sits under (the
+    hf_transfer README); the FSx copy names where throughput = capacity x MB/s per TiB comes from."""
+    from scripts.plan import build_plan_document
+
+    doc = build_plan_document(name, now=FIXED_NOW)
+    phases = [p for sc in doc["time_to_ready"].values() for p in sc["phases"]]
+    hub = [p["source"] for p in phases if p["name"].startswith("hub download")]
+    assert hub and all("estimate: a sustained hub download" in s and "github.com/huggingface/hf_transfer" in s for s in hub)
+    for p in phases:
+        if p["name"] == "weight copy FSx -> NVMe":
+            assert "docs.aws.amazon.com/fsx/latest/LustreGuide/managing-throughput-capacity.html" in p["source"]
