@@ -201,7 +201,8 @@ def test_schedule_rejects_an_unknown_dependency():
 
 
 def test_plan_shows_time_to_ready():
-    """The plan's JSON carries the model; Markdown draws a Mermaid gantt, the table a bar per phase."""
+    """The plan's JSON carries the model; Markdown draws a Mermaid gantt; the table one critical-path
+    bar per scenario, and with --details a bar per phase."""
     import io
 
     from scripts.plan import build_plan_document, render_markdown, render_table
@@ -216,9 +217,14 @@ def test_plan_shows_time_to_ready():
     assert md.count("```mermaid\ngantt") == 4  # three scenarios + the streamer alternative
     assert ":crit, p0, 0, " in md
     out = io.StringIO()
-    render_table(doc, file=out)
+    render_table(doc, file=out, width=120)
     text = out.getvalue()
-    assert "time to ready" in text and "█" in text and "engine init (cached)" in text
+    bars = [line for line in text.splitlines() if "━" in line]
+    assert "time to ready" in text and len(bars) == 4 and "E engine init" in text  # 3 scenarios + the streamer
+    out = io.StringIO()
+    render_table(doc, file=out, width=120, details=True)
+    text = out.getvalue()
+    assert "█" in text and "engine init (cached)" in text
 
 
 def test_replaced_node_pays_from_boot():
