@@ -2,9 +2,14 @@
 """Offline plan: everything `pulumi up` would declare for a stack, with no cloud account.
 
 Runs the real Pulumi program (``__main__.py`` -> ``components.program``) under Pulumi's mock
-engine with the stack's config, records every resource and its inputs, and prints a summary
-(target, nodes x GPUs, storage, load time, startup budget, KV tokens, cost), the exact
-``vllm serve`` command per node role, the weight-sync runs and the resource table.
+engine with the stack's config, records every resource and its inputs, and builds one document
+(``build_plan_document``; ``--format json`` prints it, ``markdown`` renders all of it). The table
+for people (``render_table``) fits a screen or two at 80-120 columns: a summary (target, nodes x
+GPUs, storage, load time, startup budget, KV tokens, cost), what stops `pulumi up` (once), the
+``vllm serve`` command per node role as a shell command one can paste, the weight-sync runs, one
+critical-path bar per time-to-ready scenario and the resources counted by type; ``--details``
+adds every phase with its source, every resource with its key inputs and the outputs. ``--all``
+prints one line per stack: deployable, or refused by `pulumi up`.
 
 Values that exist only after ``pulumi up`` (ids, addresses, generated names) print as
 ``<known after pulumi up>`` (``components.plan_engine.KNOWN_AFTER_UP``); example values shipped in

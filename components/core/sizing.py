@@ -39,8 +39,8 @@ _ROUND_SECONDS = 60
 # only very high-bandwidth networks need more.
 HUB_DOWNLOAD_MEGABYTES_PER_SECOND = 100
 HUB_DOWNLOAD_SOURCE = (
-    "estimate: a sustained hub download, no published rate; the Python client tops out near 500 MB/s "
-    "(github.com/huggingface/hf_transfer README); measure `hf download`"
+    "estimate: a sustained hub download (no hub publishes a rate; Hugging Face's Python client tops out near "
+    "500 MB/s: github.com/huggingface/hf_transfer README); measure `hf download`"
 )
 # FSx for Lustre: throughput = storage capacity (TiB) x throughput per TiB (FSx API reference,
 # PerUnitStorageThroughput).
