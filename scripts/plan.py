@@ -39,7 +39,7 @@ from rich.text import Text
 
 from components.core.config import STACKS_DIR, ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
 from scripts._cli import CliParser, prog_name
-from scripts._text import shell_command, wrap_items
+from scripts._text import shell_command, shell_units, wrap_items
 from scripts._text import wrap as _wrap_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -594,8 +594,8 @@ def _section_blockers(view: View) -> list[Text]:
 def _section_warnings(view: View) -> list[Text]:
     lines: list[Text] = []
     for w in view.doc["warnings"]:
-        lines += [_text(line, head=len("warning:"), head_style="yellow") for line in wrap(w, view.width, prefix="warning: ",
-                                                                                          indent="  ")]
+        wrapped = wrap(w, view.width, prefix="warning: ", indent="  ")
+        lines += [_text(line, head=len("warning:") if i == 0 else 0, head_style="yellow") for i, line in enumerate(wrapped)]
     return lines
 
 
@@ -612,7 +612,6 @@ def _assignments(role: dict[str, Any]) -> list[str]:
 def role_difference(base: dict[str, Any], role: dict[str, Any]) -> str | None:
     """How ``role``'s command differs from ``base``'s, in one sentence, or None when they differ
     in more than a third of their options (then both are shown whole)."""
-    from scripts._text import shell_units
 
     def units(r: dict[str, Any]) -> list[str]:
         return [" ".join(shlex.quote(w) for w in u) for u in shell_units(r["argv"])]
