@@ -930,8 +930,13 @@ def verdict(doc: dict[str, Any]) -> str:
         return f"FAILED: a secret appears in a plain input ({leaks})"
     if not doc["blockers"]:
         return "deployable"
-    keys = ", ".join(dict.fromkeys(b.split(": ", 1)[0] for b in doc["blockers"]))
-    return f"refused by `pulumi up`: {keys} (`kimi-deploy plan --stack {doc['stack']}` says why)"
+    return f"refused by `pulumi up`: {blocker_keys(doc)} (`kimi-deploy plan --stack {doc['stack']}` says why)"
+
+
+def blocker_keys(doc: dict[str, Any]) -> str:
+    """The config keys of the plan's blockers, comma-separated (each blocker is a one-line
+    ``ConfigError``: ``<key>: <value> <what is allowed>``)."""
+    return ", ".join(dict.fromkeys(b.split(": ", 1)[0] for b in doc["blockers"]))
 
 
 def plan_all(now: datetime, fmt: str) -> int:
@@ -1005,8 +1010,8 @@ def main(argv: list[str] | None = None) -> int:
         # and --output files are not read on the terminal, so there they go to stderr.
         if out is None and args.format in ("table", "markdown"):
             if args.strict:
-                print(f"error: `pulumi up` refuses this stack ({_plural(len(doc['blockers']), 'blocker')} above); "
-                      "exit 2 (--strict)", file=sys.stderr)
+                print(f"error: `pulumi up` refuses this stack: {blocker_keys(doc)} (why: above); exit 2 (--strict)",
+                      file=sys.stderr)
         else:
             for b in doc["blockers"]:
                 print(f"{'error' if args.strict else 'blocked'}: `pulumi up` refuses this stack: {b}", file=sys.stderr)

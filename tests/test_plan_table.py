@@ -116,7 +116,7 @@ def test_blockers_are_said_once(refused_docs):
     strict = subprocess.run(base + ["--strict"], cwd=REPO_ROOT, env=_env_without_overlay(),
                             capture_output=True, text=True, timeout=300)
     assert strict.returncode == 2 and " ".join(strict.stdout.split()).count(blocker) == 1
-    assert strict.stderr == "error: `pulumi up` refuses this stack (1 blocker above); exit 2 (--strict)\n"
+    assert strict.stderr == "error: `pulumi up` refuses this stack: kimi-deploy:vllm.image (why: above); exit 2 (--strict)\n"
 
 
 @pytest.mark.parametrize("name", STACKS)
