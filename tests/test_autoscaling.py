@@ -93,6 +93,8 @@ def test_triggers_read_queue_kv_cache_and_busy_replicas_with_a_hold_longer_than_
     for _name, trig in triggers.items():
         meta = trig["metadata"]
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
+        # an empty result is an error that engages the fallback (KEDA's default reads it as 0)
+        assert meta["ignoreNullValues"] == "false" and meta["activationThreshold"] == "0"
         assert meta["serverAddress"] == "http://prometheus-operated.monitoring.svc:9090"
         # every signal is held over the scale-down delay: a fall counts only after it
         assert f"[{plan.scale_down_delay_seconds}s:30s]" in meta["query"] and meta["query"].startswith("max_over_time(")
@@ -151,6 +153,15 @@ def test_schedule_adds_cron_triggers_and_allows_scale_to_zero():
         "desiredReplicas": "1",
     }
     assert scaled["spec"]["fallback"]["replicas"] == 1
+    # the plan says what happens to requests at zero replicas, and how to start a replica at once
+    from components.core.scaling import KEDA_FORCE_ACTIVATION_ANNOTATION
+
+    notes = scaling_plan(run.context.spec, run.context.sizing).notes
+    (zero,) = [n for n in notes if n.startswith("at zero replicas")]
+    assert "requests fail until the next window opens" in zero
+    assert f"kubectl -n kimi annotate scaledobject kimi-vllm {KEDA_FORCE_ACTIVATION_ANNOTATION}=true" in zero
+    assert not [n for n in scaling_plan(spec_with("mi355x"), compute_sizing(spec_with("mi355x"))).notes
+                if n.startswith("at zero replicas")]
 
 
 def test_hpa_controller_on_external_metrics_validates_and_the_plan_lists_adapter_rules():
@@ -338,8 +349,8 @@ def test_subquery_hold_rejects_windows_below_one_step():
     from components.core.metrics import scaling_queries
 
     with pytest.raises(ValueError, match="at least 30"):
-        scaling_queries("kimi", "m", 10)
-    assert re.search(r"\[3600s:30s\]", scaling_queries("kimi", "m", 3600).queue)
+        scaling_queries("kimi", "m", 10, workload_name="kimi-vllm", multi_node=False)
+    assert re.search(r"\[3600s:30s\]", scaling_queries("kimi", "m", 3600, workload_name="kimi-vllm", multi_node=False).queue)
 
 
 # -- GPU node capacity --------------------------------------------------------------------------

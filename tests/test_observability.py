@@ -58,6 +58,17 @@ def selectors(expr: str) -> list[str]:
     return names
 
 
+def vector_matchers(expr: str) -> list[tuple[str, dict[str, str]]]:
+    """``(series name, {label: value})`` of every vector selector in ``expr``."""
+    found: list[tuple[str, dict[str, str]]] = []
+    promql_parser.walk(
+        promql_parser.parse(expr),
+        lambda n: found.append((n.name, {mm.name: mm.value for mm in n.matchers.matchers}))
+        if isinstance(n, promql_parser.VectorSelector) else None,
+    )
+    return found
+
+
 def all_alerts(run) -> list[dict]:
     return [r for g in one(run, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
 
@@ -187,11 +198,13 @@ def test_no_prometheus_rule_without_the_operator_or_with_alerts_off():
 @pytest.mark.parametrize("name", ["b300-prod", "gb300", "mi355x"])
 def test_scaler_queries_parse_and_read_the_engine_metrics(name):
     engine = engine_metric_names()
+    # besides vLLM: kube-state-metrics' replica count (zero replicas) and pod readiness (a lost scrape)
+    ksm = {m.KSM_POD_STATUS_READY, m.KSM_STATEFULSET_REPLICAS if name == "gb300" else m.KSM_DEPLOYMENT_SPEC_REPLICAS}
     for trig in one(autoscaled(name), "ScaledObject")["spec"]["triggers"]:
         if trig["type"] != "prometheus":
             continue
-        names = selectors(trig["metadata"]["query"])
-        assert names and set(names) <= engine, f"{trig['name']}: {names}"
+        names = set(selectors(trig["metadata"]["query"]))
+        assert names - ksm and names - ksm <= engine and ksm <= names, f"{trig['name']}: {names}"
 
 
 # -- dashboard ------------------------------------------------------------------------------------
@@ -345,3 +358,15 @@ def test_bad_monitor_label_is_a_config_error():
         ConfigError, match=r"observability.monitorLabels: \{'release': 'kube prometheus'\} is not a valid Kubernetes label"
     ):
         plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
+
+
+def test_every_dashboard_query_is_limited_to_the_chosen_namespace():
+    """GPU panels included: both exporters label a GPU with the namespace of the pod holding it, so
+    on a shared cluster the panels show only this deployment's GPUs."""
+    gpu_metrics = set().union(*m.GPU_EXPORTER_METRICS.values())
+    seen_gpu = set()
+    for title, expr in obs.dashboard_expressions(obs.dashboard()):
+        for name, matchers in vector_matchers(obs.substitute_variables(expr)):
+            assert matchers.get("namespace") == "kimi", f"{title}: {name} is not limited to the dashboard's namespace"
+            seen_gpu |= {name} & gpu_metrics
+    assert {m.AMD_GFX_ACTIVITY, m.AMD_USED_VRAM, m.DCGM_GPU_UTIL, m.DCGM_FB_USED} <= seen_gpu

@@ -7,6 +7,9 @@ from __future__ import annotations
 WEIGHT_SYNC_SERVICE_ACCOUNT = "kimi-weight-sync"
 MIRROR_PUBLISH_SERVICE_ACCOUNT = "kimi-mirror-publish"
 VLLM_SERVICE_ACCOUNT = "kimi-vllm"
+# Name of the vLLM workload (Deployment or LeaderWorkerSet) and of the objects that follow it
+# (Service, ScaledObject, PodMonitor); the scaling queries and the plan's notes name it too.
+VLLM_WORKLOAD_NAME = "kimi-vllm"
 # The cluster autoscaler's service account (aws-eks with autoscaling): the Helm release creates it,
 # the AWS edge binds its Pod Identity role to it.
 CLUSTER_AUTOSCALER_NAMESPACE = "kube-system"
