@@ -165,6 +165,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
         **scaling_section(spec, sizing),
+        **_scraping_section(spec),
         **_time_to_ready_section(spec, sizing, steps),
     }
 
@@ -195,6 +196,15 @@ def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
             },
         },
     }
+
+
+def _scraping_section(spec) -> dict[str, Any]:
+    """``{"scraping": "<how vLLM is scraped and the selector that assumes>"}`` on Kubernetes
+    (``components/core/scraping.py``), else ``{}``."""
+    from components.core.scraping import scraping_summary
+
+    summary = scraping_summary(spec)
+    return {"scraping": summary} if summary else {}
 
 
 def scaling_section(spec, sizing) -> dict[str, Any]:
@@ -366,7 +376,7 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("first deploy", first),
         ("cost", price),
         ("expires", expires),
-    ] + scaling_rows(doc)
+    ] + scaling_rows(doc) + ([("scraping", doc["scraping"])] if doc.get("scraping") else [])
 
 
 def render_markdown(doc: dict[str, Any]) -> str:

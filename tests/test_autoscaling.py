@@ -27,15 +27,24 @@ from tests.conftest import FIXED_NOW, plan_for
 from tests.test_k8s_schemas import crds_dir, validate_against_crd, validate_core
 from tests.test_k8s_workloads import HELM_RELEASE, of_kind, one
 
-# The two config keys that turn autoscaling on for a stack that ships without it.
+
+def _with_prometheus_operator(name: str) -> dict:
+    k8s_cfg = read_stack_config(name)["kimi-deploy:kubernetes"]
+    return {**k8s_cfg, "installedAddons": [*k8s_cfg.get("installedAddons", []), "prometheus-operator"]}
+
+
+# The config keys that turn autoscaling on for a stack that ships without it: the two blocks and
+# the Prometheus Operator listed (the scaler queries its prometheus-operated Service).
 TURN_ON = {
     "b300-prod": {
         "kimi-deploy:autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 3},
         "kimi-deploy:observability": {"prometheusNamespace": "monitoring"},
+        "kimi-deploy:kubernetes": _with_prometheus_operator("b300-prod"),
     },
     "gb300": {
         "kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 2},
         "kimi-deploy:observability": {"prometheusNamespace": "monitoring"},
+        "kimi-deploy:kubernetes": _with_prometheus_operator("gb300"),
     },
     "mi355x": {},  # ships autoscaled (min 1, max 2)
 }
@@ -380,8 +389,14 @@ def test_the_commented_keys_in_the_stack_file_turn_autoscaling_on(name):
     block = text[text.index("  # Replica autoscaling"):].splitlines()[1:]
     keys = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block if line.startswith("  # ")))
     assert sorted(keys) == ["kimi-deploy:autoscaling", "kimi-deploy:observability"]
+    # and the commented installedAddons line of the kubernetes block
+    (addons,) = [line.strip().removeprefix("# ") for line in text.splitlines() if line.startswith("    # installedAddons:")]
+    keys["kimi-deploy:kubernetes"] = {**read_stack_config(name)["kimi-deploy:kubernetes"], **yaml.safe_load(addons)}
     run = plan_for(name, overrides=keys)
     validate_against_crd(one(run, "ScaledObject"))
+    one(run, "PodMonitor")
+    with pytest.raises(ConfigError, match="lacks prometheus-operator"):
+        plan_for(name, overrides={k: v for k, v in keys.items() if k != "kimi-deploy:kubernetes"})
 
 
 def test_scale_up_time_uses_the_time_to_ready_model_where_present():

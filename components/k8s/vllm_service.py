@@ -40,6 +40,7 @@ import pulumi_kubernetes as k8s
 from components.core.config import DeploymentSpec
 from components.core.naming import VLLM_SERVICE_ACCOUNT
 from components.core.scaling import autoscaling_enabled, max_replicas
+from components.core.scraping import ANNOTATIONS, POD_MONITOR, scrape_path
 from components.core.sizing import Sizing
 from components.core.vllm import VllmCommand, VllmRole
 from components.core.weights import MARKER_NAME
@@ -485,7 +486,8 @@ def declare_vllm(
         return pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=deps, **kw)
 
     out: dict[str, pulumi.Resource] = {}
-    scrape_with_pod_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
+    # PodMonitor for a Prometheus Operator, annotations only for a Prometheus that reads them, else neither.
+    scrape = scrape_path(spec)
     copy_s = (node_copy.budget_seconds if node_copy is not None else 0) + engine_cache_budget_seconds(engine_cache)
     create_s, update_s = rollout_timeouts(spec, sizing, copy_s)
     timeouts = pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s")
@@ -507,7 +509,7 @@ def declare_vllm(
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
             spec=leaderworkerset_spec(
-                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                spec, sizing, command, marker_wait_seconds, scrape == ANNOTATIONS, placement, node_copy,
                 engine_cache,
             ),
             opts=opts(
@@ -522,7 +524,7 @@ def declare_vllm(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
             spec=deployment_spec(
-                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                spec, sizing, command, marker_wait_seconds, scrape == ANNOTATIONS, placement, node_copy,
                 engine_cache,
             ),
             opts=opts(custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
@@ -554,7 +556,7 @@ def declare_vllm(
         spec=network_policy_spec(spec, command, access.client_cidrs),
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )
-    if scrape_with_pod_monitor:
+    if scrape == POD_MONITOR:
         out["pod_monitor"] = k8s.apiextensions.CustomResource(
             "vllm-pod-monitor",
             api_version="monitoring.coreos.com/v1",
