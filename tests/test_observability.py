@@ -212,10 +212,22 @@ def test_scaler_queries_parse_and_read_the_engine_metrics(name):
 
 def test_dashboard_file_is_what_the_code_builds():
     assert obs.DASHBOARD_PATH.read_text() == obs.dashboard_text()
-    from scripts.render_dashboard import SVG_PATH, layout_svg, main
+    from scripts.render_dashboard import main
 
-    assert SVG_PATH.read_text() == layout_svg(obs.dashboard())
     assert main(["--check"]) == 0
+
+
+def test_render_dashboard_usage_and_unreachable_prometheus(capsys):
+    from scripts.render_dashboard import legend, main
+    from tests.live_prometheus import free_port
+
+    assert legend("running {{pod}}", {"pod": "kimi-vllm-0"}) == "running kimi-vllm-0"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--png", "x.png"])
+    assert exit_info.value.code == 2 and "--prometheus and --png go together" in capsys.readouterr().err
+    assert main(["--prometheus", f"http://127.0.0.1:{free_port()}", "--png", "x.png", "--minutes", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: http://127.0.0.1:") and len(err.strip().splitlines()) == 1
 
 
 def test_dashboard_panels_cover_the_issue_and_every_query_parses():

@@ -377,9 +377,11 @@ def dashboard_expressions(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [(p["title"], t["expr"]) for p in doc["panels"] for t in p.get("targets", [])]
 
 
-def substitute_variables(expr: str) -> str:
-    """An expression with the dashboard variables replaced by sample values (for parsing)."""
-    return expr.replace("$namespace", "kimi").replace("$model_name", "kimi-k3.1-pro")
+def substitute_variables(expr: str, values: dict[str, str] | None = None) -> str:
+    """An expression with the dashboard variables (``$namespace``, ``$model_name``) replaced by
+    ``values``, by default sample values (for parsing)."""
+    values = values or {"namespace": "kimi", "model_name": "kimi-k3.1-pro"}
+    return expr.replace("$namespace", values["namespace"]).replace("$model_name", values["model_name"])
 
 
 # -- resources ------------------------------------------------------------------------------------
