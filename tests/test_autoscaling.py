@@ -1,4 +1,4 @@
-"""Replica autoscaling (issue 15): the two config keys that turn it on for b300-prod, gb300 and
+"""Replica autoscaling (issue 15): the config keys that turn it on for b300-prod, gb300 and
 mi355x; the ScaledObject/HPA against the real schemas (KEDA CRD v2.20.2, Kubernetes OpenAPI);
 scale-up early and scale-down later than a new replica takes; the scale target's scale
 subresource; the plan's scaling envelope and its cost; config errors."""
