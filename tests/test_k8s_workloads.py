@@ -175,8 +175,8 @@ def test_kubernetes_stacks_declare_the_complete_workload_set(name):
     ]
     for kind in ("Namespace", "Service", "PodDisruptionBudget", "NetworkPolicy"):
         assert kinds.count(kind) == 1, f"{name}: {kind} x{kinds.count(kind)}"
-    # The weight-sync program, and the engine-cache program where the pods restore the caches.
-    assert kinds.count("ConfigMap") == 1 + restored_at_start(run.context.spec), f"{name}: ConfigMap x{kinds.count('ConfigMap')}"
+    # The weight-sync program, the API guard, and the engine-cache program where the pods restore the caches.
+    assert kinds.count("ConfigMap") == 2 + restored_at_start(run.context.spec), f"{name}: ConfigMap x{kinds.count('ConfigMap')}"
     assert kinds.count("Secret") >= 1 and kinds.count("ServiceAccount") >= 2
     for kind, count in EXPECTED_WORKLOAD[name].items():
         assert kinds.count(kind) == count, f"{name}: {kind} x{kinds.count(kind)}, expected {count}"
