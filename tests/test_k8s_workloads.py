@@ -686,11 +686,7 @@ def test_pod_monitor_with_the_operator_annotations_only_for_a_prometheus_that_re
     run = plan_for("mi355x")  # the stack lists prometheus-operator as installed
     monitor = one(run, "PodMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert endpoint["port"] == "http" and endpoint["path"] == "/metrics" and endpoint["interval"] == "30s"
-    # vLLM's names restored where a Prometheus 2.x scrape escaped "vllm:" to "vllm_" (tests/test_prometheus_live.py)
-    assert endpoint["metricRelabelings"] == [{"sourceLabels": ["__name__"], "regex": "vllm_(.+)", "targetLabel": "__name__",
-                                              "replacement": "vllm:${1}", "action": "replace"}]
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
     assert "annotations" not in vllm_pods(run)["server"]["metadata"]
     # no operator: the scaler must be pointed at a Prometheus that reads prometheus.io/* annotations
     observability = {**read_stack_config("mi355x")["kimi-deploy:observability"],

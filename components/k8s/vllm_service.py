@@ -459,29 +459,11 @@ def metrics_scrape_rules(spec: DeploymentSpec, command: VllmCommand) -> list[dic
     return [{"from": [peer], "ports": [{"protocol": "TCP", "port": command.port}]}]
 
 
-# vLLM's metric names keep their "vllm:" prefix whatever the scraping Prometheus' version. vLLM serves
-# /metrics with prometheus_client's make_asgi_app, whose OpenMetrics output (prometheus_client 0.23 to
-# 0.26 at least: openmetrics/exposition.py escapes sample names with the label-name charset) turns
-# "vllm:" into "vllm_" for a scraper whose Accept header asks for no UTF-8 escaping, as every
-# Prometheus 2.x does (prometheus/client_python#1177). The rename is a no-op where names arrive
-# intact (Prometheus 3); vLLM registers no name of its own starting with "vllm_".
-VLLM_NAME_RESTORE = {
-    "sourceLabels": ["__name__"],
-    "regex": "vllm_(.+)",
-    "targetLabel": "__name__",
-    "replacement": "vllm:${1}",
-    "action": "replace",
-}
-
-
 def pod_monitor_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
-    """PodMonitor (Prometheus Operator) of the serving pods' ``/metrics``, with vLLM's metric
-    names restored where the scrape escaped them (``VLLM_NAME_RESTORE``)."""
+    """PodMonitor (Prometheus Operator) of the serving pods' ``/metrics``."""
     return {
         "selector": _vllm_pods_selector(spec, serving_components(command)),
-        "podMetricsEndpoints": [{
-            "port": HTTP_PORT_NAME, "path": "/metrics", "interval": "30s", "metricRelabelings": [dict(VLLM_NAME_RESTORE)],
-        }],
+        "podMetricsEndpoints": [{"port": HTTP_PORT_NAME, "path": "/metrics", "interval": "30s"}],
     }
 
 
