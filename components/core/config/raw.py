@@ -196,9 +196,11 @@ class ObservabilityConfig(_Raw):
     prometheus_pod_labels: dict[str, str] = Field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}, alias="prometheusPodLabels"
     )
-    # Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by
-    # (kube-prometheus-stack by default: release=<its Helm release name>).
-    monitor_labels: dict[str, str] = Field(default_factory=dict, alias="monitorLabels")
+    # Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by: kube-prometheus-stack
+    # selects release=<its Helm release name> (components/core/scraping.py); {} for a Prometheus that selects all.
+    monitor_labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"}, alias="monitorLabels"
+    )
     queue_alert_minutes: StrictInt = Field(10, alias="queueAlertMinutes", ge=1, le=1440)
     kv_cache_alert_fraction: float = Field(0.95, alias="kvCacheAlertFraction", gt=0, le=1)
 
