@@ -626,7 +626,7 @@ def _assignments(role: dict[str, Any]) -> list[str]:
 
 def role_difference(base: dict[str, Any], role: dict[str, Any]) -> str | None:
     """How ``role``'s command differs from ``base``'s, in one sentence, or None when they differ
-    in more than a third of their options (then both are shown whole)."""
+    in more than half of their options (then both are shown whole)."""
 
     def units(r: dict[str, Any]) -> list[str]:
         return [" ".join(shlex.quote(w) for w in u) for u in shell_units(r["argv"])]
@@ -637,7 +637,7 @@ def role_difference(base: dict[str, Any], role: dict[str, Any]) -> str | None:
     env_mine, env_theirs = _assignments(role), _assignments(base)
     env_added = [a for a in env_mine if a not in env_theirs]
     env_removed = [a.split("=", 1)[0] for a in env_theirs if a not in env_mine]
-    if len(added) + len(removed) + len(env_added) + len(env_removed) > max(len(mine), len(theirs)) // 3:
+    if len(added) + len(removed) + len(env_added) + len(env_removed) > max(len(mine), len(theirs)) // 2:
         return None
     parts = []
     if added or removed:

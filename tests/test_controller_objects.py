@@ -22,7 +22,7 @@ from tests.test_k8s_workloads import HELM_RELEASE, K8S_STACKS, k8s_objects, mani
 def _hpa(name: str) -> dict[str, Any]:
     """``TURN_ON[name]`` with ``autoscaling.controller: hpa`` (and the adapter it needs)."""
     turn_on = dict(TURN_ON[name]) or {"kimi-deploy:autoscaling": dict(read_stack_config(name)["kimi-deploy:autoscaling"])}
-    k8s_cfg = dict(read_stack_config(name)["kimi-deploy:kubernetes"])
+    k8s_cfg = dict(turn_on.get("kimi-deploy:kubernetes") or read_stack_config(name)["kimi-deploy:kubernetes"])
     k8s_cfg["installedAddons"] = [*k8s_cfg.get("installedAddons", []), "prometheus-adapter"]
     return {**turn_on, "kimi-deploy:autoscaling": {**turn_on["kimi-deploy:autoscaling"], "controller": "hpa"},
             "kimi-deploy:kubernetes": k8s_cfg}
