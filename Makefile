@@ -56,11 +56,8 @@ crds: ## download the pinned upstream CRDs into .crds (needs internet; else set 
 plan: setup ## offline plan of a stack: STACK=b300 FORMAT=table|json|markdown
 	$(VENV)/bin/kimi-deploy plan --stack $(STACK) --format $(FORMAT)
 
-plan-all: setup ## offline plan of every stack (json, checked); says which ones `pulumi up` would refuse
-	@set -e; tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; s=$${s%.yaml}; \
-	  $(PY) scripts/plan.py --stack $$s --format json --output "$$tmp"; \
-	  $(PY) -c 'import json,sys; ok=json.load(open(sys.argv[1]))["deployable"]; \
-	    print(f"plan ok: {sys.argv[2]}" + ("" if ok else " (not deployable: `pulumi up` refuses it, see the blocked: line above)"))' "$$tmp" $$s; done
+plan-all: setup ## offline plan of every stack, one line each: deployable, or refused by `pulumi up` (and the key why)
+	$(PY) scripts/plan.py --all
 
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	$(PY) scripts/deploy_policy.py --stack $(STACK)
