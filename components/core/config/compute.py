@@ -185,25 +185,40 @@ def check_placement_and_capacity(
 
 
 def check_capacity_block_end(raw: RawConfig, now: datetime, expires_at: datetime | None, warnings: list[str]) -> None:
-    """A capacity block's ``compute.capacity.endsAt`` is in the future; a warning when it ends
-    before the stack expires.
+    """A capacity block's ``compute.capacity.endsAt`` leaves usable time; a warning when the
+    block stops running instances before the stack expires.
+
+    A block's instances are terminated ``capacity.CAPACITY_BLOCK_TERMINATION_SECONDS`` (30 min)
+    before its end (``capacity.usable_until``; AWS EC2 user guide, capacity-blocks-monitor), so
+    that moment, not ``endsAt``, is compared with now and with the expiry.
 
     Raises:
-        ConfigError: the block has ended.
+        ConfigError: the block has ended, or its instances are already being terminated.
     """
+    from ..capacity import CAPACITY_BLOCK_TERMINATION_SECONDS, usable_until
+
     cap = raw.compute.capacity
     if cap.type == "capacity-block" and cap.ends_at is not None:
         ends = cap.ends_at if cap.ends_at.tzinfo else cap.ends_at.replace(tzinfo=UTC)
+        usable = usable_until(ends)
+        window = f"{CAPACITY_BLOCK_TERMINATION_SECONDS // 60} min before its end"
         if ends <= now:
             raise ConfigError(
                 "compute.capacity.endsAt",
                 format_utc(ends),
                 f"is in the past (now {format_utc(now)}): the capacity block has ended",
             )
-        if expires_at is not None and ends < expires_at:
+        if usable <= now:
+            raise ConfigError(
+                "compute.capacity.endsAt",
+                format_utc(ends),
+                f"leaves no usable time (now {format_utc(now)}): AWS terminates the block's instances from "
+                f"{format_utc(usable)}, {window}",
+            )
+        if expires_at is not None and usable < expires_at:
             warnings.append(
-                f"the capacity block ends at {format_utc(ends)}, before the stack expires at {format_utc(expires_at)}: "
-                "the instances stop when the block ends"
+                f"the capacity block's instances are terminated from {format_utc(usable)} ({window} {format_utc(ends)}), "
+                f"before the stack expires at {format_utc(expires_at)}"
             )
 
 
