@@ -266,13 +266,17 @@ def check_instance_facts(spec: DeploymentSpec, clients: AwsClients) -> tuple[Che
 
 def instance_fact_mismatches(inst: InstanceFacts, gpu: GpuFacts, it: Mapping[str, Any]) -> list[str]:
     """Every difference between ``targets.py``'s facts and one EC2 ``InstanceTypeInfo`` (the
-    DescribeInstanceTypes shape, EC2 API reference): GPU count and memory, vCPUs, memory,
+    DescribeInstanceTypes shape, EC2 API reference): GPU model (``GpuInfo.Gpus[].Name``), count
+    and memory, vCPUs, memory,
     CPU architecture, instance-store disks (count, size, total), network cards, the interface
     types of each card, the EFA maximum, and that every card of the launch template's EFA
     layout takes an ``efa-only`` interface. Empty when everything matches.
     """
     problems: list[str] = []
     gpus = it.get("GpuInfo", {}).get("Gpus", [])
+    names = sorted({str(g.get("Name")) for g in gpus if g.get("Name")})
+    if names and names != [gpu.name]:
+        problems.append(f"{'/'.join(names)} GPUs (profile {gpu.name})")
     gpu_count = sum(g.get("Count", 0) for g in gpus)
     if gpu_count != inst.gpus:
         problems.append(f"{gpu_count} GPUs (profile {inst.gpus})")

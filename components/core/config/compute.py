@@ -17,22 +17,27 @@ from .spec import format_utc
 def resolve_instance(raw: RawConfig, target: TargetProfile) -> tuple[str, InstanceFacts]:
     """The instance type (``compute.instanceType`` or the target's for the platform) and its facts.
 
-    Raises:
-        ConfigError: no profile for the type, or another GPU count than the target's per node.
-    """
-    instance_type = raw.compute.instance_type or target.platforms[raw.platform]
-    from ..targets import INSTANCES  # local: keep the module namespace small
+    However the hardware is named, it must be the target's (``targets.hardware_mismatch``: GPU
+    model, GPUs per node, memory per GPU), or the sizing, the vLLM command and the price would be
+    the target's while the nodes are something else.
 
+    Raises:
+        ConfigError: no profile for the type, or another GPU model, count or memory than the target's.
+    """
+    from ..targets import INSTANCES, hardware_mismatch, instance_types_of  # local: keep the module namespace small
+
+    instance_type = raw.compute.instance_type or target.platforms[raw.platform]
     instance = INSTANCES.get(instance_type)
+    fitting = ", ".join(instance_types_of(target))
     if instance is None:
         raise ConfigError(
-            "compute.instanceType", instance_type, f"has no profile (known: {', '.join(INSTANCES)})"
+            "compute.instanceType", instance_type,
+            f"has no profile: nothing says it is a {target.name} node (instance types of {target.name}: {fitting})",
         )
-    if instance.gpus != target.gpus_per_node:
+    mismatch = hardware_mismatch(instance, target)
+    if mismatch:
         raise ConfigError(
-            "compute.instanceType",
-            instance_type,
-            f"has {instance.gpus} GPUs but target {target.name} needs {target.gpus_per_node} per node",
+            "compute.instanceType", instance_type, f"{mismatch} (instance types of {target.name}: {fitting})"
         )
     return instance_type, instance
 
