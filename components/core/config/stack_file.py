@@ -130,8 +130,8 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
 
 
 # Offline runs only (scripts/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
-# JSON config merged over every stack file, one level deep into maps, as `pulumi config set`
-# would add it: e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
+# JSON config applied over every stack file, each leaf as `pulumi config set --path` would set it
+# (``overlay_config``): e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
 CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
 
 
@@ -148,13 +148,75 @@ def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
     if not isinstance(extra, dict):
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
-    merged = dict(config)
+    return overlay_config(config, extra)
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """``(path, value)`` of every leaf of ``value``: a non-empty map is walked, anything else
+    (a scalar, a list, an empty map) is one leaf."""
+    if isinstance(value, dict) and value:
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*path, str(key)))]
+    return [(path, value)]
+
+
+def overlay_config(config: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` (a stack file's ``config:`` map) with every leaf of ``extra`` set the way
+    ``pulumi config set --path '<key>.<a>.<b>' <value>`` sets it, so a nested override keeps its
+    siblings (``{"kimi-deploy:compute": {"capacity": {"type": "odcr"}}}`` changes the capacity
+    type and keeps ``reservationId``). Values keep their JSON types, as with ``--path --json``.
+
+    Rules of pulumi/pulumi ``sdk/go/common/resource/config/map.go`` (``Map.Set`` with a path):
+    a top-level key alone replaces the value; below it, a scalar top-level value is replaced by a
+    map; a missing map on the way is created; a scalar or list on the way is an error ("a map was
+    expected"); a map left as exactly ``{"secure": ...}`` is reserved for secrets (an error).
+    ``config`` is not modified.
+
+    Raises:
+        StackFileError: a leaf would be set inside a value that is not a map, or into a secret.
+    """
+    import copy
+
+    merged = copy.deepcopy(dict(config))
     for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
+        for path, leaf in _leaves(value):
+            where = ".".join((key, *path))
+            if not path:
+                merged[key] = copy.deepcopy(leaf)
+                continue
+            root = merged.get(key)
+            if isinstance(root, dict) and set(root) == {"secure"}:
+                raise StackFileError(CONFIG_OVERLAY_ENV, where, f"cannot be set: {key} is a secret in the stack file")
+            if isinstance(root, list):
+                raise StackFileError(CONFIG_OVERLAY_ENV, where, _not_a_map(key, root))
+            if not isinstance(root, dict):
+                root = merged[key] = {}  # map.go: a top-level scalar is overwritten by the map
+            node = root
+            for depth, part in enumerate(path[:-1], start=1):
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+                elif not isinstance(child, dict):
+                    raise StackFileError(CONFIG_OVERLAY_ENV, where, _not_a_map(".".join((key, *path[:depth])), child))
+                node = child
+            node[path[-1]] = copy.deepcopy(leaf)
+            if set(node) == {"secure"}:
+                raise StackFileError(
+                    CONFIG_OVERLAY_ENV, where, "cannot be set: a map holding only 'secure' is reserved for secret values"
+                )
     return merged
+
+
+def _not_a_map(where: str, value: Any) -> str:
+    """The error words for a leaf set inside ``value`` at ``where``, which is not a map."""
+    if isinstance(value, list):
+        kind = "a list"
+    elif isinstance(value, bool):
+        kind = f"the boolean {str(value).lower()}"
+    elif isinstance(value, (int, float)):
+        kind = f"the number {value}"
+    else:
+        kind = f"the text {str(value)!r}"
+    return f"cannot be set: {where} is {kind} in the stack file, not a map (`pulumi config set --path` refuses it too)"
 
 
 def _yaml_error_text(err: yaml.YAMLError) -> str:
