@@ -53,7 +53,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     max_model_len, download_seconds_at_100MBps, usd_per_hour, price_source}, ``vllm``
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
-    per_node}], ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs}],
+    per_node}], ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references}] (references:
+    input path -> the resource attribute it is computed from, ``{"launchTemplate.id": "gpu-lt.id"}``),
     ``outputs``, ``secret_leaks``. Secret values appear only as ``[secret]``.
 
     Raises:
@@ -160,7 +161,13 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "blockers": [str(b) for b in spec.blockers],
         "deployable": not spec.blockers,
         # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP.
-        "resources": run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
+        "resources": [
+            {**entry, "references": run.references(r.inputs)}
+            for r, entry in zip(
+                resources, run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
+                strict=True,
+            )
+        ],
         "outputs": run.mark_computed(run.outputs),
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
