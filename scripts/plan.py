@@ -27,7 +27,15 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.core.config import STACKS_DIR, ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
+from components.core.config import (
+    STACKS_DIR,
+    ConfigError,
+    format_utc,
+    load_stack,
+    parse_clock,
+    read_stack_config,
+    stack_names,
+)
 from scripts._cli import CliParser, prog_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +47,7 @@ FORMATS = ("table", "json", "markdown")
 def _parse_now(text: str | None) -> datetime:
     if not text:
         return datetime.now(UTC).replace(microsecond=0)
-    return parse_utc(text, "--now")
+    return parse_clock(text, "--now")
 
 
 def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: Path | None = None) -> dict[str, Any]:

@@ -465,3 +465,80 @@ def test_an_overlay_error_is_one_line_and_exit_2():
     assert out.stderr.startswith(
         "error: KIMI_DEPLOY_CONFIG_OVERLAY: 'kimi-deploy:compute.availabilityZone.zone' cannot be set: "
         "kimi-deploy:compute.availabilityZone is the text 'us-east-1a' in the stack file, not a map")
+
+
+# --- unreadable, non-UTF-8 and out-of-range inputs: one line, exit 2 --------------------------------
+
+
+def test_a_non_utf8_or_unreadable_stack_file_is_one_line(tmp_path):
+    from components.core.config import StackFileError
+
+    (tmp_path / "Pulumi.latin1.yaml").write_bytes(b"config:\n  kimi-deploy:owner: caf\xe9\n")
+    with pytest.raises(StackFileError) as err:
+        load_stack("latin1", stacks_dir=tmp_path, now=FIXED_NOW)
+    assert str(err.value) == (f"--stack: 'latin1' file {tmp_path}/Pulumi.latin1.yaml is not UTF-8 text: byte 0xe9 at "
+                              "line 2, column 25 (save it as UTF-8)")
+    # A file the OS will not read (as root too: reading /proc/self/mem at offset 0 is an I/O error).
+    (tmp_path / "Pulumi.unreadable.yaml").symlink_to("/proc/self/mem")
+    with pytest.raises(StackFileError, match=r"file .*Pulumi.unreadable.yaml cannot be read: Input/output error$"):
+        load_stack("unreadable", stacks_dir=tmp_path, now=FIXED_NOW)
+    # A UTF-8 file with a byte-order mark is read (YAML allows one).
+    (tmp_path / "Pulumi.bom.yaml").write_bytes(b"\xef\xbb\xbf" + (REPO_ROOT / "stacks" / "Pulumi.b300.yaml").read_bytes())
+    assert load_stack("bom", stacks_dir=tmp_path, now=FIXED_NOW).stack == "bom"
+
+
+@pytest.fixture
+def bad_stack_files():
+    """A non-UTF-8 and an unreadable stack file in stacks/ (the commands read only from there)."""
+    import uuid
+
+    names = {"latin1": f"t-latin1-{uuid.uuid4().hex[:8]}", "unreadable": f"t-unreadable-{uuid.uuid4().hex[:8]}"}
+    latin1, unreadable = (STACKS_DIR / f"Pulumi.{names[k]}.yaml" for k in ("latin1", "unreadable"))
+    latin1.write_bytes(b"config:\n  kimi-deploy:owner: caf\xe9\n")
+    unreadable.symlink_to("/proc/self/mem")
+    try:
+        yield names
+    finally:
+        latin1.unlink()
+        unreadable.unlink()
+
+
+@pytest.mark.parametrize("command", [["scripts/plan.py"], ["scripts/preflight.py"], ["scripts/cost.py"],
+                                     ["scripts/deploy_policy.py"]])
+def test_commands_refuse_unreadable_inputs_in_one_line(command, bad_stack_files, tmp_path):
+    import subprocess
+    import sys
+
+    for kind, name in bad_stack_files.items():
+        out = subprocess.run([sys.executable, *command, "--stack", name], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, (kind, out.stderr)
+        assert out.stderr.startswith(f"error: --stack: '{name}' file stacks/Pulumi.{name}.yaml ")
+        assert ("is not UTF-8 text: byte 0xe9" if kind == "latin1" else "cannot be read") in out.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["scripts/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/plan.py", "--stack", "b300", "--now", "1970-01-01T00:00:00Z"],
+    ["scripts/plan_diff.py", "--against", "HEAD", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/sweep.py", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00-05:00"],
+])
+def test_a_far_off_clock_is_one_line(argv):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"error: --now: '{argv[-1]}' is out of range ("), out.stderr
+
+
+def test_cost_refuses_a_non_utf8_throughput_file_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "t.json").write_bytes(b"\xff\xfe{}")
+    out = subprocess.run([sys.executable, "scripts/cost.py", "--stack", "b300", "--throughput-json", str(tmp_path / "t.json")],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "is not UTF-8 text: byte 0xff at line 1, column 1" in out.stderr

@@ -78,6 +78,30 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT,
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
+def read_text_file(path: Path, key: str, value: Any, what: str) -> str:
+    """The UTF-8 text of ``path`` (a leading byte-order mark is dropped, as YAML allows).
+
+    Pulumi reads stack files as UTF-8 (go-yaml v3); so do the scripts' other inputs.
+
+    Raises:
+        StackFileError: one line naming ``key`` and ``value``: the file cannot be read (the OS
+            error), or is not UTF-8 (the first bad byte, its line and column).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise StackFileError(key, value, f"{what} cannot be read: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise StackFileError(
+            key, value,
+            f"{what} is not UTF-8 text: byte 0x{data[err.start]:02x} at line {line}, column {column} (save it as UTF-8)",
+        ) from None
+
+
 def stack_names(stacks_dir: Path = STACKS_DIR) -> list[str]:
     """Names of the stacks with a file ``stacks/Pulumi.<name>.yaml``, sorted."""
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
@@ -100,7 +124,7 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
             f"{', '.join(stack_names(stacks_dir)) or 'none'})",
         )
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
-    text = path.read_text()
+    text = read_text_file(path, "--stack", stack, f"file {shown}")
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
