@@ -542,3 +542,16 @@ def test_cost_refuses_a_non_utf8_throughput_file_in_one_line(tmp_path):
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "is not UTF-8 text: byte 0xff at line 1, column 1" in out.stderr
+
+
+def test_load_stack_refuses_an_overlay_that_cannot_be_set(monkeypatch):
+    from components.core.config import StackFileError
+    from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps({"kimi-deploy:compute": {"capacity": {"type": {"odcr": True}}}}))
+    with pytest.raises(StackFileError) as err:
+        load_stack("b300-prod", now=FIXED_NOW)
+    assert str(err.value) == (
+        "KIMI_DEPLOY_CONFIG_OVERLAY: 'kimi-deploy:compute.capacity.type.odcr' cannot be set: kimi-deploy:compute.capacity.type "
+        "is the text 'odcr' in the stack file, not a map (`pulumi config set --path` refuses it too)"
+    )
