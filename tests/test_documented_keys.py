@@ -9,7 +9,9 @@ The pairs (a document or reader -> the writer it depends on):
   ``weight_sync`` publishing to S3 (moto on 127.0.0.1);
 - stack outputs: the README's ``pulumi stack output X`` and "``X`` output" -> the program's
   exports (the plans' outputs);
-- the cost report: the README's ``--json`` keys -> ``scripts/cost.py --json``.
+- the cost report: the README's ``--json`` keys -> ``scripts/cost.py --json``;
+- the plan document: the README's list of its JSON keys -> ``scripts/plan.py`` ``build_plan_document``;
+- tags: the README's stack tags and the mirror's ``kimi-deploy:role``/``retain`` -> the resources' tags.
 """
 
 from __future__ import annotations
@@ -117,3 +119,47 @@ def test_cost_json_keys_the_readme_names_are_written():
     assert out.returncode == 0, out.stderr
     assert named and named <= set(json.loads(out.stdout)), named
 
+
+
+def _named_json_keys(text: str) -> dict[str, set[str]]:
+    """``{parent path: keys}`` of a README listing such as "`a`, `b` {`c`, `d`}, `e` [{`f`}]"."""
+    out: dict[str, set[str]] = {}
+    stack: list[str] = [""]
+    last = ""
+    for token in re.findall(r"`(\w+)`|(\{)|(\})", text):
+        name, opening, closing = token
+        if name:
+            out.setdefault(stack[-1], set()).add(name)
+            last = f"{stack[-1]}.{name}".lstrip(".")
+        elif opening:
+            stack.append(last)
+        elif closing and len(stack) > 1:
+            stack.pop()
+    return out
+
+
+def test_the_plan_json_keys_the_readme_lists_are_in_the_document():
+    from scripts.plan import build_plan_document
+
+    [listing] = re.findall(r"The JSON document has (.*?)\. Secret values", README, re.S)
+    named = _named_json_keys(re.sub(r"\([^()]*\)", "", listing))  # remarks in parentheses name no key
+    doc = build_plan_document("b300", now=FIXED_NOW)
+    assert len(named[""]) >= 8
+    for parent, keys in named.items():
+        node = doc
+        for part in filter(None, parent.split(".")):
+            node = node[part]
+            node = node[0] if isinstance(node, list) else node
+        assert keys <= set(node), (parent, sorted(keys - set(node)))
+
+
+def test_the_tags_the_readme_names_are_on_the_resources():
+    run = plan_for("b300")
+    every = re.search(r"Every AWS resource carries the tags (.*?) and, on trials, `expires-at`", README, re.S)
+    assert every
+    stack_tags = set(re.findall(r"`([\w:-]+)`", every.group(1)))
+    instance = next(r for r in run.resources if r.type == "aws:ec2/instance:Instance")
+    assert stack_tags | {"expires-at"} <= set(instance.inputs["tags"]), sorted(instance.inputs["tags"])
+    mirror_tags = dict(pair.split("=", 1) for pair in re.findall(r"`(kimi-deploy:\w+=[\w-]+)`", README))
+    bucket = next(r for r in run.resources if r.type == "aws:s3/bucket:Bucket")
+    assert mirror_tags and mirror_tags.items() <= bucket.inputs["tags"].items(), mirror_tags
