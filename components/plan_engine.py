@@ -246,6 +246,7 @@ CALL_COMPUTED_FIELDS: dict[str, tuple[str, ...]] = {
     "aws:ssm/getParameter:getParameter": ("value",),
     "aws:ec2/getAmi:getAmi": ("id",),
     "aws:ec2/getRouteTables:getRouteTables": ("ids",),
+    "aws:ec2/getSubnet:getSubnet": ("cidrBlock",),
 }
 
 CALL_RESULTS: dict[str, CallFn] = {
@@ -269,6 +270,10 @@ CALL_RESULTS: dict[str, CallFn] = {
         "id": "mock-subnets",
     },
     "aws:ec2/getRouteTables:getRouteTables": lambda a: {"ids": ["rtb-0mockprivate00001"], "id": "mock-route-tables"},
+    # An existing subnet's CIDR block (a /24 of 10.0.0.0/16 derived from its id: the same on every run).
+    "aws:ec2/getSubnet:getSubnet": lambda a: {
+        "id": a.get("id"), "cidrBlock": f"10.0.{int(stable_digits(str(a.get('id')), 3)) % 256}.0/24",
+    },
 }
 
 

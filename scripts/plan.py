@@ -61,13 +61,15 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     max_model_len, download_seconds_at_100MBps, usd_per_hour, price_source}, ``vllm``
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
-    per_node}], ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references}] (references:
+    per_node}], ``eks_api_endpoint`` (aws-eks: who reaches the API endpoint, else None),
+    ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references}] (references:
     input path -> the resource attribute it is computed from, ``{"launchTemplate.id": "gpu-lt.id"}``),
     ``outputs``, ``secret_leaks``. Secret values appear only as ``[secret]``.
 
     Raises:
         ConfigError: the stack file is missing or invalid (one line).
     """
+    from components.core.config import api_server_access
     from components.core.sizing import compute_sizing, first_deploy_seconds, sync_expected_seconds
     from components.core.vllm import build_vllm_command
     from components.core.weights import sync_steps
@@ -161,6 +163,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             }
             for s in steps
         ]),
+        # Who reaches the EKS API endpoint (aws-eks): private, or public from the named CIDRs only.
+        "eks_api_endpoint": api_server_access(spec.config).summary if spec.profile.creates_cluster else None,
         "expires_at": run.outputs.get("expiresAt"),
         "expires_rule": _expiry_rule(spec),
         "protect": spec.protect,
@@ -381,7 +385,7 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("first deploy", first),
         ("cost", price),
         ("expires", expires),
-    ] + scaling_rows(doc)
+    ] + ([("EKS API endpoint", doc["eks_api_endpoint"])] if doc.get("eks_api_endpoint") else []) + scaling_rows(doc)
 
 
 def render_markdown(doc: dict[str, Any]) -> str:

@@ -46,6 +46,7 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
+from components.core.naming import VLLM_CLIENT_SERVICE
 from scripts._cli import (
     EXIT_CHECK_FAILED,
     FAIL,
@@ -859,7 +860,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = (f"cannot connect to {shown_url}: {unreachable}. Is the server up and reachable from here? "
                    "An EC2 endpoint is private: start the Session Manager port forward (README, \"First day\") "
                    "and pass --base-url http://localhost:8000/v1; on the node, "
-                   "`journalctl -u kimi-vllm.service -f` shows whether vLLM is still loading")
+                   "`journalctl -u kimi-vllm.service -f` shows whether vLLM is still loading. On Kubernetes: "
+                   f"`kubectl -n <namespace> port-forward svc/{VLLM_CLIENT_SERVICE} 8000:8000` (the client Service)")
         if args.json:
             print_json({"base_url": shown_url, "model": args.model, "ok": False, "error": message,
                         "checks": [asdict(CheckResult(n, SKIP, "not run: the endpoint cannot be reached")) for n in CHECKS]})

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import ConfigError, api_server_access, load_stack, namespace_config, parse_spec, read_stack_config
 from tests.conftest import FIXED_NOW, STACKS
 
 
@@ -434,14 +434,15 @@ def test_secure_value_on_a_plain_key_is_rejected_without_ciphertext(tmp_path):
     assert "not a secret key" in str(info.value) and "CIPHERTEXT" not in str(info.value)
 
 
-def test_eks_public_api_endpoint_by_default_warns_it_is_open():
+def test_eks_api_endpoint_is_private_by_default_and_says_how_to_reach_it():
     spec = parse_spec(base("gb300"), stack="t", now=FIXED_NOW)
-    assert spec.config.network.api_server_private_only is False
-    assert any(
-        "the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs" == w
-        for w in spec.warnings
-    )
-    assert not any("inside the VPC" in w for w in spec.warnings)
+    assert spec.config.network.api_server_private_only is None
+    assert not api_server_access(spec.config).public
+    assert (
+        "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port forwarding), "
+        "or set network.apiServerPublicCidrs to your egress CIDR to reach it from there"
+    ) in spec.warnings
+    assert not any("from any address" in w for w in spec.warnings)
 
 
 def test_eks_public_api_endpoint_restricted_does_not_warn():

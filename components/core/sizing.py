@@ -330,10 +330,10 @@ def sync_expected_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) 
 def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
     """Seconds a sync step may take before Pulumi and the Job give up:
     ``SYNC_SAFETY_FACTOR`` x the expected time, rounded up to whole minutes, at least
-    ``SYNC_BUDGET_FLOOR_SECONDS``."""
+    ``SYNC_BUDGET_FLOOR_SECONDS``, plus the step's wait for an import (``SyncStep.source_wait_seconds``)."""
     expected = sync_expected_seconds(spec, sizing, step)
     budget = int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
-    return max(budget, SYNC_BUDGET_FLOOR_SECONDS)
+    return max(budget, SYNC_BUDGET_FLOOR_SECONDS) + step.source_wait_seconds
 
 
 def first_deploy_seconds(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> int:

@@ -163,7 +163,10 @@ def scaled_object_spec(spec: DeploymentSpec, sizing: Sizing, plan: ScalingPlan, 
         },
         "advanced": {
             "restoreToOriginalReplicaCount": False,
-            "horizontalPodAutoscalerConfig": {"name": VLLM_NAME, "behavior": hpa_behavior(plan)},
+            # No custom name: KEDA's own keda-hpa-<scaledobject> (controllers/keda/hpa.go getHPAName),
+            # never the name the HPA of `controller: hpa` takes, so switching controllers (new objects
+            # are created before old ones go) cannot collide (core/controller_objects.py).
+            "horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(plan)},
         },
         "triggers": triggers,
     }

@@ -31,6 +31,15 @@ def check_kubernetes(
             host_path,
             "must be an absolute path below / without '..' (where the node's NVMe is mounted)",
         )
+    from ..node_storage import state_containing
+
+    if (state := state_containing(host_path)) is not None:
+        raise ConfigError(
+            "kubernetes.nvmeHostPath",
+            host_path,
+            f"lies in the node's own state at {state} (kubelet, container runtime or logs): name where the NVMe "
+            "is mounted (pods mount only <nvmeHostPath>/kimi-deploy/weights, /staging and /engine-cache)",
+        )
     from ..limits import check_kubernetes_fields_and_limits
 
     check_kubernetes_fields_and_limits(raw, stack, project)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
 from ..model import MODELS
 from ..versions import VLLM_PORT
 from .errors import ConfigError
@@ -100,11 +101,12 @@ class NetworkConfig(_Raw):
     # An existing VPC may already route S3 through a gateway endpoint (a second one on the same
     # route tables fails); set false there.
     s3_gateway_endpoint: bool = Field(True, alias="s3GatewayEndpoint")
-    # EKS API server (as EKS and eksctl default): private endpoint always, plus the public one
-    # (IAM-authenticated), from these CIDRs only when set (none = any address). apiServerPrivateOnly
-    # turns the public endpoint off (then `pulumi up` must run from inside the VPC).
+    # EKS API server: the private endpoint always; the public one (IAM-authenticated) only from
+    # apiServerPublicCidrs, never from any address. Without them the endpoint is private (then
+    # `pulumi up` runs from inside the VPC). apiServerPrivateOnly says so explicitly; false needs
+    # apiServerPublicCidrs. See config/network.py api_server_access.
     api_server_public_cidrs: tuple[str, ...] = Field((), alias="apiServerPublicCidrs")
-    api_server_private_only: StrictBool = Field(False, alias="apiServerPrivateOnly")
+    api_server_private_only: StrictBool | None = Field(None, alias="apiServerPrivateOnly")
 
 
 class MirrorConfig(_Raw):
@@ -131,6 +133,10 @@ class FsxConfig(_Raw):
     efa: bool = False
     metadata_iops: StrictInt | None = Field(
         None, alias="metadataIops", ge=FSX_METADATA_IOPS_RANGE[0], le=FSX_METADATA_IOPS_RANGE[1]
+    )
+    # Seconds a reader waits for the S3 import to produce a listed file (fsx.IMPORT_WAIT_SECONDS).
+    import_wait_seconds: StrictInt = Field(
+        IMPORT_WAIT_SECONDS, alias="importWaitSeconds", ge=0, le=MAX_IMPORT_WAIT_SECONDS
     )
 
 
@@ -172,6 +178,10 @@ class KubernetesConfig(_Raw):
     service_type: Literal["ClusterIP", "internal-nlb"] = Field("ClusterIP", alias="serviceType")
     allowed_namespaces: tuple[str, ...] = Field((), alias="allowedNamespaces")
     allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
+    # kubernetes platform: the address ranges the cluster's pods and nodes take their addresses
+    # from; the NetworkPolicy excludes them from allowedCidrs (an ipBlock admits every pod whose
+    # address it covers). On aws-eks they are the VPC's node subnets, known to the stack.
+    cluster_cidrs: tuple[str, ...] = Field((), alias="clusterCidrs")
     nvme_host_path: str = Field("/mnt/k8s-disks/0", alias="nvmeHostPath")
     context: str | None = None
     # aws-eks: IAM roles/users granted cluster admin (EKS access entries), besides the creator.
