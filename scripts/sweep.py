@@ -50,6 +50,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.core.config import format_utc as _utc
+from components.core.config import parse_clock
 from components.core.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
@@ -621,9 +622,9 @@ def main(
     except SystemExit as exc:
         return int(exc.code or 0) if exc.code in (0, None) else 2
     try:
-        now = parse_time(args.now) if args.now else datetime.now(UTC).replace(microsecond=0)
-    except ValueError:
-        print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
+        now = parse_clock(args.now, "--now") if args.now else datetime.now(UTC).replace(microsecond=0)
+    except ValueError as err:  # ConfigError: not a time, or out of range
+        print(f"error: {err}", file=sys.stderr)
         return 2
     if not 0 <= args.wait_seconds <= 86_400:  # also rejects nan
         print(f"error: --wait-seconds: {args.wait_seconds:g} must be between 0 and 86400 seconds", file=sys.stderr)

@@ -503,6 +503,36 @@ def time_to_ready(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, .
     return TimeToReady(scenarios, streamer, cached, REPEAT_TRIAL_GOAL_SECONDS, after_running)
 
 
+def stack_time_to_ready(spec: DeploymentSpec) -> TimeToReady:
+    """``time_to_ready`` of ``spec`` with its own sizing and sync steps (the mirror named by
+    ``weights.SHAPE_BUCKET`` when the stack uses one): what preflight and the plan compare the
+    cloud's time with."""
+    from .sizing import compute_sizing
+    from .weights import SHAPE_BUCKET, sync_steps
+
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+    return time_to_ready(spec, compute_sizing(spec), steps)
+
+
+def pulumi_up_seconds(spec: DeploymentSpec, model: TimeToReady) -> tuple[int, str]:
+    """``(seconds, how)``: the modelled duration of the first `pulumi up` of ``spec``, which the
+    deploying credentials must outlive.
+
+    Where the workloads are Kubernetes objects, pulumi-kubernetes awaits them: the weight-sync
+    Jobs and the vLLM workload until ready (``components/k8s``: custom timeouts sized to the
+    startup budget; ``pulumi.com/waitFor`` on the LeaderWorkerSet), so `pulumi up` lasts the whole
+    ``first_deploy`` scenario. On aws-ec2 it returns once the instance runs (the sync and vLLM
+    start under systemd on the instance): the ``infrastructure`` phase.
+    """
+    first = model.scenarios["first_deploy"]
+    if spec.profile.runs_kubernetes:
+        return first.total_seconds, (
+            "first deploy: pulumi-kubernetes waits for the weight-sync Jobs and the vLLM workload until ready"
+        )
+    infrastructure = next(p for p in first.phases if p.name == "infrastructure")
+    return infrastructure.end_seconds, "`pulumi up` returns once the instance runs (the sync runs on the instance)"
+
+
 # Why the scenarios start the engine cold although engine_cache.py exists (README "Time to ready").
 ENGINE_CACHE_NOTE = (
     "engine caches: on aws-ec2 (boot units) and aws-eks (a restore init container and a save sidecar "

@@ -46,7 +46,7 @@ from .raw import (
     TimeToReadyConfig,
     VllmConfig,
 )
-from .spec import DeploymentSpec, format_utc, parse_utc
+from .spec import CLOCK_MAX, CLOCK_MIN, DeploymentSpec, format_utc, parse_clock, parse_utc
 from .stack_file import (
     CONFIG_OVERLAY_ENV,
     REPO_ROOT,
@@ -60,12 +60,12 @@ from .stack_file import (
 )
 
 __all__ = [
-    "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_SHOWN_VALUE_CHARS", "MAX_TRIAL_HOURS",
+    "CLOCK_MAX", "CLOCK_MIN", "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_SHOWN_VALUE_CHARS",
+    "MAX_TRIAL_HOURS",
     "MIN_CLIENT_PREFIX_LENGTH", "NAMESPACE", "REPO_ROOT", "SECRET_KEYS", "STACKS_DIR", "STACK_FILE_KEYS",
     "ApiServerAccess", "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "ConfigError", "DeploymentSpec", "FsxConfig",
     "KubernetesConfig", "MirrorConfig", "ModelConfig", "NetworkConfig", "ObservabilityConfig", "RawConfig",
     "ScheduleWindowConfig", "StackFileError", "StorageConfig", "TimeToReadyConfig", "VllmConfig", "api_server_access",
-    "block_instances",
-    "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_spec", "parse_utc", "read_stack_config",
-    "stack_names",
+    "block_instances", "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_clock", "parse_spec",
+    "parse_utc", "read_stack_config", "stack_names",
 ]

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
+from ..model import MODELS
 from ..versions import VLLM_PORT
 from .errors import ConfigError
 
@@ -18,6 +19,32 @@ from .errors import ConfigError
 SECRET_KEYS: tuple[str, ...] = ("hfToken", "modelscopeToken", "apiKey", "kubeconfig")
 
 DEFAULT_TRIAL_TTL_HOURS = 72
+
+# Upper bounds of numeric settings (each reaches a rendered file: user data, the vLLM argv and env,
+# probes, the FSx and EC2 API inputs). Where an API states its range the bound is that range;
+# elsewhere it is a typo guard far above any real value, named here with its reason.
+# A price per node-hour: 70x the dearest GPU instance on demand (p6-b300.48xlarge, USD 142.42;
+# targets.py), so no price in the plan can be a slipped decimal point of a real one.
+MAX_USD_PER_NODE_HOUR = 10_000.0
+# Instances in one capacity block: "Each Capacity Block can have up to 64 instances" (EC2 user
+# guide, capacity-blocks-purchase).
+MAX_CAPACITY_BLOCK_INSTANCES = 64
+# FSx for Lustre API ranges (botocore's fsx service model: StorageCapacity 0..2147483647 GiB,
+# PerUnitStorageThroughput 12..1000 MB/s/TiB, MetadataIops 1500..192000).
+FSX_STORAGE_CAPACITY_GIB_RANGE = (0, 2_147_483_647)
+FSX_THROUGHPUT_PER_TIB_RANGE = (12, 1000)
+FSX_METADATA_IOPS_RANGE = (1500, 192_000)
+# A measured read or copy rate: 1 TB/s, ten times the sum of 16 NVMe devices at PCIe 5.0 x4
+# (storage.readGBps is checked against the kind's own ceiling after this).
+MAX_MEASURED_GBPS = 1000.0
+# A measured phase of the time to ready: a day (the longest modelled phase, the first hub
+# download, is about 4.3 h; timeToReady.engineInitSeconds reaches VLLM_ENGINE_READY_TIMEOUT_S).
+MAX_MEASURED_PHASE_SECONDS = 86_400.0
+# Decode context parallelism divides the tensor-parallel group: at most the largest group of a
+# target (gb200: 16 GPUs; the vllm check then requires it to divide the stack's TP).
+MAX_DECODE_CONTEXT_PARALLEL_SIZE = 16
+# The longest context of a model profile (Kimi K3.1 Pro: 1,048,576 tokens; model.py).
+MAX_MODEL_LEN_TOKENS = max(m.max_context_tokens for m in MODELS.values())
 
 
 class _Raw(BaseModel):
@@ -43,10 +70,10 @@ class CapacityConfig(_Raw):
     reservation_id: str | None = Field(None, alias="reservationId")
     availability_zone: str | None = Field(None, alias="availabilityZone")
     ends_at: datetime | None = Field(None, alias="endsAt")
-    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
     # Instances (trays) in the capacity block as bought, for UltraServer blocks (default: the
     # smallest UltraServer of the type, targets.InstanceFacts.ultraserver_instances).
-    block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1)
+    block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1, le=MAX_CAPACITY_BLOCK_INSTANCES)
 
 
 class ComputeConfig(_Raw):
@@ -60,7 +87,7 @@ class ComputeConfig(_Raw):
     root_volume_gib: StrictInt = Field(500, alias="rootVolumeGib", ge=100, le=16_384)
     ami_id: str | None = Field(None, alias="amiId")
     ami_architecture: Literal["x86_64", "arm64"] | None = Field(None, alias="amiArchitecture")
-    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
 
 
 class NetworkConfig(_Raw):
@@ -96,11 +123,17 @@ class FsxConfig(_Raw):
     """``kimi-deploy:storage.fsx``: FSx for Lustre settings (used when storage.kind needs FSx)."""
 
     deployment_type: str = Field("PERSISTENT_2", alias="deploymentType")
-    throughput_per_tib: StrictInt = Field(1000, alias="throughputPerTib")
-    capacity_gib: StrictInt | None = Field(None, alias="capacityGib")
+    throughput_per_tib: StrictInt = Field(
+        1000, alias="throughputPerTib", ge=FSX_THROUGHPUT_PER_TIB_RANGE[0], le=FSX_THROUGHPUT_PER_TIB_RANGE[1]
+    )
+    capacity_gib: StrictInt | None = Field(
+        None, alias="capacityGib", ge=FSX_STORAGE_CAPACITY_GIB_RANGE[0], le=FSX_STORAGE_CAPACITY_GIB_RANGE[1]
+    )
     headroom_fraction: float = Field(0.10, alias="headroomFraction", ge=0, le=2)
     efa: bool = False
-    metadata_iops: StrictInt | None = Field(None, alias="metadataIops")
+    metadata_iops: StrictInt | None = Field(
+        None, alias="metadataIops", ge=FSX_METADATA_IOPS_RANGE[0], le=FSX_METADATA_IOPS_RANGE[1]
+    )
     # Seconds a reader waits for the S3 import to produce a listed file (fsx.IMPORT_WAIT_SECONDS).
     import_wait_seconds: StrictInt = Field(
         IMPORT_WAIT_SECONDS, alias="importWaitSeconds", ge=0, le=MAX_IMPORT_WAIT_SECONDS
@@ -111,7 +144,7 @@ class StorageConfig(_Raw):
     """``kimi-deploy:storage``: where the weights live while being served."""
 
     kind: Literal["nvme", "fsx", "nvme-from-fsx", "pvc"] = "nvme"
-    read_gbps: float | None = Field(None, alias="readGBps", gt=0)
+    read_gbps: float | None = Field(None, alias="readGBps", gt=0, le=MAX_MEASURED_GBPS)
     existing_claim: str | None = Field(None, alias="existingClaim")
     mirror: MirrorConfig = MirrorConfig()
     fsx: FsxConfig = FsxConfig()
@@ -123,8 +156,10 @@ class VllmConfig(_Raw):
     image_tag: str | None = Field(None, alias="imageTag")
     image: str | None = None
     port: StrictInt = Field(VLLM_PORT, ge=1024, le=65535)
-    decode_context_parallel_size: StrictInt = Field(1, alias="decodeContextParallelSize", ge=1)
-    max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024)
+    decode_context_parallel_size: StrictInt = Field(
+        1, alias="decodeContextParallelSize", ge=1, le=MAX_DECODE_CONTEXT_PARALLEL_SIZE
+    )
+    max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024, le=MAX_MODEL_LEN_TOKENS)
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = Field(
         None, alias="kvCacheDtype"
     )
@@ -207,14 +242,19 @@ class ObservabilityConfig(_Raw):
 
 class TimeToReadyConfig(_Raw):
     """``kimi-deploy:timeToReady``: measured figures that replace the estimates of
-    ``spec/time_to_ready.py`` (each optional; seconds or GB/s, all > 0)."""
+    ``time_to_ready.py`` (each optional; seconds up to ``MAX_MEASURED_PHASE_SECONDS``, GB/s up to
+    ``MAX_MEASURED_GBPS``, all > 0)."""
 
-    infrastructure_seconds: float | None = Field(None, alias="infrastructureSeconds", gt=0)
-    instance_boot_seconds: float | None = Field(None, alias="instanceBootSeconds", gt=0)
-    image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0)
-    copy_gbps: float | None = Field(None, alias="copyGBps", gt=0)
-    engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0)
-    engine_init_cached_seconds: float | None = Field(None, alias="engineInitCachedSeconds", gt=0)
+    infrastructure_seconds: float | None = Field(
+        None, alias="infrastructureSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
+    )
+    instance_boot_seconds: float | None = Field(None, alias="instanceBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    copy_gbps: float | None = Field(None, alias="copyGBps", gt=0, le=MAX_MEASURED_GBPS)
+    engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    engine_init_cached_seconds: float | None = Field(
+        None, alias="engineInitCachedSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
+    )
 
 
 class RawConfig(_Raw):
