@@ -5,6 +5,7 @@ fit one managed policy."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,9 +124,15 @@ def _venv_of_this_python(root: Path) -> Path:
     return venv
 
 
+def _top_level_make_env() -> dict[str, str]:
+    """The environment of a user's shell: under `make test` the suite inherits MAKELEVEL and
+    MAKEFLAGS, which make a nested make print "Entering directory" on stdout."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+
+
 def test_make_iam_policy_writes_pure_json(tmp_path):
     out = subprocess.run(["make", "iam-policy", "STACK=b300", f"VENV={_venv_of_this_python(tmp_path)}"], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=_top_level_make_env())
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["Version"] == "2012-10-17", out.stdout[:200]
 
@@ -144,7 +151,7 @@ def test_make_iam_policy_on_a_first_run_keeps_setup_progress_off_stdout(tmp_path
     venv = tmp_path / "venv"
     out = subprocess.run(
         ["make", "iam-policy", "STACK=b300", f"VENV={venv}", f"PYTHON={stub}", "PIP_INSTALL=:"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=_top_level_make_env(),
     )
     assert out.returncode == 0, out.stderr
     assert (venv / ".runtime").exists() and "make: installing" in out.stderr and "ready in" in out.stderr
