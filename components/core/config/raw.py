@@ -545,8 +545,8 @@ def range_text(info: Any, ctx: Mapping[str, Any] | None = None) -> str:
         for name in ("gt", "ge", "lt", "le"):
             if getattr(meta, name, None) is not None:
                 bounds[name] = getattr(meta, name)
-    if not bounds:
-        bounds = {name: ctx[name] for name in ("gt", "ge", "lt", "le") if name in (ctx or {})}
+    if not bounds and ctx:
+        bounds = {name: ctx[name] for name in ("gt", "ge", "lt", "le") if name in ctx}
     if "ge" in bounds and "le" in bounds:
         return f"{bounds['ge']} to {bounds['le']}"
     words = {"gt": "more than", "ge": "at least", "lt": "less than", "le": "at most"}
