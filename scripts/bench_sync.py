@@ -324,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             # The scripted pair: copy, then check every file against the manifest's sha256 (what
             # weight_sync proves), then make it durable as weight_sync does.
             sums = os.path.join(work, "SHA256SUMS")
-            with open(sums, "w") as f:
-                f.writelines(f"{e['sha256']}  {e['path']}\n" for e in doc["files"])
+            with open(sums, "w") as sums_file:
+                sums_file.writelines(f"{e['sha256']}  {e['path']}\n" for e in doc["files"])
             s5_sha = ["sh", "-c", '"$0" "$@" && cd "$DEST" && sha256sum --quiet -c "$SUMS" && sync',
                       *s5, "cp", f"{MIRROR}/*", d_s5sync + "/"]
             cases: list[tuple[str, list[str], str]] = [
@@ -415,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
                                   f"{ours_pub['ratio']}x {'met' if ours_pub['met'] else 'MISSED'}")
             base_pub["target"] = "(the scripted pair)"
         load_after = os.getloadavg()
-        result = {"profile": args.profile, "files": len(doc["files"]), "total_bytes": total, "workers": args.workers, "cache": cache,
-                  "cache_drop": drop_mode, "repeat": reps,
+        result = {"profile": args.profile, "files": len(doc["files"]), "total_bytes": total, "workers": args.workers,
+                  "cache": cache, "cache_drop": drop_mode, "repeat": reps,
                   "largest_file_bytes": max(f["size_bytes"] for f in doc["files"]), "cpus": os.cpu_count(),
                   "load_average_before": [round(x, 2) for x in load_before],
                   "load_average_after": [round(x, 2) for x in load_after], "runs": rows}

@@ -19,6 +19,9 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   mirror                the S3 mirror exists and its manifest.json is complete
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
+  vllm-argv             the stack's serve commands parse with the real vLLM parser (.venv-vllm)
+  engine-image          (where docker or podman is on PATH) `kimi-deploy engine verify` of the
+                        stack's engine image: version, required features, parsers, env names
 An API that cannot answer (type unknown to the catalog, access denied, not implemented by the
 endpoint, no credentials) gives ``unknown``, never a crash; a check that does not apply to the
 stack is ``skip`` with or without credentials. boto3 honors AWS_ENDPOINT_URL (on localhost with no
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -802,6 +806,21 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
     return Check("vllm-argv", PASS, f"vLLM {parser_version}'s parser accepts the {roles} command")
 
 
+def check_engine_image(spec: DeploymentSpec, runtime: str) -> Check:
+    """``kimi-deploy engine verify`` of the stack's engine image (scripts/engine_verify.py): pulled
+    with ``runtime``, the model's required features, version, parsers, env names and serve commands
+    checked inside it. Run only where a container runtime is present (the image is ~25 GB)."""
+    from components.core.sizing import compute_sizing
+    from components.core.vllm import build_vllm_command
+    from scripts import engine_verify
+
+    image = build_vllm_command(spec, compute_sizing(spec)).image
+    result = engine_verify.verify(image, spec.stack, runtime)
+    if result.proven:
+        return Check("engine-image", PASS, f"{image} serves {spec.model.display_name} (pinned: {result.pinned})")
+    return Check("engine-image", FAIL, one_line("; ".join(result.refusals()))[:300])
+
+
 # ---------------------------------------------------------------------------------------------
 # Orchestration
 # ---------------------------------------------------------------------------------------------
@@ -833,10 +852,13 @@ def run_checks(
     context: str | None = None,
     progress: Callable[[str], None] | None = None,
     vllm_python: Path | None = None,
+    container_runtime: str | None = None,
 ) -> list[Check]:
     """All preflight checks of ``spec`` in order. Never raises for an API's answer.
 
     ``vllm_python``: the vLLM parser venv's python for ``vllm-argv`` (None: that check is skipped).
+    ``container_runtime``: docker or podman; when given, ``engine-image`` verifies the stack's
+    engine image inside it (``kimi-deploy engine verify``); without one that check is not listed.
     """
     now = now or datetime.now(UTC)
     checks: list[Check] = []
@@ -881,6 +903,9 @@ def run_checks(
     checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
     step("vLLM command")
     checks.append(check_vllm_argv(spec, vllm_python))
+    if container_runtime is not None:
+        step("engine image")
+        checks.append(check_engine_image(spec, container_runtime))
     return checks
 
 
@@ -937,6 +962,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
         "vllm_python": find_vllm_python(),
+        "container_runtime": next((p for p in map(shutil.which, ("docker", "podman")) if p), None),
     }
     if sys.stderr.isatty() and not args.json:
         from rich.console import Console
