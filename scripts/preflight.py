@@ -51,6 +51,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.core.config import DeploymentSpec, format_utc, load_stack, stack_names
+from components.core.config.phase import SWITCH_TO_SERVE
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts._cli import (
@@ -612,7 +613,8 @@ def check_service(spec: DeploymentSpec, clients: AwsClients, service: str) -> Ch
 
 
 def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str | None) -> Check:
-    """The S3 mirror bucket and its manifest.json: every listed file present at its size."""
+    """The S3 mirror bucket and its manifest.json: every listed file present at its size. In a
+    ``phase: stage`` stack a complete mirror says to switch to serve (``SWITCH_TO_SERVE``)."""
     from botocore.exceptions import ClientError
 
     name = "mirror"
@@ -640,6 +642,9 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
         if _code(err) in ("NoSuchKey", "404"):
+            if spec.staging:
+                return Check(name, WARN, f"{where}/{MANIFEST_NAME} is missing: the stage's publish has not finished; stay in "
+                             "phase stage (the manifest and marker are written last)")
             return Check(
                 name,
                 WARN,
@@ -671,6 +676,8 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
         return Check(name, WARN, f"{what}, but no {MARKER_NAME}: the last sync did not finish")
     if len(files) != spec.model.file_count:
         return Check(name, WARN, f"{what}; the model profile lists {spec.model.file_count} files")
+    if spec.staging:
+        return Check(name, PASS, f"{what}: staged; switch: {SWITCH_TO_SERVE}")
     return Check(name, PASS, what)
 
 

@@ -216,6 +216,8 @@ class RawConfig(_Raw):
     expires_at: datetime | None = Field(None, alias="expiresAt")
     trial_ttl_hours: StrictInt = Field(DEFAULT_TRIAL_TTL_HOURS, alias="trialTtlHours", ge=1, le=24 * 30)
     protect: bool | None = None
+    # stage: create everything the weights need and nothing that needs a GPU (config/phase.py).
+    phase: Literal["stage", "serve"] = "serve"
     model: ModelConfig = ModelConfig()
     compute: ComputeConfig = ComputeConfig()
     network: NetworkConfig = NetworkConfig()
