@@ -158,7 +158,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "warnings": list(spec.warnings),
         # What stops `pulumi up` (the program raises the first) although the plan renders.
         "blockers": [str(b) for b in spec.blockers],
-        "deployable": not spec.blockers,
+        # A stage declares no engine: a build that cannot serve blocks serve only (config/phase.py).
+        "deployable": not spec.blockers or spec.staging,
         # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP.
         "resources": run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
         "outputs": run.mark_computed(run.outputs),
@@ -166,7 +167,75 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "generated_at": format_utc(now),
         **scaling_section(spec, sizing),
         **_time_to_ready_section(spec, sizing, steps),
+        **_stage_then_serve_section(spec, sizing, steps),
     }
+
+
+def _stage_then_serve_section(spec, sizing, steps) -> dict[str, Any]:
+    """``phase`` (the stack's) and ``stage_then_serve``: ``phase: stage`` until the mirror is
+    complete, then serve, beside a single ``pulumi up`` (``time_to_ready.stage_then_serve``), or
+    None without a mirror (nothing to stage)."""
+    from components.core.time_to_ready import stage_then_serve
+
+    model = stage_then_serve(spec, sizing, steps)
+    return {"phase": spec.config.phase, "stage_then_serve": model.as_json() if model is not None else None}
+
+
+def stage_then_serve_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The compact comparison for people: ``(path, time to ready, GPU USD, staging USD)`` rows of a
+    single ``pulumi up``, stage then serve, and the GPU wait saved; empty without a mirror."""
+    sts = doc.get("stage_then_serve")
+    if not sts:
+        return []
+
+    def usd(value: float | None) -> str:
+        return "unknown (no GPU price)" if value is None else f"{value:,.2f}"
+
+    single, serve = sts["single_up"], sts["serve"]
+    staging = "none added" if sts["staging_usd"] is None else usd(sts["staging_usd"])
+    return [
+        ("single `pulumi up`", _duration(single["total_seconds"]), usd(single["gpu_usd"]), "-"),
+        ("stage, then serve", _duration(sts["total_seconds"]), usd(serve["gpu_usd"]), staging),
+        ("GPU wait saved", _duration(sts["gpu_seconds_saved"]), usd(sts["gpu_usd_saved"]), ""),
+    ]
+
+
+def _stage_then_serve_notes(doc: dict[str, Any]) -> list[str]:
+    """What runs the stage, when to switch, and the reservation note where it applies."""
+    sts = doc["stage_then_serve"]
+    notes = [f"staging on {sts['staging_compute']}; switch to serve at {_duration(sts['switch_at_seconds'])}, "
+             f"when {sts['switch_when']}"]
+    return notes + ([sts["reservation_note"]] if sts["reservation_note"] else [])
+
+
+def _stage_then_serve_table(doc: dict[str, Any], console) -> None:
+    """The section for people: the rows of ``stage_then_serve_rows`` and the reservation note."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    rows = stage_then_serve_rows(doc)
+    if not rows:
+        console.print("\n" + _stage_then_serve_lines(doc)[-1].replace("**", ""), highlight=False, markup=False)
+        return
+    table = Table(title=f"\nstage, then serve (this stack's phase: {doc['phase']})", title_justify="left")
+    for column in ("path", "time to ready", "GPU USD", "staging USD"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    console.print(table)
+    for note in _stage_then_serve_notes(doc):
+        console.print("  " + note, highlight=False, markup=False, soft_wrap=True)
+
+
+def _stage_then_serve_lines(doc: dict[str, Any]) -> list[str]:
+    """The section as text lines (markdown table; the table renderer prints the same rows)."""
+    rows = stage_then_serve_rows(doc)
+    if not rows:
+        return ["", "**Stage, then serve**: no S3 mirror, nothing to stage (phase: stage needs one)."]
+    lines = ["", f"**Stage, then serve** (this stack's phase: {doc['phase']})", "",
+             "| path | time to ready | GPU USD | staging USD |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return lines + [""] + [f"> {note}" for note in _stage_then_serve_notes(doc)]
 
 
 def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
@@ -393,6 +462,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`"
         )
     lines += _time_to_ready_markdown(doc)
+    lines += _stage_then_serve_lines(doc)
     lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
     for r in doc["resources"]:
         # Outside code spans `<known after pulumi up>` would be read as an HTML tag and hidden.
@@ -550,6 +620,7 @@ def render_table(doc: dict[str, Any], file=None) -> None:
             highlight=False, markup=False, soft_wrap=True,
         )
     _time_to_ready_table(doc, console)
+    _stage_then_serve_table(doc, console)
     table = Table(title=f"\nresources ({len(doc['resources'])})", title_justify="left")
     table.add_column("type", overflow="fold")
     table.add_column("name", overflow="fold")

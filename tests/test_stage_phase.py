@@ -236,4 +236,66 @@ def test_preflight_mirror_check_says_when_to_switch(moto_aws):
     s3.put_object(Bucket="stage-mirror", Key=f"{prefix}/manifest.json", Body=json.dumps({"files": files}).encode())
     s3.put_object(Bucket="stage-mirror", Key=f"{prefix}/.weights-complete.json", Body=b"{}")
     check = preflight.check_mirror(spec, clients, "stage-mirror")
-    assert check.status == PASS and check.reason.endswith("staged; switch: pulumi config set kimi-deploy:phase serve && pulumi up")
+    assert check.status == PASS
+    assert check.reason.endswith("staged; switch: pulumi config set kimi-deploy:phase serve && pulumi up")
+
+
+# --- the plan: stage then serve beside a single `pulumi up` --------------------------------------
+
+
+def _stage_then_serve(stack: str):
+    from components.core.sizing import compute_sizing
+    from components.core.time_to_ready import stage_then_serve
+    from components.core.weights import SHAPE_BUCKET, sync_steps
+
+    spec = load_stack(stack, now=FIXED_NOW)
+    return spec, stage_then_serve(spec, compute_sizing(spec), sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled
+                                                                           else None))
+
+
+@pytest.mark.parametrize("stack", ["b300", "b300-prod", "gb300"])
+def test_the_gpu_wait_saved_is_the_hub_download(stack):
+    spec, model = _stage_then_serve(stack)
+    download = next(p for p in model.single_up.phases if p.name == "hub download -> mirror")
+    assert model.gpu_seconds_saved == download.seconds > 4 * 3600
+    assert [p.name for p in model.stage.phases][-1] == "hub download -> mirror"
+    assert not any(p.name.startswith("hub download") for p in model.serve.phases)
+    assert model.total_seconds == model.stage.total_seconds + model.serve.total_seconds
+    staged_hours = (model.stage.total_seconds - model.stage.phases[0].seconds) / 3600
+    assert model.staging_usd == round(staged_hours * model.staging_usd_per_hour, 2)
+    if model.single_up.gpu_usd is not None:
+        assert model.gpu_usd_saved == round(model.single_up.gpu_usd - model.serve.gpu_usd, 2) > 500
+    reserved = spec.config.compute.capacity.type in ("odcr", "capacity-block")
+    assert model.reservation_bills_anyway is reserved
+    assert (model.as_json()["reservation_note"] is not None) is reserved
+
+
+def test_ec2_staging_compute_is_the_stager_at_its_public_price():
+    _, model = _stage_then_serve("b300")
+    assert model.staging_usd_per_hour == STAGING_INSTANCE.usd_per_hour and "Karpenter" in model.staging_source
+    assert [p.name for p in model.stage.phases][:2] == ["infrastructure (no GPU)", "stager boot"]
+    assert model.staging_usd < 5 < model.gpu_usd_saved
+
+
+def test_no_mirror_nothing_to_stage_and_the_plan_says_so():
+    from scripts.plan import build_plan_document, render_markdown
+
+    assert _stage_then_serve("mi355x")[1] is None
+    doc = build_plan_document("mi355x", now=FIXED_NOW)
+    assert doc["stage_then_serve"] is None and "nothing to stage" in render_markdown(doc)
+
+
+def test_plan_document_carries_the_comparison_and_a_stage_is_deployable_while_blocked(monkeypatch, tmp_path):
+    from scripts.plan import build_plan_document, render_markdown, stage_then_serve_rows
+
+    doc = build_plan_document("b300", now=FIXED_NOW)
+    sts = doc["stage_then_serve"]
+    assert doc["phase"] == "serve" and sts["gpu_usd_saved"] > 500 and sts["switch_at_seconds"] < sts["total_seconds"]
+    rows = stage_then_serve_rows(doc)
+    assert [r[0] for r in rows] == ["single `pulumi up`", "stage, then serve", "GPU wait saved"]
+    assert rows[2][2] == f"{sts['gpu_usd_saved']:,.2f}"
+    assert "mirrorCompleteMarker" in render_markdown(doc)
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:phase": "stage"}')
+    staged = build_plan_document("b300", now=FIXED_NOW)
+    assert staged["phase"] == "stage" and staged["blockers"] and staged["deployable"] is True
