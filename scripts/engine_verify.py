@@ -51,20 +51,46 @@ class NotProven(Exception):
     """The image could not be pulled, inspected or checked (exit 1: the build is not proven)."""
 
 
-def find_runtime(explicit: str | None = None, which: Callable[[str], str | None] = shutil.which) -> str:
-    """The container runtime's path: ``explicit`` (``--runtime``), else docker, else podman on PATH.
+def runtime_answers(path: str, run: Runner = subprocess.run) -> str | None:
+    """None when ``<path> info`` answers (a docker daemon is up; podman needs none), else why not."""
+    try:
+        proc = run([path, "info", "--format", "{{json .}}"], capture_output=True, text=True, check=False, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return one_line(err)
+    return None if proc.returncode == 0 else _last_line(proc.stderr)
+
+
+def find_runtime(explicit: str | None = None, which: Callable[[str], str | None] = shutil.which,
+                 run: Runner = subprocess.run) -> str:
+    """The container runtime's path: ``explicit`` (``--runtime``), else docker, else podman on PATH,
+    the first whose ``info`` answers (a docker CLI without its daemon is no runtime).
 
     Raises:
-        UsageError: none found (one line naming what was looked for).
+        UsageError: none found or none answers (one line naming what was looked for, and why).
     """
     names = (explicit,) if explicit else RUNTIMES
+    silent: list[str] = []
     for name in names:
         assert name is not None
         path = which(name)
-        if path:
+        if not path:
+            continue
+        why = runtime_answers(path, run)
+        if why is None:
             return path
+        silent.append(f"{name}: {why}")
     wanted = explicit or " or ".join(RUNTIMES)
+    if silent:
+        raise UsageError(f"--runtime: no container runtime ({wanted}) answers ({'; '.join(silent)})")
     raise UsageError(f"--runtime: no container runtime ({wanted}) on PATH; install one or run the check where one is")
+
+
+def usable_runtime() -> str | None:
+    """``find_runtime()`` or None (for callers where the check is optional, e.g. preflight)."""
+    try:
+        return find_runtime()
+    except UsageError:
+        return None
 
 
 def pull_command(runtime: str, image: str) -> list[str]:

@@ -20,7 +20,7 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
   vllm-argv             the stack's serve commands parse with the real vLLM parser (.venv-vllm)
-  engine-image          (where docker or podman is on PATH) `kimi-deploy engine verify` of the
+  engine-image          (where docker or podman answers) `kimi-deploy engine verify` of the
                         stack's engine image: version, required features, parsers, env names
 An API that cannot answer (type unknown to the catalog, access denied, not implemented by the
 endpoint, no credentials) gives ``unknown``, never a crash; a check that does not apply to the
@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -52,6 +51,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 
 from components.core.config import DeploymentSpec, format_utc, load_stack, stack_names
 from components.core.config.phase import SWITCH_TO_SERVE
+from scripts import engine_verify
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts._cli import (
@@ -819,7 +819,6 @@ def check_engine_image(spec: DeploymentSpec, runtime: str) -> Check:
     checked inside it. Run only where a container runtime is present (the image is ~25 GB)."""
     from components.core.sizing import compute_sizing
     from components.core.vllm import build_vllm_command
-    from scripts import engine_verify
 
     image = build_vllm_command(spec, compute_sizing(spec)).image
     result = engine_verify.verify(image, spec.stack, runtime)
@@ -969,7 +968,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
         "vllm_python": find_vllm_python(),
-        "container_runtime": next((p for p in map(shutil.which, ("docker", "podman")) if p), None),
+        "container_runtime": engine_verify.usable_runtime(),
     }
     if sys.stderr.isatty() and not args.json:
         from rich.console import Console

@@ -200,6 +200,19 @@ def test_no_container_runtime_is_one_line_and_exit_2(monkeypatch, tmp_path, caps
     assert err.count("\n") == 1 and "no container runtime (docker or podman) on PATH" in err
 
 
+def test_a_docker_cli_without_its_daemon_is_no_runtime(monkeypatch, tmp_path, capsys):
+    from scripts import preflight
+
+    _fake_runtime(tmp_path, monkeypatch, pullable=[])
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("FAKE_NO_DAEMON", "1")
+    assert cli.main(["engine", "verify", "--image", "vllm/vllm-openai:v0.33.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no container runtime (docker or podman) answers (docker: Cannot connect" in err
+    assert engine_verify.usable_runtime() is None  # preflight then lists no engine-image check
+    assert preflight.engine_verify.usable_runtime is engine_verify.usable_runtime
+
+
 def test_a_mutable_tag_is_a_config_error(monkeypatch, tmp_path, capsys):
     _fake_runtime(tmp_path, monkeypatch, pullable=[])
     assert cli.main(["engine", "verify", "--image", "vllm/vllm-openai:latest", "--stack", "b300"]) == 2
@@ -212,6 +225,12 @@ program with the vLLM venv's python (the image's python in real use), stdin pass
 import json, os, sys
 args = sys.argv[1:]
 pullable = json.loads(os.environ["FAKE_PULLABLE"])
+if args[0] == "info":
+    if os.environ.get("FAKE_NO_DAEMON"):
+        print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+              file=sys.stderr)
+        sys.exit(1)
+    sys.exit(0)
 if args[0] == "pull":
     if args[1] in pullable:
         sys.exit(0)
