@@ -51,9 +51,9 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 
 from components.core.config import DeploymentSpec, format_utc, load_stack, stack_names
 from components.core.config.phase import SWITCH_TO_SERVE
-from scripts import engine_verify
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
+from scripts import engine_verify
 from scripts._cli import (
     DUMMY_AWS_CREDENTIALS,
     EXIT_CHECK_FAILED,
