@@ -299,3 +299,18 @@ def test_plan_document_carries_the_comparison_and_a_stage_is_deployable_while_bl
     monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:phase": "stage"}')
     staged = build_plan_document("b300", now=FIXED_NOW)
     assert staged["phase"] == "stage" and staged["blockers"] and staged["deployable"] is True
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_stage_plan_passes_the_guardrails_and_none_of_it_is_gpu_capacity(stack):
+    """The policy pack's own definition of GPU capacity (policy/rules.py is_gpu_resource) finds none,
+    and every rule passes on the stage as on serve (encryption, IMDSv2, tags, expiry, ...)."""
+    from policy import rules
+    from tests.test_policy import plan_resources
+
+    run = _run(stack, "stage")
+    resources = rules.resolve_launch_templates(plan_resources(run))
+    assert not [r.name for r in resources if rules.is_gpu_resource(r.type, r.props)]
+    ctx = rules.RuleContext(secrets_masked=True, api_port=run.context.spec.config.vllm.port)
+    violations = rules.check_resources(plan_resources(run), ctx)
+    assert violations == [], "\n".join(f"{r}: {m}" for r, m in violations)
