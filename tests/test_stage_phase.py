@@ -324,3 +324,17 @@ def test_a_stage_plan_passes_the_guardrails_and_none_of_it_is_gpu_capacity(stack
     ctx = rules.RuleContext(secrets_masked=True, api_port=run.context.spec.config.vllm.port)
     violations = rules.check_resources(plan_resources(run), ctx)
     assert violations == [], "\n".join(f"{r}: {m}" for r, m in violations)
+
+
+def test_a_measured_stager_boot_replaces_the_estimate():
+    from components.core.config import namespace_config, parse_spec
+    from components.core.sizing import compute_sizing
+    from components.core.time_to_ready import stage_then_serve
+    from components.core.weights import SHAPE_BUCKET, sync_steps
+
+    ns, secrets = namespace_config(read_stack_config("b300"))
+    ns["timeToReady"] = {"stagerBootSeconds": 95}
+    spec = parse_spec({**ns, "region": "us-east-1"}, stack="b300", now=FIXED_NOW, secrets_set=secrets)
+    model = stage_then_serve(spec, compute_sizing(spec), sync_steps(spec, SHAPE_BUCKET))
+    boot = next(p for p in model.stage.phases if p.name == "stager boot")
+    assert boot.seconds == 95 and boot.source == "measured (kimi-deploy:timeToReady.stagerBootSeconds)"

@@ -529,11 +529,13 @@ RUNAI_STREAMER_NOTE = (
 # The stager (aws-ec2): boot, cloud-init installs docker from the AL2023 repositories, RAID0 of its
 # instance store; then it pulls the engine image like a GPU node.
 STAGER_BOOT_SECONDS = Fact(180, "estimate: boot + cloud-init (dnf install docker) + RAID0 of the instance store")
+FACTS["STAGER_BOOT_SECONDS"] = STAGER_BOOT_SECONDS
 # The EKS system node group (components/aws/cluster.py: 2 x m7i.xlarge) runs the stage's publish;
 # it is billed in both phases, so what a stage adds on aws-eks is its hours of these nodes.
 SYSTEM_NODE_USD_PER_HOUR = Fact(
     0.4032, "2 x m7i.xlarge at USD 0.2016/h, AWS price list as generated into Karpenter (2026-01-19), us-east-1 on demand"
 )
+FACTS["SYSTEM_NODE_USD_PER_HOUR"] = SYSTEM_NODE_USD_PER_HOUR
 # Why the GPU saving may not be real (README "First day"): reserved capacity bills for its term.
 RESERVATION_NOTE = (
     "capacity reservations bill for their whole term whether or not instances run (an ODCR from its "
@@ -635,7 +637,8 @@ def stage_then_serve(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep
     stage_steps = [_Step("infrastructure (no GPU)", infra, infra_src, after=())]
     first = "infrastructure (no GPU)"
     if spec.profile.serves_under_systemd:
-        stage_steps.append(_Step("stager boot", STAGER_BOOT_SECONDS.value, STAGER_BOOT_SECONDS.source, after=(first,)))
+        boot, boot_src = _fact_or_measured(STAGER_BOOT_SECONDS, ttr.stager_boot_seconds, "stagerBootSeconds")
+        stage_steps.append(_Step("stager boot", boot, boot_src, after=(first,)))
         first = "stager boot"
     stage_steps.append(_Step("image pull", *_image_pull(spec), after=(first,)))
     name, secs, src = _sync_phase(spec, sizing, publish, cached_mirror=False)

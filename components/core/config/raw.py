@@ -203,6 +203,7 @@ class TimeToReadyConfig(_Raw):
     copy_gbps: float | None = Field(None, alias="copyGBps", gt=0)
     engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0)
     engine_init_cached_seconds: float | None = Field(None, alias="engineInitCachedSeconds", gt=0)
+    stager_boot_seconds: float | None = Field(None, alias="stagerBootSeconds", gt=0)
 
 
 class RawConfig(_Raw):
