@@ -57,8 +57,8 @@ _MAX_SOURCE_BYTES = 8 << 20
 
 def release_tuple(version: str) -> tuple[int, int, int]:
     """The first three numbers of a PEP 440 version (``0.34.0.dev12+gabc`` -> ``(0, 34, 0)``)."""
-    numbers = [int(n) for n in re.findall(r"\d+", version.split("+", 1)[0])[:3]]
-    return (numbers + [0, 0, 0])[0], (numbers + [0, 0, 0])[1], (numbers + [0, 0, 0])[2]
+    major, minor, patch = ([int(n) for n in re.findall(r"\d+", version.split("+", 1)[0])[:3]] + [0, 0, 0])[:3]
+    return major, minor, patch
 
 
 def locate_vllm() -> str | None:

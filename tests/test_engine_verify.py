@@ -289,3 +289,11 @@ def test_preflight_lists_engine_image_only_with_a_runtime_and_fails_a_made_up_co
     _fake_runtime(tmp_path, monkeypatch, pullable=[])
     checks = {c.name: c for c in preflight.run_checks(spec, now=FIXED_NOW, container_runtime="docker")}
     assert checks["engine-image"].status == "fail" and "cannot be pulled" in checks["engine-image"].reason
+
+
+def test_release_tuple_reads_dev_and_local_versions():
+    from scripts.engine_check import release_tuple
+
+    assert release_tuple("0.34.0.dev12+g4ba787ec9") == (0, 34, 0) >= release_tuple("0.34.0")
+    assert release_tuple("0.33.1rc1") == (0, 33, 1) < release_tuple("0.34.0")
+    assert release_tuple("1") == (1, 0, 0)
