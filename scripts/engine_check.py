@@ -214,6 +214,13 @@ def run_checks(request: dict[str, Any], site_packages: str) -> dict[str, Any]:
 
 
 def main() -> int:
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if sys.argv[1:]:  # the request comes on stdin only
+        print(f"engine_check: usage error: no arguments are taken (got {len(sys.argv) - 1}); the request is JSON on "
+              "stdin (see --help)", file=sys.stderr)
+        return 2
     try:
         request = json.loads(sys.stdin.read() or "{}")
         if not isinstance(request, dict) or "min_version" not in request:

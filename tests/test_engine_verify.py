@@ -297,3 +297,8 @@ def test_release_tuple_reads_dev_and_local_versions():
     assert release_tuple("0.34.0.dev12+g4ba787ec9") == (0, 34, 0) >= release_tuple("0.34.0")
     assert release_tuple("0.33.1rc1") == (0, 33, 1) < release_tuple("0.34.0")
     assert release_tuple("1") == (1, 0, 0)
+
+
+def test_the_check_program_takes_its_request_on_stdin_only():
+    proc = subprocess.run([sys.executable, str(CHECK), "--image", "x"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "JSON on stdin" in proc.stderr
