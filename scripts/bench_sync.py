@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         s5 = [s5cmd or "s5cmd", "--endpoint-url", env["AWS_ENDPOINT_URL"]]
         if moto:
             subprocess.run(s5 + ["mb", "s3://bench"], env=env, check=True, capture_output=True)
+        if moto and args.only in ("all", "s3"):  # the node copy's source (the publish makes its own)
             subprocess.run(s5 + ["cp", f"{src}/*", f"{MIRROR}/"], env=env, check=True, capture_output=True)
         # What the nodes run: the zipapp of scripts/weight_sync/ (components/sync_artifact.py).
         from components.sync_artifact import build_sync_artifact
