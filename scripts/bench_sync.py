@@ -332,17 +332,30 @@ def main(argv: list[str] | None = None) -> int:
                 sums_file.writelines(f"{e['sha256']}  {e['path']}\n" for e in doc["files"])
             s5_sha = ["sh", "-c", '"$0" "$@" && cd "$DEST" && sha256sum --quiet -c "$SUMS" && sync',
                       *s5, "cp", f"{MIRROR}/*", d_s5sync + "/"]
+            # The same pair with weight_sync's ranged parts (size and count in flight): a server whose
+            # cost per request grows with the object (moto copies the object for every range) is
+            # then charged the same number of requests by both (information).
+            from scripts.weight_sync.model import S3_PART_BYTES, S3_PART_CONCURRENCY
+
+            d_s5parts = os.path.join(work, "s5cmd-parts-dst")
+            s5_parts = ["sh", "-c", '"$0" "$@" && cd "$DEST" && sha256sum --quiet -c "$SUMS" && sync',
+                        *s5, "cp", "--part-size", str(S3_PART_BYTES >> 20), "--concurrency", str(S3_PART_CONCURRENCY),
+                        f"{MIRROR}/*", d_s5parts + "/"]
             cases: list[tuple[str, list[str], str]] = [
                 ("S3 -> dir: s5cmd cp", s5 + ["cp", f"{MIRROR}/*", d_s5 + "/"], d_s5),
                 ("S3 -> dir: s5cmd cp && sha256sum -c && sync", s5_sha, d_s5sync),
                 ("S3 -> dir: weight_sync (default)",
-                 ws + ["--source", MIRROR, "--dest", d_ws], d_ws)]
+                 ws + ["--source", MIRROR, "--dest", d_ws], d_ws),
+                (f"S3 -> dir: the pair, {S3_PART_BYTES >> 20} MiB x {S3_PART_CONCURRENCY} parts", s5_parts, d_s5parts)]
             if args.forced_s5cmd:
                 cases.append(("S3 -> dir: same, --s3-client s5cmd for every file",
                               ws + ["--source", MIRROR, "--dest", d_forced,
                                     "--s3-client", "s5cmd"], d_forced))
-            case_env = {d_s5sync: {"DEST": d_s5sync, "SUMS": sums}}
-            base_s3, base_s3_sync, ours_s3, *_ = interleaved(cases, keep_last=d_ws, case_env=case_env)
+            case_env = {d_s5sync: {"DEST": d_s5sync, "SUMS": sums}, d_s5parts: {"DEST": d_s5parts, "SUMS": sums}}
+            base_s3, base_s3_sync, ours_s3, same_parts, *_ = interleaved(cases, keep_last=d_ws, case_env=case_env)
+            same_parts["ratio"] = round(same_parts["seconds"] / base_s3_sync["seconds"], 2)
+            same_parts["target"] = (f"(information) weight_sync's wall against it: "
+                                    f"{round(ours_s3['seconds'] / same_parts['seconds'], 2)}x")
             if not os.path.exists(os.path.join(d_ws, ".weights-complete.json")):  # rotated: last run was another
                 subprocess.run(ws + ["--source", MIRROR, "--dest", d_ws], env=env, check=True)
             again_s3 = again(f"S3 -> dir: resume (complete, {len(doc['files'])} files)",
