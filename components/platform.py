@@ -77,10 +77,15 @@ class ServiceAccess:
         service_type: ``kubernetes.serviceType``: ``ClusterIP`` or ``internal-nlb``.
         client_cidrs: CIDRs the NetworkPolicy admits to the API port (``kubernetes.allowedCidrs``,
             then on AWS ``network.allowedCidrs``; duplicates removed, order kept).
+        cluster_cidrs: the address ranges the cluster's nodes and pods take their addresses from
+            (on ``aws-eks`` the node subnets' CIDR blocks, which vpc-cni gives pods too, possibly
+            Outputs; on ``kubernetes`` ``kubernetes.clusterCidrs``): the NetworkPolicy excludes
+            them from every client CIDR, so an address block never admits cluster pods.
     """
 
     service_type: str
     client_cidrs: tuple[str, ...]
+    cluster_cidrs: tuple[pulumi.Input[str], ...] = ()
 
 
 @dataclass(frozen=True)

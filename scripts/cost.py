@@ -114,12 +114,14 @@ def read_throughput(path: Path) -> dict[str, Any]:
     """The throughput metrics from validate.py's JSON.
 
     Raises:
-        UsageError: unreadable file, not validate.py JSON, or no passing throughput check.
+        StackFileError: the file cannot be read or is not UTF-8.
+        UsageError: not validate.py JSON, or no passing throughput check.
     """
+    from components.core.config.stack_file import read_text_file
+
+    text = read_text_file(path, "--throughput-json", str(path), "file")  # unreadable or not UTF-8: one line
     try:
-        document = json.loads(path.read_text())
-    except OSError as err:
-        raise UsageError(f"--throughput-json: cannot read {path}: {err.strerror}") from None
+        document = json.loads(text)
     except json.JSONDecodeError as err:
         raise UsageError(f"--throughput-json: {path} is not JSON ({err.msg} at line {err.lineno})") from None
     checks = document.get("checks") if isinstance(document, dict) else None

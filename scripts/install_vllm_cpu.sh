@@ -15,8 +15,7 @@
 #   2. the complete pinned set with --no-deps (same semantics as
 #      `pip install --no-deps -r requirements-vllm.txt`),
 # then checks that the parser imports and parses, and records a stamp.
-# uv (pinned, from PyPI, kept in ~/.cache/kimi-deploy) installs in parallel without compiling
-# bytecode: about 6x faster than pip here.
+# The installer (pinned uv, else pip) comes from scripts/venv_install.sh.
 set -euo pipefail
 
 case "${1:-}" in
@@ -105,47 +104,22 @@ if [ -z "$torch_pin" ]; then
   exit 1
 fi
 
-UV_VERSION=0.13.9
-UV_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/kimi-deploy/uv-$UV_VERSION"
-UV="$UV_DIR/bin/uv"
-installer="${VLLM_INSTALLER:-uv}"
-if [ "$installer" = uv ] && [ ! -x "$UV" ]; then
-  log "fetching uv==$UV_VERSION"
-  rm -rf "$UV_DIR"
-  if ! "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
-    --only-binary=:all: --target "$UV_DIR" "uv==$UV_VERSION" >/dev/null 2>&1 || [ ! -x "$UV" ]; then
-    log "uv unavailable: using pip"
-    installer=pip
-  fi
-fi
-# pip's find-links (/opt/wheels, from pip.conf) is where the CPU torch wheel lies; uv does not
-# read pip.conf, so it is given the same directories.
-find_links=()
-for dir in ${PIP_FIND_LINKS:-} /opt/wheels; do
-  if [ -d "$dir" ]; then find_links+=(--find-links "$dir"); fi
-done
-
-pkg_install() {
-  if [ "$installer" = uv ]; then
-    "$UV" pip install --quiet --python "$PY" --no-deps --only-binary :all: "${find_links[@]}" "$@"
-  else
-    "$PYTHON" -m pip --python "$PY" install --quiet --disable-pip-version-check --no-input \
-      --no-deps --only-binary=:all: "$@"
-  fi
-}
+# shellcheck source=scripts/venv_install.sh
+source "$REPO_ROOT/scripts/venv_install.sh"
+setup_installer
 
 # Machines without the local wheel (e.g. GitHub runners) name PyTorch's CPU index instead.
 torch_index=()
 if [ -n "${TORCH_INDEX_URL:-}" ]; then torch_index=(--extra-index-url "$TORCH_INDEX_URL"); fi
 log "installing $torch_pin (CPU build) with $installer"
-if ! pkg_install "${torch_index[@]}" "$torch_pin"; then
+if ! pkg_install "$PY" "${torch_index[@]}" "$torch_pin"; then
   log "could not install $torch_pin: the CPU wheel is expected through pip's find-links"
   log "(/opt/wheels on these machines) or TORCH_INDEX_URL; not falling back to PyPI's multi-GB CUDA build"
   exit 1
 fi
 
 log "installing requirements-vllm.txt (--no-deps) with $installer"
-pkg_install -r "$REQS"
+pkg_install "$PY" -r "$REQS"
 
 # This first run also writes the bytecode of exactly the modules the parser imports (uv
 # compiles none, and PYTHONDONTWRITEBYTECODE may be set later): ~4 s per import instead of ~12.

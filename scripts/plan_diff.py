@@ -162,10 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         now = None
         if args.now:
+            from components.core.config import ConfigError, parse_clock
+
             try:
-                now = datetime.fromisoformat(args.now.replace("Z", "+00:00"))
-            except ValueError:
-                print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
+                now = parse_clock(args.now, "--now")
+            except ConfigError as err:
+                print(f"error: {err}", file=sys.stderr)
                 return 2
         now = now or datetime.now(UTC).replace(microsecond=0)
         stacks = args.stack or all_stacks(REPO_ROOT, args.against)

@@ -4,6 +4,11 @@
     python scripts/preflight.py --stack b300 [--region R] [--json]
 
 Checks (each pass / warn / fail / unknown / skip with a one-line reason):
+  deployable            the stack has no blocker (what makes `pulumi up` refuse it, e.g. an engine
+                        build that cannot serve the model)
+  deploy-credentials    the AWS credentials outlive the modelled `pulumi up`: renewable (a profile's
+                        role, SSO, instance role) or long-term keys pass; a session token nothing
+                        can renew fails when it expires before `pulumi up` would end
   instance-facts        EC2 knows the type and its GPUs, GPU memory, vCPUs, memory, architecture,
                         disks, network cards, interface types and EFA match the profile
   offered-in-region     DescribeInstanceTypeOfferings lists the type in the region
@@ -12,7 +17,10 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   vcpu-quota            the On-Demand vCPU quota of the family (Service Quotas) covers the nodes
   capacity-reservation  the ODCR / capacity block exists, is active or scheduled, matches type,
                         count and AZ
-  capacity-end          the reservation does not end before the stack expires
+  capacity-end          the reservation does not end before the stack expires (a capacity
+                        block's instances are terminated 30 min before its end)
+  capacity-ready        ... and a capacity block still runs instances when the modelled time to
+                        ready has passed (warn otherwise)
   fsx, eks              the services answer in the region (where the stack uses them)
   eks-version           DescribeClusterVersions: the EKS version is in standard support (or
                         extended support was chosen), and versions.EKS_VERSIONS agrees
@@ -49,7 +57,7 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.core.config import DeploymentSpec, format_utc, load_stack, stack_names
+from components.core.config import ConfigError, DeploymentSpec, format_utc, load_stack, stack_names
 from components.core.config.phase import SWITCH_TO_SERVE
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
@@ -263,13 +271,17 @@ def check_instance_facts(spec: DeploymentSpec, clients: AwsClients) -> tuple[Che
 
 def instance_fact_mismatches(inst: InstanceFacts, gpu: GpuFacts, it: Mapping[str, Any]) -> list[str]:
     """Every difference between ``targets.py``'s facts and one EC2 ``InstanceTypeInfo`` (the
-    DescribeInstanceTypes shape, EC2 API reference): GPU count and memory, vCPUs, memory,
+    DescribeInstanceTypes shape, EC2 API reference): GPU model (``GpuInfo.Gpus[].Name``), count
+    and memory, vCPUs, memory,
     CPU architecture, instance-store disks (count, size, total), network cards, the interface
     types of each card, the EFA maximum, and that every card of the launch template's EFA
     layout takes an ``efa-only`` interface. Empty when everything matches.
     """
     problems: list[str] = []
     gpus = it.get("GpuInfo", {}).get("Gpus", [])
+    names = sorted({str(g.get("Name")) for g in gpus if g.get("Name")})
+    if names and names != [gpu.name]:
+        problems.append(f"{'/'.join(names)} GPUs (profile {gpu.name})")
     gpu_count = sum(g.get("Count", 0) for g in gpus)
     if gpu_count != inst.gpus:
         problems.append(f"{gpu_count} GPUs (profile {inst.gpus})")
@@ -508,36 +520,55 @@ def trial_expiry(spec: DeploymentSpec, now: datetime) -> tuple[datetime | None, 
     return None, f"{spec.environment} has no expiry"
 
 
-def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) -> list[Check]:
-    """The configured ODCR or capacity block: existence, state, type, size, AZ and end."""
+def _reservation_checks(status: str, reason: str, end_reason: str | None = None) -> list[Check]:
+    """``capacity-end`` and ``capacity-ready`` when the reservation was not read (same status)."""
+    return [Check("capacity-end", status, end_reason or reason), Check("capacity-ready", status, end_reason or reason)]
+
+
+def check_reservation(
+    spec: DeploymentSpec, clients: AwsClients, now: datetime, ready: ReadyModel | None = None
+) -> list[Check]:
+    """The configured ODCR or capacity block: existence, state, type, size, AZ (``capacity-reservation``),
+    its end against the stack's expiry (``capacity-end``) and against the modelled time to ready
+    (``capacity-ready``).
+
+    A capacity block's instances are terminated 30 minutes before its ``EndDate``
+    (``components.core.capacity``: AWS EC2 user guide, capacity-blocks-monitor), so both compare
+    its usable end, ``capacity.usable_until(EndDate)``. ``capacity-end`` fails when the stack
+    expires after it; ``capacity-ready`` warns when the model is not served before it (``ready``:
+    the scenario of ``time_to_ready``; the GPU phases wait for a scheduled block's start). An
+    ODCR's instances keep running as On-Demand after it ends: only its end is compared.
+    """
     from botocore.exceptions import ClientError
+
+    from components.core.capacity import CAPACITY_BLOCK_SOURCE, usable_until
 
     cap = spec.config.compute.capacity
     if cap.type == "on-demand":
         reason = "capacity type on-demand: no reservation to check"
-        return [Check("capacity-reservation", SKIP, reason), Check("capacity-end", SKIP, reason)]
+        return [Check("capacity-reservation", SKIP, reason), *_reservation_checks(SKIP, reason)]
     rid = cap.reservation_id
     try:
         answer = _call(
             clients, "ec2", "DescribeCapacityReservations", "describe_capacity_reservations", CapacityReservationIds=[rid]
         )
     except ApiUnknown as err:
-        return [Check("capacity-reservation", UNKNOWN, str(err)), Check("capacity-end", UNKNOWN, "reservation not read")]
+        return [Check("capacity-reservation", UNKNOWN, str(err)), *_reservation_checks(UNKNOWN, "reservation not read")]
     except ClientError as err:
         if "NotFound" in _code(err) or "Malformed" in _code(err):
             return [
                 Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region} ({_code(err)})"),
-                Check("capacity-end", SKIP, "no reservation"),
+                *_reservation_checks(SKIP, "no reservation"),
             ]
         return [
             Check("capacity-reservation", UNKNOWN, f"DescribeCapacityReservations: {_code(err)}"),
-            Check("capacity-end", UNKNOWN, "reservation not read"),
+            *_reservation_checks(UNKNOWN, "reservation not read"),
         ]
     found = answer.get("CapacityReservations", [])
     if not found:
         return [
             Check("capacity-reservation", FAIL, f"{rid} does not exist in {clients.region}"),
-            Check("capacity-end", SKIP, "no reservation"),
+            *_reservation_checks(SKIP, "no reservation"),
         ]
     cr = found[0]
     kind = "capacity block" if cap.type == "capacity-block" else "ODCR"
@@ -560,6 +591,7 @@ def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
     if state == "active" and available is not None and available < spec.gpu_nodes and not problems:
         warnings.append(f"only {available} of {count} instance(s) free")
     start = cr.get("StartDate")
+    start = (start if start.tzinfo else start.replace(tzinfo=UTC)) if isinstance(start, datetime) else None
     if state == "scheduled" and start:
         warnings.append(f"starts {format_utc(start)}")
     summary = f"{kind} {rid}: {state}, {count}x {cr.get('InstanceType', '?')} in {az}"
@@ -571,20 +603,179 @@ def check_reservation(spec: DeploymentSpec, clients: AwsClients, now: datetime) 
         first = Check("capacity-reservation", PASS, summary)
 
     end = cr.get("EndDate")
-    expiry, how = trial_expiry(spec, now)
     if end is None:
-        second = Check("capacity-end", PASS, f"{rid} has no end date ({cr.get('EndDateType', 'unlimited')})")
+        reason = f"{rid} has no end date ({cr.get('EndDateType', 'unlimited')})"
+        return [first, Check("capacity-end", PASS, reason), Check("capacity-ready", PASS, reason)]
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
+    block = cap.type == "capacity-block" or rtype == "capacity-block"
+    usable = usable_until(end) if block else end
+    ends = (f"{rid} runs instances until {format_utc(usable)} (it ends {format_utc(end)}; {CAPACITY_BLOCK_SOURCE})"
+            if block else f"{rid} ends {format_utc(end)}")
+    expiry, how = trial_expiry(spec, now)
+    if end <= now:
+        second = Check("capacity-end", FAIL, f"{rid} ended {format_utc(end)}")
+    elif usable <= now:
+        second = Check("capacity-end", FAIL, f"{ends}: its instances are being terminated now ({format_utc(now)})")
+    elif expiry is None:
+        second = Check("capacity-end", WARN, f"{ends} but {how}: plan the move before then")
+    elif usable < expiry:
+        second = Check("capacity-end", FAIL, f"{ends}, before the stack expires: {how}")
     else:
-        end = end if end.tzinfo else end.replace(tzinfo=UTC)
-        if end <= now:
-            second = Check("capacity-end", FAIL, f"{rid} ended {format_utc(end)}")
-        elif expiry is None:
-            second = Check("capacity-end", WARN, f"{rid} ends {format_utc(end)} but {how}: plan the move before then")
-        elif end < expiry:
-            second = Check("capacity-end", FAIL, f"{rid} ends {format_utc(end)}, before the stack expires: {how}")
-        else:
-            second = Check("capacity-end", PASS, f"{rid} ends {format_utc(end)}, after the stack expires: {how}")
-    return [first, second]
+        second = Check("capacity-end", PASS, f"{ends}, after the stack expires: {how}")
+    return [first, second, _capacity_ready(str(rid), usable, block, start, now, ready)]
+
+
+@dataclass(frozen=True)
+class ReadyModel:
+    """The time-to-ready scenario preflight compares a reservation with.
+
+    Attributes:
+        scenario: ``first_deploy`` or ``repeat_trial`` (``time_to_ready.SCENARIOS``).
+        lead_seconds: from `pulumi up` until the first phase that needs a GPU node.
+        gpu_seconds: from that phase until the model is served.
+    """
+
+    scenario: str
+    lead_seconds: int
+    gpu_seconds: int
+
+    @classmethod
+    def of(cls, model: Any, scenario: str) -> ReadyModel:
+        """From a ``time_to_ready.TimeToReady`` and a scenario name."""
+        chosen = model.scenarios[scenario]
+        return cls(scenario, chosen.total_seconds - chosen.gpu_seconds, chosen.gpu_seconds)
+
+    def ready_at(self, now: datetime, start: datetime | None) -> datetime:
+        """When the model is served if `pulumi up` starts at ``now`` and GPU nodes exist from
+        ``start`` (a scheduled reservation) or at once."""
+        gpu_from = now + timedelta(seconds=self.lead_seconds)
+        if start is not None and start > gpu_from:
+            gpu_from = start
+        return gpu_from + timedelta(seconds=self.gpu_seconds)
+
+
+def _capacity_ready(
+    rid: str, usable: datetime, block: bool, start: datetime | None, now: datetime, ready: ReadyModel | None
+) -> Check:
+    """``capacity-ready``: the model is served before the reservation stops running instances."""
+    name = "capacity-ready"
+    if not block:
+        return Check(name, SKIP, f"{rid} is an ODCR: its instances keep running as On-Demand after it ends")
+    if ready is None:
+        return Check(name, SKIP, "no time-to-ready model")
+    at = ready.ready_at(now, start)
+    scenario = ready.scenario.replace("_", " ")
+    what = f"modelled {scenario} serves at {format_utc(at)} ({_hours(ready.lead_seconds + ready.gpu_seconds)} of work"
+    what += f", GPU phases from the block's start {format_utc(start)})" if start is not None and start > now else ")"
+    if at >= usable:
+        return Check(
+            name, WARN,
+            f"{what}, but {rid}'s instances are terminated from {format_utc(usable)}: the model would not be served "
+            "(a longer block, or a repeat trial with a complete mirror)",
+        )
+    return Check(name, PASS, f"{what}; {_hours((usable - at).total_seconds())} of serving before {format_utc(usable)}")
+
+
+def _hours(seconds: float) -> str:
+    """``"5.1 h"`` (``"42 min"`` under an hour)."""
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+# botocore credential providers (botocore/credentials.py, 1.44) whose credentials botocore renews
+# before they expire by calling the source again: STS AssumeRole (``role_arn`` + ``source_profile``
+# or ``credential_source``), AssumeRoleWithWebIdentity, IAM Identity Center (``sso``), the
+# console login (``login``), instance metadata (``iam-role``), the container endpoint
+# (``container-role``) and ``credential_process`` when it returns an ``Expiration``. The Pulumi
+# AWS provider (aws-sdk-go-v2) renews the same sources. ``env`` is not among them: EnvProvider's
+# "refresh" with AWS_CREDENTIAL_EXPIRATION re-reads the same environment, which no one changes
+# under a running `pulumi up`.
+REFRESHING_CREDENTIAL_METHODS = (
+    "assume-role", "assume-role-with-web-identity", "sso", "login", "iam-role", "container-role", "custom-process",
+)
+# STS AssumeRole's default session (DurationSeconds 3600: STS API reference, AssumeRole): a session
+# token whose expiry is unknown is assumed to be that young and that short.
+STS_DEFAULT_SESSION_SECONDS = 3600
+CREDENTIALS_FIX = (
+    "use a profile the SDK renews (AWS_PROFILE with role_arn + source_profile, or sso_session) or an instance/"
+    "container role instead of exported session tokens"
+)
+
+
+def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: datetime, up_seconds: int, up_how: str) -> Check:
+    """``deploy-credentials``: the AWS credentials that would run `pulumi up` last as long as it
+    does (``up_seconds``, ``time_to_ready.pulumi_up_seconds``); Pulumi cannot save its snapshot
+    when they expire under it.
+
+    Classified the way botocore resolved them (``session.get_credentials()``; botocore 1.44
+    ``credentials.py``): pass for credentials a provider renews (``REFRESHING_CREDENTIAL_METHODS``)
+    and for long-term access keys (no session token); for a session token no provider can renew
+    (``env``: AWS_SESSION_TOKEN, or a token in the credentials or config file) fail when it
+    expires within the modelled `pulumi up` (its expiry from AWS_CREDENTIAL_EXPIRATION, or, when
+    unknown, a 1-hour STS default session against a longer `pulumi up`), else warn. STS
+    GetCallerIdentity names the identity (a read-only call; it also makes botocore fetch
+    deferred credentials such as assume-role).
+    """
+    from botocore.credentials import RefreshableCredentials
+
+    from components.core.config import parse_utc
+
+    name = "deploy-credentials"
+    if not spec.profile.provisions_aws:
+        return Check(name, SKIP, f"not applicable: platform {spec.platform}")
+    if clients.overrides:
+        return Check(name, SKIP, "stubbed AWS clients: no credentials of yours to judge")
+    if any("dummy credentials" in note for note in clients.notes):
+        return Check(name, SKIP, "dummy credentials for a local endpoint")
+    creds = _credentials(clients.session)
+    if creds is None:
+        return Check(name, UNKNOWN, NO_CREDENTIALS.split(":")[0])
+    method = getattr(creds, "method", None) or "unknown"
+    up = f"the modelled `pulumi up` lasts {_hours(up_seconds)} ({up_how})"
+    try:
+        identity = _call(clients, "sts", "GetCallerIdentity", "get_caller_identity").get("Arn", "?")
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, f"{method} credentials: {err}")
+    except Exception as err:  # noqa: BLE001 - e.g. an assume-role that STS refuses: cannot tell
+        return Check(name, UNKNOWN, f"{method} credentials: {_code(err) or one_line(err)[:160]}")
+    who = f"{identity} ({method})"
+    if method in REFRESHING_CREDENTIAL_METHODS and isinstance(creds, RefreshableCredentials):
+        return Check(name, PASS, f"{who}: botocore renews these credentials before they expire; {up}")
+    if not creds.get_frozen_credentials().token:
+        return Check(name, PASS, f"{who}: long-term access keys, no expiry; {up}")
+    deadline = now + timedelta(seconds=up_seconds)
+    expiry_text = os.environ.get("AWS_CREDENTIAL_EXPIRATION", "") if method == "env" else ""
+    if expiry_text:
+        try:
+            expiry = parse_utc(expiry_text, "AWS_CREDENTIAL_EXPIRATION")
+        except ConfigError:
+            return Check(name, FAIL, f"{who}: AWS_CREDENTIAL_EXPIRATION {expiry_text!r} is not an ISO 8601 time")
+        if expiry <= deadline:
+            return Check(
+                name, FAIL,
+                f"{who}: a session token no SDK can renew, expiring {format_utc(expiry)}, before `pulumi up` would end "
+                f"({format_utc(deadline)}; {up}): {CREDENTIALS_FIX}",
+            )
+        return Check(
+            name, WARN,
+            f"{who}: a session token no SDK can renew, valid until {format_utc(expiry)}, "
+            f"{_hours((expiry - deadline).total_seconds())} after the modelled `pulumi up` ends; {CREDENTIALS_FIX} to be safe",
+        )
+    status = FAIL if up_seconds > STS_DEFAULT_SESSION_SECONDS else WARN
+    return Check(
+        name, status,
+        f"{who}: a session token no SDK can renew, expiry unknown (an STS AssumeRole session lasts "
+        f"{_hours(STS_DEFAULT_SESSION_SECONDS)} by default); {up}: {CREDENTIALS_FIX}",
+    )
+
+
+def check_deployable(spec: DeploymentSpec) -> Check:
+    """``deployable``: the stack's blockers (``spec.blockers``: what makes `pulumi up` refuse the
+    stack, e.g. an engine build that cannot serve the model; ``program.build_context`` raises the
+    first) fail here, one line each joined; pass when there is none."""
+    if spec.blockers:
+        more = f" (+{len(spec.blockers) - 1} more)" if len(spec.blockers) > 1 else ""
+        return Check("deployable", FAIL, f"`pulumi up` refuses this stack: {one_line(spec.blockers[0])}{more}")
+    return Check("deployable", PASS, "`pulumi up` accepts the stack's config (no blocker)")
 
 
 def check_service(spec: DeploymentSpec, clients: AwsClients, service: str) -> Check:
@@ -866,10 +1057,15 @@ def run_checks(
     ``container_runtime``: docker or podman; when given, ``engine-image`` verifies the stack's
     engine image inside it (``kimi-deploy engine verify``); without one that check is not listed.
     """
+    from components.core.time_to_ready import pulumi_up_seconds, stack_time_to_ready
+
     now = now or datetime.now(UTC)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
+    step("config")
+    checks.append(check_deployable(spec))
     aws_names = (
+        "deploy-credentials",
         "instance-facts",
         "offered-in-region",
         "offered-in-az",
@@ -877,6 +1073,7 @@ def run_checks(
         "vcpu-quota",
         "capacity-reservation",
         "capacity-end",
+        "capacity-ready",
         "fsx",
         "eks",
         "eks-version",
@@ -887,8 +1084,11 @@ def run_checks(
     else:
         region = aws_region(spec, region)
         clients = clients or AwsClients(region)
+        model = stack_time_to_ready(spec)
         # Without credentials every check still runs: one that does not apply to the stack is
         # `skip` either way; one that needs an API answer is `unknown` (``_call``).
+        step("credentials")
+        checks.append(check_deploy_credentials(spec, clients, now, *pulumi_up_seconds(spec, model)))
         step("instance type")
         facts, known = check_instance_facts(spec, clients)
         checks.append(facts)
@@ -897,14 +1097,18 @@ def run_checks(
         checks.append(check_zone_type(spec, clients))
         step("quota")
         checks.append(check_quota(spec, clients))
+        # The mirror decides the scenario the capacity is compared with: a complete one is a
+        # repeat trial (weights and caches from the mirror), otherwise a first deploy.
+        step("S3 mirror")
+        mirror = check_mirror(spec, clients, mirror_bucket)
         step("capacity reservation")
-        checks += check_reservation(spec, clients, now)
+        scenario = "repeat_trial" if mirror.status == PASS else "first_deploy"
+        checks += check_reservation(spec, clients, now, ReadyModel.of(model, scenario))
         step("FSx and EKS")
         checks.append(check_service(spec, clients, "fsx"))
         checks.append(check_service(spec, clients, "eks"))
         checks.append(check_eks_version(spec, clients, now))
-        step("S3 mirror")
-        checks.append(check_mirror(spec, clients, mirror_bucket))
+        checks.append(mirror)
     step("cluster")
     checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
     step("vLLM command")

@@ -1,73 +1,112 @@
 #!/usr/bin/env python3
-"""Write the Grafana dashboard JSON and a picture of its layout.
+"""Write the Grafana dashboard JSON, and draw the dashboard from a Prometheus' real series.
 
 The dashboard is built by ``components/k8s/observability.py`` (``dashboard()``); this writes it to
-``components/k8s/dashboards/kimi-vllm.json`` (the file the ConfigMap and the README use) and draws
-its panels from their ``gridPos`` (24 columns; one grid row = 30 px as in Grafana) as
-``docs/dashboard.svg``. With ``--png`` it also draws the same layout as ``docs/dashboard.png`` with
-matplotlib (when installed; not needed for the JSON or the SVG).
+``components/k8s/dashboards/kimi-vllm.json`` (the file the ConfigMap and the README use). With
+``--prometheus URL --png PATH`` it asks that Prometheus for every panel's queries over the last
+``--minutes``, with the dashboard's variables set to ``--namespace`` and ``--model-name``, and draws
+the panels at their grid positions (24 columns; a stat panel shows its last value, a time series
+its lines) with matplotlib, a developer tool (``pip install matplotlib``; in requirements-dev.txt).
+``docs/dashboard.png`` is drawn this way by the test suite's live tier, from the Prometheus that
+scrapes a real vLLM server under load:
+``KIMI_DASHBOARD_PNG=docs/dashboard.png pytest tests/test_prometheus_live.py``.
 
-Exit codes: 0 ok; 1 ``--check`` found a file out of date; 2 usage error.
+Exit codes: 0 ok; 1 ``--check`` found the JSON out of date, or Prometheus could not be queried;
+2 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
-from html import escape
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.k8s.observability import DASHBOARD_PATH, dashboard, dashboard_expressions, dashboard_text
+from components.k8s.observability import DASHBOARD_PATH, dashboard, dashboard_expressions, dashboard_text, substitute_variables
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-SVG_PATH = REPO_ROOT / "docs" / "dashboard.svg"
 PNG_PATH = REPO_ROOT / "docs" / "dashboard.png"
-COLUMN_PX = 50
-ROW_PX = 30
-MARGIN_PX = 10
-KIND_FILL = {"stat": "#dbeafe", "timeseries": "#dcfce7"}
+# Grafana's grid: 24 columns; a row is 30 px against a column of about 50 px at 1200 px wide.
+GRID_COLUMNS = 24
+ROW_TO_COLUMN = 30 / 50
+# Points per series asked of Prometheus (query_range step = window / this).
+POINTS_PER_SERIES = 240
+QUERY_TIMEOUT_SECONDS = 30
+
+# panel id -> [(legend, [(unix seconds, value), ...])]
+PanelSeries = dict[int, list[tuple[str, list[tuple[float, float]]]]]
 
 
-def layout_svg(doc: dict) -> str:
-    """An SVG of the dashboard's panels at their grid positions: title, kind and first query's metric."""
-    panels = doc["panels"]
-    width = 24 * COLUMN_PX + 2 * MARGIN_PX
-    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    height = rows * ROW_PX + 2 * MARGIN_PX + 30
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="DejaVu Sans, sans-serif">',
-        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-        f'<text x="{MARGIN_PX}" y="22" font-size="16" font-weight="bold">{escape(doc["title"])}  (variables: '
-        + escape(", ".join(v["name"] for v in doc["templating"]["list"])) + ")</text>",
-    ]
-    for p in panels:
-        g = p["gridPos"]
-        x = MARGIN_PX + g["x"] * COLUMN_PX
-        y = MARGIN_PX + 30 + g["y"] * ROW_PX
-        w, h = g["w"] * COLUMN_PX - 6, g["h"] * ROW_PX - 6
-        fill = KIND_FILL.get(p["type"], "#f3f4f6")
-        out.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="4" fill="{fill}" stroke="#6b7280"/>')
-        out.append(f'<text x="{x + 8}" y="{y + 18}" font-size="13" font-weight="bold">{escape(p["title"])}</text>')
-        legends = ", ".join(t["legendFormat"] for t in p["targets"])
-        out.append(
-            f'<text x="{x + 8}" y="{y + 36}" font-size="10" fill="#374151">{escape(p["type"])}: {escape(legends)[:60]}</text>'
-        )
-        if h > 60:
-            for i, t in enumerate(p["targets"][:4]):
-                out.append(
-                    f'<text x="{x + 8}" y="{y + 56 + 14 * i}" font-size="9" '
-                    f'fill="#6b7280">{escape(t["expr"])[: int(w / 5.2)]}</text>'
-                )
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+def query_range(prometheus_url: str, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    """``/api/v1/query_range`` of ``expr``: the result's series (``metric``, ``values``).
+
+    Raises:
+        RuntimeError: Prometheus answered with an error or could not be reached.
+    """
+    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
+    try:
+        with urllib.request.urlopen(f"{prometheus_url.rstrip('/')}/api/v1/query_range?{params}",
+                                    timeout=QUERY_TIMEOUT_SECONDS) as r:
+            body = json.loads(r.read())
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"{prometheus_url}: {exc}") from exc
+    if body.get("status") != "success":
+        raise RuntimeError(f"{expr}: {body.get('error', body)}")
+    return list(body["data"]["result"])
 
 
-def layout_png(doc: dict, path: Path) -> None:
-    """The layout of ``layout_svg`` as a PNG (matplotlib, Agg backend).
+def legend(fmt: str, labels: dict[str, str]) -> str:
+    """A Grafana ``legendFormat`` with ``{{label}}`` filled from the series' labels."""
+    return re.sub(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", lambda mt: labels.get(mt.group(1), ""), fmt).strip()
+
+
+def panel_series(
+    doc: dict[str, Any], prometheus_url: str, namespace: str, model_name: str, start: float, end: float
+) -> PanelSeries:
+    """Every panel's series from ``prometheus_url`` between ``start`` and ``end`` (unix seconds),
+    the variables set to ``namespace`` and ``model_name``. Panels without data map to ``[]``.
+
+    Raises:
+        RuntimeError: a query failed.
+    """
+    step = max(1.0, (end - start) / POINTS_PER_SERIES)
+    values = {"namespace": namespace, "model_name": model_name}
+    out: PanelSeries = {}
+    for panel in doc["panels"]:
+        lines: list[tuple[str, list[tuple[float, float]]]] = []
+        for target in panel["targets"]:
+            for series in query_range(prometheus_url, substitute_variables(target["expr"], values), start, end, step):
+                points = [(float(t), float(v)) for t, v in series["values"]]
+                lines.append((legend(target["legendFormat"], series["metric"]), points))
+        out[panel["id"]] = lines
+    return out
+
+
+def _scale(unit: str) -> tuple[float, str]:
+    """Multiplier and suffix that show a value of Grafana ``unit`` as people read it."""
+    return {"percentunit": (100.0, " %"), "percent": (1.0, " %"), "bytes": (2.0**-30, " GiB"), "s": (1.0, " s"),
+            "reqps": (1.0, " req/s")}.get(unit, (1.0, ""))
+
+
+def _number(value: float, unit: str) -> str:
+    factor, suffix = _scale(unit)
+    shown = value * factor
+    text = f"{shown:.3g}" if abs(shown) < 1000 else f"{shown:,.0f}"
+    return text + suffix
+
+
+def render_png(doc: dict[str, Any], series: PanelSeries, path: Path, note: str = "", no_data: str = "no data") -> None:
+    """Draw ``doc``'s panels with ``series`` (``panel_series``) at their grid positions as a PNG;
+    ``note`` goes in the header, ``no_data`` in panels without series.
 
     Raises:
         ImportError: matplotlib is not installed.
@@ -76,71 +115,103 @@ def layout_png(doc: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
 
+    plt.rcParams["text.parse_math"] = False  # legends and titles may hold $ signs
     panels = doc["panels"]
     rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    plt.rcParams["text.parse_math"] = False  # queries contain $variables
-    fig, ax = plt.subplots(figsize=(14, 14 * (rows + 2) / 24 * ROW_PX / COLUMN_PX), dpi=100)
-    ax.set_xlim(0, 24)
-    ax.set_ylim(rows + 1.5, 0)
-    ax.axis("off")
-    ax.text(
-        0,
-        0.9,
-        f"{doc['title']}  (variables: {', '.join(v['name'] for v in doc['templating']['list'])})",
-        fontsize=12,
-        fontweight="bold",
-    )
+    width_in = 16.0
+    header_in = 0.6
+    height_in = width_in * rows * ROW_TO_COLUMN / GRID_COLUMNS + header_in
+    fig = plt.figure(figsize=(width_in, height_in), dpi=100, facecolor="#111217")
+    fig.text(0.01, 1 - 0.35 / height_in, doc["title"], color="#e6e6e6", fontsize=13, fontweight="bold", va="center")
+    if note:
+        fig.text(0.99, 1 - 0.35 / height_in, note, color="#9aa0a6", fontsize=8, ha="right", va="center")
+    body = 1 - header_in / height_in
+    ends = [t for lines in series.values() for _, pts in lines for t, _ in pts[-1:]]
+    end = max(ends) if ends else time.time()
     for p in panels:
         g = p["gridPos"]
-        x, y, w, h = g["x"], g["y"] + 1.5, g["w"], g["h"]
-        ax.add_patch(FancyBboxPatch((x + 0.08, y + 0.1), w - 0.16, h - 0.2, boxstyle="round,pad=0,rounding_size=0.15",
-                                    facecolor=KIND_FILL.get(p["type"], "#f3f4f6"), edgecolor="#6b7280"))
-        ax.text(x + 0.3, y + 0.9, p["title"], fontsize=9, fontweight="bold", va="center")
-        legends = ", ".join(t["legendFormat"] for t in p["targets"])
-        ax.text(x + 0.3, y + 1.9, f"{p['type']}: {legends}"[: int(w * 5.5)], fontsize=7, color="#374151", va="center")
-        if h > 4:
-            for i, t in enumerate(p["targets"][:4]):
-                ax.text(
-                    x + 0.3,
-                    y + 3.0 + 0.9 * i,
-                    t["expr"][: int(w * 7)],
-                    fontsize=5.5,
-                    color="#6b7280",
-                    va="center",
-                    family="monospace",
-                )
-    fig.savefig(path, bbox_inches="tight", facecolor="white")
+        unit = p["fieldConfig"]["defaults"].get("unit", "none")
+        left, w = g["x"] / GRID_COLUMNS, g["w"] / GRID_COLUMNS
+        top, h = g["y"] / rows * body, g["h"] / rows * body
+        # room for the y tick labels of time series on the left, a little on the right
+        pad_left = 0.03 if p["type"] != "stat" else 0.006
+        pad_right, pad_top, pad_bottom = 0.006, 0.028 * 36 / rows, 0.016 * 36 / rows
+        ax = fig.add_axes((left + pad_left, 1 - header_in / height_in - top - h + pad_bottom,
+                           w - pad_left - pad_right, h - pad_top - pad_bottom), facecolor="#181b1f")
+        ax.set_title(p["title"], color="#d8d9da", fontsize=9, loc="left", pad=4)
+        for spine in ax.spines.values():
+            spine.set_color("#2c3235")
+        ax.tick_params(colors="#8e8e8e", labelsize=7)
+        lines = series.get(p["id"], [])
+        if not lines:
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, no_data, color="#8e8e8e", fontsize=9, ha="center", va="center", transform=ax.transAxes)
+            continue
+        factor, _ = _scale(unit)
+        if p["type"] == "stat":
+            label, pts = lines[0]
+            ax.plot([(t - end) / 60 for t, _ in pts], [v * factor for _, v in pts], color="#73bf69", alpha=0.35, lw=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.text(0.5, 0.45, _number(pts[-1][1], unit), color="#73bf69", fontsize=18, fontweight="bold",
+                    ha="center", va="center", transform=ax.transAxes)
+            continue
+        for label, pts in lines:
+            ax.plot([(t - end) / 60 for t, _ in pts], [v * factor for _, v in pts], lw=1.2, label=label)
+        ax.set_xlabel("minutes before the end of the load", color="#8e8e8e", fontsize=6, labelpad=1)
+        ax.grid(color="#2c3235", lw=0.5)
+        _, suffix = _scale(unit)
+        if suffix:
+            ax.set_ylabel(suffix.strip(), color="#8e8e8e", fontsize=6)
+        ax.legend(fontsize=7, loc="upper left", frameon=False, labelcolor="#d8d9da", ncol=min(3, len(lines)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, facecolor=fig.get_facecolor())
     plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="render_dashboard.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--check", action="store_true", help="exit 1 when the committed JSON or SVG differs from what the code builds"
-    )
-    parser.add_argument("--png", action="store_true", help="also write docs/dashboard.png (needs ImageMagick's convert)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when the committed dashboard JSON differs from what the code builds")
+    parser.add_argument("--prometheus", metavar="URL",
+                        help="a Prometheus that scrapes vLLM (e.g. after `kubectl -n monitoring port-forward "
+                             "svc/prometheus-operated 9090`: http://127.0.0.1:9090); with --png")
+    parser.add_argument("--png", type=Path, metavar="PATH",
+                        help=f"draw the dashboard from --prometheus (e.g. {PNG_PATH.relative_to(REPO_ROOT)})")
+    parser.add_argument("--namespace", default="kimi", help="the dashboard's namespace variable (default kimi)")
+    parser.add_argument("--model-name", default="kimi-k3.1-pro",
+                        help="the dashboard's served-model variable (default kimi-k3.1-pro)")
+    parser.add_argument("--minutes", type=float, default=60.0, help="how far back to draw (default 60)")
     args = parser.parse_args(argv)
+    if bool(args.prometheus) != bool(args.png):
+        parser.error("--prometheus and --png go together")
+    if args.minutes <= 0:
+        parser.error(f"--minutes: {args.minutes:g} must be above 0")
     doc = dashboard()
-    files = {DASHBOARD_PATH: dashboard_text(), SVG_PATH: layout_svg(doc)}
     if args.check:
-        stale = [str(p.relative_to(REPO_ROOT)) for p, text in files.items() if not p.is_file() or p.read_text() != text]
-        for name in stale:
-            print(f"out of date: {name} (run scripts/render_dashboard.py)", file=sys.stderr)
-        return 1 if stale else 0
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        print(f"wrote {path.relative_to(REPO_ROOT)}")
-    if args.png:
+        if not DASHBOARD_PATH.is_file() or DASHBOARD_PATH.read_text() != dashboard_text():
+            print(f"out of date: {DASHBOARD_PATH.relative_to(REPO_ROOT)} (run scripts/render_dashboard.py)", file=sys.stderr)
+            return 1
+        return 0
+    if not args.png:
+        DASHBOARD_PATH.write_text(dashboard_text())
+        queries = len(dashboard_expressions(doc))
+        print(f"wrote {DASHBOARD_PATH.relative_to(REPO_ROOT)}: {len(doc['panels'])} panels, {queries} queries")
+    else:
+        end = time.time()
         try:
-            layout_png(doc, PNG_PATH)
+            series = panel_series(doc, args.prometheus, args.namespace, args.model_name, end - args.minutes * 60, end)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        try:
+            render_png(doc, series, args.png, note=f"namespace {args.namespace}, model {args.model_name}")
         except ImportError:
             print("error: --png needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 2
-        print(f"wrote {PNG_PATH.relative_to(REPO_ROOT)}")
-    print(f"{len(doc['panels'])} panels, {len(dashboard_expressions(doc))} queries")
+        print(f"wrote {args.png}: {sum(1 for lines in series.values() if lines)} of {len(series)} panels with data")
     return 0
 
 

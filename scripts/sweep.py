@@ -50,6 +50,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.core.config import format_utc as _utc
+from components.core.config import parse_clock
 from components.core.naming import (  # one place for tag keys
     ROLE_WEIGHTS_MIRROR,
     TAG_ENVIRONMENT,
@@ -67,6 +68,7 @@ from scripts.sweeping.found import (
     error_code,
     is_connection_error,
     is_credentials_error,
+    is_unparsable_response,
     one_line,
     parse_time,
     public,
@@ -80,6 +82,7 @@ from scripts.sweeping.kinds import (
     cluster_leftovers,
     discover_cluster_leftovers,
 )
+from scripts.sweeping.registry import Kind
 
 __all__ = [
     "CLUSTER_TAG_PREFIX",
@@ -170,12 +173,30 @@ class EndpointUnreachable(Exception):
     one line with the region and the reason."""
 
 
-def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[Found], list[str]]:
-    """Everything of ours in ``region``, and errors of kinds that could not be listed.
+@dataclass
+class Discovery:
+    """What ``discover`` found in one region.
+
+    Attributes:
+        found: everything of ours that could be listed.
+        errors: one line per deletable kind that could not be listed (the run fails: something
+            expired could be hidden there).
+        unknown: report-only kinds that could not be listed, ``{"region", "kind", "reason"}``
+            (reported, the run does not fail: the sweeper deletes nothing of those kinds).
+    """
+
+    found: list[Found]
+    errors: list[str]
+    unknown: list[dict[str, str]]
+
+
+def discover(clients: ClientFactory, region: str, now: datetime) -> Discovery:
+    """Everything of ours in ``region``, and the kinds that could not be listed.
 
     Runs each registered kind's ``discover`` in registration order, then ``cluster_leftovers``
-    (what Kubernetes created for our clusters). A kind that cannot be listed adds one line to
-    the errors and the others are still listed.
+    (what Kubernetes created for our clusters). A kind that cannot be listed does not stop the
+    others: a deletable kind adds one line to ``errors``, a report-only kind (capacity
+    reservations, S3 buckets) one entry to ``unknown``.
 
     Raises:
         EndpointUnreachable: the first call that cannot connect (the other kinds would only
@@ -183,9 +204,9 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
         Exception: a credentials error (``main`` turns it into exit 2).
     """
     ctx = DiscoveryContext(client=lambda service: clients(service, region), region=region, now=now)
-    errors: list[str] = []
+    result = Discovery(ctx.found, [], [])
 
-    def attempt(what: str, fn: Callable[[DiscoveryContext], list[Found]]) -> None:
+    def attempt(what: str, fn: Callable[[DiscoveryContext], list[Found]], kind: Kind | None = None) -> None:
         try:
             ctx.found.extend(fn(ctx))
         except Exception as err:  # noqa: BLE001 - one unlistable kind must not hide the others
@@ -195,12 +216,19 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> tuple[list[F
                 raise EndpointUnreachable(
                     f"{region}: cannot reach the AWS endpoint while listing {what}: {one_line(err)}"
                 ) from None
-            errors.append(f"{region}: could not list {what}: {one_line(err)}")
+            reason = one_line(err)
+            if is_unparsable_response(err):
+                calls = " / ".join(kind.calls) if kind and kind.calls else "the call"
+                reason = f"the endpoint's answer to {calls} is not an AWS API response (invalid XML: does it implement the call?)"
+            if kind is not None and kind.report_only:
+                result.unknown.append({"region": region, "kind": kind.name, "reason": f"{what} could not be listed: {reason}"})
+            else:
+                result.errors.append(f"{region}: could not list {what}: {reason}")
 
     for kind in REGISTRY:
-        attempt(kind.label, kind.discover)
+        attempt(kind.label, kind.discover, kind)
     attempt("what Kubernetes created for our clusters", discover_cluster_leftovers)
-    return ctx.found, errors
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,14 +328,16 @@ class Sweeper:
         """Sweep every region; returns the report (see ``report``)."""
         items: list[Found] = []
         errors: list[str] = []
+        unknown: list[dict[str, str]] = []
         destroys: list[DestroyOutcome] = []
         for region in self.regions:
             try:
-                found, errs = discover(self.clients, region, self.now)
+                seen = discover(self.clients, region, self.now)
             except EndpointUnreachable as err:
                 errors.append(str(err))  # nothing of this region is known: the run fails (exit 1)
                 continue
-            errors += errs
+            found, region_unknown = seen.found, seen.unknown
+            errors += seen.errors
             if self.destroy and self.destroyer is not None:
                 expired_stacks = sorted({f.stack for f in found if f.expired and not f.retained and f.kind in DELETE_ORDER})
                 if expired_stacks and not self.destroyer.available():
@@ -322,13 +352,15 @@ class Sweeper:
                             continue
                         self.log(f"pulumi destroy {stack}")
                         destroys.append(self.destroyer.destroy(stack))
-                    found, errs = discover(self.clients, region, self.now)  # what destroy left behind
+                    seen = discover(self.clients, region, self.now)  # what destroy left behind
+                    found, region_unknown = seen.found, seen.unknown
             for f in found:
                 self._mark(f)
             if self.destroy:
                 self._delete_region(region, [f for f in found if f.status == "would-delete"])
             items += found
-        return self.report(items, errors, destroys)
+            unknown += region_unknown
+        return self.report(items, errors, destroys, unknown)
 
     def _mark(self, f: Found) -> None:
         if f.kind == "capacity-reservation":
@@ -417,15 +449,23 @@ class Sweeper:
 
     # -- report ------------------------------------------------------------------------------
 
-    def report(self, items: list[Found], errors: list[str], destroys: list[DestroyOutcome]) -> dict[str, Any]:
+    def report(
+        self, items: list[Found], errors: list[str], destroys: list[DestroyOutcome], unknown: list[dict[str, str]] | None = None
+    ) -> dict[str, Any]:
         """The JSON report::
 
             {"now", "regions", "mode": "dry-run"|"destroy",
              "stacks": {stack: {"expired", "expires_at", "owner", "environment", "resources": [Found]}},
              "pulumi_destroy": [{stack, status, reason}], "still_paid": [Found], "errors": [str],
-             "summary": {"expired", "would_delete", "deleted", "failed", "kept", "still_paid", "invalid_expiry"},
+             "unknown": [{region, kind, reason}],
+             "summary": {"expired", "would_delete", "deleted", "failed", "kept", "still_paid", "invalid_expiry",
+                         "unknown"},
              "exit_code"}
+
+        ``unknown``: report-only kinds that could not be listed (e.g. capacity reservations where
+        the endpoint lacks ``DescribeCapacityReservations``); they do not change the exit code.
         """
+        unknown = unknown or []
         stacks: dict[str, dict[str, Any]] = {}
         for f in items:
             if f.kind == "capacity-reservation":
@@ -446,6 +486,7 @@ class Sweeper:
             "kept": count("kept"),
             "still_paid": len(still_paid),
             "invalid_expiry": sum(1 for f in items if f.reason.startswith("expires-at")),
+            "unknown": len(unknown),
         }
         remaining = summary["would_delete"] + summary["failed"]
         return {
@@ -456,6 +497,7 @@ class Sweeper:
             "pulumi_destroy": [asdict(d) for d in destroys],
             "still_paid": still_paid,
             "errors": errors,
+            "unknown": unknown,
             "summary": summary,
             "exit_code": 1 if remaining or errors else 0,
         }
@@ -532,6 +574,7 @@ def make_parser() -> argparse.ArgumentParser:
 def render_table(report: Mapping[str, Any]) -> None:
     """Print the report for people (rich)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -561,10 +604,12 @@ def render_table(report: Mapping[str, Any]) -> None:
     for r in report["still_paid"]:
         console.print(f"[red]still paid:[/red] {r['id']} ({r['stack']}, {r['region']}): {r['reason']}", highlight=False)
     for e in report["errors"]:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(e)}", highlight=False)
+    for u in report["unknown"]:
+        console.print(f"[cyan]unknown:[/cyan] {u['region']}: {escape(u['reason'])}", highlight=False)
     console.print(
         f"expired {s['expired']}, would delete {s['would_delete']}, deleted {s['deleted']}, failed {s['failed']}, kept "
-        f"{s['kept']}, still paid {s['still_paid']}",
+        f"{s['kept']}, still paid {s['still_paid']}" + (f", unknown {s['unknown']}" if s["unknown"] else ""),
         highlight=False,
     )
 
@@ -577,9 +622,9 @@ def main(
     except SystemExit as exc:
         return int(exc.code or 0) if exc.code in (0, None) else 2
     try:
-        now = parse_time(args.now) if args.now else datetime.now(UTC).replace(microsecond=0)
-    except ValueError:
-        print(f"error: --now {args.now!r} is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)", file=sys.stderr)
+        now = parse_clock(args.now, "--now") if args.now else datetime.now(UTC).replace(microsecond=0)
+    except ValueError as err:  # ConfigError: not a time, or out of range
+        print(f"error: {err}", file=sys.stderr)
         return 2
     if not 0 <= args.wait_seconds <= 86_400:  # also rejects nan
         print(f"error: --wait-seconds: {args.wait_seconds:g} must be between 0 and 86400 seconds", file=sys.stderr)

@@ -5,30 +5,42 @@
 
 Checks (``--checks`` picks some; all by default), built on the official ``openai`` client:
   tools             a request with tools returns tool_calls whose arguments are JSON matching the
-                    schema, and no raw tool-call tokens in content
+                    schema, and no raw chat markup of the model profile in content or reasoning
   parallel-tools    a request that needs two calls gets two separate calls
   stream-tools      the same two requests streamed (as agents send them): tool_calls rebuilt from
-                    the deltas are complete, separate, valid JSON, with no raw tool tokens in content
+                    the deltas are complete, separate, valid JSON, with no raw markup in the text
   concurrent-tools  --concurrency streams with tools at once, one city each: every stream gets a
                     complete call for its own city
-  round-trip        the complete assistant message (content, reasoning_content, tool_calls) goes
-                    back with the tool results; the next turn succeeds and uses them; the same
-                    turn 2 sent without reasoning_content must count fewer prompt tokens (else
-                    the server drops it, however short the reasoning)
-  reasoning-effort  reasoning_effort low, high and max are accepted as a top-level field
-  needle            one fact retrieved from a long haystack (default 128k tokens, capped at the
-                    served max_model_len)
+  round-trip        the complete assistant message (content, reasoning, tool_calls) goes back with
+                    the tool results; the next turn succeeds and uses them; the same turn 2 sent
+                    without the reasoning must count fewer prompt tokens (else the server drops it)
+  tool-ids          a second tool turn in the same conversation gets ids that differ from the
+                    first turn's (agents key tool results by id)
+  reasoning-effort  reasoning_effort low, high and max are accepted as a top-level field, and max
+                    reasons more than low (else the server ignores the field)
+  needle            one fact retrieved from a long haystack (default 128k tokens); fails when the
+                    served max_model_len cannot hold it
   throughput        N concurrent streams: time to first token p50/p95, inter-token latency,
                     output tokens per second
-Only the given base URL is contacted: first one GET /v1/models, so an endpoint that cannot be reached
-fails at once with the reason (exit 1), and a 404 there says in one line that --base-url should
-probably end in /v1. A password in the URL is shown as ***.
+  auth              without the API key, every route the server serves is refused (401/403) except
+                    /health and /metrics: /v1, /invocations, /tokenize and the rest. Routes come from
+                    the server's /openapi.json (read with the key), else a list of vLLM's; each is
+                    probed with a method it does not accept, so nothing runs even where it is open
+Request sizes follow the server: output budgets fit the max_model_len that /v1/models reports, and
+prompt sizes in tokens use the server's own count (usage.prompt_tokens of two short probes).
+Chat markup comes from the model profile (--model-profile; components/core/model.py), and each
+failure names the server flag that most likely causes it.
+Only the given base URL's server is contacted: first one GET /v1/models, so an endpoint that cannot
+be reached fails at once with the reason (exit 1), a 404 there says in one line that --base-url
+should probably end in /v1, and a model name the server does not serve fails every check with the
+names it does serve. A password in the URL is shown as ***.
 Exit codes: 0 all passed, 1 a check failed or the endpoint cannot be reached, 2 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -37,6 +49,8 @@ import random
 import re
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -46,6 +60,8 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
+from components.core.model import MODELS, ChatMarkup, ModelProfile
+from components.core.naming import VLLM_CLIENT_SERVICE
 from scripts._cli import (
     EXIT_CHECK_FAILED,
     FAIL,
@@ -64,16 +80,23 @@ from scripts._cli import (
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CHECKS: tuple[str, ...] = (
-    "tools", "parallel-tools", "stream-tools", "concurrent-tools", "round-trip", "reasoning-effort", "needle", "throughput",
+    "tools", "parallel-tools", "stream-tools", "concurrent-tools", "round-trip", "tool-ids", "reasoning-effort", "needle",
+    "throughput", "auth",
 )
 EFFORTS: tuple[str, ...] = ("low", "high", "max")
 DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
+DEFAULT_PROFILE = "kimi-k3.1-pro"
 DEFAULT_NEEDLE_TOKENS = 128 * 1024
-CHARS_PER_TOKEN = 4  # estimate for English prose; the server's usage gives the real count
-# Output budget of the functional checks: room for the reasoning at the default effort (max).
+# Before the server's own count is known (estimate for English prose).
+CHARS_PER_TOKEN = 4
+# Output budget of the functional checks: room for the reasoning at the default effort (max),
+# never more than the server's max_model_len leaves (fit_output_tokens).
 CHECK_MAX_TOKENS = 8192
-# Kimi's tool-call markers (and any <|...tool...|> token) must never reach content.
-RAW_TOOL_TOKEN_RE = re.compile(r"<\|[^|<>]*tool[^|<>]*\|>|tool_calls?_section")
+# Room the needle's answer (reasoning + passphrase) needs besides the haystack.
+NEEDLE_ANSWER_TOKENS = 2048
+# What the chat template adds around the messages, at most (estimate; vLLM clamps max_tokens to
+# what the context leaves, vllm/entrypoints/serve/utils/api_utils.py get_max_tokens).
+TEMPLATE_ALLOWANCE_TOKENS = 256
 
 WEATHER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -88,6 +111,21 @@ WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {"name": "get_weather", "description": "Current weather of one city.", "parameters": WEATHER_SCHEMA},
 }
+
+# Routes reachable without the key in a kimi-deploy server: the probes' health and Prometheus' scrape
+# (scripts/kimi_vllm_api_guard.py OPEN_PATHS).
+OPEN_PATHS: frozenset[str] = frozenset({"/health", "/metrics"})
+# Inference routes of vLLM 0.33.0 (vllm/entrypoints/**/api_router.py), probed when the server does
+# not publish /openapi.json (--disable-fastapi-docs). Method: the one each accepts.
+KNOWN_ENGINE_ROUTES: dict[str, tuple[str, ...]] = {
+    "/v1/chat/completions": ("POST",), "/v1/completions": ("POST",), "/v1/responses": ("POST",),
+    "/v1/messages": ("POST",), "/v1/embeddings": ("POST",), "/inference/v1/generate": ("POST",),
+    "/invocations": ("POST",), "/tokenize": ("POST",), "/detokenize": ("POST",), "/pooling": ("POST",),
+    "/classify": ("POST",), "/score": ("POST",), "/rerank": ("POST",), "/v1/score": ("POST",), "/v1/rerank": ("POST",),
+    "/v2/rerank": ("POST",), "/v2/embed": ("POST",), "/cohere/v2/chat": ("POST",), "/generative_scoring": ("POST",),
+    "/abort_requests": ("POST",),
+}
+GUARD_FLAG = "--middleware kimi_vllm_api_guard.RequireApiKey"
 
 
 @dataclass
@@ -107,12 +145,27 @@ class CheckResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class ServerFacts:
+    """What the server says about itself, learned once per run.
+
+    Attributes:
+        max_model_len: the served model's context in tokens (``/v1/models``), None when not reported.
+        chars_per_token: characters of the validate prose per prompt token on this server (measured
+            by ``measure_chars_per_token``), None until measured.
+    """
+
+    max_model_len: int | None = None
+    chars_per_token: float | None = None
+
+
 @dataclass(frozen=True)
 class Options:
-    """What to run and how hard (see ``--help``)."""
+    """What to run and how hard (see ``--help``); ``facts`` is filled in by ``run_checks``."""
 
     model: str
     checks: tuple[str, ...] = CHECKS
+    profile: str = DEFAULT_PROFILE
     needle_tokens: int = DEFAULT_NEEDLE_TOKENS
     needle_depth: float = 0.5
     concurrency: int = 8
@@ -122,10 +175,67 @@ class Options:
     min_output_tps: float | None = None
     max_ttft_p95_seconds: float | None = None
     seed: int = 0
+    api_key: str | None = None
+    base_url: str | None = None
+    timeout_seconds: float = 600
+    facts: ServerFacts = field(default_factory=ServerFacts, compare=False)
+
+    @property
+    def model_profile(self) -> ModelProfile:
+        return MODELS[self.profile]
 
 
 class CheckFailed(Exception):
     """A check's request failed; ``str(err)`` is the one-line reason."""
+
+
+# -- causes ------------------------------------------------------------------------------------
+
+
+def markup_pattern(markup: ChatMarkup) -> re.Pattern[str]:
+    """A regex matching any special token of the profile's chat format (with or without the
+    spaces vLLM's detokenizer may put around added tokens)."""
+    return re.compile("|".join(re.escape(t) for t in sorted(markup.special_tokens, key=len, reverse=True)))
+
+
+def _channel(text: str, start: int, markup: ChatMarkup) -> str:
+    """Which channel's markup sits at ``start``: ``reasoning``, ``tools`` or ``other``."""
+    squeezed = re.sub(r"\s+", "", text[start : start + 64])
+    for marker, name in ((markup.reasoning_open, "reasoning"), (markup.reasoning_close, "reasoning"),
+                         (markup.tools_open, "tools"), (markup.tools_close, "tools")):
+        if squeezed.startswith(marker):
+            return name
+    return "other"
+
+
+def markup_leak(profile: ModelProfile, content: str | None, reasoning: str | None) -> str | None:
+    """One line naming raw chat markup of ``profile`` found in the reply text and the server flag that
+    should have consumed it, or None."""
+    markup = profile.chat_markup
+    pattern = markup_pattern(markup)
+    for where, text in (("content", content or ""), ("reasoning", reasoning or "")):
+        found = pattern.search(text)
+        if not found:
+            continue
+        excerpt = one_line(text[found.start() : found.start() + 40])
+        channel = _channel(text, found.start(), markup)
+        if where == "reasoning":
+            cause = (f"the reasoning parser does not know this format: is --reasoning-parser {profile.reasoning_parser} "
+                     f"(and --tool-call-parser {profile.tool_call_parser}) set?")
+        elif channel == "reasoning":
+            cause = f"the reasoning channel was not parsed: is --reasoning-parser {profile.reasoning_parser} set?"
+        elif channel == "tools":
+            cause = (f"the tool calls were not parsed: are --enable-auto-tool-choice and --tool-call-parser "
+                     f"{profile.tool_call_parser} set?")
+        else:
+            cause = (f"a parser does not know this format: are --tool-call-parser {profile.tool_call_parser} and "
+                     f"--reasoning-parser {profile.reasoning_parser} set?")
+        return f"raw {profile.display_name} chat markup in {where} ({excerpt!r}): {cause}"
+    return None
+
+
+def no_reasoning_cause(profile: ModelProfile) -> str:
+    return f"is --reasoning-parser {profile.reasoning_parser} set?"
 
 
 def _describe_error(err: Exception) -> str:
@@ -138,7 +248,14 @@ def _describe_error(err: Exception) -> str:
             message = body["error"].get("message", "")
         elif body.get("message"):
             message = body["message"]
-        return f"HTTP {err.status_code}: {one_line(message or err.message)[:200]}"
+        elif isinstance(body.get("error"), str):
+            message = body["error"]
+        text = f"HTTP {err.status_code}: {one_line(message or err.message)[:200]}"
+        if err.status_code == 401:
+            text += f" (the server wants an API key: set {DEFAULT_API_KEY_ENV} or --api-key-env)"
+        elif err.status_code == 400 and "context length" in (message or "").lower():
+            text += " (is the server's --max-model-len shorter than planned?)"
+        return text
     if isinstance(err, openai.APITimeoutError):
         return "request timed out"
     if isinstance(err, openai.APIConnectionError):
@@ -146,21 +263,80 @@ def _describe_error(err: Exception) -> str:
     return f"{type(err).__name__}: {one_line(err)[:200]}"
 
 
+# -- request sizes -------------------------------------------------------------------------------
+
+
+def _prompt_chars(kwargs: dict[str, Any]) -> int:
+    return len(json.dumps(kwargs.get("messages") or [])) + len(json.dumps(kwargs.get("tools") or []))
+
+
+def fit_output_tokens(opts: Options, prompt_chars: int, wanted: int = CHECK_MAX_TOKENS) -> int:
+    """``wanted`` output tokens, or less so that prompt + output fit the served ``max_model_len``.
+
+    The prompt's size is bounded by its characters (a token is at least one byte of ASCII text)
+    plus ``TEMPLATE_ALLOWANCE_TOKENS``; at least 16 tokens are always asked for."""
+    limit = opts.facts.max_model_len
+    if limit is None:
+        return wanted
+    cpt = opts.facts.chars_per_token or 1.0
+    prompt_tokens = math.ceil(prompt_chars / max(cpt, 1.0)) + TEMPLATE_ALLOWANCE_TOKENS
+    return max(16, min(wanted, limit - prompt_tokens))
+
+
 def _chat(client: Any, opts: Options, **kwargs: Any) -> Any:
     import openai
 
-    kwargs.setdefault("max_tokens", CHECK_MAX_TOKENS)
+    if "max_tokens" not in kwargs:
+        kwargs["max_tokens"] = fit_output_tokens(opts, _prompt_chars(kwargs))
     try:
         return client.chat.completions.create(model=opts.model, **kwargs)
     except openai.OpenAIError as err:
         raise CheckFailed(_describe_error(err)) from None
 
 
+def served_models(client: Any) -> dict[str, int | None] | None:
+    """``{model id: max_model_len or None}`` from ``/v1/models``, or None when it cannot be read."""
+    try:
+        data = client.models.list().data
+    except Exception:  # noqa: BLE001 - an endpoint without /v1/models (or a 401): the checks say why
+        return None
+    out: dict[str, int | None] = {}
+    for item in data:
+        value = (item.model_extra or {}).get("max_model_len")
+        out[item.id] = int(value) if value else None
+    return out
+
+
+def served_max_model_len(client: Any, model: str) -> int | None:
+    """``max_model_len`` vLLM reports in /v1/models for ``model``, or None."""
+    return (served_models(client) or {}).get(model)
+
+
+def measure_chars_per_token(client: Any, opts: Options) -> float:
+    """Characters of validate's filler prose per prompt token on this server: the difference in
+    ``usage.prompt_tokens`` of two one-token requests whose prompts differ by a known text.
+    Falls back to ``CHARS_PER_TOKEN`` when the server reports no usage."""
+    if opts.facts.chars_per_token is not None:
+        return opts.facts.chars_per_token
+    filler = haystack(2000, "", 0, opts.seed + 9)
+    counts: list[int] = []
+    for text in ("Say ok.", filler + "\n\nSay ok."):
+        resp = _chat(client, opts, messages=[{"role": "user", "content": text}], max_tokens=1)
+        if resp.usage:
+            counts.append(int(resp.usage.prompt_tokens))
+    if len(counts) < 2 or counts[1] <= counts[0]:
+        value = float(CHARS_PER_TOKEN)
+    else:
+        value = round(len(filler) / (counts[1] - counts[0]), 3)
+    opts.facts.chars_per_token = value
+    return value
+
+
 def reasoning_of(message: Any) -> tuple[str | None, str | None]:
-    """``(field name, text)`` of the reasoning in a response message or delta: vLLM's
-    ``reasoning_content`` or the newer ``reasoning``; ``(None, None)`` when absent."""
+    """``(field name, text)`` of the reasoning in a response message or delta: vLLM's ``reasoning``
+    (0.32 and later) or the older ``reasoning_content``; ``(None, None)`` when absent."""
     extra = getattr(message, "model_extra", None) or {}
-    for name in ("reasoning_content", "reasoning"):
+    for name in ("reasoning", "reasoning_content"):
         value = extra.get(name, getattr(message, name, None) if name not in extra else None)
         if isinstance(value, str) and value:
             return name, value
@@ -191,6 +367,11 @@ def _validate_calls(calls: Sequence[Any]) -> tuple[list[dict[str, Any]], list[st
     return parsed, problems
 
 
+def _no_calls(profile: ModelProfile, finish_reason: str | None, content: str) -> str:
+    return (f"no tool_calls (finish_reason {finish_reason}); content: {one_line(content)[:80]!r}: are "
+            f"--enable-auto-tool-choice and --tool-call-parser {profile.tool_call_parser} set?")
+
+
 def check_tools(client: Any, opts: Options) -> CheckResult:
     name = "tools"
     resp = _chat(
@@ -203,17 +384,12 @@ def check_tools(client: Any, opts: Options) -> CheckResult:
     choice = resp.choices[0]
     msg = choice.message
     content = msg.content or ""
-    _, reasoning = reasoning_of(msg)
-    leaked = RAW_TOOL_TOKEN_RE.search(content) or RAW_TOOL_TOKEN_RE.search(reasoning or "")
-    if leaked:
-        return CheckResult(
-            name, FAIL, f"raw tool-call tokens in the response text ({leaked.group(0)!r}): is --tool-call-parser kimi_k3 set?"
-        )
+    leak = markup_leak(opts.model_profile, content, reasoning_of(msg)[1])
+    if leak:
+        return CheckResult(name, FAIL, leak)
     calls = msg.tool_calls or []
     if not calls:
-        return CheckResult(
-            name, FAIL, f"no tool_calls (finish_reason {choice.finish_reason}); content: {one_line(content)[:80]!r}"
-        )
+        return CheckResult(name, FAIL, _no_calls(opts.model_profile, choice.finish_reason, content))
     parsed, problems = _validate_calls(calls)
     if problems:
         return CheckResult(name, FAIL, problems[0])
@@ -224,22 +400,18 @@ def check_tools(client: Any, opts: Options) -> CheckResult:
     )
 
 
+TWO_CITY_PROMPT = ("Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in "
+                   "this turn.")
+
+
 def check_parallel_tools(client: Any, opts: Options) -> CheckResult:
     name = "parallel-tools"
-    resp = _chat(
-        client,
-        opts,
-        messages=[
-            {
-                "role": "user",
-                "content": "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls "
-                           "in this turn.",
-            }
-        ],
-        tools=[WEATHER_TOOL],
-        tool_choice="auto",
-    )
-    calls = resp.choices[0].message.tool_calls or []
+    resp = _chat(client, opts, messages=[{"role": "user", "content": TWO_CITY_PROMPT}], tools=[WEATHER_TOOL], tool_choice="auto")
+    msg = resp.choices[0].message
+    leak = markup_leak(opts.model_profile, msg.content, reasoning_of(msg)[1])
+    if leak:
+        return CheckResult(name, FAIL, leak)
+    calls = msg.tool_calls or []
     if len(calls) < 2:
         detail = f": {one_line(calls[0].function.arguments)[:100]!r}" if calls else ""
         return CheckResult(name, FAIL, f"{len(calls)} tool call(s) where two were needed (merged calls?){detail}")
@@ -255,61 +427,73 @@ def check_parallel_tools(client: Any, opts: Options) -> CheckResult:
     return CheckResult(name, PASS, f"{len(calls)} separate calls with distinct ids ({', '.join(sorted(cities))})")
 
 
+def _assistant_turn(msg: Any) -> dict[str, Any]:
+    """The complete assistant message to send back: content, reasoning (under both names), tool_calls."""
+    field_name, reasoning = reasoning_of(msg)
+    turn: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
+    if reasoning:
+        turn["reasoning_content"] = reasoning
+        if field_name != "reasoning_content":
+            turn[field_name or "reasoning"] = reasoning  # whichever field the server used, too
+    if msg.tool_calls:
+        turn["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in msg.tool_calls
+        ]
+    return turn
+
+
+PARIS_ROUND_TRIP = ("What is the weather in Paris? Use get_weather, then tell me the temperature and the observation_id it "
+                    "returns.")
+
+
 def check_round_trip(client: Any, opts: Options) -> CheckResult:
     name = "round-trip"
     rng = random.Random(opts.seed + 1)
     observation = f"WX-{rng.randrange(1000, 9999)}"
-    user = {
-        "role": "user",
-        "content": "What is the weather in Paris? Use get_weather, then tell me the temperature and the observation_id it "
-                   "returns.",
-    }
+    user = {"role": "user", "content": PARIS_ROUND_TRIP}
     first = _chat(client, opts, messages=[user], tools=[WEATHER_TOOL], tool_choice="auto")
     msg = first.choices[0].message
     calls = msg.tool_calls or []
+    leak = markup_leak(opts.model_profile, msg.content, reasoning_of(msg)[1])
+    if leak:
+        return CheckResult(name, FAIL, f"turn 1: {leak}")
     if not calls:
         return CheckResult(name, FAIL, "turn 1 returned no tool_calls (see the tools check)")
     field_name, reasoning = reasoning_of(msg)
     if field_name is None or not reasoning:  # reasoning_of gives both or neither
-        return CheckResult(name, FAIL, "turn 1 returned no reasoning_content: is --reasoning-parser kimi_k3 set?")
-    assistant: dict[str, Any] = {
-        "role": "assistant",
-        "content": msg.content or "",
-        "reasoning_content": reasoning,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in calls
-        ],
-    }
-    if field_name != "reasoning_content":
-        assistant[field_name] = reasoning  # send back whichever field the server used, too
+        return CheckResult(name, FAIL, f"turn 1 returned no reasoning: {no_reasoning_cause(opts.model_profile)}")
+    assistant = _assistant_turn(msg)
     results = [
         {"role": "tool", "tool_call_id": c.id, "content": json.dumps({"temperature_c": 17.5, "observation_id": observation})}
         for c in calls
     ]
     second = _chat(client, opts, messages=[user, assistant, *results], tools=[WEATHER_TOOL], tool_choice="auto")
     reply = second.choices[0].message
+    leak = markup_leak(opts.model_profile, reply.content, reasoning_of(reply)[1])
+    if leak:
+        return CheckResult(name, FAIL, f"turn 2: {leak}")
     if reply.tool_calls:
         return CheckResult(name, FAIL, "turn 2 asked for the tool again instead of using its result")
     if observation not in (reply.content or ""):
         return CheckResult(
             name, FAIL, f"turn 2 does not use the tool result ({observation} missing): {one_line(reply.content or '')[:80]!r}"
         )
-    # The same turn 2 without the reasoning: a server that reads reasoning_content counts more
-    # prompt tokens with it; one that drops it counts the same, however short the reasoning is.
+    # The same turn 2 without the reasoning: a server that reads it counts more prompt tokens with
+    # it; one that drops it counts the same, however short the reasoning is.
     stripped = {k: v for k, v in assistant.items() if k not in ("reasoning_content", "reasoning")}
     without = _chat(client, opts, messages=[user, stripped, *results], tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=1)
     with_tokens = second.usage.prompt_tokens if second.usage else None
     without_tokens = without.usage.prompt_tokens if without.usage else None
     metrics: dict[str, Any] = {"turn2_prompt_tokens": with_tokens, "turn2_prompt_tokens_without_reasoning": without_tokens,
-                               "reasoning_chars": len(reasoning)}
+                               "reasoning_chars": len(reasoning), "reasoning_field": field_name}
     if with_tokens is None or without_tokens is None:
-        return CheckResult(name, FAIL, "no usage in the turn-2 responses: cannot tell whether reasoning_content is kept", metrics)
+        return CheckResult(name, FAIL, "no usage in the turn-2 responses: cannot tell whether the reasoning is kept", metrics)
     if with_tokens <= without_tokens:
         return CheckResult(
             name, FAIL,
-            f"turn 2 counts {with_tokens} prompt tokens with reasoning_content and {without_tokens} without: "
-            "the server drops the returned reasoning_content",
+            f"turn 2 counts {with_tokens} prompt tokens with the reasoning (reasoning_content) and {without_tokens} "
+            "without: the server drops the returned reasoning_content (its chat template does not render it)",
             metrics,
         )
     return CheckResult(
@@ -317,23 +501,70 @@ def check_round_trip(client: Any, opts: Options) -> CheckResult:
     )
 
 
+def check_tool_ids(client: Any, opts: Options) -> CheckResult:
+    name = "tool-ids"
+    user = {"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}
+    first = _chat(client, opts, messages=[user], tools=[WEATHER_TOOL], tool_choice="auto").choices[0].message
+    if not first.tool_calls:
+        return CheckResult(name, FAIL, "turn 1 returned no tool_calls (see the tools check)")
+    results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"temperature_c": 17.5})} for c in first.tool_calls]
+    follow_up = {"role": "user", "content": "Now what is the weather in Tokyo? Use the get_weather tool."}
+    second = _chat(client, opts, messages=[user, _assistant_turn(first), *results, follow_up], tools=[WEATHER_TOOL],
+                   tool_choice="auto").choices[0].message
+    if not second.tool_calls:
+        return CheckResult(name, FAIL, "the second tool turn returned no tool_calls")
+    before, after = [c.id for c in first.tool_calls], [c.id for c in second.tool_calls]
+    repeated = sorted(set(before) & set(after))
+    if repeated or not all(after):
+        return CheckResult(
+            name, FAIL,
+            f"tool-call id {repeated[0] if repeated else '(empty)'!r} of turn 1 comes back in turn 3 (ids {before} then "
+            f"{after}): agents key tool results by id; the server's tool-call id scheme repeats per reply",
+        )
+    return CheckResult(name, PASS, f"ids differ across turns ({before[0]} then {after[0]})")
+
+
+EFFORT_PROMPT = "What is 17 times 23? Reply with the number only."
+
+
 def check_reasoning_effort(client: Any, opts: Options) -> CheckResult:
     name = "reasoning-effort"
-    failures, seconds = [], {}
+    failures, seconds, reasoning = [], {}, {}
     for effort in EFFORTS:
         started = time.monotonic()
         try:
-            resp = _chat(
-                client, opts, messages=[{"role": "user", "content": "Reply with the single word: ok"}], reasoning_effort=effort
-            )
+            resp = _chat(client, opts, messages=[{"role": "user", "content": EFFORT_PROMPT}], reasoning_effort=effort)
             if not resp.choices:
                 failures.append(f"{effort}: no choices")
+            else:
+                msg = resp.choices[0].message
+                leak = markup_leak(opts.model_profile, msg.content, reasoning_of(msg)[1])
+                if leak:
+                    return CheckResult(name, FAIL, f"{effort}: {leak}")
+                details = getattr(resp.usage, "completion_tokens_details", None) if resp.usage else None
+                tokens = getattr(details, "reasoning_tokens", None) if details else None
+                text = reasoning_of(msg)[1] or ""
+                reasoning[effort] = {"reasoning_tokens": tokens, "reasoning_chars": len(text)}
         except CheckFailed as err:
             failures.append(f"{effort}: {err}")
         seconds[effort] = round(time.monotonic() - started, 2)
+    metrics = {"seconds": seconds, "reasoning": reasoning}
     if failures:
-        return CheckResult(name, FAIL, "rejected " + "; ".join(failures), {"seconds": seconds})
-    return CheckResult(name, PASS, f"{', '.join(EFFORTS)} accepted as top-level reasoning_effort", {"seconds": seconds})
+        return CheckResult(name, FAIL, "rejected " + "; ".join(failures), metrics)
+    if not any(r["reasoning_chars"] for r in reasoning.values()):
+        return CheckResult(name, FAIL, f"no reasoning at any effort: {no_reasoning_cause(opts.model_profile)}", metrics)
+    unit = "reasoning_tokens" if all(r["reasoning_tokens"] for r in reasoning.values()) else "reasoning_chars"
+    low, high = int(reasoning["low"][unit] or 0), int(reasoning["max"][unit] or 0)
+    label = unit.replace("_", " ")
+    if high <= low:
+        return CheckResult(
+            name, FAIL,
+            f"reasoning_effort has no effect ({low} {label} at low, {high} at max): the server ignores the field "
+            "(for Kimi K3 vLLM maps it to thinking_effort in tokenizer mode kimi_k3, which the checkpoint's "
+            "architecture selects; is --tokenizer-mode overridden?)",
+            metrics,
+        )
+    return CheckResult(name, PASS, f"{', '.join(EFFORTS)} accepted; max reasons more than low ({high} vs {low} {label})", metrics)
 
 
 _WORDS = (
@@ -353,20 +584,9 @@ def haystack(chars: int, needle: str, depth: float, seed: int) -> str:
         sentence = " ".join(words).capitalize() + ". "
         sentences.append(sentence)
         size += len(sentence)
-    sentences.insert(int(len(sentences) * depth), needle + " ")
+    if needle:
+        sentences.insert(int(len(sentences) * depth), needle + " ")
     return "".join(sentences)
-
-
-def served_max_model_len(client: Any, model: str) -> int | None:
-    """``max_model_len`` vLLM reports in /v1/models for ``model``, or None."""
-    try:
-        for item in client.models.list().data:
-            if item.id == model:
-                value = (item.model_extra or {}).get("max_model_len")
-                return int(value) if value else None
-    except Exception:  # noqa: BLE001 - an endpoint without /v1/models: use the flag as given
-        return None
-    return None
 
 
 def check_needle(client: Any, opts: Options) -> CheckResult:
@@ -374,22 +594,35 @@ def check_needle(client: Any, opts: Options) -> CheckResult:
     rng = random.Random(opts.seed + 2)
     code = f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}-{rng.randrange(1000, 9999)}"
     needle = f"The secret passphrase for the vault is {code}."
-    target, note = opts.needle_tokens, ""
-    limit = served_max_model_len(client, opts.model)
-    if limit is not None and target > limit - 2048:
-        target, note = max(1024, limit - 2048), f" (capped at the served max_model_len {limit:,} - 2,048)"
-    text = haystack(target * CHARS_PER_TOKEN, needle, opts.needle_depth, opts.seed)
+    target = opts.needle_tokens
+    limit = opts.facts.max_model_len
+    if limit is not None and target + NEEDLE_ANSWER_TOKENS > limit:
+        return CheckResult(
+            name, FAIL,
+            f"the served max_model_len is {limit:,} tokens, below the {target:,}-token needle + {NEEDLE_ANSWER_TOKENS:,} for "
+            f"the answer: is the server's --max-model-len the planned one? (or pass --needle-tokens "
+            f"{max(1024, limit - NEEDLE_ANSWER_TOKENS):,})",
+            {"target_tokens": target, "max_model_len": limit},
+        )
+    cpt = measure_chars_per_token(client, opts)
+    text = haystack(int(target * cpt), needle, opts.needle_depth, opts.seed)
     question = "\n\nWhat is the secret passphrase for the vault mentioned in the text above? Reply with the passphrase only."
     started = time.monotonic()
-    resp = _chat(client, opts, messages=[{"role": "user", "content": text + question}])
+    resp = _chat(client, opts, messages=[{"role": "user", "content": text + question}],
+                 max_tokens=fit_output_tokens(opts, len(text), CHECK_MAX_TOKENS))
     seconds = round(time.monotonic() - started, 2)
-    answer = resp.choices[0].message.content or ""
+    msg = resp.choices[0].message
+    answer = msg.content or ""
     prompt_tokens = resp.usage.prompt_tokens if resp.usage else None
-    metrics = {"target_tokens": target, "prompt_tokens": prompt_tokens, "depth": opts.needle_depth, "seconds": seconds}
+    metrics = {"target_tokens": target, "prompt_tokens": prompt_tokens, "chars_per_token": cpt, "depth": opts.needle_depth,
+               "seconds": seconds}
+    leak = markup_leak(opts.model_profile, answer, reasoning_of(msg)[1])
+    if leak:
+        return CheckResult(name, FAIL, leak, metrics)
     size = f"{prompt_tokens:,} prompt tokens" if prompt_tokens else f"~{target:,} tokens"
     if code.lower() not in answer.lower():
-        return CheckResult(name, FAIL, f"needle not found in {size}{note}: answered {one_line(answer)[:60]!r}", metrics)
-    return CheckResult(name, PASS, f"needle found in {size} at depth {opts.needle_depth:.0%}{note} ({seconds:.1f} s)", metrics)
+        return CheckResult(name, FAIL, f"needle not found in {size}: answered {one_line(answer)[:60]!r}", metrics)
+    return CheckResult(name, PASS, f"needle found in {size} at depth {opts.needle_depth:.0%} ({seconds:.1f} s)", metrics)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -408,7 +641,8 @@ def _one_stream(client: Any, opts: Options, prompt: str) -> dict[str, Any]:
     usage_tokens = None
     try:
         stream = client.chat.completions.create(
-            model=opts.model, messages=[{"role": "user", "content": prompt}], max_tokens=opts.max_tokens,
+            model=opts.model, messages=[{"role": "user", "content": prompt}],
+            max_tokens=fit_output_tokens(opts, len(prompt), opts.max_tokens),
             stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
         )
         for chunk in stream:
@@ -435,7 +669,8 @@ def _one_stream(client: Any, opts: Options, prompt: str) -> dict[str, Any]:
 
 def check_throughput(client: Any, opts: Options, progress: Callable[[int, int], None] | None = None) -> CheckResult:
     name = "throughput"
-    filler = haystack(opts.prompt_tokens * CHARS_PER_TOKEN, "", 0, opts.seed + 3)
+    cpt = measure_chars_per_token(client, opts)
+    filler = haystack(int(opts.prompt_tokens * cpt), "", 0, opts.seed + 3)
     prompt = filler + "\n\nWrite a long, detailed story inspired by the words above."
     started = time.monotonic()
     results = []
@@ -458,6 +693,7 @@ def check_throughput(client: Any, opts: Options, progress: Callable[[int, int], 
         "requests": opts.requests,
         "max_tokens": opts.max_tokens,
         "prompt_tokens_estimate": opts.prompt_tokens,
+        "chars_per_token": cpt,
         "output_tokens": tokens,
         "wall_seconds": round(wall, 3),
         "output_tokens_per_second": round(tokens / wall, 2) if wall > 0 else None,
@@ -498,7 +734,7 @@ def stream_tool_calls(client: Any, opts: Options, messages: list[dict[str, Any]]
     try:
         stream = client.chat.completions.create(
             model=opts.model, messages=messages, tools=[WEATHER_TOOL], tool_choice="auto", stream=True,
-            max_tokens=CHECK_MAX_TOKENS,
+            max_tokens=fit_output_tokens(opts, _prompt_chars({"messages": messages, "tools": [WEATHER_TOOL]})),
         )
         for chunk in stream:
             for choice in chunk.choices:
@@ -520,18 +756,18 @@ def stream_tool_calls(client: Any, opts: Options, messages: list[dict[str, Any]]
             "finish_reason": finish}
 
 
-def streamed_call_problem(reply: dict[str, Any], cities: Sequence[str]) -> str | None:
+def streamed_call_problem(reply: dict[str, Any], cities: Sequence[str], profile: ModelProfile | None = None) -> str | None:
     """Why a streamed reply is not one complete call per city in ``cities`` (None when it is):
-    raw tool tokens in the text, no call, an empty call (no id, name or arguments), merged or
-    broken arguments (not JSON, not the schema), a city missing or asked for twice."""
-    leaked = RAW_TOOL_TOKEN_RE.search(reply["content"]) or RAW_TOOL_TOKEN_RE.search(reply["reasoning"])
-    if leaked:
-        return f"raw tool-call tokens in the streamed text ({leaked.group(0)!r})"
+    raw chat markup of ``profile`` in the text, no call, an empty call (no id, name or arguments),
+    merged or broken arguments (not JSON, not the schema), a city missing or asked for twice."""
+    profile = profile or MODELS[DEFAULT_PROFILE]
+    leak = markup_leak(profile, reply["content"], reply["reasoning"])
+    if leak:
+        return leak.replace(" in content", " in the streamed content").replace(" in reasoning", " in the streamed reasoning")
     calls = reply["calls"]
     if not calls:
-        return (
-            f"no tool_calls in the stream (finish_reason {reply['finish_reason']}); content: {one_line(reply['content'])[:80]!r}"
-        )
+        missing = _no_calls(profile, reply["finish_reason"], reply["content"])
+        return missing.replace("no tool_calls", "no tool_calls in the stream")
     for call in calls:
         if not call["id"] or not call["name"] or not call["arguments"].strip():
             return f"an empty tool call in the stream: {json.dumps(call)[:100]}"
@@ -555,14 +791,11 @@ def check_stream_tools(client: Any, opts: Options) -> CheckResult:
     name = "stream-tools"
     cases = (
         (("Paris",), "What is the weather in Paris right now? Use the get_weather tool."),
-        (
-            ("Paris", "Tokyo"),
-            "Compare the current weather in Paris and in Tokyo. Call get_weather once for each city, both calls in this turn.",
-        ),
+        (("Paris", "Tokyo"), TWO_CITY_PROMPT),
     )
     for cities, prompt in cases:
         reply = stream_tool_calls(client, opts, [{"role": "user", "content": prompt}])
-        problem = streamed_call_problem(reply, cities)
+        problem = streamed_call_problem(reply, cities, opts.model_profile)
         if problem:
             return CheckResult(name, FAIL, f"{len(cities)}-call stream: {problem}")
     return CheckResult(
@@ -591,7 +824,7 @@ def check_concurrent_tools(client: Any, opts: Options) -> CheckResult:
         for future in as_completed(futures):
             i, city = futures[future]
             try:
-                problem = streamed_call_problem(future.result(), (city,))
+                problem = streamed_call_problem(future.result(), (city,), opts.model_profile)
             except CheckFailed as err:
                 problem = str(err)
             if problem:
@@ -601,6 +834,97 @@ def check_concurrent_tools(client: Any, opts: Options) -> CheckResult:
             name, FAIL, f"{len(problems)} of {n} concurrent tool streams wrong; first: {sorted(problems)[0]}", {"streams": n}
         )
     return CheckResult(name, PASS, f"{n} concurrent tool streams, each a complete call for its own city", {"streams": n})
+
+
+# -- auth ------------------------------------------------------------------------------------------
+
+
+def root_url(base_url: str) -> str:
+    """The server's root: ``base_url`` without a trailing ``/v1``."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _http(method: str, url: str, *, api_key: str | None = None, body: dict[str, Any] | None = None,
+          timeout_seconds: float = 30) -> tuple[int, bytes]:
+    """(status, body) of one request; 0 when the connection failed."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, method=method, data=data)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_seconds) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def served_routes(opts: Options) -> tuple[dict[str, tuple[str, ...]], str]:
+    """``{path: methods}`` the server serves and where the list came from: its ``/openapi.json``
+    (read with the key) merged with ``KNOWN_ENGINE_ROUTES``."""
+    routes = dict(KNOWN_ENGINE_ROUTES)
+    status, body = _http("GET", root_url(opts.base_url or "") + "/openapi.json", api_key=opts.api_key,
+                         timeout_seconds=min(opts.timeout_seconds, 30))
+    source = "vLLM 0.33.0's route list (no /openapi.json)"
+    if status == 200:
+        try:
+            paths = json.loads(body).get("paths", {})
+            for path, ops in paths.items():
+                routes[path] = tuple(sorted(m.upper() for m in ops if m.lower() in ("get", "post", "put", "delete", "patch")))
+            source = f"/openapi.json ({len(paths)} paths) and vLLM 0.33.0's route list"
+        except (ValueError, AttributeError):
+            pass
+    return routes, source
+
+
+def check_auth(client: Any, opts: Options) -> CheckResult:  # noqa: ARG001 - plain HTTP, no OpenAI client
+    name = "auth"
+    root = root_url(opts.base_url or "")
+    routes, source = served_routes(opts)
+    open_routes: list[str] = []
+    probed = 0
+    for path, methods in sorted(routes.items()):
+        if path in OPEN_PATHS:
+            continue
+        # A method the route does not accept: a guard answers 401 before routing; an open route
+        # answers 405 from the router, so nothing runs either way.
+        method = next(m for m in ("DELETE", "PUT", "PATCH", "GET", "POST") if m not in methods)
+        status, _ = _http(method, root + re.sub(r"\{[^}]+\}", "validate-probe", path),
+                          timeout_seconds=min(opts.timeout_seconds, 30))
+        if status == 0:
+            raise CheckFailed(f"cannot connect to {root} for the route probes")
+        probed += 1
+        if status not in (401, 403, 404):
+            open_routes.append(path)
+    # And inference itself, without the key, on the two routes that serve chat.
+    chat = {"model": opts.model, "messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 1}
+    served = [path for path in ("/v1/chat/completions", "/invocations")
+              if _http("POST", root + path, body=chat, timeout_seconds=opts.timeout_seconds)[0] == 200]
+    metrics = {"routes_probed": probed, "open_routes": open_routes, "served_without_key": served, "source": source}
+    if served or open_routes:
+        if "/v1/chat/completions" in served:
+            cause = ("the server has no API key: is VLLM_API_KEY (the stack's apiKey secret) in the server's environment? "
+                     "(validate asks these routes without the key on purpose)")
+        else:
+            cause = (f"vLLM's --api-key guards only /v1, /v2, /inference and /cohere: is {GUARD_FLAG} "
+                     "(with its module on PYTHONPATH) in the server's command?")
+        others = [p for p in open_routes if p not in served]
+        listed = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+        head = (f"served inference without the API key on {', '.join(served)}" if served
+                else f"{len(others)} route(s) answer without the API key")
+        tail = f"; {len(others)} route(s) answer without it ({listed})" if served and others else (
+            f" ({listed})" if not served else "")
+        return CheckResult(name, FAIL, f"{head}{tail}: {cause}", metrics)
+    return CheckResult(
+        name, PASS,
+        f"{probed} routes refuse requests without the API key (only {', '.join(sorted(OPEN_PATHS))} are open); "
+        f"routes from {source}",
+        metrics,
+    )
 
 
 def base_url_problem(client: Any, shown_url: str) -> str | None:
@@ -622,25 +946,49 @@ def base_url_problem(client: Any, shown_url: str) -> str | None:
     return None
 
 
+def model_problem(models: dict[str, int | None] | None, model: str) -> str | None:
+    """One line when the server serves other model names than ``model``, else None."""
+    if not models or model in models:
+        return None
+    return (f"the server serves {sorted(models)}, not {model!r}: is the server's --served-model-name the stack's "
+            f"model.servedModelName (or pass --model {sorted(models)[0]})?")
+
+
 RUNNERS: dict[str, Callable[..., CheckResult]] = {
     "tools": check_tools,
     "parallel-tools": check_parallel_tools,
     "stream-tools": check_stream_tools,
     "concurrent-tools": check_concurrent_tools,
     "round-trip": check_round_trip,
+    "tool-ids": check_tool_ids,
     "reasoning-effort": check_reasoning_effort,
     "needle": check_needle,
     "throughput": check_throughput,
+    "auth": check_auth,
 }
 
 
 def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int], None] | None = None) -> list[CheckResult]:
-    """Run ``opts.checks`` in ``CHECKS`` order; a check that cannot complete fails with its reason."""
+    """Run ``opts.checks`` in ``CHECKS`` order; a check that cannot complete fails with its reason.
+
+    First reads ``/v1/models`` once: a model name the server does not serve fails every selected
+    check with that one reason; its ``max_model_len`` sizes the requests (``opts.facts``).
+    """
+    models = served_models(client)
+    if models is not None and opts.model in models:
+        opts.facts.max_model_len = models[opts.model]
+    wrong_model = model_problem(models, opts.model)
+    opts = dataclasses.replace(opts, base_url=opts.base_url or str(client.base_url),
+                               api_key=opts.api_key if opts.api_key is not None else client.api_key)
     results = []
     for name in CHECKS:
         if name not in opts.checks:
             results.append(CheckResult(name, SKIP, "not selected (--checks)"))
             continue
+        if wrong_model and name != "auth":
+            results.append(CheckResult(name, FAIL, wrong_model))
+            continue
+        started = time.monotonic()
         try:
             if name == "throughput":
                 result = check_throughput(client, opts, functools.partial(progress, name) if progress else None)
@@ -650,6 +998,7 @@ def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int]
                 result = RUNNERS[name](client, opts)
         except CheckFailed as err:
             result = CheckResult(name, FAIL, str(err))
+        result.metrics.setdefault("check_seconds", round(time.monotonic() - started, 2))
         results.append(result)
     return results
 
@@ -659,6 +1008,7 @@ def make_client(base_url: str, api_key: str, timeout_seconds: float) -> Any:
     from openai import OpenAI
 
     return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_seconds)
+
 
 
 # Reachability probe: one short request before any check, so a dead endpoint is one clear
@@ -736,8 +1086,9 @@ def _positive(kind: type, low: float, high: float) -> Callable[[str], Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(
         prog=prog_name("scripts/validate.py"),
-        description="Validate a deployed OpenAI-compatible endpoint: tool calls, multi-turn reasoning round trip, "
-        "reasoning_effort, long-context needle, throughput and latency.",
+        description="Validate a deployed OpenAI-compatible endpoint: tool calls (single, parallel, streamed, concurrent), "
+        "the multi-turn reasoning round trip, tool-call ids across turns, reasoning_effort, a long-context needle, "
+        "throughput and latency, and that every route but /health and /metrics needs the API key.",
         epilog="Exit codes: 0 all selected checks passed, 1 a check failed or the endpoint cannot be reached "
         "(one GET /v1/models is tried first), 2 usage error. "
         "Example: python scripts/validate.py --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro --json > validate.json",
@@ -747,6 +1098,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--model", required=True, help="the served model name clients send (stack's model.servedModelName, e.g. kimi-k3.1-pro)"
+    )
+    parser.add_argument(
+        "--model-profile",
+        default=DEFAULT_PROFILE,
+        choices=sorted(MODELS),
+        help=f"the model profile whose chat markup must never reach reply text, and whose parsers the failures name "
+        f"(default {DEFAULT_PROFILE}; components/core/model.py)",
     )
     parser.add_argument(
         "--api-key-env", metavar="VAR",
@@ -764,8 +1122,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(int, 1024, 1_048_576),
         default=DEFAULT_NEEDLE_TOKENS,
         metavar="N",
-        help=f"haystack length in tokens (~{CHARS_PER_TOKEN} characters each; default {DEFAULT_NEEDLE_TOKENS:,}, capped at the "
-             "served max_model_len)",
+        help=f"haystack length in tokens, counted as the server counts them (default {DEFAULT_NEEDLE_TOKENS:,}); the "
+             f"check fails when the served max_model_len cannot hold it plus {NEEDLE_ANSWER_TOKENS:,} for the answer",
     )
     parser.add_argument(
         "--needle-depth",
@@ -844,7 +1202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         api_key = os.environ.get(DEFAULT_API_KEY_ENV) or "EMPTY"
     opts = Options(
-        model=args.model, checks=checks, needle_tokens=args.needle_tokens, needle_depth=args.needle_depth,
+        model=args.model, checks=checks, profile=args.model_profile, api_key=api_key, base_url=args.base_url,
+        timeout_seconds=args.timeout_seconds, needle_tokens=args.needle_tokens, needle_depth=args.needle_depth,
         concurrency=args.concurrency, requests=args.requests, max_tokens=args.max_tokens, prompt_tokens=args.prompt_tokens,
         min_output_tps=args.min_output_tps, max_ttft_p95_seconds=args.max_ttft_p95_seconds,
     )
@@ -859,7 +1218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = (f"cannot connect to {shown_url}: {unreachable}. Is the server up and reachable from here? "
                    "An EC2 endpoint is private: start the Session Manager port forward (README, \"First day\") "
                    "and pass --base-url http://localhost:8000/v1; on the node, "
-                   "`journalctl -u kimi-vllm.service -f` shows whether vLLM is still loading")
+                   "`journalctl -u kimi-vllm.service -f` shows whether vLLM is still loading. On Kubernetes: "
+                   f"`kubectl -n <namespace> port-forward svc/{VLLM_CLIENT_SERVICE} 8000:8000` (the client Service)")
         if args.json:
             print_json({"base_url": shown_url, "model": args.model, "ok": False, "error": message,
                         "checks": [asdict(CheckResult(n, SKIP, "not run: the endpoint cannot be reached")) for n in CHECKS]})

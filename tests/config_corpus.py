@@ -17,10 +17,15 @@ Where the cases come from (``python -m tests.config_corpus`` rewrites the fixtur
 A case is stored as a delta over a base: the ``kimi-deploy`` namespace of a stack file as it was
 when recorded (``bases``), with whole top-level keys replaced (``set``) or removed (``unset``).
 The bases are snapshotted in the fixture, so later edits of ``stacks/`` do not move the corpus.
+A ``stack`` case is a whole stack file's config map through ``load_stack``; a ``file`` case is a
+stack file that ``read_stack_config`` refused (its bytes, base64, and the
+``KIMI_DEPLOY_CONFIG_OVERLAY`` it was read with): a file that is not UTF-8, not YAML, or an
+overlay that cannot be set as ``pulumi config set --path`` would.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -113,19 +118,27 @@ def run_case(case: dict[str, Any], bases: dict[str, Any]) -> dict[str, Any]:
         except Exception as err:  # noqa: BLE001  the outcome is the exception, whatever it is
             return {"error": _describe(err)}
         return {"ok": outcome_of_spec(spec)}
-    # kind "stack": a whole stack file through load_stack (the secret checks, the config reader).
-    full = decode(case["file"])
+    # kind "stack": a whole stack file through load_stack (the secret checks, the config reader);
+    # kind "file": the bytes of a stack file and the overlay it was read with.
     saved = os.environ.pop(OVERLAY_ENV, None)
+    if case["kind"] == "file" and case.get("overlay") is not None:
+        os.environ[OVERLAY_ENV] = case["overlay"]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             name = case.get("stack", "test")
-            (Path(tmp) / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": full}, sort_keys=False))
+            path = Path(tmp) / f"Pulumi.{name}.yaml"
+            if case["kind"] == "file":
+                path.write_bytes(base64.b64decode(case["bytes_b64"]))
+            else:
+                path.write_text(yaml.safe_dump({"config": decode(case["file"])}, sort_keys=False))
             try:
                 spec = cfg.load_stack(name, stacks_dir=Path(tmp), now=now)
             except Exception as err:  # noqa: BLE001
-                return {"error": _describe(err)}
+                # The temporary directory is not part of what a user reads.
+                return {"error": _describe(err).replace(str(path), f"<stacks>/Pulumi.{name}.yaml")}
             return {"ok": outcome_of_spec(spec)}
     finally:
+        os.environ.pop(OVERLAY_ENV, None)
         if saved is not None:
             os.environ[OVERLAY_ENV] = saved
 
@@ -177,8 +190,15 @@ def pytest_configure(config: Any) -> None:  # noqa: ARG001  pytest hook signatur
     def load_stack(stack: str, *, stacks_dir: Path = cfg.STACKS_DIR, now: Any = None, project: str = cfg.NAMESPACE) -> Any:
         try:
             full = cfg.read_stack_config(stack, stacks_dir)
-        except Exception:  # noqa: BLE001  a file-level error: not a config case
+        except Exception:  # noqa: BLE001  a file-level error: recorded as the file's bytes when readable
             full = None
+            try:
+                data = (Path(stacks_dir) / f"Pulumi.{stack}.yaml").read_bytes()
+            except OSError:
+                data = None
+            if data is not None:
+                _RECORDED.append({"kind": "file", "bytes_b64": base64.b64encode(data).decode(), "stack": stack,
+                                  "overlay": os.environ.get(OVERLAY_ENV), "now": (now or DEFAULT_NOW).isoformat()})
         if full is not None:
             _RECORDED.append({"kind": "stack", "file": encode(full), "stack": stack, "now": (now or DEFAULT_NOW).isoformat()})
         return real_load(stack, stacks_dir=stacks_dir, now=now, project=project)
@@ -324,6 +344,8 @@ def build() -> dict[str, Any]:
                     "secrets": rec["secrets"]}
             if rec["project"] != "kimi-deploy":
                 case["project"] = rec["project"]
+        elif rec["kind"] == "file":
+            case = {key: rec[key] for key in ("kind", "bytes_b64", "overlay", "stack", "now")}
         else:
             case = {"kind": "stack", "file": rec["file"], "stack": rec["stack"], "now": rec["now"]}
         ident = json.dumps(case, sort_keys=True)

@@ -72,6 +72,42 @@ def plan(stack):
 
 def pytest_configure(config):
     os.environ.setdefault("KIMI_DEPLOY_NOW", FIXED_NOW.isoformat())
+    config.addinivalue_line(
+        "markers",
+        "real_engine: starts the real vLLM CPU engine (tests/real_vllm); skipped without its venv, failed under CI=true",
+    )
+
+
+def in_ci() -> bool:
+    """``CI`` is set to something true (``.ci/run`` sets ``CI=true``): what may skip locally must fail."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_real_engine() -> None:
+    """Skip (locally) or fail (``CI=true``) when the vLLM CPU engine venv is missing."""
+    from tests.real_vllm import engine_missing_reason
+
+    reason = engine_missing_reason()
+    if reason is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true and the real-engine tests cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def real_vllm_server():
+    """The good real server: the b300 command our code renders, on the CPU engine, on 127.0.0.1.
+
+    Yields a ``tests.real_vllm.RealVllmServer`` (``base_url``, ``api_key``, ``served_model_name``,
+    ``metrics_url``, ``argv``, ``env``, ``startup_seconds``). Started once per session (minutes on
+    2 cores), stopped at the end.
+    """
+    require_real_engine()
+    from tests.real_vllm import RealVllmServer
+
+    with RealVllmServer() as server:
+        yield server
 
 
 @pytest.fixture

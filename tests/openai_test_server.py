@@ -1,21 +1,29 @@
-"""A tiny OpenAI-compatible chat server for testing scripts/validate.py, with switches that make
-it misbehave the way Kimi deployments are known to (public bug reports against vLLM's Kimi parsers).
+"""A tiny OpenAI-compatible chat server for testing scripts/validate.py against faults the real
+engine cannot be made to show (the real one: tests/real_vllm, tests/test_real_engine.py).
 
-It answers like vLLM with the kimi_k3 parsers: ``reasoning_content`` beside ``content``,
-``tool_calls`` for any city it finds in the last user message (one call per city), a final
-answer quoting the tool result after a tool turn, the needle's value when the haystack holds
-one, and streaming with a final usage chunk. Token counts are characters / 4.
+Its wire format is the real server's, as vLLM 0.32/0.33 with the kimi_k3 parsers send it (and
+tests/test_real_engine.py keeps it so): the reasoning in ``reasoning``; non-streamed messages with
+``role, content, refusal, annotations, audio, function_call, [tool_calls], reasoning``; streams that
+open with ``{"role": "assistant", "content": ""}``, then reasoning deltas, then content deltas or
+each tool call WHOLE in one delta (``content: null``, id, type, index, name and complete
+arguments), then an empty delta with ``finish_reason``, then a usage chunk with
+``completion_tokens_details.reasoning_tokens``. Every route but ``/health`` and ``/metrics``
+needs the API key (as behind the API guard). Replies: ``tool_calls`` for each city named in the
+last user message, the tool result quoted after a tool turn, the needle's value when the haystack
+holds one, longer reasoning for a higher ``reasoning_effort``. Token counts are characters / 4.
 
-Misbehaviours (``OpenAITestServer(misbehave={...})``):
-  raw-tool-tokens   tool calls are parsed but the raw tool-call tokens also leak into ``content``
-                    (non-streamed)
+Misbehaviours (``OpenAITestServer(misbehave={...})``), each a public report the real engine here
+cannot reproduce:
   merge-tool-calls  several calls come back as one call with concatenated arguments (non-streamed)
-  stream-merge-tool-calls  streamed: every call's deltas carry index 0, so a client rebuilds one
+  stream-merge-tool-calls  streamed: every call's delta carries index 0, so a client rebuilds one
                     call with the ids overwritten and the arguments concatenated
   concurrent-mixup  streamed tool requests that overlap in time get the city of another request
-  drop-reasoning    ``reasoning_content`` of a returned assistant message is ignored
+  repeat-tool-ids   tool-call ids restart in every reply (``functions.get_weather:0``), so a later
+                    turn repeats an earlier turn's id
+  drop-reasoning    the ``reasoning`` of a returned assistant message is ignored
   drop-short-reasoning  the same, only when the reasoning is shorter than 400 characters (what a
                     prompt-size heuristic misses: the tool results hide it)
+  ignore-effort     ``reasoning_effort`` is accepted and has no effect on the reasoning
   miss-needle       the needle is never found
   reject-effort     ``reasoning_effort: max`` is answered with HTTP 400
   error-stream      streaming requests without tools are answered with HTTP 503
@@ -33,15 +41,18 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MISBEHAVIOURS = ("raw-tool-tokens", "merge-tool-calls", "stream-merge-tool-calls", "concurrent-mixup", "drop-reasoning",
-                 "drop-short-reasoning", "miss-needle", "reject-effort", "error-stream")
+MISBEHAVIOURS = ("merge-tool-calls", "stream-merge-tool-calls", "concurrent-mixup", "repeat-tool-ids", "drop-reasoning",
+                 "drop-short-reasoning", "ignore-effort", "miss-needle", "reject-effort", "error-stream")
 SHORT_REASONING_CHARS = 400
 CITIES = ("Paris", "Tokyo", "Berlin", "Lima")
 REASONING = "The user wants weather data; I should call the weather tool for each city mentioned, then report. " * 2
+EFFORT_REASONING = {"low": "Quick.", "high": "Let me think this through with some care first.",
+                    "max": "Let me think this through with great care, step by step, checking each part twice."}
 NEEDLE_RE = re.compile(r"The secret passphrase for the vault is ([A-Za-z0-9-]+)\.")
-RAW_TOOL_TOKENS = (
-    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_end|><|tool_calls_section_end|>"
-)
+DEFAULT_API_KEY = "sk-fake-server-key"
+OPEN_PATHS = ("/health", "/metrics")
+# The keys of vLLM's non-streamed chat message (vllm/entrypoints/openai/chat_completion/protocol.py ChatMessage).
+MESSAGE_NULLS = {"refusal": None, "annotations": None, "audio": None, "function_call": None}
 
 
 def tokens(text: str | None) -> int:
@@ -49,13 +60,13 @@ def tokens(text: str | None) -> int:
 
 
 class OpenAITestServer:
-    """The server; ``requests`` records every request body received (for assertions)."""
+    """The server; ``requests`` records every chat request body received (for assertions)."""
 
     def __init__(
         self,
         model: str = "kimi-k3.1-pro",
         *,
-        api_key: str | None = None,
+        api_key: str = DEFAULT_API_KEY,
         misbehave: set[str] | frozenset[str] = frozenset(),
         max_model_len: int = 1_048_576,
         token_delay_seconds: float = 0.001,
@@ -66,7 +77,7 @@ class OpenAITestServer:
         self.model, self.api_key, self.misbehave = model, api_key, frozenset(misbehave)
         self.max_model_len, self.token_delay_seconds = max_model_len, token_delay_seconds
         self.requests: list[dict[str, Any]] = []
-        self.issued_reasoning: dict[str, str] = {}  # tool call id -> reasoning sent with it
+        self.hits: list[tuple[str, str, bool]] = []  # (method, path, with the key) of every request
         self._tool_streams_in_flight = 0
         self._last_tool_stream_city: str | None = None
         self._lock = threading.Lock()
@@ -94,7 +105,7 @@ class OpenAITestServer:
             count += 4 + tokens(
                 message.get("content") if isinstance(message.get("content"), str) else json.dumps(message.get("content"))
             )
-            reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+            reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
             dropped = "drop-reasoning" in self.misbehave or (
                 "drop-short-reasoning" in self.misbehave and len(reasoning) < SHORT_REASONING_CHARS)
             if message.get("role") == "assistant" and not dropped:
@@ -103,49 +114,50 @@ class OpenAITestServer:
                 count += tokens(call["function"]["name"]) + tokens(call["function"]["arguments"])
         return count
 
+    def _call_id(self, index: int) -> str:
+        if "repeat-tool-ids" in self.misbehave:
+            return f"functions.get_weather:{index}"
+        return f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
+
     def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, message dict or error) for a chat request."""
         effort = body.get("reasoning_effort")
-        if effort is not None and effort not in ("low", "medium", "high", "max"):
-            return 400, {"error": {"message": f"reasoning_effort {effort!r} is not valid", "type": "BadRequestError"}}
+        if effort is not None and effort not in ("low", "high", "max"):
+            return 400, {"error": {"message": f"Kimi K3 supports thinking_effort values: low, high, max ({effort!r})",
+                                   "type": "BadRequestError", "param": "thinking_effort", "code": 400}}
         if effort == "max" and "reject-effort" in self.misbehave:
-            return 400, {"error": {"message": "reasoning_effort must be one of low, medium, high", "type": "BadRequestError"}}
+            return 400, {"error": {"message": "reasoning_effort must be one of low, medium, high", "type": "BadRequestError",
+                                   "param": "reasoning_effort", "code": 400}}
         messages = body.get("messages", [])
         last = messages[-1] if messages else {}
         if last.get("role") == "tool":
             results = [m.get("content", "") for m in messages if m.get("role") == "tool"]
-            return 200, {"role": "assistant", "reasoning_content": "I have the tool result; answer with it.",
+            return 200, {"role": "assistant", "reasoning": "I have the tool result; answer with it.",
                          "content": "Here is what the tool said: " + " | ".join(results)}
         text = last.get("content") if isinstance(last.get("content"), str) else ""
         needle = NEEDLE_RE.search(text)
         if needle or "passphrase" in text:
             if needle and "miss-needle" not in self.misbehave:
-                return 200, {"role": "assistant", "reasoning_content": "Found it in the text.", "content": needle.group(1)}
-            return 200, {"role": "assistant", "reasoning_content": "Searching.", "content": "I could not find a passphrase."}
-        cities = [c for c in CITIES if c in text]
+                return 200, {"role": "assistant", "reasoning": "Found it in the text.", "content": needle.group(1)}
+            return 200, {"role": "assistant", "reasoning": "Searching.", "content": "I could not find a passphrase."}
+        cities = sorted((c for c in CITIES if c in text), key=text.find)
         if body.get("tools") and cities:
             calls = [
-                {
-                    "id": f"call_{uuid.uuid4().hex[:12]}",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": json.dumps({"city": c, "unit": "celsius"})},
-                }
-                for c in cities
+                {"id": self._call_id(i), "type": "function",
+                 "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}}
+                for i, c in enumerate(cities)
             ]
             if "merge-tool-calls" in self.misbehave and len(calls) > 1 and not body.get("stream"):
                 calls = [
-                    {
-                        **calls[0],
-                        "function": {"name": "get_weather", "arguments": "".join(c["function"]["arguments"] for c in calls)},
-                    }
+                    {**calls[0],
+                     "function": {"name": "get_weather", "arguments": "".join(c["function"]["arguments"] for c in calls)}}
                 ]
-            with self._lock:
-                for call in calls:
-                    self.issued_reasoning[call["id"]] = REASONING
-            content = RAW_TOOL_TOKENS if "raw-tool-tokens" in self.misbehave and not body.get("stream") else None
-            return 200, {"role": "assistant", "reasoning_content": REASONING, "content": content, "tool_calls": calls}
+            return 200, {"role": "assistant", "reasoning": REASONING, "content": None, "tool_calls": calls}
+        if effort is not None or "17 times 23" in text:
+            level = "max" if "ignore-effort" in self.misbehave else (effort or "max")
+            return 200, {"role": "assistant", "reasoning": EFFORT_REASONING[level], "content": "391"}
         words = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
-        return 200, {"role": "assistant", "reasoning_content": "Thinking briefly.", "content": " ".join(["word"] * words)}
+        return 200, {"role": "assistant", "reasoning": "Thinking briefly.", "content": " ".join(["word"] * words)}
 
     def mix_up(self, body: dict[str, Any]) -> dict[str, Any]:
         """concurrent-mixup: a streamed tool request that overlaps another gets the other's city."""
@@ -186,28 +198,62 @@ class OpenAITestServer:
                 self.wfile.write(data)
 
             def _authorized(self) -> bool:
-                if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
-                    self._json(401, {"error": {"message": "invalid API key", "type": "AuthenticationError"}})
+                path = self.path.split("?")[0].rstrip("/")
+                if path in OPEN_PATHS or not server.api_key:
+                    return True
+                if self.headers.get("Authorization") != f"Bearer {server.api_key}":
+                    self._json(401, {"error": "Unauthorized"})
                     return False
                 return True
 
+            def _route(self, method: str) -> str | None:
+                """The known path of this request; answers 404/405 itself (after auth) and returns None."""
+                path = self.path.split("?")[0].rstrip("/")
+                allowed = {"/v1/models": "GET", "/health": "GET", "/metrics": "GET", "/v1/chat/completions": "POST",
+                           "/invocations": "POST"}
+                if path not in allowed:
+                    self._json(404, {"detail": "Not Found"})
+                    return None
+                if allowed[path] != method:
+                    self._json(405, {"detail": "Method Not Allowed"})
+                    return None
+                return path
+
             def do_GET(self) -> None:  # noqa: N802
-                if not self._authorized():
-                    return
-                if self.path.rstrip("/") == "/v1/models":
-                    self._json(200, {"object": "list", "data": [
-                        {"id": server.model, "object": "model", "owned_by": "vllm", "max_model_len": server.max_model_len}]})
-                else:
-                    self._json(404, {"error": {"message": "not found"}})
+                self._dispatch("GET")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._dispatch("DELETE")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._dispatch("PUT")
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._dispatch("PATCH")
 
             def do_POST(self) -> None:  # noqa: N802
+                self._dispatch("POST")
+
+            def _dispatch(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length) if length else b""
+                with server._lock:
+                    server.hits.append((method, self.path, bool(self.headers.get("Authorization"))))
                 if not self._authorized():
                     return
-                if self.path.rstrip("/") != "/v1/chat/completions":
-                    self._json(404, {"error": {"message": "not found"}})
+                path = self._route(method)
+                if path is None:
                     return
+                if path == "/v1/models":
+                    self._json(200, {"object": "list", "data": [
+                        {"id": server.model, "object": "model", "owned_by": "vllm", "max_model_len": server.max_model_len}]})
+                    return
+                if path in ("/health", "/metrics"):
+                    self._json(200, {})
+                    return
+                self._chat(json.loads(raw or b"{}"))
+
+            def _chat(self, body: dict[str, Any]) -> None:
                 with server._lock:
                     server.requests.append(body)
                 if body.get("model") != server.model:
@@ -220,25 +266,39 @@ class OpenAITestServer:
                     return
                 if body.get("stream") and body.get("tools") and "concurrent-mixup" in server.misbehave:
                     body = server.mix_up(body)
+                wanted = body.get("max_tokens") or body.get("max_completion_tokens")
+                if wanted and int(wanted) > server.max_model_len:  # vLLM's check (renderers/params.py)
+                    self._json(400, {"error": {"message": f"max_tokens ({wanted}) cannot be greater than the model's maximum "
+                                               f"context length ({server.max_model_len})", "type": "BadRequestError"}})
+                    return
                 status, message = server.reply(body)
                 if status != 200:
                     self._json(status, message)
                     return
-                usage = {"prompt_tokens": server.prompt_tokens(body)}
-                usage["completion_tokens"] = (
-                    tokens(message.get("reasoning_content"))
+                reasoning_tokens = tokens(message.get("reasoning"))
+                completion = (
+                    reasoning_tokens
                     + tokens(message.get("content"))
-                    + sum(
-                        tokens(c["function"]["name"]) + tokens(c["function"]["arguments"])
-                        for c in message.get("tool_calls") or []
-                    )
+                    + sum(tokens(c["function"]["name"]) + tokens(c["function"]["arguments"])
+                          for c in message.get("tool_calls") or [])
                 )
-                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                prompt = server.prompt_tokens(body)
+                usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+                         "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
                 rid, created = f"chatcmpl-{uuid.uuid4().hex[:16]}", int(time.time())
                 if not body.get("stream"):
+                    full = {"role": "assistant", "content": message.get("content"), **MESSAGE_NULLS}
+                    if message.get("tool_calls"):
+                        full["tool_calls"] = message["tool_calls"]
+                    full["reasoning"] = message.get("reasoning")
                     self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": server.model,
-                                     "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage})
+                                     "choices": [{"index": 0, "message": full, "logprobs": None, "finish_reason": finish,
+                                                  "stop_reason": None, "token_ids": None, "routed_experts": None}],
+                                     "service_tier": None, "system_fingerprint": None,
+                                     "usage": {**usage, "prompt_tokens_details": None}, "prompt_logprobs": None,
+                                     "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+                                     "ec_transfer_params": None, "metrics": None})
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -250,22 +310,25 @@ class OpenAITestServer:
                     self.wfile.flush()
 
                 base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": server.model}
-                send({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
-                pieces: list[dict[str, Any]] = [{"reasoning_content": message.get("reasoning_content") or ""}]
+
+                def choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+                    return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason,
+                                                 "token_ids": None}]}
+
+                send(choice({"role": "assistant", "content": ""}))
+                pieces: list[dict[str, Any]] = [{"reasoning": w + " "} for w in (message.get("reasoning") or "").split()]
                 pieces += [{"content": w + " "} for w in (message.get("content") or "").split()]
                 for i, call in enumerate(message.get("tool_calls") or []):
-                    # vLLM's streamed tool calls: the id and name first, then argument pieces.
+                    # The K3 tool parser sends each call whole, once its block closes.
                     index = 0 if "stream-merge-tool-calls" in server.misbehave else i
-                    fn, args = call["function"], call["function"]["arguments"]
-                    pieces.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                                   "function": {"name": fn["name"], "arguments": ""}}]})
-                    half = len(args) // 2
-                    for part in (args[:half], args[half:]):
-                        pieces.append({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+                    fn = call["function"]
+                    whole = {"id": call["id"], "type": "function", "index": index,
+                             "function": {"name": fn["name"], "arguments": fn["arguments"]}}
+                    pieces.append({"content": None, "tool_calls": [whole]})
                 for delta in pieces:
                     time.sleep(server.token_delay_seconds)
-                    send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-                send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+                    send(choice(delta))
+                send(choice({}, finish))
                 if (body.get("stream_options") or {}).get("include_usage"):
                     send({**base, "choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")

@@ -1,4 +1,4 @@
-"""Replica autoscaling (issue 15): the two config keys that turn it on for b300-prod, gb300 and
+"""Replica autoscaling (issue 15): the config keys that turn it on for b300-prod, gb300 and
 mi355x; the ScaledObject/HPA against the real schemas (KEDA CRD v2.20.2, Kubernetes OpenAPI);
 scale-up early and scale-down later than a new replica takes; the scale target's scale
 subresource; the plan's scaling envelope and its cost; config errors."""
@@ -27,15 +27,24 @@ from tests.conftest import FIXED_NOW, plan_for
 from tests.test_k8s_schemas import crds_dir, validate_against_crd, validate_core
 from tests.test_k8s_workloads import HELM_RELEASE, of_kind, one
 
-# The two config keys that turn autoscaling on for a stack that ships without it.
+
+def _with_prometheus_operator(name: str) -> dict:
+    k8s_cfg = read_stack_config(name)["kimi-deploy:kubernetes"]
+    return {**k8s_cfg, "installedAddons": [*k8s_cfg.get("installedAddons", []), "prometheus-operator"]}
+
+
+# The config keys that turn autoscaling on for a stack that ships without it: the two blocks and
+# the Prometheus Operator listed (the scaler queries its prometheus-operated Service).
 TURN_ON = {
     "b300-prod": {
         "kimi-deploy:autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 3},
         "kimi-deploy:observability": {"prometheusNamespace": "monitoring"},
+        "kimi-deploy:kubernetes": _with_prometheus_operator("b300-prod"),
     },
     "gb300": {
         "kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 2},
         "kimi-deploy:observability": {"prometheusNamespace": "monitoring"},
+        "kimi-deploy:kubernetes": _with_prometheus_operator("gb300"),
     },
     "mi355x": {},  # ships autoscaled (min 1, max 2)
 }
@@ -93,6 +102,8 @@ def test_triggers_read_queue_kv_cache_and_busy_replicas_with_a_hold_longer_than_
     for _name, trig in triggers.items():
         meta = trig["metadata"]
         assert trig["type"] == "prometheus" and trig["metricType"] == "AverageValue"
+        # an empty result is an error that engages the fallback (KEDA's default reads it as 0)
+        assert meta["ignoreNullValues"] == "false" and meta["activationThreshold"] == "0"
         assert meta["serverAddress"] == "http://prometheus-operated.monitoring.svc:9090"
         # every signal is held over the scale-down delay: a fall counts only after it
         assert f"[{plan.scale_down_delay_seconds}s:30s]" in meta["query"] and meta["query"].startswith("max_over_time(")
@@ -151,6 +162,15 @@ def test_schedule_adds_cron_triggers_and_allows_scale_to_zero():
         "desiredReplicas": "1",
     }
     assert scaled["spec"]["fallback"]["replicas"] == 1
+    # the plan says what happens to requests at zero replicas, and how to start a replica at once
+    from components.core.scaling import KEDA_FORCE_ACTIVATION_ANNOTATION
+
+    notes = scaling_plan(run.context.spec, run.context.sizing).notes
+    (zero,) = [n for n in notes if n.startswith("at zero replicas")]
+    assert "requests fail until the next window opens" in zero
+    assert f"kubectl -n kimi annotate scaledobject kimi-vllm {KEDA_FORCE_ACTIVATION_ANNOTATION}=true" in zero
+    assert not [n for n in scaling_plan(spec_with("mi355x"), compute_sizing(spec_with("mi355x"))).notes
+                if n.startswith("at zero replicas")]
 
 
 def test_hpa_controller_on_external_metrics_validates_and_the_plan_lists_adapter_rules():
@@ -338,8 +358,8 @@ def test_subquery_hold_rejects_windows_below_one_step():
     from components.core.metrics import scaling_queries
 
     with pytest.raises(ValueError, match="at least 30"):
-        scaling_queries("kimi", "m", 10)
-    assert re.search(r"\[3600s:30s\]", scaling_queries("kimi", "m", 3600).queue)
+        scaling_queries("kimi", "m", 10, workload_name="kimi-vllm", multi_node=False)
+    assert re.search(r"\[3600s:30s\]", scaling_queries("kimi", "m", 3600, workload_name="kimi-vllm", multi_node=False).queue)
 
 
 # -- GPU node capacity --------------------------------------------------------------------------
@@ -369,8 +389,14 @@ def test_the_commented_keys_in_the_stack_file_turn_autoscaling_on(name):
     block = text[text.index("  # Replica autoscaling"):].splitlines()[1:]
     keys = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block if line.startswith("  # ")))
     assert sorted(keys) == ["kimi-deploy:autoscaling", "kimi-deploy:observability"]
+    # and the commented installedAddons line of the kubernetes block
+    (addons,) = [line.strip().removeprefix("# ") for line in text.splitlines() if line.startswith("    # installedAddons:")]
+    keys["kimi-deploy:kubernetes"] = {**read_stack_config(name)["kimi-deploy:kubernetes"], **yaml.safe_load(addons)}
     run = plan_for(name, overrides=keys)
     validate_against_crd(one(run, "ScaledObject"))
+    one(run, "PodMonitor")
+    with pytest.raises(ConfigError, match="lacks prometheus-operator"):
+        plan_for(name, overrides={k: v for k, v in keys.items() if k != "kimi-deploy:kubernetes"})
 
 
 def test_scale_up_time_uses_the_time_to_ready_model_where_present():

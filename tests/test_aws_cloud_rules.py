@@ -829,3 +829,115 @@ def test_fsx_metadata_is_automatic_and_eks_gpu_roots_are_small_when_containerd_i
     if spec.target.needs_compute_domain:
         (cd,) = [r for r in run.resources if r.type.endswith("ComputeDomain")]
         assert cd.inputs["spec"]["numNodes"] == 0
+
+
+# -- Hardware however it is named: the target's GPU model, count and memory ---------------------------
+
+
+def _stack_values(stack: str) -> dict:
+    values, _ = namespace_config(read_stack_config(stack))
+    return copy.deepcopy(values)
+
+
+def _parse_stack(values: dict, stack: str):
+    return parse_spec(values, stack=stack, project="kimi-deploy", now=FIXED_NOW)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in INSTANCES.items() if f.cloud == "aws"))
+def test_instance_gpus_are_ec2s(name):
+    """The GPU model and count of every AWS instance profile are EC2's (moto's copy of
+    DescribeInstanceTypes); where the profile's GPU memory is EC2's figure (B300, B200), it too.
+    Types moto does not know are flagged ``in_ec2_catalog=False`` (preflight asks the live API)."""
+    import gzip
+
+    import moto
+
+    data = json.load(gzip.open(Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz"))
+    facts = INSTANCES[name]
+    assert (name in data) == facts.in_ec2_catalog, name
+    if name not in data:
+        return
+    gpus = data[name]["GpuInfo"]["Gpus"]
+    assert [g["Name"] for g in gpus] == [facts.gpu.name]
+    assert sum(g["Count"] for g in gpus) == facts.gpus
+    if facts.gpu.name in ("B300", "B200"):  # H100/H200 keep the datasheet GB figure that explains their rejection
+        assert gpus[0]["MemoryInfo"]["SizeInMiB"] * 1024**2 == facts.gpu.memory_bytes
+
+
+@pytest.mark.parametrize(
+    ("stack", "instance_type", "gpus"),
+    [
+        ("b300", "p5.48xlarge", "8x NVIDIA H100 of 80 GB"),
+        ("b300", "p5en.48xlarge", "8x NVIDIA H200 of 141 GB"),
+        ("b300", "p6-b200.48xlarge", "8x NVIDIA B200 of 192 GB"),
+        ("b300-prod", "p6-b200.48xlarge", "8x NVIDIA B200 of 192 GB"),
+        ("gb300", "p6e-gb200.36xlarge", "4x NVIDIA GB200 of 186 GB"),
+        ("gb300", "p5.48xlarge", "8x NVIDIA H100 of 80 GB"),
+    ],
+)
+def test_an_instance_type_of_other_gpus_is_not_the_target(stack, instance_type, gpus):
+    values = _stack_values(stack)
+    values.setdefault("compute", {})["instanceType"] = instance_type
+    with pytest.raises(ConfigError) as err:
+        _parse_stack(values, stack)
+    target = values["target"]
+    fits = "p6-b300.48xlarge" if target == "b300" else "p6e-gb300.36xlarge"
+    assert str(err.value) == (
+        f"kimi-deploy:compute.instanceType: '{instance_type}' has {gpus}, not the "
+        f"{'8x NVIDIA B300 of 288 GB' if target == 'b300' else '4x NVIDIA GB300 of 288 GB'} per node of target {target} "
+        f"(instance types of {target}: {fits})"
+    )
+
+
+def test_an_instance_type_without_a_profile_never_passes_as_the_target():
+    values = _stack_values("b300")
+    values["compute"]["instanceType"] = "p4d.24xlarge"  # 8 GPUs in EC2's catalog, but A100s
+    with pytest.raises(ConfigError, match=r"'p4d.24xlarge' has no profile: nothing says it is a b300 node"):
+        _parse_stack(values, "b300")
+
+
+@pytest.mark.parametrize(
+    ("stack", "key", "value", "fragment"),
+    [
+        ("mi355x", "amd.com/gpu.product-name", "AMD_Instinct_MI300X_OAM", "names another GPU than the MI355X"),
+        ("mi355x", "amd.com/gpu.vram", "192G", "is not the 288 GB per GPU of the MI355X"),
+        ("mi355x", "node.kubernetes.io/instance-type", "p5.48xlarge", "has 8x NVIDIA H100 of 80 GB, not the 8x AMD MI355X"),
+        ("b300-prod", "node.kubernetes.io/instance-type", "p4d.24xlarge", "is an instance type with no profile"),
+        ("b300-prod", "nvidia.com/gpu.product", "NVIDIA-GB300", "names another GPU than the B300 of target b300"),
+        ("b300-prod", "nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3", "names another GPU than the B300"),
+        ("b300-prod", "nvidia.com/gpu.count", "4", "is not the 8 GPUs per node of target b300"),
+        ("gb300", "karpenter.k8s.aws/instance-gpu-name", "gb200", "names another GPU than the GB300"),
+        ("gb300", "karpenter.k8s.aws/instance-gpu-memory", "189696", "is not the 288 GB per GPU"),
+    ],
+)
+def test_a_node_selector_for_other_hardware_is_an_error(stack, key, value, fragment):
+    values = _stack_values(stack)
+    values.setdefault("kubernetes", {}).setdefault("nodeSelector", {})[key] = value
+    with pytest.raises(ConfigError) as err:
+        _parse_stack(values, stack)
+    assert str(err.value).startswith(f"kimi-deploy:kubernetes.nodeSelector.{key}: '{value}' ") and fragment in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("stack", "key", "value"),
+    [
+        ("mi355x", "amd.com/gpu.product-name", "AMD_Instinct_MI355X"),
+        ("b300-prod", "node.kubernetes.io/instance-type", "p6-b300.48xlarge"),
+        ("b300-prod", "nvidia.com/gpu.product", "NVIDIA-B300-SXM6-AC"),
+        ("b300-prod", "karpenter.k8s.aws/instance-gpu-memory", "275040"),
+        ("gb300", "nvidia.com/gpu.count", "4"),
+        ("b300-prod", "topology.kubernetes.io/zone", "us-east-1c"),  # not a hardware label
+    ],
+)
+def test_a_node_selector_for_the_target_passes(stack, key, value):
+    values = _stack_values(stack)
+    values.setdefault("kubernetes", {}).setdefault("nodeSelector", {})[key] = value
+    _parse_stack(values, stack)
+
+
+def test_preflight_names_another_gpu_model_in_ec2s_answer():
+    preflight = _preflight()
+    problems = preflight.instance_fact_mismatches(
+        INSTANCES["p6-b300.48xlarge"], INSTANCES["p6-b300.48xlarge"].gpu, _moto_instance_type("p6-b200.48xlarge")
+    )
+    assert problems[0] == "B200 GPUs (profile B300)"

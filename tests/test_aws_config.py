@@ -193,3 +193,29 @@ def test_ec2_without_the_mirror_stops_before_declaring():
     with pytest.raises(Exception) as err:
         plan_for("b300", overrides=overrides)
     assert "kimi-deploy:storage.mirror.enabled" in str(err.value)
+
+
+# A capacity block's instances are terminated 30 min before its end (components/core/capacity.py:
+# AWS EC2 user guide, capacity-blocks-monitor): compute.capacity.endsAt is judged by that moment.
+
+
+def test_a_block_inside_its_termination_window_leaves_no_usable_time():
+    values = _set(_ns("gb300"), "compute.capacity.endsAt", "2026-11-30T12:20:00Z")  # 20 min after FIXED_NOW
+    with pytest.raises(ConfigError) as err:
+        _parse(values)
+    assert str(err.value) == (
+        "kimi-deploy:compute.capacity.endsAt: '2026-11-30T12:20:00Z' leaves no usable time (now 2026-11-30T12:00:00Z): "
+        "AWS terminates the block's instances from 2026-11-30T11:50:00Z, 30 min before its end"
+    )
+
+
+def test_a_block_ending_just_after_the_expiry_warns_by_its_usable_end():
+    values = _set(_ns("gb300"), "expiresAt", "2026-12-01T12:00:00Z")
+    values = _set(values, "compute.capacity.endsAt", "2026-12-01T12:20:00Z")
+    warnings = [w for w in _parse(values).warnings if "terminated from" in w]
+    assert warnings == [
+        "the capacity block's instances are terminated from 2026-12-01T11:50:00Z (30 min before its end "
+        "2026-12-01T12:20:00Z), before the stack expires at 2026-12-01T12:00:00Z"
+    ]
+    values = _set(values, "compute.capacity.endsAt", "2026-12-01T12:40:00Z")
+    assert not [w for w in _parse(values).warnings if "terminated from" in w]

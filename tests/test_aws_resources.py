@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from components.core.config import read_stack_config
+from components.core.config import ConfigError, read_stack_config
 from components.core.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
@@ -404,7 +404,7 @@ def test_eks_gpu_node_group(stack, ami_type, arch_capacity):
     assert tuple(int(x) for x in cluster["version"].split(".")) >= (1, 33) and cluster["version"] == EKS_VERSION
     assert cluster["encryptionConfig"]["resources"] == ["secrets"]
     # EKS/eksctl defaults: private endpoint plus the IAM-authenticated public one.
-    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True and cluster["vpcConfig"]["endpointPublicAccess"] is True
+    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True and cluster["vpcConfig"]["endpointPublicAccess"] is False
     assert cluster["accessConfig"]["authenticationMode"] == "API"
     ng = run.named("eks-gpu").inputs
     assert ng["amiType"] == ami_type
@@ -534,13 +534,22 @@ def test_vpc_cni_enforces_network_policy():
     assert all("configurationValues" not in a for name, a in addons.items() if name != "vpc-cni")
 
 
-def test_api_server_public_endpoint_is_on_by_default_and_iam_authenticated():
-    run = plan_for("gb300")
+@pytest.mark.parametrize("name", ["gb300", "b300-prod"])
+def test_api_server_endpoint_is_private_by_default(name):
+    """EKS's own default is a public endpoint open to 0.0.0.0/0; a stack without
+    network.apiServerPublicCidrs gets only the private one."""
+    run = plan_for(name)
     vpc = run.named("eks-cluster").inputs["vpcConfig"]
-    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is True
-    assert vpc["publicAccessCidrs"] == ["0.0.0.0/0"]
-    assert any("public (IAM-authenticated) from any address" in w for w in run.context.spec.warnings)
-    assert not any("inside the VPC" in w for w in run.context.spec.warnings)
+    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is False
+    assert "publicAccessCidrs" not in vpc
+    assert any("run `pulumi up` from inside the VPC" in w for w in run.context.spec.warnings)
+
+
+def test_api_server_is_never_public_to_any_address():
+    net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPrivateOnly": False}
+    with pytest.raises(ConfigError, match=r"network.apiServerPrivateOnly: false would open the public EKS endpoint "
+                                          r"to any address: set network.apiServerPublicCidrs"):
+        plan_for("gb300", overrides={"kimi-deploy:network": net})
 
 
 def test_api_server_private_only_turns_the_public_endpoint_off():

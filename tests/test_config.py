@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import ConfigError, api_server_access, load_stack, namespace_config, parse_spec, read_stack_config
 from tests.conftest import FIXED_NOW, STACKS
 
 
@@ -85,11 +85,17 @@ def test_dcp_must_divide_tp():
     reject(cfg, "vllm.decodeContextParallelSize", "3", "tensor-parallel size 8", "1, 2, 4, 8")
 
 
-@pytest.mark.parametrize("throughput", [200, 50, 2000])
+@pytest.mark.parametrize("throughput", [200, 50])
 def test_fsx_throughput_must_match_deployment_type(throughput):
     cfg = base()
     cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_2", "throughputPerTib": throughput}}
     reject(cfg, "storage.fsx.throughputPerTib", str(throughput), "PERSISTENT_2", "125, 250, 500, 1000")
+
+
+def test_fsx_throughput_outside_the_apis_range_is_out_of_range():
+    cfg = base()
+    cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_2", "throughputPerTib": 2000}}
+    reject(cfg, "storage.fsx.throughputPerTib", "2000 is out of range (allowed: 12 to 1000)")
 
 
 def test_persistent_1_throughput_tiers():
@@ -242,7 +248,7 @@ def test_extra_args_cannot_carry_the_api_key():
 def test_max_model_len_beyond_the_model():
     cfg = base()
     cfg["vllm"] = {"maxModelLen": 2_000_000}
-    reject(cfg, "vllm.maxModelLen", "2000000", "1,048,576")
+    reject(cfg, "vllm.maxModelLen", "2000000 is out of range (allowed: 1024 to 1048576)")
 
 
 def test_rocm_kv_cache_dtype():
@@ -428,14 +434,15 @@ def test_secure_value_on_a_plain_key_is_rejected_without_ciphertext(tmp_path):
     assert "not a secret key" in str(info.value) and "CIPHERTEXT" not in str(info.value)
 
 
-def test_eks_public_api_endpoint_by_default_warns_it_is_open():
+def test_eks_api_endpoint_is_private_by_default_and_says_how_to_reach_it():
     spec = parse_spec(base("gb300"), stack="t", now=FIXED_NOW)
-    assert spec.config.network.api_server_private_only is False
-    assert any(
-        "the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs" == w
-        for w in spec.warnings
-    )
-    assert not any("inside the VPC" in w for w in spec.warnings)
+    assert spec.config.network.api_server_private_only is None
+    assert not api_server_access(spec.config).public
+    assert (
+        "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port forwarding), "
+        "or set network.apiServerPublicCidrs to your egress CIDR to reach it from there"
+    ) in spec.warnings
+    assert not any("from any address" in w for w in spec.warnings)
 
 
 def test_eks_public_api_endpoint_restricted_does_not_warn():
@@ -513,3 +520,83 @@ def test_private_vpc_ranges_pass(cidr):
     cfg = base()
     cfg["network"] = {**cfg.get("network", {}), "vpcCidr": cidr}
     parse_spec(cfg, stack="test", now=FIXED_NOW)
+
+
+# --- every numeric setting has a range (each reaches a rendered file: user data, argv, env, API inputs)
+
+
+def _numeric_fields() -> list[tuple[str, type, dict]]:
+    """``(camelCase key, int|float, {gt, ge, lt, le})`` of every number in the typed config model."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from components.core.config import RawConfig
+
+    def leaf(annotation):
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            return leaf(args[0]) if len(args) == 1 else None
+        if typing.get_origin(annotation) is typing.Annotated:
+            return leaf(typing.get_args(annotation)[0])
+        return annotation
+
+    out = []
+
+    def walk(model, prefix):
+        for name, info in model.model_fields.items():
+            key, kind = prefix + (info.alias or name), leaf(info.annotation)
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                walk(kind, key + ".")
+            elif kind in (int, float):
+                bounds = {b: getattr(m, b) for m in info.metadata for b in ("gt", "ge", "lt", "le")
+                          if getattr(m, b, None) is not None}
+                out.append((key, kind, bounds))
+            else:
+                # Containers of numbers would need their own walk: none today.
+                assert not any(a in (int, float) for a in typing.get_args(info.annotation) if a is not type(None)), key
+
+    walk(RawConfig, "")
+    return out
+
+
+NUMERIC_FIELDS = _numeric_fields()
+
+
+def test_the_walk_sees_the_numeric_settings():
+    keys = {key for key, _, _ in NUMERIC_FIELDS}
+    assert {"trialTtlHours", "timeToReady.engineInitSeconds", "storage.fsx.capacityGib", "vllm.maxModelLen"} <= keys
+    assert len(keys) >= 28
+
+
+@pytest.mark.parametrize(("key", "kind", "bounds"), NUMERIC_FIELDS, ids=[k for k, _, _ in NUMERIC_FIELDS])
+def test_every_numeric_setting_has_a_lower_and_an_upper_bound(key, kind, bounds):
+    assert {"gt", "ge"} & set(bounds) and {"lt", "le"} & set(bounds), f"{key} ({kind.__name__}) has bounds {bounds}"
+
+
+@pytest.mark.parametrize(("key", "kind", "bounds"), NUMERIC_FIELDS, ids=[k for k, _, _ in NUMERIC_FIELDS])
+def test_a_value_above_the_range_is_a_one_line_error(key, kind, bounds):
+    upper = bounds.get("le", bounds.get("lt"))
+    cfg = base("b300")
+    node = cfg
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = kind(upper * 10 + 1)
+    message = reject(cfg, key, "is out of range (allowed:")
+    assert f"at most {upper}" in message or f"{bounds.get('ge')} to {upper}" in message, message
+
+
+def test_a_measured_engine_init_reaches_the_rendered_env_only_within_its_range():
+    from components.core.config.raw import MAX_MEASURED_PHASE_SECONDS
+    from components.core.sizing import compute_sizing
+    from components.core.vllm import build_vllm_command
+
+    cfg = base("b300")
+    cfg["timeToReady"] = {"engineInitSeconds": 10**9}
+    reject(cfg, "timeToReady.engineInitSeconds", "1000000000 is out of range", "at most 86400.0")
+    cfg["timeToReady"] = {"engineInitSeconds": MAX_MEASURED_PHASE_SECONDS}
+    spec = parse_spec(cfg, stack="test", now=FIXED_NOW)
+    env = build_vllm_command(spec, compute_sizing(spec)).roles[0].env
+    assert int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) >= 2 * MAX_MEASURED_PHASE_SECONDS

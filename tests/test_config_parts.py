@@ -36,7 +36,7 @@ def test_corpus_is_large_and_mostly_errors():
     cases = CORPUS["cases"]
     errors = [c for c in cases if "error" in c["expected"]]
     assert len(cases) > 900 and len(errors) > 500
-    assert {c["kind"] for c in cases} == {"parse", "stack"}
+    assert {c["kind"] for c in cases} == {"parse", "stack", "file"}
     # Every section of the config has at least one recorded rejection.
     keys = {e["expected"]["error"].split(":", 2)[2 if e["expected"]["error"].startswith("ConfigError: kimi-deploy") else 1]
             .split(".")[0].split(":")[0].strip() for e in errors}

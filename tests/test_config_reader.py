@@ -398,3 +398,160 @@ def test_stack_files_are_read_as_yaml_1_2_like_the_pulumi_cli(tmp_path):
     (tmp_path / "Pulumi.t.yaml").write_text(bad + "\n")
     with pytest.raises(ConfigError, match="trialTtlHours"):
         load_stack("t", stacks_dir=tmp_path, now=FIXED_NOW)
+
+
+# --- KIMI_DEPLOY_CONFIG_OVERLAY sets each leaf as `pulumi config set --path` would -------------------
+# pulumi/pulumi sdk/go/common/resource/config/map.go (Map.Set with path=true): a missing map on the
+# way is created, a top-level scalar is replaced by a map, a scalar or list on the way is an error,
+# a map of only "secure" is reserved.
+
+
+def test_a_nested_override_keeps_its_siblings(monkeypatch):
+    from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+
+    before = load_stack("b300-prod", now=FIXED_NOW).config.compute.capacity
+    assert before.type == "odcr" and before.reservation_id
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps({
+        "kimi-deploy:compute": {"capacity": {"usdPerHour": 99.5}},
+        "kimi-deploy:storage": {"mirror": {"prefix": "weights"}},
+        "kimi-deploy:vllm": {"imageTag": "nightly-" + "0" * 40},
+    }))
+    spec = load_stack("b300-prod", now=FIXED_NOW)
+    cap = spec.config.compute.capacity
+    # The capacity reservation stays (a one-level merge dropped it: on-demand priced as a reservation).
+    assert (cap.type, cap.reservation_id, cap.availability_zone, cap.usd_per_hour) == (
+        before.type, before.reservation_id, before.availability_zone, 99.5)
+    assert spec.config.compute.replicas == 2 and spec.config.storage.kind == "nvme-from-fsx"
+    assert spec.config.storage.mirror.prefix == "weights" and spec.config.storage.mirror.enabled
+
+
+def test_overlay_follows_pulumi_config_set_path_rules():
+    from components.core.config import StackFileError
+    from components.core.config.stack_file import overlay_config
+
+    stack = {"kimi-deploy:owner": "team", "kimi-deploy:compute": {"capacity": {"type": "odcr", "reservationId": "cr-1"},
+             "availabilityZone": "us-east-1c"}, "kimi-deploy:vllm": {"extraArgs": ["--a"]},
+             "kimi-deploy:hfToken": {"secure": "v1:abc"}}
+    merged = overlay_config(stack, {"kimi-deploy:compute": {"capacity": {"type": "capacity-block"}},
+                                    "kimi-deploy:owner": {"team": "x"}, "kimi-deploy:storage": {"fsx": {"efa": True}}})
+    assert merged["kimi-deploy:compute"] == {"capacity": {"type": "capacity-block", "reservationId": "cr-1"},
+                                             "availabilityZone": "us-east-1c"}
+    assert merged["kimi-deploy:owner"] == {"team": "x"}  # a top-level scalar is replaced by the map
+    assert merged["kimi-deploy:storage"] == {"fsx": {"efa": True}}  # missing maps are created
+    assert stack["kimi-deploy:compute"]["capacity"]["type"] == "odcr"  # the input is not modified
+    # A list is a leaf: replaced whole, as `pulumi config set --path --json key '[...]'`.
+    assert overlay_config(stack, {"kimi-deploy:vllm": {"extraArgs": ["--b"]}})["kimi-deploy:vllm"] == {"extraArgs": ["--b"]}
+    for extra, words in (
+        ({"kimi-deploy:compute": {"availabilityZone": {"x": 1}}},
+         "kimi-deploy:compute.availabilityZone is the text 'us-east-1c' in the stack file, not a map"),
+        ({"kimi-deploy:vllm": {"extraArgs": {"x": 1}}}, "kimi-deploy:vllm.extraArgs is a list in the stack file, not a map"),
+        ({"kimi-deploy:hfToken": {"x": "y"}}, "kimi-deploy:hfToken is a secret in the stack file"),
+        ({"kimi-deploy:storage": {"fsx": {"secure": "x"}}}, "a map holding only 'secure' is reserved"),
+    ):
+        with pytest.raises(StackFileError) as err:
+            overlay_config(stack, extra)
+        assert str(err.value).startswith("KIMI_DEPLOY_CONFIG_OVERLAY: ") and words in str(err.value), str(err.value)
+
+
+def test_an_overlay_error_is_one_line_and_exit_2():
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ,
+           "KIMI_DEPLOY_CONFIG_OVERLAY": '{"kimi-deploy:compute": {"availabilityZone": {"zone": "us-east-1a"}}}'}
+    out = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(
+        "error: KIMI_DEPLOY_CONFIG_OVERLAY: 'kimi-deploy:compute.availabilityZone.zone' cannot be set: "
+        "kimi-deploy:compute.availabilityZone is the text 'us-east-1a' in the stack file, not a map")
+
+
+# --- unreadable, non-UTF-8 and out-of-range inputs: one line, exit 2 --------------------------------
+
+
+def test_a_non_utf8_or_unreadable_stack_file_is_one_line(tmp_path):
+    from components.core.config import StackFileError
+
+    (tmp_path / "Pulumi.latin1.yaml").write_bytes(b"config:\n  kimi-deploy:owner: caf\xe9\n")
+    with pytest.raises(StackFileError) as err:
+        load_stack("latin1", stacks_dir=tmp_path, now=FIXED_NOW)
+    assert str(err.value) == (f"--stack: 'latin1' file {tmp_path}/Pulumi.latin1.yaml is not UTF-8 text: byte 0xe9 at "
+                              "line 2, column 25 (save it as UTF-8)")
+    # A file the OS will not read (as root too: reading /proc/self/mem at offset 0 is an I/O error).
+    (tmp_path / "Pulumi.unreadable.yaml").symlink_to("/proc/self/mem")
+    with pytest.raises(StackFileError, match=r"file .*Pulumi.unreadable.yaml cannot be read: Input/output error$"):
+        load_stack("unreadable", stacks_dir=tmp_path, now=FIXED_NOW)
+    # A UTF-8 file with a byte-order mark is read (YAML allows one).
+    (tmp_path / "Pulumi.bom.yaml").write_bytes(b"\xef\xbb\xbf" + (REPO_ROOT / "stacks" / "Pulumi.b300.yaml").read_bytes())
+    assert load_stack("bom", stacks_dir=tmp_path, now=FIXED_NOW).stack == "bom"
+
+
+@pytest.fixture
+def bad_stack_files():
+    """A non-UTF-8 and an unreadable stack file in stacks/ (the commands read only from there)."""
+    import uuid
+
+    names = {"latin1": f"t-latin1-{uuid.uuid4().hex[:8]}", "unreadable": f"t-unreadable-{uuid.uuid4().hex[:8]}"}
+    latin1, unreadable = (STACKS_DIR / f"Pulumi.{names[k]}.yaml" for k in ("latin1", "unreadable"))
+    latin1.write_bytes(b"config:\n  kimi-deploy:owner: caf\xe9\n")
+    unreadable.symlink_to("/proc/self/mem")
+    try:
+        yield names
+    finally:
+        latin1.unlink()
+        unreadable.unlink()
+
+
+@pytest.mark.parametrize("command", [["scripts/plan.py"], ["scripts/preflight.py"], ["scripts/cost.py"],
+                                     ["scripts/deploy_policy.py"]])
+def test_commands_refuse_unreadable_inputs_in_one_line(command, bad_stack_files, tmp_path):
+    import subprocess
+    import sys
+
+    for kind, name in bad_stack_files.items():
+        out = subprocess.run([sys.executable, *command, "--stack", name], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, (kind, out.stderr)
+        assert out.stderr.startswith(f"error: --stack: '{name}' file stacks/Pulumi.{name}.yaml ")
+        assert ("is not UTF-8 text: byte 0xe9" if kind == "latin1" else "cannot be read") in out.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["scripts/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/plan.py", "--stack", "b300", "--now", "1970-01-01T00:00:00Z"],
+    ["scripts/plan_diff.py", "--against", "HEAD", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/sweep.py", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00-05:00"],
+])
+def test_a_far_off_clock_is_one_line(argv):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"error: --now: '{argv[-1]}' is out of range ("), out.stderr
+
+
+def test_cost_refuses_a_non_utf8_throughput_file_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "t.json").write_bytes(b"\xff\xfe{}")
+    out = subprocess.run([sys.executable, "scripts/cost.py", "--stack", "b300", "--throughput-json", str(tmp_path / "t.json")],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "is not UTF-8 text: byte 0xff at line 1, column 1" in out.stderr
+
+
+def test_load_stack_refuses_an_overlay_that_cannot_be_set(monkeypatch):
+    from components.core.config import StackFileError
+    from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps({"kimi-deploy:compute": {"capacity": {"type": {"odcr": True}}}}))
+    with pytest.raises(StackFileError) as err:
+        load_stack("b300-prod", now=FIXED_NOW)
+    assert str(err.value) == (
+        "KIMI_DEPLOY_CONFIG_OVERLAY: 'kimi-deploy:compute.capacity.type.odcr' cannot be set: kimi-deploy:compute.capacity.type "
+        "is the text 'odcr' in the stack file, not a map (`pulumi config set --path` refuses it too)"
+    )

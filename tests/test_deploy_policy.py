@@ -105,3 +105,47 @@ def test_cli_prints_the_policy_and_make_target_runs_it():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nope" in bad.stderr
     assert "scripts/deploy_policy.py --stack" in (REPO_ROOT / "Makefile").read_text()
+
+
+# `make iam-policy > file` is the README's way to get the policy: the file must be the JSON alone.
+# make echoes a recipe's command line on standard output unless it starts with @; the first run's
+# setup progress must not land in the file either.
+
+
+def _venv_of_this_python(root: Path) -> Path:
+    """A set-up venv for make (its .runtime stamp newer than the requirements) whose python is the
+    one running the tests: make runs no setup, and the real venv is never touched."""
+    venv = root / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".runtime").touch()
+    return venv
+
+
+def test_make_iam_policy_writes_pure_json(tmp_path):
+    out = subprocess.run(["make", "iam-policy", "STACK=b300", f"VENV={_venv_of_this_python(tmp_path)}"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["Version"] == "2012-10-17", out.stdout[:200]
+
+
+def test_make_iam_policy_on_a_first_run_keeps_setup_progress_off_stdout(tmp_path):
+    # A first run: no venv yet. PYTHON makes one whose python is the test venv's (-m venv), the
+    # installs are skipped (PIP_INSTALL=:), pip check and every progress line still run.
+    stub = tmp_path / "python3"
+    stub.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then mkdir -p "$3/bin" && '
+        f'printf \'#!/bin/sh\\nexec {sys.executable} "$@"\\n\' > "$3/bin/python" && chmod +x "$3/bin/python"; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    stub.chmod(0o755)
+    venv = tmp_path / "venv"
+    out = subprocess.run(
+        ["make", "iam-policy", "STACK=b300", f"VENV={venv}", f"PYTHON={stub}", "PIP_INSTALL=:"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (venv / ".runtime").exists() and "make: installing" in out.stderr and "ready in" in out.stderr
+    assert json.loads(out.stdout)["Version"] == "2012-10-17", out.stdout[:300]

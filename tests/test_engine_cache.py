@@ -12,6 +12,7 @@ import pytest
 
 from components.core import engine_cache as ec
 from components.core.config import namespace_config, parse_spec, read_stack_config
+from components.core.node_storage import node_dirs
 from components.core.sizing import compute_sizing
 from components.core.vllm import build_vllm_command
 from scripts import engine_cache as tool
@@ -236,12 +237,15 @@ def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
             assert env["TMPDIR"] == ec.ENGINE_CACHE_ROOT  # the save stages its archive on the cache volume
             assert {"name": kec.PROGRAM_VOLUME, "mountPath": "/opt/kimi-deploy", "readOnly": True} in c["volumeMounts"]
             cache = next(m for m in c["volumeMounts"] if m["mountPath"] == ec.ENGINE_CACHE_ROOT)
-            assert cache == {"name": "weights", "mountPath": ec.ENGINE_CACHE_ROOT, "subPath": ".kimi-engine-cache"}
+            # Its own directory on the node's NVMe (never the array, never the weights' volume).
+            assert cache == {"name": kec.CACHE_VOLUME, "mountPath": ec.ENGINE_CACHE_ROOT}
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == kec.CACHE_VOLUME)
+        assert volume["hostPath"]["path"] == node_dirs(run.context.spec.profile.nvme_host_path).engine_cache
         # vLLM: the key's directory read-write, the weights still read-only, no AWS credentials.
         vllm = _container(pod, "vllm")
         mount = next(m for m in vllm["volumeMounts"] if m["mountPath"] == ec.ENGINE_CACHE_CONTAINER_PATH)
         sub = mount.get("subPathExpr", mount.get("subPath"))
-        assert f"/models/{sub}" == _opt(_core_argv(restore["command"]), "--dir") and not mount.get("readOnly")
+        assert f"{ec.ENGINE_CACHE_ROOT}/{sub}" == _opt(_core_argv(restore["command"]), "--dir") and not mount.get("readOnly")
         assert ("subPathExpr" in mount) == (len(cmd.roles) > 1)
         assert next(m for m in vllm["volumeMounts"] if m["mountPath"] == "/models")["readOnly"] is True
         env = {e["name"]: e.get("value") for e in vllm["env"]}

@@ -22,7 +22,7 @@ from components.core.config import ConfigError, read_stack_config
 from components.core.engine_cache import restored_at_start
 from components.core.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.core.versions import HELM_CHARTS
-from components.core.weights import MARKER_NAME, SYNC_SCRIPT_PATH
+from components.core.weights import SYNC_SCRIPT_PATH
 from components.k8s import addons as k8s_addons
 from components.k8s import vllm_service
 from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEMPLATE, spec_hash
@@ -175,12 +175,12 @@ def test_kubernetes_stacks_declare_the_complete_workload_set(name):
     ]
     for kind in ("Namespace", "Service", "PodDisruptionBudget", "NetworkPolicy"):
         assert kinds.count(kind) == 1, f"{name}: {kind} x{kinds.count(kind)}"
-    # The weight-sync program, and the engine-cache program where the pods restore the caches.
-    assert kinds.count("ConfigMap") == 1 + restored_at_start(run.context.spec), f"{name}: ConfigMap x{kinds.count('ConfigMap')}"
+    # The weight-sync program, the API guard, and the engine-cache program where the pods restore the caches.
+    assert kinds.count("ConfigMap") == 2 + restored_at_start(run.context.spec), f"{name}: ConfigMap x{kinds.count('ConfigMap')}"
     assert kinds.count("Secret") >= 1 and kinds.count("ServiceAccount") >= 2
     for kind, count in EXPECTED_WORKLOAD[name].items():
         assert kinds.count(kind) == count, f"{name}: {kind} x{kinds.count(kind)}, expected {count}"
-    assert run.outputs["serviceUrl"] == "http://kimi-vllm.kimi.svc.cluster.local:8000/v1"
+    assert run.outputs["serviceUrl"] == "http://kimi-vllm-api.kimi.svc.cluster.local:8000/v1"
     assert len(run.outputs["weightSyncJobs"]) == EXPECTED_WORKLOAD[name]["Job"]
     assert all(n.startswith("kimi-weights-") for n in run.outputs["weightSyncJobs"])
 
@@ -489,35 +489,30 @@ def test_publish_job_uses_the_mirror_bucket_and_stages_on_nvme():
     dest = argv[argv.index("--dest") + 1]
     assert dest == run.outputs["mirrorUri"]  # the AWS edge's bucket, not the plan-time stand-in
     assert argv[-2:] == ["--staging-dir", "/models/.kimi-deploy-staging"]
-    nvme = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/models"]
+    nvme = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/models/.kimi-deploy-staging"]
     assert len(nvme) == 1  # the node's NVMe holds the staged files, not the root disk
     host = {v["name"]: v for v in pod["volumes"]}[nvme[0]["name"]]
-    assert host["hostPath"]["path"] == "/mnt/k8s-disks/0"
+    # Its own staging directory, never the array (kubelet and containerd state) nor the weights.
+    assert host["hostPath"] == {"path": "/mnt/k8s-disks/0/kimi-deploy/staging", "type": "DirectoryOrCreate"}
+    assert not [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/models"]
     assert pod["serviceAccountName"] == "kimi-mirror-publish"
     copy = vllm_pods(run)["leader"]["spec"]["initContainers"][0]["command"]
     assert copy[copy.index("--source") + 1] == dest  # the node copy reads the mirror just published
 
 
-def test_wait_for_marker_init_container():
-    # A shared claim (pvc) is filled once by a Job; its pods wait for the marker.
+def test_wait_for_weights_init_container():
+    # A shared claim (pvc) is filled once by a Job; its pods wait until the copy is complete (marker,
+    # manifest and every listed file: tests/test_weights_complete.py runs the gate).
     storage = {"kind": "pvc", "existingClaim": "kimi-weights", "readGBps": 4, "mirror": {"enabled": False}}
     run = plan_for("mi355x", overrides={"kimi-deploy:storage": storage})
     assert run.named("weight-sync-node-copy")
     for pod in vllm_pods(run).values():
         init = pod["spec"]["initContainers"][0]
-        assert init["command"][:2] == ["python3", "-c"]
-        assert init["command"][3] == f"{run.context.vllm.model_path}/{MARKER_NAME}"
-        assert int(init["command"][4]) >= 1800
-
-
-def test_marker_wait_script_waits_for_the_marker(tmp_path):
-    marker = tmp_path / MARKER_NAME
-    script = vllm_service.WAIT_FOR_MARKER_SCRIPT
-    missing = subprocess.run([sys.executable, "-c", script, str(marker), "0"], capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 1 and "no weight-complete marker" in missing.stderr
-    marker.write_text(json.dumps({"file_count": 112, "total_bytes": 1, "revision": "abc"}))
-    done = subprocess.run([sys.executable, "-c", script, str(marker), "0"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and "112 files" in done.stdout
+        assert init["command"][:2] == ["python3", "-c"] and "weight_sync.ready import main" in init["command"][2]
+        assert init["command"][3:5] == [SYNC_SCRIPT_PATH, run.context.vllm.model_path]
+        assert int(init["command"][5]) >= 1800
+        assert {"name": "sync-program", "mountPath": "/opt/kimi-deploy", "readOnly": True} in init["volumeMounts"]
+        assert any(v["name"] == "sync-program" for v in pod["spec"]["volumes"])
 
 
 class _ModelsHandler(http.server.BaseHTTPRequestHandler):
@@ -610,7 +605,7 @@ def test_installed_addons_are_not_installed_again():
 
 
 def test_amd_device_plugin_when_no_amd_operator_is_installed():
-    run = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=[]))
+    run = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=["prometheus-operator"]))
     (release,) = [r for r in run.of_type(HELM_RELEASE) if r.name == "addon-amd-device-plugin"]
     assert release.name == "addon-amd-device-plugin" and release.inputs["chart"] == "amd-gpu"
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release.inputs["values"]["tolerations"]
@@ -638,13 +633,14 @@ def test_fsx_static_volume_and_claim():
     assert {"name": "fsx", "mountPath": "/fsx", "readOnly": True} in copy["volumeMounts"]
     # vLLM serves from the node's NVMe copy, not from FSx.
     server = vllm_pods(run)["server"]["spec"]
-    assert [v for v in server["volumes"] if v["name"] == "weights"][0]["hostPath"]["path"] == "/mnt/k8s-disks/0"
+    weights = [v for v in server["volumes"] if v["name"] == "weights"][0]
+    assert weights["hostPath"]["path"] == "/mnt/k8s-disks/0/kimi-deploy/weights"
 
 
 def test_node_local_host_path_follows_platform():
     pod = vllm_pods(plan_for("mi355x"))["server"]["spec"]
     weights = next(v for v in pod["volumes"] if v["name"] == "weights")
-    assert weights["hostPath"] == {"path": "/mnt/nvme", "type": "Directory"}
+    assert weights["hostPath"] == {"path": "/mnt/nvme/kimi-deploy/weights", "type": "DirectoryOrCreate"}
     assert pod["nodeSelector"]["amd.com/gpu.product-name"] == "AMD_Instinct_MI355X"
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
 
@@ -682,16 +678,24 @@ def test_network_policy_admits_only_configured_peers_to_the_api_port(name):
     assert policy["policyTypes"] == ["Ingress"]
 
 
-def test_prometheus_annotations_by_default_pod_monitor_with_the_operator():
-    without = plan_for("mi355x", overrides=with_k8s("mi355x", installedAddons=["amd-gpu-operator"]))
-    default = vllm_pods(without)["server"]["metadata"]
-    assert default["annotations"]["prometheus.io/scrape"] == "true"
-    assert not of_kind(without, "PodMonitor")
+def test_pod_monitor_with_the_operator_annotations_only_for_a_prometheus_that_reads_them():
     run = plan_for("mi355x")  # the stack lists prometheus-operator as installed
     monitor = one(run, "PodMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
     assert "annotations" not in vllm_pods(run)["server"]["metadata"]
+    # no operator: the scaler must be pointed at a Prometheus that reads prometheus.io/* annotations
+    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"],
+                     "prometheusUrl": "http://prometheus-server.monitoring.svc:80"}
+    annotated = plan_for("mi355x", overrides={**with_k8s("mi355x", installedAddons=["amd-gpu-operator"]),
+                                              "kimi-deploy:observability": observability})
+    notes = vllm_pods(annotated)["server"]["metadata"]["annotations"]
+    assert [notes[f"prometheus.io/{k}"] for k in ("scrape", "port", "path")] == ["true", "8000", "/metrics"]
+    assert not of_kind(annotated, "PodMonitor") and not of_kind(annotated, "PrometheusRule")
+    # no Prometheus at all (b300-prod as shipped): neither
+    plain = plan_for("b300-prod")
+    notes = vllm_pods(plain)["server"]["metadata"].get("annotations", {})
+    assert not of_kind(plain, "PodMonitor") and not [k for k in notes if k.startswith("prometheus.io/")]
 
 
 @pytest.mark.parametrize("name", K8S_STACKS)

@@ -58,6 +58,17 @@ def selectors(expr: str) -> list[str]:
     return names
 
 
+def vector_matchers(expr: str) -> list[tuple[str, dict[str, str]]]:
+    """``(series name, {label: value})`` of every vector selector in ``expr``."""
+    found: list[tuple[str, dict[str, str]]] = []
+    promql_parser.walk(
+        promql_parser.parse(expr),
+        lambda n: found.append((n.name, {mm.name: mm.value for mm in n.matchers.matchers}))
+        if isinstance(n, promql_parser.VectorSelector) else None,
+    )
+    return found
+
+
 def all_alerts(run) -> list[dict]:
     return [r for g in one(run, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
 
@@ -187,11 +198,13 @@ def test_no_prometheus_rule_without_the_operator_or_with_alerts_off():
 @pytest.mark.parametrize("name", ["b300-prod", "gb300", "mi355x"])
 def test_scaler_queries_parse_and_read_the_engine_metrics(name):
     engine = engine_metric_names()
+    # besides vLLM: kube-state-metrics' replica count (zero replicas) and pod readiness (a lost scrape)
+    ksm = {m.KSM_POD_STATUS_READY, m.KSM_STATEFULSET_REPLICAS if name == "gb300" else m.KSM_DEPLOYMENT_SPEC_REPLICAS}
     for trig in one(autoscaled(name), "ScaledObject")["spec"]["triggers"]:
         if trig["type"] != "prometheus":
             continue
-        names = selectors(trig["metadata"]["query"])
-        assert names and set(names) <= engine, f"{trig['name']}: {names}"
+        names = set(selectors(trig["metadata"]["query"]))
+        assert names - ksm and names - ksm <= engine and ksm <= names, f"{trig['name']}: {names}"
 
 
 # -- dashboard ------------------------------------------------------------------------------------
@@ -199,10 +212,22 @@ def test_scaler_queries_parse_and_read_the_engine_metrics(name):
 
 def test_dashboard_file_is_what_the_code_builds():
     assert obs.DASHBOARD_PATH.read_text() == obs.dashboard_text()
-    from scripts.render_dashboard import SVG_PATH, layout_svg, main
+    from scripts.render_dashboard import main
 
-    assert SVG_PATH.read_text() == layout_svg(obs.dashboard())
     assert main(["--check"]) == 0
+
+
+def test_render_dashboard_usage_and_unreachable_prometheus(capsys):
+    from scripts.render_dashboard import legend, main
+    from tests.live_prometheus import free_port
+
+    assert legend("running {{pod}}", {"pod": "kimi-vllm-0"}) == "running kimi-vllm-0"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--png", "x.png"])
+    assert exit_info.value.code == 2 and "--prometheus and --png go together" in capsys.readouterr().err
+    assert main(["--prometheus", f"http://127.0.0.1:{free_port()}", "--png", "x.png", "--minutes", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: http://127.0.0.1:") and len(err.strip().splitlines()) == 1
 
 
 def test_dashboard_panels_cover_the_issue_and_every_query_parses():
@@ -271,6 +296,73 @@ def test_network_policy_admits_prometheus_pods_to_the_metrics_port_only():
     assert all("monitoring" not in json.dumps(r) for r in client)
 
 
+def _selects(selector: dict, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions In/NotIn/Exists) against labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        value = labels.get(e["key"])
+        ok = {"In": value in e.get("values", []), "NotIn": value not in e.get("values", []),
+              "Exists": e["key"] in labels, "DoesNotExist": e["key"] not in labels}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+def _admitted_ports(policy: dict, namespace: str, pod_labels: dict[str, str]) -> set[int]:
+    """Ports of the policy's pods that a pod (in ``namespace``, with ``pod_labels``) may reach."""
+    ns_labels = {"kubernetes.io/metadata.name": namespace}
+    ports: set[int] = set()
+    for rule in policy["spec"]["ingress"]:
+        for peer in rule["from"]:
+            if "ipBlock" in peer:
+                continue
+            in_ns = _selects(peer["namespaceSelector"], ns_labels) if "namespaceSelector" in peer else namespace == "kimi"
+            if in_ns and _selects(peer.get("podSelector", {}), pod_labels):
+                ports |= {p["port"] for p in rule.get("ports", [{"port": "all"}])}
+    return ports
+
+
+def test_network_policy_admits_exactly_the_scraping_prometheus():
+    """The Prometheus Operator's Prometheus pods (labels from prometheus-operator
+    pkg/prometheus/server/statefulset_test.go) in observability.prometheusNamespace reach the metrics
+    port; nothing else in that namespace, and no Prometheus elsewhere."""
+    policy = one(plan_for("mi355x"), "NetworkPolicy")
+    operator_prometheus = {
+        "prometheus": "kube-prometheus-stack-prometheus", "app.kubernetes.io/name": "prometheus",
+        "app.kubernetes.io/managed-by": "prometheus-operator", "app.kubernetes.io/instance": "kube-prometheus-stack-prometheus",
+        "operator.prometheus.io/name": "kube-prometheus-stack-prometheus", "operator.prometheus.io/shard": "0",
+    }
+    assert _admitted_ports(policy, "monitoring", operator_prometheus) == {8000}
+    neighbours = [
+        {"app.kubernetes.io/name": "grafana"}, {"app.kubernetes.io/name": "kube-state-metrics"},
+        {"app.kubernetes.io/name": "prometheus-node-exporter"}, {"app.kubernetes.io/name": "alertmanager"},
+        {"app.kubernetes.io/name": "prometheus-agent", "app.kubernetes.io/managed-by": "prometheus-operator"},
+    ]
+    for labels in neighbours:
+        assert not _admitted_ports(policy, "monitoring", labels), labels
+    assert not _admitted_ports(policy, "team-x", operator_prometheus)
+
+
+@pytest.mark.parametrize("name", ["b300-prod", "gb300", "mi355x"])
+def test_pod_monitor_selects_the_serving_pods_and_their_metrics_port_only(name):
+    from tests.test_k8s_workloads import pod_templates
+
+    extra = {"kimi-deploy:kubernetes": {**read_stack_config(name)["kimi-deploy:kubernetes"],
+                                        "installedAddons": ["prometheus-operator"]}}
+    run = autoscaled(name, extra)
+    monitor = one(run, "PodMonitor")
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    selected = []
+    for _, pod in pod_templates(run):
+        if not _selects(monitor["spec"]["selector"], pod["metadata"]["labels"]):
+            continue
+        selected.append(pod["metadata"]["labels"]["app.kubernetes.io/component"])
+        (vllm,) = [c for c in pod["spec"]["containers"] if c["name"] == "vllm"]
+        assert endpoint["port"] in [p.get("name") for p in vllm["ports"]]
+    assert selected == ["leader" if name == "gb300" else "server"]  # LeaderWorkerSet workers serve no /metrics
+
+
 def test_network_policy_has_no_scrape_rule_without_a_prometheus_namespace():
     policy = one(plan_for("b300-prod"), "NetworkPolicy")
     assert not [r for r in policy["spec"]["ingress"] if any("podSelector" in p and "namespaceSelector" in p for p in r["from"])]
@@ -298,16 +390,16 @@ def test_gpu_exporters_are_pinned_addons_of_the_vendor_unless_installed():
         releases["amd-metrics-exporter"]["chart"] == chart.chart and releases["amd-metrics-exporter"]["version"] == chart.version
     )
     values = releases["amd-metrics-exporter"]["values"]
-    assert values["serviceMonitor"] == {"enabled": True, "honorLabels": True, "labels": {}}
+    assert values["serviceMonitor"] == {"enabled": True, "honorLabels": True, "labels": {"release": "kube-prometheus-stack"}}
     assert values["nodeSelector"]["amd.com/gpu.product-name"] == "AMD_Instinct_MI355X"
     nvidia = autoscaled("gb300")
     assert "dcgm-exporter" in nvidia.outputs["kubernetesAddons"]
     dcgm = addon_values(nvidia.context.spec, "dcgm-exporter")
     assert dcgm["serviceMonitor"] == {
-        "enabled": False,
+        "enabled": True,
         "honorLabels": True,
-        "additionalLabels": {},
-    }  # no Prometheus Operator on gb300
+        "additionalLabels": {"release": "kube-prometheus-stack"},
+    }
     installed = plan_for(
         "mi355x",
         overrides={
@@ -321,20 +413,47 @@ def test_gpu_exporters_are_pinned_addons_of_the_vendor_unless_installed():
     assert HELM_CHARTS["keda"].version == "2.20.2"  # matches the CRDs the ScaledObject is validated against
 
 
-def test_monitor_labels_reach_every_object_a_prometheus_selects():
-    observability = {
-        **read_stack_config("mi355x")["kimi-deploy:observability"],
-        "monitorLabels": {"release": "kube-prometheus-stack"},
-    }
-    run = plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
+@pytest.mark.parametrize("name", ["b300-prod", "gb300", "mi355x"])
+def test_monitor_labels_reach_every_object_a_prometheus_selects(name):
+    """kube-prometheus-stack's Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules
+    labelled release=<its release>: by default every object carries release=kube-prometheus-stack,
+    and the plan names the selector it assumes."""
+    from scripts.plan import build_plan_document
+
+    extra = {"kimi-deploy:kubernetes": {**read_stack_config(name)["kimi-deploy:kubernetes"],
+                                        "installedAddons": ["prometheus-operator"]}}
+    run = autoscaled(name, extra)
+    vendor_exporter = m.gpu_exporter_for(run.context.spec.target.gpu.vendor)
     for kind in ("PodMonitor", "PrometheusRule"):
         doc = one(run, kind)
         assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         validate_against_crd(doc)
-    assert addon_values(run.context.spec, "amd-metrics-exporter")["serviceMonitor"]["labels"] == {
-        "release": "kube-prometheus-stack"
-    }
-    assert "release" not in one(plan_for("mi355x"), "PodMonitor")["metadata"]["labels"]
+    monitor = addon_values(run.context.spec, vendor_exporter)["serviceMonitor"]
+    assert monitor["enabled"] and monitor.get("labels", monitor.get("additionalLabels")) == {"release": "kube-prometheus-stack"}
+    if name == "mi355x":
+        doc = build_plan_document(name, now=FIXED_NOW)
+        assert doc["scraping"].startswith("PodMonitor and PrometheusRule labelled release=kube-prometheus-stack: assumes")
+    # another release name, or {} for a Prometheus that selects everything
+    observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "prom"}}
+    other = plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
+    assert one(other, "PodMonitor")["metadata"]["labels"]["release"] == "prom"
+    observability["monitorLabels"] = {}
+    everything = plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
+    assert "release" not in one(everything, "PrometheusRule")["metadata"]["labels"]
+
+
+def test_the_plan_names_the_scrape_path():
+    from components.core.config import namespace_config, parse_spec
+    from components.core.scraping import scraping_summary
+
+    assert scraping_summary(load_stack("b300", now=FIXED_NOW)) is None  # EC2: no Kubernetes scrape
+    assert scraping_summary(load_stack("b300-prod", now=FIXED_NOW)).startswith("not scraped")
+    full = dict(read_stack_config("mi355x"))
+    full["kimi-deploy:kubernetes"] = {**full["kimi-deploy:kubernetes"], "installedAddons": ["amd-gpu-operator"]}
+    full["kimi-deploy:observability"] = {**full["kimi-deploy:observability"], "prometheusUrl": "http://prom.monitoring.svc:9090"}
+    ns, secrets = namespace_config(full)
+    annotated = scraping_summary(parse_spec(ns, stack="mi355x", now=FIXED_NOW, secrets_set=secrets))
+    assert annotated.startswith("prometheus.io/* annotations on the serving pods, for the Prometheus at http://prom.monitoring")
 
 
 def test_bad_monitor_label_is_a_config_error():
@@ -345,3 +464,15 @@ def test_bad_monitor_label_is_a_config_error():
         ConfigError, match=r"observability.monitorLabels: \{'release': 'kube prometheus'\} is not a valid Kubernetes label"
     ):
         plan_for("mi355x", overrides={"kimi-deploy:observability": observability})
+
+
+def test_every_dashboard_query_is_limited_to_the_chosen_namespace():
+    """GPU panels included: both exporters label a GPU with the namespace of the pod holding it, so
+    on a shared cluster the panels show only this deployment's GPUs."""
+    gpu_metrics = set().union(*m.GPU_EXPORTER_METRICS.values())
+    seen_gpu = set()
+    for title, expr in obs.dashboard_expressions(obs.dashboard()):
+        for name, matchers in vector_matchers(obs.substitute_variables(expr)):
+            assert matchers.get("namespace") == "kimi", f"{title}: {name} is not limited to the dashboard's namespace"
+            seen_gpu |= {name} & gpu_metrics
+    assert {m.AMD_GFX_ACTIVITY, m.AMD_USED_VRAM, m.DCGM_GPU_UTIL, m.DCGM_FB_USED} <= seen_gpu

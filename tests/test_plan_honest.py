@@ -58,7 +58,7 @@ def test_table_shows_the_marker():
     import io
 
     out = io.StringIO()
-    plan_script.render_table(plan_script.build_plan_document("b300", now=FIXED_NOW), file=out)
+    plan_script.render_table(plan_script.build_plan_document("b300", now=FIXED_NOW), file=out, details=True)
     assert f"http://{KNOWN_AFTER_UP}:8000/v1" in out.getvalue() and "10.42.1.10" not in out.getvalue()
 
 
@@ -83,7 +83,7 @@ def test_summary_wording(docs):
     assert "copys" not in json.dumps(rows)
     assert "28,312 GiB available, 1,599 GiB needed; FSx 2,400 GiB x 1,000 MB/s/TiB" in rows["storage"]
     assert rows["startup budget"].startswith("60 min (3,600 s)")
-    assert rows["platform / environment"] == "aws-eks / prod  (us-east-1, AZ us-east-1c)"
+    assert rows["platform / env"] == "aws-eks / prod  (us-east-1, AZ us-east-1c)"
     for text in rows.values():
         assert not re.search(r"\d{4,} (GiB|s|files|tokens)\b", text), text  # thousands separated
 

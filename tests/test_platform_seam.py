@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from components import program
 from components.core.config import read_stack_config
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.core.node_storage import node_dirs
 from components.core.platforms import PLATFORM_PROFILES, platform_profile
 from components.core.targets import PLATFORMS
 from components.plan_engine import PlanRun, run_program
@@ -176,8 +178,8 @@ def test_the_edge_is_declared_from_a_handle_alone(monkeypatch):
         assert pod["nodeSelector"] == HANDLE_SELECTOR
         assert pod["tolerations"] == [dict(t) for t in HANDLE_TOLERATIONS]
         host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-        assert host_paths <= {HANDLE_NVME}
-    assert any(HANDLE_NVME == v["hostPath"]["path"] for pod in pods for v in pod["volumes"] if "hostPath" in v)
+        assert host_paths <= set(astuple(node_dirs(HANDLE_NVME)))
+    assert any(node_dirs(HANDLE_NVME).weights == v["hostPath"]["path"] for pod in pods for v in pod["volumes"] if "hostPath" in v)
     pv = next(r for r in run.resources if r.type == "kubernetes:core/v1:PersistentVolume")
     assert pv.inputs["spec"]["csi"]["volumeHandle"] == HANDLE_FSX_ID
     assert pv.inputs["spec"]["capacity"]["storage"] == "2400Gi"

@@ -16,6 +16,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from components.core.config import load_stack
+from components.core.config.stack_file import CONFIG_OVERLAY_ENV
 from components.core.targets import ec2_vcpu_quota
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts import preflight
@@ -424,7 +425,8 @@ def no_credentials(monkeypatch, tmp_path):
 def test_a_check_that_does_not_apply_is_skip_with_or_without_credentials(moto, stack, no_credentials):
     spec = load_stack(stack, now=FIXED_NOW)
     without = by_name(run_checks(spec, now=FIXED_NOW, clients=AwsClients(spec.region)))
-    assert {c.status for c in without.values()} <= {"skip", "unknown"}
+    # `deployable` judges the config alone (no API): it runs without credentials.
+    assert {c.status for n, c in without.items() if n != "deployable"} <= {"skip", "unknown"}
     assert without["instance-facts"].status == "unknown" and "no AWS credentials" in without["instance-facts"].reason
     import boto3
 
@@ -557,3 +559,165 @@ def test_a_failed_offline_check_is_the_verdict_without_aws_credentials(tmp_path)
     assert checks["vllm-argv"]["status"] == "fail" and "--max-num-seqz" in checks["vllm-argv"]["reason"]
     assert report["result"].startswith("FAILED") and report["exit_code"] == 1
     assert "note: not checked on AWS:" in out.stderr and "error:" not in out.stderr
+
+
+# --- the time the cloud really gives: a block's termination window, the time to ready -------------
+# AWS terminates a capacity block's instances 30 min before the block's end; EventBridge warns at 40
+# (EC2 user guide, capacity-blocks-monitor; EC2 Auto Scaling user guide, launch-template-capacity-blocks).
+
+
+def _block_at(start_hours: float, end_hours: float, state: str = "active"):
+    return dict(
+        State=state, ReservationType="capacity-block", InstanceType="p6e-gb300.36xlarge", AvailabilityZone="us-east-1a",
+        TotalInstanceCount=2, StartDate=FIXED_NOW + timedelta(hours=start_hours),
+        EndDate=FIXED_NOW + timedelta(hours=end_hours),
+    )
+
+
+def _gb300_reservation(**block):
+    ec2 = reservation_client("us-east-1", "cr-0123456789abcdef0", **block)
+    return run("gb300", overrides={"service-quotas": quota_client("us-east-1", 288), "ec2:DescribeCapacityReservations": ec2})
+
+
+def test_a_block_ending_just_after_the_expiry_fails_by_its_termination_window(moto):
+    # gb300 is a 48 h trial; the block ends 20 min after the expiry, so its instances stop 10 min before it.
+    checks = _gb300_reservation(**_block_at(-1, 48 + 20 / 60))
+    end = checks["capacity-end"]
+    assert end.status == "fail", end
+    assert "runs instances until 2026-12-02T11:50:00Z (it ends 2026-12-02T12:20:00Z" in end.reason
+    assert "30 min before the block's end" in end.reason and "before the stack expires" in end.reason
+
+
+def test_a_block_inside_its_termination_window_is_already_over(moto):
+    checks = _gb300_reservation(**_block_at(-24, 0.25))
+    assert checks["capacity-end"].status == "fail"
+    assert "its instances are being terminated now" in checks["capacity-end"].reason
+
+
+def test_capacity_ready_warns_when_the_model_is_served_after_the_block_stops(moto):
+    # Scheduled to start 46 h from now and end at 50 h: it outlasts the 48 h trial (usable until 49.5 h),
+    # but the modelled first deploy needs about 4.8 h of GPU phases from the block's start.
+    checks = _gb300_reservation(**_block_at(46, 50, state="scheduled"))
+    assert checks["capacity-end"].status == "pass", checks["capacity-end"]
+    ready = checks["capacity-ready"]
+    assert ready.status == "warn", ready
+    assert "modelled first deploy serves at 2026-12-02T14:" in ready.reason
+    assert "terminated from 2026-12-02T13:30:00Z" in ready.reason
+    assert "from the block's start 2026-12-02T10:00:00Z" in ready.reason
+
+
+def test_capacity_ready_passes_with_time_left_and_skips_odcrs(moto):
+    ready = _gb300_reservation(**_block_at(-1, 24 * 7))["capacity-ready"]
+    assert ready.status == "pass" and "of serving before" in ready.reason
+    fields = dict(State="active", InstanceType="p6-b300.48xlarge", AvailabilityZone="us-east-1c", TotalInstanceCount=2,
+                  EndDate=FIXED_NOW + timedelta(days=30))
+    ec2 = reservation_client("us-east-1", "cr-0a1b2c3d4e5f60718", **fields)
+    odcr = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2})
+    assert odcr["capacity-ready"].status == "skip" and "keep running as On-Demand" in odcr["capacity-ready"].reason
+    assert "ends 2026-12-30T12:00:00Z" in odcr["capacity-end"].reason  # an ODCR: its own end, no window
+
+
+def test_the_termination_window_is_one_constant_for_config_and_preflight(moto, monkeypatch):
+    from components.core import capacity
+
+    block = _block_at(-1, 48 + 20 / 60)
+    assert _gb300_reservation(**block)["capacity-end"].status == "fail"
+    monkeypatch.setattr(capacity, "CAPACITY_BLOCK_TERMINATION_SECONDS", 0)
+    assert _gb300_reservation(**block)["capacity-end"].status == "pass"
+    # The config check of compute.capacity.endsAt reads the same constant.
+    from components.core.config import load_stack as load
+
+    spec = load("gb300", now=FIXED_NOW)
+    assert not any("terminated from" in w for w in spec.warnings)
+
+
+# --- credentials that outlive `pulumi up`: botocore's providers, against moto on 127.0.0.1 ----------
+
+
+@pytest.fixture
+def sts_env(moto_server, monkeypatch, tmp_path):
+    """Only what a test sets reaches botocore: moto's endpoint, no profile, no files, no IMDS."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+                "AWS_CREDENTIAL_EXPIRATION", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return tmp_path
+
+
+def _credentials_check(stack: str, now=FIXED_NOW) -> preflight.Check:
+    from components.core.time_to_ready import pulumi_up_seconds, stack_time_to_ready
+
+    spec = load_stack(stack, now=FIXED_NOW)
+    seconds, how = pulumi_up_seconds(spec, stack_time_to_ready(spec))
+    return preflight.check_deploy_credentials(spec, AwsClients(spec.region), now, seconds, how)
+
+
+def _session_token_env(monkeypatch, expiration: str | None = None):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ASIAQAAAAAAAAAAAAAAA")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "token")
+    if expiration:
+        monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", expiration)
+
+
+def test_an_environment_session_token_fails_where_pulumi_up_runs_for_hours(sts_env, monkeypatch):
+    _session_token_env(monkeypatch)
+    eks = _credentials_check("gb300")  # the first EKS `pulumi up` waits for the sync and vLLM: about 5 h
+    assert eks.status == "fail", eks
+    assert "(env): a session token no SDK can renew, expiry unknown" in eks.reason
+    assert "AWS_PROFILE with role_arn + source_profile, or sso_session" in eks.reason  # the fix, named
+    ec2 = _credentials_check("b300")  # `pulumi up` returns once the instance runs: minutes
+    assert ec2.status == "warn", ec2
+    assert "returns once the instance runs" in ec2.reason
+
+
+def test_a_known_expiry_is_compared_with_the_modelled_pulumi_up(sts_env, monkeypatch):
+    from datetime import UTC, datetime
+
+    from components.core.config import format_utc
+
+    now = datetime.now(UTC).replace(microsecond=0)  # botocore itself refuses credentials expired by the real clock
+    _session_token_env(monkeypatch, format_utc(now + timedelta(hours=1)))
+    early = _credentials_check("gb300", now)
+    assert early.status == "fail", early
+    assert f"expiring {format_utc(now + timedelta(hours=1))}, before `pulumi up` would end" in early.reason
+    _session_token_env(monkeypatch, format_utc(now + timedelta(hours=12)))
+    late = _credentials_check("gb300", now)
+    assert late.status == "warn" and f"valid until {format_utc(now + timedelta(hours=12))}" in late.reason
+
+
+def test_a_role_profile_botocore_renews_passes(sts_env, monkeypatch):
+    (sts_env / "config").write_text(
+        "[profile deploy]\nrole_arn = arn:aws:iam::123456789012:role/deployer\nsource_profile = base\n"
+        "[profile base]\naws_access_key_id = AKIAQAAAAAAAAAAAAAAA\naws_secret_access_key = secret\n"
+    )
+    monkeypatch.setenv("AWS_PROFILE", "deploy")
+    check = _credentials_check("gb300")
+    assert check.status == "pass", check
+    # moto's STS answered AssumeRole and GetCallerIdentity: the identity is the assumed role.
+    assert "assumed-role/deployer/" in check.reason and "(assume-role): botocore renews" in check.reason
+
+
+def test_long_term_keys_pass_and_other_platforms_skip(sts_env, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAQAAAAAAAAAAAAAAA")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    check = _credentials_check("gb300")
+    assert check.status == "pass" and "(env): long-term access keys, no expiry" in check.reason
+    assert _credentials_check("mi355x").status == "skip"
+
+
+# --- blockers: what `pulumi up` refuses is a failure here, never "nothing failed" -------------------
+
+
+def test_a_stack_pulumi_up_refuses_fails_preflight():
+    out = _cli("--stack", "mi355x", "--json", env={CONFIG_OVERLAY_ENV: ""})  # the shipped stacks name no engine build
+    assert out.returncode == 1, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    deployable = {c["name"]: c for c in report["checks"]}["deployable"]
+    assert deployable["status"] == "fail" and "`pulumi up` refuses this stack: kimi-deploy:vllm.image" in deployable["reason"]
+    assert report["result"].startswith("FAILED (1 failed")
+    with_build = _cli("--stack", "mi355x", "--json")
+    assert {c["name"]: c["status"] for c in json.loads(with_build.stdout)["checks"]}["deployable"] == "pass"

@@ -179,8 +179,8 @@ def test_eks_stage_publishes_on_the_system_nodes_within_their_disk():
     container = pod["containers"][0]
     argv = container["command"]
     assert argv[argv.index("--workers") + 1] == str(STAGE_SYSTEM_NODE_WORKERS) and "--staging-dir" in argv
-    scratch = next(v for v in pod["volumes"] if v["name"] == "scratch")
-    assert scratch == {"name": "scratch", "emptyDir": {"sizeLimit": f"{stage_scratch_gib(run.context.spec)}Gi"}}
+    scratch = next(v for v in pod["volumes"] if v["name"] == "staging")
+    assert scratch == {"name": "staging", "emptyDir": {"sizeLimit": f"{stage_scratch_gib(run.context.spec)}Gi"}}
     # The staging files and the engine image fit the system node's root volume; the requests fit its 4 vCPU.
     assert stage_scratch_gib(run.context.spec) * 2**30 + VLLM_IMAGE_UNPACKED_BYTES.value < SYSTEM_ROOT_VOLUME_GIB * 2**30 * 0.95
     assert SYSTEM_INSTANCE_TYPE == "m7i.xlarge" and int(container["resources"]["requests"]["cpu"]) <= 4

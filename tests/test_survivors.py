@@ -81,7 +81,7 @@ def test_fsx_serving_bandwidth_is_shared_by_all_nodes(replicas):
     sizing = compute_sizing(parse_spec(cfg, stack="t", now=FIXED_NOW))
     st = sizing.storage
     assert st.read_bytes_per_second == st.fsx_read_bytes_per_second // replicas
-    assert f"shared by {replicas} node(s)" in st.read_source
+    assert f"shared by {replicas} node(s)" in st.read_source and "LustreGuide/managing-throughput-capacity.html" in st.read_source
     one = compute_sizing(parse_spec({**cfg, "compute": {**cfg["compute"], "replicas": 1}}, stack="t", now=FIXED_NOW))
     assert sizing.load_seconds == pytest.approx(one.load_seconds * replicas, rel=0.01)
 

@@ -462,10 +462,11 @@ def test_sweeps_a_moto_server_through_aws_endpoint_url(tmp_path):
         )
         report = json.loads(proc.stdout)
         assert by_id(report)[vol]["status"] == "deleted"
-        # moto's server does not implement DescribeCapacityReservations: an unlistable kind is
-        # reported and fails the run (nothing may be silently unchecked); nothing else failed.
-        assert [e for e in report["errors"] if "capacity reservations" not in e] == []
-        assert proc.returncode == (1 if report["errors"] else 0), proc.stderr
+        # moto's server does not implement DescribeCapacityReservations (it answers HTTP 500 with an
+        # HTML page): that report-only kind is unknown, not an error, and nothing else failed.
+        assert report["errors"] == [] and proc.returncode == 0, proc.stderr
+        assert [u["kind"] for u in report["unknown"]] == ["capacity-reservation"]
+        assert "ec2:DescribeCapacityReservations is not an AWS API response" in report["unknown"][0]["reason"]
         assert vol not in {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
     finally:
         server.stop()
@@ -636,7 +637,28 @@ def test_every_kind_is_discovered_and_its_label_names_it_in_errors(aws):
     """Each registered kind's discover runs (one failing kind is one error naming its label,
     the others are still listed)."""
     rec = Recorder(refuse={"DescribeVolumes": "UnauthorizedOperation"})
-    found, errors = sweep.discover(rec, REGION, NOW)
-    assert errors == [f"{REGION}: could not list volumes: An error occurred (UnauthorizedOperation) when calling the "
-                      "DescribeVolumes operation: DescribeVolumes refused by test"]
+    seen = sweep.discover(rec, REGION, NOW)
+    assert seen.errors == [f"{REGION}: could not list volumes: An error occurred (UnauthorizedOperation) when calling the "
+                           "DescribeVolumes operation: DescribeVolumes refused by test"]
+    assert seen.unknown == []
     assert {k.label for k in REGISTRY} >= {"volumes", "instances", "EKS clusters", "EKS node groups", "S3 buckets"}
+
+
+def test_a_report_only_kind_that_cannot_be_listed_is_unknown_not_a_failure(aws, capsys):
+    """Capacity reservations are only reported: when they cannot be listed the report says
+    unknown (region, kind, reason) and the run still exits 0 on an empty account; a deletable
+    kind that cannot be listed stays an error (exit 1): something expired could hide there."""
+    report = sweeper(Recorder(refuse={"DescribeCapacityReservations": "UnauthorizedOperation"}), destroy=False).run()
+    assert report["errors"] == [] and report["exit_code"] == 0
+    assert report["summary"]["unknown"] == 1
+    [unknown] = report["unknown"]
+    assert unknown["region"] == REGION and unknown["kind"] == "capacity-reservation"
+    assert unknown["reason"].startswith("capacity reservations could not be listed: An error occurred (UnauthorizedOperation)")
+    sweep.render_table(report)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"unknown: {REGION}: capacity reservations could not be listed" in out and "unknown 1" in out
+
+    report = sweeper(Recorder(refuse={"DescribeInstances": "UnauthorizedOperation"}), destroy=False).run()
+    assert report["unknown"] == [] and report["exit_code"] == 1
+    assert any("could not list instances" in e for e in report["errors"])
+

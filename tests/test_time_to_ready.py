@@ -201,7 +201,8 @@ def test_schedule_rejects_an_unknown_dependency():
 
 
 def test_plan_shows_time_to_ready():
-    """The plan's JSON carries the model; Markdown draws a Mermaid gantt, the table a bar per phase."""
+    """The plan's JSON carries the model; Markdown draws a Mermaid gantt; the table one critical-path
+    bar per scenario, and with --details a bar per phase."""
     import io
 
     from scripts.plan import build_plan_document, render_markdown, render_table
@@ -216,12 +217,32 @@ def test_plan_shows_time_to_ready():
     assert md.count("```mermaid\ngantt") == 4  # three scenarios + the streamer alternative
     assert ":crit, p0, 0, " in md
     out = io.StringIO()
-    render_table(doc, file=out)
+    render_table(doc, file=out, width=120)
     text = out.getvalue()
-    assert "time to ready" in text and "█" in text and "engine init (cached)" in text
+    bars = [line for line in text.splitlines() if "━" in line]
+    assert "time to ready" in text and len(bars) == 4 and "E engine init" in text  # 3 scenarios + the streamer
+    out = io.StringIO()
+    render_table(doc, file=out, width=120, details=True)
+    text = out.getvalue()
+    assert "█" in text and "engine init (cached)" in text
 
 
 def test_replaced_node_pays_from_boot():
     replaced = _model(load_stack("b300", now=FIXED_NOW)).scenarios["replaced_node"]
     assert replaced.phases[0].name == "instance launch"
     assert replaced.gpu_seconds == replaced.total_seconds - replaced.phases[0].end_seconds
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_weight_phases_name_the_public_origin_of_their_rates(name):
+    """The hub download's 100 MB/s is an estimate that names the public bound it sits under (the
+    hf_transfer README); the FSx copy names where throughput = capacity x MB/s per TiB comes from."""
+    from scripts.plan import build_plan_document
+
+    doc = build_plan_document(name, now=FIXED_NOW)
+    phases = [p for sc in doc["time_to_ready"].values() for p in sc["phases"]]
+    hub = [p["source"] for p in phases if p["name"].startswith("hub download")]
+    assert hub and all("estimate: a sustained hub download" in s and "github.com/huggingface/hf_transfer" in s for s in hub)
+    for p in phases:
+        if p["name"] == "weight copy FSx -> NVMe":
+            assert "docs.aws.amazon.com/fsx/latest/LustreGuide/managing-throughput-capacity.html" in p["source"]

@@ -205,7 +205,7 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
             profile=profile,
             provider=cluster.provider,
             placement=gpu_placement(spec),
-            service_access=service_access(spec),
+            service_access=service_access(spec, cluster_cidrs=network.node_subnet_cidrs),
             mirror_bucket=result.mirror_bucket,
             fsx=FsxVolumeSource(fsx.file_system_id, fsx.dns_name, fsx.mount_name, fsx.capacity_gib) if fsx else None,
             cluster_ready=tuple(cluster.ready),

@@ -11,10 +11,11 @@ capacity type ``CAPACITY_BLOCK`` (market type ``capacity-block`` in the template
 targeting; subnets pinned to the GPU (reservation's) AZ. The desired size is set at creation
 only (``ignore_changes``): the operator or an autoscaler owns it after.
 
-API endpoint (EKS and eksctl defaults): private endpoint on, public endpoint on and
-IAM-authenticated, so a first ``pulumi up`` from a laptop can create the Kubernetes objects.
-``network.apiServerPublicCidrs`` restricts the public endpoint to those sources;
-``network.apiServerPrivateOnly: true`` turns it off (run ``pulumi up`` from inside the VPC then).
+API endpoint (``config.api_server_access``): the private endpoint always; the public endpoint
+(IAM-authenticated) only with ``network.apiServerPublicCidrs``, and then from those sources only.
+Unlike EKS's own default (public from 0.0.0.0/0), a stack without them gets a private endpoint:
+``pulumi up`` then runs from inside the VPC (VPN, bastion, SSM port forwarding), or from the
+egress CIDR named in ``apiServerPublicCidrs``. The plan says which.
 
 Access: authentication mode ``API`` (EKS access entries). The identity that creates the cluster
 is admin; ``kubernetes.adminRoleArns`` (IAM role or user ARNs) adds an access entry with
@@ -38,7 +39,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.core.config import DeploymentSpec, eks_version_of
+from components.core.config import DeploymentSpec, api_server_access, eks_version_of
 from components.core.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
@@ -64,6 +65,21 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
 SYSTEM_NODES = {"min_size": 2, "desired_size": 2, "max_size": 3}
 SYSTEM_ROOT_VOLUME_GIB = 100
+# IMDSv2 response hop limit of every node: 1. The node itself and host-network pods (vpc-cni,
+# kube-proxy, the Pod Identity agent, the FSx CSI node plugin) still reach the instance metadata
+# service; a pod in its own network namespace is one hop further and gets no answer, so it cannot
+# take the node role (EKS user guide, "Amazon EKS security best practices", "Restricting access to
+# the IMDS and Amazon EC2 instance profile credentials": block IMDSv2 "for all containers that don't
+# use host networking" when no pod needs IMDS, e.g. for its Region). None of ours does. System
+# nodes: the cluster autoscaler gets credentials from EKS Pod Identity and its region from its
+# values; the FSx CSI controller falls back to the Kubernetes API for its instance data when IMDS
+# does not answer and makes no AWS call for a static volume (kubernetes-sigs/aws-fsx-csi-driver
+# v1.9.0 pkg/cloud/metadata.go NewMetadataService, pkg/driver/controller.go); CoreDNS, KEDA, the LWS
+# and DRA controllers never read IMDS; the in-tree load-balancer controller runs in the EKS control
+# plane. GPU nodes: the weight and engine-cache pods use Pod Identity, the device plugins and
+# exporters call no AWS API.
+SYSTEM_IMDS_HOP_LIMIT = 1
+GPU_IMDS_HOP_LIMIT = 1
 # Service CIDR, set explicitly so a custom-AMI NodeConfig can name it.
 SERVICE_IPV4_CIDR = "172.20.0.0/16"
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator")
@@ -80,9 +96,6 @@ DESIRED_SIZE_IGNORED = ["scalingConfig.desiredSize"]
 ADDON_CONFIGURATION = {"vpc-cni": json.dumps({"enableNetworkPolicy": "true"})}
 # Granted to each of kubernetes.adminRoleArns (EKS access policy, cluster scope).
 CLUSTER_ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
-# Any address: the public endpoint when network.apiServerPublicCidrs is empty (EKS's default,
-# written out so removing the restriction later is a change EKS sees).
-ANY_IPV4 = "0.0.0.0/0"
 
 
 def gpu_node_labels(spec: DeploymentSpec) -> dict[str, str]:
@@ -297,7 +310,7 @@ class EksCluster(pulumi.ComponentResource):
     # -- control plane --------------------------------------------------------------------
     def _create_cluster(self) -> aws.eks.Cluster:
         a, name = self._args, self._name
-        spec, net = a.spec, a.spec.config.network
+        spec = a.spec
         key = aws.kms.Key(
             f"{name}-secrets-key",
             description=f"kimi-deploy {spec.stack}: EKS secrets envelope encryption",
@@ -324,12 +337,12 @@ class EksCluster(pulumi.ComponentResource):
             managed=iam.CLUSTER_MANAGED_POLICIES,
             description=f"kimi-deploy {spec.stack}: EKS control plane",
         )
-        public = not net.api_server_private_only
+        access = api_server_access(spec.config)
         vpc_config: dict[str, Any] = dict(
-            subnet_ids=a.private_subnet_ids, endpoint_private_access=True, endpoint_public_access=public
+            subnet_ids=a.private_subnet_ids, endpoint_private_access=True, endpoint_public_access=access.public
         )
-        if public:
-            vpc_config["public_access_cidrs"] = list(net.api_server_public_cidrs) or [ANY_IPV4]
+        if access.public:
+            vpc_config["public_access_cidrs"] = list(access.public_cidrs)
         return aws.eks.Cluster(
             f"{name}-cluster",
             name=a.cluster_name,
@@ -370,9 +383,8 @@ class EksCluster(pulumi.ComponentResource):
         template = aws.ec2.LaunchTemplate(
             f"{name}-system-lt",
             description=f"kimi-deploy {a.spec.stack}: EKS system nodes",
-            # Hop limit 2: controllers on these nodes (FSx CSI, load balancers) read the region
-            # and VPC from IMDS; GPU nodes keep 1.
-            metadata_options=metadata_options(hop_limit=2),
+            # Hop limit 1 (``SYSTEM_IMDS_HOP_LIMIT``): a pod that reaches IMDS gets the node role.
+            metadata_options=metadata_options(hop_limit=SYSTEM_IMDS_HOP_LIMIT),
             block_device_mappings=root_volume(SYSTEM_ROOT_VOLUME_GIB),
             vpc_security_group_ids=[cluster.vpc_config.cluster_security_group_id],
             tag_specifications=launched_tag_specifications(a.tags, f"{a.spec.stack}-system"),
@@ -429,7 +441,7 @@ class EksCluster(pulumi.ComponentResource):
             description=f"kimi-deploy {spec.stack}: {spec.instance.instance_type} GPU nodes",
             # Capacity blocks need the instance type in the template (EKS user guide).
             instance_type=spec.instance.instance_type,
-            metadata_options=metadata_options(hop_limit=1),
+            metadata_options=metadata_options(hop_limit=GPU_IMDS_HOP_LIMIT),
             block_device_mappings=root_volume(gpu_root_volume_gib(spec)),
             user_data=self._gpu_user_data(cluster),
             tag_specifications=launched_tag_specifications(a.tags, f"{spec.stack}-gpu"),

@@ -158,8 +158,10 @@ def render_ec2_user_data(
     the one rendering used by ``Ec2GpuServer._user_data`` (``pulumi up``) and by
     ``check_ec2_user_data`` (config time). ``region`` defaults to ``spec.region``; the weights
     unit's attempt timeout is the sum of the sync steps' budgets (``sizing.sync_budget_seconds``)."""
-    from .storage import WEIGHT_SYNC_KEY
-    from .userdata import cloud_config_text
+    from components.core.vllm import API_GUARD_SOURCE
+
+    from .storage import API_GUARD_KEY, WEIGHT_SYNC_KEY, tool_sha256
+    from .userdata import ApiGuardBoot, cloud_config_text
 
     server = vllm.role("server")
     steps = sync_steps(spec, bucket)
@@ -180,6 +182,7 @@ def render_ec2_user_data(
         efa=spec.efa_enabled,
         weights_timeout_seconds=sum(sync_budget_seconds(spec, sizing, step) for step in steps),
         engine_cache=engine_cache,
+        api_guard=ApiGuardBoot(uri=f"s3://{bucket}/{API_GUARD_KEY}", sha256=tool_sha256(API_GUARD_SOURCE)),
     )
     return cloud_config_text(cfg)
 

@@ -101,6 +101,8 @@ class Network(pulumi.ComponentResource):
         private_subnet_ids: the private subnets of the EKS control plane and system nodes (every
             private subnet; with a Local Zone GPU zone only the parent-region ones).
         gpu_subnet_ids: private subnets in the GPU AZ (GPU nodes, FSx).
+        node_subnet_cidrs: CIDR blocks of the subnets nodes launch in, which vpc-cni gives pods
+            their addresses from too (plain strings for a new VPC, look-ups of an existing one's).
         local_zone: whether the GPU zone is a Local Zone (plain bool).
         gpu_availability_zone: the GPU AZ (plain string).
         gpu_security_group_id: GPU nodes' group (vLLM port from allowed sources only).
@@ -173,6 +175,9 @@ class Network(pulumi.ComponentResource):
             )
         self.private_subnet_ids = pulumi.Output.from_input(control_plane)
         self.gpu_subnet_ids = pulumi.Output.from_input(sorted(found, key=ids.index))
+        self.node_subnet_cidrs: tuple[pulumi.Input[str], ...] = tuple(
+            aws.ec2.get_subnet_output(id=subnet_id).cidr_block for subnet_id in ids
+        )
         if net.s3_gateway_endpoint:
             tables = aws.ec2.get_route_tables_output(
                 filters=[aws.ec2.GetRouteTablesFilterArgs(name="association.subnet-id", values=ids)]
@@ -270,6 +275,7 @@ class Network(pulumi.ComponentResource):
             )
             private.append(subnet)
         self.vpc_id = vpc.id
+        self.node_subnet_cidrs = tuple(cidrs[key] for key, _ in zones)
         # The control plane never gets the Local Zone subnet (EKS refuses it).
         control_plane = private[1:] if self.local_zone else private
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in control_plane])

@@ -20,6 +20,7 @@ import pulumi_aws as aws
 from components.core import naming
 from components.core.config import DeploymentSpec
 from components.core.sizing import Sizing
+from components.core.vllm import API_GUARD_SOURCE
 from components.core.weights import FSX_MOUNT_PATH
 from components.sync_artifact import SYNC_PACKAGE_DIR, sync_artifact
 
@@ -44,6 +45,8 @@ WEIGHT_SYNC_KEY = f"{TOOLS_PREFIX}/weight_sync.pyz"
 # The engine-cache program (restore before vLLM starts, save after its first healthy start).
 ENGINE_CACHE_SOURCE = REPO_ROOT / "scripts" / "engine_cache.py"
 ENGINE_CACHE_KEY = f"{TOOLS_PREFIX}/engine_cache.py"
+# The API guard vLLM loads with --middleware (components/core/vllm.py API_GUARD_SOURCE).
+API_GUARD_KEY = f"{TOOLS_PREFIX}/{API_GUARD_SOURCE.name}"
 
 
 def tool_sha256(source: Path) -> str:
@@ -66,8 +69,8 @@ class WeightMirrorArgs:
         spec: the deployment spec (``storage.mirror``, protection).
         tags: the stack's tags.
         partition: the AWS partition.
-        upload_tools: upload the weight-sync zipapp (``scripts/weight_sync/``) and ``scripts/engine_cache.py`` under
-            ``_tools/`` (EC2 nodes fetch and verify them).
+        upload_tools: upload the weight-sync zipapp (``scripts/weight_sync/``), ``scripts/engine_cache.py`` and
+            the API guard (``scripts/kimi_vllm_api_guard.py``) under ``_tools/`` (EC2 nodes fetch and verify them).
     """
 
     spec: DeploymentSpec
@@ -183,6 +186,16 @@ class WeightMirror(pulumi.ComponentResource):
             content_base64=base64.b64encode(artifact.data).decode("ascii"),
             content_type="application/zip",
             metadata={"sha256": artifact.sha256, "size-bytes": str(artifact.size_bytes)},
+            server_side_encryption="AES256",
+            tags=tags(args.tags),
+            opts=child(self),
+        )
+        aws.s3.BucketObjectv2(
+            f"{name}-api-guard",
+            bucket=self.bucket_name,
+            key=API_GUARD_KEY,
+            content=API_GUARD_SOURCE.read_text(),
+            content_type="text/x-python",
             server_side_encryption="AES256",
             tags=tags(args.tags),
             opts=child(self),

@@ -36,6 +36,7 @@ from pathlib import PurePosixPath
 import yaml
 
 from components.core.naming import NVME_RAID0_HOST_PATH
+from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME
 from components.core.weights import STAGING_DIR, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
 
 from .common import HOST_TOOLS_DIR
@@ -79,6 +80,33 @@ class EngineCacheBoot:
     env: Mapping[str, str]
 
 
+# The API guard module (components/core/vllm.py API_GUARD_*) on the host, mounted read-only into the
+# vLLM container where its PYTHONPATH points. Fetched from the mirror's _tools/ (user data is
+# limited to 16 KB) when the host's copy does not have the expected sha256.
+API_GUARD_HOST_DIR = f"{HOST_TOOLS_DIR}/api-guard"
+
+
+@dataclass(frozen=True)
+class ApiGuardBoot:
+    """Where the node gets the API guard: ``uri`` (``s3://bucket/_tools/kimi_vllm_api_guard.py``)
+    and the sha256 (hex) its bytes must have."""
+
+    uri: str
+    sha256: str
+
+
+def api_guard_fetch_line(region: str, guard: ApiGuardBoot) -> str:
+    """Shell: keep the host's guard when its sha256 matches, else fetch it and verify the copy
+    (``set -e`` ends the script on a failed fetch or a wrong sha256: vLLM never starts without it)."""
+    path = f"{API_GUARD_HOST_DIR}/{API_GUARD_FILENAME}"
+    return (
+        f"g={path} s={guard.sha256}\n"
+        'echo "$s  $g" | sha256sum -c --quiet - >/dev/null 2>&1 || { mkdir -p "${g%/*}"; '
+        f"aws s3 cp --only-show-errors --region {shlex.quote(region)} {shlex.quote(guard.uri)} \"$g.new\"; "
+        'echo "$s  $g.new" | sha256sum -c --quiet -; mv -f "$g.new" "$g"; }'
+    )
+
+
 @dataclass(frozen=True)
 class Ec2BootConfig:
     """Everything the EC2 boot needs, as plain values.
@@ -101,6 +129,8 @@ class Ec2BootConfig:
             steps' budgets (``sizing.sync_budget_seconds``); None = no timeout (tests only).
         engine_cache: restore the compile caches before vLLM starts and save them after its first
             healthy start (needs the mirror); None: every start compiles cold.
+        api_guard: the API guard the server's ``--middleware`` loads (fetched before each start
+            when the host's copy differs, mounted read-only); None: not mounted (tests only).
     """
 
     region: str
@@ -119,6 +149,7 @@ class Ec2BootConfig:
     extra_docker_args: Sequence[str] = field(default_factory=tuple)
     weights_timeout_seconds: int | None = None
     engine_cache: EngineCacheBoot | None = None
+    api_guard: ApiGuardBoot | None = None
 
 
 def _q(args: Sequence[str]) -> str:
@@ -241,6 +272,8 @@ def vllm_docker_command(cfg: Ec2BootConfig) -> list[str]:
 
         # The only writable path vLLM gets: its compile caches (restored before, saved after).
         cmd += ["-v", f"{cfg.engine_cache.host_dir}:{ENGINE_CACHE_CONTAINER_PATH}"]
+    if cfg.api_guard is not None:
+        cmd += ["-v", f"{API_GUARD_HOST_DIR}:{API_GUARD_CONTAINER_DIR}:ro"]
     cmd += list(cfg.extra_docker_args)
     cmd += ["--entrypoint", cfg.vllm_argv[0], cfg.image, *cfg.vllm_argv[1:]]
     return cmd
@@ -290,6 +323,7 @@ def vllm_script(cfg: Ec2BootConfig) -> str:
             "# The vLLM server (argv and env from the core builder); the API key comes from SSM.",
             "set -euo pipefail",
             _q([SECRET_ENV_SCRIPT, API_ENV_FILE, cfg.region, f"VLLM_API_KEY={cfg.api_key_parameter}"]),
+            *([api_guard_fetch_line(cfg.region, cfg.api_guard)] if cfg.api_guard is not None else []),
             "exec " + _q(vllm_docker_command(cfg)),
         ]
     ) + "\n"

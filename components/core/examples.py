@@ -14,7 +14,7 @@ from collections.abc import Mapping
 # config key (without namespace) -> (example value, what to put there instead)
 SHIPPED_EXAMPLE_VALUES: Mapping[str, Mapping[str, str]] = {
     "model.revision": {
-        "4f1e2d3c5b6a79880716253443526170819a0b1c": "the commit your trial's weight sync recorded (resolved_revision in "
+        "4f1e2d3c5b6a79880716253443526170819a0b1c": "the commit your trial's weight sync recorded (`revision` in "
                                                     ".weights-complete.json)",
     },
     "compute.capacity.reservationId": {

@@ -35,6 +35,14 @@ METADATA_IOPS_MAX = 192_000
 # Data repository associations per file system.
 MAX_DATA_REPOSITORY_ASSOCIATIONS = 8
 
+# How long a reader of the file system waits for the automatic import of the S3 mirror to produce
+# a file the mirror's manifest lists (the node copy of nvme-from-fsx: weight_sync
+# --source-wait-seconds), by default. Estimate: AWS documents no bound on auto-import latency
+# ("Automatically import updates from your S3 bucket" describes an event-driven, asynchronous
+# import); storage.fsx.importWaitSeconds sets a measured value, up to MAX_IMPORT_WAIT_SECONDS.
+IMPORT_WAIT_SECONDS = 1_800
+MAX_IMPORT_WAIT_SECONDS = 86_400
+
 
 def is_valid_capacity_gib(capacity_gib: int) -> bool:
     """Whether ``capacity_gib`` is a size FSx for Lustre SSD file systems accept."""

@@ -95,6 +95,40 @@ class FittedKvModel:
 
 
 @dataclass(frozen=True)
+class ChatMarkup:
+    """The chat-format markup a model's tokenizer renders and the engine's parsers consume.
+
+    None of it may reach the text an API client sees (``content``, ``reasoning``): when it does,
+    a parser is missing or wrong (``scripts/validate.py`` checks this).
+
+    Attributes:
+        special_tokens: marker tokens of the format (each one token in the model's vocabulary).
+        reasoning_open, reasoning_close: what wraps the reasoning (thinking) channel.
+        tools_open, tools_close: what wraps the tool-call channel of an assistant turn.
+        source: where the format is read from.
+    """
+
+    special_tokens: tuple[str, ...]
+    reasoning_open: str
+    reasoning_close: str
+    tools_open: str
+    tools_close: str
+    source: str
+
+
+# Kimi K3's XTML chat format: every element is <|open|>NAME ATTRS<|sep|> ... <|close|>NAME<|sep|>
+# built from three special tokens; channels think (reasoning), response (content), tools (calls).
+KIMI_K3_MARKUP = ChatMarkup(
+    special_tokens=("<|open|>", "<|close|>", "<|sep|>"),
+    reasoning_open="<|open|>think<|sep|>",
+    reasoning_close="<|close|>think<|sep|>",
+    tools_open="<|open|>tools<|sep|>",
+    tools_close="<|close|>tools<|sep|>",
+    source="vLLM 0.33.0 vllm/tool_parsers/kimi_k3_tool_parser.py and vllm/reasoning/kimi_k3_reasoning_parser.py",
+)
+
+
+@dataclass(frozen=True)
 class ModelProfile:
     """One checkpoint and how to serve it.
 
@@ -108,6 +142,7 @@ class ModelProfile:
         total_params: parameters.
         max_context_tokens: longest context the model supports.
         tool_call_parser, reasoning_parser: vLLM parser names.
+        chat_markup: the chat-format markup those parsers consume (must never reach API text).
         trust_remote_code: whether the repository ships code vLLM must run.
         min_vllm_version: the version the model card asks for.
         kv_bytes_per_token_fp8, kv_bytes_per_token_bf16: KV cache bytes one token occupies on
@@ -134,6 +169,7 @@ class ModelProfile:
     max_context_tokens: int
     tool_call_parser: str
     reasoning_parser: str
+    chat_markup: ChatMarkup
     trust_remote_code: bool
     min_vllm_version: str
     kv_bytes_per_token_fp8: int
@@ -198,6 +234,7 @@ KIMI_K3_1_PRO = ModelProfile(
     max_context_tokens=1_048_576,
     tool_call_parser="kimi_k3",
     reasoning_parser="kimi_k3",
+    chat_markup=KIMI_K3_MARKUP,
     trust_remote_code=True,
     min_vllm_version="0.34.0",
     kv_bytes_per_token_fp8=_KIMI_KV_FP8,

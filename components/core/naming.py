@@ -7,6 +7,13 @@ from __future__ import annotations
 WEIGHT_SYNC_SERVICE_ACCOUNT = "kimi-weight-sync"
 MIRROR_PUBLISH_SERVICE_ACCOUNT = "kimi-mirror-publish"
 VLLM_SERVICE_ACCOUNT = "kimi-vllm"
+# The Service clients reach the OpenAI API through (Kubernetes platforms). Not the workload's own
+# name: the LeaderWorkerSet controller creates a headless Service named after the set
+# (components/core/controller_objects.py), so a client Service may never take that name.
+VLLM_CLIENT_SERVICE = "kimi-vllm-api"
+# Name of the vLLM workload (Deployment or LeaderWorkerSet) and of the objects that follow it
+# (Service, ScaledObject, PodMonitor); the scaling queries and the plan's notes name it too.
+VLLM_WORKLOAD_NAME = "kimi-vllm"
 # The cluster autoscaler's service account (aws-eks with autoscaling): the Helm release creates it,
 # the AWS edge binds its Pod Identity role to it.
 CLUSTER_AUTOSCALER_NAMESPACE = "kube-system"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import DeploymentSpec
+from .naming import VLLM_WORKLOAD_NAME
 from .sizing import Sizing, gpu_usd_per_hour, sync_expected_seconds
 from .weights import SHAPE_BUCKET, sync_steps
 
@@ -35,6 +36,10 @@ POLLING_INTERVAL_SECONDS = 30
 HPA_MAX_STABILIZATION_SECONDS = 3_600
 HPA_MAX_POLICY_PERIOD_SECONDS = 1_800
 RESERVED_CAPACITY_TYPES = ("odcr", "capacity-block")
+# KEDA 2.20.2 (apis/keda/v1alpha1/scaledobject_types.go ForceActivationAnnotation): "true" on a
+# ScaledObject makes it active whatever its triggers read, so KEDA scales the target from zero to
+# max(minReplicaCount, 1) and keeps it from scaling to zero; removing it hands back to the triggers.
+KEDA_FORCE_ACTIVATION_ANNOTATION = "autoscaling.keda.sh/force-activation"
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,14 @@ def scaling_plan(spec: DeploymentSpec, sizing: Sizing) -> ScalingPlan | None:
         windows = "; ".join(f"{w.start} to {w.end} ({w.timezone})" for w in asc.schedule)
         floor = "scales to zero" if lo == 0 else f"keeps {lo}"
         notes.append(f"serving windows {windows}: at least {spec.replicas} replica(s) inside, {floor} outside when idle")
+    if lo == 0:
+        ns = spec.config.kubernetes.namespace
+        notes.append(
+            "at zero replicas nothing can see demand (no replica, no queue): outside the windows requests fail until the "
+            f"next window opens and a replica has loaded (about {up} s); to serve at once: kubectl -n {ns} annotate "
+            f"scaledobject {VLLM_WORKLOAD_NAME} {KEDA_FORCE_ACTIVATION_ANNOTATION}=true (remove it with "
+            f"{KEDA_FORCE_ACTIVATION_ANNOTATION}- to hand back to the windows)"
+        )
     return ScalingPlan(
         min_replicas=lo,
         max_replicas=hi,

@@ -34,8 +34,19 @@ STARTUP_SAFETY_FACTOR = 2.0
 _ROUND_SECONDS = 60
 
 # Hub download rate the budgets and first-deploy estimate assume (an estimate: at 100 MB/s
-# sustained the 1.56 TB checkpoint takes over 4 hours).
+# sustained the 1.56 TB checkpoint takes over 4 hours). No hub publishes a sustained rate; the
+# one public bound is the hf_transfer README's: the Python client tops out near 500 MB/s and
+# only very high-bandwidth networks need more.
 HUB_DOWNLOAD_MEGABYTES_PER_SECOND = 100
+HUB_DOWNLOAD_SOURCE = (
+    "estimate: a sustained hub download (no hub publishes a rate; Hugging Face's Python client tops out near "
+    "500 MB/s: github.com/huggingface/hf_transfer README); measure `hf download`"
+)
+# FSx for Lustre: throughput = storage capacity (TiB) x throughput per TiB (FSx API reference,
+# PerUnitStorageThroughput).
+FSX_THROUGHPUT_SOURCE = (
+    "capacity (TiB) x MB/s per TiB (docs.aws.amazon.com/fsx/latest/LustreGuide/managing-throughput-capacity.html)"
+)
 # Copies from the in-region mirror run at time_to_ready.mirror_copy_rate (network, connections
 # and NVMe write of the instance). Every sync budget gets this multiple of its expected time,
 # rounded up to whole minutes, and never less than the floor (a copy bound by estimates that
@@ -207,7 +218,7 @@ def storage_plan(spec: DeploymentSpec) -> StoragePlan:
     elif st.kind == "fsx":
         # All nodes of all copies share the file system's throughput.
         read_bps = fsx_bps // spec.gpu_nodes  # type: ignore[operator]
-        source = f"FSx {fsx_cap:,} GiB x {fsx_tier} MB/s/TiB shared by {spec.gpu_nodes} node(s)"
+        source = f"FSx {fsx_cap:,} GiB x {fsx_tier} MB/s/TiB [{FSX_THROUGHPUT_SOURCE}] shared by {spec.gpu_nodes} node(s)"
     elif st.kind == "pvc":
         raise ConfigError(
             "storage.readGBps", None, "is required for storage.kind pvc (measure the claim's read bandwidth in GB/s)"
@@ -330,10 +341,10 @@ def sync_expected_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) 
 def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
     """Seconds a sync step may take before Pulumi and the Job give up:
     ``SYNC_SAFETY_FACTOR`` x the expected time, rounded up to whole minutes, at least
-    ``SYNC_BUDGET_FLOOR_SECONDS``."""
+    ``SYNC_BUDGET_FLOOR_SECONDS``, plus the step's wait for an import (``SyncStep.source_wait_seconds``)."""
     expected = sync_expected_seconds(spec, sizing, step)
     budget = int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
-    return max(budget, SYNC_BUDGET_FLOOR_SECONDS)
+    return max(budget, SYNC_BUDGET_FLOOR_SECONDS) + step.source_wait_seconds
 
 
 def first_deploy_seconds(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> int:

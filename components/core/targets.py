@@ -42,6 +42,8 @@ class InstanceFacts:
     Attributes:
         instance_type: provider name, e.g. ``"p6-b300.48xlarge"``.
         cloud: ``"aws"`` or ``"oci"`` (where the shape is sold).
+        gpu: the GPU model in the instance (``GPUS``): EC2 DescribeInstanceTypes'
+            ``GpuInfo.Gpus[].Name`` for the types in its catalog (tests compare moto's copy).
         gpus: GPUs per instance.
         vcpus: virtual CPUs.
         memory_gib: host memory in GiB.
@@ -80,6 +82,7 @@ class InstanceFacts:
 
     instance_type: str
     cloud: str
+    gpu: GpuFacts
     gpus: int
     vcpus: int
     memory_gib: int
@@ -200,6 +203,7 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
         "p6-b300.48xlarge": InstanceFacts(
             instance_type="p6-b300.48xlarge",
             cloud="aws",
+            gpu=GPUS["B300"],
             gpus=8,
             vcpus=192,
             memory_gib=4096,
@@ -232,6 +236,7 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
         "p6e-gb300.36xlarge": InstanceFacts(
             instance_type="p6e-gb300.36xlarge",
             cloud="aws",
+            gpu=GPUS["GB300"],
             gpus=4,
             # By analogy with p6e-gb200.36xlarge (one Grace-Blackwell tray): 144 vCPU,
             # 960 GiB, 3 x 7.5 TB NVMe, 17 network cards. Sold only as UltraServer
@@ -268,6 +273,7 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
         "BM.GPU.MI355X.8": InstanceFacts(
             instance_type="BM.GPU.MI355X.8",
             cloud="oci",
+            gpu=GPUS["MI355X"],
             gpus=8,
             vcpus=256,
             # OCI BM.GPU.MI355X.8: 8 x 288 GB, 3 TB RAM, 8 x 7.68 TB NVMe.
@@ -293,6 +299,7 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             cloud="aws",
             # EC2 DescribeInstanceTypes (moto 5.2 data): 8x B200, 192 vCPU, 2 TiB, 8 x 3,800 GB
             # NVMe, 8 network cards with 8 EFA interfaces.
+            gpu=GPUS["B200"],
             gpus=8,
             vcpus=192,
             memory_gib=2048,
@@ -317,6 +324,7 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
         "p6e-gb200.36xlarge": InstanceFacts(
             instance_type="p6e-gb200.36xlarge",
             cloud="aws",
+            gpu=GPUS["GB200"],
             gpus=4,
             # One Grace-Blackwell tray of a P6e-GB200 UltraServer (u-p6e-gb200x36 = 9 trays, x72 =
             # 18): 144 vCPU, 960 GiB, 3 x 7.5 TB NVMe (by analogy with p6e-gb200: EC2 instance types, accelerated
@@ -340,6 +348,7 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
         "p5.48xlarge": InstanceFacts(
             instance_type="p5.48xlarge",
             cloud="aws",
+            gpu=GPUS["H100"],
             gpus=8,
             vcpus=192,
             memory_gib=2048,
@@ -356,6 +365,7 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
         "p5en.48xlarge": InstanceFacts(
             instance_type="p5en.48xlarge",
             cloud="aws",
+            gpu=GPUS["H200"],
             gpus=8,
             vcpus=192,
             memory_gib=2048,
@@ -459,6 +469,121 @@ TARGETS: Mapping[str, TargetProfile] = MappingProxyType(
         ),
     }
 )
+
+_VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+
+
+def gpu_text(count: int, gpu: GpuFacts) -> str:
+    """``"8x NVIDIA B300 of 288 GB"``: GPUs for people (memory in decimal GB, as vendors quote it)."""
+    return f"{count}x {_VENDOR_NAMES.get(gpu.vendor, gpu.vendor)} {gpu.name} of {gpu.memory_bytes / GB:,.0f} GB"
+
+
+def hardware_mismatch(instance: InstanceFacts, target: TargetProfile) -> str | None:
+    """Why ``instance`` is not a node of ``target`` (GPU model, GPUs per node, memory per GPU), as
+    the words after the instance type in a config error (``"has 8x Nvidia H100 (...), not ..."``),
+    or None when it is one."""
+    if (
+        instance.gpu.name == target.gpu.name
+        and instance.gpus == target.gpus_per_node
+        and instance.gpu.memory_bytes == target.gpu.memory_bytes
+    ):
+        return None
+    return (
+        f"has {gpu_text(instance.gpus, instance.gpu)}, not the {gpu_text(target.gpus_per_node, target.gpu)} per node "
+        f"of target {target.name}"
+    )
+
+
+def instance_types_of(target: TargetProfile) -> list[str]:
+    """The instance types in ``INSTANCES`` that are nodes of ``target`` (no ``hardware_mismatch``), sorted."""
+    return sorted(name for name, facts in INSTANCES.items() if hardware_mismatch(facts, target) is None)
+
+
+@dataclass(frozen=True)
+class HardwareLabel:
+    """A node label that names hardware, which a ``kubernetes.nodeSelector`` may select on.
+
+    Attributes:
+        key: the label key.
+        names: what its value names: ``instance-type``, ``gpu-model``, ``gpu-count`` or
+            ``gpu-memory``.
+        memory_unit_bytes: for ``gpu-memory``, the bytes of one unit of the value (MiB, or GB
+            where the value ends in ``G``).
+        source: who sets the label and what its value looks like.
+    """
+
+    key: str
+    names: str
+    memory_unit_bytes: int = 0
+    source: str = ""
+
+
+_GFD = "NVIDIA GPU Feature Discovery (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery, Generated Labels)"
+_KARPENTER = "Karpenter AWS well-known labels (karpenter.sh docs, Instance Types), from EC2 DescribeInstanceTypes"
+_AMD_LABELLER = "AMD GPU node labeller (ROCm/k8s-device-plugin k8s-node-labeller; also as beta.amd.com/gpu.*)"
+HARDWARE_LABELS: tuple[HardwareLabel, ...] = (
+    HardwareLabel("node.kubernetes.io/instance-type", "instance-type",
+                  source="Kubernetes well-known label, set by the cloud provider (kubernetes.io/docs/reference/labels-"
+                         "annotations-taints/#nodekubernetesioinstance-type)"),
+    HardwareLabel("beta.kubernetes.io/instance-type", "instance-type",
+                  source="deprecated alias of node.kubernetes.io/instance-type"),
+    HardwareLabel("nvidia.com/gpu.product", "gpu-model",
+                  source=f"{_GFD}: the product name, spaces as '-' (NVIDIA-H100-80GB-HBM3)"),
+    HardwareLabel("nvidia.com/gpu.count", "gpu-count", source=_GFD),
+    HardwareLabel("nvidia.com/gpu.memory", "gpu-memory", MIB, f"{_GFD}: MiB per GPU"),
+    HardwareLabel("karpenter.k8s.aws/instance-gpu-name", "gpu-model", source=f"{_KARPENTER}: lower case (h100)"),
+    HardwareLabel("karpenter.k8s.aws/instance-gpu-count", "gpu-count", source=_KARPENTER),
+    HardwareLabel("karpenter.k8s.aws/instance-gpu-memory", "gpu-memory", MIB, f"{_KARPENTER}: MiB per GPU"),
+    *(
+        label
+        for prefix in ("amd.com", "beta.amd.com")
+        for label in (
+            HardwareLabel(f"{prefix}/gpu.product-name", "gpu-model", source=f"{_AMD_LABELLER}: AMD_Instinct_MI300X_OAM"),
+            HardwareLabel(f"{prefix}/gpu.vram", "gpu-memory", GB, f"{_AMD_LABELLER}: per GPU, e.g. 192G"),
+        )
+    ),
+)
+# Reported and marketed GPU memory differ a little (H100: 80 GB sold, 81,559 MiB reported by the
+# driver, 81,920 MiB in EC2's catalog): a memory label within this fraction is the same GPU.
+GPU_MEMORY_LABEL_TOLERANCE = 0.05
+
+
+def hardware_label_mismatch(key: str, value: str, target: TargetProfile) -> str | None:
+    """Why a node label ``key``=``value`` in a selector does not select a node of ``target``
+    (``HARDWARE_LABELS``), as the words after the value in a config error; None when it does or
+    the label does not name hardware. An instance type with no profile here never passes: nothing
+    says it is the target's hardware."""
+    label = next((h for h in HARDWARE_LABELS if h.key == key), None)
+    if label is None:
+        return None
+    text = str(value).strip()
+    if label.names == "instance-type":
+        instance = INSTANCES.get(text)
+        if instance is None:
+            return (
+                f"is an instance type with no profile: nothing says it is a {target.name} node "
+                f"(instance types of {target.name}: {', '.join(instance_types_of(target))})"
+            )
+        return hardware_mismatch(instance, target)
+    if label.names == "gpu-model":
+        tokens = {t for t in re.split(r"[-_\s]+", text.upper()) if t}
+        if target.gpu.name.upper() in tokens:
+            return None
+        return f"names another GPU than the {target.gpu.name} of target {target.name} (its value must name {target.gpu.name})"
+    if label.names == "gpu-count":
+        if text.isdigit() and int(text) == target.gpus_per_node:
+            return None
+        return f"is not the {target.gpus_per_node} GPUs per node of target {target.name}"
+    number = text[:-1] if text.upper().endswith("G") else text
+    unit = GB if text.upper().endswith("G") else label.memory_unit_bytes
+    try:
+        memory_bytes = float(number) * unit
+    except ValueError:
+        memory_bytes = -1.0
+    if abs(memory_bytes - target.gpu.memory_bytes) <= GPU_MEMORY_LABEL_TOLERANCE * target.gpu.memory_bytes:
+        return None
+    return f"is not the {target.gpu.memory_bytes / GB:,.0f} GB per GPU of the {target.gpu.name} of target {target.name}"
+
 
 PLATFORMS: tuple[str, ...] = ("aws-ec2", "aws-eks", "kubernetes")
 

@@ -343,7 +343,7 @@ def engine_init_cold_seconds(spec: DeploymentSpec) -> float:
 
 def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mirror: bool) -> tuple[str, float, str]:
     """(phase name, seconds, source) of one sync step; ``cached_mirror``: the mirror is full."""
-    from .sizing import HUB_DOWNLOAD_MEGABYTES_PER_SECOND, sync_expected_seconds
+    from .sizing import FSX_THROUGHPUT_SOURCE, HUB_DOWNLOAD_MEGABYTES_PER_SECOND, HUB_DOWNLOAD_SOURCE, sync_expected_seconds
 
     weights = sizing.weights_bytes
     if step.name == "publish-mirror":
@@ -352,21 +352,21 @@ def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mir
         return (
             "hub download -> mirror",
             sync_expected_seconds(spec, sizing, step),
-            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed "
-            "article's 100 MB/s figure)",
+            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s [{HUB_DOWNLOAD_SOURCE}]",
         )
     if step.needs_hub_token or step.source == spec.hub_uri:
         return (
             "hub download -> node",
             sync_expected_seconds(spec, sizing, step),
-            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s (estimate: a sustained hub download; the seed "
-            "article's 100 MB/s figure); no mirror",
+            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s [{HUB_DOWNLOAD_SOURCE}]; no mirror",
         )
     fsx_bps = sizing.storage.fsx_read_bytes_per_second
     # As in sync_expected_seconds: without an FSx figure the step is timed as a mirror copy.
     if step.needs_fsx and fsx_bps:
         return ("weight copy FSx -> NVMe", sync_expected_seconds(spec, sizing, step),
-                f"FSx {fsx_bps / GB:.2f} GB/s shared by {spec.gpu_nodes} node(s)")
+                f"FSx {fsx_bps / GB:.2f} GB/s [{sizing.storage.fsx_capacity_gib:,} GiB x "
+                f"{sizing.storage.fsx_throughput_per_tib_mbps:,} MB/s/TiB: {FSX_THROUGHPUT_SOURCE}] shared by "
+                f"{spec.gpu_nodes} node(s)")
     rate = mirror_copy_rate(spec)
     return ("weight copy mirror -> NVMe", weights / rate.bytes_per_second,
             f"{weights / 1e12:.2f} TB at {rate.bytes_per_second / GB:.1f} GB/s ({rate.bound}-bound; {rate.source})")
@@ -501,6 +501,36 @@ def time_to_ready(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, .
     repeat = scenarios["repeat_trial"]
     after_running = repeat.seconds_after(repeat.phases[0].name)
     return TimeToReady(scenarios, streamer, cached, REPEAT_TRIAL_GOAL_SECONDS, after_running)
+
+
+def stack_time_to_ready(spec: DeploymentSpec) -> TimeToReady:
+    """``time_to_ready`` of ``spec`` with its own sizing and sync steps (the mirror named by
+    ``weights.SHAPE_BUCKET`` when the stack uses one): what preflight and the plan compare the
+    cloud's time with."""
+    from .sizing import compute_sizing
+    from .weights import SHAPE_BUCKET, sync_steps
+
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+    return time_to_ready(spec, compute_sizing(spec), steps)
+
+
+def pulumi_up_seconds(spec: DeploymentSpec, model: TimeToReady) -> tuple[int, str]:
+    """``(seconds, how)``: the modelled duration of the first `pulumi up` of ``spec``, which the
+    deploying credentials must outlive.
+
+    Where the workloads are Kubernetes objects, pulumi-kubernetes awaits them: the weight-sync
+    Jobs and the vLLM workload until ready (``components/k8s``: custom timeouts sized to the
+    startup budget; ``pulumi.com/waitFor`` on the LeaderWorkerSet), so `pulumi up` lasts the whole
+    ``first_deploy`` scenario. On aws-ec2 it returns once the instance runs (the sync and vLLM
+    start under systemd on the instance): the ``infrastructure`` phase.
+    """
+    first = model.scenarios["first_deploy"]
+    if spec.profile.runs_kubernetes:
+        return first.total_seconds, (
+            "first deploy: pulumi-kubernetes waits for the weight-sync Jobs and the vLLM workload until ready"
+        )
+    infrastructure = next(p for p in first.phases if p.name == "infrastructure")
+    return infrastructure.end_seconds, "`pulumi up` returns once the instance runs (the sync runs on the instance)"
 
 
 # Why the scenarios start the engine cold although engine_cache.py exists (README "Time to ready").

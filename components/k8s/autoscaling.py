@@ -16,7 +16,21 @@ scale-up takes (load + warm-up + per-node weight copy). On top, the HPA behaviou
 a time (no scale-up stabilisation) and removes one copy per 30 minutes after a stabilisation
 window of the longest value autoscaling/v2 accepts (one hour). KEDA's ``cooldownPeriod`` (the wait
 before scaling to zero) is the scale-down delay, its ``initialCooldownPeriod`` the first start's
-budget; if Prometheus cannot be read, the ``fallback`` keeps the current replicas.
+budget.
+
+Errors and the fallback (KEDA 2.20.2: ``pkg/scalers/prometheus_scaler.go`` ``ExecutePromQuery``,
+``pkg/fallback/fallback.go``, ``pkg/scaling/executor/scale_scaledobjects.go``): with
+``ignoreNullValues: "false"`` an empty query result is an error (so is an unreachable Prometheus);
+after more than ``FALLBACK_FAILURE_THRESHOLD`` consecutive errors the trigger reads ``fallback.replicas`` x
+its target, or the current replicas if higher (``currentReplicasIfHigher``), and counts as active;
+while any trigger errs KEDA never scales to zero. So the queries return nothing exactly when the
+signal is unknown (a lost scrape; ``components/core/metrics.py`` ``ScalingQueries``) and 0 at zero
+replicas, where a failing trigger would bring a replica back. An HPA on prometheus-adapter treats an
+empty result as a metric it cannot read, and does not scale down while one is missing.
+
+Scale-from-zero: with no replica there is nothing whose demand the queries could see; requests
+outside the serving windows fail until the next window opens (the plan says so, and how to start a
+replica at once: ``components/core/scaling.py`` ``KEDA_FORCE_ACTIVATION_ANNOTATION``).
 
 Target: the Deployment (``apps/v1``) or the LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``),
 whose CRD declares the scale subresource (``specReplicasPath: .spec.replicas``,
@@ -86,8 +100,12 @@ def workload_ref(multi_node: bool) -> dict[str, str]:
 
 
 def queries(spec: DeploymentSpec, plan: ScalingPlan) -> ScalingQueries:
-    """The scaling queries of ``spec`` held over the plan's scale-down delay."""
-    return scaling_queries(spec.config.kubernetes.namespace, spec.served_model_name, plan.scale_down_delay_seconds)
+    """The scaling queries of ``spec`` held over the plan's scale-down delay, for the scaled
+    workload (the LeaderWorkerSet of a multi-node copy, else the Deployment)."""
+    return scaling_queries(
+        spec.config.kubernetes.namespace, spec.served_model_name, plan.scale_down_delay_seconds,
+        workload_name=VLLM_NAME, multi_node=spec.nodes_per_copy > 1,
+    )
 
 
 def _targets(spec: DeploymentSpec) -> dict[str, str]:
@@ -132,7 +150,9 @@ def scaled_object_spec(spec: DeploymentSpec, sizing: Sizing, plan: ScalingPlan, 
                 "threshold": targets[name],
                 # Active (scale from zero) only when there is demand.
                 "activationThreshold": "0",
-                "ignoreNullValues": "true",
+                # An empty result is an error (KEDA's default reads it as 0): a lost scrape engages
+                # the fallback instead of looking idle. The queries return 0 at zero replicas.
+                "ignoreNullValues": "false",
             },
         })
     for i, window in enumerate(spec.config.autoscaling.schedule):
@@ -163,7 +183,10 @@ def scaled_object_spec(spec: DeploymentSpec, sizing: Sizing, plan: ScalingPlan, 
         },
         "advanced": {
             "restoreToOriginalReplicaCount": False,
-            "horizontalPodAutoscalerConfig": {"name": VLLM_NAME, "behavior": hpa_behavior(plan)},
+            # No custom name: KEDA's own keda-hpa-<scaledobject> (controllers/keda/hpa.go getHPAName),
+            # never the name the HPA of `controller: hpa` takes, so switching controllers (new objects
+            # are created before old ones go) cannot collide (core/controller_objects.py).
+            "horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(plan)},
         },
         "triggers": triggers,
     }
@@ -197,6 +220,8 @@ def adapter_rules(spec: DeploymentSpec, plan: ScalingPlan) -> list[dict[str, Any
     installed adapter needs for ``autoscaling.controller: hpa``; shown in the plan)."""
     q = queries(spec, plan)
     out = []
+    # The queries carry their own label matchers (no <<.LabelMatchers>> template); an empty result is
+    # a metric the adapter cannot serve, and the HPA does not scale down while one is missing.
     for name, query in (("queue", q.queue), ("kv-cache", q.kv_cache), ("busy-replicas", q.busy_replicas)):
         out.append({
             "seriesQuery": '{__name__=~"vllm:.*",namespace!="",model_name!=""}',

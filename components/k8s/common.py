@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from components.core.config import DeploymentSpec
-from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL
+from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL, VLLM_WORKLOAD_NAME
 from components.core.versions import VLLM_VERSION
 from components.platform import GpuPlacement, ServiceAccess
 
@@ -26,8 +26,10 @@ if TYPE_CHECKING:  # typing only: this module creates no resources and imports n
 # app.kubernetes.io/name of every workload object, and the part-of value.
 APP_NAME = "kimi-vllm"
 PART_OF = "kimi-deploy"
-# Object names (in the configured namespace).
-VLLM_NAME = "kimi-vllm"
+# Object names (in the configured namespace). VLLM_NAME: the workload (Deployment or
+# LeaderWorkerSet), its PDB, NetworkPolicy, scaler and monitors; the client Service has its own
+# (naming.VLLM_CLIENT_SERVICE), since the LeaderWorkerSet controller takes VLLM_NAME for its Service.
+VLLM_NAME = VLLM_WORKLOAD_NAME
 API_KEY_SECRET = "kimi-vllm-api-key"
 API_KEY_SECRET_KEY = "api-key"
 HUB_TOKEN_SECRET = "kimi-hub-token"
@@ -164,14 +166,18 @@ def gpu_placement(spec: DeploymentSpec) -> GpuPlacement:
     )
 
 
-def service_access(spec: DeploymentSpec) -> ServiceAccess:
+def service_access(spec: DeploymentSpec, cluster_cidrs: tuple[Any, ...] | None = None) -> ServiceAccess:
     """``ServiceAccess`` of ``spec``: ``kubernetes.serviceType``, and the API's client CIDRs:
     ``kubernetes.allowedCidrs`` then, where the stack provisions the AWS network
-    (``PlatformProfile.provisions_aws``), ``network.allowedCidrs`` (duplicates removed, order kept)."""
+    (``PlatformProfile.provisions_aws``), ``network.allowedCidrs`` (duplicates removed, order kept);
+    the cluster's own address ranges: ``cluster_cidrs`` (the AWS edge's node subnets) or else
+    ``kubernetes.clusterCidrs``."""
     k8s_cfg, net = spec.config.kubernetes, spec.config.network
     network_cidrs = net.allowed_cidrs if spec.profile.provisions_aws else ()
     return ServiceAccess(
-        service_type=k8s_cfg.service_type, client_cidrs=tuple(dict.fromkeys(k8s_cfg.allowed_cidrs + network_cidrs))
+        service_type=k8s_cfg.service_type,
+        client_cidrs=tuple(dict.fromkeys(k8s_cfg.allowed_cidrs + network_cidrs)),
+        cluster_cidrs=tuple(cluster_cidrs) if cluster_cidrs is not None else tuple(k8s_cfg.cluster_cidrs),
     )
 
 

@@ -19,15 +19,16 @@ name ends in a hash of its text, run in the pinned vLLM image (no extra image). 
   restartable init containers in ContainersReady: kubernetes ``pkg/kubelet/status/generate.go``
   ``GenerateContainersReadyCondition``), which would take a serving pod out of its Service.
 - vLLM mounts the key's directory read-write at ``engine_cache.ENGINE_CACHE_CONTAINER_PATH`` and
-  gets ``engine_cache.vllm_cache_env()``; everything else it mounts stays read-only.
+  gets ``engine_cache.vllm_cache_env()``; everything else it mounts (the weights) stays read-only.
 
-Where the cache lives: on the node's NVMe (the pod's ``weights`` hostPath volume, sub-directory
-``.kimi-engine-cache``, the layout of the EC2 node) for ``nvme`` and ``nvme-from-fsx``: it
-survives a pod restart on the node (the restore finds the key's directory and does nothing), it
-draws on TBs of NVMe rather than the root disk's ephemeral storage (which counts toward kubelet
-evictions), and the save's archive is staged beside it (``TMPDIR``). For ``fsx`` and ``pvc`` (a
-claim shared by several pods, never a place for one pod's cache) an ``emptyDir`` of
-``EMPTY_DIR_SIZE`` holds it instead.
+Where the cache lives: on the node's NVMe, in its own directory (``node_storage.node_dirs``:
+``<nvme root>/kimi-deploy/engine-cache``, a hostPath volume of its own, apart from the weights,
+which stay read-only for every container but the weight writer) for ``nvme`` and
+``nvme-from-fsx``: it survives a pod restart on the node (the restore finds the key's directory
+and does nothing), it draws on TBs of NVMe rather than the root disk's ephemeral storage (which
+counts toward kubelet evictions), and the save's archive is staged beside it (``TMPDIR``). For
+``fsx`` and ``pvc`` (a claim shared by several pods, never a place for one pod's cache) an
+``emptyDir`` of ``EMPTY_DIR_SIZE`` holds it instead.
 
 Copies spanning nodes (LeaderWorkerSet): each node keeps the torch.compile artifacts of its own
 ranks, so each gets its own key, ``<digest>-node$(LWS_WORKER_INDEX)`` (``engine_cache.node_key``;
@@ -56,18 +57,17 @@ import pulumi_kubernetes as k8s
 from components.core import engine_cache as ec
 from components.core.config import REPO_ROOT, DeploymentSpec
 from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
-from components.core.weights import WEIGHTS_MOUNT_PATH
 
 from .common import hardened_container_security, metadata, plain_env, spec_hash
-from .storage import WEIGHTS_VOLUME, serving_volume
+from .storage import ENGINE_CACHE_VOLUME, nvme_engine_cache_volume, serving_volume
 
 PROGRAM_SOURCE = REPO_ROOT / "scripts" / "engine_cache.py"
 PROGRAM_KEY = Path(ec.ENGINE_CACHE_SCRIPT_PATH).name
 PROGRAM_DIR = str(Path(ec.ENGINE_CACHE_SCRIPT_PATH).parent)
 PROGRAM_CONFIGMAP_PREFIX = "kimi-engine-cache"
 PROGRAM_VOLUME = "engine-cache-program"
-# The pod volume of the cache where it is not on the node's NVMe (fsx, pvc).
-CACHE_VOLUME = "engine-cache"
+# The pod volume of the cache: its directory on the node's NVMe, or an emptyDir (fsx, pvc).
+CACHE_VOLUME = ENGINE_CACHE_VOLUME
 # The caches of 8 ranks are about 5 GB (time_to_ready.ENGINE_CACHE_BYTES, an estimate); the save
 # stages one archive of them beside (TMPDIR): 64 GiB leaves room for both.
 EMPTY_DIR_SIZE = "64Gi"
@@ -205,14 +205,13 @@ def engine_cache_pods(
         {"name": PROGRAM_VOLUME, "configMap": {"name": program_configmap or program_configmap_name(), "defaultMode": 0o444}},
     ]
     if _on_nvme(spec, nvme_host_path):
-        cache_volume, base = WEIGHTS_VOLUME, str(root.relative_to(WEIGHTS_MOUNT_PATH))
-        cache_mount: dict[str, Any] = {"name": cache_volume, "mountPath": str(root), "subPath": base}
-        sub = f"{base}/{directory}"
+        # Its own directory on the node's NVMe (node_storage.node_dirs), not the weights' volume.
+        volumes.append(nvme_engine_cache_volume(nvme_host_path))
     else:
-        cache_volume = CACHE_VOLUME
         volumes.append({"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": EMPTY_DIR_SIZE}})
-        cache_mount = {"name": cache_volume, "mountPath": str(root)}
-        sub = directory
+    cache_volume = CACHE_VOLUME
+    cache_mount: dict[str, Any] = {"name": cache_volume, "mountPath": str(root)}
+    sub = directory
     env = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(root)}
     if spec.region:
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = spec.region

@@ -7,7 +7,8 @@ Prometheus alerts.
   ``grafana_dashboard: "1"``, the label the Grafana sidecar of the grafana and
   kube-prometheus-stack charts watches by default (``sidecar.dashboards.label``). Its variables
   (data source, namespace, model name) make one file serve every stack and vendor: the GPU panels
-  query both the DCGM and the AMD exporter names and show whichever exists.
+  query both the DCGM and the AMD exporter names and show whichever exists, each limited to the
+  GPUs of the chosen namespace (both exporters label a GPU with the pod that holds it).
 - Alerts: a ``PrometheusRule`` (monitoring.coreos.com/v1) in the workload namespace when the
   Prometheus Operator is installed (``kubernetes.installedAddons: prometheus-operator``) and
   ``observability.alerts`` is true: no ready replica, queue growing, KV cache near full, weight
@@ -46,15 +47,16 @@ WEIGHT_SYNC_JOB_PREFIX = "kimi-weights-"
 SYNC_STALL_FACTOR = 1.5
 KV_CACHE_ALERT_MINUTES = 5
 NO_READY_ALERT_MINUTES = 5
+# A GPU error alert fires on a new error and resolves this long after the last one.
+GPU_ERROR_WINDOW_MINUTES = 10
 
 
 # -- alerts ----------------------------------------------------------------------------------------
 
 
 def serving_pod_regex(multi_node: bool) -> str:
-    """Pod names of the serving vLLM pods: LeaderWorkerSet leaders ``kimi-vllm-<group>``;
-    Deployment pods ``kimi-vllm-<replicaset hash>-<suffix>``."""
-    return f"{VLLM_NAME}-[0-9]+" if multi_node else f"{VLLM_NAME}-[a-z0-9]+-[a-z0-9]+"
+    """Pod names of the serving vLLM pods (``metrics.serving_pod_regex`` of ``kimi-vllm``)."""
+    return m.serving_pod_regex(VLLM_NAME, multi_node)
 
 
 def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_budget_seconds: int) -> list[dict[str, Any]]:
@@ -121,12 +123,18 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
             },
         },
         {
+            # The Job's Failed condition (retries exhausted or deadline passed), not its failed-pod
+            # count: a pod that failed and was retried successfully leaves kube_job_status_failed > 0
+            # on a Job that completed.
             "alert": "KimiWeightSyncFailed",
-            "expr": f'{m.KSM_JOB_FAILED}{{namespace="{ns}",job_name=~"{WEIGHT_SYNC_JOB_PREFIX}.*"}} > 0',
+            "expr": (
+                f"max by (namespace, job_name) ({m.KSM_JOB_FAILED_CONDITION}"
+                f'{{namespace="{ns}",job_name=~"{WEIGHT_SYNC_JOB_PREFIX}.*",condition="true"}}) == 1'
+            ),
             "for": "1m",
             "labels": {"severity": "critical"},
             "annotations": {
-                "summary": "Weight-sync Job {{ $labels.job_name }} has failed pods",
+                "summary": "Weight-sync Job {{ $labels.job_name }} failed (retries exhausted or deadline passed)",
                 "description": "Replicas wait for the weight-complete marker; `kubectl logs job/{{ $labels.job_name }}`.",
             },
         },
@@ -148,24 +156,33 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
                 "description": "Check the source's throughput and the Job's progress log.",
             },
         })
+    window = f"{GPU_ERROR_WINDOW_MINUTES}m"
+    gpus = f'namespace="{ns}"'  # the exporters label a GPU with the pod holding it (honorLabels)
     if spec.target.gpu.vendor == "amd":
         gpu_rule = {
             "alert": "KimiGpuUncorrectableEcc",
-            "expr": f"delta({m.AMD_ECC_UNCORRECTABLE}[10m]) > 0",
+            "expr": f"increase({m.AMD_ECC_UNCORRECTABLE}{{{gpus}}}[{window}]) > 0",
             "labels": {"severity": "critical"},
             "annotations": {
-                "summary": "AMD GPU uncorrectable ECC errors (device metrics exporter)",
-                "description": "A GPU of the cluster reported uncorrectable ECC errors in the last 10 minutes; drain its node.",
+                "summary": "AMD GPU {{ $labels.gpu_id }} of {{ $labels.hostname }}: uncorrectable ECC errors "
+                "(device metrics exporter)",
+                "description": "A GPU serving the model reported uncorrectable ECC errors in the last "
+                f"{GPU_ERROR_WINDOW_MINUTES} minutes; drain its node.",
             },
         }
     else:
+        # DCGM_FI_DEV_XID_ERRORS is the last XID and keeps it after recovery: the alert fires when it
+        # changes to a new XID and resolves GPU_ERROR_WINDOW_MINUTES later. A repeat of the same XID
+        # value leaves the gauge unchanged and is not seen (dcgm-exporter's per-event
+        # DCGM_EXP_XID_ERRORS_COUNT is off in its default counters).
+        xid = f"{m.DCGM_XID_ERRORS}{{{gpus}}}"
         gpu_rule = {
             "alert": "KimiGpuXidError",
-            "expr": f'{m.DCGM_XID_ERRORS}{{namespace="{ns}"}} > 0',
+            "expr": f"({xid} > 0) and (changes({xid}[{window}]) > 0)",
             "labels": {"severity": "critical"},
             "annotations": {
                 "summary": "NVIDIA XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.Hostname }} (DCGM exporter)",
-                "description": "An XID error hit a GPU serving the model; see the NVIDIA XID catalog before restarting.",
+                "description": "A new XID error hit a GPU serving the model; see the NVIDIA XID catalog before restarting.",
             },
         }
     rules.append(gpu_rule)
@@ -294,7 +311,7 @@ def dashboard() -> dict[str, Any]:
             "percent",
             [
                 (f'avg by (Hostname) ({m.DCGM_GPU_UTIL}{{namespace="$namespace"}})', "NVIDIA {{Hostname}}"),
-                (f"avg by (hostname) ({m.AMD_GFX_ACTIVITY})", "AMD {{hostname}}"),
+                (f'avg by (hostname) ({m.AMD_GFX_ACTIVITY}{{namespace="$namespace"}})', "AMD {{hostname}}"),
             ],
         ),
         _panel(
@@ -305,7 +322,7 @@ def dashboard() -> dict[str, Any]:
             "bytes",
             [
                 (f'sum by (Hostname) ({m.DCGM_FB_USED}{{namespace="$namespace"}}) * 1048576', "NVIDIA {{Hostname}}"),
-                (f"sum by (hostname) ({m.AMD_USED_VRAM}) * 1000000", "AMD {{hostname}}"),
+                (f'sum by (hostname) ({m.AMD_USED_VRAM}{{namespace="$namespace"}}) * 1000000', "AMD {{hostname}}"),
             ],
         ),
     ]
@@ -360,9 +377,11 @@ def dashboard_expressions(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [(p["title"], t["expr"]) for p in doc["panels"] for t in p.get("targets", [])]
 
 
-def substitute_variables(expr: str) -> str:
-    """An expression with the dashboard variables replaced by sample values (for parsing)."""
-    return expr.replace("$namespace", "kimi").replace("$model_name", "kimi-k3.1-pro")
+def substitute_variables(expr: str, values: dict[str, str] | None = None) -> str:
+    """An expression with the dashboard variables (``$namespace``, ``$model_name``) replaced by
+    ``values``, by default sample values (for parsing)."""
+    values = values or {"namespace": "kimi", "model_name": "kimi-k3.1-pro"}
+    return expr.replace("$namespace", values["namespace"]).replace("$model_name", values["model_name"])
 
 
 # -- resources ------------------------------------------------------------------------------------

@@ -1,8 +1,13 @@
-"""Weight storage in the cluster: node-local NVMe (host path of the RAID0 mount), the static FSx
-for Lustre PersistentVolume and claim (ReadWriteMany), or an existing claim.
+"""Weight storage in the cluster: node-local NVMe (dedicated directories below the RAID0 mount),
+the static FSx for Lustre PersistentVolume and claim (ReadWriteMany), or an existing claim.
 
 ``serving_volume`` says which pod volume vLLM reads the weights from; the weight-sync Jobs
 (``scripts/weight_sync/``) use the same helpers, so both always agree on paths.
+
+On the node's NVMe no pod mounts the array itself: it also holds the kubelet's, containerd's and
+the pod logs' state on EKS (``components/core/node_storage.py``). Each volume is one directory
+kimi-deploy owns below it (``node_storage.node_dirs``): the weights, the publish staging, the
+engine caches.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
+from components.core.node_storage import node_dirs
 from components.core.weights import FSX_MOUNT_PATH, WEIGHTS_MOUNT_PATH
 from components.platform import FsxVolumeSource
 
@@ -22,17 +28,37 @@ from .common import FSX_CLAIM_NAME, FSX_PV_NAME_PREFIX, dns_name, metadata
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
 WEIGHTS_VOLUME = "weights"
 FSX_VOLUME = "fsx"
-SCRATCH_VOLUME = "scratch"
+STAGING_VOLUME = "staging"
+ENGINE_CACHE_VOLUME = "engine-cache"
+# kubelet creates a missing directory (0755, root) before the pod starts (hostPath
+# DirectoryOrCreate). Where the RAID0 is not mounted that lands on the root disk, where the copy's
+# free-space check stops the weight writer with "not enough free space" (a 1.5 TB copy never fits).
+HOST_DIRECTORY_TYPE = "DirectoryOrCreate"
 
 
-__all__ = ["FsxVolumeSource", "declare_fsx_volume", "serving_volume"]
+__all__ = [
+    "FsxVolumeSource", "declare_fsx_volume", "nvme_engine_cache_volume", "nvme_staging_volume", "nvme_weights_volume",
+    "serving_volume",
+]
 
 
-def nvme_volume(host_path: str, name: str = WEIGHTS_VOLUME) -> dict[str, Any]:
-    """The node's NVMe RAID0 at ``host_path`` (``GpuPlacement.nvme_host_path``) as a host-path
-    volume. ``type: Directory`` makes a pod fail to start when the RAID0 is not mounted, instead
-    of filling the root disk with 1.5 TB."""
-    return {"name": name, "hostPath": {"path": host_path, "type": "Directory"}}
+def nvme_weights_volume(nvme_root: str) -> dict[str, Any]:
+    """The weights directory on the node's NVMe (``node_dirs(nvme_root).weights``; ``nvme_root``:
+    ``GpuPlacement.nvme_host_path``) as a host-path volume."""
+    return {"name": WEIGHTS_VOLUME, "hostPath": {"path": node_dirs(nvme_root).weights, "type": HOST_DIRECTORY_TYPE}}
+
+
+def nvme_staging_volume(nvme_root: str) -> dict[str, Any]:
+    """The publish staging directory on the node's NVMe (``node_dirs(nvme_root).staging``)."""
+    return {"name": STAGING_VOLUME, "hostPath": {"path": node_dirs(nvme_root).staging, "type": HOST_DIRECTORY_TYPE}}
+
+
+def nvme_engine_cache_volume(nvme_root: str) -> dict[str, Any]:
+    """The engine-cache directory on the node's NVMe (``node_dirs(nvme_root).engine_cache``)."""
+    return {
+        "name": ENGINE_CACHE_VOLUME,
+        "hostPath": {"path": node_dirs(nvme_root).engine_cache, "type": HOST_DIRECTORY_TYPE},
+    }
 
 
 def fsx_volume(read_only: bool) -> dict[str, Any]:
@@ -50,14 +76,15 @@ def serving_volume(spec: DeploymentSpec, nvme_host_path: str) -> tuple[dict[str,
     """The pod volume vLLM reads the weights from (read-only) and its mount path.
 
     ``fsx``: the FSx claim at ``/fsx``; ``pvc``: the existing claim at ``/models``; ``nvme`` and
-    ``nvme-from-fsx``: the node's NVMe (host path ``nvme_host_path``) at ``/models``.
+    ``nvme-from-fsx``: the weights directory on the node's NVMe (``nvme_weights_volume`` below
+    ``nvme_host_path``) at ``/models``.
     """
     kind = spec.config.storage.kind
     if kind == "fsx":
         return fsx_volume(read_only=True), FSX_MOUNT_PATH
     if kind == "pvc":
         return existing_claim_volume(spec, read_only=True), WEIGHTS_MOUNT_PATH
-    return nvme_volume(nvme_host_path), WEIGHTS_MOUNT_PATH
+    return nvme_weights_volume(nvme_host_path), WEIGHTS_MOUNT_PATH
 
 
 def fsx_pv_name(spec: DeploymentSpec) -> str:

@@ -2,7 +2,9 @@
 spanning nodes), the GB300 ComputeDomain, Service, PodDisruptionBudget, NetworkPolicy and
 Prometheus scraping.
 
-Startup: an init container waits for the weight-complete marker; a startup probe on ``/health``
+Startup: an init container copies the weights onto the node, or (a claim filled by another step:
+FSx by S3 import, a Job) waits until the copy is complete: marker, manifest and every listed file
+at its size (``weight_sync.weights_ready_init``); a startup probe on ``/health``
 whose budget (``failureThreshold`` x ``periodSeconds``) is at least the sizing's startup budget;
 liveness on ``/health`` only starts after it, so it cannot kill a server that is still loading.
 Readiness proves the model is served: vLLM guards ``/v1/*`` with the API key (its
@@ -31,6 +33,7 @@ fail with ``PodEvictionFailure``.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import Any
 
@@ -38,11 +41,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
-from components.core.naming import VLLM_SERVICE_ACCOUNT
+from components.core.controller_objects import LWS_LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
+from components.core.naming import VLLM_CLIENT_SERVICE, VLLM_SERVICE_ACCOUNT
 from components.core.scaling import autoscaling_enabled, max_replicas
+from components.core.scraping import ANNOTATIONS, POD_MONITOR, scrape_path
 from components.core.sizing import Sizing
-from components.core.vllm import VllmCommand, VllmRole
-from components.core.weights import MARKER_NAME
+from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME, API_GUARD_SOURCE, VllmCommand, VllmRole
 from components.platform import GpuPlacement, ServiceAccess
 
 from .common import (
@@ -51,16 +55,16 @@ from .common import (
     COMPUTE_DOMAIN_NAME,
     HTTP_PORT_NAME,
     VLLM_NAME,
-    hardened_container_security,
     labels,
     metadata,
     plain_env,
     secret_env,
     selector_labels,
+    spec_hash,
 )
 from .engine_cache import EngineCachePods, engine_cache_budget_seconds, with_engine_cache
 from .storage import serving_volume
-from .weight_sync import NodeCopyInit
+from .weight_sync import NodeCopyInit, weights_ready_init
 
 # Time to pull the ~25 GB vLLM image and schedule, added to the startup budget per pod.
 IMAGE_PULL_BUDGET_SECONDS = 1_800
@@ -81,31 +85,8 @@ LIVENESS_PERIOD_SECONDS = 20
 LIVENESS_FAILURE_THRESHOLD = 6
 # /dev/shm for NCCL/RCCL and vLLM's shared-memory message queues between workers.
 SHM_SIZE = "64Gi"
-# Wait-for-marker poll interval (seconds).
-MARKER_POLL_SECONDS = 15
-# The marker wait gives up after this long at least (the Jobs normally finished before).
+# The readiness gate waits at least this long for a complete copy (the Jobs normally finished before).
 MIN_MARKER_WAIT_SECONDS = 1_800
-
-# Stdlib only: runs in the vLLM image. argv: marker path, budget seconds.
-WAIT_FOR_MARKER_SCRIPT = """\
-import json, sys, time
-marker, budget = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + budget
-while True:
-    try:
-        with open(marker) as f:
-            doc = json.load(f)
-        print(f"weights complete: {doc.get('file_count')} files, {doc.get('total_bytes')} bytes, "
-              f"revision {doc.get('revision')}", flush=True)
-        sys.exit(0)
-    except (OSError, ValueError):
-        pass
-    if time.monotonic() > deadline:
-        sys.stderr.write(f"no weight-complete marker at {marker} after {budget} s: the weight-sync Job "
-                         "has not completed for this node (kubectl get jobs -l app.kubernetes.io/part-of=kimi-deploy)\\n")
-        sys.exit(1)
-    time.sleep(%d)
-""" % MARKER_POLL_SECONDS  # noqa: UP031 (the script holds f-string braces: str.format would need them doubled)
 
 # Stdlib only. argv: port, served model name. The key comes from the env (secretKeyRef).
 READINESS_SCRIPT = """\
@@ -163,6 +144,22 @@ def liveness_probe(port: int) -> dict[str, Any]:
     }
 
 
+# The API guard (components/core/vllm.py API_GUARD_*): its module from an immutable ConfigMap whose
+# name ends in a hash of the text (a change rolls the pods), mounted read-only where PYTHONPATH points.
+API_GUARD_CONFIGMAP_PREFIX = "kimi-vllm-api-guard"
+API_GUARD_VOLUME = "api-guard"
+
+
+def api_guard_text() -> str:
+    """The text of ``scripts/kimi_vllm_api_guard.py`` as shipped in the ConfigMap."""
+    return API_GUARD_SOURCE.read_text()
+
+
+def api_guard_configmap_name(text: str | None = None) -> str:
+    """Name of the ConfigMap carrying the API guard (ends in a hash of its text)."""
+    return f"{API_GUARD_CONFIGMAP_PREFIX}-{spec_hash(text if text is not None else api_guard_text())}"
+
+
 def role_component(role: VllmRole) -> str:
     """``app.kubernetes.io/component`` of a role's pods (``server``, ``leader``, ``worker``)."""
     return role.name
@@ -184,7 +181,6 @@ def pod_template(
     ``placement`` (the platform handle's); secrets only through ``secretKeyRef``; the engine
     caches' restore and save (``engine_cache``, by role name: ``engine_cache.with_engine_cache``)."""
     volume, mount_path = serving_volume(spec, placement.nvme_host_path)
-    marker = f"{command.model_path}/{MARKER_NAME}"
     target, instance = spec.target, spec.instance
     gpus = str(target.gpus_per_node)
     requests: dict[str, str] = {
@@ -217,24 +213,27 @@ def pod_template(
         ],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
+    volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
     if role.serves_http:
+        container["volumeMounts"].append({"name": API_GUARD_VOLUME, "mountPath": API_GUARD_CONTAINER_DIR, "readOnly": True})
+        guard_file = {"key": API_GUARD_FILENAME, "path": API_GUARD_FILENAME}
+        volumes.append({"name": API_GUARD_VOLUME,
+                        "configMap": {"name": api_guard_configmap_name(), "defaultMode": 0o444, "items": [guard_file]}})
         container["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": command.port, "protocol": "TCP"}]
         container["startupProbe"] = startup_probe(command.port, sizing)
         container["readinessProbe"] = readiness_probe(command.port, command.served_model_names[0])
         container["livenessProbe"] = liveness_probe(command.port)
-    init = {
-        "name": "wait-for-weights",
-        "image": command.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-c", WAIT_FOR_MARKER_SCRIPT, marker, str(marker_wait_seconds)],
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
-        "volumeMounts": [{"name": volume["name"], "mountPath": mount_path, "readOnly": True}],
-        "securityContext": hardened_container_security(),
-    }
-    volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
     if node_copy is not None:
         init = node_copy.container
         volumes += list(node_copy.volumes)
+    else:
+        # A claim another step fills (fsx: the S3 import; pvc: the node-copy Job): ready only when
+        # every listed file is there, not when the marker is.
+        init, extra = weights_ready_init(
+            command.image, command.model_path, {"name": volume["name"], "mountPath": mount_path, "readOnly": True},
+            marker_wait_seconds,
+        )
+        volumes += list(extra)
     pod: dict[str, Any] = {
         "serviceAccountName": node_copy.service_account if node_copy is not None else VLLM_SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,
@@ -340,12 +339,24 @@ def load_balancer_tags(spec: DeploymentSpec) -> str:
     return ",".join(pairs)
 
 
+def client_service_selector(spec: DeploymentSpec, command: VllmCommand) -> dict[str, str]:
+    """The client Service's selector: the pods that serve the API. A copy spanning nodes serves
+    from its leader only (``VllmRole.serves_http``; the workers run ``--headless``), so the
+    selector is the leader's component label plus the LeaderWorkerSet's own leader mark
+    (``worker-index: "0"``, which its controller puts on every leader pod and on no worker:
+    ``controller_objects.LWS_WORKER_INDEX_LABEL``)."""
+    selector = selector_labels(spec, serving_components(command)[0])
+    if len(command.roles) > 1:
+        selector[LWS_WORKER_INDEX_LABEL] = LWS_LEADER_WORKER_INDEX
+    return selector
+
+
 def service_spec(spec: DeploymentSpec, command: VllmCommand) -> tuple[dict[str, Any], dict[str, str]]:
     """Service spec and extra annotations: ClusterIP, or an internal NLB (in-tree AWS cloud
-    provider annotations) limited to the allowed CIDRs, client IPs preserved."""
-    component = serving_components(command)[0]
+    provider annotations) limited to the allowed CIDRs, client IPs preserved; it selects only
+    the serving pods (``client_service_selector``)."""
     body: dict[str, Any] = {
-        "selector": selector_labels(spec, component),
+        "selector": client_service_selector(spec, command),
         "ports": [{"name": HTTP_PORT_NAME, "port": command.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}],
     }
     notes: dict[str, str] = {}
@@ -390,10 +401,39 @@ def pdb_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
     }
 
 
-def network_policy_spec(spec: DeploymentSpec, command: VllmCommand, client_cidrs: tuple[str, ...]) -> dict[str, Any]:
-    """Ingress to vLLM pods: the API port from the configured namespaces and CIDRs only; all
-    ports between the pods of a multi-node group (torch.distributed and NCCL); the scrape of
-    ``/metrics`` from the Prometheus pods of ``observability.prometheusNamespace``.
+def client_ip_blocks(client_cidrs: tuple[str, ...], cluster_cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """NetworkPolicy ``ipBlock`` peers admitting ``client_cidrs`` but never an address of the
+    cluster's own nodes and pods (``cluster_cidrs``).
+
+    A NetworkPolicy ipBlock matches pod addresses too (on EKS pods take VPC addresses from the node
+    subnets: vpc-cni), so a client block such as 10.0.0.0/8 would admit every pod of the cluster
+    and make the namespace restriction meaningless. Each cluster range inside a client block becomes
+    one of its ``except`` entries (the API requires them to lie within ``cidr``); a client block
+    that lies wholly inside a cluster range is left out (it could only ever admit cluster pods,
+    which the namespace and pod selectors govern). Ranges of another IP version do not interact.
+
+    Raises:
+        ValueError: a value is not a CIDR block (config validation rejects those first).
+    """
+    cluster = [ipaddress.ip_network(c, strict=False) for c in cluster_cidrs]
+    blocks: list[dict[str, Any]] = []
+    for cidr in client_cidrs:
+        net = ipaddress.ip_network(cidr, strict=False)
+        same_version = [c for c in cluster if c.version == net.version]
+        if any(net.subnet_of(c) for c in same_version):  # type: ignore[arg-type]  # same IP version
+            continue
+        inside = sorted({c for c in same_version if c.subnet_of(net)})  # type: ignore[arg-type]  # same IP version
+        blocks.append({"ipBlock": {"cidr": cidr, **({"except": [str(c) for c in inside]} if inside else {})}})
+    return blocks
+
+
+def network_policy_spec(
+    spec: DeploymentSpec, command: VllmCommand, client_cidrs: tuple[str, ...], cluster_cidrs: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Ingress to vLLM pods: the API port from the configured namespaces and CIDRs only (the
+    CIDRs minus the cluster's own ranges, ``client_ip_blocks``); all ports between the pods of a
+    multi-node group (torch.distributed and NCCL); the scrape of ``/metrics`` from the Prometheus
+    pods of ``observability.prometheusNamespace``.
 
     vLLM 0.33.0 serves ``/metrics`` on the API port (``entrypoints/serve/instrumentator/metrics.py``
     mounts it on the API app; the arg parser has no separate metrics port) and a NetworkPolicy
@@ -402,14 +442,14 @@ def network_policy_spec(spec: DeploymentSpec, command: VllmCommand, client_cidrs
     in one peer). The API itself stays closed to them: every ``/v1`` route needs the API key
     (vLLM's AuthenticationMiddleware), which Prometheus does not have; ``/metrics`` and
     ``/health`` are the unauthenticated paths it can read. ``client_cidrs``: the platform
-    handle's ``ServiceAccess.client_cidrs``."""
+    handle's ``ServiceAccess.client_cidrs``; ``cluster_cidrs``: its ``cluster_cidrs`` (resolved)."""
     k8s_cfg = spec.config.kubernetes
     peers: list[dict[str, Any]] = []
     if k8s_cfg.allowed_namespaces:
         peers.append({"namespaceSelector": {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(k8s_cfg.allowed_namespaces)}
         ]}})
-    peers += [{"ipBlock": {"cidr": cidr}} for cidr in client_cidrs]
+    peers += client_ip_blocks(client_cidrs, cluster_cidrs)
     rules: list[dict[str, Any]] = []
     if peers:
         rules.append({"from": peers, "ports": [{"protocol": "TCP", "port": command.port}]})
@@ -459,6 +499,16 @@ def service_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: in
     return create_s + extra, update_s + extra
 
 
+def _network_policy(spec: DeploymentSpec, command: VllmCommand, access: ServiceAccess) -> Any:
+    """``network_policy_spec`` for the handle's access: a plain manifest when the cluster ranges are
+    known now (a new VPC, config), else an Output of it (an existing VPC's subnets, looked up)."""
+    if all(isinstance(c, str) for c in access.cluster_cidrs):
+        return network_policy_spec(spec, command, access.client_cidrs, tuple(str(c) for c in access.cluster_cidrs))
+    return pulumi.Output.all(*access.cluster_cidrs).apply(
+        lambda cidrs: network_policy_spec(spec, command, access.client_cidrs, tuple(cidrs))
+    )
+
+
 def declare_vllm(
     spec: DeploymentSpec,
     sizing: Sizing,
@@ -485,11 +535,20 @@ def declare_vllm(
         return pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=deps, **kw)
 
     out: dict[str, pulumi.Resource] = {}
-    scrape_with_pod_monitor = "prometheus-operator" in spec.config.kubernetes.installed_addons
+    # PodMonitor for a Prometheus Operator, annotations only for a Prometheus that reads them, else neither.
+    scrape = scrape_path(spec)
     copy_s = (node_copy.budget_seconds if node_copy is not None else 0) + engine_cache_budget_seconds(engine_cache)
     create_s, update_s = rollout_timeouts(spec, sizing, copy_s)
     timeouts = pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s")
     multi_node = len(command.roles) > 1
+    guard = api_guard_text()
+    out["api_guard"] = k8s.core.v1.ConfigMap(
+        "vllm-api-guard",
+        metadata=metadata(spec, api_guard_configmap_name(guard), "api-guard"),
+        data={API_GUARD_FILENAME: guard},
+        immutable=True,
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
+    )
     if spec.target.needs_compute_domain and multi_node:
         out["compute_domain"] = k8s.apiextensions.CustomResource(
             "vllm-compute-domain",
@@ -507,11 +566,12 @@ def declare_vllm(
             kind="LeaderWorkerSet",
             metadata=metadata(spec, VLLM_NAME, "leader", tags, annotations={"pulumi.com/waitFor": "condition=Available"}),
             spec=leaderworkerset_spec(
-                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                spec, sizing, command, marker_wait_seconds, scrape == ANNOTATIONS, placement, node_copy,
                 engine_cache,
             ),
             opts=opts(
-                lws_release, out.get("compute_domain"), custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)
+                lws_release, out.get("compute_domain"), out["api_guard"], custom_timeouts=timeouts,
+                ignore_changes=replicas_owned_by_scaler(spec),
             ),
         )
     else:
@@ -522,10 +582,10 @@ def declare_vllm(
             "vllm-deployment",
             metadata=metadata(spec, VLLM_NAME, "server", tags),
             spec=deployment_spec(
-                spec, sizing, command, marker_wait_seconds, not scrape_with_pod_monitor, placement, node_copy,
+                spec, sizing, command, marker_wait_seconds, scrape == ANNOTATIONS, placement, node_copy,
                 engine_cache,
             ),
-            opts=opts(custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
+            opts=opts(out["api_guard"], custom_timeouts=timeouts, ignore_changes=replicas_owned_by_scaler(spec)),
         )
     body, notes = service_spec(spec, command)
     # Pulumi's Service await waits until its endpoints are ready (and a LoadBalancer has an
@@ -538,7 +598,8 @@ def declare_vllm(
     svc_create_s, svc_update_s = service_timeouts(spec, sizing, copy_s)
     out["service"] = k8s.core.v1.Service(
         "vllm-service",
-        metadata=metadata(spec, VLLM_NAME, serving_components(command)[0], tags, annotations=notes),
+        # Its own name: the LeaderWorkerSet controller creates a headless Service named VLLM_NAME.
+        metadata=metadata(spec, VLLM_CLIENT_SERVICE, serving_components(command)[0], tags, annotations=notes),
         spec=body,
         opts=opts(out["workload"], custom_timeouts=pulumi.CustomTimeouts(create=f"{svc_create_s}s", update=f"{svc_update_s}s")),
     )
@@ -551,10 +612,10 @@ def declare_vllm(
     out["network_policy"] = k8s.networking.v1.NetworkPolicy(
         "vllm-network-policy",
         metadata=metadata(spec, VLLM_NAME, "network-policy"),
-        spec=network_policy_spec(spec, command, access.client_cidrs),
+        spec=_network_policy(spec, command, access),
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on),
     )
-    if scrape_with_pod_monitor:
+    if scrape == POD_MONITOR:
         out["pod_monitor"] = k8s.apiextensions.CustomResource(
             "vllm-pod-monitor",
             api_version="monitoring.coreos.com/v1",

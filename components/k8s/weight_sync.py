@@ -35,6 +35,7 @@ from components.core.weights import (
     FSX_MOUNT_PATH,
     HUB_TOKEN_ENV,
     SHAPE_BUCKET,
+    STAGING_DIR,
     SYNC_SCRIPT_PATH,
     WEIGHTS_MOUNT_PATH,
     SyncStep,
@@ -42,7 +43,7 @@ from components.core.weights import (
     sync_steps,
 )
 from components.platform import GpuPlacement
-from components.sync_artifact import SYNC_PACKAGE_DIR, SyncArtifact, sync_artifact
+from components.sync_artifact import ARCHIVE_PACKAGE, SYNC_PACKAGE_DIR, SyncArtifact, sync_artifact
 
 from .common import (
     SYNC_PROGRAM_CONFIGMAP_PREFIX,
@@ -55,7 +56,15 @@ from .common import (
     selector_labels,
     spec_hash,
 )
-from .storage import FSX_VOLUME, SCRATCH_VOLUME, WEIGHTS_VOLUME, existing_claim_volume, fsx_volume, nvme_volume
+from .storage import (
+    FSX_VOLUME,
+    STAGING_VOLUME,
+    WEIGHTS_VOLUME,
+    existing_claim_volume,
+    fsx_volume,
+    nvme_staging_volume,
+    nvme_weights_volume,
+)
 
 # The sync package shipped into the Jobs as a zipapp (built at plan time, so its bytes are part of the plan).
 SYNC_PROGRAM_SOURCE = SYNC_PACKAGE_DIR
@@ -98,10 +107,7 @@ def sync_program_artifact() -> SyncArtifact:
 def _volumes(
     spec: DeploymentSpec, step: SyncStep, program_configmap: str, nvme_host_path: str, system_nodes: bool = False
 ) -> tuple[list[dict], list[dict]]:
-    volumes: list[dict[str, Any]] = [
-        {"name": "sync-program", "configMap": {"name": program_configmap, "defaultMode": 0o444}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": "16Gi"}},
-    ]
+    volumes: list[dict[str, Any]] = [program_volume(program_configmap), {"name": "tmp", "emptyDir": {"sizeLimit": "16Gi"}}]
     mounts: list[dict[str, Any]] = [
         {"name": "sync-program", "mountPath": SYNC_PROGRAM_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
@@ -109,18 +115,20 @@ def _volumes(
     kind = spec.config.storage.kind
     if step.name == "publish-mirror" and system_nodes:
         # A stage on the system nodes (no NVMe there): a bounded emptyDir for its few files in flight.
-        volumes.append({"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": f"{stage_scratch_gib(spec)}Gi"}})
-        mounts.append({"name": SCRATCH_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
+        volumes.append({"name": STAGING_VOLUME, "emptyDir": {"sizeLimit": f"{stage_scratch_gib(spec)}Gi"}})
+        mounts.append({"name": STAGING_VOLUME, "mountPath": STAGING_DIR})
     elif step.name == "publish-mirror":
         # The publish step stages hub files on the GPU node's NVMe (weights.STAGING_DIR): a
-        # container's ephemeral storage on the root disk cannot hold the files in flight.
-        volumes.append(nvme_volume(nvme_host_path, SCRATCH_VOLUME))
-        mounts.append({"name": SCRATCH_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
+        # container's ephemeral storage on the root disk cannot hold the files in flight. Only its
+        # own staging directory (node_storage.node_dirs), never the array or the weights.
+        volumes.append(nvme_staging_volume(nvme_host_path))
+        mounts.append({"name": STAGING_VOLUME, "mountPath": STAGING_DIR})
     elif kind == "pvc":
         volumes.append(existing_claim_volume(spec, read_only=False))
         mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     else:
-        volumes.append(nvme_volume(nvme_host_path))
+        # The weight writer: the only container that mounts the weights read-write.
+        volumes.append(nvme_weights_volume(nvme_host_path))
         mounts.append({"name": WEIGHTS_VOLUME, "mountPath": WEIGHTS_MOUNT_PATH})
     if step.needs_fsx:
         volumes.append(fsx_volume(read_only=True))
@@ -223,6 +231,50 @@ def sync_program_configmap_name(artifact: SyncArtifact | None = None) -> str:
 def sync_program_annotations(artifact: SyncArtifact) -> dict[str, str]:
     """Annotations of the program ConfigMap: the zipapp's sha256 (hex) and size in bytes."""
     return {"kimi-deploy/sync-program-sha256": artifact.sha256, "kimi-deploy/sync-program-bytes": str(artifact.size_bytes)}
+
+
+# The readiness gate of the zipapp (scripts/weight_sync/ready.py, imported out of the archive, whose
+# package is ARCHIVE_PACKAGE): argv after it: the zipapp, the weights directory, the budget seconds.
+READY_RUNNER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    f"from {ARCHIVE_PACKAGE}.ready import main; sys.exit(main(sys.argv[2:]))"
+)
+READY_CONTAINER = "wait-for-weights"
+
+
+def program_volume(configmap: str | None = None) -> dict[str, Any]:
+    """The weight-sync program ConfigMap (``sync_program_configmap_name``) as a pod volume."""
+    return {"name": "sync-program", "configMap": {"name": configmap or sync_program_configmap_name(), "defaultMode": 0o444}}
+
+
+def weights_ready_init(
+    image: str, weights_dir: str, volume_mount: dict[str, Any], budget_seconds: int
+) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
+    """The init container that holds a vLLM pod until ``weights_dir`` is a complete copy: its
+    completion marker, its manifest and every file the manifest lists at its listed size
+    (``scripts/weight_sync/ready.py``; on FSx fed by S3 import the marker can arrive before
+    shards), for at most ``budget_seconds``, then a one-line reason.
+
+    Args:
+        image: the vLLM image (the program runs in it, from the zipapp's ConfigMap).
+        weights_dir: the directory vLLM serves (container path).
+        volume_mount: the read-only mount of the weights' volume.
+        budget_seconds: how long to wait.
+
+    Returns:
+        ``(container, volumes)``: the init container and the pod volumes it adds (the program).
+    """
+    container = {
+        "name": READY_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", READY_RUNNER, SYNC_SCRIPT_PATH, weights_dir, str(budget_seconds)],
+        "env": plain_env({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}),
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        "volumeMounts": [dict(volume_mount), {"name": "sync-program", "mountPath": SYNC_PROGRAM_DIR, "readOnly": True}],
+        "securityContext": hardened_container_security(),
+    }
+    return container, (program_volume(),)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 from scripts.diff.rules import (
     DISRUPTIVE_ON_CHANGE,
     LAUNCH_TEMPLATE,
+    RECYCLED_ON_UPDATE,
     REPLACE_ON_CHANGE,
     TEMPLATE_FOLLOWERS,
     first_rule,
@@ -27,19 +28,27 @@ def propagate_template_versions(changed: list[dict[str, Any]], n_idx: Mapping[tu
     plan shows the template's ``latestVersion`` as unchanged (the mock cannot know the next
     number), so the follower's own inputs do not change. Adds a synthetic field
     ``launchTemplate.version`` (old ``latest``, new ``latest+1``) to the follower, marked replace
-    (instances) or disruptive (node groups). Mutates ``changed`` in place."""
-    # In plan documents a resource's id is ``<name>-id`` (components/plan_engine.py mocks), which
-    # is what a follower's ``launchTemplate.id`` holds.
-    new_versions = {
-        f"{c['name']}-id" for c in changed if c["type"] == LAUNCH_TEMPLATE and template_versioned_change(c["fields"])
-    }
+    (instances: terraform-provider-aws forces a new ``aws_instance``) or disruptive (node groups:
+    EKS recycles every node). Mutates ``changed`` in place.
+
+    The follower's ``launchTemplate.id`` is found through the plan's ``references`` (``{"launchTemplate.id":
+    "gpu-lt.id"}``: the value is provider-computed, shown as ``<known after pulumi up>``), or, in a
+    document without them, as the mock id ``<template name>-id``.
+    """
+    new_versions = {c["name"] for c in changed if c["type"] == LAUNCH_TEMPLATE and template_versioned_change(c["fields"])}
     if not new_versions:
         return
     by_key = {(c["type"], c["name"]): c for c in changed}
     for (rtype, name), res in n_idx.items():
         follow = TEMPLATE_FOLLOWERS.get(rtype)
-        lt = (res.get("inputs") or {}).get("launchTemplate") or {}
-        if follow is None or lt.get("id") not in new_versions:
+        if follow is None:
+            continue
+        origin = (res.get("references") or {}).get("launchTemplate.id", "")
+        template = origin[: -len(".id")] if origin.endswith(".id") else None
+        if template is None:
+            lt_id = str(((res.get("inputs") or {}).get("launchTemplate") or {}).get("id", ""))
+            template = lt_id[: -len("-id")] if lt_id.endswith("-id") else None
+        if template not in new_versions:
             continue
         action, note = follow
         entry = by_key.get((rtype, name))
@@ -54,7 +63,7 @@ def propagate_template_versions(changed: list[dict[str, Any]], n_idx: Mapping[tu
                 "new": "latest+1",
                 "replaces": action == "replace",
                 "disrupts": action != "replace",
-                "note": note,
+                "note": f"{note} (launch template {template})",
             }
         )
         if action == "replace":
@@ -165,7 +174,7 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
 
     Returns a JSON-serializable dict::
 
-        {"summary": {"added", "removed", "changed", "replaced", "disruptive"},
+        {"summary": {"added", "removed", "changed", "replaced", "disruptive", "recycled"},
          "added": [{type, name, inputs}], "removed": [{type, name, inputs}],
          "changed": [{type, name, action: "replace"|"update", disruptive: bool,
                       fields: [{path, old, new, replaces, disrupts, note}]}],
@@ -217,6 +226,11 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
             "changed": len(changed),
             "replaced": sum(1 for c in changed if c["action"] == "replace"),
             "disruptive": sum(1 for c in changed if c["disruptive"] and c["action"] != "replace"),
+            # Node groups whose nodes are all replaced by a rolling update (a new launch-template
+            # version, AMI release or Kubernetes version): the weights load again on every node.
+            "recycled": sum(
+                1 for c in changed if c["type"] in RECYCLED_ON_UPDATE and c["disruptive"] and c["action"] != "replace"
+            ),
         },
         "added": added,
         "removed": removed,

@@ -167,6 +167,8 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
         counts += f" (**⚠ {s['replaced']} replaced**)"
     if s["disruptive"]:
         counts += f", {s['disruptive']} disruptive in place"
+    if s.get("recycled"):
+        counts += f" (**⚠ {s['recycled']} node group{'s' if s['recycled'] > 1 else ''} recycled**)"
     lines.append(f"#### `{stack}`{against}: {counts}")
     lines.append("")
     lines += banner
@@ -286,7 +288,7 @@ def render_table(diff: Mapping[str, Any]) -> None:
     s = diff["summary"]
     console.print(
         f"[bold]{diff.get('stack')}[/bold] vs {diff.get('ref')}: {s['added']} to add, {s['removed']} to remove, {s['changed']} "
-        f"to change, {s['replaced']} replaced",
+        f"to change, {s['replaced']} replaced, {s.get('recycled', 0)} node group(s) recycled",
         highlight=False,
     )
     if diff.get("base_error"):

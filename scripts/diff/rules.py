@@ -467,6 +467,11 @@ TEMPLATE_FOLLOWERS: Mapping[str, tuple[str, str]] = {
 }
 
 
+# Types whose disruptive in-place update replaces every node (EKS UpdateNodegroupVersion rolls the
+# group): the diff's summary counts them as recycled.
+RECYCLED_ON_UPDATE: tuple[str, ...] = (NODE_GROUP,)
+
+
 def template_versioned_change(fields: list[dict[str, Any]]) -> bool:
     """Whether a launch template's changed ``fields`` (``[{path, ...}]``) make a new template version."""
     return any(f["path"].split(".")[0].split("[")[0] not in LAUNCH_TEMPLATE_UNVERSIONED for f in fields)

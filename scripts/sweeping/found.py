@@ -151,6 +151,12 @@ def one_line(err: Exception) -> str:
     return text[0] if text else type(err).__name__
 
 
+def is_unparsable_response(err: Exception) -> bool:
+    """Whether botocore could not parse the endpoint's answer as an AWS API response (an emulator
+    such as moto answers a call it does not implement with an HTML error page)."""
+    return type(err).__name__ == "ResponseParserError"
+
+
 def error_code(err: Exception) -> str:
     """The AWS error code of a botocore ``ClientError`` (``""`` for anything else)."""
     response = getattr(err, "response", None)

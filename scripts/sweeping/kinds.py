@@ -445,7 +445,8 @@ def build_registry() -> Registry:
             after=("ec2-instance", "eks-cluster", "load-balancer", "fsx-file-system"),
         )
     )
-    reg.register(Kind("capacity-reservation", "capacity reservations", _discover_capacity, report_only=True))
+    reg.register(Kind("capacity-reservation", "capacity reservations", _discover_capacity, report_only=True,
+                      calls=("ec2:DescribeCapacityReservations",)))
     reg.register(Kind("eks-nodegroup", "EKS node groups", _discover_node_groups, _delete_node_group, _node_group_gone))
     reg.register(
         Kind("eks-cluster", "EKS clusters", _discover_clusters, _delete_cluster, _cluster_gone, after=("eks-nodegroup",))
@@ -470,7 +471,8 @@ def build_registry() -> Registry:
             after=("ec2-instance", "eks-nodegroup"),
         )
     )
-    reg.register(Kind("s3-bucket", "S3 buckets", _discover_buckets, report_only=True))
+    reg.register(Kind("s3-bucket", "S3 buckets", _discover_buckets, report_only=True,
+                      calls=("s3:ListBuckets", "s3:GetBucketLocation", "s3:GetBucketTagging")))
     return reg
 
 

@@ -40,7 +40,11 @@ class Kind:
         gone: ``(client, found) -> bool``: whether the deletion is complete; may itself take the
             last step when that has to wait for others (deleting a volume once it is detached).
         after: names of kinds whose resources must be gone before this kind is deleted.
-        report_only: found and reported, never deleted (then ``delete`` and ``gone`` are None).
+        report_only: found and reported, never deleted (then ``delete`` and ``gone`` are None). A
+            report-only kind that cannot be listed is *unknown* in the report, not an error: nothing
+            the sweeper would delete can hide behind it.
+        calls: the AWS API calls ``discover`` makes (``ec2:DescribeCapacityReservations``), named
+            when the endpoint cannot answer them.
     """
 
     name: str
@@ -50,6 +54,7 @@ class Kind:
     gone: Gone | None = None
     after: tuple[str, ...] = ()
     report_only: bool = False
+    calls: tuple[str, ...] = ()
 
 
 class Registry:

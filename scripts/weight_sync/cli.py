@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--staging-dir", metavar="DIR", default=None,
                    help="with an s3:// destination, local directory for verifying hub files before "
                         "upload (default: the system temporary directory); needs workers x largest file")
+    p.add_argument("--source-wait-seconds", type=float, default=0.0, metavar="S",
+                   help="with a file:// source fed by an import (FSx for Lustre linked to the S3 mirror by a data "
+                        "repository association, whose files appear asynchronously and in any order): wait up to S "
+                        "seconds in all for its marker, manifest.json and each listed file at its listed size, then "
+                        "fail naming the file not imported (default 0: a missing file fails at once)")
     p.add_argument("--quiet", action="store_true", help="no progress output (errors are still printed)")
     p.add_argument("--min-bytes-per-second", type=int, default=verify.MIN_BYTES_PER_SECOND, metavar="N",
                    help="abandon and retry a file transfer slower than N bytes/s over a window "
@@ -91,7 +96,9 @@ def run(args: argparse.Namespace) -> Summary:
         raise UsageError("--min-bytes-per-second must be >= 0 and --throughput-window-seconds > 0")
     verify.MIN_BYTES_PER_SECOND = args.min_bytes_per_second  # read by every Sink of this run
     verify.THROUGHPUT_WINDOW_SECONDS = args.throughput_window_seconds
-    source = make_source(args.source, args.s3_client, args.workers)
+    if args.source_wait_seconds < 0:
+        raise UsageError(f"--source-wait-seconds {args.source_wait_seconds:g}: must be >= 0")
+    source = make_source(args.source, args.s3_client, args.workers, args.source_wait_seconds)
 
     def log(message: str) -> None:
         sys.stderr.write(f"weight_sync: {message}\n")

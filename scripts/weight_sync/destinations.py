@@ -375,7 +375,7 @@ class LocalDestination(Destination):
             if trusted and isinstance(source, FileSource) and entry.sha256:
                 # A verified copy (see FileSource.resolve): kernel-side copy, no hashing; the
                 # size is checked, the manifest's sha256 is recorded.
-                size_bytes = copy_file(source.local_path(entry), tmp, progress)
+                size_bytes = copy_file(source.ready_path(entry), tmp, progress)
                 return result.append(check_bytes(entry, size_bytes, entry.sha256))
             return result.append(fetch_verified(source, entry, tmp, progress, durable=False, writeback=True,
                                                 by_checksum=self.verify == "fast"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any, cast
 
 from .fsio import advise_sequential
@@ -34,6 +35,7 @@ from .model import (
     parse_manifest,
     validate_relative_path,
 )
+from .ready import POLL_SECONDS, wait_for_file
 from .retry import _status_of
 from .verify import Sink, _WriteOnly
 
@@ -100,15 +102,50 @@ class Source:
 class FileSource(Source):
     """A local directory (an FSx mount, a disk). Uses its manifest.json when it has one; else
     sizes come from stat, and sha256 is computed while copying (a local destination remembers
-    it with the source file's size and mtime, so later runs need not re-read the source)."""
+    it with the source file's size and mtime, so later runs need not re-read the source).
 
-    def __init__(self, uri: str):
+    ``wait_seconds`` > 0: the directory is fed by an import (an FSx file system linked to the S3
+    mirror by a data repository association, whose files appear asynchronously and in no order:
+    ``ready.py``). Then it is read only through its manifest: ``resolve`` waits for the completion
+    marker and manifest.json, and each file is waited for until it is there at its listed size
+    (``ready_path``), all within ``wait_seconds`` from the source's creation; past that, one line
+    says which file the import has not produced."""
+
+    def __init__(self, uri: str, wait_seconds: float = 0.0):
         self.uri, self.root = uri, os.path.abspath(uri[len("file://"):])
         self.stats: dict[str, list[int]] = {}  # path -> [size_bytes, mtime_ns], without manifest
         # True when the directory is a verified copy: see ``resolve``.
         self.verified = False
+        self.wait_seconds = wait_seconds
+        self.deadline = time.monotonic() + wait_seconds
+
+    def _await_import(self) -> None:
+        """With ``wait_seconds``: wait for the completion marker and manifest.json (the publish
+        writes them after every file; the import may bring them in any order). Raises SyncError."""
+        while True:
+            missing = [n for n in (MARKER_NAME, MANIFEST_NAME) if read_json_or_none(os.path.join(self.root, n)) is None]
+            if not missing:
+                return
+            if time.monotonic() >= self.deadline:
+                raise SyncError(
+                    f"{' and '.join(missing)} not in {self.root} after {self.wait_seconds:.0f} s "
+                    "(--source-wait-seconds): the file system's import from S3 has not produced the published "
+                    "mirror; check the data repository association's auto-import")
+            time.sleep(min(POLL_SECONDS, max(self.deadline - time.monotonic(), 0.0)))
+
+    def ready_path(self, entry: FileEntry) -> str:
+        """The local path of ``entry``, once it is there at its listed size (waited for until the
+        deadline when ``wait_seconds`` > 0). Raises SyncError."""
+        path = self.local_path(entry)
+        if self.wait_seconds > 0:
+            wait_for_file(path, entry.size_bytes, self.deadline, f"{entry.path} (source {self.root})")
+        elif not os.path.isfile(path):
+            raise SyncError(f"{entry.path}: missing from source {self.root}")
+        return path
 
     def resolve(self):
+        if self.wait_seconds > 0:
+            self._await_import()
         if not os.path.isdir(self.root):
             raise SyncError(f"source directory {self.root} does not exist")
         manifest_path = os.path.join(self.root, MANIFEST_NAME)
@@ -154,7 +191,7 @@ class FileSource(Source):
         # a copy but could hash one version of a page and write another if the source changes).
         buf = bytearray(LOCAL_CHUNK_BYTES)
         try:
-            with open(self.local_path(entry), "rb", buffering=0) as f:
+            with open(self.ready_path(entry), "rb", buffering=0) as f:
                 advise_sequential(f.fileno())
                 while n := f.readinto(buf):
                     sink.write(memoryview(buf)[:n])
@@ -397,8 +434,12 @@ def resolve_nonempty(source: Source) -> tuple[str, list[FileEntry]]:
     return revision, entries
 
 
-def make_source(uri: str, s3_client_kind: str, workers: int) -> Source:
-    """Build the Source for a URI. Raises UsageError for an unknown scheme or bad form."""
+def make_source(uri: str, s3_client_kind: str, workers: int, wait_seconds: float = 0.0) -> Source:
+    """Build the Source for a URI (``wait_seconds``: a ``file://`` source's import wait,
+    ``FileSource``). Raises UsageError for an unknown scheme or bad form, or a wait on another
+    scheme."""
+    if wait_seconds and not uri.startswith("file://"):
+        raise UsageError(f"--source-wait-seconds applies to file:// sources (an imported file system), not {uri!r}")
     if uri.startswith("hf://"):
         return HfSource(uri)
     if uri.startswith("modelscope://"):
@@ -408,6 +449,6 @@ def make_source(uri: str, s3_client_kind: str, workers: int) -> Source:
     if uri.startswith("file://"):
         if not uri[7:].startswith("/"):
             raise UsageError(f"--source {uri!r}: expected file:///ABSOLUTE/PATH")
-        return FileSource(uri)
+        return FileSource(uri, wait_seconds)
     raise UsageError(f"--source {uri!r}: expected hf://, modelscope://, s3:// or file:///")
 

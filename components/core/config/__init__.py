@@ -26,7 +26,7 @@ from .compute import block_instances
 from .errors import MAX_SHOWN_VALUE_CHARS, NAMESPACE, ConfigError
 from .kubernetes import eks_version_of
 from .lifecycle import ENVIRONMENTS, MAX_TRIAL_HOURS
-from .network import MIN_CLIENT_PREFIX_LENGTH
+from .network import MIN_CLIENT_PREFIX_LENGTH, ApiServerAccess, api_server_access
 from .parse import parse_spec
 from .raw import (
     DEFAULT_TRIAL_TTL_HOURS,
@@ -46,7 +46,7 @@ from .raw import (
     TimeToReadyConfig,
     VllmConfig,
 )
-from .spec import DeploymentSpec, format_utc, parse_utc
+from .spec import CLOCK_MAX, CLOCK_MIN, DeploymentSpec, format_utc, parse_clock, parse_utc
 from .stack_file import (
     CONFIG_OVERLAY_ENV,
     REPO_ROOT,
@@ -60,11 +60,12 @@ from .stack_file import (
 )
 
 __all__ = [
-    "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_SHOWN_VALUE_CHARS", "MAX_TRIAL_HOURS",
+    "CLOCK_MAX", "CLOCK_MIN", "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_SHOWN_VALUE_CHARS",
+    "MAX_TRIAL_HOURS",
     "MIN_CLIENT_PREFIX_LENGTH", "NAMESPACE", "REPO_ROOT", "SECRET_KEYS", "STACKS_DIR", "STACK_FILE_KEYS",
-    "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "ConfigError", "DeploymentSpec", "FsxConfig",
+    "ApiServerAccess", "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "ConfigError", "DeploymentSpec", "FsxConfig",
     "KubernetesConfig", "MirrorConfig", "ModelConfig", "NetworkConfig", "ObservabilityConfig", "RawConfig",
-    "ScheduleWindowConfig", "StackFileError", "StorageConfig", "TimeToReadyConfig", "VllmConfig", "block_instances",
-    "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_spec", "parse_utc", "read_stack_config",
-    "stack_names",
+    "ScheduleWindowConfig", "StackFileError", "StorageConfig", "TimeToReadyConfig", "VllmConfig", "api_server_access",
+    "block_instances", "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_clock", "parse_spec",
+    "parse_utc", "read_stack_config", "stack_names",
 ]

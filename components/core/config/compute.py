@@ -17,22 +17,27 @@ from .spec import format_utc
 def resolve_instance(raw: RawConfig, target: TargetProfile) -> tuple[str, InstanceFacts]:
     """The instance type (``compute.instanceType`` or the target's for the platform) and its facts.
 
-    Raises:
-        ConfigError: no profile for the type, or another GPU count than the target's per node.
-    """
-    instance_type = raw.compute.instance_type or target.platforms[raw.platform]
-    from ..targets import INSTANCES  # local: keep the module namespace small
+    However the hardware is named, it must be the target's (``targets.hardware_mismatch``: GPU
+    model, GPUs per node, memory per GPU), or the sizing, the vLLM command and the price would be
+    the target's while the nodes are something else.
 
+    Raises:
+        ConfigError: no profile for the type, or another GPU model, count or memory than the target's.
+    """
+    from ..targets import INSTANCES, hardware_mismatch, instance_types_of  # local: keep the module namespace small
+
+    instance_type = raw.compute.instance_type or target.platforms[raw.platform]
     instance = INSTANCES.get(instance_type)
+    fitting = ", ".join(instance_types_of(target))
     if instance is None:
         raise ConfigError(
-            "compute.instanceType", instance_type, f"has no profile (known: {', '.join(INSTANCES)})"
+            "compute.instanceType", instance_type,
+            f"has no profile: nothing says it is a {target.name} node (instance types of {target.name}: {fitting})",
         )
-    if instance.gpus != target.gpus_per_node:
+    mismatch = hardware_mismatch(instance, target)
+    if mismatch:
         raise ConfigError(
-            "compute.instanceType",
-            instance_type,
-            f"has {instance.gpus} GPUs but target {target.name} needs {target.gpus_per_node} per node",
+            "compute.instanceType", instance_type, f"{mismatch} (instance types of {target.name}: {fitting})"
         )
     return instance_type, instance
 
@@ -185,25 +190,40 @@ def check_placement_and_capacity(
 
 
 def check_capacity_block_end(raw: RawConfig, now: datetime, expires_at: datetime | None, warnings: list[str]) -> None:
-    """A capacity block's ``compute.capacity.endsAt`` is in the future; a warning when it ends
-    before the stack expires.
+    """A capacity block's ``compute.capacity.endsAt`` leaves usable time; a warning when the
+    block stops running instances before the stack expires.
+
+    A block's instances are terminated ``capacity.CAPACITY_BLOCK_TERMINATION_SECONDS`` (30 min)
+    before its end (``capacity.usable_until``; AWS EC2 user guide, capacity-blocks-monitor), so
+    that moment, not ``endsAt``, is compared with now and with the expiry.
 
     Raises:
-        ConfigError: the block has ended.
+        ConfigError: the block has ended, or its instances are already being terminated.
     """
+    from ..capacity import CAPACITY_BLOCK_TERMINATION_SECONDS, usable_until
+
     cap = raw.compute.capacity
     if cap.type == "capacity-block" and cap.ends_at is not None:
         ends = cap.ends_at if cap.ends_at.tzinfo else cap.ends_at.replace(tzinfo=UTC)
+        usable = usable_until(ends)
+        window = f"{CAPACITY_BLOCK_TERMINATION_SECONDS // 60} min before its end"
         if ends <= now:
             raise ConfigError(
                 "compute.capacity.endsAt",
                 format_utc(ends),
                 f"is in the past (now {format_utc(now)}): the capacity block has ended",
             )
-        if expires_at is not None and ends < expires_at:
+        if usable <= now:
+            raise ConfigError(
+                "compute.capacity.endsAt",
+                format_utc(ends),
+                f"leaves no usable time (now {format_utc(now)}): AWS terminates the block's instances from "
+                f"{format_utc(usable)}, {window}",
+            )
+        if expires_at is not None and usable < expires_at:
             warnings.append(
-                f"the capacity block ends at {format_utc(ends)}, before the stack expires at {format_utc(expires_at)}: "
-                "the instances stop when the block ends"
+                f"the capacity block's instances are terminated from {format_utc(usable)} ({window} {format_utc(ends)}), "
+                f"before the stack expires at {format_utc(expires_at)}"
             )
 
 

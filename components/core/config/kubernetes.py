@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime
 
 from ..platforms import platform_profile
+from ..targets import TargetProfile
 from .errors import ConfigError
 from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE
 from .raw import RawConfig
@@ -29,6 +30,15 @@ def check_kubernetes(
             "kubernetes.nvmeHostPath",
             host_path,
             "must be an absolute path below / without '..' (where the node's NVMe is mounted)",
+        )
+    from ..node_storage import state_containing
+
+    if (state := state_containing(host_path)) is not None:
+        raise ConfigError(
+            "kubernetes.nvmeHostPath",
+            host_path,
+            f"lies in the node's own state at {state} (kubelet, container runtime or logs): name where the NVMe "
+            "is mounted (pods mount only <nvmeHostPath>/kimi-deploy/weights, /staging and /engine-cache)",
         )
     from ..limits import check_kubernetes_fields_and_limits
 
@@ -149,3 +159,19 @@ def check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> Non
 
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def check_node_selector_hardware(raw: RawConfig, target: TargetProfile) -> None:
+    """A ``kubernetes.nodeSelector`` label that names hardware (``targets.HARDWARE_LABELS``: an
+    instance type, a GPU model, count or memory) must name the target's: a selector for other
+    GPUs would plan and price the target while the pods land on (or wait for) something else.
+
+    Raises:
+        ConfigError: the first such label that does not match the target.
+    """
+    from ..targets import hardware_label_mismatch
+
+    for key, value in raw.kubernetes.node_selector.items():
+        why = hardware_label_mismatch(key, value, target)
+        if why:
+            raise ConfigError(f"kubernetes.nodeSelector.{key}", value, why)

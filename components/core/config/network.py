@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
 from ..platforms import platform_profile
 from .errors import ConfigError
@@ -67,15 +68,19 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
             True,
             "turns the public EKS endpoint off, but network.apiServerPublicCidrs is set (set one)",
         )
-    if platform_profile(raw.platform).creates_cluster and raw.network.api_server_private_only:
+    if raw.network.api_server_private_only is False and not raw.network.api_server_public_cidrs:
+        raise ConfigError(
+            "network.apiServerPrivateOnly",
+            False,
+            "would open the public EKS endpoint to any address: set network.apiServerPublicCidrs to your egress "
+            "CIDR (the public endpoint is only ever opened to those)",
+        )
+    if platform_profile(raw.platform).creates_cluster and not api_server_access(raw).public:
         warnings.append(
             "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port "
-            "forwarding), or unset network.apiServerPrivateOnly and set network.apiServerPublicCidrs to your egress CIDR"
+            "forwarding), or set network.apiServerPublicCidrs to your egress CIDR to reach it from there"
         )
-    elif platform_profile(raw.platform).creates_cluster and not raw.network.api_server_public_cidrs:
-        warnings.append(
-            "the EKS API endpoint is public (IAM-authenticated) from any address; restrict it with network.apiServerPublicCidrs"
-        )
+    check_cluster_cidrs(raw)
     if provisions_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
         warnings.append(
             "network.allowedCidrs and network.allowedSecurityGroupIds are empty: no client outside the "
@@ -85,3 +90,58 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
         raise ConfigError("network.privateSubnetIds", [], "is required with network.vpcId (the private subnets to use)")
     if raw.network.private_subnet_ids and not raw.network.vpc_id:
         raise ConfigError("network.privateSubnetIds", list(raw.network.private_subnet_ids), "needs network.vpcId")
+
+
+@dataclass(frozen=True)
+class ApiServerAccess:
+    """Who reaches the EKS API endpoint (``aws-eks``).
+
+    Attributes:
+        public: whether the public endpoint is on (IAM-authenticated, from ``public_cidrs`` only).
+        public_cidrs: the sources the public endpoint admits (empty when private).
+        summary: one line for the plan: ``private (VPC only)`` or ``private + public from ...``.
+    """
+
+    public: bool
+    public_cidrs: tuple[str, ...]
+    summary: str
+
+
+def api_server_access(raw: RawConfig) -> ApiServerAccess:
+    """The EKS API endpoint ``network`` asks for: always the private endpoint; the public one only
+    when ``network.apiServerPublicCidrs`` names sources, and then from those only (EKS's own
+    default, public from 0.0.0.0/0, is never used: ``check_network`` refuses
+    ``apiServerPrivateOnly: false`` without CIDRs). Source: EKS user guide, "Control network access
+    to cluster API server endpoint" (endpointPublicAccess, endpointPrivateAccess, publicAccessCidrs)."""
+    cidrs = tuple(raw.network.api_server_public_cidrs)
+    if raw.network.api_server_private_only or not cidrs:
+        return ApiServerAccess(False, (), "private (reachable from inside the VPC only)")
+    return ApiServerAccess(True, cidrs, f"private + public (IAM-authenticated) from {', '.join(cidrs)} only")
+
+
+def check_cluster_cidrs(raw: RawConfig) -> None:
+    """``kubernetes.clusterCidrs``: valid CIDR blocks, only on the ``kubernetes`` platform, and
+    required there with ``kubernetes.allowedCidrs`` (the NetworkPolicy excludes them from those
+    blocks; on aws-eks the stack knows its node subnets and the key is refused).
+
+    Raises:
+        ConfigError: the first invalid value, one line.
+    """
+    k8s_cfg = raw.kubernetes
+    for cidr in k8s_cfg.cluster_cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError("kubernetes.clusterCidrs", cidr, "is not a CIDR block (e.g. 10.244.0.0/16)") from None
+    profile = platform_profile(raw.platform)
+    if k8s_cfg.cluster_cidrs and (profile.provisions_aws or not profile.runs_kubernetes):
+        raise ConfigError(
+            "kubernetes.clusterCidrs", list(k8s_cfg.cluster_cidrs),
+            f"is only for the kubernetes platform (on {raw.platform} the stack knows its own node subnets): remove it",
+        )
+    if profile.runs_kubernetes and not profile.provisions_aws and k8s_cfg.allowed_cidrs and not k8s_cfg.cluster_cidrs:
+        raise ConfigError(
+            "kubernetes.clusterCidrs", [],
+            "is required with kubernetes.allowedCidrs: name the cluster's pod and node address ranges, which the "
+            "NetworkPolicy excludes from those blocks (an ipBlock admits every pod whose address it covers)",
+        )

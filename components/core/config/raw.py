@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
+from ..model import MODELS
 from ..versions import VLLM_PORT
 from .errors import ConfigError
 
@@ -17,6 +19,32 @@ from .errors import ConfigError
 SECRET_KEYS: tuple[str, ...] = ("hfToken", "modelscopeToken", "apiKey", "kubeconfig")
 
 DEFAULT_TRIAL_TTL_HOURS = 72
+
+# Upper bounds of numeric settings (each reaches a rendered file: user data, the vLLM argv and env,
+# probes, the FSx and EC2 API inputs). Where an API states its range the bound is that range;
+# elsewhere it is a typo guard far above any real value, named here with its reason.
+# A price per node-hour: 70x the dearest GPU instance on demand (p6-b300.48xlarge, USD 142.42;
+# targets.py), so no price in the plan can be a slipped decimal point of a real one.
+MAX_USD_PER_NODE_HOUR = 10_000.0
+# Instances in one capacity block: "Each Capacity Block can have up to 64 instances" (EC2 user
+# guide, capacity-blocks-purchase).
+MAX_CAPACITY_BLOCK_INSTANCES = 64
+# FSx for Lustre API ranges (botocore's fsx service model: StorageCapacity 0..2147483647 GiB,
+# PerUnitStorageThroughput 12..1000 MB/s/TiB, MetadataIops 1500..192000).
+FSX_STORAGE_CAPACITY_GIB_RANGE = (0, 2_147_483_647)
+FSX_THROUGHPUT_PER_TIB_RANGE = (12, 1000)
+FSX_METADATA_IOPS_RANGE = (1500, 192_000)
+# A measured read or copy rate: 1 TB/s, ten times the sum of 16 NVMe devices at PCIe 5.0 x4
+# (storage.readGBps is checked against the kind's own ceiling after this).
+MAX_MEASURED_GBPS = 1000.0
+# A measured phase of the time to ready: a day (the longest modelled phase, the first hub
+# download, is about 4.3 h; timeToReady.engineInitSeconds reaches VLLM_ENGINE_READY_TIMEOUT_S).
+MAX_MEASURED_PHASE_SECONDS = 86_400.0
+# Decode context parallelism divides the tensor-parallel group: at most the largest group of a
+# target (gb200: 16 GPUs; the vllm check then requires it to divide the stack's TP).
+MAX_DECODE_CONTEXT_PARALLEL_SIZE = 16
+# The longest context of a model profile (Kimi K3.1 Pro: 1,048,576 tokens; model.py).
+MAX_MODEL_LEN_TOKENS = max(m.max_context_tokens for m in MODELS.values())
 
 
 class _Raw(BaseModel):
@@ -42,10 +70,10 @@ class CapacityConfig(_Raw):
     reservation_id: str | None = Field(None, alias="reservationId")
     availability_zone: str | None = Field(None, alias="availabilityZone")
     ends_at: datetime | None = Field(None, alias="endsAt")
-    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
     # Instances (trays) in the capacity block as bought, for UltraServer blocks (default: the
     # smallest UltraServer of the type, targets.InstanceFacts.ultraserver_instances).
-    block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1)
+    block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1, le=MAX_CAPACITY_BLOCK_INSTANCES)
 
 
 class ComputeConfig(_Raw):
@@ -59,7 +87,7 @@ class ComputeConfig(_Raw):
     root_volume_gib: StrictInt = Field(500, alias="rootVolumeGib", ge=100, le=16_384)
     ami_id: str | None = Field(None, alias="amiId")
     ami_architecture: Literal["x86_64", "arm64"] | None = Field(None, alias="amiArchitecture")
-    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
 
 
 class NetworkConfig(_Raw):
@@ -73,11 +101,12 @@ class NetworkConfig(_Raw):
     # An existing VPC may already route S3 through a gateway endpoint (a second one on the same
     # route tables fails); set false there.
     s3_gateway_endpoint: bool = Field(True, alias="s3GatewayEndpoint")
-    # EKS API server (as EKS and eksctl default): private endpoint always, plus the public one
-    # (IAM-authenticated), from these CIDRs only when set (none = any address). apiServerPrivateOnly
-    # turns the public endpoint off (then `pulumi up` must run from inside the VPC).
+    # EKS API server: the private endpoint always; the public one (IAM-authenticated) only from
+    # apiServerPublicCidrs, never from any address. Without them the endpoint is private (then
+    # `pulumi up` runs from inside the VPC). apiServerPrivateOnly says so explicitly; false needs
+    # apiServerPublicCidrs. See config/network.py api_server_access.
     api_server_public_cidrs: tuple[str, ...] = Field((), alias="apiServerPublicCidrs")
-    api_server_private_only: StrictBool = Field(False, alias="apiServerPrivateOnly")
+    api_server_private_only: StrictBool | None = Field(None, alias="apiServerPrivateOnly")
 
 
 class MirrorConfig(_Raw):
@@ -94,18 +123,28 @@ class FsxConfig(_Raw):
     """``kimi-deploy:storage.fsx``: FSx for Lustre settings (used when storage.kind needs FSx)."""
 
     deployment_type: str = Field("PERSISTENT_2", alias="deploymentType")
-    throughput_per_tib: StrictInt = Field(1000, alias="throughputPerTib")
-    capacity_gib: StrictInt | None = Field(None, alias="capacityGib")
+    throughput_per_tib: StrictInt = Field(
+        1000, alias="throughputPerTib", ge=FSX_THROUGHPUT_PER_TIB_RANGE[0], le=FSX_THROUGHPUT_PER_TIB_RANGE[1]
+    )
+    capacity_gib: StrictInt | None = Field(
+        None, alias="capacityGib", ge=FSX_STORAGE_CAPACITY_GIB_RANGE[0], le=FSX_STORAGE_CAPACITY_GIB_RANGE[1]
+    )
     headroom_fraction: float = Field(0.10, alias="headroomFraction", ge=0, le=2)
     efa: bool = False
-    metadata_iops: StrictInt | None = Field(None, alias="metadataIops")
+    metadata_iops: StrictInt | None = Field(
+        None, alias="metadataIops", ge=FSX_METADATA_IOPS_RANGE[0], le=FSX_METADATA_IOPS_RANGE[1]
+    )
+    # Seconds a reader waits for the S3 import to produce a listed file (fsx.IMPORT_WAIT_SECONDS).
+    import_wait_seconds: StrictInt = Field(
+        IMPORT_WAIT_SECONDS, alias="importWaitSeconds", ge=0, le=MAX_IMPORT_WAIT_SECONDS
+    )
 
 
 class StorageConfig(_Raw):
     """``kimi-deploy:storage``: where the weights live while being served."""
 
     kind: Literal["nvme", "fsx", "nvme-from-fsx", "pvc"] = "nvme"
-    read_gbps: float | None = Field(None, alias="readGBps", gt=0)
+    read_gbps: float | None = Field(None, alias="readGBps", gt=0, le=MAX_MEASURED_GBPS)
     existing_claim: str | None = Field(None, alias="existingClaim")
     mirror: MirrorConfig = MirrorConfig()
     fsx: FsxConfig = FsxConfig()
@@ -117,8 +156,10 @@ class VllmConfig(_Raw):
     image_tag: str | None = Field(None, alias="imageTag")
     image: str | None = None
     port: StrictInt = Field(VLLM_PORT, ge=1024, le=65535)
-    decode_context_parallel_size: StrictInt = Field(1, alias="decodeContextParallelSize", ge=1)
-    max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024)
+    decode_context_parallel_size: StrictInt = Field(
+        1, alias="decodeContextParallelSize", ge=1, le=MAX_DECODE_CONTEXT_PARALLEL_SIZE
+    )
+    max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024, le=MAX_MODEL_LEN_TOKENS)
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = Field(
         None, alias="kvCacheDtype"
     )
@@ -137,6 +178,10 @@ class KubernetesConfig(_Raw):
     service_type: Literal["ClusterIP", "internal-nlb"] = Field("ClusterIP", alias="serviceType")
     allowed_namespaces: tuple[str, ...] = Field((), alias="allowedNamespaces")
     allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
+    # kubernetes platform: the address ranges the cluster's pods and nodes take their addresses
+    # from; the NetworkPolicy excludes them from allowedCidrs (an ipBlock admits every pod whose
+    # address it covers). On aws-eks they are the VPC's node subnets, known to the stack.
+    cluster_cidrs: tuple[str, ...] = Field((), alias="clusterCidrs")
     nvme_host_path: str = Field("/mnt/k8s-disks/0", alias="nvmeHostPath")
     context: str | None = None
     # aws-eks: IAM roles/users granted cluster admin (EKS access entries), besides the creator.
@@ -186,24 +231,31 @@ class ObservabilityConfig(_Raw):
     prometheus_pod_labels: dict[str, str] = Field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}, alias="prometheusPodLabels"
     )
-    # Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by
-    # (kube-prometheus-stack by default: release=<its Helm release name>).
-    monitor_labels: dict[str, str] = Field(default_factory=dict, alias="monitorLabels")
+    # Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by: kube-prometheus-stack
+    # selects release=<its Helm release name> (components/core/scraping.py); {} for a Prometheus that selects all.
+    monitor_labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"}, alias="monitorLabels"
+    )
     queue_alert_minutes: StrictInt = Field(10, alias="queueAlertMinutes", ge=1, le=1440)
     kv_cache_alert_fraction: float = Field(0.95, alias="kvCacheAlertFraction", gt=0, le=1)
 
 
 class TimeToReadyConfig(_Raw):
     """``kimi-deploy:timeToReady``: measured figures that replace the estimates of
-    ``spec/time_to_ready.py`` (each optional; seconds or GB/s, all > 0)."""
+    ``time_to_ready.py`` (each optional; seconds up to ``MAX_MEASURED_PHASE_SECONDS``, GB/s up to
+    ``MAX_MEASURED_GBPS``, all > 0)."""
 
-    infrastructure_seconds: float | None = Field(None, alias="infrastructureSeconds", gt=0)
-    instance_boot_seconds: float | None = Field(None, alias="instanceBootSeconds", gt=0)
-    image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0)
-    copy_gbps: float | None = Field(None, alias="copyGBps", gt=0)
-    engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0)
-    engine_init_cached_seconds: float | None = Field(None, alias="engineInitCachedSeconds", gt=0)
-    stager_boot_seconds: float | None = Field(None, alias="stagerBootSeconds", gt=0)
+    infrastructure_seconds: float | None = Field(
+        None, alias="infrastructureSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
+    )
+    instance_boot_seconds: float | None = Field(None, alias="instanceBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    copy_gbps: float | None = Field(None, alias="copyGBps", gt=0, le=MAX_MEASURED_GBPS)
+    engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    engine_init_cached_seconds: float | None = Field(
+        None, alias="engineInitCachedSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
+    )
+    stager_boot_seconds: float | None = Field(None, alias="stagerBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
 
 
 class RawConfig(_Raw):

@@ -117,3 +117,14 @@ def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> 
             "needs observability.prometheusNamespace or observability.prometheusUrl (the Prometheus that scrapes vLLM and "
             "answers the scaler's queries)",
         )
+    if obs.prometheus_url is None and "prometheus-operator" not in k8s_cfg.installed_addons:
+        # The scaler's default is the operator's prometheus-operated Service (k8s/autoscaling.py), whose
+        # Prometheus reads only PodMonitors: annotated pods would never be scraped and it would never scale.
+        raise ConfigError(
+            "kubernetes.installedAddons",
+            list(k8s_cfg.installed_addons),
+            f"lacks prometheus-operator: autoscaling queries the Prometheus Operator's prometheus-operated Service in "
+            f"observability.prometheusNamespace {obs.prometheus_namespace}, which scrapes PodMonitors only (list "
+            "prometheus-operator once kube-prometheus-stack runs on the cluster, or set observability.prometheusUrl to a "
+            "Prometheus that reads prometheus.io/* annotations)",
+        )

@@ -161,4 +161,28 @@ def parse_utc(text: str, key: str) -> datetime:
         moment = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(key, text, "is not an ISO 8601 time (e.g. 2026-12-01T00:00:00Z)") from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+    try:
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00:00-05:00 is past the last date Python represents in UTC
+        raise ConfigError(key, text, "is out of range (it is past 9999-12-31 in UTC)") from None
+
+
+# The clock a plan, diff or sweep may be told (``--now``): a typo guard. The program adds hours to
+# the clock (a trial's trialTtlHours, the time to ready), so a far-future clock overflows dates
+# (9999-12-31 + 72 h), and no deployment runs in another century.
+CLOCK_MIN = datetime(2000, 1, 1, tzinfo=UTC)
+CLOCK_MAX = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def parse_clock(text: str, key: str) -> datetime:
+    """``parse_utc`` of a clock (``--now``), at or after ``CLOCK_MIN`` and before ``CLOCK_MAX``.
+
+    Raises:
+        ConfigError: not a time, or out of that range (one line naming ``key``).
+    """
+    moment = parse_utc(text, key)
+    if not CLOCK_MIN <= moment < CLOCK_MAX:
+        raise ConfigError(
+            key, text, f"is out of range (allowed: {format_utc(CLOCK_MIN)} up to {format_utc(CLOCK_MAX)}, exclusive)"
+        )
+    return moment

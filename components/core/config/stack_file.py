@@ -78,6 +78,30 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT,
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
+def read_text_file(path: Path, key: str, value: Any, what: str) -> str:
+    """The UTF-8 text of ``path`` (a leading byte-order mark is dropped, as YAML allows).
+
+    Pulumi reads stack files as UTF-8 (go-yaml v3); so do the scripts' other inputs.
+
+    Raises:
+        StackFileError: one line naming ``key`` and ``value``: the file cannot be read (the OS
+            error), or is not UTF-8 (the first bad byte, its line and column).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise StackFileError(key, value, f"{what} cannot be read: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise StackFileError(
+            key, value,
+            f"{what} is not UTF-8 text: byte 0x{data[err.start]:02x} at line {line}, column {column} (save it as UTF-8)",
+        ) from None
+
+
 def stack_names(stacks_dir: Path = STACKS_DIR) -> list[str]:
     """Names of the stacks with a file ``stacks/Pulumi.<name>.yaml``, sorted."""
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
@@ -100,7 +124,7 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
             f"{', '.join(stack_names(stacks_dir)) or 'none'})",
         )
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
-    text = path.read_text()
+    text = read_text_file(path, "--stack", stack, f"file {shown}")
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
@@ -130,8 +154,8 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
 
 
 # Offline runs only (scripts/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
-# JSON config merged over every stack file, one level deep into maps, as `pulumi config set`
-# would add it: e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
+# JSON config applied over every stack file, each leaf as `pulumi config set --path` would set it
+# (``overlay_config``): e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
 CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
 
 
@@ -148,13 +172,75 @@ def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
     if not isinstance(extra, dict):
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
-    merged = dict(config)
+    return overlay_config(config, extra)
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """``(path, value)`` of every leaf of ``value``: a non-empty map is walked, anything else
+    (a scalar, a list, an empty map) is one leaf."""
+    if isinstance(value, dict) and value:
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*path, str(key)))]
+    return [(path, value)]
+
+
+def overlay_config(config: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` (a stack file's ``config:`` map) with every leaf of ``extra`` set the way
+    ``pulumi config set --path '<key>.<a>.<b>' <value>`` sets it, so a nested override keeps its
+    siblings (``{"kimi-deploy:compute": {"capacity": {"type": "odcr"}}}`` changes the capacity
+    type and keeps ``reservationId``). Values keep their JSON types, as with ``--path --json``.
+
+    Rules of pulumi/pulumi ``sdk/go/common/resource/config/map.go`` (``Map.Set`` with a path):
+    a top-level key alone replaces the value; below it, a scalar top-level value is replaced by a
+    map; a missing map on the way is created; a scalar or list on the way is an error ("a map was
+    expected"); a map left as exactly ``{"secure": ...}`` is reserved for secrets (an error).
+    ``config`` is not modified.
+
+    Raises:
+        StackFileError: a leaf would be set inside a value that is not a map, or into a secret.
+    """
+    import copy
+
+    merged = copy.deepcopy(dict(config))
     for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
+        for path, leaf in _leaves(value):
+            where = ".".join((key, *path))
+            if not path:
+                merged[key] = copy.deepcopy(leaf)
+                continue
+            root = merged.get(key)
+            if isinstance(root, dict) and set(root) == {"secure"}:
+                raise StackFileError(CONFIG_OVERLAY_ENV, where, f"cannot be set: {key} is a secret in the stack file")
+            if isinstance(root, list):
+                raise StackFileError(CONFIG_OVERLAY_ENV, where, _not_a_map(key, root))
+            if not isinstance(root, dict):
+                root = merged[key] = {}  # map.go: a top-level scalar is overwritten by the map
+            node = root
+            for depth, part in enumerate(path[:-1], start=1):
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+                elif not isinstance(child, dict):
+                    raise StackFileError(CONFIG_OVERLAY_ENV, where, _not_a_map(".".join((key, *path[:depth])), child))
+                node = child
+            node[path[-1]] = copy.deepcopy(leaf)
+            if set(node) == {"secure"}:
+                raise StackFileError(
+                    CONFIG_OVERLAY_ENV, where, "cannot be set: a map holding only 'secure' is reserved for secret values"
+                )
     return merged
+
+
+def _not_a_map(where: str, value: Any) -> str:
+    """The error words for a leaf set inside ``value`` at ``where``, which is not a map."""
+    if isinstance(value, list):
+        kind = "a list"
+    elif isinstance(value, bool):
+        kind = f"the boolean {str(value).lower()}"
+    elif isinstance(value, (int, float)):
+        kind = f"the number {value}"
+    else:
+        kind = f"the text {str(value)!r}"
+    return f"cannot be set: {where} is {kind} in the stack file, not a map (`pulumi config set --path` refuses it too)"
 
 
 def _yaml_error_text(err: yaml.YAMLError) -> str:

@@ -1,0 +1,162 @@
+"""The API guard (scripts/kimi_vllm_api_guard.py): every route needs the key except /health and
+/metrics, and every platform loads it: the rendered command, the Kubernetes pod and ConfigMap, the
+EC2 boot (fetched from the mirror's _tools/, mounted read-only). The real engine with and without it:
+tests/test_real_engine.py."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import pytest
+
+from components.core.vllm import (
+    API_GUARD_CONTAINER_DIR,
+    API_GUARD_FILENAME,
+    API_GUARD_MIDDLEWARE,
+    API_GUARD_SOURCE,
+    API_OPEN_PATHS,
+)
+from scripts.kimi_vllm_api_guard import OPEN_PATHS, RequireApiKey
+from tests.conftest import STACKS, plan_for
+
+KEY = "sk-guard-test"
+
+
+def call(path: str, *, method: str = "POST", key: str | None = None, kind: str = "http", root_path: str = "",
+         api_key: str | None = KEY) -> tuple[int | str, bool]:
+    """(status or websocket close, whether the wrapped app ran) of one request through the guard."""
+    ran = []
+
+    async def app(scope, receive, send):
+        ran.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    headers = [(b"authorization", f"Bearer {key}".encode())] if key is not None else []
+    scope = {"type": kind, "path": path, "method": method, "headers": headers, "root_path": root_path}
+    loop = asyncio.new_event_loop()  # not asyncio.run: it clears the thread's loop, which Pulumi's mocks use
+    try:
+        loop.run_until_complete(RequireApiKey(app, api_key=api_key)(scope, receive, send))
+    finally:
+        loop.close()
+    first = sent[0]
+    return (first.get("status") or first.get("type")), bool(ran)
+
+
+@pytest.mark.parametrize("path", ["/invocations", "/tokenize", "/v1/chat/completions", "/ping", "/version", "/openapi.json",
+                                  "/docs", "/scale_elastic_ep", "/abort_requests", "/anything/new"])
+def test_every_route_needs_the_key(path):
+    assert call(path) == (401, False)
+    assert call(path, key="wrong") == (401, False)
+    assert call(path, key=KEY) == (200, True)
+
+
+def test_health_and_metrics_are_open_and_nothing_else():
+    assert OPEN_PATHS == set(API_OPEN_PATHS) == {"/health", "/metrics"}
+    for path in OPEN_PATHS:
+        assert call(path, method="GET") == (200, True)
+    assert call("/health/extra", method="GET") == (401, False)  # exact paths, not prefixes
+
+
+def test_preflight_root_path_websocket_and_no_key():
+    assert call("/invocations", method="OPTIONS") == (200, True)  # CORS preflight passes, as in vLLM's middleware
+    assert call("/api/health", root_path="/api", method="GET") == (200, True)
+    assert call("/api/invocations", root_path="/api") == (401, False)
+    assert call("/v1/realtime", kind="websocket") == ("websocket.close", False)
+    assert call("/invocations", api_key="") == (200, True)  # no key configured: no check, like vLLM itself
+
+
+def test_the_guard_reads_the_key_from_vllm_api_key(monkeypatch):
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    assert call("/invocations", key=KEY, api_key=None) == (200, True)
+    assert call("/invocations", api_key=None) == (401, False)
+
+
+def test_the_guard_is_standard_library_only():
+    """It runs inside the vLLM image with whatever packages that has: nothing beyond the stdlib."""
+    import ast
+    import sys
+
+    tree = ast.parse(API_GUARD_SOURCE.read_text())
+    imported = {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_serving_role_loads_the_guard_and_no_worker_does(stack):
+    from components.core.vllm import build_vllm_command
+
+    spec = plan_for(stack).context.spec
+    for role in build_vllm_command(spec).roles:
+        argv = list(role.argv)
+        if role.serves_http:
+            assert argv[argv.index("--middleware") + 1] == API_GUARD_MIDDLEWARE
+            assert role.env["PYTHONPATH"] == API_GUARD_CONTAINER_DIR
+        else:
+            assert "--middleware" not in argv and "PYTHONPATH" not in role.env
+
+
+def _k8s(run, kind):
+    return [r for r in run.resources if r.type == f"kubernetes:{kind}"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kubernetes_pods_mount_the_guard_from_an_immutable_configmap(stack):
+    run = plan_for(stack)
+    if not _k8s(run, "core/v1:Namespace"):
+        pytest.skip(f"{stack} runs on EC2 (test_ec2_fetches_verifies_and_mounts_the_guard)")
+    maps = [r for r in _k8s(run, "core/v1:ConfigMap") if API_GUARD_FILENAME in (r.inputs.get("data") or {})]
+    assert len(maps) == 1
+    cm = maps[0].inputs
+    assert cm["data"][API_GUARD_FILENAME] == API_GUARD_SOURCE.read_text() and cm["immutable"] is True
+    name = cm["metadata"]["name"]
+    workloads = [r for r in run.resources if r.inputs.get("kind") in ("Deployment", "LeaderWorkerSet")]
+    templates = []
+    for w in workloads:
+        spec = w.inputs["spec"]
+        templates += [spec["template"]] if "template" in spec else [
+            spec["leaderWorkerTemplate"]["leaderTemplate"], spec["leaderWorkerTemplate"]["workerTemplate"]]
+    serving = 0
+    for template in templates:
+        pod = template["spec"]
+        vllm = next(c for c in pod["containers"] if c["name"] == "vllm")
+        mounts = {m["mountPath"]: m for m in vllm["volumeMounts"]}
+        if "--middleware" in vllm["command"]:
+            serving += 1
+            mount = mounts[API_GUARD_CONTAINER_DIR]
+            assert mount["readOnly"] is True
+            volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+            assert volume["configMap"]["name"] == name
+        else:
+            assert API_GUARD_CONTAINER_DIR not in mounts
+    assert serving >= 1
+
+
+def test_ec2_fetches_verifies_and_mounts_the_guard():
+    import base64
+
+    import yaml
+
+    from components.aws.userdata import API_GUARD_HOST_DIR, VLLM_SCRIPT
+
+    text = base64.b64decode(plan_for("b300").named("gpu-lt").inputs["userData"]).decode()
+    run_vllm = {f["path"]: f["content"] for f in yaml.safe_load(text)["write_files"]}[VLLM_SCRIPT]
+    sha = hashlib.sha256(API_GUARD_SOURCE.read_text().encode()).hexdigest()
+    fetch, docker = run_vllm.index(sha), run_vllm.index("exec docker run")
+    assert fetch < docker and f"_tools/{API_GUARD_FILENAME}" in run_vllm and "sha256sum -c" in run_vllm
+    assert f"-v {API_GUARD_HOST_DIR}:{API_GUARD_CONTAINER_DIR}:ro" in run_vllm
+    run = plan_for("b300")
+    uploads = [r for r in run.resources if r.type == "aws:s3/bucketObjectv2:BucketObjectv2"
+               and str(r.inputs.get("key", "")).endswith(API_GUARD_FILENAME)]
+    assert len(uploads) == 1 and uploads[0].inputs["content"] == API_GUARD_SOURCE.read_text()
+    assert json.dumps(uploads[0].inputs["key"]) == json.dumps(f"_tools/{API_GUARD_FILENAME}")

@@ -1,0 +1,509 @@
+"""Every rule group and scaling query the stacks render, evaluated by the real Prometheus rule engine
+(Debian's promtool 2.42; issue 19 item 4).
+
+- ``promtool check rules`` on the PrometheusRule groups of every stack that can have them (alerts
+  and autoscaling on), and on the scaling queries wrapped as recording rules.
+- ``promtool test rules`` per alert with input series shaped like the exporters' (vLLM through a
+  PodMonitor scrape, kube-state-metrics, dcgm-exporter, AMD's device metrics exporter): it fires,
+  it resolves, and a second event fires again; the look-alikes that must not fire do not.
+- ``promtool test rules`` per scaling query (every KEDA trigger and prometheus-adapter rule) in
+  the states a scaler meets: demand, idle, demand held over the scale-down delay, zero replicas,
+  a scale-up from zero while the new replica loads, and a lost scrape. Where the result must be an
+  error (nothing to read), the expected promtool result is empty and the trigger must not have
+  ``ignoreNullValues`` (KEDA 2.20.2 would read an empty result as 0: ``promtool.keda_reading``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from components.core import metrics as m
+from components.core.config import read_stack_config
+from components.core.scaling import scaling_plan
+from components.core.sizing import sync_expected_seconds
+from components.core.weights import SHAPE_BUCKET, sync_steps
+from components.k8s import autoscaling as asc_mod
+from components.k8s import observability as obs
+from components.k8s.vllm_service import per_pod_budget_seconds
+from tests import promtool
+from tests.test_autoscaling import autoscaled
+from tests.test_k8s_workloads import one
+
+# Stacks that can carry alerts and a scaler, each with both on (b300 runs on EC2: neither).
+RULE_STACKS = ("b300-prod", "gb300", "mi355x")
+OTHER_NAMESPACE = "other-team"
+MINUTE = 60
+
+
+@functools.cache
+def observed(name: str, variant: str = "keda"):
+    """The mock run of ``name`` with alerts and autoscaling on (prometheus-operator installed).
+    ``variant``: ``keda`` (as shipped or turned on), ``zero`` (mi355x: minReplicas 0 with a
+    serving window), ``hpa`` (mi355x: an HPA on prometheus-adapter's external metrics)."""
+    k8s_cfg = read_stack_config(name)["kimi-deploy:kubernetes"]
+    addons = set(k8s_cfg.get("installedAddons", [])) | {"prometheus-operator"}
+    extra: dict[str, Any] = {}
+    if variant == "zero":
+        extra["kimi-deploy:autoscaling"] = {
+            "enabled": True, "minReplicas": 0, "maxReplicas": 2,
+            "schedule": [{"start": "0 8 * * 1-5", "end": "0 20 * * 1-5", "timezone": "Europe/Berlin"}],
+        }
+    if variant == "hpa":
+        extra["kimi-deploy:autoscaling"] = {"enabled": True, "maxReplicas": 2, "controller": "hpa"}
+        addons.add("prometheus-adapter")
+    extra["kimi-deploy:kubernetes"] = {**k8s_cfg, "installedAddons": sorted(addons)}
+    return autoscaled(name, extra)
+
+
+@dataclass(frozen=True)
+class World:
+    """What the input series of one stack look like: names and labels as the exporters and the
+    PodMonitor scrape write them."""
+
+    name: str
+    namespace: str
+    model: str
+    multi_node: bool
+    pods: tuple[str, str]  # two serving pods (Deployment pods or LeaderWorkerSet leaders)
+    worker_pod: str | None  # a LeaderWorkerSet worker (never serves /metrics)
+    groups: list[dict[str, Any]]
+
+    def vllm(self, metric: str, pod: str) -> str:
+        """A vLLM series of ``pod`` as scraped through the PodMonitor (prometheus-operator's
+        relabeling adds namespace, pod, container, endpoint, job)."""
+        return promtool.selector(metric, {
+            "namespace": self.namespace, "pod": pod, "container": "vllm", "endpoint": "http",
+            "job": f"{self.namespace}/kimi-vllm", "instance": f"10.1.0.{self.pods.index(pod) + 5}:8000",
+            "model_name": self.model, "engine": "0",
+        })
+
+    def pod(self, metric: str, pod: str, **extra: str) -> str:
+        """A kube-state-metrics series of ``pod``."""
+        return promtool.selector(metric, {"namespace": self.namespace, "pod": pod, "job": "kube-state-metrics", **extra})
+
+    def scale_target(self) -> str:
+        """kube-state-metrics' replica count of the scaled workload (the LeaderWorkerSet's leader
+        StatefulSet carries its name)."""
+        if self.multi_node:
+            return promtool.selector(m.KSM_STATEFULSET_REPLICAS,
+                                     {"namespace": self.namespace, "statefulset": "kimi-vllm", "job": "kube-state-metrics"})
+        return promtool.selector(m.KSM_DEPLOYMENT_SPEC_REPLICAS,
+                                 {"namespace": self.namespace, "deployment": "kimi-vllm", "job": "kube-state-metrics"})
+
+
+def world(name: str, variant: str = "keda") -> World:
+    run = observed(name, variant)
+    spec = run.context.spec
+    multi_node = spec.nodes_per_copy > 1
+    pods = ("kimi-vllm-0", "kimi-vllm-1") if multi_node else ("kimi-vllm-7d9f8c6b5-x2k4q", "kimi-vllm-7d9f8c6b5-p9m3z")
+    return World(name, spec.config.kubernetes.namespace, spec.served_model_name, multi_node, pods,
+                 "kimi-vllm-0-1" if multi_node else None, one(run, "PrometheusRule")["spec"]["groups"])
+
+
+def rules_by_alert(w: World) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for group in w.groups:
+        for rule in group["rules"]:
+            out.setdefault(rule["alert"], []).append(rule)
+    return out
+
+
+def expect(rule: dict[str, Any], sample_labels: dict[str, str], value: float = 1.0) -> dict[str, Any]:
+    """One expected alert of ``rule`` from its sample's labels (the rule's labels added; the
+    annotations expanded as Prometheus does)."""
+    return {
+        "exp_labels": {**sample_labels, **rule.get("labels", {})},
+        "exp_annotations": {
+            k: promtool.render_annotation(v, sample_labels, value) for k, v in rule.get("annotations", {}).items()
+        },
+    }
+
+
+def run_case(tmp_path, w: World, case: str, series: dict[str, str], checks: list[tuple[int, str, list[dict]]],
+             exprs: list[dict] | None = None) -> None:
+    """promtool test of ``w``'s rule groups: ``series`` (selector -> values, 1-minute interval),
+    ``checks`` (eval minute, alertname, expected alerts)."""
+    test: dict[str, Any] = {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "alert_rule_test": [{"eval_time": f"{t}m", "alertname": a, "exp_alerts": e} for t, a, e in checks],
+    }
+    if exprs:
+        test["promql_expr_test"] = exprs
+    done = promtool.unit_test(w.groups, test, tmp_path, case)
+    assert done.returncode == 0, f"{w.name} {case}:\n{done.stdout}{done.stderr}"
+
+
+# -- promtool check rules ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_promtool_checks_every_rule_group(name, tmp_path):
+    w = world(name)
+    done = promtool.check_rules(w.groups, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {sum(len(g['rules']) for g in w.groups)} rules found" in done.stdout
+
+
+@pytest.mark.parametrize("name, variant", [(n, "keda") for n in RULE_STACKS] + [("mi355x", "zero"), ("mi355x", "hpa")])
+def test_promtool_checks_every_scaling_query(name, variant, tmp_path):
+    queries = scaling_queries(name, variant)
+    rules = [{"record": f"kimi:scaling:{q.replace('-', '_')}", "expr": expr} for q, expr in queries.items()]
+    done = promtool.check_rules([{"name": "scaling", "rules": rules}], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_check_can_fail(tmp_path):
+    done = promtool.check_rules([{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate(x[5m])"}]}], tmp_path)
+    assert done.returncode != 0 and "parse error" in (done.stdout + done.stderr)
+
+
+# -- alerts: fires, resolves, fires again ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_no_ready_replica_fires_resolves_and_fires_again(name, tmp_path):
+    w = world(name)
+    (rule,) = rules_by_alert(w)["KimiVllmNoReadyReplica"]
+    budget = per_pod_budget_seconds(observed(name).context.sizing)
+    p1 = w.pods[0]
+    ready = promtool.values((0, 15), (1, 15), (0, 31))  # ready from 15 m to 29 m
+    series = {
+        w.pod(m.KSM_POD_INFO, p1): promtool.values((1, 61)),
+        w.pod(m.KSM_POD_CREATED, p1): promtool.values((-(budget + 600), 61)),  # created long before
+        w.pod(m.KSM_POD_STATUS_READY, p1, condition="true"): ready,
+        w.pod(m.KSM_POD_STATUS_READY, p1, condition="false"): promtool.values((1, 15), (0, 15), (1, 31)),
+    }
+    if w.worker_pod:  # a worker is never a serving replica: its readiness counts for nothing
+        series[w.pod(m.KSM_POD_INFO, w.worker_pod)] = promtool.values((1, 61))
+        series[w.pod(m.KSM_POD_STATUS_READY, w.worker_pod, condition="true")] = promtool.values((1, 61))
+    fired = [expect(rule, {})]
+    checks = [(3, rule["alert"], []), (7, rule["alert"], fired), (20, rule["alert"], []),
+              (33, rule["alert"], []), (37, rule["alert"], fired)]
+    run_case(tmp_path, w, "no-ready", series, checks)
+    # A pod still inside its startup budget: not (yet) an outage.
+    young = {
+        w.pod(m.KSM_POD_INFO, p1): promtool.values((1, 31)),
+        w.pod(m.KSM_POD_CREATED, p1): promtool.values((0, 31)),
+        w.pod(m.KSM_POD_STATUS_READY, p1, condition="true"): promtool.values((0, 31)),
+    }
+    run_case(tmp_path, w, "no-ready-young", young, [(30, rule["alert"], [])])
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_startup_over_budget_fires_per_pod_resolves_and_fires_for_the_next(name, tmp_path):
+    w = world(name)
+    (rule,) = rules_by_alert(w)["KimiVllmStartupOverBudget"]
+    budget = per_pod_budget_seconds(observed(name).context.sizing)
+    p1, p2 = w.pods
+    series = {
+        # p1 passes its budget at 2 m, becomes ready at 20 m
+        w.pod(m.KSM_POD_CREATED, p1): promtool.values((-(budget - 2 * MINUTE), 61)),
+        w.pod(m.KSM_POD_STATUS_READY, p1, condition="false"): promtool.values((1, 20), (0, 41)),
+        w.pod(m.KSM_POD_STATUS_READY, p1, condition="true"): promtool.values((0, 20), (1, 41)),
+        # p2 is created at 25 m (passes its budget at 27 m) and never becomes ready
+        w.pod(m.KSM_POD_CREATED, p2): promtool.values((None, 25), (25 * MINUTE - budget + 2 * MINUTE, 36)),
+        w.pod(m.KSM_POD_STATUS_READY, p2, condition="false"): promtool.values((None, 25), (1, 36)),
+    }
+    labels = {p: {"namespace": w.namespace, "pod": p, "job": "kube-state-metrics"} for p in (p1, p2)}
+    checks = [(1, rule["alert"], []), (8, rule["alert"], [expect(rule, labels[p1])]), (22, rule["alert"], []),
+              (30, rule["alert"], []), (34, rule["alert"], [expect(rule, labels[p2])])]
+    run_case(tmp_path, w, "startup", series, checks)
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_queue_growing_fires_resolves_and_fires_again_but_not_for_a_steady_queue(name, tmp_path):
+    w = world(name)
+    (rule,) = rules_by_alert(w)["KimiVllmQueueGrowing"]
+    minutes = observed(name).context.spec.config.observability.queue_alert_minutes
+    p1, p2 = w.pods
+    waiting = promtool.values((0, 5), "1+1x29", (0, 20), "1+1x59")  # grows 5-34 m, drained 35-54 m, grows again from 55 m
+    series = {
+        w.vllm(m.VLLM_NUM_REQUESTS_WAITING, p1): waiting,
+        w.vllm(m.VLLM_NUM_REQUESTS_WAITING, p2): promtool.values((0, 115)),
+    }
+    fired = [expect(rule, {})]
+    checks = [(5 + minutes - 2, rule["alert"], []), (5 + minutes + 5, rule["alert"], fired), (45, rule["alert"], []),
+              (50, rule["alert"], []), (55 + minutes + 5, rule["alert"], fired)]
+    run_case(tmp_path, w, "queue", series, checks)
+    steady = {w.vllm(m.VLLM_NUM_REQUESTS_WAITING, p1): promtool.values((20, 61))}
+    run_case(tmp_path, w, "queue-steady", steady, [(60, rule["alert"], [])])
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_kv_cache_near_full_fires_resolves_and_fires_again(name, tmp_path):
+    w = world(name)
+    (rule,) = rules_by_alert(w)["KimiVllmKvCacheNearFull"]
+    limit = observed(name).context.spec.config.observability.kv_cache_alert_fraction
+    high, low = (1 + limit) / 2, limit / 2
+    series = {
+        w.vllm(m.VLLM_KV_CACHE_USAGE, w.pods[0]): promtool.values((low, 10), (high, 20), (low, 20), (high, 21)),
+        w.vllm(m.VLLM_KV_CACHE_USAGE, w.pods[1]): promtool.values((low, 71)),
+    }
+    fired = [expect(rule, {}, high)]
+    checks = [(8, rule["alert"], []), (13, rule["alert"], []), (20, rule["alert"], fired), (40, rule["alert"], []),
+              (60, rule["alert"], fired)]
+    run_case(tmp_path, w, "kv", series, checks)
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_weight_sync_failed_fires_for_a_failed_job_not_for_a_retried_one(name, tmp_path):
+    w = world(name)
+    (rule,) = rules_by_alert(w)["KimiWeightSyncFailed"]
+    step = sync_steps(observed(name).context.spec, SHAPE_BUCKET if observed(name).context.spec.config.storage.mirror.enabled
+                      else None)[-1].name
+
+    def job(metric: str, job_name: str, **extra: str) -> str:
+        return promtool.selector(metric, {"namespace": w.namespace, "job_name": job_name, "job": "kube-state-metrics", **extra})
+
+    retried, failed, next_failed = (f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step}-{h}" for h in ("aaaa1111", "bbbb2222", "cccc3333"))
+    series = {
+        # a pod of `retried` failed at 5 m, its retry succeeded at 20 m: the Job completed
+        job(m.KSM_JOB_STATUS_FAILED, retried): promtool.values((0, 5), (1, 56)),
+        job(m.KSM_JOB_FAILED_CONDITION, retried, condition="true"): promtool.values((0, 61)),
+        job(m.KSM_JOB_FAILED_CONDITION, retried, condition="false"): promtool.values((1, 61)),
+        # `failed` exhausted its retries at 10 m; replaced (deleted) at 30 m
+        job(m.KSM_JOB_STATUS_FAILED, failed): promtool.values((0, 10), (7, 20)),
+        job(m.KSM_JOB_FAILED_CONDITION, failed, condition="true"): promtool.values((0, 10), (1, 20)),
+        job(m.KSM_JOB_FAILED_CONDITION, failed, condition="false"): promtool.values((1, 10), (0, 20)),
+        # its successor fails at 45 m
+        job(m.KSM_JOB_STATUS_FAILED, next_failed): promtool.values((None, 35), (0, 10), (7, 16)),
+        job(m.KSM_JOB_FAILED_CONDITION, next_failed, condition="true"): promtool.values((None, 35), (0, 10), (1, 16)),
+        job(m.KSM_JOB_FAILED_CONDITION, next_failed, condition="false"): promtool.values((None, 35), (1, 10), (0, 16)),
+    }
+    labels = {j: {"namespace": w.namespace, "job_name": j} for j in (failed, next_failed)}
+    checks = [(8, rule["alert"], []), (13, rule["alert"], [expect(rule, labels[failed])]), (40, rule["alert"], []),
+              (50, rule["alert"], [expect(rule, labels[next_failed])])]
+    run_case(tmp_path, w, "sync-failed", series, checks)
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_weight_sync_stalled_fires_per_step_resolves_and_fires_for_the_next_run(name, tmp_path):
+    w = world(name)
+    run = observed(name)
+    spec, sizing = run.context.spec, run.context.sizing
+    rules = {r["labels"]["step"]: r for r in rules_by_alert(w)["KimiWeightSyncStalled"]}
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+    assert set(rules) == {s.name for s in steps}
+    for step in steps:
+        rule = rules[step.name]
+        stall = int(obs.SYNC_STALL_FACTOR * sync_expected_seconds(spec, sizing, step))
+        first, second = f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step.name}-aaaa1111", f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step.name}-bbbb2222"
+
+        def job(metric: str, job_name: str) -> str:
+            return promtool.selector(metric, {"namespace": w.namespace, "job_name": job_name, "job": "kube-state-metrics"})
+
+        series = {
+            job(m.KSM_JOB_START_TIME, first): promtool.values((-(stall - 2 * MINUTE), 61)),  # stalls from 2 m
+            job(m.KSM_JOB_ACTIVE, first): promtool.values((1, 20), (0, 41)),  # done at 20 m
+            job(m.KSM_JOB_START_TIME, second): promtool.values((None, 30), (30 * MINUTE - stall + MINUTE, 31)),
+            job(m.KSM_JOB_ACTIVE, second): promtool.values((None, 30), (1, 31)),
+        }
+        labels = {j: {"namespace": w.namespace, "job_name": j, "job": "kube-state-metrics"} for j in (first, second)}
+        checks = [(1, rule["alert"], []), (5, rule["alert"], [expect(rule, labels[first])]), (25, rule["alert"], []),
+                  (35, rule["alert"], [expect(rule, labels[second])])]
+        run_case(tmp_path, w, f"stalled-{step.name}", series, checks)
+
+
+@pytest.mark.parametrize("name", ["b300-prod", "gb300"])
+def test_gpu_xid_alert_fires_on_a_new_xid_resolves_and_fires_on_the_next(name, tmp_path):
+    """dcgm-exporter's DCGM_FI_DEV_XID_ERRORS holds the last XID and never returns to 0: the alert
+    must fire when it changes, resolve after its window, and fire again on another XID."""
+    w = world(name)
+    (rule,) = rules_by_alert(w)["KimiGpuXidError"]
+
+    def gpu(index: str, namespace: str, pod: str | None) -> dict[str, str]:
+        labels = {"gpu": index, "UUID": f"GPU-{index}", "Hostname": "node-a", "device": f"nvidia{index}",
+                  "modelName": "NVIDIA B300", "job": "gpu-monitoring/dcgm-exporter"}
+        return {**labels, "namespace": namespace, "pod": pod, "container": "vllm"} if pod else labels
+
+    ours, idle, theirs = gpu("0", w.namespace, w.pods[0]), gpu("1", w.namespace, w.pods[0]), gpu("2", OTHER_NAMESPACE, "x")
+    series = {
+        promtool.selector(m.DCGM_XID_ERRORS, ours): promtool.values((0, 10), (79, 50), (48, 41)),
+        promtool.selector(m.DCGM_XID_ERRORS, idle): promtool.values((0, 101)),
+        promtool.selector(m.DCGM_XID_ERRORS, theirs): promtool.values((0, 5), (31, 96)),
+    }
+    checks = [(5, rule["alert"], []), (12, rule["alert"], [expect(rule, ours, 79)]), (40, rule["alert"], []),
+              (62, rule["alert"], [expect(rule, ours, 48)]), (95, rule["alert"], [])]
+    run_case(tmp_path, w, "xid", series, checks)
+
+
+def test_gpu_ecc_alert_fires_for_this_namespace_resolves_and_fires_again(tmp_path):
+    w = world("mi355x")
+    (rule,) = rules_by_alert(w)["KimiGpuUncorrectableEcc"]
+
+    def gpu(index: str, namespace: str, pod: str) -> dict[str, str]:
+        return {"gpu_id": index, "hostname": "node-a", "card_model": "MI355X", "namespace": namespace, "pod": pod,
+                "container": "vllm", "job": "kube-amd-gpu/amd-metrics-exporter"}
+
+    ours, theirs = gpu("0", w.namespace, w.pods[0]), gpu("1", OTHER_NAMESPACE, "x")
+    series = {
+        promtool.selector(m.AMD_ECC_UNCORRECTABLE, ours): promtool.values((0, 10), (2, 50), (5, 41)),
+        promtool.selector(m.AMD_ECC_UNCORRECTABLE, theirs): promtool.values((0, 5), (3, 96)),
+    }
+    checks = [(5, rule["alert"], []), (12, rule["alert"], [expect(rule, ours)]), (40, rule["alert"], []),
+              (62, rule["alert"], [expect(rule, ours)]), (95, rule["alert"], [])]
+    run_case(tmp_path, w, "ecc", series, checks)
+
+
+def test_alert_unit_tests_can_fail(tmp_path):
+    """The same harness rejects a rule that stays firing (today's XID rule shape) where the
+    expectation says resolved."""
+    w = world("gb300")
+    broken = [{"name": "g", "rules": [{"alert": "KimiGpuXidError", "expr": f"{m.DCGM_XID_ERRORS} > 0",
+                                       "labels": {"severity": "critical"}}]}]
+    test = {"interval": "1m",
+            "input_series": [
+                {"series": promtool.selector(m.DCGM_XID_ERRORS, {"gpu": "0"}), "values": promtool.values((0, 5), (79, 40))}
+            ],
+            "alert_rule_test": [{"eval_time": "40m", "alertname": "KimiGpuXidError", "exp_alerts": []}]}
+    done = promtool.unit_test(broken, test, tmp_path, "broken")
+    assert done.returncode != 0 and "KimiGpuXidError" in done.stdout + done.stderr
+    del w
+
+
+# -- scaling queries ------------------------------------------------------------------------------
+
+
+def scaling_queries(name: str, variant: str = "keda") -> dict[str, str]:
+    """Signal -> the query the scaler runs: the ScaledObject's Prometheus triggers, or the
+    prometheus-adapter rules of the HPA variant."""
+    run = observed(name, variant)
+    if variant == "hpa":
+        plan = scaling_plan(run.context.spec, run.context.sizing)
+        names = {v: k for k, v in asc_mod.HPA_EXTERNAL_METRICS.items()}
+        return {names[r["name"]["as"]]: r["metricsQuery"] for r in asc_mod.adapter_rules(run.context.spec, plan)}
+    return {t["name"]: t["metadata"]["query"] for t in one(run, "ScaledObject")["spec"]["triggers"] if t["type"] == "prometheus"}
+
+
+def hold_minutes(name: str, variant: str) -> int:
+    run = observed(name, variant)
+    return math.ceil(scaling_plan(run.context.spec, run.context.sizing).scale_down_delay_seconds / MINUTE)
+
+
+@dataclass(frozen=True)
+class ScalingCase:
+    """One state of the world and what each signal must read then (None: no value, an error for
+    the scaler, so KEDA's fallback holds the replicas)."""
+
+    series: dict[str, str]
+    eval_minute: int
+    queue: float | None
+    kv_cache: float | None
+    busy_replicas: float | None
+
+
+def scaling_cases(w: World, hold: int) -> dict[str, ScalingCase]:
+    """The states a scaler meets, over ``hold`` minutes of scale-down delay."""
+    p1, p2 = w.pods
+    end = hold + 60  # every case runs longer than the hold
+    n = end + 1
+
+    def replica(pod: str, waiting: str, running: str, kv: str) -> dict[str, str]:
+        return {w.vllm(m.VLLM_NUM_REQUESTS_WAITING, pod): waiting, w.vllm(m.VLLM_NUM_REQUESTS_RUNNING, pod): running,
+                w.vllm(m.VLLM_KV_CACHE_USAGE, pod): kv}
+
+    def ready(pod: str, values: str) -> dict[str, str]:
+        return {w.pod(m.KSM_POD_STATUS_READY, pod, condition="true"): values}
+
+    def workers() -> dict[str, str]:  # LeaderWorkerSet workers: ready, no /metrics of their own
+        return ready(w.worker_pod, promtool.values((1, n))) if w.worker_pod else {}
+
+    two = {w.scale_target(): promtool.values((2, n)), **ready(p1, promtool.values((1, n))), **ready(p2, promtool.values((1, n))),
+           **workers()}
+
+    def const(value: float) -> str:
+        return promtool.values((value, n))
+
+    def until(value: float, minute: int) -> str:  # scraped until `minute`, then the scrape is lost
+        return promtool.values((value, minute), ("stale", 1))
+
+    lost_at = hold + 10
+    busy = {**two, **replica(p1, const(3), const(2), const(0.5)), **replica(p2, const(5), const(0), const(0.25))}
+    quiet = {**two, **replica(p1, const(0), const(0), const(0)), **replica(p2, const(0), const(0), const(0))}
+    # demand 10 minutes in, none since
+    earlier = {**two, **replica(p1, promtool.values((6, 10), (0, n - 10)), const(0), const(0)),
+               **replica(p2, const(0), const(0), const(0))}
+    lost_p2 = replica(p2, until(0, lost_at), until(0, lost_at), until(0.1, lost_at))
+    cases = {
+        "demand": ScalingCase(busy, end, 8, 0.75, 1),
+        "idle": ScalingCase(quiet, end, 0, 0, 0),
+        # held for the whole scale-down delay, then gone
+        "demand-held": ScalingCase(earlier, hold, 6, 0, 0),
+        "demand-expired": ScalingCase(earlier, end, 0, 0, 0),
+        # scaled to zero (outside the serving windows): no vLLM series, the workload says 0 replicas
+        "zero-replicas": ScalingCase({w.scale_target(): const(0)}, end, 0, 0, 0),
+        # nothing to read at all (kube-state-metrics and vLLM both gone): an error, not "idle"
+        "nothing-readable": ScalingCase({w.scale_target(): until(2, 10)}, end, None, None, None),
+        # both replicas ready but their scrape is lost at `lost_at`: an error at once, not a held value
+        "scrape-lost": ScalingCase(
+            {**two, **replica(p1, until(3, lost_at), until(1, lost_at), until(0.5, lost_at)), **lost_p2},
+            lost_at + 2, None, None, None,
+        ),
+        # one of two ready replicas unscraped: the sum would undercount, so no value either
+        "one-scrape-lost": ScalingCase(
+            {**two, **replica(p1, const(3), const(1), const(0.5)), **lost_p2}, lost_at + 2, None, None, None,
+        ),
+        # lost for longer than the hold, kube-state-metrics unread: still an error, never "idle"
+        "scrape-lost-past-hold": ScalingCase(
+            replica(p1, until(3, 10), until(1, 10), until(0.5, 10)), hold + 20, None, None, None,
+        ),
+    }
+    # The serving window opens at `start`: 0 -> 1 replica; the new pod loads for 30 minutes (no
+    # series, not ready), then serves. While it loads the signals read the held 0, not an error.
+    start = hold + 10
+    loading, serving = (None, start + 30), n + 10 - start - 30
+    scale_up = {w.scale_target(): promtool.values((0, start), (1, n + 40 - start)),
+                **ready(p1, promtool.values((None, start), (0, 30), (1, n + 10 - start)))}
+    scale_up.update(replica(p1, promtool.values(loading, (2, serving)), promtool.values(loading, (1, serving)),
+                            promtool.values(loading, (0.25, serving))))
+    cases["scale-up-loading"] = ScalingCase(scale_up, start + 15, 0, 0, 0)
+    cases["scale-up-serving"] = ScalingCase(scale_up, start + 40, 2, 0.25, 1)
+    return cases
+
+
+SCALING_VARIANTS = [(n, "keda") for n in RULE_STACKS] + [("mi355x", "zero"), ("mi355x", "hpa")]
+CASE_NAMES = ("demand", "idle", "demand-held", "demand-expired", "zero-replicas", "nothing-readable", "scrape-lost",
+              "one-scrape-lost", "scrape-lost-past-hold", "scale-up-loading", "scale-up-serving")
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+@pytest.mark.parametrize("name, variant", SCALING_VARIANTS)
+def test_scaling_query_reads_each_state_of_the_world(name, variant, case, tmp_path):
+    w = world(name, variant)
+    c = scaling_cases(w, hold_minutes(name, variant))[case]
+    queries = scaling_queries(name, variant)
+    assert set(queries) == {"queue", "kv-cache", "busy-replicas"}
+    expected = {"queue": c.queue, "kv-cache": c.kv_cache, "busy-replicas": c.busy_replicas}
+    exprs = [
+        {"expr": queries[q], "eval_time": f"{c.eval_minute}m", "exp_samples": [] if v is None else promtool.samples([({}, v)])}
+        for q, v in expected.items()
+    ]
+    series = [{"series": s, "values": v} for s, v in c.series.items()]
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": exprs}
+    done = promtool.unit_test([], test, tmp_path, f"{variant}-{case}")
+    assert done.returncode == 0, f"{name} ({variant}) {case}:\n{done.stdout}{done.stderr}"
+    if variant != "hpa" and any(v is None for v in expected.values()):
+        # KEDA reads an empty result as an error (engaging the fallback) only without ignoreNullValues
+        triggers = {t["name"]: t for t in one(observed(name, variant), "ScaledObject")["spec"]["triggers"]}
+        for q, v in expected.items():
+            if v is None:
+                ignore = triggers[q]["metadata"].get("ignoreNullValues", "true") == "true"  # KEDA's default: true
+                with pytest.raises(promtool.KedaError):
+                    promtool.keda_reading({"result": []}, ignore)
+
+
+def test_keda_reading_mirrors_the_scaler():
+    assert promtool.keda_reading({"result": []}, True) == 0.0
+    with pytest.raises(promtool.KedaError, match="result is empty"):
+        promtool.keda_reading({"result": []}, False)
+    with pytest.raises(promtool.KedaError, match="multiple elements"):
+        promtool.keda_reading({"result": [{"value": [0, "1"]}, {"value": [0, "2"]}]}, True)
+    assert promtool.keda_reading({"data": {"result": [{"metric": {}, "value": [0, "2.5"]}]}}, False) == 2.5
+    with pytest.raises(promtool.KedaError):
+        promtool.keda_reading({"result": [{"value": [0, "NaN"]}]}, False)
