@@ -247,8 +247,10 @@ def _section_stage_then_serve(view: View) -> list[Text]:
     if not rows:
         return [_heading("stage, then serve", "no S3 mirror: nothing to stage (phase: stage needs one)")]
     lines = [_heading("stage, then serve", f"this stack's phase: {view.doc['phase']}")]
-    lines += _rows([(path, f"ready in {ready}; GPU USD {gpu}" + (f"; staging USD {staging}" if staging.strip("-") else ""))
-                    for path, ready, gpu, staging in rows], view.width, label_max=20)
+    texts = [f"ready in {ready}; GPU USD {gpu}" + (f"; staging USD {staging}" if staging.strip("-") else "")
+             for _, ready, gpu, staging in rows[:2]]
+    texts.append(f"{rows[2][1]} of GPU time; USD {rows[2][2]}")
+    lines += _rows([(row[0], text) for row, text in zip(rows, texts, strict=True)], view.width, label_max=20)
     for note in _stage_then_serve_notes(view.doc):
         lines += [Text(line) for line in wrap(note, view.width, prefix="  ", indent="    ")]
     return lines
