@@ -255,6 +255,7 @@ class TimeToReadyConfig(_Raw):
     engine_init_cached_seconds: float | None = Field(
         None, alias="engineInitCachedSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
     )
+    stager_boot_seconds: float | None = Field(None, alias="stagerBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
 
 
 class RawConfig(_Raw):
@@ -268,6 +269,8 @@ class RawConfig(_Raw):
     expires_at: datetime | None = Field(None, alias="expiresAt")
     trial_ttl_hours: StrictInt = Field(DEFAULT_TRIAL_TTL_HOURS, alias="trialTtlHours", ge=1, le=24 * 30)
     protect: bool | None = None
+    # stage: create everything the weights need and nothing that needs a GPU (config/phase.py).
+    phase: Literal["stage", "serve"] = "serve"
     model: ModelConfig = ModelConfig()
     compute: ComputeConfig = ComputeConfig()
     network: NetworkConfig = NetworkConfig()
