@@ -251,7 +251,11 @@ def _section_stage_then_serve(view: View) -> list[Text]:
              for _, ready, gpu, staging in rows[:2]]
     texts.append(f"{rows[2][1]} of GPU time; USD {rows[2][2]}")
     lines += _rows([(row[0], text) for row, text in zip(rows, texts, strict=True)], view.width, label_max=20)
-    for note in _stage_then_serve_notes(view.doc):
+    notes = _stage_then_serve_notes(view.doc)
+    if len(notes) > 1 and not view.details:
+        notes = [notes[0], "reserved capacity bills its whole term: staging saves GPU money only when the reservation "
+                           "starts at the switch to serve (--details)"]
+    for note in notes:
         lines += [Text(line) for line in wrap(note, view.width, prefix="  ", indent="    ")]
     return lines
 
