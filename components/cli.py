@@ -8,6 +8,7 @@
     kimi-deploy sweep --region us-east-1       # scripts/sweep.py
     kimi-deploy sync --source S --dest D       # scripts/weight_sync/ (package)
     kimi-deploy bench                          # scripts/bench_sync.py
+    kimi-deploy engine verify --image IMAGE    # scripts/engine_verify.py
 
 Installed as a console script by ``pip install -e .`` (``make setup``; pyproject.toml
 ``[project.scripts]``); ``python -m components.cli`` is the same command. Each subcommand
@@ -54,6 +55,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "sweep": Subcommand("scripts.sweep", "find (and with --destroy end) expired trial stacks in a region"),
     "sync": Subcommand("scripts.weight_sync", "copy and verify the weights: hub -> S3 mirror -> node (what the nodes run)"),
     "bench": Subcommand("scripts.bench_sync", "weight-sync benchmark beside s5cmd and cp (figures, not a test)"),
+    "engine": Subcommand(
+        "scripts.engine_verify", "engine verify --image IMAGE: prove a vLLM build serves the model before a GPU pulls it"
+    ),
 }
 
 

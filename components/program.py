@@ -127,12 +127,14 @@ def build_context(now: datetime | None = None, *, allow_blockers: bool = False) 
 
     Raises:
         ConfigError: any invalid config value, or the first of ``spec.blockers`` (before any
-            resource is declared).
+            resource is declared) in the ``serve`` phase; a ``stage`` declares no engine, so a
+            build that cannot serve does not block it.
     """
     now = now or current_time()
     values, secrets_set = read_namespace_config()
     spec = parse_spec(values, stack=pulumi.get_stack(), project=pulumi.get_project(), now=now, secrets_set=secrets_set)
-    if spec.blockers and not allow_blockers:
+    # A stage runs no engine (config/phase.py): an engine build that cannot serve blocks serve only.
+    if spec.blockers and not allow_blockers and not spec.staging:
         raise spec.blockers[0]
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
@@ -195,6 +197,7 @@ def declare(ctx: DeploymentContext) -> dict[str, Any]:
         "target": spec.target.name,
         "platform": spec.platform,
         "environment": spec.environment,
+        "phase": spec.config.phase,
         "servedModelNames": list(ctx.vllm.served_model_names),
         "vllmImage": ctx.vllm.image,
         "startupBudgetSeconds": sizing.startup_budget_seconds,
@@ -206,6 +209,8 @@ def declare(ctx: DeploymentContext) -> dict[str, Any]:
         outputs["expiresAt"] = ctx.expires_at
     platform = PLATFORM_DECLARERS[spec.platform](ctx)
     outputs.update(platform.outputs)
+    if spec.staging:
+        outputs.update(_stage_outputs(spec, outputs.get("mirrorBucket") or spec.config.storage.mirror.bucket_name))
     if (platform.kubernetes is not None) != spec.profile.runs_kubernetes:
         raise ValueError(f"platform {spec.platform}: its declare function's Kubernetes handle does not match its profile")
     if platform.kubernetes is not None:
@@ -214,6 +219,20 @@ def declare(ctx: DeploymentContext) -> dict[str, Any]:
         k8s_result = declare_workloads(ctx, platform.kubernetes)
         outputs.update(k8s_result.outputs)
     return outputs
+
+
+def _stage_outputs(spec: DeploymentSpec, bucket: Any) -> dict[str, Any]:
+    """``mirrorCompleteMarker``: the object whose existence says the stage is done (the publish
+    writes it last); ``switchToServe``: what to run then (``config.phase.SWITCH_TO_SERVE``)."""
+    from components.core.config.phase import SWITCH_TO_SERVE
+    from components.core.weights import MARKER_NAME, mirror_uri
+
+    marker = pulumi.Output.from_input(bucket).apply(lambda b: f"{mirror_uri(spec, b)}/{MARKER_NAME}")
+    return {
+        "mirrorCompleteMarker": marker,
+        "switchToServe": f"once mirrorCompleteMarker exists (kimi-deploy preflight --stack {spec.stack}: mirror "
+        f"pass): {SWITCH_TO_SERVE}",
+    }
 
 
 def main() -> dict[str, Any]:

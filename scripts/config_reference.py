@@ -444,6 +444,7 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
     "expiresAt": (Probe(("2026-12-03T00:00:00Z",)),),
     "trialTtlHours": (Probe((48, 72)),),
     "protect": (Probe((True, False)),),
+    "phase": (Probe(("stage", "serve")),),
     "model.source": (Probe(("modelscope",)),),
     "model.revision": (Probe((SAMPLE_COMMIT, SAMPLE_COMMIT[::-1])),),
     "model.servedModelName": (Probe(("kimi-k3",)),),
@@ -580,6 +581,7 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
     "timeToReady.copyGBps": (Probe((2.0,)),),
     "timeToReady.engineInitSeconds": (Probe((3600.0,)),),
     "timeToReady.engineInitCachedSeconds": (Probe((300.0,)),),
+    "timeToReady.stagerBootSeconds": (Probe((300.0,)),),
     AWS_REGION: (Probe(("us-west-2",), also={"compute.availabilityZone": "us-west-2a"}, stacks=("b300",)),),
 }
 

@@ -184,7 +184,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "warnings": list(spec.warnings),
         # What stops `pulumi up` (the program raises the first) although the plan renders.
         "blockers": [str(b) for b in spec.blockers],
-        "deployable": not spec.blockers,
+        # A stage declares no engine: a build that cannot serve blocks serve only (config/phase.py).
+        "deployable": not spec.blockers or spec.staging,
         # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP;
         # ignore_changes (where set): inputs `pulumi up` keeps from the state.
         "resources": [
@@ -201,7 +202,76 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         **scaling_section(spec, sizing),
         **_scraping_section(spec),
         **_time_to_ready_section(spec, sizing, steps),
+        **_stage_then_serve_section(spec, sizing, steps),
     }
+
+
+def _stage_then_serve_section(spec, sizing, steps) -> dict[str, Any]:
+    """``phase`` (the stack's) and ``stage_then_serve``: ``phase: stage`` until the mirror is
+    complete, then serve, beside a single ``pulumi up`` (``time_to_ready.stage_then_serve``), or
+    None without a mirror (nothing to stage)."""
+    from components.core.time_to_ready import stage_then_serve
+
+    model = stage_then_serve(spec, sizing, steps)
+    return {"phase": spec.config.phase, "stage_then_serve": model.as_json() if model is not None else None}
+
+
+def stage_then_serve_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The compact comparison for people: ``(path, time to ready, GPU USD, staging USD)`` rows of a
+    single ``pulumi up``, stage then serve, and the GPU wait saved; empty without a mirror."""
+    sts = doc.get("stage_then_serve")
+    if not sts:
+        return []
+
+    def usd(value: float | None) -> str:
+        return "unknown (no GPU price)" if value is None else f"{value:,.2f}"
+
+    single, serve = sts["single_up"], sts["serve"]
+    staging = "none added" if sts["staging_usd"] is None else usd(sts["staging_usd"])
+    return [
+        ("single `pulumi up`", _duration(single["total_seconds"]), usd(single["gpu_usd"]), "-"),
+        ("stage, then serve", _duration(sts["total_seconds"]), usd(serve["gpu_usd"]), staging),
+        ("GPU wait saved", _duration(sts["gpu_seconds_saved"]), usd(sts["gpu_usd_saved"]), ""),
+    ]
+
+
+def _stage_then_serve_notes(doc: dict[str, Any]) -> list[str]:
+    """What runs the stage, when to switch, and the reservation note where it applies."""
+    sts = doc["stage_then_serve"]
+    notes = [f"staging on {sts['staging_compute']}; switch to serve at {_duration(sts['switch_at_seconds'])}, "
+             f"when {sts['switch_when']}"]
+    return notes + ([sts["reservation_note"]] if sts["reservation_note"] else [])
+
+
+def _section_stage_then_serve(view: View) -> list[Text]:
+    """Stage then serve beside a single `pulumi up` (``stage_then_serve_rows``), then what runs the
+    stage, when to switch and, for reserved capacity, that it bills anyway."""
+    rows = stage_then_serve_rows(view.doc)
+    if not rows:
+        return [_heading("stage, then serve", "no S3 mirror: nothing to stage (phase: stage needs one)")]
+    lines = [_heading("stage, then serve", f"this stack's phase: {view.doc['phase']}")]
+    texts = [f"ready in {ready}; GPU USD {gpu}" + (f"; staging USD {staging}" if staging.strip("-") else "")
+             for _, ready, gpu, staging in rows[:2]]
+    texts.append(f"{rows[2][1]} of GPU time; USD {rows[2][2]}")
+    lines += _rows([(row[0], text) for row, text in zip(rows, texts, strict=True)], view.width, label_max=20)
+    notes = _stage_then_serve_notes(view.doc)
+    if len(notes) > 1 and not view.details:
+        notes = [notes[0], "reserved capacity bills its whole term: staging saves GPU money only when the reservation "
+                           "starts at the switch to serve (--details)"]
+    for note in notes:
+        lines += [Text(line) for line in wrap(note, view.width, prefix="  ", indent="    ")]
+    return lines
+
+
+def _stage_then_serve_lines(doc: dict[str, Any]) -> list[str]:
+    """The section as text lines (markdown table; the table renderer prints the same rows)."""
+    rows = stage_then_serve_rows(doc)
+    if not rows:
+        return ["", "**Stage, then serve**: no S3 mirror, nothing to stage (phase: stage needs one)."]
+    lines = ["", f"**Stage, then serve** (this stack's phase: {doc['phase']})", "",
+             "| path | time to ready | GPU USD | staging USD |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return lines + [""] + [f"> {note}" for note in _stage_then_serve_notes(doc)]
 
 
 def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
@@ -453,6 +523,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             f"- `{step['name']}` ({where}, about {_duration(step['expected_seconds'])}): `{step['source']}` -> `{step['dest']}`"
         )
     lines += _time_to_ready_markdown(doc)
+    lines += _stage_then_serve_lines(doc)
     lines += ["", f"**Resources** ({len(doc['resources'])})", "", "| type | name | key inputs |", "|---|---|---|"]
     for r in doc["resources"]:
         # Outside code spans `<known after pulumi up>` would be read as an HTML tag and hidden.
@@ -865,6 +936,7 @@ TABLE_SECTIONS: tuple[Callable[[View], list[Text]], ...] = (
     _section_commands,
     _section_weight_sync,
     _section_time_to_ready,
+    _section_stage_then_serve,
     _section_resources,
 )
 

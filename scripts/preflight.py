@@ -27,6 +27,9 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   mirror                the S3 mirror exists and its manifest.json is complete
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
+  vllm-argv             the stack's serve commands parse with the real vLLM parser (.venv-vllm)
+  engine-image          (where docker or podman answers) `kimi-deploy engine verify` of the
+                        stack's engine image: version, required features, parsers, env names
 An API that cannot answer (type unknown to the catalog, access denied, not implemented by the
 endpoint, no credentials) gives ``unknown``, never a crash; a check that does not apply to the
 stack is ``skip`` with or without credentials. boto3 honors AWS_ENDPOINT_URL (on localhost with no
@@ -55,8 +58,10 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.core.config import ConfigError, DeploymentSpec, format_utc, load_stack, stack_names
+from components.core.config.phase import SWITCH_TO_SERVE
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
+from scripts import engine_verify
 from scripts._cli import (
     DUMMY_AWS_CREDENTIALS,
     EXIT_CHECK_FAILED,
@@ -799,7 +804,8 @@ def check_service(spec: DeploymentSpec, clients: AwsClients, service: str) -> Ch
 
 
 def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str | None) -> Check:
-    """The S3 mirror bucket and its manifest.json: every listed file present at its size."""
+    """The S3 mirror bucket and its manifest.json: every listed file present at its size. In a
+    ``phase: stage`` stack a complete mirror says to switch to serve (``SWITCH_TO_SERVE``)."""
     from botocore.exceptions import ClientError
 
     name = "mirror"
@@ -827,6 +833,9 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
         return Check(name, UNKNOWN, str(err))
     except ClientError as err:
         if _code(err) in ("NoSuchKey", "404"):
+            if spec.staging:
+                return Check(name, WARN, f"{where}/{MANIFEST_NAME} is missing: the stage's publish has not finished; stay in "
+                             "phase stage (the manifest and marker are written last)")
             return Check(
                 name,
                 WARN,
@@ -858,6 +867,8 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
         return Check(name, WARN, f"{what}, but no {MARKER_NAME}: the last sync did not finish")
     if len(files) != spec.model.file_count:
         return Check(name, WARN, f"{what}; the model profile lists {spec.model.file_count} files")
+    if spec.staging:
+        return Check(name, PASS, f"{what}: staged; switch: {SWITCH_TO_SERVE}")
     return Check(name, PASS, what)
 
 
@@ -993,6 +1004,20 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
     return Check("vllm-argv", PASS, f"vLLM {parser_version}'s parser accepts the {roles} command")
 
 
+def check_engine_image(spec: DeploymentSpec, runtime: str) -> Check:
+    """``kimi-deploy engine verify`` of the stack's engine image (scripts/engine_verify.py): pulled
+    with ``runtime``, the model's required features, version, parsers, env names and serve commands
+    checked inside it. Run only where a container runtime is present (the image is ~25 GB)."""
+    from components.core.sizing import compute_sizing
+    from components.core.vllm import build_vllm_command
+
+    image = build_vllm_command(spec, compute_sizing(spec)).image
+    result = engine_verify.verify(image, spec.stack, runtime)
+    if result.proven:
+        return Check("engine-image", PASS, f"{image} serves {spec.model.display_name} (pinned: {result.pinned})")
+    return Check("engine-image", FAIL, one_line("; ".join(result.refusals()))[:300])
+
+
 # ---------------------------------------------------------------------------------------------
 # Orchestration
 # ---------------------------------------------------------------------------------------------
@@ -1024,10 +1049,13 @@ def run_checks(
     context: str | None = None,
     progress: Callable[[str], None] | None = None,
     vllm_python: Path | None = None,
+    container_runtime: str | None = None,
 ) -> list[Check]:
     """All preflight checks of ``spec`` in order. Never raises for an API's answer.
 
     ``vllm_python``: the vLLM parser venv's python for ``vllm-argv`` (None: that check is skipped).
+    ``container_runtime``: docker or podman; when given, ``engine-image`` verifies the stack's
+    engine image inside it (``kimi-deploy engine verify``); without one that check is not listed.
     """
     from components.core.time_to_ready import pulumi_up_seconds, stack_time_to_ready
 
@@ -1085,6 +1113,9 @@ def run_checks(
     checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
     step("vLLM command")
     checks.append(check_vllm_argv(spec, vllm_python))
+    if container_runtime is not None:
+        step("engine image")
+        checks.append(check_engine_image(spec, container_runtime))
     return checks
 
 
@@ -1141,6 +1172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
         "vllm_python": find_vllm_python(),
+        "container_runtime": engine_verify.usable_runtime(),
     }
     if sys.stderr.isatty() and not args.json:
         from rich.console import Console

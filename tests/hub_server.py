@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 import time
 import urllib.parse
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -27,8 +29,39 @@ def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def is_lfs(path: str, data: bytes) -> bool:
+def is_lfs(path: str, data: bytes | DiskFile) -> bool:
     return path.endswith(".safetensors") or len(data) >= 1024
+
+
+@dataclass(frozen=True)
+class DiskFile:
+    """A repo file served from disk (checkpoints of several GB: benchmarks), not held in memory.
+
+    Attributes:
+        path: the file on disk.
+        size_bytes: its size.
+        sha256: its sha256 (hex), what the hub reports for an LFS file and sends as its ETag.
+    """
+
+    path: str
+    size_bytes: int
+    sha256: str
+
+    def __len__(self) -> int:
+        return self.size_bytes
+
+    def lfs_pointer_blob_sha1(self) -> str:
+        """The git blob id of the file's LFS pointer (what the hub reports as an LFS file's blobId)."""
+        pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {self.size_bytes}\n"
+        return git_blob_sha1(pointer.encode())
+
+
+def _sha256_of(data: bytes | DiskFile) -> str:
+    return data.sha256 if isinstance(data, DiskFile) else hashlib.sha256(data).hexdigest()
+
+
+def _blob_id(data: bytes | DiskFile) -> str:
+    return data.lfs_pointer_blob_sha1() if isinstance(data, DiskFile) else git_blob_sha1(data)
 
 
 class HubState:
@@ -48,9 +81,10 @@ class HubState:
         self.requests: list[tuple[str, str]] = []
         self.lock = threading.Lock()
 
-    def add_repo(self, repo_id: str, files: dict[str, bytes], branch: str = "main") -> str:
-        """Add (or update) a repo with one commit on `branch`; returns the 40-hex commit id."""
-        commit = hashlib.sha1(repr(sorted((p, hashlib.sha256(d).hexdigest()) for p, d in files.items())).encode()
+    def add_repo(self, repo_id: str, files: dict[str, bytes | DiskFile], branch: str = "main") -> str:
+        """Add (or update) a repo with one commit on `branch`; returns the 40-hex commit id.
+        A ``DiskFile`` value is served from disk (always as an LFS file)."""
+        commit = hashlib.sha1(repr(sorted((p, _sha256_of(d)) for p, d in files.items())).encode()
                               + repo_id.encode()).hexdigest()
         repo = self.repos.setdefault(repo_id, {"branches": {}, "commits": {}})
         repo["commits"][commit] = dict(files)
@@ -151,12 +185,26 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, files, f"{files}: {m.group(1)}@{m.group(2)}", head_only)
             siblings = []
             for p, data in sorted(files.items()):
-                sib = {"rfilename": p, "size": len(data), "blobId": git_blob_sha1(data)}
+                sib = {"rfilename": p, "size": len(data), "blobId": _blob_id(data)}
                 if is_lfs(p, data):
-                    sib["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": 134}
+                    sib["lfs"] = {"size": len(data), "sha256": _sha256_of(data), "pointerSize": 134}
                 siblings.append(sib)
             body = json.dumps({"id": m.group(1), "modelId": m.group(1), "sha": commit, "siblings": siblings}).encode()
             return self._send(200, body, {"Content-Type": "application/json"}, head_only)
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", path)
+        if m:  # HfApi.list_repo_tree (snapshot_download, `hf download`): one page, every file
+            if not self._repo_access(m.group(1), files_route=False, head_only=head_only):
+                return
+            commit, files = self._resolve(m.group(1), urllib.parse.unquote(m.group(2)))
+            if commit is None:
+                return self._error(404, files, f"{files}: {m.group(1)}@{m.group(2)}", head_only)
+            entries = []
+            for p, data in sorted(files.items()):
+                entry = {"type": "file", "oid": _blob_id(data), "size": len(data), "path": p}
+                if is_lfs(p, data):
+                    entry["lfs"] = {"oid": _sha256_of(data), "size": len(data), "pointerSize": 134}
+                entries.append(entry)
+            return self._send(200, json.dumps(entries).encode(), {"Content-Type": "application/json"}, head_only)
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if not m:
             return self._error(404, "NotFound", f"no route {path}", head_only)
@@ -169,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
         if file_path not in files:
             return self._error(404, "EntryNotFound", f"EntryNotFound: {file_path}", head_only)
         data = files[file_path]
-        etag = hashlib.sha256(data).hexdigest() if is_lfs(file_path, data) else git_blob_sha1(data)
+        etag = _sha256_of(data) if is_lfs(file_path, data) else _blob_id(data)
         headers = {"X-Repo-Commit": commit, "ETag": f'"{etag}"', "Accept-Ranges": "bytes",
                    "Content-Type": "application/octet-stream"}
         if head_only:
@@ -184,6 +232,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(status, "ServerError", f"injected {status}")
         if state.download_delay_seconds:
             time.sleep(state.download_delay_seconds)
+        if isinstance(data, DiskFile):
+            return self._send_disk_file(data, headers)
         if corrupt:
             data = bytes([data[0] ^ 0xFF]) + data[1:]
         if file_path in state.truncate_always:
@@ -196,6 +246,28 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
             return self._send(206, data[start:end + 1], headers)
         return self._send(200, data, headers)
+
+
+    def _send_disk_file(self, blob: DiskFile, headers: dict) -> None:
+        """GET of a ``DiskFile`` (with Range), streamed by ``os.sendfile`` (no copy through Python)."""
+        start, end = 0, blob.size_bytes - 1
+        rng = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        status = 200
+        if rng:
+            start = int(rng.group(1))
+            end = min(int(rng.group(2)), end) if rng.group(2) else end
+            headers["Content-Range"] = f"bytes {start}-{end}/{blob.size_bytes}"
+            status = 206
+        headers["Content-Length"] = str(end - start + 1)
+        self._send(status, b"", headers, head_only=True)
+        self.wfile.flush()
+        with open(blob.path, "rb") as f:
+            offset, left = start, end - start + 1
+            while left > 0:
+                sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, min(left, 1 << 30))
+                if sent == 0:
+                    break
+                offset, left = offset + sent, left - sent
 
 
 class HubServer(ThreadingHTTPServer):
@@ -216,3 +288,58 @@ class HubServer(ThreadingHTTPServer):
     def __exit__(self, *exc):
         self.shutdown()
         self.server_close()
+
+
+def disk_repo_files(root: str, sha256_by_path: dict[str, str] | None = None) -> dict[str, bytes | DiskFile]:
+    """The files under ``root`` as repo files: LFS-sized ones as ``DiskFile`` (sha256 from
+    ``sha256_by_path`` where given, else hashed once here), small non-LFS ones as bytes."""
+    files: dict[str, bytes | DiskFile] = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            size = os.path.getsize(full)
+            if not is_lfs(rel, b"\0" * min(size, 1024)):
+                with open(full, "rb") as f:
+                    files[rel] = f.read()
+                continue
+            sha = (sha256_by_path or {}).get(rel)
+            if sha is None:
+                digest = hashlib.sha256()
+                with open(full, "rb") as f:
+                    while chunk := f.read(8 << 20):
+                        digest.update(chunk)
+                sha = digest.hexdigest()
+            files[rel] = DiskFile(full, size, sha)
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a directory as one hub repo until SIGTERM (benchmarks run the hub in its own process,
+    so its CPU is not counted as the client's). Prints one JSON line: endpoint, repo, commit."""
+    import argparse
+    import signal
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m tests.hub_server", description=main.__doc__)
+    p.add_argument("--serve", required=True, metavar="DIR", help="directory whose files are the repo's")
+    p.add_argument("--repo", required=True, help="repo id, ORG/NAME")
+    p.add_argument("--exclude", action="append", default=[], help="a file name to leave out (repeatable)")
+    p.add_argument("--sha256-from", metavar="MANIFEST", help="a manifest.json whose files[].sha256 to use")
+    args = p.parse_args(argv)
+    known = None
+    if args.sha256_from:
+        with open(args.sha256_from) as f:
+            known = {e["path"]: e["sha256"] for e in json.load(f)["files"]}
+    files = {k: v for k, v in disk_repo_files(args.serve, known).items() if k not in set(args.exclude)}
+    server = HubServer()
+    commit = server.state.add_repo(args.repo, files)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(json.dumps({"endpoint": server.endpoint, "repo": args.repo, "commit": commit}), flush=True)
+    with server:
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

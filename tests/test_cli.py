@@ -14,7 +14,7 @@ import pytest
 from components import cli
 from tests.conftest import REPO_ROOT
 
-SUBCOMMANDS = ["plan", "diff", "preflight", "validate", "cost", "sweep", "sync", "bench"]
+SUBCOMMANDS = ["plan", "diff", "preflight", "validate", "cost", "sweep", "sync", "bench", "engine"]
 
 
 def test_top_level_help_lists_every_subcommand(capsys):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from components.core.engine import LIBRARY_ENV_SOURCES as ENGINE_LIBRARY_ENV_SOURCES
 from tests.conftest import FIXED_NOW, STACKS
 from tests.vllm_contract import (
     REQUIREMENTS_VLLM,
@@ -63,19 +64,8 @@ BAD = {
 }
 
 # Environment variables read by C libraries (no Python source to grep), each with the public
-# documentation of the name. Every other name must be in vllm.envs or in the installed source.
-LIBRARY_ENV_SOURCES = {
-    "NCCL_MNNVL_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
-    "NCCL_CUMEM_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
-    "NCCL_NVLS_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
-    "NCCL_DEBUG": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
-    "NCCL_DEBUG_SUBSYS": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
-    "FI_PROVIDER": "libfabric fabric(7) man page, Environment variables (ofiwg.github.io/libfabric)",
-    "FI_EFA_USE_DEVICE_RDMA": "libfabric fi_efa(7) man page (ofiwg.github.io/libfabric)",
-    # FlashInfer ships in the CUDA vLLM image, not in the CPU parser venv: its JIT cache base
-    # (flashinfer-python, flashinfer/jit/env.py: FLASHINFER_WORKSPACE_BASE replaces $HOME).
-    "FLASHINFER_WORKSPACE_BASE": "flashinfer-python flashinfer/jit/env.py (FlashInfer JIT cache directory)",
-}
+# documentation of the name (components/core/engine.py, shared with `kimi-deploy engine verify`).
+LIBRARY_ENV_SOURCES = dict(ENGINE_LIBRARY_ENV_SOURCES)
 
 
 def _stack_roles() -> dict[str, Any]:

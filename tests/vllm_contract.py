@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from components.core.engine import FEATURE_PROBES as ENGINE_FEATURE_PROBES
 from scripts.vllm_parser import (
     CHECK_SCRIPT,
     ENV_VAR,
@@ -127,12 +128,10 @@ def installed_site_packages() -> Path:
 
 
 # Where each engine feature lives in the wheel, per image family, and the source text that says a
-# build LACKS it (the call that builds the Kimi-K3 MLA passes these when the feature is not wired).
+# build LACKS it: the same probes `kimi-deploy engine verify` applies inside an image.
 FEATURE_PROBES: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
-    "sparse-indexer-mla": {
-        "cuda": ("vllm/models/kimi_k3/nvidia/mla.py", ("use_sparse=False", "indexer=None")),
-        "rocm": ("vllm/models/kimi_k3/amd/linear.py", ("indexer=None", "is_sparse=False")),
-    },
+    feature: {family: (probe.path, probe.lacking_markers) for family, probe in by_family.items()}
+    for feature, by_family in ENGINE_FEATURE_PROBES.items()
 }
 
 

@@ -212,7 +212,23 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
             pod_identity_roles=dict(cluster.service_account_roles),
         )
 
-    if profile.serves_under_systemd:
+    if profile.serves_under_systemd and spec.staging:
+        from .stager import Ec2Stager, Ec2StagerArgs
+
+        # phase: stage (config/phase.py): a CPU instance publishes the mirror and terminates; no GPU.
+        if mirror is None or result.mirror_bucket is None or mirror.weight_sync_sha256 is None:
+            raise ValueError(f"{spec.platform}: the stager runs the publish from the S3 mirror's tools, which are missing")
+        stager = Ec2Stager(
+            "stage",
+            Ec2StagerArgs(
+                spec=spec, sizing=sizing, vllm=ctx.vllm, tags=ctx.tags, region=region, partition=partition,
+                vpc_id=network.vpc_id, subnet_id=gpu_subnet, mirror_bucket=result.mirror_bucket,
+                tools_sha256=mirror.weight_sync_sha256, hub_token=ctx.hub_token,
+            ),
+            pulumi.ResourceOptions(parent=root, depends_on=[mirror]),
+        )
+        result.outputs.update({"stageInstanceId": stager.instance_id, "stageInstanceType": stager_instance_type()})
+    elif profile.serves_under_systemd:
         from .compute import Ec2GpuServer, Ec2GpuServerArgs
 
         # parse_spec requires the mirror on aws-ec2; the mirror uploads the tools there.
@@ -263,7 +279,7 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
             "availabilityZone": network.gpu_availability_zone,
             "vpcId": network.vpc_id,
             "instanceType": spec.instance.instance_type,
-            "gpuNodes": spec.gpu_nodes,
+            "gpuNodes": 0 if spec.staging else spec.gpu_nodes,
             "capacityType": cap.type,
             "gpuPriceSource": sizing.price_source,
         }
@@ -275,6 +291,13 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
         result.outputs["mirrorUri"] = result.mirror_bucket.apply(lambda b: mirror_uri(spec, b))
     root.register_outputs({k: v for k, v in result.outputs.items() if k != "kubeconfig"})
     return result
+
+
+def stager_instance_type() -> str:
+    """The stager's EC2 type (``targets.STAGING_INSTANCE``)."""
+    from components.core.targets import STAGING_INSTANCE
+
+    return STAGING_INSTANCE.instance_type
 
 
 def declare_aws_platform(ctx: DeploymentContext) -> PlatformResult:

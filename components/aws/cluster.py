@@ -44,6 +44,8 @@ from components.core.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,
     MIRROR_PUBLISH_SERVICE_ACCOUNT,
+    SYSTEM_NODE_LABEL,
+    SYSTEM_NODE_ROLE,
     TARGET_NODE_LABEL,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
@@ -277,14 +279,15 @@ class EksCluster(pulumi.ComponentResource):
         )
         early: list[pulumi.Resource] = [self._addon(cluster, addon) for addon in ADDONS_BEFORE_NODES]
         system = self._create_system_node_group(cluster, node_role, early)
-        gpu = self._create_gpu_node_group(cluster, node_role, early)
+        # phase: stage declares no GPU node group (config/phase.py): serve adds it to this cluster.
+        gpu = None if args.spec.staging else self._create_gpu_node_group(cluster, node_role, early)
         late = [self._addon(cluster, addon, depends_on=[system]) for addon in ADDONS_AFTER_NODES]
         if args.install_fsx_csi:
             late.append(self._addon(cluster, FSX_CSI_ADDON, depends_on=[system]))
         associations = self._create_pod_identities(cluster, early)
         associations += declare_node_autoscaler_identity(self, name, args.spec, cluster, args.partition, args.tags, early)
         self.admin_access = self._create_admin_access(cluster)
-        self.gpu_node_group_names = pulumi.Output.all(gpu.node_group_name)
+        self.gpu_node_group_names = pulumi.Output.all(*([gpu.node_group_name] if gpu is not None else []))
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
                 lambda v: kubeconfig_json(v[0], v[1], v[2], args.region)
@@ -293,7 +296,7 @@ class EksCluster(pulumi.ComponentResource):
         import pulumi_kubernetes as k8s
 
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child(self, depends_on=[cluster]))
-        self.ready: list[pulumi.Resource] = [system, gpu, *early, *late, *associations]
+        self.ready: list[pulumi.Resource] = [system, *([gpu] if gpu is not None else []), *early, *late, *associations]
         self.register_outputs(
             {
                 "clusterName": cluster.name,
@@ -400,7 +403,7 @@ class EksCluster(pulumi.ComponentResource):
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(**SYSTEM_NODES),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-            labels={"kimi-deploy/role": "system"},
+            labels={SYSTEM_NODE_LABEL: SYSTEM_NODE_ROLE},
             tags=tags(a.tags, f"{a.spec.stack}-system"),
             opts=child(self, depends_on=after, ignore_changes=DESIRED_SIZE_IGNORED),
         )

@@ -467,6 +467,74 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
     return "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=1_000_000)
 
 
+# -- stage (phase: stage) --------------------------------------------------------------------
+
+STAGE_UNIT = "kimi-stage.service"
+
+
+def stage_unit(cfg: Ec2BootConfig) -> str:
+    """``kimi-stage.service``: the publish (the weights script with only the ``publish-mirror``
+    step), then power off. The stager instance is launched with shutdown behaviour ``terminate``,
+    so a complete mirror ends its billing; a failed attempt is retried like the weights unit's, and
+    after the last one the instance stays up for ``journalctl -u kimi-stage`` (the trial's expiry
+    and the sweeper still end it)."""
+    timeout = "infinity" if cfg.weights_timeout_seconds is None else str(cfg.weights_timeout_seconds)
+    return f"""[Unit]
+Description=kimi-deploy: stage the weights (hub -> S3 mirror, verified), then power off (terminates)
+Requires=docker.service kimi-nvme-raid0.service
+After=docker.service kimi-nvme-raid0.service network-online.target
+Wants=network-online.target
+StartLimitIntervalSec={_start_limit_interval(cfg)}
+StartLimitBurst={WEIGHTS_START_LIMIT_BURST}
+
+[Service]
+Type=oneshot
+ExecStart={WEIGHTS_SCRIPT}
+# The mirror is complete (manifest and marker written): nothing left for this instance to do.
+ExecStartPost=/usr/bin/systemctl poweroff
+TimeoutStartSec={timeout}
+Restart=on-failure
+RestartSec={WEIGHTS_RESTART_SECONDS}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def stage_cloud_config_text(cfg: Ec2BootConfig) -> str:
+    """The ``#cloud-config`` of the stager (a CPU instance on the Amazon Linux 2023 AMI): docker and
+    mdadm from the distribution, the instance store as the staging RAID0, the hub token from SSM,
+    and ``kimi-stage.service`` running ``cfg.sync_steps`` (the publish) in ``cfg.image``.
+
+    Raises:
+        ValueError: a step other than ``publish-mirror`` (a stage copies to no node), or over
+            EC2's 16 KB user-data limit.
+    """
+    if any(step.name != "publish-mirror" for step in cfg.sync_steps):
+        raise ValueError(f"a stage runs only the publish-mirror step, not {[s.name for s in cfg.sync_steps]}")
+    files = [
+        (RAID_SCRIPT, raid0_script(cfg.nvme_devices), "0755"),
+        (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
+        (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
+        (f"/etc/systemd/system/{UNITS[0]}", systemd_units(cfg)[UNITS[0]], "0644"),
+        (f"/etc/systemd/system/{STAGE_UNIT}", stage_unit(cfg), "0644"),
+    ]
+    doc = {
+        "packages": ["docker", "mdadm"],
+        "write_files": [{"path": p, "owner": "root:root", "permissions": m, "content": c} for p, c, m in files],
+        "runcmd": [
+            ["systemctl", "daemon-reload"],
+            ["systemctl", "enable", "--now", "docker.service"],
+            ["systemctl", "enable", UNITS[0], STAGE_UNIT],
+            ["systemctl", "start", "--no-block", STAGE_UNIT],
+        ],
+    }
+    text = "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=1_000_000)
+    if len(text.encode()) > USER_DATA_LIMIT_BYTES:
+        raise ValueError(f"stage user data is {len(text.encode())} bytes; the limit is {USER_DATA_LIMIT_BYTES}")
+    return text
+
+
 # -- EKS ------------------------------------------------------------------------------------
 
 MIME_BOUNDARY = "==KIMI-DEPLOY-BOUNDARY=="

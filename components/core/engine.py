@@ -18,10 +18,17 @@ for a mutable tag; it returns the build otherwise, for the plan to show. Pure: n
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from .model import EngineRequirement, ModelProfile
+from .model import SPARSE_INDEXER_MLA, EngineRequirement, ModelProfile
 from .versions import VLLM_RELEASE_GAPS, VLLM_VERSION
+
+if TYPE_CHECKING:
+    from .config import DeploymentSpec
+    from .vllm import VllmCommand
 
 _RELEASE_TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(?:-[A-Za-z0-9_.-]+)?$")
 _NIGHTLY_TAG_RE = re.compile(r"^nightly-([0-9a-f]{40})$")
@@ -166,3 +173,106 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
             f"or kimi-deploy:vllm.imageTag to v{requirement.min_version} or later once released",
         )
     return build, None
+
+
+@dataclass(frozen=True)
+class FeatureProbe:
+    """Where an engine feature lives in a vLLM package tree, and the source text that says a build
+    LACKS it (the call that builds the model's layer passes these when the feature is not wired).
+
+    Attributes:
+        path: the file, relative to site-packages.
+        lacking_markers: any of these in the file means the feature is absent; a missing file too.
+    """
+
+    path: str
+    lacking_markers: tuple[str, ...]
+
+
+# feature -> image family -> probe. Read from the vLLM 0.33.0 wheel: vllm/models/kimi_k3/nvidia/mla.py
+# builds the Kimi-K3 MLA with ``use_sparse=False, indexer=None`` (its header lists sparse/indexer MLA as
+# out of scope); vllm/models/kimi_k3/amd/linear.py passes ``indexer=None, is_sparse=False``.
+# scripts/engine_check.py applies them inside a candidate image; tests/vllm_contract.py to the wheel.
+FEATURE_PROBES: Mapping[str, Mapping[str, FeatureProbe]] = MappingProxyType(
+    {
+        SPARSE_INDEXER_MLA: MappingProxyType(
+            {
+                "cuda": FeatureProbe("vllm/models/kimi_k3/nvidia/mla.py", ("use_sparse=False", "indexer=None")),
+                "rocm": FeatureProbe("vllm/models/kimi_k3/amd/linear.py", ("indexer=None", "is_sparse=False")),
+            }
+        ),
+    }
+)
+
+# Environment variables read by C libraries (no Python source to find them in), each with the public
+# documentation of the name. Every other name the deployment sets must be in vllm.envs or in the
+# installed Python source of the engine image.
+LIBRARY_ENV_SOURCES: Mapping[str, str] = MappingProxyType(
+    {
+        "NCCL_MNNVL_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+        "NCCL_CUMEM_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+        "NCCL_NVLS_ENABLE": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+        "NCCL_DEBUG": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+        "NCCL_DEBUG_SUBSYS": "NCCL docs, Environment Variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)",
+        "FI_PROVIDER": "libfabric fabric(7) man page, Environment variables (ofiwg.github.io/libfabric)",
+        "FI_EFA_USE_DEVICE_RDMA": "libfabric fi_efa(7) man page (ofiwg.github.io/libfabric)",
+        # FlashInfer ships in the CUDA vLLM image, not in the CPU parser venv: its JIT cache base
+        # (flashinfer-python, flashinfer/jit/env.py: FLASHINFER_WORKSPACE_BASE replaces $HOME).
+        "FLASHINFER_WORKSPACE_BASE": "flashinfer-python flashinfer/jit/env.py (FlashInfer JIT cache directory)",
+    }
+)
+
+
+def verification_request(spec: DeploymentSpec, command: VllmCommand, image: str) -> dict[str, Any]:
+    """The request ``scripts/engine_check.py`` runs inside ``image`` for ``spec``: the model's
+    minimum vLLM version and required features on the target's image family (with their
+    ``FEATURE_PROBES``), the tool and reasoning parsers and every role's argv, and every
+    environment variable name the deployment sets for vLLM (the roles' plain and secret env, and
+    the engine-cache env where caches are restored). A nightly tag's commit must be the build's.
+
+    Raises:
+        ValueError: the model has no engine requirement for the target's image family, or a
+            required feature has no probe for it (a data error in this module or model.py).
+    """
+    from .engine_cache import vllm_cache_env
+
+    family = spec.target.image_family
+    requirement = spec.model.engine_requirements.get(family)
+    if requirement is None:
+        raise ValueError(f"model {spec.model.name}: no engine requirement for image family {family}")
+    features: dict[str, Any] = {}
+    for feature in requirement.features:
+        probe = FEATURE_PROBES.get(feature, {}).get(family)
+        if probe is None:
+            raise ValueError(f"feature {feature}: no probe for image family {family} (engine.FEATURE_PROBES)")
+        features[feature] = {"path": probe.path, "lacking_markers": list(probe.lacking_markers)}
+    env_names: set[str] = set()
+    for role in command.roles:
+        env_names.update(role.env)
+        env_names.update(role.secret_env)
+    if spec.profile.restores_engine_cache and spec.config.storage.mirror.enabled:
+        env_names.update(vllm_cache_env())
+    # The role that serves HTTP (``server``, or the ``leader`` of a multi-node copy) carries the parsers.
+    server = next(role for role in command.roles if role.serves_http)
+    build = parse_engine_image(image)
+    return {
+        "min_version": requirement.min_version,
+        "expected_commit": build.pin if build.kind == "nightly" else None,
+        "features": features,
+        "tool_parser": _flag_value(server.argv, "--tool-call-parser"),
+        "reasoning_parser": _flag_value(server.argv, "--reasoning-parser"),
+        "env_names": sorted(env_names),
+        "library_env_names": sorted(LIBRARY_ENV_SOURCES),
+        "argvs": [list(role.concrete_argv()) for role in command.roles],
+        "envs": [dict(role.env) for role in command.roles],
+    }
+
+
+def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
+    """The value after ``flag`` (or of ``flag=value``) in ``argv``, else None."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None

@@ -50,3 +50,7 @@ MARKER_NAME = ".weights-complete.json"
 # Ranged parts of one S3 object the sync keeps in flight (each its own connection); the
 # time-to-ready model multiplies it by the files in flight (weights.SYNC_WORKERS).
 S3_PART_CONCURRENCY = 8
+
+# The label of the EKS system node group (components/aws/cluster.py); a stage's publish Job selects it.
+SYSTEM_NODE_LABEL = "kimi-deploy/role"
+SYSTEM_NODE_ROLE = "system"

@@ -70,6 +70,10 @@ class PlatformProfile:
             container and save sidecar, whose service account may write ``<rev>/_engine-cache/``
             alone. Not on an existing cluster: the mirror's credentials are the operator's (the
             project binds no cloud identity there), so nothing could be granted the right to save.
+        stages_on_system_nodes: in ``phase: stage`` the publish Job runs on the stack's system node
+            group (``naming.SYSTEM_NODE_LABEL``), staging in an emptyDir, because no GPU node exists
+            yet; elsewhere it runs where serve's does (an existing cluster's GPU nodes, their NVMe),
+            requesting no GPU.
     """
 
     name: str
@@ -86,6 +90,7 @@ class PlatformProfile:
     cluster_autoscaler: bool
     service_exposure: ServiceExposure
     restores_engine_cache: bool
+    stages_on_system_nodes: bool = False
 
 
 PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
@@ -121,6 +126,7 @@ PLATFORM_PROFILES: Mapping[str, PlatformProfile] = MappingProxyType(
             cluster_autoscaler=True,
             service_exposure="kubernetes-service",
             restores_engine_cache=True,
+            stages_on_system_nodes=True,
         ),
         "kubernetes": PlatformProfile(
             name="kubernetes",

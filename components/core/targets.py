@@ -617,3 +617,47 @@ def is_local_zone(zone: str | None) -> bool:
     """
     return bool(zone and _LOCAL_ZONE_RE.match(zone))
 
+
+
+@dataclass(frozen=True)
+class StagingInstance:
+    """The CPU instance that publishes the mirror in a ``phase: stage`` of ``aws-ec2``
+    (``components/aws/stager.py``): sized for the hub download's network and the publish's staging disk.
+
+    Attributes:
+        instance_type: the EC2 type.
+        cpu_architecture: ``x86_64`` or ``arm64`` (its AMI).
+        vcpus: vCPUs (sha256 + CRC of every byte, one worker per file in flight).
+        network_gbps: baseline network bandwidth (not the burst "up to" figure).
+        network_source: where ``network_gbps`` comes from.
+        nvme_bytes: instance-store NVMe (the publish's staging disk: workers x largest shard).
+        usd_per_hour: on-demand price in ``price_region``; price_source: where it comes from.
+        price_region: the price's region.
+    """
+
+    instance_type: str
+    cpu_architecture: str
+    vcpus: int
+    network_gbps: float
+    network_source: str
+    nvme_bytes: int
+    usd_per_hour: float
+    price_source: str
+    price_region: str
+
+
+# c6id.2xlarge: 3.125 Gbps baseline (390 MB/s) is ~4x the hub download the model assumes (100 MB/s,
+# sizing.HUB_DOWNLOAD_MEGABYTES_PER_SECOND) in and the same out to S3 (ENA is full duplex); its 474 GB
+# instance store holds 16 workers x ~14 GB shards with room; 8 vCPUs hash both streams. The cheapest
+# current-generation type with local NVMe that does all three (c6id.xlarge: 237 GB, 1.56 Gbps).
+STAGING_INSTANCE = StagingInstance(
+    instance_type="c6id.2xlarge",
+    cpu_architecture="x86_64",
+    vcpus=8,
+    network_gbps=3.125,
+    network_source="EC2 DescribeInstanceTypes (moto 5 data): c6id.2xlarge BaselineBandwidthInGbps 3.125, 'Up to 12.5 Gigabit'",
+    nvme_bytes=474 * GB,
+    usd_per_hour=0.4032,
+    price_source="AWS price list as generated into Karpenter (zz_generated.pricing_aws.go, 2026-01-19), us-east-1 on demand",
+    price_region="us-east-1",
+)

@@ -553,3 +553,134 @@ RUNAI_STREAMER_NOTE = (
     "traffic). It skips the NVMe copy, but every engine restart streams 1.56 TB again and it "
     "replaces the recipe's fastsafetensors loader; not yet a storage.kind here (follow-up)."
 )
+
+
+# --- stage, then serve (config/phase.py) -------------------------------------------------------
+# The stager (aws-ec2): boot, cloud-init installs docker from the AL2023 repositories, RAID0 of its
+# instance store; then it pulls the engine image like a GPU node.
+STAGER_BOOT_SECONDS = Fact(180, "estimate: boot + cloud-init (dnf install docker) + RAID0 of the instance store")
+FACTS["STAGER_BOOT_SECONDS"] = STAGER_BOOT_SECONDS
+# The EKS system node group (components/aws/cluster.py: 2 x m7i.xlarge) runs the stage's publish;
+# it is billed in both phases, so what a stage adds on aws-eks is its hours of these nodes.
+SYSTEM_NODE_USD_PER_HOUR = Fact(
+    0.4032, "2 x m7i.xlarge at USD 0.2016/h, AWS price list as generated into Karpenter (2026-01-19), us-east-1 on demand"
+)
+FACTS["SYSTEM_NODE_USD_PER_HOUR"] = SYSTEM_NODE_USD_PER_HOUR
+# Why the GPU saving may not be real (README "First day"): reserved capacity bills for its term.
+RESERVATION_NOTE = (
+    "capacity reservations bill for their whole term whether or not instances run (an ODCR from its "
+    "start until cancelled, a capacity block for its term: `pulumi destroy` cancels neither): staging "
+    "saves GPU money only when the reservation starts at the switch to serve"
+)
+
+
+@dataclass(frozen=True)
+class StageThenServe:
+    """``phase: stage`` until the mirror is complete, then ``phase: serve``, beside a single ``pulumi up``.
+
+    Attributes:
+        single_up: today's first deploy (``first_deploy``): the GPUs wait for the hub download.
+        stage: the stage on its own compute (no GPU): infrastructure, the stager (or system nodes),
+            image pull, hub download -> mirror. Its end is when to switch (the mirror's marker).
+        serve: after the switch: the GPU nodes launch and copy from the complete mirror (the engine
+            starts cold: no cache is saved before the first serve).
+        staging_compute: what runs the stage (``c6id.2xlarge``, the system nodes, the cluster's own).
+        staging_usd_per_hour, staging_source: its price, or None where nothing is added.
+        staging_usd: ``staging_usd_per_hour`` x the stage's hours on it, or None.
+        reservation_bills_anyway: the GPU capacity is an ODCR or capacity block (``RESERVATION_NOTE``).
+    """
+
+    single_up: Scenario
+    stage: Scenario
+    serve: Scenario
+    staging_compute: str
+    staging_usd_per_hour: float | None
+    staging_source: str
+    staging_usd: float | None
+    reservation_bills_anyway: bool
+
+    @property
+    def total_seconds(self) -> int:
+        """Stage, then serve, switching at the mirror's completion."""
+        return self.stage.total_seconds + self.serve.total_seconds
+
+    @property
+    def gpu_seconds_saved(self) -> int:
+        """GPU-node seconds the single ``pulumi up`` pays for and the switch does not."""
+        return self.single_up.gpu_seconds - self.serve.gpu_seconds
+
+    @property
+    def gpu_usd_saved(self) -> float | None:
+        """``single_up.gpu_usd - serve.gpu_usd`` (None when the GPU price is unknown)."""
+        if self.single_up.gpu_usd is None or self.serve.gpu_usd is None:
+            return None
+        return round(self.single_up.gpu_usd - self.serve.gpu_usd, 2)
+
+    def as_json(self) -> dict[str, Any]:
+        """The plan's ``stage_then_serve`` section (every figure; the scenarios' phases)."""
+        return {
+            "single_up": self.single_up.as_json() | {"gpu_seconds": self.single_up.gpu_seconds},
+            "stage": self.stage.as_json(),
+            "serve": self.serve.as_json() | {"gpu_seconds": self.serve.gpu_seconds},
+            "switch_at_seconds": self.stage.total_seconds,
+            "switch_when": "the mirror's .weights-complete.json exists (stack output mirrorCompleteMarker; "
+                           "kimi-deploy preflight: mirror pass)",
+            "total_seconds": self.total_seconds,
+            "gpu_seconds_saved": self.gpu_seconds_saved,
+            "gpu_usd_saved": self.gpu_usd_saved,
+            "staging_compute": self.staging_compute,
+            "staging_usd_per_hour": self.staging_usd_per_hour,
+            "staging_source": self.staging_source,
+            "staging_usd": self.staging_usd,
+            "reservation_bills_anyway": self.reservation_bills_anyway,
+            "reservation_note": RESERVATION_NOTE if self.reservation_bills_anyway else None,
+        }
+
+
+def _staging_compute(spec: DeploymentSpec) -> tuple[str, float | None, str]:
+    from .targets import STAGING_INSTANCE
+
+    if spec.profile.serves_under_systemd:
+        s = STAGING_INSTANCE
+        return (f"{s.instance_type} stager (terminates when the mirror is complete)", s.usd_per_hour, s.price_source)
+    if spec.profile.stages_on_system_nodes:
+        return ("the EKS system nodes (billed in serve too)", SYSTEM_NODE_USD_PER_HOUR.value, SYSTEM_NODE_USD_PER_HOUR.source)
+    return ("the cluster's own nodes (no compute added)", None, "an existing cluster: nothing is added")
+
+
+def stage_then_serve(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> StageThenServe | None:
+    """The stage-then-serve model of ``spec`` beside ``first_deploy``, or None without a mirror
+    (nothing to stage: ``phase: stage`` is refused there, config/phase.py).
+
+    Args:
+        spec, sizing: as ``time_to_ready``.
+        steps: ``weights.sync_steps(spec, bucket)`` of serve (its ``publish-mirror`` is the stage's).
+    """
+    publish = next((s for s in steps if s.name == "publish-mirror"), None)
+    if publish is None:
+        return None
+    ttr = spec.config.time_to_ready
+    single = schedule("first_deploy", _scenario_steps(spec, sizing, steps, "first_deploy"), sizing.usd_per_hour)
+    compute, usd_per_hour, source = _staging_compute(spec)
+    infra, infra_src = _fact_or_measured(INFRASTRUCTURE_SECONDS[spec.platform], ttr.infrastructure_seconds,
+                                         "infrastructureSeconds")
+    stage_steps = [_Step("infrastructure (no GPU)", infra, infra_src, after=())]
+    first = "infrastructure (no GPU)"
+    if spec.profile.serves_under_systemd:
+        boot, boot_src = _fact_or_measured(STAGER_BOOT_SECONDS, ttr.stager_boot_seconds, "stagerBootSeconds")
+        stage_steps.append(_Step("stager boot", boot, boot_src, after=(first,)))
+        first = "stager boot"
+    stage_steps.append(_Step("image pull", *_image_pull(spec), after=(first,)))
+    name, secs, src = _sync_phase(spec, sizing, publish, cached_mirror=False)
+    stage_steps.append(_Step(name, secs, src, after=("image pull",)))
+    stage = schedule("stage", stage_steps, None)
+    # After the switch the GPU nodes are new ones on a stack that exists: as a replaced node, with a
+    # cold engine (the first serve saves the caches).
+    serve = schedule("serve_after_stage", _scenario_steps(spec, sizing, steps, "replaced_node", engine_cache=False),
+                     sizing.usd_per_hour)
+    # The staging compute bills after the infrastructure is up (the stager from its boot to its
+    # power-off; the system nodes for as long as the stage keeps the GPUs away).
+    staged_seconds = stage.total_seconds - stage.phases[0].seconds
+    usd = round(staged_seconds / 3600 * usd_per_hour, 2) if usd_per_hour is not None else None
+    reserved = spec.config.compute.capacity.type in ("odcr", "capacity-block")
+    return StageThenServe(single, stage, serve, compute, usd_per_hour, source, usd, reserved)

@@ -18,13 +18,15 @@ import pulumi_kubernetes as k8s
 
 from components.core.naming import (
     MIRROR_PUBLISH_SERVICE_ACCOUNT,
+    SYSTEM_NODE_LABEL,
+    SYSTEM_NODE_ROLE,
     VLLM_CLIENT_SERVICE,
     VLLM_SERVICE_ACCOUNT,
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
 from components.core.sizing import sync_budget_seconds
 from components.core.weights import SHAPE_BUCKET, SyncStep, sync_steps
-from components.platform import KubernetesPlatformHandle
+from components.platform import GpuPlacement, KubernetesPlatformHandle
 
 from .addons import addons_to_install, declare_addons
 from .common import API_KEY_SECRET, API_KEY_SECRET_KEY, HUB_TOKEN_SECRET, HUB_TOKEN_SECRET_KEY, metadata
@@ -98,7 +100,8 @@ class KimiWorkloads(pulumi.ComponentResource):
         # Nothing is applied before the cluster has nodes and its managed add-ons (EKS).
         cluster_ready = list(handle.cluster_ready)
         bucket, fsx, placement = handle.mirror_bucket, handle.fsx, handle.placement
-        self.addons = declare_addons(spec, placement, self.provider, self, cluster_ready)
+        # phase: stage (config/phase.py): no add-on (device plugins, DRA, LWS, KEDA serve GPUs), no vLLM.
+        self.addons = {} if spec.staging else declare_addons(spec, placement, self.provider, self, cluster_ready)
         self.namespace_resource = self._create_namespace(cluster_ready)
         steps = self._sync_steps(bucket)
         self.secrets = self._create_secrets(needs_hub_token=any(step.needs_hub_token for step in steps))
@@ -112,10 +115,21 @@ class KimiWorkloads(pulumi.ComponentResource):
             self.fsx_volume = declare_fsx_volume(spec, fsx, self.provider, self, [self.namespace_resource, *cluster_ready])
             prereqs += list(self.fsx_volume)
         program: list[pulumi.Resource] = []
+        stage_on_system_nodes = handle.profile.stages_on_system_nodes if spec.staging else None
+        if stage_on_system_nodes:
+            placement = GpuPlacement({SYSTEM_NODE_LABEL: SYSTEM_NODE_ROLE}, (), placement.nvme_host_path)
         self.jobs = declare_weight_sync(
             spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, ctx.tags, self.provider, self, prereqs,
-            placement, program_out=program,
+            placement, program_out=program, stage_on_system_nodes=stage_on_system_nodes,
         )
+        if spec.staging:
+            self.engine_cache_program = None
+            self.vllm = {}
+            self.scaling = None
+            self.namespace = pulumi.Output.from_input(spec.config.kubernetes.namespace)
+            self.service_name = pulumi.Output.from_input(VLLM_CLIENT_SERVICE)
+            self.register_outputs({"namespace": self.namespace})
+            return
         marker_wait = max(MIN_MARKER_WAIT_SECONDS, sum(sync_budget_seconds(spec, ctx.sizing, s) for s in steps))
         # The node-local copy runs in every vLLM pod, on its own node (weights follow the node).
         node_copy = node_copy_init(spec, ctx.sizing, ctx.vllm.image, bucket, ctx.hub_token is not None, placement.nvme_host_path)
@@ -227,12 +241,16 @@ def declare_workloads(ctx: DeploymentContext, handle: KubernetesPlatformHandle) 
     spec = ctx.spec
     component = KimiWorkloads("workloads", ctx, handle)
     namespace = spec.config.kubernetes.namespace
+    jobs = [job.metadata.apply(lambda m: m.name if m else None) for job in component.jobs]
+    if spec.staging:  # the publish Job only (config/phase.py)
+        return K8sResult(outputs={"kubernetesNamespace": namespace, "kubernetesAddons": [], "weightSyncJobs": jobs},
+                         component=component)
     outputs: dict[str, Any] = {
         "kubernetesNamespace": namespace,
         "serviceUrl": f"http://{VLLM_CLIENT_SERVICE}.{namespace}.svc.cluster.local:{ctx.vllm.port}/v1",
         "vllmWorkload": "LeaderWorkerSet" if len(ctx.vllm.roles) > 1 else "Deployment",
         "kubernetesAddons": list(addons_to_install(spec)),
-        "weightSyncJobs": [job.metadata.apply(lambda m: m.name if m else None) for job in component.jobs],
+        "weightSyncJobs": jobs,
     }
     if handle.service_access.service_type == "internal-nlb":
         service = component.vllm["service"]

@@ -72,6 +72,27 @@ SYNC_PROGRAM_KEY = Path(SYNC_SCRIPT_PATH).name
 SYNC_PROGRAM_DIR = str(Path(SYNC_SCRIPT_PATH).parent)
 # Retries of a failed sync container (it resumes from its journal) per completion.
 SYNC_RETRIES_PER_COMPLETION = 6
+# A stage on the EKS system nodes (cluster.SYSTEM_INSTANCE_TYPE m7i.xlarge: 4 vCPU, 16 GiB, a
+# 100 GiB root that also holds the ~28.6 GB vLLM image): fewer files in flight, staged in an emptyDir
+# of workers x the mean shard x 1.5 (real shards are within about +-15 % of the mean).
+STAGE_SYSTEM_NODE_WORKERS = 3
+STAGE_SHARD_HEADROOM = 1.5
+STAGE_SYSTEM_NODE_RESOURCES = {"requests": {"cpu": "2", "memory": "6Gi"}, "limits": {"memory": "12Gi"}}
+GIB = 1024**3
+
+
+def stage_scratch_gib(spec: DeploymentSpec) -> int:
+    """The emptyDir of a system-node stage publish, GiB: ``STAGE_SYSTEM_NODE_WORKERS`` x the mean
+    file size x ``STAGE_SHARD_HEADROOM``, rounded up."""
+    mean = spec.model.weights_bytes / spec.model.file_count
+    return int(-(-STAGE_SYSTEM_NODE_WORKERS * mean * STAGE_SHARD_HEADROOM // GIB))
+
+
+def with_workers(argv: list[str], workers: int) -> list[str]:
+    """``argv`` with its ``--workers N`` set to ``workers``."""
+    out = list(argv)
+    out[out.index("--workers") + 1] = str(workers)
+    return out
 
 
 def sync_program_artifact() -> SyncArtifact:
@@ -84,7 +105,7 @@ def sync_program_artifact() -> SyncArtifact:
 
 
 def _volumes(
-    spec: DeploymentSpec, step: SyncStep, program_configmap: str, nvme_host_path: str
+    spec: DeploymentSpec, step: SyncStep, program_configmap: str, nvme_host_path: str, system_nodes: bool = False
 ) -> tuple[list[dict], list[dict]]:
     volumes: list[dict[str, Any]] = [program_volume(program_configmap), {"name": "tmp", "emptyDir": {"sizeLimit": "16Gi"}}]
     mounts: list[dict[str, Any]] = [
@@ -92,7 +113,11 @@ def _volumes(
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     kind = spec.config.storage.kind
-    if step.name == "publish-mirror":
+    if step.name == "publish-mirror" and system_nodes:
+        # A stage on the system nodes (no NVMe there): a bounded emptyDir for its few files in flight.
+        volumes.append({"name": STAGING_VOLUME, "emptyDir": {"sizeLimit": f"{stage_scratch_gib(spec)}Gi"}})
+        mounts.append({"name": STAGING_VOLUME, "mountPath": STAGING_DIR})
+    elif step.name == "publish-mirror":
         # The publish step stages hub files on the GPU node's NVMe (weights.STAGING_DIR): a
         # container's ephemeral storage on the root disk cannot hold the files in flight. Only its
         # own staging directory (node_storage.node_dirs), never the array or the weights.
@@ -132,12 +157,13 @@ def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict
 
 def job_spec(
     spec: DeploymentSpec, sizing: Sizing, image: str, step: SyncStep, argv: Any, program_configmap: str, hub_token_set: bool,
-    placement: GpuPlacement,
+    placement: GpuPlacement, system_nodes: bool = False,
 ) -> Manifest:
     """The Job ``spec`` of one sync step (``argv`` may be an Output: it carries the bucket), on
-    the GPU nodes of ``placement``."""
+    the GPU nodes of ``placement``; with ``system_nodes`` (a stage on aws-eks) ``placement`` is the
+    system nodes', staging goes to an emptyDir and the requests fit a system node."""
     component = f"weight-sync-{step.name}"
-    volumes, mounts = _volumes(spec, step, program_configmap, placement.nvme_host_path)
+    volumes, mounts = _volumes(spec, step, program_configmap, placement.nvme_host_path, system_nodes)
     budget = sync_budget_seconds(spec, sizing, step)
     completions = spec.gpu_nodes if step.per_node else 1
     pod_spec: dict[str, Any] = {
@@ -156,10 +182,7 @@ def job_spec(
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv,
                 "env": _env(spec, step, hub_token_set),
-                "resources": {
-                    "requests": {"cpu": "8", "memory": "16Gi"},
-                    "limits": {"memory": "64Gi"},
-                },
+                "resources": _resources(spec, system_nodes),
                 "volumeMounts": mounts,
                 "securityContext": hardened_container_security(),
             }
@@ -184,6 +207,14 @@ def job_spec(
     if step.per_node:
         job["completionMode"] = "Indexed"
     return job
+
+
+def _resources(spec: DeploymentSpec, system_nodes: bool) -> dict[str, Any]:
+    if not system_nodes:
+        return {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "64Gi"}}
+    scratch = f"{stage_scratch_gib(spec)}Gi"
+    return {"requests": {**STAGE_SYSTEM_NODE_RESOURCES["requests"], "ephemeral-storage": scratch},
+            "limits": {**STAGE_SYSTEM_NODE_RESOURCES["limits"], "ephemeral-storage": scratch}}
 
 
 def step_argv(step: SyncStep) -> list[str]:
@@ -299,9 +330,11 @@ def node_copy_init(
     return NodeCopyInit(container, extra, WEIGHT_SYNC_SERVICE_ACCOUNT, sync_budget_seconds(spec, sizing, step))
 
 
-def _step_argv_with_bucket(spec: DeploymentSpec, index: int, bucket: str) -> list[str]:
-    """The argv of ``sync_steps(spec, bucket)[index]`` (inside ``apply``: the bucket's real name)."""
-    return step_argv(sync_steps(spec, bucket)[index])
+def _step_argv_with_bucket(spec: DeploymentSpec, index: int, bucket: str, workers: int | None = None) -> list[str]:
+    """The argv of ``sync_steps(spec, bucket)[index]`` (inside ``apply``: the bucket's real name),
+    with ``--workers`` replaced when ``workers`` is given."""
+    argv = step_argv(sync_steps(spec, bucket)[index])
+    return with_workers(argv, workers) if workers is not None else argv
 
 
 def _job_name(step_name: str, body: Any) -> str:
@@ -321,6 +354,7 @@ def declare_weight_sync(
     depends_on: list[pulumi.Resource],
     placement: GpuPlacement,
     program_out: list[pulumi.Resource] | None = None,
+    stage_on_system_nodes: bool | None = None,
 ) -> list[k8s.batch.v1.Job]:
     """The sync program ConfigMap and one Job per ``sync_steps`` entry, each after the previous,
     except a per-node ``node-copy`` (an init container of the vLLM pods: ``node_copy_init``).
@@ -330,6 +364,10 @@ def declare_weight_sync(
     on the GPU nodes of ``placement`` (the handle's). The
     step list only depends on whether a bucket is given, so it is computed with a stand-in and
     each Job's argv is recomputed from the real name by the same ``sync_steps``.
+
+    ``stage_on_system_nodes`` (``phase: stage``): None in serve; else only the ``publish-mirror``
+    Job is declared, on ``placement`` (the system nodes' when True, with ``STAGE_SYSTEM_NODE_WORKERS``
+    files in flight and an emptyDir for staging; the GPU nodes' when False, requesting no GPU).
     """
     artifact = sync_program_artifact()
     cm_name = sync_program_configmap_name(artifact)
@@ -348,14 +386,19 @@ def declare_weight_sync(
     steps = sync_steps(spec, SHAPE_BUCKET if bucket is not None else None)
     jobs: list[k8s.batch.v1.Job] = []
     previous: list[pulumi.Resource] = [configmap, *depends_on]
+    staging = stage_on_system_nodes is not None
+    system_nodes = bool(stage_on_system_nodes)
+    workers = STAGE_SYSTEM_NODE_WORKERS if system_nodes else None
     for index, step in enumerate(steps):
         if step.name == "node-copy" and step.per_node:
             continue  # an init container of every vLLM pod (node_copy_init), not a Job
+        if staging and step.name != "publish-mirror":
+            continue  # a stage fills the mirror only
         if bucket is not None:
-            argv: Any = bucket.apply(functools.partial(_step_argv_with_bucket, spec, index))
+            argv: Any = bucket.apply(functools.partial(_step_argv_with_bucket, spec, index, workers=workers))
         else:
             argv = step_argv(step)
-        body = job_spec(spec, sizing, image, step, argv, cm_name, hub_token_set, placement)
+        body = job_spec(spec, sizing, image, step, argv, cm_name, hub_token_set, placement, system_nodes)
         name = pulumi.Output.from_input(body).apply(functools.partial(_job_name, step.name))
         budget = sync_budget_seconds(spec, sizing, step)
         meta = metadata(

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..model import MODELS
 from ..platforms import platform_profile
-from . import compute, kubernetes, lifecycle, model, network, plain_secrets, scaling, storage, tags, target, vllm
+from . import compute, kubernetes, lifecycle, model, network, phase, plain_secrets, scaling, storage, tags, target, vllm
 from .errors import NAMESPACE
 from .raw import validate_raw
 from .spec import DeploymentSpec
@@ -66,6 +66,7 @@ def parse_spec(
 
     network.check_network(raw, warnings)
     storage.check_storage(raw, instance, instance_type, model_profile.weights_bytes)
+    phase.check_phase(raw)
     vllm.check_vllm(raw, profile, model_profile, warnings)
     kubernetes.check_kubernetes(raw, stack, project, now, secrets_set, warnings)
     kubernetes.check_node_selector_hardware(raw, profile)

@@ -397,6 +397,8 @@ class TimeToReadyConfig(_Raw):
         None, alias="engineInitCachedSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
     )
     """Measured seconds of an engine start with the engine cache restored."""
+    stager_boot_seconds: float | None = Field(None, alias="stagerBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    """aws-ec2, phase stage: measured seconds from the stager instance's launch to its publish starting."""
 
 
 class RawConfig(_Raw):
@@ -423,6 +425,9 @@ class RawConfig(_Raw):
     """A trial's time to live without expiresAt, hours from its first `pulumi up` (the expiry is fixed then)."""
     protect: bool | None = Field(None, json_schema_extra=_derived("true in prod, else false"))
     """Protect the resources holding data (mirror bucket, file system) from deletion."""
+    phase: Literal["stage", "serve"] = "serve"
+    """stage: create everything the weights need (network, S3 mirror, storage, the hub -> mirror publish on compute
+    with no GPU) and nothing that needs a GPU; serve: the whole deployment (config/phase.py)."""
     model: ModelConfig = ModelConfig()
     """Which checkpoint, from where, at which revision."""
     compute: ComputeConfig = ComputeConfig()

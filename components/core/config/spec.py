@@ -36,7 +36,8 @@ class DeploymentSpec:
         secrets_set: names of the secret keys that have a value in the stack's config.
         warnings: things the plan must show (for example a trial following a branch).
         blockers: ``ConfigError``s that stop `pulumi up` but let the offline plan render (an
-            engine build known not to serve the model, ``engine.engine_blocker``).
+            engine build known not to serve the model, ``engine.engine_blocker``); they stop the
+            ``serve`` phase only (a ``stage`` declares no engine).
     """
 
     project: str
@@ -59,6 +60,11 @@ class DeploymentSpec:
     # Config errors that stop `pulumi up` but not the offline plan (an engine known not to serve the
     # model): ``program.build_context`` raises the first; the plan lists them at its top.
     blockers: tuple[Exception, ...] = ()
+
+    @property
+    def staging(self) -> bool:
+        """``phase: stage``: the weights and what they need, no GPU resource (``config/phase.py``)."""
+        return self.config.phase == "stage"
 
     @property
     def revision_is_commit(self) -> bool:

@@ -1,0 +1,304 @@
+"""`kimi-deploy engine verify`: the check program (scripts/engine_check.py) against the REAL vLLM 0.33.0
+wheel and against a stand-in package tree that has the feature, and the runner (scripts/engine_verify.py):
+its commands, digest resolution and errors.
+
+No container runtime runs here: the runner is driven through a stand-in ``docker`` on PATH whose
+``run`` executes the mounted check program with the vLLM parser venv's python (the image's python
+in real use), so the whole path — request, mount, stdin, report, verdict — runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components import cli
+from components.core.config import load_stack
+from components.core.engine import FEATURE_PROBES, verification_request
+from components.core.model import SPARSE_INDEXER_MLA
+from components.core.sizing import compute_sizing
+from components.core.vllm import build_vllm_command
+from scripts import engine_verify
+from tests.conftest import FIXED_NOW
+from tests.vllm_contract import installed_site_packages, require_vllm_python
+
+REPO = Path(__file__).resolve().parents[1]
+CHECK = REPO / "scripts" / "engine_check.py"
+MADE_UP_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _request(stack: str, image: str | None = None) -> dict:
+    spec = load_stack(stack, now=FIXED_NOW)
+    command = build_vllm_command(spec, compute_sizing(spec))
+    return verification_request(spec, command, image or command.image)
+
+
+def _run_check(python: Path, request: dict, pythonpath: str | None = None) -> tuple[int, dict]:
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([str(python), str(CHECK)], input=json.dumps(request), capture_output=True, text=True,
+                          env=env, timeout=900, check=False)
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _by_name(report: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+# --- the request ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack,family", [("b300", "cuda"), ("gb300", "cuda"), ("mi355x", "rocm")])
+def test_request_carries_the_vendor_probe_parsers_and_every_env_name(stack, family):
+    request = _request(stack)
+    probe = FEATURE_PROBES[SPARSE_INDEXER_MLA][family]
+    assert request["features"] == {SPARSE_INDEXER_MLA: {"path": probe.path, "lacking_markers": list(probe.lacking_markers)}}
+    assert request["min_version"] == "0.34.0"
+    assert (request["tool_parser"], request["reasoning_parser"]) == ("kimi_k3", "kimi_k3")
+    spec = load_stack(stack, now=FIXED_NOW)
+    roles = build_vllm_command(spec, compute_sizing(spec)).roles
+    assert {n for r in roles for n in [*r.env, *r.secret_env]} <= set(request["env_names"])
+    assert "VLLM_API_KEY" in request["env_names"] and len(request["argvs"]) == len(roles)
+
+
+def test_a_nightly_tag_asks_for_its_commit_and_a_release_for_none():
+    assert _request("b300", f"vllm/vllm-openai:nightly-{MADE_UP_COMMIT}")["expected_commit"] == MADE_UP_COMMIT
+    assert _request("b300", "vllm/vllm-openai:v0.33.0")["expected_commit"] is None
+
+
+# --- the check program on the real wheel and on a stand-in -------------------------------------
+
+
+def test_rocm_probe_refuses_the_real_0_33_0_wheel_naming_the_feature():
+    python = require_vllm_python()
+    request = {k: v for k, v in _request("mi355x").items() if k in ("min_version", "features")}
+    code, report = _run_check(python, request)
+    assert code == 1 and report["ok"] is False and report["vllm_version"] == "0.33.0"
+    feature = _by_name(report)[f"feature:{SPARSE_INDEXER_MLA}"]
+    assert not feature["ok"] and "vllm/models/kimi_k3/amd/linear.py has indexer=None, is_sparse=False" in feature["detail"]
+
+
+def _stand_in_tree(tmp_path: Path, site: Path, *, commit_id: str) -> Path:
+    """A package tree equal to the installed one (symlinks) except: vLLM 0.34.0 at ``commit_id``, and a
+    Kimi-K3 MLA (CUDA) and linear layer (ROCm) that build the sparse indexer."""
+    root = tmp_path / "site"
+    root.mkdir()
+    for entry in site.iterdir():
+        if entry.name != "vllm":
+            (root / entry.name).symlink_to(entry)
+
+    def overlay(rel: Path) -> Path:
+        """Make ``root/rel`` a real directory whose entries link to the installed ones."""
+        target = root / rel
+        if target.is_symlink():  # linked by the parent's overlay: never write through it
+            target.unlink()
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in (site / rel).iterdir():
+            link = target / entry.name
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(entry)
+        return target
+
+    for rel in (Path("vllm"), Path("vllm/models"), Path("vllm/models/kimi_k3"), Path("vllm/models/kimi_k3/nvidia"),
+                Path("vllm/models/kimi_k3/amd")):
+        assert not overlay(rel).is_symlink()
+    for family in ("cuda", "rocm"):
+        probe = FEATURE_PROBES[SPARSE_INDEXER_MLA][family]
+        text = (site / probe.path).read_text()
+        for marker in probe.lacking_markers:
+            assert marker in text, (probe.path, marker)  # the stand-in changes exactly what 0.33.0 lacks
+        text = text.replace("use_sparse=False", "use_sparse=True").replace("is_sparse=False", "is_sparse=True")
+        text = text.replace("indexer=None", "indexer=self.indexer")
+        (root / probe.path).unlink()
+        (root / probe.path).write_text(text)
+    version = root / "vllm" / "_version.py"
+    version.unlink()
+    version.write_text(
+        "__version__ = version = '0.34.0'\n__version_tuple__ = version_tuple = (0, 34, 0)\n"
+        f"__commit_id__ = commit_id = '{commit_id}'\n"
+    )
+    return root
+
+
+def test_stand_in_with_the_feature_passes_every_check_but_a_made_up_commit_is_refused(tmp_path):
+    python = require_vllm_python()
+    site = installed_site_packages()
+    root = _stand_in_tree(tmp_path, site, commit_id="g4ba787ec9")
+    request = {k: v for k, v in _request("b300", "vllm/vllm-openai:v0.34.0").items() if k not in ("argvs", "envs")}
+    code, report = _run_check(python, {**request, "site_packages": str(root)}, pythonpath=str(root))
+    checks = _by_name(report)
+    assert code == 0 and report["ok"], report["checks"]
+    assert report["vllm_version"] == "0.34.0" and report["site_packages"] == str(root)
+    assert checks[f"feature:{SPARSE_INDEXER_MLA}"]["ok"] and checks["tool-parser"]["ok"] and checks["reasoning-parser"]["ok"]
+    assert checks["env"]["ok"]
+    # A nightly tag whose commit is not the build's: refused, naming both.
+    fast = {k: request[k] for k in ("min_version", "features")}
+    code, report = _run_check(python, {**fast, "expected_commit": MADE_UP_COMMIT, "site_packages": str(root)})
+    commit = _by_name(report)["commit"]
+    assert code == 1 and not commit["ok"] and "4ba787ec9" in commit["detail"] and MADE_UP_COMMIT in commit["detail"]
+    code, report = _run_check(python, {**fast, "expected_commit": "4ba787ec9" + "0" * 31, "site_packages": str(root)})
+    assert code == 0 and _by_name(report)["commit"]["ok"]
+
+
+def test_a_build_that_records_no_commit_cannot_prove_a_nightly_tag(tmp_path):
+    python = require_vllm_python()
+    root = _stand_in_tree(tmp_path, installed_site_packages(), commit_id="")
+    fast = {k: _request("b300")[k] for k in ("min_version", "features")}
+    code, report = _run_check(python, {**fast, "expected_commit": MADE_UP_COMMIT, "site_packages": str(root)})
+    assert code == 1 and "cannot be proven" in _by_name(report)["commit"]["detail"]
+
+
+def test_env_names_nothing_reads_are_named(tmp_path):
+    python = require_vllm_python()
+    fast = {"min_version": "0.1.0", "env_names": ["VLLM_API_KEY", "VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4"]}
+    code, report = _run_check(python, fast)
+    env = _by_name(report)["env"]
+    assert code == 1 and not env["ok"] and env["detail"].endswith("nothing reads VLLM_ROCM_USE_AITER_MOE_SITUV2_A8W4")
+
+
+def test_bad_request_is_exit_2():
+    proc = subprocess.run([sys.executable, str(CHECK)], input="{}", capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "min_version" in json.loads(proc.stdout)["error"]
+
+
+# --- the runner -----------------------------------------------------------------------------------
+
+
+def test_run_command_mounts_the_check_read_only_with_no_network_and_the_images_python():
+    cmd = engine_verify.run_command("/usr/bin/docker", "vllm/vllm-openai:v0.33.0", "/tmp/chk")
+    assert cmd[:3] == ["/usr/bin/docker", "run", "--rm"] and "-i" in cmd
+    assert cmd[cmd.index("--network") + 1] == "none" and cmd[cmd.index("--entrypoint") + 1] == "python3"
+    assert cmd[cmd.index("-v") + 1] == f"/tmp/chk:{engine_verify.CHECK_MOUNT}:ro"
+    assert cmd[-2:] == ["vllm/vllm-openai:v0.33.0", f"{engine_verify.CHECK_MOUNT}/engine_check.py"]
+    assert engine_verify.pull_command("podman", "x:y") == ["podman", "pull", "x:y"]
+    assert engine_verify.inspect_command("docker", "x:y")[:3] == ["docker", "image", "inspect"]
+
+
+def test_digest_is_picked_for_the_images_repository_through_docker_hub_names():
+    digest = "sha256:" + "ab" * 32
+    found = ["docker.io/other/x@sha256:" + "cd" * 32, f"docker.io/vllm/vllm-openai@{digest}"]
+    assert engine_verify.pick_digest("vllm/vllm-openai:nightly-" + MADE_UP_COMMIT, found) == f"vllm/vllm-openai@{digest}"
+    assert engine_verify.pick_digest("vllm/vllm-openai:v0.33.0", found[:1]) is None
+    pinned = f"vllm/vllm-openai@{digest}"
+    assert engine_verify.resolve_digest("docker", pinned, run=lambda *a, **k: pytest.fail("no inspect")) == pinned
+
+
+def test_config_set_line_is_exact():
+    assert engine_verify.config_set_line("b300", "vllm/vllm-openai@sha256:" + "ab" * 32) == (
+        "pulumi config set --stack b300 --path kimi-deploy:vllm.image vllm/vllm-openai@sha256:" + "ab" * 32
+    )
+
+
+def test_no_container_runtime_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["engine", "verify", "--image", "vllm/vllm-openai:v0.33.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no container runtime (docker or podman) on PATH" in err
+
+
+def test_a_docker_cli_without_its_daemon_is_no_runtime(monkeypatch, tmp_path, capsys):
+    from scripts import preflight
+
+    _fake_runtime(tmp_path, monkeypatch, pullable=[])
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("FAKE_NO_DAEMON", "1")
+    assert cli.main(["engine", "verify", "--image", "vllm/vllm-openai:v0.33.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no container runtime (docker or podman) answers (docker: Cannot connect" in err
+    assert engine_verify.usable_runtime() is None  # preflight then lists no engine-image check
+    assert preflight.engine_verify.usable_runtime is engine_verify.usable_runtime
+
+
+def test_a_mutable_tag_is_a_config_error(monkeypatch, tmp_path, capsys):
+    _fake_runtime(tmp_path, monkeypatch, pullable=[])
+    assert cli.main(["engine", "verify", "--image", "vllm/vllm-openai:latest", "--stack", "b300"]) == 2
+    assert "mutable tag" in capsys.readouterr().err
+
+
+FAKE_DOCKER = r'''#!{python}
+"""A stand-in container runtime: pull/inspect answer like docker; run executes the mounted check
+program with the vLLM venv's python (the image's python in real use), stdin passed through."""
+import json, os, sys
+args = sys.argv[1:]
+pullable = json.loads(os.environ["FAKE_PULLABLE"])
+if args[0] == "info":
+    if os.environ.get("FAKE_NO_DAEMON"):
+        print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+              file=sys.stderr)
+        sys.exit(1)
+    sys.exit(0)
+if args[0] == "pull":
+    if args[1] in pullable:
+        sys.exit(0)
+    print(f"Error response from daemon: manifest for {{args[1]}} not found: manifest unknown", file=sys.stderr)
+    sys.exit(1)
+if args[:2] == ["image", "inspect"]:
+    print(json.dumps(["docker.io/" + args[-1].split(":")[0] + "@sha256:" + "ab" * 32]))
+    sys.exit(0)
+if args[0] == "run":
+    src, dst, _ = args[args.index("-v") + 1].split(":")
+    os.execv("{vllm_python}", ["{vllm_python}", args[-1].replace(dst, src)])
+sys.exit(125)
+'''
+
+
+def _fake_runtime(tmp_path: Path, monkeypatch, pullable: list[str], vllm_python: Path | None = None) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    docker = bindir / "docker"
+    docker.write_text(FAKE_DOCKER.format(python=sys.executable, vllm_python=vllm_python or sys.executable))
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_PULLABLE", json.dumps(pullable))
+
+
+def test_a_made_up_nightly_commit_is_not_proven(monkeypatch, tmp_path, capsys):
+    _fake_runtime(tmp_path, monkeypatch, pullable=[])
+    image = f"vllm/vllm-openai:nightly-{MADE_UP_COMMIT}"
+    assert cli.main(["engine", "verify", "--image", image, "--stack", "b300", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["proven"] is False and out["config_set"] == [] and out["pinned"] is None
+    assert "cannot be pulled" in out["refusals"][0] and "manifest unknown" in out["refusals"][0]
+
+
+def test_verify_refuses_the_real_0_33_0_naming_the_missing_feature(monkeypatch, tmp_path, capsys):
+    """End to end through the runner: the check program runs on the installed vLLM 0.33.0 wheel."""
+    python = require_vllm_python()
+    image = "vllm/vllm-openai:v0.33.0"
+    _fake_runtime(tmp_path, monkeypatch, pullable=[image], vllm_python=python)
+    assert cli.main(["engine", "verify", "--image", image, "--stack", "b300"]) == 1
+    out = capsys.readouterr().out
+    assert "  vLLM 0.33.0 (commit g4ba787ec9)" in out
+    assert "FAIL  feature:sparse-indexer-mla" in out and "mla.py has use_sparse=False, indexer=None" in out
+    assert "FAIL  version" in out and "pass  tool-parser" in out and "pass  reasoning-parser" in out
+    assert "pass  env" in out and "pass  argv" in out
+    assert out.strip().splitlines()[-1].startswith("refused: version: vLLM 0.33.0 (needs 0.34.0 or later); "
+                                                   "feature:sparse-indexer-mla: lacks sparse-indexer-mla")
+    assert "pulumi config set" not in out
+
+
+def test_preflight_lists_engine_image_only_with_a_runtime_and_fails_a_made_up_commit(monkeypatch, tmp_path):
+    from scripts import preflight
+
+    spec = load_stack("mi355x", now=FIXED_NOW)  # no AWS checks: the list is the Kubernetes and vLLM ones
+    assert "engine-image" not in [c.name for c in preflight.run_checks(spec, now=FIXED_NOW)]
+    _fake_runtime(tmp_path, monkeypatch, pullable=[])
+    checks = {c.name: c for c in preflight.run_checks(spec, now=FIXED_NOW, container_runtime="docker")}
+    assert checks["engine-image"].status == "fail" and "cannot be pulled" in checks["engine-image"].reason
+
+
+def test_release_tuple_reads_dev_and_local_versions():
+    from scripts.engine_check import release_tuple
+
+    assert release_tuple("0.34.0.dev12+g4ba787ec9") == (0, 34, 0) >= release_tuple("0.34.0")
+    assert release_tuple("0.33.1rc1") == (0, 33, 1) < release_tuple("0.34.0")
+    assert release_tuple("1") == (1, 0, 0)
+
+
+def test_the_check_program_takes_its_request_on_stdin_only():
+    proc = subprocess.run([sys.executable, str(CHECK), "--image", "x"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "JSON on stdin" in proc.stderr
