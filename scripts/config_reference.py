@@ -276,6 +276,8 @@ def rules() -> dict[str, str]:
         + "; ".join(f"{name}: {', '.join(TARGETS[name].platforms)}" for name in supported) + " (config/target.py)",
         "environment": f"{', '.join(ENVIRONMENTS)} (config/lifecycle.py)",
         "owner": "1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric (config/tags.py)",
+        "phase": "stage needs storage.mirror.enabled, and on the kubernetes platform an existing bucket "
+        "(storage.mirror.bucketName, create false) (config/phase.py)",
         "expiresAt": f"in the future; a trial: at most {MAX_TRIAL_HOURS} h away; not on prod (config/lifecycle.py)",
         "model.profile": f"{', '.join(MODELS)} (config/model.py)",
         "model.revision": "a lower-case 40-hex commit; a branch or tag only in a trial (config/model.py)",
