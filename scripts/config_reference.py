@@ -422,7 +422,7 @@ SETTINGS: Mapping[str, Mapping[str, Any]] = {
     "FSx 4800": {"storage.kind": "nvme-from-fsx", "storage.fsx.capacityGib": 4800},
     "PVC": {"storage.kind": "pvc", "storage.existingClaim": "kimi-weights", "storage.readGBps": 5.0},
     "EKS 1.34": {"kubernetes.eksVersion": "1.34"},
-    "cluster CIDRs": {"kubernetes.allowedCidrs": ["10.30.0.0/16"], "kubernetes.clusterCidrs": ["10.244.0.0/16"]},
+    "cluster CIDRs": {"kubernetes.allowedCidrs": ["10.0.0.0/8"], "kubernetes.clusterCidrs": ["10.244.0.0/16"]},
     "operator": _OPERATOR,
     "autoscaling": _SCALING,
     "autoscaling + adapter": {**_SCALING, "kubernetes.installedAddons": ["prometheus-operator", "prometheus-adapter"]},
@@ -489,7 +489,7 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
         Probe(("fsx", "nvme"), stacks=_AWS),
         Probe(("pvc",), also={"storage.existingClaim": "kimi-weights", "storage.readGBps": 5.0}, stacks=("mi355x",)),
     ),
-    "storage.readGBps": (Probe((5.0,)),),
+    "storage.readGBps": (Probe((1.0,)),),
     "storage.existingClaim": (
         Probe(("kimi-weights-2",), base="PVC"),
     ),
