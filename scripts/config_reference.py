@@ -642,7 +642,8 @@ def current_value(stack: str, base: Mapping[str, Any], key: str) -> Any:
 
 
 class Deriver:
-    """Renders stacks (cached by stack and overlay) and diffs them; counts renders and CPU time."""
+    """Renders stacks (cached by stack and overlay: the unchanged renders are shared between keys)
+    and diffs them; ``renders`` counts the renders made."""
 
     def __init__(self) -> None:
         self._docs: dict[tuple[str, str], dict[str, Any] | ConfigError] = {}
@@ -731,15 +732,18 @@ def derivable_keys() -> list[str]:
     return [row.key for row in config_keys()] + [AWS_REGION]
 
 
-def derive(keys: Sequence[str], stacks: Sequence[str] | None = None) -> tuple[dict[str, Any], Deriver]:
-    """``{key: [case, ...]}`` for ``keys`` (``Deriver.case`` on each probe's stacks; keys in
-    ``NOT_DERIVABLE`` as ``{"not_derived": why}``) and the ``Deriver`` (render count).
+def derive(
+    keys: Sequence[str], stacks: Sequence[str] | None = None, deriver: Deriver | None = None
+) -> tuple[dict[str, Any], Deriver]:
+    """``{key: [case, ...]}`` for ``keys`` (``Deriver.case`` on each probe's stacks, the cases
+    where the key applies; keys in ``NOT_DERIVABLE`` as ``{"not_derived": why}``) and the
+    ``Deriver`` (a new one unless given: pass one to share its renders).
 
     Raises:
         UsageError: a key with no probe and no reason, or a probe refused on every stack.
     """
     stacks = list(stacks or stack_names())
-    deriver = Deriver()
+    deriver = deriver or Deriver()
     out: dict[str, Any] = {}
     broken: list[str] = []
     for key in keys:
