@@ -826,13 +826,12 @@ def effect_text(forces: Mapping[str, Any]) -> str:
 
 
 def _change_label(key: str, case: Mapping[str, Any]) -> str:
-    """The change a case made, as YAML: ``500`` for the row's own key alone, else ``key: value``
-    pairs; ``in *<setting>*`` for its base."""
+    """The change a case made, as YAML: the row's own value first (``500``), then the other keys
+    set with it in key order (``key: value``); ``in *<setting>*`` for its base."""
     change = case["change"]
-    own = [f"`{yaml_value(v)}`" if k == key else f"`{k}: {yaml_value(v)}`" for k, v in change.items()]
-    if key not in change:
-        own = [f"`{k}: {yaml_value(v)}`" for k, v in change.items()]
-    label = ", ".join(own)
+    parts = [f"`{yaml_value(change[key])}`"] if key in change else []
+    parts += [f"`{k}: {yaml_value(change[k])}`" for k in sorted(change) if k != key]
+    label = ", ".join(parts)
     if case.get("base"):
         label += f" in *{case['base']}*"
     return label
