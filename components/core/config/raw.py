@@ -334,7 +334,7 @@ class AutoscalingConfig(_Raw):
     """keda: a KEDA ScaledObject (KEDA installed unless listed in installedAddons); hpa: an autoscaling/v2 HPA on external
     metrics from an installed prometheus-adapter."""
     schedule: tuple[ScheduleWindowConfig, ...] = ()
-    """Serving windows (KEDA cron triggers): at least one replica inside them."""
+    """Serving windows (KEDA cron triggers): at least compute.replicas replicas inside them."""
     queue_per_replica: float = Field(4.0, alias="queuePerReplica", gt=0, le=10_000)
     """Waiting requests per replica the scaler aims at (vllm:num_requests_waiting)."""
     kv_cache_usage_target: float = Field(0.8, alias="kvCacheUsageTarget", gt=0, le=1)
