@@ -51,6 +51,9 @@ class RecordedResource:
         inputs: inputs as sent to the provider, secrets masked, integral floats as ints.
         custom: False for component resources.
         resource_id: the mock physical id.
+        ignore_changes: input paths the resource's ``ResourceOptions.ignore_changes`` names
+            (``scalingConfig.desiredSize``): ``pulumi up`` keeps their value from the state, so a
+            change there is not applied (pulumi ``ResourceOptions.ignore_changes``).
     """
 
     type: str
@@ -58,6 +61,7 @@ class RecordedResource:
     inputs: Mapping[str, Any]
     custom: bool
     resource_id: str
+    ignore_changes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -287,11 +291,20 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def __init__(self, secret_values: Mapping[str, str]):
         self.run = PlanRun()
         self._secret_values = {k: v for k, v in secret_values.items() if v and len(v) >= 8}
+        self._ignore_changes: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def record_options(self, args: pulumi.ResourceTransformationArgs) -> None:
+        """A stack transformation that changes nothing: it notes each resource's
+        ``ignore_changes`` (mocks are not shown the resource options)."""
+        ignored = getattr(args.opts, "ignore_changes", None) if args.opts is not None else None
+        if ignored:
+            self._ignore_changes[(args.type_, args.name)] = tuple(ignored)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         cleaned = _clean(args.inputs)
         resource_id = f"{args.name}-id"
-        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, bool(args.custom), resource_id))
+        ignored = self._ignore_changes.get((args.typ, args.name), ())
+        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, bool(args.custom), resource_id, ignored))
         for path, text in _walk_strings(cleaned):
             for key, secret in self._secret_values.items():
                 if secret in text:
@@ -378,6 +391,7 @@ def run_program(
     holder: dict[str, Any] = {}
 
     def body():
+        pulumi.runtime.register_stack_transformation(mocks.record_options)
         ctx = program.build_context(allow_blockers=allow_blockers)
         holder["ctx"] = ctx
         holder["outputs"] = program.declare(ctx)

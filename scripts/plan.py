@@ -74,8 +74,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
     per_node}], ``eks_api_endpoint`` (aws-eks: who reaches the API endpoint, else None),
-    ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references}] (references:
-    input path -> the resource attribute it is computed from, ``{"launchTemplate.id": "gpu-lt.id"}``),
+    ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references, ignore_changes}] (references:
+    input path -> the resource attribute it is computed from, ``{"launchTemplate.id": "gpu-lt.id"}``;
+    ignore_changes, only where the program sets it: input paths ``pulumi up`` keeps from the state),
     ``outputs``, ``secret_leaks``. Secret values appear only as ``[secret]``.
 
     Raises:
@@ -185,9 +186,11 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "blockers": [str(b) for b in spec.blockers],
         # A stage declares no engine: a build that cannot serve blocks serve only (config/phase.py).
         "deployable": not spec.blockers or spec.staging,
-        # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP.
+        # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP;
+        # ignore_changes (where set): inputs `pulumi up` keeps from the state.
         "resources": [
-            {**entry, "references": run.references(r.inputs)}
+            {**entry, "references": run.references(r.inputs),
+             **({"ignore_changes": list(r.ignore_changes)} if r.ignore_changes else {})}
             for r, entry in zip(
                 resources, run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
                 strict=True,

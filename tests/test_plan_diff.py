@@ -676,7 +676,7 @@ def _real_diff(stack: str, overlay: dict, monkeypatch):
     old = build_plan_document(stack, now=now)
     merged = json.loads(base) if base else {}
     for key, value in overlay.items():
-        merged[key] = {**merged.get(key, {}), **value}
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
     monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", json.dumps(merged))
     return plan_diff.diff_documents(old, build_plan_document(stack, now=now))
 
@@ -696,3 +696,68 @@ def test_a_launch_template_change_recycles_the_node_groups_launched_from_it(monk
     assert [g["name"] for g in groups] == ["eks-gpu"] and groups[0]["disruptive"]  # the system nodes keep theirs
     assert diff["summary"]["recycled"] == 1
     assert "(**⚠ 1 node group recycled**)" in plan_diff.render_markdown(diff, "gb300")
+
+
+# --- what `pulumi up` does not apply: ignore_changes, and values it keeps flowing on ------------------
+
+RANDOM_ID = "random:index/randomId:RandomId"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+
+
+def _with_ignore(document, name, paths):
+    for res in document["resources"]:
+        if res["name"] == name:
+            res["ignore_changes"] = list(paths)
+    return document
+
+
+def test_a_change_under_ignore_changes_is_not_applied():
+    old = doc((NODE_GROUP, "gpu", {"scalingConfig": {"desiredSize": 1, "maxSize": 1}}))
+    new = _with_ignore(doc((NODE_GROUP, "gpu", {"scalingConfig": {"desiredSize": 2, "maxSize": 1}})), "gpu",
+                       ["scalingConfig.desiredSize"])
+    diff = plan_diff.diff_documents(old, new)
+    assert diff["changed"] == [] and diff["summary"]["changed"] == 0
+    assert diff["ignored"] == [{"type": NODE_GROUP, "name": "gpu", "path": "scalingConfig.desiredSize", "old": 1, "new": 2,
+                                "why": "ignore_changes"}]
+    # The same change without the option (or with it only in the old program) is applied.
+    assert plan_diff.diff_documents(old, doc((NODE_GROUP, "gpu", {"scalingConfig": {"desiredSize": 2, "maxSize": 1}})))[
+        "summary"]["changed"] == 1
+    assert plan_diff.diff_documents(_with_ignore(json.loads(json.dumps(old)), "gpu", ["scalingConfig"]),
+                                    doc((NODE_GROUP, "gpu", {"scalingConfig": {"desiredSize": 2, "maxSize": 1}})))[
+        "summary"]["changed"] == 1
+
+
+def test_a_value_kept_by_ignore_changes_is_not_applied_where_it_flows():
+    """A trial's expiry lives in a RandomId's keepers (ignore_changes): a later trialTtlHours moves
+    neither the keepers nor the expires-at tags computed from them; other tag changes still apply."""
+    old_expiry, new_expiry = "2026-12-04T00:00:00Z", "2026-12-03T00:00:00Z"
+    old = doc((RANDOM_ID, "trial-expiry", {"keepers": {"expiresAt": old_expiry, "ttlHours": "72"}}),
+              (INSTANCE, "gpu", {"tags": {"expires-at": old_expiry, "owner": "a"}}))
+    new = _with_ignore(doc((RANDOM_ID, "trial-expiry", {"keepers": {"expiresAt": new_expiry, "ttlHours": "48"}}),
+                           (INSTANCE, "gpu", {"tags": {"expires-at": new_expiry, "owner": "a"}})), "trial-expiry", ["keepers"])
+    diff = plan_diff.diff_documents(old, new)
+    assert diff["changed"] == []
+    assert {(i["name"], i["path"], i["why"]) for i in diff["ignored"]} == {
+        ("trial-expiry", "keepers.expiresAt", "ignore_changes"), ("trial-expiry", "keepers.ttlHours", "ignore_changes"),
+        ("gpu", "tags.expires-at", "carries a value kept by ignore_changes")}
+    new["resources"][1]["inputs"]["tags"]["owner"] = "b"
+    [changed] = plan_diff.diff_documents(old, new)["changed"]
+    assert [f["path"] for f in changed["fields"]] == ["tags.owner"]
+
+
+def test_the_program_records_its_ignore_changes_in_the_plan():
+    from scripts.plan import build_plan_document
+
+    by_name = {r.name: r.ignore_changes for r in plan_for("b300").resources if r.ignore_changes}
+    assert by_name == {"trial-expiry": ("keepers",), "gpu-lt": ("imageId",)}
+    by_name = {r.name: r.ignore_changes for r in plan_for("b300-prod").resources if r.ignore_changes}
+    assert by_name == {"eks-system": ("scalingConfig.desiredSize",), "eks-gpu": ("scalingConfig.desiredSize",)}
+    document = build_plan_document("b300", now=FIXED_NOW)
+    assert {r["name"]: r["ignore_changes"] for r in document["resources"] if "ignore_changes" in r} == {
+        "trial-expiry": ["keepers"], "gpu-lt": ["imageId"]}
+
+
+def test_a_later_trial_ttl_changes_nothing_pulumi_up_applies(monkeypatch):
+    diff = _real_diff("b300", {"kimi-deploy:trialTtlHours": 48}, monkeypatch)
+    assert diff["summary"] == {"added": 0, "removed": 0, "changed": 0, "replaced": 0, "disruptive": 0, "recycled": 0}
+    assert {i["path"] for i in diff["ignored"]} >= {"keepers.expiresAt", "tags.expires-at"}

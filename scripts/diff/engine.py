@@ -72,6 +72,81 @@ def propagate_template_versions(changed: list[dict[str, Any]], n_idx: Mapping[tu
 
 
 MISSING = "<absent>"
+# A value shorter than this is not followed from an ignored input into other resources (a short
+# value such as "72" or "true" also appears where it was never carried).
+MIN_CARRIED_VALUE_CHARS = 8
+
+
+def is_ignored(path: str, ignore_changes: list[str] | tuple[str, ...]) -> bool:
+    """Whether ``path`` (``spec.replicas``, ``keepers.expiresAt``) lies under one of a resource's
+    ``ignore_changes`` paths (Pulumi's property paths: a path covers everything below it; list
+    indexes may be written ``[*]``)."""
+    norm = re.sub(r"\[\d+\]", "[*]", path)
+    for pattern in ignore_changes:
+        for candidate in (path, norm):
+            if candidate == pattern or candidate.startswith(pattern + ".") or candidate.startswith(pattern + "["):
+                return True
+    return False
+
+
+def _carried(field: Mapping[str, Any], pairs: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The (old, new) pair of an ignored input whose change ``field`` only carries (the whole value,
+    or every occurrence inside a string), else None."""
+    old, new = field["old"], field["new"]
+    if not isinstance(old, str) or not isinstance(new, str):
+        return None
+    for a, b in pairs:
+        if old == a and new == b:
+            return a, b
+        if a in old and old.replace(a, b) == new:
+            return a, b
+    return None
+
+
+def drop_ignored_changes(
+    changed: list[dict[str, Any]], n_idx: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Remove from ``changed`` (``[{type, name, fields}]``) what ``pulumi up`` does not apply, and
+    return it as ``[{type, name, path, old, new, why}]``:
+
+    - a field under the resource's ``ignore_changes`` in the new document (the options of the
+      program being deployed count, not the old one's): the engine keeps the value from the state
+      (pulumi ``ResourceOptions.ignore_changes``);
+    - a field whose change only carries such an ignored value into another resource (a trial's
+      expiry kept in ``random.RandomId`` keepers and tagged everywhere): the kept value flows on.
+      Only string values of at least ``MIN_CARRIED_VALUE_CHARS`` characters are followed.
+
+    A resource left with no field is removed from ``changed``. Mutates ``changed`` in place.
+    """
+    dropped: list[dict[str, Any]] = []
+    pairs: list[tuple[str, str]] = []
+    for entry in changed:
+        key = (entry["type"], entry["name"])
+        ignore = list((n_idx.get(key) or {}).get("ignore_changes") or [])
+        if not ignore:
+            continue
+        kept = []
+        for f in entry["fields"]:
+            if is_ignored(f["path"], ignore):
+                dropped.append({"type": key[0], "name": key[1], "path": f["path"], "old": f["old"], "new": f["new"],
+                                "why": "ignore_changes"})
+                if isinstance(f["old"], str) and isinstance(f["new"], str) and len(f["old"]) >= MIN_CARRIED_VALUE_CHARS:
+                    pairs.append((f["old"], f["new"]))
+            else:
+                kept.append(f)
+        entry["fields"] = kept
+    if pairs:
+        for entry in changed:
+            kept = []
+            for f in entry["fields"]:
+                if _carried(f, pairs) is not None:
+                    dropped.append({"type": entry["type"], "name": entry["name"], "path": f["path"], "old": f["old"],
+                                    "new": f["new"], "why": "carries a value kept by ignore_changes"})
+                else:
+                    kept.append(f)
+            entry["fields"] = kept
+    changed[:] = [entry for entry in changed if entry["fields"]]
+    return dropped
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -180,6 +255,7 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
                       fields: [{path, old, new, replaces, disrupts, note}]}],
          "vllm": {fields: [{path, old, new}], roles: [{name, status, nodes, argv: [{flag, old, new}], env}]},
          "plan": [{path, old, new}]      # target, sizing, model, nodes, expiry, outputs ...
+         "ignored": [{type, name, path, old, new, why}]   # not applied by `pulumi up` (drop_ignored_changes)
          "warnings": {"added": [...], "removed": [...]},
          "secret_leaks": [...]}          # of the new document (must be empty)
 
@@ -189,14 +265,18 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
     o_idx, n_idx = _resource_index(old), _resource_index(new)
     added = [dict(n_idx[k]) for k in n_idx if k not in o_idx]
     removed = [dict(o_idx[k]) for k in o_idx if k not in n_idx]
-    changed = []
+    changed: list[dict[str, Any]] = []
     for key in n_idx:
         if key not in o_idx:
             continue
+        fields = diff_values(o_idx[key].get("inputs", {}) or {}, n_idx[key].get("inputs", {}) or {})
+        if fields:
+            changed.append({"type": key[0], "name": key[1], "fields": fields})
+    ignored = drop_ignored_changes(changed, n_idx)
+    for entry in changed:
+        key = (entry["type"], entry["name"])
         oi, ni = o_idx[key].get("inputs", {}) or {}, n_idx[key].get("inputs", {}) or {}
-        fields = diff_values(oi, ni)
-        if not fields:
-            continue
+        fields = entry["fields"]
         rtype = key[0]
         for f in fields:
             rep = first_rule(REPLACE_ON_CHANGE.get(rtype, ()), f["path"], f["old"], f["new"], oi, ni)
@@ -206,15 +286,8 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
             rule = rep or dis
             f["note"] = rule.note if rule else ""
         replace = any(f["replaces"] for f in fields)
-        changed.append(
-            {
-                "type": rtype,
-                "name": key[1],
-                "action": "replace" if replace else "update",
-                "disruptive": replace or any(f["disrupts"] for f in fields),
-                "fields": fields,
-            }
-        )
+        entry["action"] = "replace" if replace else "update"
+        entry["disruptive"] = replace or any(f["disrupts"] for f in fields)
     propagate_template_versions(changed, n_idx)
     plan_old = {k: v for k, v in old.items() if k not in IGNORED_DOC_KEYS}
     plan_new = {k: v for k, v in new.items() if k not in IGNORED_DOC_KEYS}
@@ -237,6 +310,7 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
         "changed": changed,
         "vllm": _diff_vllm(old.get("vllm", {}), new.get("vllm", {})),
         "plan": diff_values(plan_old, plan_new),
+        "ignored": ignored,
         "warnings": {"added": [w for w in nw if w not in ow], "removed": [w for w in ow if w not in nw]},
         "secret_leaks": list(new.get("secret_leaks", [])),
     }

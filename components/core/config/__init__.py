@@ -31,6 +31,7 @@ from .parse import parse_spec
 from .raw import (
     DEFAULT_TRIAL_TTL_HOURS,
     SECRET_KEYS,
+    SECRETS,
     AutoscalingConfig,
     CapacityConfig,
     ComputeConfig,
@@ -62,7 +63,7 @@ from .stack_file import (
 __all__ = [
     "CLOCK_MAX", "CLOCK_MIN", "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_SHOWN_VALUE_CHARS",
     "MAX_TRIAL_HOURS",
-    "MIN_CLIENT_PREFIX_LENGTH", "NAMESPACE", "REPO_ROOT", "SECRET_KEYS", "STACKS_DIR", "STACK_FILE_KEYS",
+    "MIN_CLIENT_PREFIX_LENGTH", "NAMESPACE", "REPO_ROOT", "SECRETS", "SECRET_KEYS", "STACKS_DIR", "STACK_FILE_KEYS",
     "ApiServerAccess", "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "ConfigError", "DeploymentSpec", "FsxConfig",
     "KubernetesConfig", "MirrorConfig", "ModelConfig", "NetworkConfig", "ObservabilityConfig", "RawConfig",
     "ScheduleWindowConfig", "StackFileError", "StorageConfig", "TimeToReadyConfig", "VllmConfig", "api_server_access",

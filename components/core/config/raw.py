@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
@@ -15,8 +16,20 @@ from ..model import MODELS
 from ..versions import VLLM_PORT
 from .errors import ConfigError
 
-# Config keys that hold secrets. They never enter the spec: only whether they are set.
-SECRET_KEYS: tuple[str, ...] = ("hfToken", "modelscopeToken", "apiKey", "kubeconfig")
+# Config keys that hold secrets, with what each is (the configuration reference prints it). Set only
+# with `pulumi config set --secret`; they never enter the spec: only whether they are set.
+SECRETS: Mapping[str, str] = MappingProxyType(
+    {
+        "hfToken": "Hugging Face read token for the weight sync's hub download (model.source huggingface); kept in an SSM "
+        "SecureString parameter (aws-ec2) or a Kubernetes Secret, never in argv or user data.",
+        "modelscopeToken": "ModelScope token for the weight sync's hub download (model.source modelscope); kept like hfToken.",
+        "apiKey": "The vLLM API key clients send (Authorization: Bearer); optional: generated once and kept in the stack "
+        "state when unset (stack output apiKey).",
+        "kubeconfig": "kubernetes platform: the kubeconfig of the existing cluster (`pulumi config set --secret "
+        "kimi-deploy:kubeconfig < ~/.kube/config`); without it `pulumi up` uses the ambient kubeconfig.",
+    }
+)
+SECRET_KEYS: tuple[str, ...] = tuple(SECRETS)
 
 DEFAULT_TRIAL_TTL_HOURS = 72
 
@@ -49,148 +62,250 @@ MAX_MODEL_LEN_TOKENS = max(m.max_context_tokens for m in MODELS.values())
 
 class _Raw(BaseModel):
     # No coercion of numbers to strings: `revision: 1234` is an error, not "1234" (the engine hands
-    # top-level values as strings already; config_reader decodes them by type).
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # top-level values as strings already; config_reader decodes them by type). Each field's
+    # docstring is its description (``use_attribute_docstrings``): the configuration reference
+    # (docs/configuration.md, scripts/config_reference.py) prints it.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
+
+
+def _derived(rule: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a field whose value, when unset, is computed: ``rule`` says from
+    what (the configuration reference shows ``derived: <rule>`` as its default)."""
+    return {"derived": rule}
 
 
 class ModelConfig(_Raw):
     """``kimi-deploy:model``: which checkpoint, from where, at which revision."""
 
     profile: str = "kimi-k3.1-pro"
+    """The model profile: hub repositories, weight size, context length and serving recipe (components/core/model.py)."""
     source: Literal["huggingface", "modelscope"] = "huggingface"
+    """The hub the weights come from: huggingface, or modelscope (for networks inside China)."""
     revision: str = "main"
+    """The hub revision: a 40-hex commit; a branch or tag only in a trial (the weight sync records the commit it resolved)."""
     license_acknowledged: StrictBool | None = Field(None, alias="licenseAcknowledged")
-    served_model_name: str | None = Field(None, alias="servedModelName")
+    """Must be true: you accept the model's license (README "License of the model")."""
+    served_model_name: str | None = Field(None, alias="servedModelName", json_schema_extra=_derived("the model profile's name"))
+    """The name clients send as `model` (vLLM `--served-model-name`)."""
 
 
 class CapacityConfig(_Raw):
     """``kimi-deploy:compute.capacity``: where the GPU capacity comes from."""
 
     type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"
+    """How the GPU instances are bought: on-demand, a targeted on-demand capacity reservation (odcr), or an EC2 capacity block."""
     reservation_id: str | None = Field(None, alias="reservationId")
+    """The capacity reservation (ODCR or capacity block) the GPU nodes launch into (cr-...)."""
     availability_zone: str | None = Field(None, alias="availabilityZone")
+    """The reservation's availability zone (or Local Zone): GPU subnets and FSx are pinned to it."""
     ends_at: datetime | None = Field(None, alias="endsAt")
+    """When the capacity block ends (ISO 8601; no zone means UTC): AWS terminates its instances shortly before (capacity.py)."""
     usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
-    # Instances (trays) in the capacity block as bought, for UltraServer blocks (default: the
-    # smallest UltraServer of the type, targets.InstanceFacts.ultraserver_instances).
-    block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1, le=MAX_CAPACITY_BLOCK_INSTANCES)
+    """The capacity block's price per instance-hour, USD (no public price exists for some blocks): the plan and cost
+    reports use it."""
+    block_instances: StrictInt | None = Field(
+        None, alias="blockInstances", ge=1, le=MAX_CAPACITY_BLOCK_INSTANCES,
+        json_schema_extra=_derived("the smallest UltraServer of the instance type that holds the GPU nodes"),
+    )
+    """Instances (trays) in an UltraServer capacity block as bought: the whole block is billed."""
 
 
 class ComputeConfig(_Raw):
     """``kimi-deploy:compute``: GPU nodes."""
 
-    instance_type: str | None = Field(None, alias="instanceType")
-    availability_zone: str | None = Field(None, alias="availabilityZone")
+    instance_type: str | None = Field(
+        None, alias="instanceType", json_schema_extra=_derived("the target's instance type on the platform (targets.py)")
+    )
+    """The GPU nodes' instance type; it must have the target's GPU model, GPU count and GPU memory."""
+    availability_zone: str | None = Field(
+        None, alias="availabilityZone",
+        json_schema_extra=_derived("compute.capacity.availabilityZone, else the region's first AZ that offers the instance type"),
+    )
+    """The availability zone of the GPU nodes (and FSx)."""
     replicas: StrictInt = Field(1, ge=1, le=64)
+    """Model copies (one vLLM server or LeaderWorkerSet group each); with autoscaling, the initial count."""
     efa: StrictBool | None = None
+    """EFA interfaces on the GPU nodes and in the vLLM pods; unset means false. Needs a vllm.image with libfabric's EFA
+    provider and aws-ofi-nccl."""
     capacity: CapacityConfig = CapacityConfig()
-    root_volume_gib: StrictInt = Field(500, alias="rootVolumeGib", ge=100, le=16_384)
-    ami_id: str | None = Field(None, alias="amiId")
+    """Where the GPU capacity comes from."""
+    root_volume_gib: StrictInt = Field(
+        500, alias="rootVolumeGib", ge=100, le=16_384,
+        json_schema_extra=_derived("500; aws-eks GPU nodes with instance-store NVMe: 100 (containerd and kubelet use the RAID0)"),
+    )
+    """Size of the GPU nodes' encrypted gp3 root volume, GiB (OS and the vLLM image)."""
+    ami_id: str | None = Field(
+        None, alias="amiId", json_schema_extra=_derived(
+            "aws-ec2: the Deep Learning AMI from its public SSM parameter, pinned at creation; aws-eks: EKS's NVIDIA AMI type"
+        ),
+    )
+    """A custom AMI for the GPU nodes (ami-...); needs compute.amiArchitecture."""
     ami_architecture: Literal["x86_64", "arm64"] | None = Field(None, alias="amiArchitecture")
-    usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
+    """The CPU architecture of compute.amiId; it must match the instance type's."""
+    usd_per_hour: float | None = Field(
+        None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR,
+        json_schema_extra=_derived("compute.capacity.usdPerHour, else the on-demand list price (targets.py), else unknown"),
+    )
+    """Price per GPU node-hour, USD, for the plan and cost reports (where no public price exists: GB300 blocks, MI355X)."""
 
 
 class NetworkConfig(_Raw):
     """``kimi-deploy:network``: VPC, subnets and who may reach the API port."""
 
     vpc_id: str | None = Field(None, alias="vpcId")
+    """An existing VPC to use instead of creating one (with network.privateSubnetIds)."""
     private_subnet_ids: tuple[str, ...] = Field((), alias="privateSubnetIds")
+    """The existing VPC's private subnets for the nodes (required with network.vpcId)."""
     vpc_cidr: str = Field("10.42.0.0/16", alias="vpcCidr")
+    """The address range of the VPC the stack creates (subnets are a sixteenth of it)."""
     allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
+    """Client networks admitted to the vLLM API port (security group; on EKS also the NetworkPolicy)."""
     allowed_security_group_ids: tuple[str, ...] = Field((), alias="allowedSecurityGroupIds")
-    # An existing VPC may already route S3 through a gateway endpoint (a second one on the same
-    # route tables fails); set false there.
+    """Security groups whose members are admitted to the vLLM API port."""
     s3_gateway_endpoint: bool = Field(True, alias="s3GatewayEndpoint")
-    # EKS API server: the private endpoint always; the public one (IAM-authenticated) only from
-    # apiServerPublicCidrs, never from any address. Without them the endpoint is private (then
-    # `pulumi up` runs from inside the VPC). apiServerPrivateOnly says so explicitly; false needs
-    # apiServerPublicCidrs. See config/network.py api_server_access.
+    """Create an S3 gateway endpoint on the private route tables; set false in an existing VPC that already routes S3
+    through one (a second one fails)."""
     api_server_public_cidrs: tuple[str, ...] = Field((), alias="apiServerPublicCidrs")
+    """aws-eks: sources admitted to the public EKS API endpoint (IAM-authenticated); without them the endpoint is private
+    and `pulumi up` runs from inside the VPC."""
     api_server_private_only: StrictBool | None = Field(None, alias="apiServerPrivateOnly")
+    """aws-eks: true states that the EKS API endpoint is private; false needs network.apiServerPublicCidrs
+    (config/network.py api_server_access)."""
 
 
 class MirrorConfig(_Raw):
     """``kimi-deploy:storage.mirror``: the in-region S3 mirror of the checkpoint."""
 
     enabled: bool = True
-    bucket_name: str | None = Field(None, alias="bucketName")
+    """Keep an in-region S3 mirror of the checkpoint: the hub is read once, nodes copy from the mirror."""
+    bucket_name: str | None = Field(
+        None, alias="bucketName", json_schema_extra=_derived("a name Pulumi generates for the created bucket")
+    )
+    """The mirror bucket's name: the bucket to create, or (with create false) the existing mirror to use."""
     create: bool = True
+    """Create the mirror bucket in this stack (retained on `pulumi destroy`); false reuses the one named by bucketName."""
     prefix: str = "models"
+    """Key prefix of the checkpoints in the bucket: s3://<bucket>/<prefix>/<repo>/<revision>/."""
     endpoint_url: str | None = Field(None, alias="endpointUrl")
+    """Kubernetes platforms: an S3-compatible endpoint the weight sync and engine cache use for the mirror
+    (AWS_ENDPOINT_URL_S3)."""
 
 
 class FsxConfig(_Raw):
     """``kimi-deploy:storage.fsx``: FSx for Lustre settings (used when storage.kind needs FSx)."""
 
     deployment_type: str = Field("PERSISTENT_2", alias="deploymentType")
+    """The FSx for Lustre deployment type."""
     throughput_per_tib: StrictInt = Field(
         1000, alias="throughputPerTib", ge=FSX_THROUGHPUT_PER_TIB_RANGE[0], le=FSX_THROUGHPUT_PER_TIB_RANGE[1]
     )
+    """Throughput tier, MB/s per TiB of storage: the file system serves capacity x tier."""
     capacity_gib: StrictInt | None = Field(
-        None, alias="capacityGib", ge=FSX_STORAGE_CAPACITY_GIB_RANGE[0], le=FSX_STORAGE_CAPACITY_GIB_RANGE[1]
+        None, alias="capacityGib", ge=FSX_STORAGE_CAPACITY_GIB_RANGE[0], le=FSX_STORAGE_CAPACITY_GIB_RANGE[1],
+        json_schema_extra=_derived("the weights plus storage.fsx.headroomFraction, rounded up to a valid size"),
     )
+    """Storage capacity of the file system, GiB."""
     headroom_fraction: float = Field(0.10, alias="headroomFraction", ge=0, le=2)
+    """Room above the weights when the capacity is derived (0.10 = 10%)."""
     efa: bool = False
+    """An EFA-enabled file system (PERSISTENT_2 only; set at creation)."""
     metadata_iops: StrictInt | None = Field(
-        None, alias="metadataIops", ge=FSX_METADATA_IOPS_RANGE[0], le=FSX_METADATA_IOPS_RANGE[1]
+        None, alias="metadataIops", ge=FSX_METADATA_IOPS_RANGE[0], le=FSX_METADATA_IOPS_RANGE[1],
+        json_schema_extra=_derived("AUTOMATIC metadata mode (FSx sizes it to the capacity)"),
     )
-    # Seconds a reader waits for the S3 import to produce a listed file (fsx.IMPORT_WAIT_SECONDS).
+    """Provisioned metadata IOPS (USER_PROVISIONED mode, paid; PERSISTENT_2 only)."""
     import_wait_seconds: StrictInt = Field(
         IMPORT_WAIT_SECONDS, alias="importWaitSeconds", ge=0, le=MAX_IMPORT_WAIT_SECONDS
     )
+    """Seconds a node copy waits for the S3 import to produce a listed file (nvme-from-fsx)."""
 
 
 class StorageConfig(_Raw):
     """``kimi-deploy:storage``: where the weights live while being served."""
 
     kind: Literal["nvme", "fsx", "nvme-from-fsx", "pvc"] = "nvme"
-    read_gbps: float | None = Field(None, alias="readGBps", gt=0, le=MAX_MEASURED_GBPS)
+    """Where vLLM reads the weights: nvme (the node's instance-store RAID0, synced from the mirror or hub), fsx (FSx for
+    Lustre, imported from the mirror), nvme-from-fsx (FSx imports once, each node copies to its NVMe), pvc (an existing
+    PersistentVolumeClaim)."""
+    read_gbps: float | None = Field(
+        None, alias="readGBps", gt=0, le=MAX_MEASURED_GBPS,
+        json_schema_extra=_derived("an estimate for storage.kind (labelled so in the plan)"),
+    )
+    """Measured read bandwidth of the weights' storage on one node, GB/s (fio): replaces the estimate behind load times and
+    the startup budget."""
     existing_claim: str | None = Field(None, alias="existingClaim")
+    """The PersistentVolumeClaim holding the weights (storage.kind pvc)."""
     mirror: MirrorConfig = MirrorConfig()
+    """The in-region S3 mirror of the checkpoint."""
     fsx: FsxConfig = FsxConfig()
+    """FSx for Lustre settings."""
 
 
 class VllmConfig(_Raw):
     """``kimi-deploy:vllm``: serving options layered on the recipe."""
 
-    image_tag: str | None = Field(None, alias="imageTag")
-    image: str | None = None
+    image_tag: str | None = Field(None, alias="imageTag", json_schema_extra=_derived("the pinned vLLM release (versions.py)"))
+    """A tag of the vLLM image of the target's family (vllm/vllm-openai or vllm/vllm-openai-rocm)."""
+    image: str | None = Field(None, json_schema_extra=_derived("the image of the target's family at vllm.imageTag"))
+    """The vLLM image, pinned immutably: name:nightly-<40-hex commit> or name@sha256:<digest>; required until a vLLM
+    release serves the model."""
     port: StrictInt = Field(VLLM_PORT, ge=1024, le=65535)
+    """The vLLM API port (also /health and /metrics)."""
     decode_context_parallel_size: StrictInt = Field(
         1, alias="decodeContextParallelSize", ge=1, le=MAX_DECODE_CONTEXT_PARALLEL_SIZE
     )
-    max_model_len: int | None = Field(None, alias="maxModelLen", ge=1024, le=MAX_MODEL_LEN_TOKENS)
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = Field(
-        None, alias="kvCacheDtype"
+    """Decode context parallelism (DCP): 1 is plain tensor parallel; more holds more KV-cache tokens for slower decode (the
+    plan shows both)."""
+    max_model_len: int | None = Field(
+        None, alias="maxModelLen", ge=1024, le=MAX_MODEL_LEN_TOKENS, json_schema_extra=_derived("the model's context length")
     )
+    """The longest request context served, tokens (vLLM --max-model-len)."""
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] | None = Field(
+        None, alias="kvCacheDtype", json_schema_extra=_derived("the recipe's (fp8 on CUDA, auto on ROCm)")
+    )
+    """The KV-cache data type (vLLM --kv-cache-dtype)."""
     gpu_memory_utilization: float = Field(0.95, alias="gpuMemoryUtilization", gt=0.5, le=0.99)
+    """Share of each GPU's memory vLLM may use (weights, activations, KV cache); the rest is left to the runtime (and the
+    DCP workspace)."""
     enable_prefix_caching: bool = Field(True, alias="enablePrefixCaching")
+    """Reuse the KV cache of shared prompt prefixes (vLLM --enable-prefix-caching)."""
     extra_args: tuple[str, ...] = Field((), alias="extraArgs")
+    """More vLLM arguments after the recipe's; flags the toolkit owns (--port, --model, ...) are refused."""
 
 
 class KubernetesConfig(_Raw):
     """``kimi-deploy:kubernetes``: the workload side (EKS or an existing cluster)."""
 
     namespace: str = "kimi"
+    """The namespace of the workloads (aws-eks, kubernetes)."""
     installed_addons: tuple[str, ...] = Field((), alias="installedAddons")
+    """Cluster software already installed, so it is not installed again (device plugins, LWS, KEDA, exporters, operators)."""
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    """Labels of the GPU nodes the vLLM pods must run on (added to the platform's own)."""
     tolerations: tuple[dict[str, Any], ...] = ()
+    """Tolerations of the GPU pods (Kubernetes Toleration objects), for the GPU nodes' taints."""
     service_type: Literal["ClusterIP", "internal-nlb"] = Field("ClusterIP", alias="serviceType")
+    """How the API is exposed: ClusterIP (inside the cluster), or an internal Network Load Balancer (aws-eks)."""
     allowed_namespaces: tuple[str, ...] = Field((), alias="allowedNamespaces")
+    """Namespaces whose pods the NetworkPolicy admits to the API port."""
     allowed_cidrs: tuple[str, ...] = Field((), alias="allowedCidrs")
-    # kubernetes platform: the address ranges the cluster's pods and nodes take their addresses
-    # from; the NetworkPolicy excludes them from allowedCidrs (an ipBlock admits every pod whose
-    # address it covers). On aws-eks they are the VPC's node subnets, known to the stack.
+    """Address ranges the NetworkPolicy admits to the API port."""
     cluster_cidrs: tuple[str, ...] = Field((), alias="clusterCidrs")
+    """kubernetes platform: the ranges the cluster's pods and nodes take addresses from; the NetworkPolicy excludes them
+    from allowedCidrs (an ipBlock admits every pod whose address it covers). On aws-eks the stack knows its node
+    subnets."""
     nvme_host_path: str = Field("/mnt/k8s-disks/0", alias="nvmeHostPath")
+    """kubernetes platform: where the GPU node's NVMe is mounted; pods mount only the kimi-deploy directories below it
+    (aws-eks uses its own mount)."""
     context: str | None = None
-    # aws-eks: IAM roles/users granted cluster admin (EKS access entries), besides the creator.
+    """kubernetes platform: the kubeconfig context to use (default: the kubeconfig's current context)."""
     admin_role_arns: tuple[str, ...] = Field((), alias="adminRoleArns")
-    # aws-eks: the EKS (Kubernetes minor) version, default versions.EKS_VERSION, and the
-    # cluster's upgrade policy: STANDARD (auto-upgraded at the end of standard support) or
-    # EXTENDED (stays, billed at the extended-support rate once past it). See check_eks_version.
-    eks_version: str | None = Field(None, alias="eksVersion")
+    """aws-eks: IAM roles or users granted cluster admin (EKS access entries), besides the creator."""
+    eks_version: str | None = Field(None, alias="eksVersion", json_schema_extra=_derived("versions.EKS_VERSION"))
+    """aws-eks: the EKS (Kubernetes minor) version of the cluster."""
     eks_support_type: Literal["STANDARD", "EXTENDED"] = Field("STANDARD", alias="eksSupportType")
+    """aws-eks: the upgrade policy: STANDARD (upgraded by EKS at the end of standard support) or EXTENDED (stays, billed at
+    the extended-support rate past it)."""
 
 
 class ScheduleWindowConfig(_Raw):
@@ -199,45 +314,66 @@ class ScheduleWindowConfig(_Raw):
     zero (``autoscaling.minReplicas: 0``)."""
 
     start: str
+    """When the window opens: a 5-field cron expression (minute hour day-of-month month day-of-week)."""
     end: str
+    """When the window closes: a 5-field cron expression."""
     timezone: str = "UTC"
+    """The IANA time zone of start and end (UTC, Europe/Berlin, ...)."""
 
 
 class AutoscalingConfig(_Raw):
     """``kimi-deploy:autoscaling``: replicas that follow vLLM's queue and KV-cache usage."""
 
     enabled: StrictBool = False
+    """Scale replicas on vLLM's queue and KV-cache usage (aws-eks, kubernetes); needs a Prometheus (observability)."""
     min_replicas: StrictInt = Field(1, alias="minReplicas", ge=0, le=64)
-    max_replicas: StrictInt | None = Field(None, alias="maxReplicas", ge=1, le=64)
-    # keda: a ScaledObject (KEDA installed here unless listed in installedAddons);
-    # hpa: an autoscaling/v2 HPA on external metrics served by an installed prometheus-adapter.
+    """The fewest replicas; 0 needs autoscaling.schedule (nothing sees demand with no replica)."""
+    max_replicas: StrictInt | None = Field(None, alias="maxReplicas", ge=1, le=64, json_schema_extra=_derived("compute.replicas"))
+    """The most replicas (a reservation must hold maxReplicas x nodes per copy)."""
     controller: Literal["keda", "hpa"] = "keda"
+    """keda: a KEDA ScaledObject (KEDA installed unless listed in installedAddons); hpa: an autoscaling/v2 HPA on external
+    metrics from an installed prometheus-adapter."""
     schedule: tuple[ScheduleWindowConfig, ...] = ()
+    """Serving windows (KEDA cron triggers): at least compute.replicas replicas inside them."""
     queue_per_replica: float = Field(4.0, alias="queuePerReplica", gt=0, le=10_000)
+    """Waiting requests per replica the scaler aims at (vllm:num_requests_waiting)."""
     kv_cache_usage_target: float = Field(0.8, alias="kvCacheUsageTarget", gt=0, le=1)
-    scale_down_delay_seconds: StrictInt | None = Field(None, alias="scaleDownDelaySeconds", ge=60, le=86_400)
+    """KV-cache usage per replica the scaler aims at (vllm:kv_cache_usage_perc, 0-1)."""
+    scale_down_delay_seconds: StrictInt | None = Field(
+        None, alias="scaleDownDelaySeconds", ge=60, le=86_400,
+        json_schema_extra=_derived("the modelled scale-up time plus a margin (scaling.py)"),
+    )
+    """How long demand must stay low before a replica is removed, seconds; more than a scale-up takes."""
 
 
 class ObservabilityConfig(_Raw):
     """``kimi-deploy:observability``: where Prometheus and Grafana run, dashboards and alerts."""
 
     prometheus_namespace: str | None = Field(None, alias="prometheusNamespace")
+    """The namespace of the Prometheus that scrapes vLLM (admitted to /metrics) and answers the scaler."""
     prometheus_url: str | None = Field(None, alias="prometheusUrl")
+    """The URL of a Prometheus that reads prometheus.io/* pod annotations, for the scaler (instead of the operator's
+    prometheus-operated)."""
     grafana_namespace: str | None = Field(None, alias="grafanaNamespace")
+    """Where the dashboard ConfigMap goes (labelled grafana_dashboard for the Grafana sidecar)."""
     alerts: StrictBool = True
+    """A PrometheusRule with the stack's alerts (when prometheus-operator is in kubernetes.installedAddons)."""
     gpu_exporter: StrictBool = Field(True, alias="gpuExporter")
-    # Labels of the Prometheus pods the NetworkPolicy admits to the metrics port (the Prometheus
-    # Operator labels its pods app.kubernetes.io/name=prometheus).
+    """Install the GPU vendor's metrics exporter (DCGM or AMD) when a Prometheus or Grafana namespace is set."""
     prometheus_pod_labels: dict[str, str] = Field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}, alias="prometheusPodLabels"
     )
-    # Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by: kube-prometheus-stack
-    # selects release=<its Helm release name> (components/core/scraping.py); {} for a Prometheus that selects all.
+    """Labels of the Prometheus pods the NetworkPolicy admits to the metrics port (the Prometheus Operator's label its pods
+    so)."""
     monitor_labels: dict[str, str] = Field(
         default_factory=lambda: {"release": "kube-prometheus-stack"}, alias="monitorLabels"
     )
+    """Labels the Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules by (kube-prometheus-stack:
+    release=<its Helm release>; {} for one that selects all)."""
     queue_alert_minutes: StrictInt = Field(10, alias="queueAlertMinutes", ge=1, le=1440)
+    """Minutes the request queue must grow before KimiVllmQueueGrowing fires."""
     kv_cache_alert_fraction: float = Field(0.95, alias="kvCacheAlertFraction", gt=0, le=1)
+    """KV-cache usage (0-1) above which KimiVllmKvCacheNearFull fires."""
 
 
 class TimeToReadyConfig(_Raw):
@@ -248,38 +384,68 @@ class TimeToReadyConfig(_Raw):
     infrastructure_seconds: float | None = Field(
         None, alias="infrastructureSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
     )
+    """Measured seconds from `pulumi up` to the GPU instance requested (VPC, cluster, node group)."""
     instance_boot_seconds: float | None = Field(None, alias="instanceBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    """Measured seconds from instance launch to the node ready for work."""
     image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    """Measured seconds to pull the vLLM image."""
     copy_gbps: float | None = Field(None, alias="copyGBps", gt=0, le=MAX_MEASURED_GBPS)
+    """Measured rate of the weight copy from the mirror onto a node's NVMe, GB/s."""
     engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    """Measured seconds of a cold engine start after the weights load (compilation, CUDA graphs); also sets the startup budget."""
     engine_init_cached_seconds: float | None = Field(
         None, alias="engineInitCachedSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
     )
+    """Measured seconds of an engine start with the engine cache restored."""
     stager_boot_seconds: float | None = Field(None, alias="stagerBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    """aws-ec2, phase stage: measured seconds from the stager instance's launch to its publish starting."""
 
 
 class RawConfig(_Raw):
     """The whole ``kimi-deploy:*`` namespace of a stack (secrets excluded)."""
 
     target: str
+    """The hardware profile: GPU model, GPUs per node, nodes per model copy (components/core/targets.py)."""
     platform: str
+    """Where it runs: aws-ec2 (one EC2 instance, vLLM under systemd), aws-eks (a new EKS cluster) or kubernetes (an
+    existing cluster, through the kubeconfig secret)."""
     environment: str
+    """trial, staging or prod: how long the stack lives and what guards its data (prod: protected, no expiry, a commit-
+    pinned model)."""
     owner: str
+    """The owning team or person: an AWS tag and Kubernetes label on everything; the sweeper reports by it."""
     region: str | None = None
-    expires_at: datetime | None = Field(None, alias="expiresAt")
+    """The AWS region, read from aws:region (not a kimi-deploy key)."""
+    expires_at: datetime | None = Field(
+        None, alias="expiresAt",
+        json_schema_extra=_derived("a trial: trialTtlHours after its first `pulumi up` (fixed then); staging and prod: none"),
+    )
+    """When the stack expires (ISO 8601; no zone means UTC): tagged expires-at for the sweeper; not on prod."""
     trial_ttl_hours: StrictInt = Field(DEFAULT_TRIAL_TTL_HOURS, alias="trialTtlHours", ge=1, le=24 * 30)
-    protect: bool | None = None
-    # stage: create everything the weights need and nothing that needs a GPU (config/phase.py).
+    """A trial's time to live without expiresAt, hours from its first `pulumi up` (the expiry is fixed then)."""
+    protect: bool | None = Field(None, json_schema_extra=_derived("true in prod, else false"))
+    """Protect the resources holding data (mirror bucket, file system) from deletion."""
     phase: Literal["stage", "serve"] = "serve"
+    """stage: create everything the weights need (network, S3 mirror, storage, the hub -> mirror publish on compute
+    with no GPU) and nothing that needs a GPU; serve: the whole deployment (config/phase.py)."""
     model: ModelConfig = ModelConfig()
+    """Which checkpoint, from where, at which revision."""
     compute: ComputeConfig = ComputeConfig()
+    """The GPU nodes."""
     network: NetworkConfig = NetworkConfig()
+    """VPC, subnets and who may reach the API port."""
     storage: StorageConfig = StorageConfig()
+    """Where the weights live while being served."""
     vllm: VllmConfig = VllmConfig()
+    """Serving options layered on the recipe."""
     kubernetes: KubernetesConfig = KubernetesConfig()
+    """The workload side (EKS or an existing cluster)."""
     autoscaling: AutoscalingConfig = AutoscalingConfig()
+    """Replicas that follow vLLM's queue and KV-cache usage."""
     observability: ObservabilityConfig = ObservabilityConfig()
+    """Where Prometheus and Grafana run, dashboards and alerts."""
     time_to_ready: TimeToReadyConfig = Field(TimeToReadyConfig(), alias="timeToReady")
+    """Measured figures that replace the time-to-ready estimates."""
 
 
 def validate_raw(config: Mapping[str, Any]) -> tuple[RawConfig, dict[str, Any]]:
@@ -335,7 +501,7 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
     if kind in _TYPE_WORDS:
         return ConfigError(key, value, _TYPE_WORDS[kind])
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return ConfigError(key, value, f"is out of range (allowed: {_range_text(_field_at(loc), first.get('ctx', {}))})")
+        return ConfigError(key, value, f"is out of range (allowed: {range_text(_field_at(loc), first.get('ctx', {}))})")
     return ConfigError(key, value, f"is not valid: {first['msg'].lower()}")
 
 
@@ -375,15 +541,16 @@ def _field_at(loc: tuple[Any, ...]) -> Any:
     return info
 
 
-def _range_text(info: Any, ctx: Mapping[str, Any]) -> str:
+def range_text(info: Any, ctx: Mapping[str, Any] | None = None) -> str:
     """A field's bounds as words: ``1 to 720``, ``more than 0 and at most 2``; from its
-    ``Field(ge=..., le=...)`` metadata (else from the one bound pydantic reported)."""
+    ``Field(ge=..., le=...)`` metadata (else from the one bound pydantic reported in ``ctx``);
+    ``""`` for a field without bounds. The range errors and the configuration reference use it."""
     bounds: dict[str, Any] = {}
     for meta in getattr(info, "metadata", ()) or ():
         for name in ("gt", "ge", "lt", "le"):
             if getattr(meta, name, None) is not None:
                 bounds[name] = getattr(meta, name)
-    if not bounds:
+    if not bounds and ctx:
         bounds = {name: ctx[name] for name in ("gt", "ge", "lt", "le") if name in ctx}
     if "ge" in bounds and "le" in bounds:
         return f"{bounds['ge']} to {bounds['le']}"

@@ -9,6 +9,11 @@ from .errors import ConfigError
 from .patterns import IMAGE_RE, IMAGE_TAG_RE
 from .raw import RawConfig
 
+# vLLM flags the toolkit sets from config and secrets: vllm.extraArgs may not set them.
+TOOLKIT_FLAGS: frozenset[str] = frozenset(
+    {"--api-key", "--hf-token", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
+)
+
 
 def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> None:
     """``vllm.decodeContextParallelSize`` (divides TP; room for the DCP workspace, a warning),
@@ -52,13 +57,12 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         raise ConfigError(
             "vllm.kvCacheDtype", raw.vllm.kv_cache_dtype, "is not part of the MI355X recipe (allowed: auto, bfloat16)"
         )
-    reserved = {"--api-key", "--hf-token", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
     for arg in raw.vllm.extra_args:
-        if arg.split("=", 1)[0] in reserved:
+        if arg.split("=", 1)[0] in TOOLKIT_FLAGS:
             raise ConfigError(
                 "vllm.extraArgs",
                 arg,
-                f"sets a flag the toolkit owns ({', '.join(sorted(reserved))}); use the matching config key",
+                f"sets a flag the toolkit owns ({', '.join(sorted(TOOLKIT_FLAGS))}); use the matching config key",
             )
     if raw.vllm.image_tag is not None and not IMAGE_TAG_RE.match(raw.vllm.image_tag):
         raise ConfigError(
