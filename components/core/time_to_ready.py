@@ -537,7 +537,7 @@ def pulumi_up_seconds(spec: DeploymentSpec, model: TimeToReady) -> tuple[int, st
 ENGINE_CACHE_NOTE = (
     "engine caches: on aws-ec2 (boot units) and aws-eks (a restore init container and a save sidecar "
     "in every vLLM pod) they are restored from the mirror before vLLM starts and saved after its "
-    "first healthy start (scripts/engine_cache.py, keyed by engine build, revision, layout, node of "
+    "first healthy start (the node program engine_cache.py, keyed by engine build, revision, layout, node of "
     "the copy and GPU); on the kubernetes platform not (the mirror's credentials there are the "
     "operator's, nothing is granted the right to save), so those scenarios start the engine cold and "
     "the cached figure is shown beside them where a mirror exists"
