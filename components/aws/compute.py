@@ -180,6 +180,8 @@ def render_ec2_user_data(
         efa=spec.efa_enabled,
         weights_timeout_seconds=sum(sync_budget_seconds(spec, sizing, step) for step in steps),
         engine_cache=engine_cache,
+        weights_attempts=spec.config.compute.weights_retry.attempts,
+        weights_retry_seconds=spec.config.compute.weights_retry.delay_seconds,
     )
     return cloud_config_text(cfg)
 

@@ -48,6 +48,15 @@ class CapacityConfig(_Raw):
     block_instances: StrictInt | None = Field(None, alias="blockInstances", ge=1)
 
 
+class WeightsRetryConfig(_Raw):
+    """``kimi-deploy:compute.weightsRetry`` (``aws-ec2``): the boot's weights unit is tried
+    ``attempts`` times (systemd ``StartLimitBurst``), ``delaySeconds`` apart (``RestartSec``),
+    then stays failed until ``systemctl reset-failed`` (README "When the EC2 boot fails")."""
+
+    attempts: StrictInt = Field(3, ge=1, le=20)
+    delay_seconds: StrictInt = Field(120, alias="delaySeconds", ge=1, le=3600)
+
+
 class ComputeConfig(_Raw):
     """``kimi-deploy:compute``: GPU nodes."""
 
@@ -60,6 +69,7 @@ class ComputeConfig(_Raw):
     ami_id: str | None = Field(None, alias="amiId")
     ami_architecture: Literal["x86_64", "arm64"] | None = Field(None, alias="amiArchitecture")
     usd_per_hour: float | None = Field(None, alias="usdPerHour", gt=0)
+    weights_retry: WeightsRetryConfig = Field(WeightsRetryConfig(), alias="weightsRetry")
 
 
 class NetworkConfig(_Raw):
