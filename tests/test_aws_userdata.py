@@ -42,7 +42,7 @@ def _docker_runs(script: str) -> list[list[str]]:
     out = []
     for line in script.splitlines():
         words = shlex.split(line, comments=True)
-        if words[:1] == ["exec"]:
+        if words[:1] in (["exec"], ["out"]):  # out: the weights script's runner that keeps the output
             words = words[1:]
         if words[:2] == ["docker", "run"]:
             out.append(words)
@@ -248,6 +248,7 @@ def test_every_failed_attempt_says_how_to_retry_after_the_last(files):
     unit = files["/etc/systemd/system/kimi-weights.service"]
     (post,) = [line for line in unit.splitlines() if line.startswith("ExecStopPost=")]
     assert '"$$SERVICE_RESULT" = success' in post  # systemd passes $SERVICE_RESULT through to sh
+    assert f"$$(cat {userdata.WEIGHTS_FAILURE_FILE}" in post  # the failed step and its error, again
     assert "systemctl reset-failed kimi-weights.service && systemctl start kimi-weights.service" in post
     assert "3 times, 120 s apart" in post and "StartLimitBurst=3\n" in unit and "RestartSec=120\n" in unit
 
@@ -283,7 +284,10 @@ def _run_weights_script(files, tmp_path, *, mounted=True, tool_ok=True, image_ca
     for tool, body in stubs.items():
         (bin_dir / tool).write_text(f'#!/bin/bash\necho "{tool} $*" >> "{log}"\n{body}\n')
         (bin_dir / tool).chmod(0o755)
-    text = files[userdata.WEIGHTS_SCRIPT].replace(f"{HOST_TOOLS_DIR}/secret-env.sh", "secret-env.sh")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    text = (files[userdata.WEIGHTS_SCRIPT].replace(f"{HOST_TOOLS_DIR}/secret-env.sh", "secret-env.sh")
+            .replace(userdata.RUN_SECRETS_DIR, str(run_dir)))
     script = tmp_path / "weights.sh"
     script.write_text(text)
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
@@ -307,10 +311,14 @@ def test_a_first_boot_fetches_pulls_publishes_then_copies(files, tmp_path):
     assert order == sorted(order)
 
 
-def test_a_failed_step_is_named_in_the_last_line(files, tmp_path):
+def test_a_failed_step_is_named_with_its_error_in_the_last_line_and_kept_for_the_status(files, tmp_path):
     result, _ = _run_weights_script(files, tmp_path, local_complete=False, fail_step="publish-mirror")
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == "kimi-weights: failed at: publish-mirror (exit 1)"
+    last = "kimi-weights: failed at: publish-mirror (exit 1): weight_sync: error: injected"
+    assert result.stderr.strip().splitlines()[-1] == last
+    assert (tmp_path / "run" / "weights-failure.txt").read_text() == last + "\n"  # what ExecStopPost= repeats
     result, calls = _run_weights_script(files, tmp_path / "unmounted", mounted=False)
-    assert result.returncode == 1 and calls == [f"mountpoint -q {NVME_RAID0_HOST_PATH}"]
-    assert f"{NVME_RAID0_HOST_PATH} is not mounted: systemctl status kimi-nvme-raid0.service" in result.stderr
+    assert result.returncode == 1 and calls[-1] == f"mountpoint -q {NVME_RAID0_HOST_PATH}"
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"kimi-weights: failed at: setup (exit 1): {NVME_RAID0_HOST_PATH} is not mounted: systemctl status "
+        "kimi-nvme-raid0.service")

@@ -4,8 +4,8 @@ systemd semantics held here (systemd.unit(5), systemd.service(5), systemd 252 as
 a unit that ``Requires=`` a failing one-shot has its queued start failed for good, even when the
 one-shot's ``Restart=`` later succeeds; so vLLM must be STARTED by the weights unit on success,
 not pulled in by a dependency. The units are also checked by the real ``systemd-analyze verify``
-(Debian's systemd 252, the same major version as AL2023). No systemd runs as PID 1 in this
-container and systemd-nspawn is not available, so the chain is not booted here.
+(Debian's systemd 252, the same major version as AL2023). The chain itself is booted by the VM
+tier (tests/test_vm_boot.py): these are the unit-level rules, cheap enough for every run.
 """
 
 from __future__ import annotations

@@ -164,6 +164,7 @@ def test_check_local_proves_a_complete_copy_without_contacting_anything(hub, mot
     os.utime(dest / shard, ns=(0, 0))  # same bytes, another mtime: not as verified
     r, verdict = check()
     assert verdict[0] == 1 and shard in r.stderr and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("weight_sync: check-local: ")  # a finding, not an error of the program
     (dest / ".weights-complete.json").unlink()
     r, verdict = check()
     assert verdict[0] == 1 and "no completion marker" in r.stderr

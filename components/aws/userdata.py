@@ -60,6 +60,10 @@ AMI_CHECK_SCRIPT = f"{HOST_TOOLS_DIR}/ami-check.sh"
 VLLM_ENV_FILE = f"{HOST_TOOLS_DIR}/vllm.env"
 HUB_ENV_FILE = f"{RUN_SECRETS_DIR}/hub.env"
 API_ENV_FILE = f"{RUN_SECRETS_DIR}/api.env"
+# The weights script's current step output and the line naming why the last attempt failed (read
+# by the unit's ExecStopPost=, so that `systemctl status` shows the cause after the last attempt).
+WEIGHTS_STEP_LOG = f"{RUN_SECRETS_DIR}/weights-step.log"
+WEIGHTS_FAILURE_FILE = f"{RUN_SECRETS_DIR}/weights-failure.txt"
 UNITS = ("kimi-nvme-raid0.service", "kimi-weights.service", "kimi-vllm.service")
 # The Deep Learning AMI's own RAID0 of the instance store: ami_contract.DLAMI_NVME_PATH / _UNIT.
 VLLM_CONTAINER = "kimi-vllm"
@@ -284,19 +288,24 @@ def weights_script(cfg: Ec2BootConfig) -> str:
         "# Weights onto the local RAID0: hub -> S3 mirror (publish-mirror) -> NVMe (node-copy).",
         "# A reboot with a complete local copy and the image cached asks nothing outside.",
         "set -Eeuo pipefail",
-        "step=setup",
-        """trap 'echo "kimi-weights: failed at: $step (exit $?)" >&2' ERR""",
-        f'mountpoint -q {NVME_RAID0_HOST_PATH} || {{ echo "kimi-weights: {NVME_RAID0_HOST_PATH} is not mounted: '
-        f'systemctl status {UNITS[0]}" >&2; exit 1; }}',
         f"install -d -m 0700 {RUN_SECRETS_DIR}",
+        f"rm -f {WEIGHTS_FAILURE_FILE}",
+        "# at STEP: what a failure names; out CMD...: run it, its output also kept for that line",
+        f'at() {{ step=$1; : >{WEIGHTS_STEP_LOG}; }}',
+        f'out() {{ "$@" 2>&1 | tee {WEIGHTS_STEP_LOG}; }}',
+        f"""trap 'echo "kimi-weights: failed at: $step (exit $?): $(tail -n 1 {WEIGHTS_STEP_LOG})" """
+        f"""| tee {WEIGHTS_FAILURE_FILE} >&2' ERR""",
+        "at setup",
+        f'mountpoint -q {NVME_RAID0_HOST_PATH} || {{ echo "{NVME_RAID0_HOST_PATH} is not mounted: '
+        f'systemctl status {UNITS[0]}" | tee {WEIGHTS_STEP_LOG} >&2; false; }}',
         "# tool URI SHA256 PATH: from the mirror unless the copy on disk has that digest",
         "tool() {",
         '  echo "$2  $3" | sha256sum -c --quiet - >/dev/null 2>&1 && return 0',
-        f'  aws s3 cp --only-show-errors --region {region} "$1" "$3.new"',
+        f'  out aws s3 cp --only-show-errors --region {region} "$1" "$3.new"',
         '  echo "$2  $3.new" | sha256sum -c --quiet -',
         '  mv -f "$3.new" "$3"',
         "}",
-        "step='weight-sync program'",
+        "at 'weight-sync program'",
         _q(["tool", cfg.tools_uri, cfg.tools_sha256, SYNC_SCRIPT_PATH]),
     ]
     if cfg.engine_cache is not None:
@@ -304,33 +313,33 @@ def weights_script(cfg: Ec2BootConfig) -> str:
 
         ec = cfg.engine_cache
         lines += [
-            "step='engine-cache program'",
+            "at 'engine-cache program'",
             _q(["tool", ec.tools_uri, ec.tools_sha256, ENGINE_CACHE_SCRIPT_PATH]),
             f"mkdir -p {shlex.quote(ec.host_dir)}",
         ]
     image = shlex.quote(cfg.image)
     lines += [
-        "step=image",
-        f"docker image inspect {image} >/dev/null 2>&1 || docker pull --quiet {image}",
+        "at image",
+        f"docker image inspect {image} >/dev/null 2>&1 || out docker pull --quiet {image}",
     ]
     check = local_check_step(cfg)
     if check is not None:
         lines += [
-            "step='local copy check'",
+            "at 'local copy check'",
             f"if {_q(sync_docker_command(cfg, check))}; then",
             f"  echo 'kimi-weights: {check.dest} is complete and unchanged since verified: nothing fetched'",
             "  exit 0",
             "fi",
         ]
     if cfg.hub_token_parameter:
-        lines += ["step='hub token'",
-                  _q([SECRET_ENV_SCRIPT, HUB_ENV_FILE, cfg.region, f"{cfg.hub_token_env}={cfg.hub_token_parameter}"])]
+        lines += ["at 'hub token'",
+                  "out " + _q([SECRET_ENV_SCRIPT, HUB_ENV_FILE, cfg.region, f"{cfg.hub_token_env}={cfg.hub_token_parameter}"])]
     # The publish step's --staging-dir (weights.STAGING_DIR) as seen from the host.
     lines.append(f"mkdir -p {NVME_RAID0_HOST_PATH}/{PurePosixPath(STAGING_DIR).relative_to(WEIGHTS_MOUNT_PATH)}")
     for step in cfg.sync_steps:
-        lines.append(f"step={step.name}")
+        lines.append(f"at {step.name}")
         lines.append(f"echo 'kimi-weights: {step.name}: {step.source} -> {step.dest}'")
-        lines.append(_q(sync_docker_command(cfg, step)))
+        lines.append("out " + _q(sync_docker_command(cfg, step)))
     return "\n".join(lines) + "\n"
 
 
@@ -369,9 +378,10 @@ README_BOOT_FAILURE = "README: When the EC2 boot fails"
 def attempt_failed_line(cfg: Ec2BootConfig) -> str:
     """What the weights unit logs after every failed attempt (``ExecStopPost=``, so it is the last
     line ``systemctl status`` shows): the retry policy and how to retry after the last attempt."""
-    return (f"kimi-weights: this attempt failed ($SERVICE_RESULT), the cause is in the lines above; systemd tries "
-            f"{cfg.weights_attempts} times, {cfg.weights_retry_seconds} s apart, then the unit stays failed until: "
-            f"systemctl reset-failed {UNITS[1]} && systemctl start {UNITS[1]} ({README_BOOT_FAILURE})")
+    return (f"kimi-weights: attempt failed ($SERVICE_RESULT): $(cat {WEIGHTS_FAILURE_FILE} 2>/dev/null || echo killed: "
+            f"journalctl -u {UNITS[1]}). systemd tries {cfg.weights_attempts} times, {cfg.weights_retry_seconds} s apart, "
+            f"then the unit stays failed until: systemctl reset-failed {UNITS[1]} && systemctl start {UNITS[1]} "
+            f"({README_BOOT_FAILURE})")
 
 
 def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:

@@ -121,16 +121,21 @@ def run(args: argparse.Namespace) -> Summary:
     return summary
 
 
+class IncompleteCopy(SyncError):
+    """``--check-local`` found the local copy incomplete or changed (exit 1; not an error of the
+    program: the caller then runs the sync)."""
+
+
 def check_local(dest: LocalDestination) -> Summary:
     """``--check-local``: the summary of a complete local copy (every file skipped).
 
     Raises:
-        SyncError: the copy is incomplete or changed since verified (the message says which file
-            or what is missing).
+        IncompleteCopy: the copy is incomplete or changed since verified (the message says which
+            file or what is missing).
     """
     problem, revision, entries = dest.local_copy_problem()
     if problem is not None:
-        raise SyncError(f"{dest.root} is not a complete verified copy of {dest.source.uri}: {problem}")
+        raise IncompleteCopy(f"{dest.root} is not a complete verified copy of {dest.source.uri}: {problem}")
     return Summary(dest.source.uri, dest.root, revision=revision, files_total=len(entries), files_skipped=len(entries),
                    bytes_total=sum(e.size_bytes for e in entries))
 
@@ -154,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"weight_sync: error: the Python module {exc.name!r} is not installed for {sys.executable}: "
               "run `make setup` (or `pip install -r requirements.txt`) and use .venv/bin/python", file=sys.stderr)
         return 2
+    except IncompleteCopy as exc:
+        print(f"weight_sync: check-local: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # permanent failures end in one clear line, not a traceback
         if os.environ.get("WEIGHT_SYNC_DEBUG"):
             raise
