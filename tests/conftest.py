@@ -74,6 +74,15 @@ def pytest_configure(config):
     os.environ.setdefault("KIMI_DEPLOY_NOW", FIXED_NOW.isoformat())
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The VM tier's measured boot phases, when its scenarios ran (tests/test_vm_boot.py)."""
+    import sys
+
+    module = sys.modules.get("tests.test_vm_boot")
+    for line in module.summary_lines() if module is not None else []:
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def fake_aws_env(monkeypatch):
     """Test credentials and region for moto: no real profile or endpoint can leak in."""
