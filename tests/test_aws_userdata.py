@@ -250,7 +250,7 @@ def test_every_failed_attempt_says_how_to_retry_after_the_last(files):
     assert '"$$SERVICE_RESULT" = success' in post  # systemd passes $SERVICE_RESULT through to sh
     assert f"$$(cat {userdata.WEIGHTS_FAILURE_FILE}" in post  # the failed step and its error, again
     assert "systemctl reset-failed kimi-weights.service && systemctl start kimi-weights.service" in post
-    assert "3 times, 120 s apart" in post and "StartLimitBurst=3\n" in unit and "RestartSec=120\n" in unit
+    assert "3 attempts, 120 s apart" in post and "StartLimitBurst=3\n" in unit and "RestartSec=120\n" in unit
 
 
 def test_weights_retry_is_set_by_config_as_a_user_would():
@@ -258,7 +258,7 @@ def test_weights_retry_is_set_by_config_as_a_user_would():
         "availabilityZone": "us-east-1a", "capacity": {"type": "on-demand"}, "rootVolumeGib": 500,
         "weightsRetry": {"attempts": 5, "delaySeconds": 15}}})
     unit = _files(_user_data(run))["/etc/systemd/system/kimi-weights.service"]
-    assert "StartLimitBurst=5\n" in unit and "RestartSec=15\n" in unit and "5 times, 15 s apart" in unit
+    assert "StartLimitBurst=5\n" in unit and "RestartSec=15\n" in unit and "5 attempts, 15 s apart" in unit
     timeout = int(next(line for line in unit.splitlines() if line.startswith("TimeoutStartSec=")).split("=")[1])
     interval = int(next(line for line in unit.splitlines() if line.startswith("StartLimitIntervalSec=")).split("=")[1])
     assert interval >= 5 * (timeout + 15)  # the window spans every attempt

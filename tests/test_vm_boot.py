@@ -205,7 +205,7 @@ def test_stop_start_with_s3_unreachable_at_first_rebuilds_the_array_retries_and_
     m.stop_start(budget(FIRST_BOOT_AGENT_SECONDS, vm_image))
     from tests.vm.services import wait_for
 
-    failed_once = wait_for(lambda: "kimi-weights: this attempt failed" in m.journal("kimi-weights.service"),
+    failed_once = wait_for(lambda: "kimi-weights: attempt failed" in m.journal("kimi-weights.service"),
                            budget(1200, vm_image), poll_seconds=10)
     assert failed_once, m.describe()
     log = m.journal("kimi-weights.service")

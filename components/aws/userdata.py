@@ -285,12 +285,11 @@ def weights_script(cfg: Ec2BootConfig) -> str:
     region = shlex.quote(cfg.region)
     lines = [
         "#!/bin/bash",
-        "# Weights onto the local RAID0: hub -> S3 mirror (publish-mirror) -> NVMe (node-copy).",
-        "# A reboot with a complete local copy and the image cached asks nothing outside.",
+        "# hub -> S3 mirror (publish-mirror) -> NVMe (node-copy); a complete local copy asks nothing outside.",
         "set -Eeuo pipefail",
         f"install -d -m 0700 {RUN_SECRETS_DIR}",
         f"rm -f {WEIGHTS_FAILURE_FILE}",
-        "# at STEP: what a failure names; out CMD...: run it, its output also kept for that line",
+        "# at STEP: what a failure names; out CMD: run it, keeping its last line for that",
         f'at() {{ step=$1; : >{WEIGHTS_STEP_LOG}; }}',
         f'out() {{ "$@" 2>&1 | tee {WEIGHTS_STEP_LOG}; }}',
         f"""trap 'echo "kimi-weights: failed at: $step (exit $?): $(tail -n 1 {WEIGHTS_STEP_LOG})" """
@@ -298,7 +297,7 @@ def weights_script(cfg: Ec2BootConfig) -> str:
         "at setup",
         f'mountpoint -q {NVME_RAID0_HOST_PATH} || {{ echo "{NVME_RAID0_HOST_PATH} is not mounted: '
         f'systemctl status {UNITS[0]}" | tee {WEIGHTS_STEP_LOG} >&2; false; }}',
-        "# tool URI SHA256 PATH: from the mirror unless the copy on disk has that digest",
+        "# tool URI SHA256 PATH: fetched unless the file on disk has that digest",
         "tool() {",
         '  echo "$2  $3" | sha256sum -c --quiet - >/dev/null 2>&1 && return 0',
         f'  out aws s3 cp --only-show-errors --region {region} "$1" "$3.new"',
@@ -378,10 +377,9 @@ README_BOOT_FAILURE = "README: When the EC2 boot fails"
 def attempt_failed_line(cfg: Ec2BootConfig) -> str:
     """What the weights unit logs after every failed attempt (``ExecStopPost=``, so it is the last
     line ``systemctl status`` shows): the retry policy and how to retry after the last attempt."""
-    return (f"kimi-weights: attempt failed ($SERVICE_RESULT): $(cat {WEIGHTS_FAILURE_FILE} 2>/dev/null || echo killed: "
-            f"journalctl -u {UNITS[1]}). systemd tries {cfg.weights_attempts} times, {cfg.weights_retry_seconds} s apart, "
-            f"then the unit stays failed until: systemctl reset-failed {UNITS[1]} && systemctl start {UNITS[1]} "
-            f"({README_BOOT_FAILURE})")
+    return (f"kimi-weights: attempt failed ($SERVICE_RESULT): $(cat {WEIGHTS_FAILURE_FILE} 2>/dev/null || echo killed). "
+            f"{cfg.weights_attempts} attempts, {cfg.weights_retry_seconds} s apart, then failed until: systemctl reset-failed "
+            f"{UNITS[1]} && systemctl start {UNITS[1]} ({README_BOOT_FAILURE})")
 
 
 def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
@@ -408,17 +406,14 @@ WantedBy=multi-user.target
     failed = attempt_failed_line(cfg).replace("$", "$$")
     weights = f"""[Unit]
 Description=kimi-deploy: weight sync (hub -> S3 mirror -> local NVMe), then start vLLM
-# multi-user.target must not wait for the sync (hours on a first boot): no default dependencies
-# (a target is ordered after what it wants), the ones that matter restated here.
+# No default dependencies: multi-user.target must not wait for the sync. The RAID unit only
+# wanted: if it fails, this unit fails with that cause (Requires= leaves it inactive).
 DefaultDependencies=no
 Requires=docker.service sysinit.target
-# The RAID unit is wanted, not required: if it fails, this unit runs, finds no array and fails
-# with that cause (a Requires= would leave it "inactive (dead)").
 Wants=kimi-nvme-raid0.service network-online.target
 After=sysinit.target basic.target docker.service kimi-nvme-raid0.service network-online.target
 Conflicts=shutdown.target
 Before=shutdown.target
-# At most {cfg.weights_attempts} attempts (each up to its timeout plus the restart delay), then failed until reset-failed.
 StartLimitIntervalSec={_start_limit_interval(cfg)}
 StartLimitBurst={cfg.weights_attempts}
 
@@ -504,7 +499,8 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
         (VLLM_ENV_FILE, env_file({**cfg.vllm_env, **(cfg.engine_cache.env if cfg.engine_cache else {})}), "0644"),
     ] + [(f"/etc/systemd/system/{unit}", text, "0644") for unit, text in systemd_units(cfg).items()]
     doc = {
-        "write_files": [{"path": p, "owner": "root:root", "permissions": m, "content": c} for p, c, m in files],
+        # No owner: cloud-init writes root:root by default (cloudinit/distros/__init__.py default_owner).
+        "write_files": [{"path": p, "permissions": m, "content": c} for p, c, m in files],
         "runcmd": [
             ["systemctl", "daemon-reload"],
             # vLLM is not enabled: the weights unit starts it at every boot once the copy is complete.

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import os
@@ -240,7 +241,8 @@ class Guest:
                 os.killpg(self.process.pid, signal.SIGTERM)
                 self.process.wait(timeout=30)
             except (ProcessLookupError, subprocess.TimeoutExpired):
-                with_contextlib_suppress(lambda: os.killpg(self.process.pid, signal.SIGKILL))  # type: ignore[union-attr]
+                with contextlib.suppress(OSError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=30)
         self.process = None
 
@@ -321,11 +323,3 @@ def _die_with_parent() -> None:
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-
-
-def with_contextlib_suppress(fn) -> None:
-    """``fn()``, ignoring OSError (a process group already gone)."""
-    try:
-        fn()
-    except OSError:
-        pass

@@ -122,17 +122,17 @@ class Machine:
         parameters (the plan's secret values), and the model on the hub (a token required)."""
         s3 = self.services.s3
         weight_sync = objects[WEIGHT_SYNC_KEY]
-        s3.put_object(Bucket=self.bucket, Key=WEIGHT_SYNC_KEY, Body=base64.b64decode(weight_sync["contentBase64"]),  # type: ignore[attr-defined]
+        s3.put_object(Bucket=self.bucket, Key=WEIGHT_SYNC_KEY, Body=base64.b64decode(weight_sync["contentBase64"]),
                       ContentType=weight_sync["contentType"], Metadata=dict(weight_sync["metadata"]))
         engine_cache = objects[ENGINE_CACHE_KEY]
-        s3.put_object(Bucket=self.bucket, Key=ENGINE_CACHE_KEY, Body=engine_cache["content"].encode())  # type: ignore[attr-defined]
+        s3.put_object(Bucket=self.bucket, Key=ENGINE_CACHE_KEY, Body=engine_cache["content"].encode())
         values = {"vllm-api-key": TEST_SECRETS["apiKey"], "hub-token": TEST_SECRETS["hfToken"]}
         for param in self.plan.of_type("aws:ssm/parameter:Parameter"):
             name = param.inputs["name"]
-            self.services.ssm.put_parameter(Name=name, Type="SecureString", Value=values[name.rsplit("/", 1)[1]])  # type: ignore[attr-defined]
+            self.services.ssm.put_parameter(Name=name, Type="SecureString", Value=values[name.rsplit("/", 1)[1]])
         self.files = checkpoint_files()
-        self.commit = self.services.hub.state.add_repo(self.spec.hub_repo, self.files)  # type: ignore[attr-defined]
-        self.services.hub.state.required_token = TEST_SECRETS["hfToken"]  # type: ignore[attr-defined]
+        self.commit = self.services.hub.state.add_repo(self.spec.hub_repo, self.files)
+        self.services.hub.state.required_token = TEST_SECRETS["hfToken"]
 
     # -- lifecycle ------------------------------------------------------------------------------
 

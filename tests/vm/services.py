@@ -29,7 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+from tests.hub_server import HubServer
+from tests.sync_fixtures import MotoServer
 from tests.vm import guest_env
 from tests.vm.image import CertificateAuthority
 from tests.vm.standin_image import MANIFEST_MEDIA_TYPE, StandinImage
@@ -364,17 +367,17 @@ class Services:
     imds: Imds
     front: TlsFront
     registry: Registry
-    moto: object
-    hub: object
-    s3: object
-    ssm: object
+    moto: MotoServer
+    hub: HubServer
+    s3: Any  # boto3 clients on moto
+    ssm: Any
     forwards: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def stop(self) -> None:
         for server in (self.front, self.registry, self.imds):
             server.stop()
-        self.hub.__exit__(None, None, None)  # type: ignore[attr-defined]
-        self.moto.__exit__(None, None, None)  # type: ignore[attr-defined]
+        self.hub.__exit__(None, None, None)
+        self.moto.__exit__(None, None, None)
 
 
 def start_services(ca: CertificateAuthority, *, bucket: str, region: str, availability_zone: str, instance_id: str,
@@ -382,9 +385,6 @@ def start_services(ca: CertificateAuthority, *, bucket: str, region: str, availa
     """Start moto, the hub, the IMDS, the TLS front and the registry on 127.0.0.1 (nothing seeded
     but the bucket and the image: the scenario puts in what ``pulumi up`` would)."""
     import boto3
-
-    from tests.hub_server import HubServer
-    from tests.sync_fixtures import MotoServer
 
     moto = MotoServer().__enter__()
     hub = HubServer().__enter__()
