@@ -280,6 +280,7 @@ def _run_weights_script(files, tmp_path, *, mounted=True, tool_ok=True, image_ca
                    f'*--check-local*) exit {0 if local_complete else 1};; '
                    f'*kimi-weight-sync-{fail_step or "none"}*) echo "weight_sync: error: injected" >&2; exit 1;; esac'),
         "secret-env.sh": "exit 0",
+        "systemd-notify": "exit 0",
     }
     for tool, body in stubs.items():
         (bin_dir / tool).write_text(f'#!/bin/bash\necho "{tool} $*" >> "{log}"\n{body}\n')
@@ -312,13 +313,16 @@ def test_a_first_boot_fetches_pulls_publishes_then_copies(files, tmp_path):
 
 
 def test_a_failed_step_is_named_with_its_error_in_the_last_line_and_kept_for_the_status(files, tmp_path):
-    result, _ = _run_weights_script(files, tmp_path, local_complete=False, fail_step="publish-mirror")
+    result, calls = _run_weights_script(files, tmp_path, local_complete=False, fail_step="publish-mirror")
     assert result.returncode == 1
     last = "kimi-weights: failed at: publish-mirror (exit 1): weight_sync: error: injected"
     assert result.stderr.strip().splitlines()[-1] == last
     assert (tmp_path / "run" / "weights-failure.txt").read_text() == last + "\n"  # what ExecStopPost= repeats
+    # ... and the unit's Status: line (systemctl status shows it above the log, whatever systemd logs after)
+    notified = [c.split("--status=", 1)[1] for c in calls if c.startswith("systemd-notify")]
+    assert notified[-2:] == ["kimi-weights: publish-mirror", last]
     result, calls = _run_weights_script(files, tmp_path / "unmounted", mounted=False)
-    assert result.returncode == 1 and calls[-1] == f"mountpoint -q {NVME_RAID0_HOST_PATH}"
+    assert result.returncode == 1 and calls[-2] == f"mountpoint -q {NVME_RAID0_HOST_PATH}"  # then the status line
     assert result.stderr.strip().splitlines()[-1] == (
         f"kimi-weights: failed at: setup (exit 1): {NVME_RAID0_HOST_PATH} is not mounted: systemctl status "
         "kimi-nvme-raid0.service")

@@ -73,6 +73,7 @@ AMI_REQUIREMENTS: tuple[AmiRequirement, ...] = (
     AmiRequirement("bash", "command", "bash", "bash", "every script (#!/bin/bash, arrays)"),
     AmiRequirement("cloud-init", "command", "cloud-init", "cloud-init", "reads the #cloud-config user data"),
     AmiRequirement("systemctl", "command", "systemd", "systemd", "the units (ExecStartPost= starts vLLM)"),
+    AmiRequirement("systemd-notify", "command", "systemd", "systemd", "weights.sh (the unit's Status: line)"),
     AmiRequirement("aws", "command", "awscli-2", "awscli", "weights.sh (S3), secret-env.sh (SSM)"),
     AmiRequirement("docker", "command", "docker", "docker.io", "weights.sh, run-vllm.sh, the units"),
     AmiRequirement("docker.service", "unit", "docker", "docker.io", "Requires= of the weights and vLLM units"),

@@ -289,11 +289,13 @@ def weights_script(cfg: Ec2BootConfig) -> str:
         "set -Eeuo pipefail",
         f"install -d -m 0700 {RUN_SECRETS_DIR}",
         f"rm -f {WEIGHTS_FAILURE_FILE}",
-        "# at STEP: what a failure names; out CMD: run it, keeping its last line for that",
-        f'at() {{ step=$1; : >{WEIGHTS_STEP_LOG}; }}',
+        "# st: the unit's Status: line; at STEP: what a failure names; out CMD: run it, keeping its last line",
+        'st() { systemd-notify --pid=$$ --status="$1" 2>/dev/null || true; }',
+        f'at() {{ step=$1; : >{WEIGHTS_STEP_LOG}; st "kimi-weights: $1"; }}',
         f'out() {{ "$@" 2>&1 | tee {WEIGHTS_STEP_LOG}; }}',
-        f"""trap 'echo "kimi-weights: failed at: $step (exit $?): $(tail -n 1 {WEIGHTS_STEP_LOG})" """
-        f"""| tee {WEIGHTS_FAILURE_FILE} >&2' ERR""",
+        f'fail() {{ local m; m="kimi-weights: failed at: $step (exit $1): $(tail -n 1 {WEIGHTS_STEP_LOG})"; '
+        f'echo "$m" | tee {WEIGHTS_FAILURE_FILE} >&2; st "$m"; }}',
+        "trap 'fail $?' ERR",
         "at setup",
         f'mountpoint -q {NVME_RAID0_HOST_PATH} || {{ echo "{NVME_RAID0_HOST_PATH} is not mounted: '
         f'systemctl status {UNITS[0]}" | tee {WEIGHTS_STEP_LOG} >&2; false; }}',
@@ -327,6 +329,7 @@ def weights_script(cfg: Ec2BootConfig) -> str:
             "at 'local copy check'",
             f"if {_q(sync_docker_command(cfg, check))}; then",
             f"  echo 'kimi-weights: {check.dest} is complete and unchanged since verified: nothing fetched'",
+            f"  st 'kimi-weights: {check.dest} verified (local copy)'",
             "  exit 0",
             "fi",
         ]
@@ -339,6 +342,8 @@ def weights_script(cfg: Ec2BootConfig) -> str:
         lines.append(f"at {step.name}")
         lines.append(f"echo 'kimi-weights: {step.name}: {step.source} -> {step.dest}'")
         lines.append("out " + _q(sync_docker_command(cfg, step)))
+    if cfg.sync_steps:
+        lines.append(f"st 'kimi-weights: {cfg.sync_steps[-1].dest} verified'")
     return "\n".join(lines) + "\n"
 
 
@@ -420,6 +425,8 @@ StartLimitBurst={cfg.weights_attempts}
 [Service]
 Type=oneshot
 RemainAfterExit=yes
+# The script's systemd-notify --status: the step now, or why the last attempt failed.
+NotifyAccess=all
 ExecStart={WEIGHTS_SCRIPT}
 # Only after a successful sync, on whichever attempt: queue vLLM's start (--no-block: vLLM is
 # ordered after this unit, which is still activating here).

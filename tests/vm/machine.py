@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -93,7 +94,7 @@ class Machine:
         # The last runs stay for their logs (console, QEMU); older ones go (each holds GBs of disks).
         for old in sorted(runs.glob("*-*T*"), key=lambda p: p.stat().st_mtime)[:-KEEP_RUNS] if runs.is_dir() else []:
             shutil.rmtree(old, ignore_errors=True)
-        self.run_dir = runs / f"{self.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+        self.run_dir = runs / f"{self.name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.run_dir.mkdir(parents=True)
         compute = dict(read_stack_config(STACK)["kimi-deploy:compute"])
@@ -250,14 +251,15 @@ class Machine:
         host_before = time.time()
         uptime = float(self.sh("cut -d' ' -f1 /proc/uptime").strip())
         kernel_at = (host_before + time.time()) / 2 - uptime
-        return {
-            "qemu_to_kernel": round(kernel_at - self.boots[-1]["started_at"], 1) if self.boots else None,
+        phases = {
+            "qemu_to_kernel": kernel_at - self.boots[-1]["started_at"] if self.boots else None,
             "cloud_init_done": states["cloud-final.service"].active_enter_seconds,
             "multi_user_target": states["multi-user.target"].active_enter_seconds,
             "array_mounted": states["kimi-nvme-raid0.service"].active_enter_seconds,
             "weights_verified": states["kimi-weights.service"].active_enter_seconds,
             "server_healthy": ready,
         }
+        return {k: round(v, 1) if v is not None else None for k, v in phases.items()}
 
     def sha256_in_guest(self, relative: str) -> str:
         """sha256 of a file of the served copy (path relative to the model directory)."""

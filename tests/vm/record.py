@@ -21,6 +21,13 @@ from tests.vm.image import cache_root
 REQUIRED = ("first-boot",)
 
 
+def _boot(report: dict) -> dict:
+    """What the plan's data file keeps of one report: accel, phases to 0.1 s, the wait."""
+    phases = {k: round(v, 1) if v is not None else None for k, v in report["phases"].items()}
+    return {"accel": report["accel"], "phases": phases,
+            **({"waited_seconds": report["waited_seconds"]} if "waited_seconds" in report else {})}
+
+
 def record(reports_dir: Path | None = None, out: Path = VM_BOOT_FILE) -> dict:
     """Write ``out`` from the reports; returns the document.
 
@@ -38,7 +45,7 @@ def record(reports_dir: Path | None = None, out: Path = VM_BOOT_FILE) -> dict:
         "recorded_at": first["recorded_at"],
         "accel": first["accel"],
         "guest_cpu_slowdown": first["guest_cpu_slowdown"],
-        "boots": {name: {k: v for k, v in b.items() if k in ("phases", "accel", "waited_seconds")} for name, b in boots.items()},
+        "boots": {name: _boot(b) for name, b in boots.items()},
     }
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc

@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -387,6 +388,8 @@ def start_services(ca: CertificateAuthority, *, bucket: str, region: str, availa
     import boto3
 
     moto = MotoServer().__enter__()
+    # moto's backends are global to the process: start from an empty account (moto's reset API).
+    urllib.request.urlopen(urllib.request.Request(f"{moto.endpoint}/moto-api/reset", method="POST"), timeout=30).close()
     hub = HubServer().__enter__()
     imds = Imds(region, availability_zone, instance_id)
     imds.start()
