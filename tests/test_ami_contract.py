@@ -120,3 +120,12 @@ def test_the_guest_image_is_built_from_the_contract():
 
     assert set(ami_contract.DEBIAN_PACKAGES) <= set(GUEST_PACKAGES)
     assert {"awscli", "docker.io", "mdadm", "xfsprogs", "cloud-init", "systemd"} <= set(ami_contract.DEBIAN_PACKAGES)
+
+
+def test_the_readme_lists_every_requirement():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("#### AMI contract", 1)[1].split("\n#", 1)[0]
+    missing = [r.name for r in ami_contract.AMI_REQUIREMENTS if f"`{r.name}`" not in section and r.name not in section]
+    assert not missing, f"README 'AMI contract' does not name {missing}"
