@@ -1,6 +1,7 @@
 # kimi-deploy: two commands on a fresh machine.
 #   make plan            offline plan of the default stack (no cloud account, no Pulumi CLI)
-#   make test            the whole test suite (installs everything it needs first)
+#   make test            the whole test suite (installs everything it needs first), with two VM boots
+#   make test-vm         every VM boot scenario (the EC2 user data in a QEMU guest)
 # `make help` lists every target (the `## ` comments below).
 
 PYTHON ?= python3
@@ -13,8 +14,10 @@ VLLM_VENV ?= .venv-vllm
 # Pinned upstream CRDs for the schema tests (scripts/crds.py); KIMI_CRDS_DIR overrides.
 CRDS_DIR ?= .crds
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
+# The VM tier's images (tests/vm/image.py), cached by content hash.
+VM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kimi-deploy/vm
 
-.PHONY: help setup setup-dev vllm-parser vllm-engine crds plan plan-all iam-policy test ruff mypy lint policy-venv bench-sync clean
+.PHONY: help setup setup-dev vllm-parser vllm-engine crds plan plan-all iam-policy test test-vm vm-image vm-image-background ruff mypy lint policy-venv bench-sync clean
 
 help: ## this list
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -63,10 +66,24 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	@$(PY) scripts/deploy_policy.py --stack $(STACK)
 
-test: setup-dev ruff mypy vllm-parser vllm-engine ## ruff and mypy gates, then the full test suite (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
+test: setup-dev vm-image-background ruff mypy vllm-parser vllm-engine ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, two VM boots (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
 	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \
 	  echo "make: no CRDs for the schema tests: run 'make crds' (internet) or set KIMI_CRDS_DIR to a local copy (they are skipped; under CI=true they fail)"; fi
 	KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
+
+test-vm: setup-dev ## every VM boot scenario: the b300 user data in a QEMU guest (first boot, retries, reboots, outages, no instance store)
+	KIMI_VM_ALL=1 $(PY) -m pytest -q tests/test_vm_boot.py
+
+vm-image: setup-dev ## build the VM tier's guest and stand-in images now (cached by content hash; 10-25 min the first time)
+	$(PY) -m tests.vm.image build
+
+# `make test` starts the image build at once in the background (a fresh machine needs 10-25 min
+# of it, which then overlaps the gates and the rest of the suite); the VM tests wait for it
+# (a lock in the cache directory) and build what is still missing themselves.
+vm-image-background: setup-dev
+	@mkdir -p "$(VM_CACHE)"; if $(PY) -m tests.vm.image status --cached >/dev/null 2>&1; then :; else \
+	  echo "make: building the VM tier's images in the background (log: $(VM_CACHE)/build.log)"; \
+	  nohup $(PY) -m tests.vm.image build >"$(VM_CACHE)/build.log" 2>&1 </dev/null & fi
 
 # Gates (ruff, mypy with the pydantic plugin; configuration in pyproject.toml). `make test` runs
 # ruff, then mypy (both at zero findings; mypy cold about 20 s: the provider SDKs are not followed, see pyproject.toml).

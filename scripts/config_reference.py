@@ -467,6 +467,8 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
     "compute.capacity.usdPerHour": (Probe((100.0,)),),
     "compute.capacity.blockInstances": (Probe((36,)),),
     "compute.rootVolumeGib": (Probe((600,)),),
+    "compute.weightsRetry.attempts": (Probe((5,), stacks=("b300",)),),
+    "compute.weightsRetry.delaySeconds": (Probe((300,), stacks=("b300",)),),
     "compute.amiId": (
         Probe(("ami-0123456789abcdef0",), also={"compute.amiArchitecture": "x86_64"}, stacks=("b300", "b300-prod")),
         Probe(("ami-0123456789abcdef0",), also={"compute.amiArchitecture": "arm64"}, stacks=("gb300",)),

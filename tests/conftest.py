@@ -110,6 +110,15 @@ def real_vllm_server():
         yield server
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The VM tier's measured boot phases, when its scenarios ran (tests/test_vm_boot.py)."""
+    import sys
+
+    module = sys.modules.get("tests.test_vm_boot")
+    for line in module.summary_lines() if module is not None else []:
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def fake_aws_env(monkeypatch):
     """Test credentials and region for moto: no real profile or endpoint can leak in."""

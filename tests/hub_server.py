@@ -3,7 +3,8 @@
 It implements the endpoints huggingface_hub calls for `HfApi.model_info(files_metadata=True)`
 and `hf_hub_download` (HEAD and GET on /resolve/, with Range), plus fault injection: a number
 of 5xx answers per file, corrupted bytes on the first download of a file, a delay per download,
-and a required token. Access modes answer as the real hub does (status and ``X-Error-Code`` /
+a required token, and an outage (every request answers one status, e.g. 503). Access modes
+answer as the real hub does (status and ``X-Error-Code`` /
 ``X-Error-Message`` headers, which huggingface_hub/utils/_http.py ``hf_raise_for_status`` maps to
 its exception classes): gated repos (metadata public, files 401 GatedRepo without a token and 403
 GatedRepo for an account not granted), private repos (401 RepoNotFound without a token, 404
@@ -78,6 +79,7 @@ class HubState:
         self.gated: dict[str, set[str]] = {}  # repo_id -> tokens whose account was granted access
         self.private: dict[str, set[str]] = {}  # repo_id -> tokens that may read it
         self.invalid_tokens: set[str] = set()  # revoked or expired: every request answers 401
+        self.outage_status: int | None = None  # an outage: every request answers this (e.g. 503)
         self.requests: list[tuple[str, str]] = []
         self.lock = threading.Lock()
 
@@ -174,6 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = urllib.parse.urlsplit(self.path).path
         with state.lock:
             state.requests.append(("HEAD" if head_only else "GET", path))
+        if state.outage_status:
+            return self._error(state.outage_status, "", "injected outage", head_only)
         if not self._authorized(head_only):
             return
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)

@@ -42,7 +42,7 @@ def _docker_runs(script: str) -> list[list[str]]:
     out = []
     for line in script.splitlines():
         words = shlex.split(line, comments=True)
-        if words[:1] == ["exec"]:
+        if words[:1] in (["exec"], ["out"]):  # out: the weights script's runner that keeps the output
             words = words[1:]
         if words[:2] == ["docker", "run"]:
             out.append(words)
@@ -105,9 +105,15 @@ def test_weights_unit_runs_the_exact_sync_steps_in_order(run, files):
     digest = hashlib.sha256(data).hexdigest()
     assert obj["metadata"] == {"sha256": digest, "size-bytes": str(len(data))}
     assert SYNC_SCRIPT_PATH.endswith(".pyz")
-    assert f"s3://mirror-bucket-a1b2c3d/_tools/weight_sync.pyz {SYNC_SCRIPT_PATH}.new" in script
-    assert f"{digest}  {SYNC_SCRIPT_PATH}.new" in script
+    assert f"tool s3://mirror-bucket-a1b2c3d/_tools/weight_sync.pyz {digest} {SYNC_SCRIPT_PATH}\n" in script
     assert "HF_TOKEN=/kimi-deploy/b300/hub-token" in script
+    # Before any of them: the node-copy step with --check-local (a complete copy needs nothing outside).
+    (check,) = [line for line in script.splitlines() if "--check-local" in line]
+    assert check.startswith("if docker run ") and check.endswith("; then")
+    words = shlex.split(check.removeprefix("if ").removesuffix("; then"))
+    assert _after_image(words, ctx.vllm.image) == [*steps[-1].argv, "--check-local"]
+    assert "--env-file" not in words  # no hub token for a local check
+    assert script.index("--check-local") < script.index("HF_TOKEN=") < script.index("kimi-weight-sync-publish-mirror")
 
 
 def test_systemd_units_order_and_restart(files):
@@ -117,8 +123,11 @@ def test_systemd_units_order_and_restart(files):
     assert "Requires=docker.service\n" in vllm and "Restart=on-failure" in vllm
     assert f"ExecStart={userdata.VLLM_SCRIPT}" in vllm
     weights = units["kimi-weights.service"]
-    assert "After=docker.service kimi-nvme-raid0.service" in weights and "TimeoutStartSec=infinity" not in weights
-    assert f"ExecStart={userdata.RAID_SCRIPT}" in units["kimi-nvme-raid0.service"]
+    after = next(line for line in weights.splitlines() if line.startswith("After=")).split("=", 1)[1].split()
+    assert {"docker.service", "kimi-nvme-raid0.service"} <= set(after) and "TimeoutStartSec=infinity" not in weights
+    raid = units["kimi-nvme-raid0.service"]
+    assert f"ExecStart={userdata.RAID_SCRIPT}" in raid
+    assert raid.index(f"ExecStartPre={userdata.AMI_CHECK_SCRIPT}") < raid.index("ExecStart=")
 
 
 def test_raid0_uses_instance_store_only_and_is_idempotent(files):
@@ -194,7 +203,7 @@ def test_shell_scripts_pass_shellcheck(files, tmp_path):
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (CI installs it from .ci/apt-packages.txt)")
     scripts = {p: t for p, t in files.items() if p.endswith(".sh")}
-    assert len(scripts) == 4
+    assert len(scripts) == 5
     for path, text in scripts.items():
         f = tmp_path / path.rsplit("/", 1)[1]
         f.write_text(text)
@@ -215,3 +224,105 @@ def test_user_data_over_the_limit_is_refused():
 def test_env_file_refuses_newlines():
     with pytest.raises(ValueError):
         userdata.env_file({"A": "1\n2"})
+
+
+def _units(files) -> dict[str, str]:
+    return {p.rsplit("/", 1)[1]: t for p, t in files.items() if p.startswith("/etc/systemd/system/")}
+
+
+def test_weights_unit_does_not_hold_up_multi_user_and_fails_visibly_without_the_array(files):
+    """DefaultDependencies=no: multi-user.target is not ordered after the sync (systemd.target(5));
+    the RAID unit only wanted: a failed array fails this unit with its own cause (systemd.unit(5))."""
+    unit = files["/etc/systemd/system/kimi-weights.service"]
+    head = unit.split("[Service]")[0]
+    assert "DefaultDependencies=no" in head
+    requires = next(line for line in head.splitlines() if line.startswith("Requires=")).split("=", 1)[1].split()
+    assert "kimi-nvme-raid0.service" not in requires and "sysinit.target" in requires
+    assert "kimi-nvme-raid0.service" in next(line for line in head.splitlines() if line.startswith("Wants="))
+    assert "Conflicts=shutdown.target" in head and "Before=shutdown.target" in head
+    script = files[userdata.WEIGHTS_SCRIPT]
+    assert script.index(f"mountpoint -q {NVME_RAID0_HOST_PATH} ||") < script.index("tool ")
+
+
+def test_every_failed_attempt_says_how_to_retry_after_the_last(files):
+    unit = files["/etc/systemd/system/kimi-weights.service"]
+    (post,) = [line for line in unit.splitlines() if line.startswith("ExecStopPost=")]
+    assert '"$$SERVICE_RESULT" = success' in post  # systemd passes $SERVICE_RESULT through to sh
+    assert f"$$(cat {userdata.WEIGHTS_FAILURE_FILE}" in post  # the failed step and its error, again
+    assert "systemctl reset-failed kimi-weights.service && systemctl start kimi-weights.service" in post
+    assert "3 attempts, 120 s apart" in post and "StartLimitBurst=3\n" in unit and "RestartSec=120\n" in unit
+
+
+def test_weights_retry_is_set_by_config_as_a_user_would():
+    run = plan_for("b300", overrides={"kimi-deploy:compute": {
+        "availabilityZone": "us-east-1a", "capacity": {"type": "on-demand"}, "rootVolumeGib": 500,
+        "weightsRetry": {"attempts": 5, "delaySeconds": 15}}})
+    unit = _files(_user_data(run))["/etc/systemd/system/kimi-weights.service"]
+    assert "StartLimitBurst=5\n" in unit and "RestartSec=15\n" in unit and "5 attempts, 15 s apart" in unit
+    timeout = int(next(line for line in unit.splitlines() if line.startswith("TimeoutStartSec=")).split("=")[1])
+    interval = int(next(line for line in unit.splitlines() if line.startswith("StartLimitIntervalSec=")).split("=")[1])
+    assert interval >= 5 * (timeout + 15)  # the window spans every attempt
+
+
+def _run_weights_script(files, tmp_path, *, mounted=True, tool_ok=True, image_cached=True, local_complete=True,
+                        fail_step: str | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """weights.sh with its paths under tmp_path and every outside command stubbed (each logs its argv)."""
+    from components.aws.common import HOST_TOOLS_DIR
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir(parents=True)
+    stubs = {
+        "mountpoint": f"exit {0 if mounted else 1}",
+        # A downloaded .new file always matches; the copy on disk matches when tool_ok.
+        "sha256sum": f'case "$(cat)" in *.new) exit 0;; esac; exit {0 if tool_ok else 1}',
+        "aws": "exit 0", "mv": "exit 0", "install": "exit 0", "mkdir": "exit 0",
+        "docker": (f'case "$*" in *"image inspect"*) exit {0 if image_cached else 1};; '
+                   f'*--check-local*) exit {0 if local_complete else 1};; '
+                   f'*kimi-weight-sync-{fail_step or "none"}*) echo "weight_sync: error: injected" >&2; exit 1;; esac'),
+        "secret-env.sh": "exit 0",
+        "systemd-notify": "exit 0",
+    }
+    for tool, body in stubs.items():
+        (bin_dir / tool).write_text(f'#!/bin/bash\necho "{tool} $*" >> "{log}"\n{body}\n')
+        (bin_dir / tool).chmod(0o755)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    text = (files[userdata.WEIGHTS_SCRIPT].replace(f"{HOST_TOOLS_DIR}/secret-env.sh", "secret-env.sh")
+            .replace(userdata.RUN_SECRETS_DIR, str(run_dir)))
+    script = tmp_path / "weights.sh"
+    script.write_text(text)
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    return result, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_a_reboot_with_a_complete_local_copy_asks_nothing_outside(files, tmp_path):
+    result, calls = _run_weights_script(files, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not [c for c in calls if c.startswith(("aws", "secret-env.sh"))]  # no S3, no SSM
+    assert not [c for c in calls if c.startswith("docker pull") or "publish-mirror" in c or "node-copy " in c]
+    assert "nothing fetched" in result.stdout
+
+
+def test_a_first_boot_fetches_pulls_publishes_then_copies(files, tmp_path):
+    result, calls = _run_weights_script(files, tmp_path, tool_ok=False, image_cached=False, local_complete=False)
+    assert result.returncode == 0, result.stderr
+    order = [next(i for i, c in enumerate(calls) if needle in c)
+             for needle in ("aws s3 cp", "docker pull", "--check-local", "secret-env.sh", "kimi-weight-sync-publish-mirror",
+                            "kimi-weight-sync-node-copy")]
+    assert order == sorted(order)
+
+
+def test_a_failed_step_is_named_with_its_error_in_the_last_line_and_kept_for_the_status(files, tmp_path):
+    result, calls = _run_weights_script(files, tmp_path, local_complete=False, fail_step="publish-mirror")
+    assert result.returncode == 1
+    last = "kimi-weights: failed at: publish-mirror (exit 1): weight_sync: error: injected"
+    assert result.stderr.strip().splitlines()[-1] == last
+    assert (tmp_path / "run" / "weights-failure.txt").read_text() == last + "\n"  # what ExecStopPost= repeats
+    # ... and the unit's Status: line (systemctl status shows it above the log, whatever systemd logs after)
+    notified = [c.split("--status=", 1)[1] for c in calls if c.startswith("systemd-notify")]
+    assert notified[-2:] == ["kimi-weights: publish-mirror", last]
+    result, calls = _run_weights_script(files, tmp_path / "unmounted", mounted=False)
+    assert result.returncode == 1 and calls[-2] == f"mountpoint -q {NVME_RAID0_HOST_PATH}"  # then the status line
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"kimi-weights: failed at: setup (exit 1): {NVME_RAID0_HOST_PATH} is not mounted: systemctl status "
+        "kimi-nvme-raid0.service")

@@ -4,8 +4,8 @@ systemd semantics held here (systemd.unit(5), systemd.service(5), systemd 252 as
 a unit that ``Requires=`` a failing one-shot has its queued start failed for good, even when the
 one-shot's ``Restart=`` later succeeds; so vLLM must be STARTED by the weights unit on success,
 not pulled in by a dependency. The units are also checked by the real ``systemd-analyze verify``
-(Debian's systemd 252, the same major version as AL2023). No systemd runs as PID 1 in this
-container and systemd-nspawn is not available, so the chain is not booted here.
+(Debian's systemd 252, the same major version as AL2023). The chain itself is booted by the VM
+tier (tests/test_vm_boot.py): these are the unit-level rules, cheap enough for every run.
 """
 
 from __future__ import annotations
@@ -145,8 +145,10 @@ def test_units_pass_systemd_analyze_verify(units, tmp_path):
     (unit_dir / "docker.service").write_text("[Service]\nExecStart=/usr/bin/true\n")
     (unit_dir / "dlami-nvme.service").write_text("[Service]\nType=oneshot\nExecStart=/usr/bin/true\n")
     for exe in (
+        userdata.AMI_CHECK_SCRIPT,
         userdata.RAID_SCRIPT,
         userdata.WEIGHTS_SCRIPT,
+        "/bin/sh",
         userdata.VLLM_SCRIPT,
         "/usr/bin/docker",
         "/usr/bin/systemctl",
@@ -197,4 +199,4 @@ def test_engine_caches_are_restored_before_vllm_and_saved_after(units, cloud_con
     run_vllm = files[userdata.VLLM_SCRIPT]
     assert f":{ec.ENGINE_CACHE_CONTAINER_PATH} " in run_vllm and "/.kimi-engine-cache/" in run_vllm
     weights = files[userdata.WEIGHTS_SCRIPT]
-    assert f"{tool_sha256(ENGINE_CACHE_SOURCE)}  {ec.ENGINE_CACHE_SCRIPT_PATH}.new" in weights
+    assert f"{tool_sha256(ENGINE_CACHE_SOURCE)} {ec.ENGINE_CACHE_SCRIPT_PATH}\n" in weights

@@ -246,3 +246,23 @@ def test_weight_phases_name_the_public_origin_of_their_rates(name):
     for p in phases:
         if p["name"] == "weight copy FSx -> NVMe":
             assert "docs.aws.amazon.com/fsx/latest/LustreGuide/managing-throughput-capacity.html" in p["source"]
+
+
+def test_the_ec2_boot_estimate_cites_what_the_vm_tier_measured(tmp_path):
+    """The GPU-independent part of the aws-ec2 boot (kernel, cloud-init, Docker, the RAID0) is
+    measured by tests/test_vm_boot.py; its recorded figures appear in the phase's source."""
+    import json
+
+    doc = json.loads(ttr.VM_BOOT_FILE.read_text())
+    first = doc["boots"]["first-boot"]["phases"]
+    source = ttr.INSTANCE_BOOT_SECONDS["aws-ec2"].source
+    assert f"cloud-init done {first['cloud_init_done']:.0f} s" in source
+    assert f"RAID0 mounted {first['array_mounted']:.0f} s" in source and doc["accel"] in source
+    assert source.startswith("estimate:")  # the GPU instance's own part stays an estimate
+    model = _model(load_stack("b300", now=FIXED_NOW))
+    phase = next(p for p in model.scenarios["first_deploy"].phases if p.name == "instance boot")
+    assert phase.source == source
+    bad = tmp_path / "vm.json"
+    bad.write_text(json.dumps({"recorded_at": "x", "accel": "tcg", "guest_cpu_slowdown": 1, "boots": {}}))
+    with pytest.raises(ValueError, match="tests.vm.record"):
+        ttr.vm_boot_measurement(bad)

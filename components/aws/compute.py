@@ -183,6 +183,8 @@ def render_ec2_user_data(
         weights_timeout_seconds=sum(sync_budget_seconds(spec, sizing, step) for step in steps),
         engine_cache=engine_cache,
         api_guard=ApiGuardBoot(uri=f"s3://{bucket}/{API_GUARD_KEY}", sha256=tool_sha256(API_GUARD_SOURCE)),
+        weights_attempts=spec.config.compute.weights_retry.attempts,
+        weights_retry_seconds=spec.config.compute.weights_retry.delay_seconds,
     )
     return cloud_config_text(cfg)
 

@@ -1,16 +1,19 @@
 """Boot-time configuration of GPU nodes (pure functions; no Pulumi).
 
 - ``ec2_cloud_config``: the ``#cloud-config`` of a single ``aws-ec2`` GPU instance. It writes
-  three small scripts and three systemd units, then starts them:
-  ``kimi-nvme-raid0`` (the instance-store NVMe as one RAID0 at ``NVME_RAID0_HOST_PATH``,
+  small scripts and systemd units, then starts them:
+  ``kimi-nvme-raid0`` (first the AMI contract check, ``ami_contract.check_script``: one line
+  naming what the AMI lacks; then the instance-store NVMe as one RAID0 at ``NVME_RAID0_HOST_PATH``,
   idempotent across reboots: on the Deep Learning AMI, whose ``dlami-nvme.service`` already
   stripes and mounts every instance-store disk at ``/opt/dlami/nvme``, a bind mount of that;
   on another AMI, an mdadm RAID0 of its own) ->
-  ``kimi-weights`` (fetch the weight-sync program from the mirror, verify its sha256, run the
-  ``publish-mirror`` and ``node-copy`` steps of ``spec/weights.py sync_steps`` inside the pinned
-  vLLM image) -> ``kimi-vllm`` (the vLLM container with the argv and env of
-  ``spec/vllm.py``, restarted on failure). Secrets are fetched at boot from SSM SecureString
-  parameters into ``/run`` (tmpfs); user data holds only their names.
+  ``kimi-weights`` (fetch the weight-sync program from the mirror unless the copy on disk has its
+  sha256, pull the pinned vLLM image unless it is cached, then: a complete local copy unchanged
+  since verified (``weight_sync --check-local``) is served as is, with no request to the hub, the
+  mirror or the registry; else run the ``publish-mirror`` and ``node-copy`` steps of
+  ``core/weights.py sync_steps`` inside that image) -> ``kimi-vllm`` (the vLLM container with
+  the argv and env of ``core/vllm.py``, restarted on failure). Secrets are fetched from SSM
+  SecureString parameters into ``/run`` (tmpfs) when needed; user data holds only their names.
 
   The weights unit STARTS vLLM when it succeeds (``ExecStartPost=``), on its first attempt or a
   later ``Restart=`` attempt. vLLM has no ``Requires=`` on it: on systemd 252 (AL2023) a queued
@@ -18,8 +21,14 @@
   never retried, even when the one-shot's retry succeeds (``RestartMode=direct`` needs 254).
   vLLM is not enabled on its own either, so it never starts without the weights: at every boot
   the weights unit runs (a complete copy is a fast no-op) and starts it. Each weights attempt
-  has a finite ``TimeoutStartSec`` (the sync budget); after ``StartLimitBurst`` failed attempts
-  it stays failed, visible in ``systemctl status kimi-weights``.
+  has a finite ``TimeoutStartSec`` (the sync budget); ``compute.weightsRetry`` sets the attempts
+  (``StartLimitBurst``) and the delay between them (``RestartSec``); after the last one it stays
+  failed until ``systemctl reset-failed`` (every failed attempt says so in its last journal line,
+  ``ExecStopPost=``). The weights unit has ``DefaultDependencies=no`` so that
+  ``multi-user.target`` does not wait for the sync (a target is ordered after the units it wants
+  unless they opt out: systemd.target(5)); it only ``Wants=`` the RAID unit and checks the
+  mount itself, so a failed RAID unit fails it visibly instead of leaving it "inactive (dead)"
+  with a dependency result (systemd.unit(5), ``Requires=``).
 - ``eks_node_user_data``: the MIME multi-part user data of EKS GPU nodes: a nodeadm
   ``NodeConfig`` with ``localStorage: RAID0`` (plus the cluster details for a custom AMI).
 
@@ -39,6 +48,7 @@ from components.core.naming import NVME_RAID0_HOST_PATH
 from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME
 from components.core.weights import STAGING_DIR, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
 
+from .ami_contract import DLAMI_NVME_PATH, DLAMI_NVME_UNIT, INSTANCE_STORE_MODEL, INSTANCE_STORE_MODEL_MATCH, check_script
 from .common import HOST_TOOLS_DIR
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -47,14 +57,16 @@ RAID_SCRIPT = f"{HOST_TOOLS_DIR}/nvme-raid0.sh"
 WEIGHTS_SCRIPT = f"{HOST_TOOLS_DIR}/weights.sh"
 VLLM_SCRIPT = f"{HOST_TOOLS_DIR}/run-vllm.sh"
 SECRET_ENV_SCRIPT = f"{HOST_TOOLS_DIR}/secret-env.sh"
+AMI_CHECK_SCRIPT = f"{HOST_TOOLS_DIR}/ami-check.sh"
 VLLM_ENV_FILE = f"{HOST_TOOLS_DIR}/vllm.env"
 HUB_ENV_FILE = f"{RUN_SECRETS_DIR}/hub.env"
 API_ENV_FILE = f"{RUN_SECRETS_DIR}/api.env"
+# The weights script's current step output and the line naming why the last attempt failed (read
+# by the unit's ExecStopPost=, so that `systemctl status` shows the cause after the last attempt).
+WEIGHTS_STEP_LOG = f"{RUN_SECRETS_DIR}/weights-step.log"
+WEIGHTS_FAILURE_FILE = f"{RUN_SECRETS_DIR}/weights-failure.txt"
 UNITS = ("kimi-nvme-raid0.service", "kimi-weights.service", "kimi-vllm.service")
-# The Deep Learning AMI's own RAID0 of the instance store (DLAMI release notes), made by this
-# unit at every boot before user data runs.
-DLAMI_NVME_PATH = "/opt/dlami/nvme"
-DLAMI_NVME_UNIT = "dlami-nvme.service"
+# The Deep Learning AMI's own RAID0 of the instance store: ami_contract.DLAMI_NVME_PATH / _UNIT.
 VLLM_CONTAINER = "kimi-vllm"
 MD_NAME = "kimi-nvme"
 
@@ -131,6 +143,8 @@ class Ec2BootConfig:
             healthy start (needs the mirror); None: every start compiles cold.
         api_guard: the API guard the server's ``--middleware`` loads (fetched before each start
             when the host's copy differs, mounted read-only); None: not mounted (tests only).
+        weights_attempts: ``StartLimitBurst`` of the weights unit (``compute.weightsRetry.attempts``).
+        weights_retry_seconds: its ``RestartSec`` (``compute.weightsRetry.delaySeconds``).
     """
 
     region: str
@@ -150,6 +164,8 @@ class Ec2BootConfig:
     weights_timeout_seconds: int | None = None
     engine_cache: EngineCacheBoot | None = None
     api_guard: ApiGuardBoot | None = None
+    weights_attempts: int = 3
+    weights_retry_seconds: int = 120
 
 
 def _q(args: Sequence[str]) -> str:
@@ -162,8 +178,9 @@ def raid0_script(nvme_devices: int) -> str:
     On the Deep Learning AMI ``dlami-nvme.service`` has already striped and mounted every
     instance-store disk at ``DLAMI_NVME_PATH`` (the disks are busy: mdadm would fail), so that
     mount is bind-mounted at the host path. Elsewhere: RAID0 over every instance-store NVMe
-    device (never the EBS root), XFS; re-assembled after a reboot, recreated after a stop/start
-    (instance store comes back empty). The unit runs it at every boot."""
+    device (never the EBS root; ``ami_contract.INSTANCE_STORE_MODEL``), XFS; re-assembled after a
+    reboot, recreated after a stop/start (instance store comes back empty). The unit runs it at
+    every boot, after ``ami-check.sh`` found mdadm, mkfs.xfs and blkid (``ami_contract``)."""
     return f"""#!/bin/bash
 # The instance-store NVMe as one RAID0, mounted at {NVME_RAID0_HOST_PATH}.
 # Idempotent: mounted -> nothing; DLAMI array mounted -> bind mount it; array present -> mount;
@@ -183,13 +200,12 @@ if mountpoint -q "$DLAMI_NVME"; then
   echo "kimi-nvme: $DLAMI_NVME (DLAMI RAID0) bind-mounted at $MOUNT"
   exit 0
 fi
-command -v mdadm >/dev/null 2>&1 || dnf install -y -q mdadm
 DEVICES=()
 for sys in /sys/block/nvme*n*; do
   [ -e "$sys/device/model" ] || continue
-  # Instance store reports "Amazon EC2 NVMe Instance Storage"; EBS (the root) does not.
+  # Instance store reports "{INSTANCE_STORE_MODEL}"; EBS (the root) does not.
   case "$(cat "$sys/device/model")" in
-    *"Instance Storage"*) DEVICES+=("/dev/${{sys##*/}}") ;;
+    *"{INSTANCE_STORE_MODEL_MATCH}"*) DEVICES+=("/dev/${{sys##*/}}") ;;
   esac
 done
 if [ "${{#DEVICES[@]}}" -eq 0 ]; then
@@ -279,39 +295,88 @@ def vllm_docker_command(cfg: Ec2BootConfig) -> list[str]:
     return cmd
 
 
+def local_check_step(cfg: Ec2BootConfig) -> SyncStep | None:
+    """The node-copy step with ``--check-local`` added: proves the local copy complete from the
+    node's own disk (no request to the hub, the mirror or the registry), or None without a
+    node-copy step."""
+    step = next((s for s in cfg.sync_steps if s.name == "node-copy"), None)
+    if step is None:
+        return None
+    return SyncStep("check-local", step.source, step.dest, step.per_node, False, step.needs_fsx,
+                    (*step.argv, "--check-local"))
+
+
 def weights_script(cfg: Ec2BootConfig) -> str:
-    """Shell script: fetch and verify the weight-sync program, fetch the hub token, run the
-    sync steps in order (a complete mirror or copy is a fast no-op)."""
+    """Shell script: the weights on the RAID0, then exit 0 (the unit then starts vLLM).
+
+    Order: the RAID0 must be mounted (else one line pointing at the RAID unit); the tools are
+    fetched from the mirror only when the copy on disk lacks the pinned sha256, the image pulled
+    only when it is not cached; a complete local copy unchanged since verified
+    (``local_check_step``) ends the script there, so a reboot needs neither the hub, nor the
+    mirror, nor the registry; else the hub token is fetched and the sync steps run in order (a
+    complete mirror or copy is a fast no-op). A failure names the step in its last line."""
+    region = shlex.quote(cfg.region)
     lines = [
         "#!/bin/bash",
-        "# Weights onto the local RAID0: hub -> S3 mirror (publish-mirror) -> NVMe (node-copy).",
-        "set -euo pipefail",
+        "# hub -> S3 mirror (publish-mirror) -> NVMe (node-copy); a complete local copy asks nothing outside.",
+        "set -Eeuo pipefail",
         f"install -d -m 0700 {RUN_SECRETS_DIR}",
-        f"aws s3 cp --only-show-errors --region {shlex.quote(cfg.region)} {shlex.quote(cfg.tools_uri)} {SYNC_SCRIPT_PATH}.new",
-        f"echo {shlex.quote(cfg.tools_sha256 + '  ' + SYNC_SCRIPT_PATH + '.new')} | sha256sum -c --quiet -",
-        f"mv -f {SYNC_SCRIPT_PATH}.new {SYNC_SCRIPT_PATH}",
+        f"rm -f {WEIGHTS_FAILURE_FILE}",
+        "# st: the unit's Status: line; at STEP: what a failure names; out CMD: run it, keeping its last line",
+        'st() { systemd-notify --pid=$$ --status="$1" 2>/dev/null || true; }',
+        f'at() {{ step=$1; : >{WEIGHTS_STEP_LOG}; st "kimi-weights: $1"; }}',
+        f'out() {{ "$@" 2>&1 | tee {WEIGHTS_STEP_LOG}; }}',
+        f'fail() {{ local m; m="kimi-weights: failed at: $step (exit $1): $(tail -n 1 {WEIGHTS_STEP_LOG})"; '
+        f'echo "$m" | tee {WEIGHTS_FAILURE_FILE} >&2; st "$m"; }}',
+        "trap 'fail $?' ERR",
+        "at setup",
+        f'mountpoint -q {NVME_RAID0_HOST_PATH} || {{ echo "{NVME_RAID0_HOST_PATH} is not mounted: '
+        f'systemctl status {UNITS[0]}" | tee {WEIGHTS_STEP_LOG} >&2; false; }}',
+        "# tool URI SHA256 PATH: fetched unless the file on disk has that digest",
+        "tool() {",
+        '  echo "$2  $3" | sha256sum -c --quiet - >/dev/null 2>&1 && return 0',
+        f'  out aws s3 cp --only-show-errors --region {region} "$1" "$3.new"',
+        '  echo "$2  $3.new" | sha256sum -c --quiet -',
+        '  mv -f "$3.new" "$3"',
+        "}",
+        "at 'weight-sync program'",
+        _q(["tool", cfg.tools_uri, cfg.tools_sha256, SYNC_SCRIPT_PATH]),
     ]
     if cfg.engine_cache is not None:
         from components.core.engine_cache import ENGINE_CACHE_SCRIPT_PATH
 
         ec = cfg.engine_cache
         lines += [
-            f"aws s3 cp --only-show-errors --region {shlex.quote(cfg.region)} {shlex.quote(ec.tools_uri)} "
-            f"{ENGINE_CACHE_SCRIPT_PATH}.new",
-            f"echo {shlex.quote(ec.tools_sha256 + '  ' + ENGINE_CACHE_SCRIPT_PATH + '.new')} | sha256sum -c --quiet -",
-            f"mv -f {ENGINE_CACHE_SCRIPT_PATH}.new {ENGINE_CACHE_SCRIPT_PATH}",
+            "at 'engine-cache program'",
+            _q(["tool", ec.tools_uri, ec.tools_sha256, ENGINE_CACHE_SCRIPT_PATH]),
             f"mkdir -p {shlex.quote(ec.host_dir)}",
         ]
-    if cfg.hub_token_parameter:
-        lines.append(_q([SECRET_ENV_SCRIPT, HUB_ENV_FILE, cfg.region, f"{cfg.hub_token_env}={cfg.hub_token_parameter}"]))
+    image = shlex.quote(cfg.image)
     lines += [
-        # The publish step's --staging-dir (weights.STAGING_DIR) as seen from the host.
-        f"mkdir -p {NVME_RAID0_HOST_PATH}/{PurePosixPath(STAGING_DIR).relative_to(WEIGHTS_MOUNT_PATH)}",
-        f"docker pull --quiet {shlex.quote(cfg.image)}",
+        "at image",
+        f"docker image inspect {image} >/dev/null 2>&1 || out docker pull --quiet {image}",
     ]
+    check = local_check_step(cfg)
+    if check is not None:
+        lines += [
+            "at 'local copy check'",
+            f"if {_q(sync_docker_command(cfg, check))}; then",
+            f"  echo 'kimi-weights: {check.dest} is complete and unchanged since verified: nothing fetched'",
+            f"  st 'kimi-weights: {check.dest} verified (local copy)'",
+            "  exit 0",
+            "fi",
+        ]
+    if cfg.hub_token_parameter:
+        lines += ["at 'hub token'",
+                  "out " + _q([SECRET_ENV_SCRIPT, HUB_ENV_FILE, cfg.region, f"{cfg.hub_token_env}={cfg.hub_token_parameter}"])]
+    # The publish step's --staging-dir (weights.STAGING_DIR) as seen from the host.
+    lines.append(f"mkdir -p {NVME_RAID0_HOST_PATH}/{PurePosixPath(STAGING_DIR).relative_to(WEIGHTS_MOUNT_PATH)}")
     for step in cfg.sync_steps:
+        lines.append(f"at {step.name}")
         lines.append(f"echo 'kimi-weights: {step.name}: {step.source} -> {step.dest}'")
-        lines.append(_q(sync_docker_command(cfg, step)))
+        lines.append("out " + _q(sync_docker_command(cfg, step)))
+    if cfg.sync_steps:
+        lines.append(f"st 'kimi-weights: {cfg.sync_steps[-1].dest} verified'")
     return "\n".join(lines) + "\n"
 
 
@@ -337,15 +402,23 @@ def env_file(env: Mapping[str, str]) -> str:
     return "".join(f"{k}={env[k]}\n" for k in sorted(env))
 
 
-WEIGHTS_START_LIMIT_BURST = 3
-WEIGHTS_RESTART_SECONDS = 120
-
-
 def _start_limit_interval(cfg: Ec2BootConfig) -> str:
     # The window must span every attempt, or systemd forgets the early failures and retries forever.
     if cfg.weights_timeout_seconds is None:
         return "infinity"
-    return str(WEIGHTS_START_LIMIT_BURST * (cfg.weights_timeout_seconds + WEIGHTS_RESTART_SECONDS) + 3600)
+    return str(cfg.weights_attempts * (cfg.weights_timeout_seconds + cfg.weights_retry_seconds) + 3600)
+
+
+# The README section that says how to read a failed boot and retry it.
+README_BOOT_FAILURE = "README: When the EC2 boot fails"
+
+
+def attempt_failed_line(cfg: Ec2BootConfig) -> str:
+    """What the weights unit logs after every failed attempt (``ExecStopPost=``, so it is the last
+    line ``systemctl status`` shows): the retry policy and how to retry after the last attempt."""
+    return (f"kimi-weights: attempt failed ($SERVICE_RESULT): $(cat {WEIGHTS_FAILURE_FILE} 2>/dev/null || echo killed). "
+            f"{cfg.weights_attempts} attempts, {cfg.weights_retry_seconds} s apart, then failed until: systemctl reset-failed "
+            f"{UNITS[1]} && systemctl start {UNITS[1]} ({README_BOOT_FAILURE})")
 
 
 def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
@@ -360,24 +433,34 @@ Before=kimi-weights.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
+# What the boot needs from the AMI (components/aws/ami_contract.py): one line naming what is missing.
+ExecStartPre={AMI_CHECK_SCRIPT}
 ExecStart={RAID_SCRIPT}
 
 [Install]
 WantedBy=multi-user.target
 """
     timeout = "infinity" if cfg.weights_timeout_seconds is None else str(cfg.weights_timeout_seconds)
+    # $$: systemd passes a literal $ to the shell, which reads SERVICE_RESULT from the environment.
+    failed = attempt_failed_line(cfg).replace("$", "$$")
     weights = f"""[Unit]
 Description=kimi-deploy: weight sync (hub -> S3 mirror -> local NVMe), then start vLLM
-Requires=docker.service kimi-nvme-raid0.service
-After=docker.service kimi-nvme-raid0.service network-online.target
-Wants=network-online.target
-# At most {WEIGHTS_START_LIMIT_BURST} attempts (each up to its timeout plus the restart delay), then failed for good.
+# No default dependencies: multi-user.target must not wait for the sync. The RAID unit only
+# wanted: if it fails, this unit fails with that cause (Requires= leaves it inactive).
+DefaultDependencies=no
+Requires=docker.service sysinit.target
+Wants=kimi-nvme-raid0.service network-online.target
+After=sysinit.target basic.target docker.service kimi-nvme-raid0.service network-online.target
+Conflicts=shutdown.target
+Before=shutdown.target
 StartLimitIntervalSec={_start_limit_interval(cfg)}
-StartLimitBurst={WEIGHTS_START_LIMIT_BURST}
+StartLimitBurst={cfg.weights_attempts}
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
+# The script's systemd-notify --status: the step now, or why the last attempt failed.
+NotifyAccess=all
 ExecStart={WEIGHTS_SCRIPT}
 # Only after a successful sync, on whichever attempt: queue vLLM's start (--no-block: vLLM is
 # ordered after this unit, which is still activating here).
@@ -385,7 +468,8 @@ ExecStartPost=/usr/bin/systemctl start --no-block {UNITS[2]}
 # One attempt may take the sync budget (sizing.sync_budget_seconds); a stalled one is killed.
 TimeoutStartSec={timeout}
 Restart=on-failure
-RestartSec={WEIGHTS_RESTART_SECONDS}
+RestartSec={cfg.weights_retry_seconds}
+ExecStopPost=/bin/sh -c '[ "$$SERVICE_RESULT" = success ] || echo "{failed}" >&2'
 
 [Install]
 WantedBy=multi-user.target
@@ -448,6 +532,7 @@ def ec2_cloud_config(cfg: Ec2BootConfig) -> str:
 def cloud_config_text(cfg: Ec2BootConfig) -> str:
     """The ``#cloud-config`` text of ``cfg`` without the size check (UTF-8 bytes = raw size)."""
     files = [
+        (AMI_CHECK_SCRIPT, check_script(cfg.efa), "0755"),
         (RAID_SCRIPT, raid0_script(cfg.nvme_devices), "0755"),
         (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
         (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
@@ -455,7 +540,8 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
         (VLLM_ENV_FILE, env_file({**cfg.vllm_env, **(cfg.engine_cache.env if cfg.engine_cache else {})}), "0644"),
     ] + [(f"/etc/systemd/system/{unit}", text, "0644") for unit, text in systemd_units(cfg).items()]
     doc = {
-        "write_files": [{"path": p, "owner": "root:root", "permissions": m, "content": c} for p, c, m in files],
+        # No owner: cloud-init writes root:root by default (cloudinit/distros/__init__.py default_owner).
+        "write_files": [{"path": p, "permissions": m, "content": c} for p, c, m in files],
         "runcmd": [
             ["systemctl", "daemon-reload"],
             # vLLM is not enabled: the weights unit starts it at every boot once the copy is complete.
@@ -485,7 +571,7 @@ Requires=docker.service kimi-nvme-raid0.service
 After=docker.service kimi-nvme-raid0.service network-online.target
 Wants=network-online.target
 StartLimitIntervalSec={_start_limit_interval(cfg)}
-StartLimitBurst={WEIGHTS_START_LIMIT_BURST}
+StartLimitBurst={cfg.weights_attempts}
 
 [Service]
 Type=oneshot
@@ -494,7 +580,7 @@ ExecStart={WEIGHTS_SCRIPT}
 ExecStartPost=/usr/bin/systemctl poweroff
 TimeoutStartSec={timeout}
 Restart=on-failure
-RestartSec={WEIGHTS_RESTART_SECONDS}
+RestartSec={cfg.weights_retry_seconds}
 
 [Install]
 WantedBy=multi-user.target

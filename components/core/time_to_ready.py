@@ -21,8 +21,10 @@ fraction, connections x per-connection ceiling, NVMe write); then checkpoint / N
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import DeploymentSpec
@@ -94,10 +96,67 @@ INFRASTRUCTURE_SECONDS = {
 }
 # A replacement node: from the request until the instance is running.
 INSTANCE_LAUNCH_SECONDS = Fact(120, "estimate: RunInstances / node-group scale-up until running")
+
+# What the VM tier measured booting the b300 user data (tests/test_vm_boot.py, recorded by
+# `python -m tests.vm.record`): the parts of the boot that do not depend on the GPU instance.
+VM_BOOT_FILE = Path(__file__).with_name("data") / "vm_boot_measured.json"
+
+
+@dataclass(frozen=True)
+class VmBootMeasurement:
+    """One recorded VM-tier run (``VM_BOOT_FILE``).
+
+    Attributes:
+        recorded_at: when (ISO 8601 date).
+        accel: ``kvm`` or ``tcg`` (software emulation: every figure an upper bound).
+        guest_cpu_slowdown: the guest's time for a fixed Python workload over the host's.
+        cloud_init_done_seconds, array_mounted_seconds: first boot, seconds from the guest
+            kernel's start until cloud-init finished and until the RAID0 was mounted.
+        reboot_weights_verified_seconds: a reboot with a complete local copy: until the weights
+            unit had verified it (nothing fetched).
+    """
+
+    recorded_at: str
+    accel: str
+    guest_cpu_slowdown: float
+    cloud_init_done_seconds: float
+    array_mounted_seconds: float
+    reboot_weights_verified_seconds: float | None
+
+    @property
+    def citation(self) -> str:
+        """One line for a phase's source."""
+        reboot = (f", a reboot's local copy verified at {self.reboot_weights_verified_seconds:.0f} s"
+                  if self.reboot_weights_verified_seconds is not None else "")
+        return (f"measured in the VM tier ({self.recorded_at}, {self.accel}, guest CPU {self.guest_cpu_slowdown:.0f}x slower "
+                f"than its host: an upper bound): cloud-init done {self.cloud_init_done_seconds:.0f} s and the RAID0 "
+                f"mounted {self.array_mounted_seconds:.0f} s after the kernel started{reboot} "
+                f"[tests/test_vm_boot.py, components/core/data/{VM_BOOT_FILE.name}]")
+
+
+def vm_boot_measurement(path: Path = VM_BOOT_FILE) -> VmBootMeasurement:
+    """The recorded VM-tier run.
+
+    Raises:
+        ValueError: the file lacks the first boot's phases (re-record with ``python -m tests.vm.record``).
+    """
+    doc = json.loads(path.read_text())
+    try:
+        first = doc["boots"]["first-boot"]["phases"]
+        reboot = doc["boots"].get("reboot", {}).get("phases", {})
+        return VmBootMeasurement(str(doc["recorded_at"]), str(doc["accel"]), float(doc["guest_cpu_slowdown"]),
+                                 float(first["cloud_init_done"]), float(first["array_mounted"]),
+                                 float(reboot["weights_verified"]) if reboot.get("weights_verified") else None)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a VM-tier record ({exc!r}); run `python -m tests.vm.record`") from None
+
+
+VM_BOOT = vm_boot_measurement()
 # From `running` until the node's own units (or the kubelet) start work: firmware, kernel,
 # cloud-init, docker, the RAID0 (mkfs.xfs -K does not discard, so it takes seconds).
 INSTANCE_BOOT_SECONDS = {
-    "aws-ec2": Fact(120, "estimate: boot + cloud-init + docker + RAID0"),
+    "aws-ec2": Fact(120, "estimate: firmware, NVIDIA driver and fabric manager of the GPU instance, then its boot chain, "
+                         f"whose GPU-independent part was {VM_BOOT.citation}"),
     "aws-eks": Fact(180, "estimate: boot + nodeadm RAID0 + kubelet join + device plugins"),
     "kubernetes": Fact(0, "existing node: already booted"),
 }

@@ -10,7 +10,7 @@ import time
 
 from . import verify
 from .destinations import LocalDestination, S3Destination, Summary
-from .model import MARKER_NAME, S3_PART_BYTES, S3_PART_CONCURRENCY, S5CMD_MIN_BYTES, UsageError, human_bytes
+from .model import MARKER_NAME, S3_PART_BYTES, S3_PART_CONCURRENCY, S5CMD_MIN_BYTES, SyncError, UsageError, human_bytes
 from .retry import describe
 from .sources import make_source
 
@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "seconds in all for its marker, manifest.json and each listed file at its listed size, then "
                         "fail naming the file not imported (default 0: a missing file fails at once)")
     p.add_argument("--quiet", action="store_true", help="no progress output (errors are still printed)")
+    p.add_argument("--check-local", action="store_true",
+                   help="only check, from local evidence, that the local --dest holds a complete copy made "
+                        "from --source (its marker, manifest.json, and every file unchanged since verified: "
+                        "size, mtime and sha256 in the journal); contacts nothing and reads no weight bytes. "
+                        "Exit 0 when complete, 1 with the first difference otherwise (a node's boot uses it "
+                        "to serve its copy when the hub, the mirror or the registry is down)")
     p.add_argument("--min-bytes-per-second", type=int, default=verify.MIN_BYTES_PER_SECOND, metavar="N",
                    help="abandon and retry a file transfer slower than N bytes/s over a window "
                         f"(default {verify.MIN_BYTES_PER_SECOND:,}; 0 = off)")
@@ -106,15 +112,39 @@ def run(args: argparse.Namespace) -> Summary:
 
     common = dict(source=source, workers=args.workers, verify=args.verify, log=log, progress_enabled=not args.quiet)
     if args.dest.startswith("s3://"):
+        if args.check_local:
+            raise UsageError(f"--check-local needs a local --dest, not {args.dest!r}")
         dest: S3Destination | LocalDestination = S3Destination(args.dest, args.staging_dir, **common)
     elif "://" in args.dest:
         raise UsageError(f"--dest {args.dest!r}: expected a local directory or s3://BUCKET/PREFIX")
     else:
         dest = LocalDestination(args.dest, **common)
+    if args.check_local:
+        assert isinstance(dest, LocalDestination)  # refused above for s3://
+        return check_local(dest)
     started = time.monotonic()
     summary = dest.run()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+class IncompleteCopy(SyncError):
+    """``--check-local`` found the local copy incomplete or changed (exit 1; not an error of the
+    program: the caller then runs the sync)."""
+
+
+def check_local(dest: LocalDestination) -> Summary:
+    """``--check-local``: the summary of a complete local copy (every file skipped).
+
+    Raises:
+        IncompleteCopy: the copy is incomplete or changed since verified (the message says which
+            file or what is missing).
+    """
+    problem, revision, entries = dest.local_copy_problem()
+    if problem is not None:
+        raise IncompleteCopy(f"{dest.root} is not a complete verified copy of {dest.source.uri}: {problem}")
+    return Summary(dest.source.uri, dest.root, revision=revision, files_total=len(entries), files_skipped=len(entries),
+                   bytes_total=sum(e.size_bytes for e in entries))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"weight_sync: error: the Python module {exc.name!r} is not installed for {sys.executable}: "
               "run `make setup` (or `pip install -r requirements.txt`) and use .venv/bin/python", file=sys.stderr)
         return 2
+    except IncompleteCopy as exc:
+        print(f"weight_sync: check-local: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # permanent failures end in one clear line, not a traceback
         if os.environ.get("WEIGHT_SYNC_DEBUG"):
             raise

@@ -249,7 +249,8 @@ class LocalDestination(Destination):
         entries = [self._known_hash(e, journal.get(e.path)) for e in entries]
         marker = self._read_marker()
         if (self.verify != "full" and marker and all(e.sha256 for e in entries)
-                and marker.get("manifest_sha256") == manifest_digest(entries) and self._sizes_ok(entries)):
+                and marker.get("manifest_sha256") == manifest_digest(entries)
+                and self._changed_file(entries, journal) is None):
             summary.files_skipped = len(entries)
             return summary
         # A new sync starts: the marker goes first, so nothing reads a half-updated directory.
@@ -314,29 +315,54 @@ class LocalDestination(Destination):
 
     def _complete_pinned_copy(self, summary: Summary) -> Summary | None:
         """The resume of a complete copy of a pinned source, without contacting the source (no
-        boto3 import, no request): the marker names this source URI and its revision, which the
-        URI pins (``sources.pinned_revision``: a commit, so the content cannot have changed), the
-        local manifest.json has the marker's digest, and every file it lists has its size.
-        Returns the summary (everything skipped), or None to take the normal path."""
-        revision = pinned_revision(self.source.uri)
-        if revision is None:
-            return None
-        marker = read_json_or_none(self.marker_path)
-        if not marker or marker.get("source") != self.source.uri or marker.get("revision") != revision:
-            return None
-        document = read_json_or_none(os.path.join(self.root, MANIFEST_NAME))
-        if document is None:
+        boto3 import, no request): ``local_copy_problem`` finds nothing and the URI pins the
+        marker's revision (``sources.pinned_revision``: a commit, so the content cannot have
+        changed). Returns the summary (everything skipped), or None to take the normal path."""
+        if pinned_revision(self.source.uri) is None:
             return None
         try:
-            _, entries = parse_manifest(document, MANIFEST_NAME)
-            if marker.get("manifest_sha256") != manifest_digest(entries) or not self._sizes_ok(entries):
-                return None
+            problem, revision, entries = self.local_copy_problem()
         except SyncError:
+            return None
+        if problem is not None:
             return None
         summary.revision, summary.files_total = revision, len(entries)
         summary.files_skipped = len(entries)
         summary.bytes_total = sum(e.size_bytes for e in entries)
         return summary
+
+    def local_copy_problem(self) -> tuple[str | None, str, list[FileEntry]]:
+        """Whether the destination holds a complete copy made from this source, from local
+        evidence only (no request to the source, no byte of the weights read): the marker names
+        this source URI (and, for a pinned URI, its revision), the local manifest.json has the
+        marker's digest, and every file it lists is unchanged since verified
+        (``_changed_file``). A reboot of a node uses it to serve its copy without the hub, the
+        mirror or the registry (``--check-local``).
+
+        Returns:
+            ``(problem, revision, entries)``: ``problem`` None when complete, else one line saying
+            what is missing or changed; the marker's revision and the manifest's entries (empty
+            when there is no usable manifest).
+
+        Raises:
+            SyncError: a manifest path escapes the destination.
+        """
+        marker = read_json_or_none(self.marker_path)
+        if not isinstance(marker, dict):
+            return "no completion marker (never completed, or a sync was interrupted)", "", []
+        revision = str(marker.get("revision", ""))
+        if marker.get("source") != self.source.uri:
+            return f"the marker names source {marker.get('source')!r}, not {self.source.uri!r}", revision, []
+        pinned = pinned_revision(self.source.uri)
+        if pinned is not None and revision != pinned:
+            return f"the marker names revision {revision!r}, not the pinned {pinned!r}", revision, []
+        document = read_json_or_none(os.path.join(self.root, MANIFEST_NAME))
+        if document is None:
+            return f"no readable {MANIFEST_NAME}", revision, []
+        _, entries = parse_manifest(document, MANIFEST_NAME)
+        if marker.get("manifest_sha256") != manifest_digest(entries):
+            return f"{MANIFEST_NAME} does not match the marker", revision, entries
+        return self._changed_file(entries, self._load_journal()), revision, entries
 
     def _check_entries(self, entries: list[FileEntry]) -> None:
         seen = set()
@@ -349,14 +375,23 @@ class LocalDestination(Destination):
         if clash := dirs & seen:
             raise SyncError(f"manifest uses {sorted(clash)[0]!r} both as a file and as a directory")
 
-    def _sizes_ok(self, entries: list[FileEntry]) -> bool:
+    def _changed_file(self, entries: list[FileEntry], journal: dict[str, dict]) -> str | None:
+        """The first file that is not as verified, as one line, or None: every file exists with
+        its size and matches its trusted journal record (size, mtime and sha256 recorded when it
+        was verified). A file rewritten in place since, even at the same size, has another mtime,
+        so it is found here and fetched again rather than served. Stat calls only."""
         for e in entries:
             try:
-                if os.stat(self.target(e.path)).st_size != e.size_bytes:
-                    return False
+                st = os.stat(self.target(e.path))
             except FileNotFoundError:
-                return False
-        return True
+                return f"{e.path} is missing"
+            if st.st_size != e.size_bytes:
+                return f"{e.path} has {st.st_size} bytes, the manifest {e.size_bytes}"
+            rec = journal.get(e.path)
+            if (not rec or not rec.get("trusted") or rec.get("size_bytes") != st.st_size
+                    or rec.get("mtime_ns") != st.st_mtime_ns or (e.sha256 and rec.get("sha256") != e.sha256)):
+                return f"{e.path} changed since it was verified (not as recorded in {STATE_DIR_NAME}/{JOURNAL_NAME})"
+        return None
 
     def _record(self, rel: str, sha: str, git_sha1: str | None, path: str) -> dict:
         st = os.stat(path)
@@ -406,6 +441,16 @@ class LocalDestination(Destination):
         write_json_atomic(self.marker_path, marker_document(self.source.uri, revision, entries))
 
 
+def _known_blob(entry: FileEntry, published: FileEntry | None) -> FileEntry:
+    """``entry`` with the sha256 the mirror recorded for the same git blob (a hub file outside
+    LFS: the hub gives its blob id, the mirror's manifest the sha256 verified when it was
+    published), else unchanged."""
+    if (entry.sha256 or not entry.git_sha1 or published is None or published.git_sha1 != entry.git_sha1
+            or published.size_bytes != entry.size_bytes):
+        return entry
+    return dataclasses.replace(entry, sha256=published.sha256, checksums=published.checksums)
+
+
 def marker_document(source: str, revision: str, entries: list[FileEntry]) -> dict:
     """The completion marker: source, resolved revision, file count, total bytes, manifest digest."""
     return {"source": source, "revision": revision, "file_count": len(entries),
@@ -431,6 +476,11 @@ class S3Destination(Destination):
         client = s3_client(max_pool_connections=self.workers * S3_PART_CONCURRENCY + 8)
         config = TransferConfig(multipart_threshold=S3_PART_BYTES, multipart_chunksize=S3_PART_BYTES,
                                 max_concurrency=S3_PART_CONCURRENCY, **NO_RETRY_TRANSFER)
+        marker_key = s3_key(self.prefix, MARKER_NAME)
+        existing = self._list(client)
+        marker, mirror_entries = self._published(client, existing)
+        if self.verify != "full" and (complete := self._complete_pinned_mirror(summary, existing, marker, mirror_entries)):
+            return complete
         if self.staging_root:
             os.makedirs(self.staging_root, exist_ok=True)  # e.g. a fresh NVMe mount
         staging = tempfile.mkdtemp(prefix="weight-sync-", dir=self.staging_root)
@@ -445,17 +495,14 @@ class S3Destination(Destination):
                 seen.add(e.path)
             summary.revision, summary.files_total = revision, len(entries)
             summary.bytes_total = sum(e.size_bytes for e in entries)
-            marker_key = s3_key(self.prefix, MARKER_NAME)
-            existing = self._list(client)
-            marker = None
-            if marker_key in existing:
-                marker = json.loads(client.get_object(Bucket=self.bucket, Key=marker_key)["Body"].read())
+            # Hub files outside LFS come with a git blob id, not a sha256: the mirror's manifest
+            # gives the sha256 it verified for the same blob, so a complete mirror stays a no-op.
+            entries = [_known_blob(e, mirror_entries.get(e.path)) for e in entries]
             if (self.verify != "full" and marker and all(e.sha256 for e in entries)
                     and marker.get("manifest_sha256") == manifest_digest(entries)
                     and all(existing.get(s3_key(self.prefix, e.path)) == e.size_bytes for e in entries)):
                 summary.files_skipped = len(entries)
                 return summary
-            client.delete_object(Bucket=self.bucket, Key=marker_key)
 
             def classify(entry: FileEntry):
                 key = s3_key(self.prefix, entry.path)
@@ -485,6 +532,10 @@ class S3Destination(Destination):
             fetch = [e for e, action in plan if action == "fetch"]
             summary.files_verified = sum(1 for _, a in plan if a == "verified")
             summary.files_skipped = len(entries) - len(fetch)
+            if fetch:
+                # Objects are about to change: readers must not trust the mirror until the new
+                # marker is written last (a mirror with nothing to upload keeps its marker).
+                client.delete_object(Bucket=self.bucket, Key=marker_key)
             if fetch and not isinstance(self.source, FileSource):
                 need_bytes = min(self.workers, len(fetch)) * max(e.size_bytes for e in fetch)
                 free_bytes = disk_free_bytes(staging)
@@ -544,11 +595,48 @@ class S3Destination(Destination):
                 return client.put_object(Bucket=self.bucket, Key=s3_key(self.prefix, name),
                                          Body=json.dumps(doc, indent=1, sort_keys=True).encode(),
                                          ContentType="application/json")
+            if (not fetched and marker and marker.get("source") == self.source.uri
+                    and marker.get("revision") == revision and marker.get("manifest_sha256") == manifest_digest(final)
+                    and {e.path: e.git_sha1 for e in final} == {p: e.git_sha1 for p, e in mirror_entries.items()}):
+                return summary  # everything was there and verified: nothing to write
             put(MANIFEST_NAME, manifest_document(self.source.uri, revision, final))
             put(MARKER_NAME, marker_document(self.source.uri, revision, final))
             return summary
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _published(self, client, existing: dict[str, int]) -> tuple[dict | None, dict[str, FileEntry]]:
+        """The mirror's marker and the entries of its manifest.json, by path ({} when either is
+        missing or unreadable: the mirror is then treated as incomplete)."""
+        marker_key, manifest_key = s3_key(self.prefix, MARKER_NAME), s3_key(self.prefix, MANIFEST_NAME)
+        if marker_key not in existing or manifest_key not in existing:
+            return None, {}
+        try:
+            marker = json.loads(client.get_object(Bucket=self.bucket, Key=marker_key)["Body"].read())
+            document = json.loads(client.get_object(Bucket=self.bucket, Key=manifest_key)["Body"].read())
+            _, entries = parse_manifest(document, f"s3://{self.bucket}/{manifest_key}")
+        except (ValueError, SyncError):
+            return None, {}
+        if not isinstance(marker, dict) or marker.get("manifest_sha256") != manifest_digest(entries):
+            return None, {}
+        return marker, {e.path: e for e in entries}
+
+    def _complete_pinned_mirror(self, summary: Summary, existing: dict[str, int], marker: dict | None,
+                                mirror_entries: dict[str, FileEntry]) -> Summary | None:
+        """A complete mirror of a pinned source (a commit in the URI: its content cannot change),
+        recognised without contacting the source: the marker names this URI and that commit, the
+        manifest matches the marker, and every object it lists has its size. Returns the summary
+        (everything skipped), or None to take the normal path."""
+        pinned = pinned_revision(self.source.uri)
+        if (pinned is None or not marker or marker.get("source") != self.source.uri
+                or marker.get("revision") != pinned or not mirror_entries):
+            return None
+        if any(existing.get(s3_key(self.prefix, e.path)) != e.size_bytes for e in mirror_entries.values()):
+            return None
+        summary.revision, summary.files_total = pinned, len(mirror_entries)
+        summary.files_skipped = len(mirror_entries)
+        summary.bytes_total = sum(e.size_bytes for e in mirror_entries.values())
+        return summary
 
     def _list(self, client) -> dict[str, int]:
         sizes = {}

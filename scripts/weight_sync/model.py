@@ -98,12 +98,17 @@ def manifest_digest(entries: list[FileEntry]) -> str:
 
 
 def manifest_document(source: str, revision: str, entries: list[FileEntry]) -> dict:
-    """The manifest.json document: {version, source, revision, total_bytes, files: [...]}."""
+    """The manifest.json document: {version, source, revision, total_bytes, files: [...]}.
+
+    A file's ``git_sha1`` (the hub's git blob id of a file outside LFS, verified when the bytes
+    were fetched) is recorded when known: the next publish from the hub, which gives no sha256 for
+    such files, recognises them by it instead of uploading them again."""
     return {
         "version": MANIFEST_VERSION, "source": source, "revision": revision,
         "total_bytes": sum(e.size_bytes for e in entries),
         "files": [{"path": e.path, "size_bytes": e.size_bytes, "sha256": e.sha256,
-                   **({"checksums": dict(sorted(e.checksums.items()))} if e.checksums else {})}
+                   **({"checksums": dict(sorted(e.checksums.items()))} if e.checksums else {}),
+                   **({"git_sha1": e.git_sha1} if e.git_sha1 else {})}
                   for e in sorted(entries, key=lambda e: e.path)],
     }
 
@@ -113,6 +118,7 @@ def parse_manifest(document: Any, where: str) -> tuple[str, list[FileEntry]]:
     try:
         revision = str(document["revision"])
         entries = [FileEntry(validate_relative_path(f["path"]), int(f["size_bytes"]), str(f["sha256"]).lower(),
+                             _git_sha1(f.get("git_sha1"), f["path"], where),
                              checksums=_checksums(f.get("checksums"), f["path"], where))
                    for f in document["files"]]
     except (KeyError, TypeError, ValueError) as exc:
@@ -121,6 +127,15 @@ def parse_manifest(document: Any, where: str) -> tuple[str, list[FileEntry]]:
         if e.size_bytes < 0 or not re.fullmatch(r"[0-9a-f]{64}", e.sha256 or ""):
             raise SyncError(f"{where}: bad size or sha256 for {e.path!r}")
     return revision, entries
+
+
+def _git_sha1(value: Any, path: str, where: str) -> str | None:
+    """A manifest entry's optional ``git_sha1``: 40 lowercase hex characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not HEX40.match(value):
+        raise SyncError(f"{where}: bad git_sha1 for {path!r}: expected 40 hex characters")
+    return value
 
 
 def _checksums(value: Any, path: str, where: str) -> dict[str, str] | None:

@@ -110,6 +110,17 @@ class CapacityConfig(_Raw):
     """Instances (trays) in an UltraServer capacity block as bought: the whole block is billed."""
 
 
+class WeightsRetryConfig(_Raw):
+    """``kimi-deploy:compute.weightsRetry`` (``aws-ec2``): the boot's weights unit is tried
+    ``attempts`` times (systemd ``StartLimitBurst``), ``delaySeconds`` apart (``RestartSec``),
+    then stays failed until ``systemctl reset-failed`` (README "When the EC2 boot fails")."""
+
+    attempts: StrictInt = Field(3, ge=1, le=20)
+    """Attempts of the weights unit before it stays failed (systemd StartLimitBurst)."""
+    delay_seconds: StrictInt = Field(120, alias="delaySeconds", ge=1, le=3600)
+    """Seconds between attempts of the weights unit (systemd RestartSec)."""
+
+
 class ComputeConfig(_Raw):
     """``kimi-deploy:compute``: GPU nodes."""
 
@@ -147,6 +158,8 @@ class ComputeConfig(_Raw):
         json_schema_extra=_derived("compute.capacity.usdPerHour, else the on-demand list price (targets.py), else unknown"),
     )
     """Price per GPU node-hour, USD, for the plan and cost reports (where no public price exists: GB300 blocks, MI355X)."""
+    weights_retry: WeightsRetryConfig = Field(WeightsRetryConfig(), alias="weightsRetry")
+    """aws-ec2: how often the boot's weights unit is tried, and how far apart."""
 
 
 class NetworkConfig(_Raw):

@@ -1,0 +1,325 @@
+"""One QEMU guest of the VM tier: its disks, the NoCloud seed, the QEMU process and the guest agent.
+
+- Disks: the cached root image as the read-only backing file of a per-run qcow2 overlay (virtio);
+  ``nvme_disks`` blank qcow2 files as QEMU NVMe controllers (the instance store; recreated blank
+  by ``blank_instance_store``, as an EC2 stop/start gives); the NoCloud seed (an ISO 9660 volume
+  labelled ``cidata`` holding ``user-data`` and ``meta-data``: cloud-init's NoCloud datasource).
+- Network: QEMU's user-mode network (guest_env.GUEST_NETWORK, ``restrict=on``) whose only ways
+  out are the forwarded addresses, each relayed to a host port (relay.py).
+- Acceleration: KVM when it works here (a probe boots the guest kernel with ``-accel kvm -cpu
+  host``), else TCG (software emulation, ``thread=multi``); ``KIMI_VM_ACCEL=kvm|tcg`` forces one.
+- The guest agent (qemu-guest-agent on a virtio-serial port; QEMU Guest Agent Protocol,
+  https://www.qemu.org/docs/master/interop/qemu-ga-ref.html): ``guest-sync`` then ``guest-exec``
+  with captured output, which the scenarios use to read unit states, journals and files.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.vm import guest_env
+from tests.vm.image import GuestImage
+
+RELAY = Path(__file__).with_name("relay.py")
+MEMORY_MIB = 2048
+CPUS = 2
+
+
+class GuestError(RuntimeError):
+    """The guest did not do what was asked in time (the message names what and where the logs are)."""
+
+
+@functools.lru_cache(maxsize=1)
+def accelerator(kernel: str) -> str:
+    """``kvm`` when a KVM guest boots here, else ``tcg`` (``KIMI_VM_ACCEL`` overrides).
+
+    The probe boots ``kernel`` with no root file system under ``-accel kvm -cpu host``: a usable
+    KVM reaches the kernel's panic (QEMU exits 0 with ``-no-reboot``); an unusable one aborts
+    (here: an MSR assertion, exit 134) or cannot open /dev/kvm."""
+    forced = os.environ.get("KIMI_VM_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    try:
+        proc = subprocess.run(
+            ["qemu-system-x86_64", "-accel", "kvm", "-cpu", "host", "-machine", "q35", "-m", "256", "-nodefaults",
+             "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", kernel,
+             "-append", "console=ttyS0 panic=-1 root=/dev/nonexistent"],
+            capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "tcg"
+    return "kvm" if proc.returncode == 0 and "Linux version" in proc.stdout else "tcg"
+
+
+@dataclass
+class ExecResult:
+    """What a command run in the guest returned."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class GuestAgent:
+    """A client of the QEMU guest agent on a unix socket (one request at a time)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.sock: socket.socket | None = None
+        self.buffer = b""
+        self.sync_id = int(time.time()) % 100_000
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.buffer = b""
+
+    def _connect(self) -> socket.socket:
+        if self.sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(self.path))
+            self.sock = sock
+        return self.sock
+
+    def _read_reply(self, deadline: float) -> dict:
+        sock = self._connect()
+        while True:
+            if b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                line = line.strip(b"\xff \r\t")
+                if not line:
+                    continue
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("guest agent: no reply")
+            sock.settimeout(min(remaining, 5.0))
+            try:
+                data = sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not data:
+                self.close()
+                raise ConnectionError("guest agent: socket closed")
+            self.buffer += data
+
+    def request(self, command: str, arguments: dict | None = None, timeout_seconds: float = 30) -> object:
+        """One command after a ``guest-sync`` (which discards stale replies). Raises
+        TimeoutError/ConnectionError when the agent does not answer, GuestError on an error reply."""
+        deadline = time.monotonic() + timeout_seconds
+        self.sync_id += 1
+        sock = self._connect()
+        sock.sendall(json.dumps({"execute": "guest-sync", "arguments": {"id": self.sync_id}}).encode() + b"\n")
+        while True:
+            reply = self._read_reply(deadline)
+            if reply.get("return") == self.sync_id:
+                break
+        message = {"execute": command, **({"arguments": arguments} if arguments else {})}
+        sock.sendall(json.dumps(message).encode() + b"\n")
+        reply = self._read_reply(deadline)
+        if "error" in reply:
+            raise GuestError(f"guest agent: {command}: {reply['error']}")
+        return reply.get("return")
+
+
+class Guest:
+    """A QEMU guest booting the plan's user data.
+
+    Args:
+        image: the cached guest image.
+        run_dir: this guest's files (overlay, NVMe disks, seed, logs, sockets).
+        user_data: the exact bytes of the user data (the seed's ``user-data``).
+        forwards: (guest address, port) -> host port on 127.0.0.1.
+        hosts: the /etc/hosts lines (fw_cfg ``guest_env.HOSTS_FW_CFG``).
+        instance_id: the seed's ``instance-id`` (cloud-init runs per-instance modules once per id).
+        nvme_disks, nvme_gib: the instance store.
+    """
+
+    def __init__(self, image: GuestImage, run_dir: Path, user_data: bytes, forwards: dict[tuple[str, int], int],
+                 hosts: str, instance_id: str, nvme_disks: int = 4, nvme_gib: int = 2):
+        self.image, self.run_dir, self.user_data = image, run_dir, user_data
+        self.forwards, self.hosts, self.instance_id = forwards, hosts, instance_id
+        self.nvme_disks, self.nvme_gib = nvme_disks, nvme_gib
+        self.process: subprocess.Popen | None = None
+        self.started_at = 0.0  # time.time() of the last QEMU start
+        self.agent = GuestAgent(run_dir / "qga.sock")
+        self.accel = accelerator(str(image.kernel))
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- disks ----------------------------------------------------------------------------------
+
+    def create_disks(self) -> None:
+        """The root overlay, blank NVMe disks and the seed."""
+        root = self.run_dir / "root.qcow2"
+        root.unlink(missing_ok=True)
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(self.image.rootfs), str(root)],
+                       check=True)
+        self.blank_instance_store()
+        seed = self.run_dir / "seed"
+        shutil.rmtree(seed, ignore_errors=True)
+        seed.mkdir()
+        (seed / "user-data").write_bytes(self.user_data)
+        (seed / "meta-data").write_text(f"instance-id: {self.instance_id}\nlocal-hostname: kimi-vm\n")
+        subprocess.run(["genisoimage", "-quiet", "-output", str(self.run_dir / "seed.iso"), "-volid", "cidata", "-joliet",
+                        "-rock", str(seed / "user-data"), str(seed / "meta-data")], check=True)
+        (self.run_dir / "hosts").write_text(self.hosts)
+
+    def blank_instance_store(self) -> None:
+        """(Re)create the NVMe disks empty: what an EC2 stop/start does to instance store."""
+        for i in range(8):
+            (self.run_dir / f"nvme{i}.qcow2").unlink(missing_ok=True)
+        for i in range(self.nvme_disks):
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(self.run_dir / f"nvme{i}.qcow2"),
+                            f"{self.nvme_gib}G"], check=True)
+
+    # -- the QEMU process -----------------------------------------------------------------------
+
+    def argv(self) -> list[str]:
+        """The QEMU command line."""
+        accel = ["-accel", "kvm", "-cpu", "host"] if self.accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        relay = f"{sys.executable} -S -E {RELAY}"
+        fwd = ",".join(f"guestfwd=tcp:{addr}:{port}-cmd:{relay} {host_port}" for (addr, port), host_port in self.forwards.items())
+        net = (f"user,id=net0,restrict=on,net={guest_env.GUEST_NETWORK},host={guest_env.GUEST_GATEWAY},"
+               f"dns={guest_env.GUEST_DNS},dhcpstart={guest_env.GUEST_DHCP_START},{fwd}")
+        r = self.run_dir
+        cmd = [
+            "qemu-system-x86_64", "-machine", "q35", *accel, "-smp", str(CPUS), "-m", str(MEMORY_MIB),
+            "-nodefaults", "-no-user-config", "-display", "none", "-rtc", "base=utc",
+            "-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd), "-append", guest_env.KERNEL_CMDLINE,
+            "-drive", f"file={r / 'root.qcow2'},if=virtio,format=qcow2",
+            "-drive", f"file={r / 'seed.iso'},if=virtio,format=raw,readonly=on",
+            "-netdev", net, "-device", "virtio-net-pci,netdev=net0",
+            "-chardev", f"socket,id=qga0,path={r / 'qga.sock'},server=on,wait=off",
+            "-device", "virtio-serial-pci", "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+            "-serial", f"file:{r / 'console.log'}",
+            "-fw_cfg", f"name={guest_env.HOSTS_FW_CFG},file={r / 'hosts'}",
+        ]
+        for i in range(self.nvme_disks):
+            cmd += ["-drive", f"file={r / f'nvme{i}.qcow2'},if=none,id=nvme{i},format=qcow2",
+                    "-device", f"nvme,serial=kimi-instance-store-{i},drive=nvme{i}"]
+        return cmd
+
+    def start(self) -> None:
+        """Start QEMU (the guest boots at once)."""
+        if self.process is not None and self.process.poll() is None:
+            raise GuestError("QEMU is already running")
+        self.agent.close()
+        (self.run_dir / "qga.sock").unlink(missing_ok=True)
+        log = open(self.run_dir / "qemu.log", "a")
+        self.started_at = time.time()
+        self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, preexec_fn=_die_with_parent)
+        log.close()
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """Stop QEMU now (and its relay children: the process group)."""
+        self.agent.close()
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                with contextlib.suppress(OSError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+        self.process = None
+
+    # -- inside the guest -----------------------------------------------------------------------
+
+    def exec(self, command: str, timeout_seconds: float = 120) -> ExecResult:
+        """``/bin/sh -c command`` in the guest through the agent.
+
+        Raises:
+            GuestError: the agent is unreachable or the command outlived ``timeout_seconds``.
+        """
+        deadline = time.monotonic() + timeout_seconds
+        try:
+            started = self.agent.request("guest-exec", {"path": "/bin/sh", "arg": ["-c", command], "capture-output": True},
+                                         timeout_seconds=min(60, timeout_seconds))
+            pid = started["pid"]  # type: ignore[index]
+            while time.monotonic() < deadline:
+                status = self.agent.request("guest-exec-status", {"pid": pid}, timeout_seconds=60)
+                if status.get("exited"):  # type: ignore[union-attr]
+                    out = base64.b64decode(status.get("out-data", "")).decode(errors="replace")  # type: ignore[union-attr]
+                    err = base64.b64decode(status.get("err-data", "")).decode(errors="replace")  # type: ignore[union-attr]
+                    return ExecResult(int(status.get("exitcode", -1)), out, err)  # type: ignore[union-attr]
+                time.sleep(0.5)
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            self.agent.close()
+            raise GuestError(f"guest agent unreachable ({exc}); console: {self.run_dir / 'console.log'}") from None
+        raise GuestError(f"{command!r} still running after {timeout_seconds:.0f} s")
+
+    def wait_agent(self, timeout_seconds: float, boot_id_not: str | None = None) -> str:
+        """Wait until the agent answers (and, after a reboot, from a boot other than ``boot_id_not``).
+        Returns the boot id.
+
+        Raises:
+            GuestError: not within ``timeout_seconds``, or QEMU exited.
+        """
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise GuestError(f"QEMU exited ({self.run_dir / 'qemu.log'}, {self.run_dir / 'console.log'})")
+            try:
+                boot_id = self.exec("cat /proc/sys/kernel/random/boot_id", timeout_seconds=30).stdout.strip()
+                if boot_id and boot_id != boot_id_not:
+                    return boot_id
+            except GuestError:
+                pass
+            time.sleep(3)
+        raise GuestError(f"the guest agent did not answer within {timeout_seconds:.0f} s "
+                         f"(console: {self.run_dir / 'console.log'})")
+
+    def reboot(self, timeout_seconds: float) -> str:
+        """``systemctl reboot`` in the guest (same QEMU process, same disks); returns the new boot id."""
+        old = self.wait_agent(60)
+        try:
+            self.agent.request("guest-exec", {"path": "/bin/systemctl", "arg": ["reboot"]}, timeout_seconds=30)
+        except (TimeoutError, ConnectionError, OSError, GuestError):
+            pass
+        self.agent.close()
+        return self.wait_agent(timeout_seconds, boot_id_not=old)
+
+    def poweroff(self, timeout_seconds: float) -> None:
+        """``systemctl poweroff`` in the guest and wait for QEMU to exit (killed after the timeout)."""
+        try:
+            self.agent.request("guest-exec", {"path": "/bin/systemctl", "arg": ["poweroff"]}, timeout_seconds=30)
+        except (TimeoutError, ConnectionError, OSError, GuestError):
+            pass
+        self.agent.close()
+        assert self.process is not None
+        try:
+            self.process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.process = None
+
+
+def _die_with_parent() -> None:
+    """In the QEMU child before exec: SIGKILL when the test process dies, however it dies
+    (prctl PR_SET_PDEATHSIG), so no guest outlives its test."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
