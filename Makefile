@@ -80,7 +80,7 @@ vm-image: setup-dev ## build the VM tier's guest and stand-in images now (cached
 # `make test` starts the image build at once in the background (a fresh machine needs 10-25 min
 # of it, which then overlaps the gates and the rest of the suite); the VM tests wait for it
 # (a lock in the cache directory) and build what is still missing themselves.
-vm-image-background: setup-dev
+vm-image-background: setup-dev ## start the VM images' build in the background unless cached (make test does; log in the cache)
 	@mkdir -p "$(VM_CACHE)"; if $(PY) -m tests.vm.image status --cached >/dev/null 2>&1; then :; else \
 	  echo "make: building the VM tier's images in the background (log: $(VM_CACHE)/build.log)"; \
 	  nohup $(PY) -m tests.vm.image build >"$(VM_CACHE)/build.log" 2>&1 </dev/null & fi

@@ -61,7 +61,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DOC_PATH = REPO_ROOT / "docs" / "configuration.md"
 FORCES_PATH = REPO_ROOT / "docs" / "configuration-forces.json"
 COMMAND = "python scripts/config_reference.py"
-# The clock of every render (the README's plan example uses the same): the derivation is reproducible.
+# The clock of every render (the docs' plan examples use the same): the derivation is reproducible.
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 # Keys the test derives again on every run (the ones users change most); the rest are checked to
 # have a stored row. A key the model does not have (``phase`` before it exists) is left out.

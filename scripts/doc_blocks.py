@@ -116,14 +116,15 @@ def refresh(paths: Sequence[Path], *, write: bool, root: Path = REPO_ROOT) -> li
         pos = 0
         for block in blocks_in(path, text):
             status, output = run_command(block, root)
-            where = f"{path.relative_to(root)}:{block.line}"
+            where = f"{path.relative_to(root) if path.is_relative_to(root) else path}:{block.line}"
             if status != block.exit_status:
                 problems.append(f"{where}: `{block.command}` exited {status}, the marker expects {block.exit_status}: "
                                 + (output.strip().splitlines() or ["(no output)"])[-1])
                 continue
             new = rendered(block, output)
             if text[block.start:block.end] != new:
-                problems.append(f"{where}: the output of `{block.command}` changed: run scripts/doc_blocks.py --write")
+                problems.append(f"{where}: the output of `{block.command}` changed"
+                                + (": rewritten" if write else ": run scripts/doc_blocks.py --write"))
                 pieces += [text[pos:block.start], new]
                 pos = block.end
         if write and pieces:

@@ -105,7 +105,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     return {
         "stack": stack,
         "target": spec.target.name,
-        "target_display": spec.target.display_name,
+        # The profile names one model copy; a stack of several says how many (the GPU nodes row has the count).
+        "target_display": (spec.target.display_name if spec.config.compute.replicas == 1
+                           else f"{spec.config.compute.replicas} copies, each {spec.target.display_name}"),
         "platform": spec.platform,
         "environment": spec.environment,
         "region": spec.region,

@@ -123,9 +123,8 @@ def test_the_guest_image_is_built_from_the_contract():
 
 
 def test_the_readme_lists_every_requirement():
-    from pathlib import Path
+    from tests.user_docs import section as doc_section
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("#### AMI contract", 1)[1].split("\n#", 1)[0]
+    section = doc_section("AMI contract")
     missing = [r.name for r in ami_contract.AMI_REQUIREMENTS if f"`{r.name}`" not in section and r.name not in section]
-    assert not missing, f"README 'AMI contract' does not name {missing}"
+    assert not missing, f"the docs' section 'AMI contract' does not name {missing}"

@@ -30,8 +30,9 @@ from components.core.examples import SHIPPED_EXAMPLE_VALUES
 from components.core.weights import MANIFEST_NAME, MARKER_NAME
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, plan_for
 from tests.sync_fixtures import checkpoint_files, write_tree
+from tests.user_docs import user_docs_text
 
-README = (REPO_ROOT / "README.md").read_text()
+README = user_docs_text()  # README.md and docs/*.md: a fact may live on its topic's page
 _MARKER_KEY_IN_TEXT = re.compile(r"\(`?(\w+)`? in " + re.escape(MARKER_NAME) + r"\)")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scripts import _cli, preflight, sweep
+from tests.user_docs import user_docs_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PY_SCRIPTS = sorted(
@@ -268,24 +269,17 @@ def test_code_and_docs_cite_public_sources_not_files_a_user_lacks():
     assert offenders == []
 
 
-# --- the README's first-day examples are the real outputs and names ----------------------------
+# --- the docs' first-day examples are the real outputs and names (make help: tests/test_docs.py) ----------------------------
 
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_readme_make_help_block_is_the_real_output():
-    readme = (REPO_ROOT / "README.md").read_text()
-    out = _run(["make", "--no-print-directory", "-s", "help"]).stdout
-    for line in out.splitlines():
-        assert _flat(line) in _flat(readme), line
-
-
 def test_readme_names_the_real_units_outputs_and_commands():
     from components.aws.userdata import UNITS
 
-    readme = (REPO_ROOT / "README.md").read_text()
+    readme = user_docs_text()
     for unit in UNITS:
         assert f"journalctl -u {unit}" in readme or f"`{unit}`" in readme, unit
     for needle in ("AWS-StartPortForwardingSession", "session-manager-plugin", "pulumi stack output apiKey --show-secrets",
@@ -296,7 +290,7 @@ def test_readme_names_the_real_units_outputs_and_commands():
 
 
 def test_readme_cost_example_is_the_real_verdict():
-    readme = _flat((REPO_ROOT / "README.md").read_text())
+    readme = _flat(user_docs_text())
     out = _run([sys.executable, "scripts/cost.py", "--stack", "b300", "--tasks-per-month", "1000", "--json"])
     report = json.loads(out.stdout)
     assert "api is cheaper at 1,000 tasks/month IF one deployment can serve them" in report["verdict"]

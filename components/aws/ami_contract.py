@@ -133,7 +133,7 @@ def check_script(efa: bool) -> str:
     lines += [
         '[ "${#missing[@]}" -eq 0 ] && exit 0',
         "printf -v list '%s, ' \"${missing[@]}\"",
-        f'echo "{CHECK_SCRIPT_MESSAGE} ${{list%, }} (README: AMI contract)" >&2',
+        f'echo "{CHECK_SCRIPT_MESSAGE} ${{list%, }} (docs/operations.md: AMI contract)" >&2',
         "exit 1",
     ]
     return "\n".join(lines) + "\n"

@@ -140,7 +140,7 @@ def gpu_update_config(spec: DeploymentSpec) -> aws.eks.NodeGroupUpdateConfigArgs
     unavailable at a time; on-demand keeps ``DEFAULT``.
 
     Capacity blocks also need the node group scaled to 0 before a version or AMI upgrade (EKS
-    user guide, "Capacity Blocks for ML"; README "Upgrading GPU nodes on a capacity block")."""
+    user guide, "Capacity Blocks for ML"; docs/aws.md "Upgrading GPU nodes on reserved capacity")."""
     if reserved_capacity(spec):
         return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="MINIMAL")
     return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="DEFAULT")

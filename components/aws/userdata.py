@@ -409,8 +409,8 @@ def _start_limit_interval(cfg: Ec2BootConfig) -> str:
     return str(cfg.weights_attempts * (cfg.weights_timeout_seconds + cfg.weights_retry_seconds) + 3600)
 
 
-# The README section that says how to read a failed boot and retry it.
-README_BOOT_FAILURE = "README: When the EC2 boot fails"
+# The docs section that says how to read a failed boot and retry it.
+README_BOOT_FAILURE = "docs/operations.md: When the EC2 boot fails"
 
 
 def attempt_failed_line(cfg: Ec2BootConfig) -> str:

@@ -22,7 +22,7 @@ GIB = 2**30
 TIB = 2**40
 
 # Room kept beside the weights on any storage: partial downloads, the manifest, and a
-# checkpoint update landing beside the old one is NOT assumed (that needs 2x; see README).
+# checkpoint update landing beside the old one is NOT assumed (that needs 2x).
 STORAGE_HEADROOM_FRACTION = 0.10
 
 # Engine start after the weights are read (torch.compile, CUDA graphs, warm-up), no cache: the

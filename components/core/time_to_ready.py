@@ -592,7 +592,7 @@ def pulumi_up_seconds(spec: DeploymentSpec, model: TimeToReady) -> tuple[int, st
     return infrastructure.end_seconds, "`pulumi up` returns once the instance runs (the sync runs on the instance)"
 
 
-# Why the scenarios start the engine cold although engine_cache.py exists (README "Time to ready").
+# Why the scenarios start the engine cold although engine_cache.py exists (docs/time-to-ready.md).
 ENGINE_CACHE_NOTE = (
     "engine caches: on aws-ec2 (boot units) and aws-eks (a restore init container and a save sidecar "
     "in every vLLM pod) they are restored from the mirror before vLLM starts and saved after its "
@@ -603,7 +603,7 @@ ENGINE_CACHE_NOTE = (
 )
 
 
-# Why runai_streamer is modelled but not the default (README "Time to ready"); read from the
+# Why runai_streamer is modelled but not the default (docs/time-to-ready.md); read from the
 # pinned vLLM 0.33.0 wheel (model_executor/model_loader/runai_streamer_loader.py).
 RUNAI_STREAMER_NOTE = (
     "vLLM 0.33.0 supports --load-format runai_streamer from s3:// for this model's safetensors "
@@ -625,7 +625,7 @@ SYSTEM_NODE_USD_PER_HOUR = Fact(
     0.4032, "2 x m7i.xlarge at USD 0.2016/h, AWS price list as generated into Karpenter (2026-01-19), us-east-1 on demand"
 )
 FACTS["SYSTEM_NODE_USD_PER_HOUR"] = SYSTEM_NODE_USD_PER_HOUR
-# Why the GPU saving may not be real (README "First day"): reserved capacity bills for its term.
+# Why the GPU saving may not be real (docs/time-to-ready.md): reserved capacity bills for its term.
 RESERVATION_NOTE = (
     "capacity reservations bill for their whole term whether or not instances run (an ODCR from its "
     "start until cancelled, a capacity block for its term: `pulumi destroy` cancels neither): staging "

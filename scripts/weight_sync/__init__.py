@@ -12,7 +12,7 @@ detection, manifest comparison), ``fsio`` (durability helpers), ``sources``, ``d
 ``python3 /opt/kimi-deploy/weight_sync.pyz`` (one deterministic zipapp of this package built by
 ``components/sync_artifact.py``: same source, same bytes, same sha256).
 
-Design for speed (issue 14; README "Sync design for speed"):
+Design for speed (docs/weight-sync.md, "Design for speed"):
 
 - sha256 is verified once per file, when the mirror is filled from the hub; publishing records
   each file's object checksums (crc32; crc64nvme with awscrt) in manifest.json and uploads with

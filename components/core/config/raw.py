@@ -113,7 +113,7 @@ class CapacityConfig(_Raw):
 class WeightsRetryConfig(_Raw):
     """``kimi-deploy:compute.weightsRetry`` (``aws-ec2``): the boot's weights unit is tried
     ``attempts`` times (systemd ``StartLimitBurst``), ``delaySeconds`` apart (``RestartSec``),
-    then stays failed until ``systemctl reset-failed`` (README "When the EC2 boot fails")."""
+    then stays failed until ``systemctl reset-failed`` (docs/operations.md, "When the EC2 boot fails")."""
 
     attempts: StrictInt = Field(3, ge=1, le=20)
     """Attempts of the weights unit before it stays failed (systemd StartLimitBurst)."""
