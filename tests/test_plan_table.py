@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 
