@@ -163,6 +163,10 @@ def test_first_boot_builds_the_array_publishes_copies_and_serves(machine_a, vm_i
     vllm = m.unit("kimi-vllm.service")
     assert (vllm.active, vllm.restarts) == ("active", 0)
     assert _journal_count(m, "kimi-vllm.service", "Application startup complete.") == 1
+    # The API guard: fetched from the mirror's _tools/, verified, mounted, importable by the server.
+    from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_MIDDLEWARE
+
+    assert f"middleware {API_GUARD_MIDDLEWARE} loaded from {API_GUARD_CONTAINER_DIR}/" in m.journal("kimi-vllm.service")
     # The engine's caches: restored (cold: none yet), then saved after the first healthy start.
     from components.core.engine_cache import engine_cache_key
 

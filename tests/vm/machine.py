@@ -122,11 +122,13 @@ class Machine:
         """What ``pulumi up`` creates, as the plan declares it: the tool objects, the SSM
         parameters (the plan's secret values), and the model on the hub (a token required)."""
         s3 = self.services.s3
-        weight_sync = objects[WEIGHT_SYNC_KEY]
-        s3.put_object(Bucket=self.bucket, Key=WEIGHT_SYNC_KEY, Body=base64.b64decode(weight_sync["contentBase64"]),
-                      ContentType=weight_sync["contentType"], Metadata=dict(weight_sync["metadata"]))
-        engine_cache = objects[ENGINE_CACHE_KEY]
-        s3.put_object(Bucket=self.bucket, Key=ENGINE_CACHE_KEY, Body=engine_cache["content"].encode())
+        # Every object the plan uploads (the weight-sync zipapp, the engine-cache program, the API
+        # guard), as the provider would: contentBase64 or content, with its type and metadata.
+        assert {WEIGHT_SYNC_KEY, ENGINE_CACHE_KEY} <= set(objects), sorted(objects)
+        for key, obj in objects.items():
+            body = base64.b64decode(obj["contentBase64"]) if "contentBase64" in obj else obj["content"].encode()
+            extra = {"ContentType": obj["contentType"]} if obj.get("contentType") else {}
+            s3.put_object(Bucket=self.bucket, Key=key, Body=body, Metadata=dict(obj.get("metadata") or {}), **extra)
         values = {"vllm-api-key": TEST_SECRETS["apiKey"], "hub-token": TEST_SECRETS["hfToken"]}
         for param in self.plan.of_type("aws:ssm/parameter:Parameter"):
             name = param.inputs["name"]

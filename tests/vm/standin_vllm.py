@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -121,7 +122,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key")
     p.add_argument("--max-model-len", type=int)
+    p.add_argument("--middleware", action="append", default=[])
     args, ignored = p.parse_known_args(argv[1:])
+    # As vLLM 0.33.0 does at start-up (vllm/entrypoints/serve/middleware/register.py: importlib of each
+    # --middleware path): a class that cannot be imported from the container's PYTHONPATH ends the server.
+    for path in args.middleware:
+        module_name, _, class_name = path.rpartition(".")
+        getattr(importlib.import_module(module_name), class_name)
+        log(f"middleware {path} loaded from {sys.modules[module_name].__file__}")
     started = time.monotonic()
     files, total, tree = load(args.model)
     log(f"loaded {files} files, {total} bytes from {args.model} in {time.monotonic() - started:.1f} s (sha256 {tree[:16]})")
