@@ -1,7 +1,7 @@
 """The Pulumi program's body: read config, validate it into a spec, declare the components.
 
 ``__main__.py`` calls ``main()``. The same function runs under ``pulumi up`` and under Pulumi's
-mock engine (tests and ``scripts/plan.py``), so the offline plan shows exactly what would be
+mock engine (tests and ``scripts/ops/plan.py``), so the offline plan shows exactly what would be
 declared. Config errors stop the program before any resource is declared, as one line.
 
 What every component receives, ``DeploymentContext``, is defined in ``components/context.py``:
