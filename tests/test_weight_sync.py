@@ -51,10 +51,10 @@ def test_module_exports_names_and_imports_only_stdlib():
     assert out.strip() == "[]"
 
 
-def test_file_names_come_from_the_core_and_the_shipped_zipapp_agrees(tmp_path):
-    """One definition (components/core/naming.py); the zipapp shipped alone to a node (ConfigMap,
-    S3 object: no components package, standard library only: `python -I -S`) falls back to the
-    same values."""
+def test_file_names_equal_the_cores_and_the_shipped_zipapp_agrees(tmp_path):
+    """The package's own names (it imports nothing of the repository: tests/test_layout.py) equal
+    components/core/naming.py's; the zipapp shipped alone to a node (ConfigMap, S3 object: no
+    components package, standard library only: `python -I -S`) holds the same values."""
     from components.core import naming
 
     assert (ws.MARKER_NAME, ws.MANIFEST_NAME, ws.S3_PART_CONCURRENCY) == (

@@ -6,7 +6,7 @@ environment-variable registries).
     docker run --rm -i --network none --entrypoint python3 -v DIR:/kimi-engine-check:ro IMAGE \\
         /kimi-engine-check/engine_check.py < request.json
 
-``kimi-deploy engine verify`` (scripts/engine_verify.py) builds the request and the command; the
+``kimi-deploy engine verify`` (scripts/ops/engine_verify.py) builds the request and the command; the
 contract tests (tests/test_engine_verify.py) run this file with the vLLM 0.33.0 parser venv's
 python against the installed wheel and against a stand-in package tree.
 

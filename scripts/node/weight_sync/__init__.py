@@ -8,7 +8,7 @@ a file gets its final name only after both match; the completion marker is writt
 Modules: ``model`` (names, errors, manifest), ``retry`` (the one retry layer), ``hub`` (hub errors
 a user can act on), ``progress``, ``verify`` (the sink that hashes/checksums as bytes arrive, stall
 detection, manifest comparison), ``fsio`` (durability helpers), ``sources``, ``destinations``,
-``cli``. Run as ``python -m scripts.weight_sync``, ``kimi-deploy sync``, or on a node as
+``cli``. Run as ``python -m scripts.node.weight_sync``, ``kimi-deploy sync``, or on a node as
 ``python3 /opt/kimi-deploy/weight_sync.pyz`` (one deterministic zipapp of this package built by
 ``components/sync_artifact.py``: same source, same bytes, same sha256).
 
@@ -27,7 +27,7 @@ Design for speed (issue 14; README "Sync design for speed"):
 - The completion marker is still written last, after one syncfs: vLLM never starts on partial weights.
 
 Only the standard library is imported at package import (boto3, botocore, huggingface_hub,
-modelscope and awscrt are imported where used), so ``import scripts.weight_sync`` is cheap and
+modelscope and awscrt are imported where used), so ``import scripts.node.weight_sync`` is cheap and
 a resume over a complete copy never loads boto3. Exit codes: 0 ok, 1 a check or transfer failed,
 2 usage error.
 """

@@ -1,4 +1,4 @@
-"""``python -m scripts.weight_sync ...`` (a checkout or the installed package). The zipapp shipped
+"""``python -m scripts.node.weight_sync ...`` (a checkout or the installed package). The zipapp shipped
 to nodes has its own top-level ``__main__.py`` (``components/sync_artifact.py`` writes it)."""
 from __future__ import annotations
 

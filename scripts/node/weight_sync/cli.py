@@ -1,4 +1,4 @@
-"""The command line: ``python3 weight_sync.pyz ...``, ``python -m scripts.weight_sync ...`` and
+"""The command line: ``python3 weight_sync.pyz ...``, ``python -m scripts.node.weight_sync ...`` and
 ``kimi-deploy sync ...`` all end in ``main``."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .sources import make_source
 
 class _Parser(argparse.ArgumentParser):
     """argparse without abbreviated flags, whose usage errors are one line on stderr and exit 2
-    (this file stays self-contained: the same behaviour as scripts/_cli.py's CliParser)."""
+    (this file stays self-contained: the same behaviour as scripts/ops/_cli.py's CliParser)."""
 
     def __init__(self, *args, **kwargs):
         kwargs["allow_abbrev"] = False
@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; --help explains every flag."""
     p = _Parser(
-        # "kimi-deploy sync" when dispatched by the kimi-deploy command (components/cli.py sets argv[0]).
+        # "kimi-deploy sync" when dispatched by the kimi-deploy command (scripts/cli.py sets argv[0]).
         prog=sys.argv[0] if sys.argv and sys.argv[0].startswith("kimi-deploy ") else "weight_sync",
         description="Copy a model checkpoint with per-file size and sha256 verification, resuming "
                     "where an interrupted run stopped. The destination gets " + MARKER_NAME +

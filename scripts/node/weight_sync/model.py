@@ -1,8 +1,9 @@
 """The checkpoint's data model: file names, limits, errors, manifest entries and documents.
 
-Standard library only. The file names are defined once in ``components/core/naming.py``; a
-copy of this package shipped alone (the zipapp on a node) falls back to the same values, held
-equal by tests/test_weight_sync.py."""
+Standard library only, and nothing from the rest of the repository: the package runs alone on a
+node (the zipapp, ``components/sync_artifact.py``). The file names and the S3 part concurrency are
+also ``components/core/naming.py``'s (the core cannot import this package, nor this package the
+core); tests/test_weight_sync.py holds the two equal."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,13 +13,9 @@ import os
 import re
 from typing import Any
 
-try:  # the one definition (standard library only), in a checkout or the installed package
-    from components.core.naming import MANIFEST_NAME, MARKER_NAME, S3_PART_CONCURRENCY
-except ImportError:  # shipped alone to a node (ConfigMap / S3 object): the same values, held
-    # equal to components/core/naming.py by tests/test_weight_sync.py (the shipped-alone run).
-    MARKER_NAME = ".weights-complete.json"
-    MANIFEST_NAME = "manifest.json"
-    S3_PART_CONCURRENCY = 8
+MARKER_NAME = ".weights-complete.json"
+MANIFEST_NAME = "manifest.json"
+S3_PART_CONCURRENCY = 8
 STATE_DIR_NAME = ".weights-sync"  # journal, partial files and hub staging, inside the destination
 JOURNAL_NAME = "verified.jsonl"
 MANIFEST_VERSION = 1
