@@ -763,3 +763,17 @@ def test_a_later_trial_ttl_changes_nothing_pulumi_up_applies(monkeypatch):
     diff = _real_diff("b300", {"kimi-deploy:trialTtlHours": 48}, monkeypatch)
     assert diff["summary"] == {"added": 0, "removed": 0, "changed": 0, "replaced": 0, "disruptive": 0, "recycled": 0}
     assert {i["path"] for i in diff["ignored"]} >= {"keepers.expiresAt", "tags.expires-at"}
+
+
+def test_a_tree_from_before_the_scripts_were_grouped_still_has_a_plan_program(tmp_path):
+    """A base ref from before scripts/ was grouped keeps its plan program at scripts/plan.py: the
+    diff renders it there (the newest layout first), so a pull request across the move has a base."""
+    from scripts.ops.diff.worktree import plan_script_of
+
+    assert plan_script_of(tmp_path) is None
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "plan.py").write_text("")
+    assert plan_script_of(tmp_path) == "scripts/plan.py"
+    (tmp_path / "scripts" / "ops").mkdir()
+    (tmp_path / "scripts" / "ops" / "plan.py").write_text("")
+    assert plan_script_of(tmp_path) == "scripts/ops/plan.py"
