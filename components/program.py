@@ -1,15 +1,18 @@
 """The Pulumi program's body: read config, validate it into a spec, declare the components.
 
 ``__main__.py`` calls ``main()``. The same function runs under ``pulumi up`` and under Pulumi's
-mock engine (tests and ``scripts/plan.py``), so the offline plan shows exactly what would be
+mock engine (tests and ``scripts/ops/plan.py``), so the offline plan shows exactly what would be
 declared. Config errors stop the program before any resource is declared, as one line.
+
+What every component receives, ``DeploymentContext``, is defined in ``components/context.py``:
+the edges (``components/aws``, ``components/k8s``) import it from there, and this module imports
+the edges (deferred, per platform), so no import runs back from an edge to the program.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -17,44 +20,16 @@ from typing import Any
 import pulumi
 import pulumi_random as random
 
+from components.context import DeploymentContext
 from components.core import naming
 from components.core.config import NAMESPACE, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
 from components.core.config_reader import read_config_strings
-from components.core.sizing import Sizing, compute_sizing
-from components.core.vllm import VllmCommand, build_vllm_command
+from components.core.sizing import compute_sizing
+from components.core.vllm import build_vllm_command
 from components.platform import PlatformResult
 
 # Reproducible clock for offline plans and plan diffs (ISO 8601); `pulumi up` uses the real clock.
 NOW_ENV = "KIMI_DEPLOY_NOW"
-
-
-@dataclass
-class DeploymentContext:
-    """What every component receives: the validated spec and its derived values, plus secrets.
-
-    Attributes:
-        spec: the deployment spec (pure data).
-        sizing: its sizing.
-        vllm: the serving command of one model copy.
-        tags: tags for every taggable resource (``expires-at`` included when the stack expires;
-            it may be an Output: the trial expiry is fixed when the stack is first created).
-        expires_at: the expiry as an RFC 3339 string Output, or None when the stack does not expire.
-        hub_token: the hub token (secret Output), or None when not configured.
-        api_key: the vLLM API key (secret Output): configured, or generated once and kept.
-        kubeconfig: the kubeconfig of an existing cluster (secret Output), or None.
-        now: the clock used for this run (UTC).
-    """
-
-    spec: DeploymentSpec
-    sizing: Sizing
-    vllm: VllmCommand
-    tags: dict[str, Any]
-    expires_at: pulumi.Output[str] | None
-    hub_token: pulumi.Output[str] | None
-    api_key: pulumi.Output[str]
-    kubeconfig: pulumi.Output[str] | None
-    now: datetime
-    exports: dict[str, Any] = field(default_factory=dict)
 
 
 def current_time() -> datetime:

@@ -1,4 +1,4 @@
-"""The weight-sync program as shipped to nodes: one deterministic zipapp of ``scripts/weight_sync/``.
+"""The weight-sync program as shipped to nodes: one deterministic zipapp of ``scripts/node/weight_sync/``.
 
 ``python -m zipapp`` semantics (a ``#!/usr/bin/env python3`` line, then a zip archive whose
 top-level ``__main__.py`` runs the package; Python runs it as ``python3 weight_sync.pyz ...``:
@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The package shipped (its modules use relative imports only, so it runs under any top-level name).
-SYNC_PACKAGE_DIR = REPO_ROOT / "scripts" / "weight_sync"
+SYNC_PACKAGE_DIR = REPO_ROOT / "scripts" / "node" / "weight_sync"
 # The package's name inside the archive.
 ARCHIVE_PACKAGE = "weight_sync"
 SHEBANG = b"#!/usr/bin/env python3\n"

@@ -11,7 +11,7 @@ import pytest
 from components.core.config import read_stack_config, stack_names
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Scripts the tests start as subprocesses (`python scripts/plan.py`, `python -c ...`) import the
+# Scripts the tests start as subprocesses (`python scripts/ops/plan.py`, `python -c ...`) import the
 # package the way an installed checkout does: through PYTHONPATH (this checkout first), not
 # sys.path edits in the scripts. The test process itself gets the root from pytest's
 # `pythonpath` option (pyproject.toml).
@@ -153,7 +153,7 @@ def sync_s3(moto_server, monkeypatch):
     """A boto3 client on ``moto_server``, with the environment weight_sync will see and fast retries."""
     import boto3
 
-    from scripts.weight_sync import retry
+    from scripts.node.weight_sync import retry
     from tests.sync_fixtures import S3_ENV
 
     for k, v in S3_ENV.items():

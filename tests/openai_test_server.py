@@ -1,4 +1,4 @@
-"""A tiny OpenAI-compatible chat server for testing scripts/validate.py against faults the real
+"""A tiny OpenAI-compatible chat server for testing scripts/ops/validate.py against faults the real
 engine cannot be made to show (the real one: tests/real_vllm, tests/test_real_engine.py).
 
 Its wire format is the real server's, as vLLM 0.32/0.33 with the kimi_k3 parsers send it (and

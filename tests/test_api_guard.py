@@ -1,4 +1,4 @@
-"""The API guard (scripts/kimi_vllm_api_guard.py): every route needs the key except /health and
+"""The API guard (scripts/node/kimi_vllm_api_guard.py): every route needs the key except /health and
 /metrics, and every platform loads it: the rendered command, the Kubernetes pod and ConfigMap, the
 EC2 boot (fetched from the mirror's _tools/, mounted read-only). The real engine with and without it:
 tests/test_real_engine.py."""
@@ -19,7 +19,7 @@ from components.core.vllm import (
     API_GUARD_SOURCE,
     API_OPEN_PATHS,
 )
-from scripts.kimi_vllm_api_guard import OPEN_PATHS, RequireApiKey
+from scripts.node.kimi_vllm_api_guard import OPEN_PATHS, RequireApiKey
 from tests.conftest import STACKS, plan_for
 
 KEY = "sk-guard-test"

@@ -230,7 +230,7 @@ def test_stacks_without_autoscaling_declare_no_scaler():
 
 
 def _doc(name: str, extra: dict | None = None) -> dict:
-    from scripts.plan import scaling_section
+    from scripts.ops.plan import scaling_section
 
     spec = spec_with(name, extra)
     return scaling_section(spec, compute_sizing(spec))
@@ -260,14 +260,14 @@ def test_plan_scaling_section_for_mi355x_and_none_without_autoscaling():
     assert any("frees 8 GPUs" in n for n in sc["notes"])
     # mi355x has no mirror: a fresh node downloads from the hub before loading
     assert sc["scale_up_bound_seconds"] > compute_sizing(spec_with("mi355x")).startup_budget_seconds
-    from scripts.plan import scaling_section
+    from scripts.ops.plan import scaling_section
 
     plain = load_stack("gb300", now=FIXED_NOW)
     assert scaling_section(plain, compute_sizing(plain)) == {}
 
 
 def test_plan_json_carries_scaling_and_the_table_rows(tmp_path):
-    from scripts import plan as plan_script
+    from scripts.ops import plan as plan_script
 
     doc = plan_script.build_plan_document("mi355x", now=FIXED_NOW)
     assert doc["scaling"]["max_replicas"] == 2

@@ -160,7 +160,7 @@ def _recorded(name: str, operation: str, service: str, params: dict | None = Non
 
 
 def _preflight():
-    from scripts import preflight
+    from scripts.ops import preflight
 
     return preflight
 
@@ -407,7 +407,7 @@ def _doc(run) -> dict:
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if not v.startswith("b300-prod")])
 def test_extending_the_expiry_changes_no_gpu_resource_in_a_way_that_replaces_or_recycles_it(variant):
-    from scripts.plan_diff import diff_documents
+    from scripts.ops.plan_diff import diff_documents
 
     base = dict(VARIANTS[variant])
     first = plan_for(
@@ -434,7 +434,7 @@ def test_extending_the_expiry_changes_no_gpu_resource_in_a_way_that_replaces_or_
 
 
 def test_plan_diff_marks_a_launch_template_version_change_as_replacing_the_instance():
-    from scripts.plan_diff import diff_documents
+    from scripts.ops.plan_diff import diff_documents
 
     run = plan_for("b300")
     old = _doc(run)
@@ -728,7 +728,7 @@ def _k8s_world(cluster: str = "kimi-deploy-gb300") -> dict[str, str]:
 
 
 def _sweep():
-    from scripts import sweep
+    from scripts.ops import sweep
 
     return sweep
 

@@ -1,4 +1,4 @@
-"""One command (components/cli.py, `kimi-deploy`): subcommands, --help at every level, exit codes,
+"""One command (scripts/cli.py, `kimi-deploy`): subcommands, --help at every level, exit codes,
 the packaging metadata behind `pip install -e .`, and no sys.path edits anywhere."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import tomllib
 
 import pytest
 
-from components import cli
+from scripts import cli
 from tests.conftest import REPO_ROOT
 
-SUBCOMMANDS = ["plan", "diff", "preflight", "validate", "cost", "sweep", "sync", "bench", "engine"]
+SUBCOMMANDS = ["plan", "diff", "preflight", "validate", "cost", "sweep", "sync", "bench", "engine", "iam-policy", "vllm-argv"]
 
 
 def test_top_level_help_lists_every_subcommand(capsys):
@@ -49,7 +49,7 @@ def test_every_subcommand_has_its_scripts_help(name, capsys):
 
 
 def test_subcommand_calls_the_scripts_main_with_the_rest_of_argv(monkeypatch):
-    from scripts import cost
+    from scripts.ops import cost
 
     seen = []
     monkeypatch.setattr(cost, "main", lambda argv: seen.append(list(argv)) or 1)
@@ -58,7 +58,7 @@ def test_subcommand_calls_the_scripts_main_with_the_rest_of_argv(monkeypatch):
 
 
 def test_config_error_is_exit_2_one_line():
-    proc = subprocess.run([sys.executable, "-m", "components.cli", "cost", "--stack", "no-such-stack"],
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "cost", "--stack", "no-such-stack"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
@@ -66,7 +66,7 @@ def test_config_error_is_exit_2_one_line():
 
 def test_plan_runs_from_another_directory(tmp_path):
     """The package, not the working directory, locates the stacks: run from an empty directory."""
-    proc = subprocess.run([sys.executable, "-m", "components.cli", "plan", "--stack", "mi355x", "--format", "json",
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "plan", "--stack", "mi355x", "--format", "json",
                            "--now", "2026-12-01T00:00:00Z"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
@@ -75,7 +75,7 @@ def test_plan_runs_from_another_directory(tmp_path):
 
 def test_pyproject_declares_one_console_script_and_the_packages():
     meta = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    assert meta["project"]["scripts"] == {"kimi-deploy": "components.cli:console_main"}
+    assert meta["project"]["scripts"] == {"kimi-deploy": "scripts.cli:console_main"}
     # Dependencies: the pins of requirements.txt, read from that file (one place).
     assert "dependencies" in meta["project"]["dynamic"]
     assert meta["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements.txt"]}

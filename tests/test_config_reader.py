@@ -21,7 +21,7 @@ from components.core.config_reader import (
     read_config_strings,
 )
 from components.plan_engine import run_program
-from scripts import plan as plan_script  # noqa: E402
+from scripts.ops import plan as plan_script  # noqa: E402
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
 SITE = Path(yaml.__file__).resolve().parents[1]
@@ -459,7 +459,7 @@ def test_an_overlay_error_is_one_line_and_exit_2():
 
     env = {**__import__("os").environ,
            "KIMI_DEPLOY_CONFIG_OVERLAY": '{"kimi-deploy:compute": {"availabilityZone": {"zone": "us-east-1a"}}}'}
-    out = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()],
+    out = subprocess.run([sys.executable, "scripts/ops/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith(
@@ -503,8 +503,8 @@ def bad_stack_files():
         unreadable.unlink()
 
 
-@pytest.mark.parametrize("command", [["scripts/plan.py"], ["scripts/preflight.py"], ["scripts/cost.py"],
-                                     ["scripts/deploy_policy.py"]])
+@pytest.mark.parametrize("command", [["scripts/ops/plan.py"], ["scripts/ops/preflight.py"], ["scripts/ops/cost.py"],
+                                     ["scripts/ops/deploy_policy.py"]])
 def test_commands_refuse_unreadable_inputs_in_one_line(command, bad_stack_files, tmp_path):
     import subprocess
     import sys
@@ -518,11 +518,11 @@ def test_commands_refuse_unreadable_inputs_in_one_line(command, bad_stack_files,
 
 
 @pytest.mark.parametrize("argv", [
-    ["scripts/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
-    ["scripts/plan.py", "--stack", "b300", "--now", "1970-01-01T00:00:00Z"],
-    ["scripts/plan_diff.py", "--against", "HEAD", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
-    ["scripts/sweep.py", "--now", "9999-12-31T23:00:00Z"],
-    ["scripts/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00-05:00"],
+    ["scripts/ops/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/ops/plan.py", "--stack", "b300", "--now", "1970-01-01T00:00:00Z"],
+    ["scripts/ops/plan_diff.py", "--against", "HEAD", "--stack", "b300", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/ops/sweep.py", "--now", "9999-12-31T23:00:00Z"],
+    ["scripts/ops/plan.py", "--stack", "b300", "--now", "9999-12-31T23:00:00-05:00"],
 ])
 def test_a_far_off_clock_is_one_line(argv):
     import subprocess
@@ -538,7 +538,8 @@ def test_cost_refuses_a_non_utf8_throughput_file_in_one_line(tmp_path):
     import sys
 
     (tmp_path / "t.json").write_bytes(b"\xff\xfe{}")
-    out = subprocess.run([sys.executable, "scripts/cost.py", "--stack", "b300", "--throughput-json", str(tmp_path / "t.json")],
+    out = subprocess.run([sys.executable, "scripts/ops/cost.py", "--stack", "b300", "--throughput-json",
+                          str(tmp_path / "t.json")],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "is not UTF-8 text: byte 0xff at line 1, column 1" in out.stderr

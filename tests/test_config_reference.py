@@ -1,6 +1,6 @@
 """The configuration reference (docs/configuration.md) is generated from the typed config model
 and is current: keys, types, defaults, ranges and descriptions on every run; what a change forces
-derived again for the keys users change most (scripts/config_reference.py CHECKED_KEYS), and a
+derived again for the keys users change most (scripts/dev/config_reference.py CHECKED_KEYS), and a
 stored row for every key."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from components.core.config import SECRETS, RawConfig
-from scripts import config_reference as ref
+from scripts.dev import config_reference as ref
 from tests.conftest import REPO_ROOT
 
 ROWS = {row.key: row for row in ref.config_keys()}
@@ -106,11 +106,11 @@ def test_check_fails_on_a_stale_page_or_derivation_with_one_line(monkeypatch, tm
     page = ref.DOC_PATH.read_text()
     assert _check(monkeypatch, tmp_path, page=page.replace("| integer | `1000` |", "| integer | `500` |")) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "configuration.md is stale (run python scripts/config_reference.py)" in err
+    assert err.count("\n") == 1 and "configuration.md is stale (run python scripts/dev/config_reference.py)" in err
     data = json.loads(ref.FORCES_PATH.read_text())
     del data["keys"]["vllm.port"]
     assert _check(monkeypatch, tmp_path, forces=json.dumps(data)) == 1
-    assert "has no row for vllm.port (run python scripts/config_reference.py --derive vllm.port)" in capsys.readouterr().err
+    assert "has no row for vllm.port (run python scripts/dev/config_reference.py --derive vllm.port)" in capsys.readouterr().err
 
 
 def test_check_fails_when_the_model_changes(monkeypatch, tmp_path, capsys):
@@ -121,10 +121,10 @@ def test_check_fails_when_the_model_changes(monkeypatch, tmp_path, capsys):
 
 
 def test_help_and_usage_errors():
-    run = subprocess.run([sys.executable, "scripts/config_reference.py", "--help"], cwd=REPO_ROOT, capture_output=True,
+    run = subprocess.run([sys.executable, "scripts/dev/config_reference.py", "--help"], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0 and "--check" in run.stdout and "--derive" in run.stdout
-    run = subprocess.run([sys.executable, "scripts/config_reference.py", "--derive", "vllm.prot"], cwd=REPO_ROOT,
+    run = subprocess.run([sys.executable, "scripts/dev/config_reference.py", "--derive", "vllm.prot"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.startswith("error: --derive: vllm.prot is not a key")
     assert "Traceback" not in run.stderr

@@ -1,4 +1,4 @@
-"""The cost model and scripts/cost.py against the reference task's published figures and the
+"""The cost model and scripts/ops/cost.py against the reference task's published figures and the
 prices in the core (never re-typed here: read from MODELS / INSTANCES / compute_sizing)."""
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def test_conversion_break_even_and_capacity():
 
 
 def _cost(*args):
-    return subprocess.run([sys.executable, "scripts/cost.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "scripts/ops/cost.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60)
 
 
 def test_b300_json_against_the_core():

@@ -1,4 +1,4 @@
-"""scripts/crds.py: pinned upstream CRDs, verified by sha256, written only when they match; an
+"""scripts/dev/crds.py: pinned upstream CRDs, verified by sha256, written only when they match; an
 offline `make crds` fails in one line and leaves no directory the tests would mistake for a copy."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import crds
+from scripts.dev import crds
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,8 +66,8 @@ def test_offline_make_crds_fails_in_one_line_without_a_directory(tmp_path, monke
 
 
 def test_cli_verify_and_help():
-    out = subprocess.run([sys.executable, "scripts/crds.py", "--verify", str(_local_copy())], cwd=REPO_ROOT,
+    out = subprocess.run([sys.executable, "scripts/dev/crds.py", "--verify", str(_local_copy())], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and f"all {len(crds.CRDS)} CRDs match" in out.stdout
-    helptext = subprocess.run([sys.executable, "scripts/crds.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    helptext = subprocess.run([sys.executable, "scripts/dev/crds.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert helptext.returncode == 0 and "KIMI_CRDS_DIR" in helptext.stdout

@@ -9,7 +9,7 @@ import pytest
 from components.core import credentials
 from components.core.config import ConfigError, parse_spec
 from policy import rules
-from scripts import plan_diff
+from scripts.ops import plan_diff
 from tests.conftest import FIXED_NOW, TEST_SECRETS
 from tests.test_config import base
 

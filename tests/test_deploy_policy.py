@@ -1,4 +1,4 @@
-"""scripts/deploy_policy.py: the IAM policy for `pulumi up`, derived from the declared types.
+"""scripts/ops/deploy_policy.py: the IAM policy for `pulumi up`, derived from the declared types.
 Every aws: type and data source any stack declares must be in the table (a new resource type
 without IAM actions fails here), every action must be a real IAM action, and the document must
 fit one managed policy."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import botocore.session
 import pytest
 
-from scripts import deploy_policy as dp
+from scripts.ops import deploy_policy as dp
 from tests.conftest import FIXED_NOW, STACKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -98,14 +98,14 @@ def test_an_uncovered_type_is_an_error_not_a_smaller_policy():
 
 
 def test_cli_prints_the_policy_and_make_target_runs_it():
-    out = subprocess.run([sys.executable, "scripts/deploy_policy.py", "--stack", "b300"], cwd=REPO_ROOT,
+    out = subprocess.run([sys.executable, "scripts/ops/deploy_policy.py", "--stack", "b300"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["Version"] == "2012-10-17"
-    bad = subprocess.run([sys.executable, "scripts/deploy_policy.py", "--stack", "nope"], cwd=REPO_ROOT,
+    bad = subprocess.run([sys.executable, "scripts/ops/deploy_policy.py", "--stack", "nope"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nope" in bad.stderr
-    assert "scripts/deploy_policy.py --stack" in (REPO_ROOT / "Makefile").read_text()
+    assert "scripts/ops/deploy_policy.py --stack" in (REPO_ROOT / "Makefile").read_text()
 
 
 # `make iam-policy > file` is the README's way to get the policy: the file must be the JSON alone.

@@ -1,7 +1,7 @@
 """The docs show what the commands print, link what exists, and tell no change history.
 
 - Every ``<!-- output: CMD -->`` block in README.md and docs/*.md is the real output of CMD
-  (``scripts/doc_blocks.py``; refresh with ``scripts/doc_blocks.py --write``): the plan, the help
+  (``scripts/dev/doc_blocks.py``; refresh with ``scripts/dev/doc_blocks.py --write``): the plan, the help
   texts, the stage-then-serve figures, a config error.
 - Every relative link points at a file (and a heading) that exists.
 - The user docs hold no change history ("(changed)", "was 2,885", "issue 14").
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from scripts import doc_blocks
+from scripts.dev import doc_blocks
 from tests.conftest import REPO_ROOT
 from tests.user_docs import DOC_PATHS
 
@@ -35,20 +35,20 @@ def test_a_documented_output_is_the_real_output(block):
     assert status == block.exit_status, f"`{block.command}` exited {status}, expected {block.exit_status}:\n{output}"
     text = block.path.read_text(encoding="utf-8")
     assert text[block.start:block.end] == doc_blocks.rendered(block, output), (
-        f"{block.path.name}:{block.line}: the output of `{block.command}` changed: run scripts/doc_blocks.py --write")
+        f"{block.path.name}:{block.line}: the output of `{block.command}` changed: run scripts/dev/doc_blocks.py --write")
 
 
 def test_check_names_a_stale_block_and_write_refreshes_it(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("intro\n<!-- output: echo one -->\n```\n$ echo one\ntwo\n```\n<!-- end output -->\nend\n")
-    run = subprocess.run([sys.executable, "scripts/doc_blocks.py", "--check", str(page)], cwd=REPO_ROOT,
+    run = subprocess.run([sys.executable, "scripts/dev/doc_blocks.py", "--check", str(page)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "`echo one` changed" in run.stdout + run.stderr
-    run = subprocess.run([sys.executable, "scripts/doc_blocks.py", "--write", str(page)], cwd=REPO_ROOT,
+    run = subprocess.run([sys.executable, "scripts/dev/doc_blocks.py", "--write", str(page)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert page.read_text() == "intro\n<!-- output: echo one -->\n```\n$ echo one\none\n```\n<!-- end output -->\nend\n"
     page.write_text("<!-- output exit=3: false -->\n<!-- end output -->\n")
-    run = subprocess.run([sys.executable, "scripts/doc_blocks.py", "--check", str(page)], cwd=REPO_ROOT,
+    run = subprocess.run([sys.executable, "scripts/dev/doc_blocks.py", "--check", str(page)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "exited 1, the marker expects 3" in run.stdout + run.stderr
 

@@ -3,14 +3,14 @@
 The pairs (a document or reader -> the writer it depends on):
 - the completion marker ``.weights-complete.json``: the plan's example-value warning
   (``components/core/examples.py``), the stack files' comments and the README's command that
-  reads the resolved commit -> ``scripts/weight_sync`` (``destinations.marker_document``), run
+  reads the resolved commit -> ``scripts/node/weight_sync`` (``destinations.marker_document``), run
   for real here;
 - the mirror's ``manifest.json``: preflight's ``mirror`` check and the README's ``checksums`` ->
   ``weight_sync`` publishing to S3 (moto on 127.0.0.1);
 - stack outputs: the README's ``pulumi stack output X`` and "``X`` output" -> the program's
   exports (the plans' outputs);
-- the cost report: the README's ``--json`` keys -> ``scripts/cost.py --json``;
-- the plan document: the README's list of its JSON keys -> ``scripts/plan.py`` ``build_plan_document``;
+- the cost report: the README's ``--json`` keys -> ``scripts/ops/cost.py --json``;
+- the plan document: the README's list of its JSON keys -> ``scripts/ops/plan.py`` ``build_plan_document``;
 - tags: the README's stack tags and the mirror's ``kimi-deploy:role``/``retain`` -> the resources' tags.
 """
 
@@ -24,7 +24,7 @@ import uuid
 
 import pytest
 
-import scripts.weight_sync as ws
+import scripts.node.weight_sync as ws
 from components.core.config import STACKS_DIR, load_stack
 from components.core.examples import SHIPPED_EXAMPLE_VALUES
 from components.core.weights import MANIFEST_NAME, MARKER_NAME
@@ -92,7 +92,7 @@ def mirror(sync_s3, tmp_path, capsys):
 
 def test_the_manifest_preflight_reads_is_the_one_the_sync_publishes(mirror, sync_s3):
     from components.core.weights import mirror_key_prefix
-    from scripts.preflight import AwsClients, check_mirror
+    from scripts.ops.preflight import AwsClients, check_mirror
 
     bucket, spec, files = mirror
     check = check_mirror(spec, AwsClients(spec.region), bucket)
@@ -118,7 +118,7 @@ def test_stack_outputs_the_readme_names_are_exported():
 def test_cost_json_keys_the_readme_names_are_written():
     [sentence] = re.findall(r"\(([^()]*) in `--json`\)", README)
     named = set(re.findall(r"`(\w+)`", sentence))
-    out = subprocess.run([sys.executable, "scripts/cost.py", "--stack", "b300", "--tasks-per-month", "1000", "--json"],
+    out = subprocess.run([sys.executable, "scripts/ops/cost.py", "--stack", "b300", "--tasks-per-month", "1000", "--json"],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert named and named <= set(json.loads(out.stdout)), named
@@ -143,7 +143,7 @@ def _named_json_keys(text: str) -> dict[str, set[str]]:
 
 
 def test_the_plan_json_keys_the_readme_lists_are_in_the_document():
-    from scripts.plan import build_plan_document
+    from scripts.ops.plan import build_plan_document
 
     [listing] = re.findall(r"The JSON document has (.*?)\. Secret values", README, re.S)
     named = _named_json_keys(re.sub(r"\([^()]*\)", "", listing))  # remarks in parentheses name no key

@@ -91,7 +91,7 @@ def test_shipped_stacks_are_refused_by_pulumi_up_until_an_engine_is_set(stack, m
 
 def test_plan_cli_shows_the_blocker_and_strict_exits_2_with_one_line(monkeypatch):
     env = {k: v for k, v in __import__("os").environ.items() if k != "KIMI_DEPLOY_CONFIG_OVERLAY"}
-    base = [sys.executable, "scripts/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()]
+    base = [sys.executable, "scripts/ops/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()]
     shown = subprocess.run(base + ["--format", "json"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     doc = __import__("json").loads(shown.stdout)

@@ -1,5 +1,5 @@
 """Engine compile/kernel caches: the key (components/core/engine_cache.py) and the restore/save
-program (scripts/engine_cache.py). A restored cache is never used for another build or layout."""
+program (scripts/node/engine_cache.py). A restored cache is never used for another build or layout."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from components.core.config import namespace_config, parse_spec, read_stack_conf
 from components.core.node_storage import node_dirs
 from components.core.sizing import compute_sizing
 from components.core.vllm import build_vllm_command
-from scripts import engine_cache as tool
+from scripts.node import engine_cache as tool
 from tests.conftest import FIXED_NOW, REPO_ROOT
 
 BASE = dict(
@@ -286,7 +286,7 @@ def test_pods_and_program_configmap():
 
     run, pods = _eks_pods("gb300")
     (cm,) = [c for c in of_kind(run, "ConfigMap") if c["metadata"]["name"].startswith(kec.PROGRAM_CONFIGMAP_PREFIX + "-")]
-    text = (REPO_ROOT / "scripts" / "engine_cache.py").read_text()
+    text = (REPO_ROOT / "scripts" / "node" / "engine_cache.py").read_text()
     assert cm["data"] == {"engine_cache.py": text} and cm["immutable"] is True
     assert cm["metadata"]["name"] == kec.program_configmap_name(text)
     volume = {"name": kec.PROGRAM_VOLUME, "configMap": {"name": cm["metadata"]["name"], "defaultMode": 0o444}}

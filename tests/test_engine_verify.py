@@ -1,5 +1,5 @@
-"""`kimi-deploy engine verify`: the check program (scripts/engine_check.py) against the REAL vLLM 0.33.0
-wheel and against a stand-in package tree that has the feature, and the runner (scripts/engine_verify.py):
+"""`kimi-deploy engine verify`: the check program (scripts/node/engine_check.py) against the REAL vLLM 0.33.0
+wheel and against a stand-in package tree that has the feature, and the runner (scripts/ops/engine_verify.py):
 its commands, digest resolution and errors.
 
 No container runtime runs here: the runner is driven through a stand-in ``docker`` on PATH whose
@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from components import cli
 from components.core.config import load_stack
 from components.core.engine import FEATURE_PROBES, verification_request
 from components.core.model import SPARSE_INDEXER_MLA
 from components.core.sizing import compute_sizing
 from components.core.vllm import build_vllm_command
-from scripts import engine_verify
+from scripts import cli
+from scripts.ops import engine_verify
 from tests.conftest import FIXED_NOW
 from tests.vllm_contract import installed_site_packages, require_vllm_python
 
 REPO = Path(__file__).resolve().parents[1]
-CHECK = REPO / "scripts" / "engine_check.py"
+CHECK = REPO / "scripts" / "node" / "engine_check.py"
 MADE_UP_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -201,7 +201,7 @@ def test_no_container_runtime_is_one_line_and_exit_2(monkeypatch, tmp_path, caps
 
 
 def test_a_docker_cli_without_its_daemon_is_no_runtime(monkeypatch, tmp_path, capsys):
-    from scripts import preflight
+    from scripts.ops import preflight
 
     _fake_runtime(tmp_path, monkeypatch, pullable=[])
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
@@ -282,7 +282,7 @@ def test_verify_refuses_the_real_0_33_0_naming_the_missing_feature(monkeypatch, 
 
 
 def test_preflight_lists_engine_image_only_with_a_runtime_and_fails_a_made_up_commit(monkeypatch, tmp_path):
-    from scripts import preflight
+    from scripts.ops import preflight
 
     spec = load_stack("mi355x", now=FIXED_NOW)  # no AWS checks: the list is the Kubernetes and vLLM ones
     assert "engine-image" not in [c.name for c in preflight.run_checks(spec, now=FIXED_NOW)]
@@ -292,7 +292,7 @@ def test_preflight_lists_engine_image_only_with_a_runtime_and_fails_a_made_up_co
 
 
 def test_release_tuple_reads_dev_and_local_versions():
-    from scripts.engine_check import release_tuple
+    from scripts.node.engine_check import release_tuple
 
     assert release_tuple("0.34.0.dev12+g4ba787ec9") == (0, 34, 0) >= release_tuple("0.34.0")
     assert release_tuple("0.33.1rc1") == (0, 33, 1) < release_tuple("0.34.0")

@@ -1,8 +1,8 @@
 """Every Kubernetes object in every stack's plan validates against the Kubernetes OpenAPI schema
 of the pinned minor version (kubernetes-validate, strict: unknown fields fail), and the
 LeaderWorkerSet and ComputeDomain objects against the upstream CRD schemas read from
-``$KIMI_CRDS_DIR`` or ``.crds`` (``make crds``: the pinned upstream releases, scripts/crds.py). Helm releases are not manifests:
-their chart, version and values are asserted in test_k8s_workloads.py."""
+``$KIMI_CRDS_DIR`` or ``.crds`` (``make crds``: the pinned upstream releases, scripts/dev/crds.py). Helm releases
+are not manifests: their chart, version and values are asserted in test_k8s_workloads.py."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from components.core.versions import KUBERNETES_VERSION
-from scripts.crds import CRDS, DEFAULT_DEST
-from scripts.crds import verify as verify_crds
+from scripts.dev.crds import CRDS, DEFAULT_DEST
+from scripts.dev.crds import verify as verify_crds
 from tests.conftest import plan_for
 from tests.test_k8s_workloads import K8S_STACKS, k8s_objects, manifest, of_kind, one
 
@@ -35,7 +35,7 @@ CRD_FILES = {
 # Custom resources of a model copy spanning nodes (the others come with autoscaling/observability).
 MULTI_NODE_KINDS = {"LeaderWorkerSet", "ComputeDomain"}
 NOT_CORE = set(CRD_FILES)
-# Every pinned CRD (scripts/crds.py: project, tag, sha256), the loader's table.
+# Every pinned CRD (scripts/dev/crds.py: project, tag, sha256), the loader's table.
 ALL_CRD_FILES = {c.kind: c.file for c in CRDS}
 
 
@@ -218,7 +218,7 @@ def test_crd_validation_can_fail():
 
 
 def test_the_crd_directory_matches_the_pins():
-    """The files the tests read are the pinned upstream releases (scripts/crds.py sha256s)."""
+    """The files the tests read are the pinned upstream releases (scripts/dev/crds.py sha256s)."""
     assert verify_crds(crds_dir()) == []
 
 

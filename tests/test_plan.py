@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from components.plan_engine import PLACEHOLDER_PREFIX, SECRET_MASK
-from scripts import plan as plan_script
+from scripts.ops import plan as plan_script
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for
 
 NOW = FIXED_NOW.isoformat()
@@ -18,7 +18,8 @@ NOW = FIXED_NOW.isoformat()
 
 def run_plan(*args, cwd=REPO_ROOT):
     return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "plan.py"), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+        [sys.executable, str(REPO_ROOT / "scripts" / "ops" / "plan.py"), *args], capture_output=True, text=True, cwd=cwd,
+        timeout=120,
     )
 
 

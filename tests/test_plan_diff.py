@@ -1,4 +1,5 @@
-"""Offline plan diff (scripts/plan_diff.py, scripts/diff/): every row of its replace table, and the CI workflows that post it."""
+"""Offline plan diff (scripts/ops/plan_diff.py, scripts/ops/diff/): every row of its replace table, and the CI
+workflows that post it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import plan_diff
+from scripts.ops import plan_diff
 from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -208,8 +209,8 @@ def _tree_env(tree: Path) -> dict[str, str]:
 
 
 def test_end_to_end_diff_between_two_commits(two_commits):
-    if not (REPO_ROOT / "scripts" / "plan.py").is_file():
-        pytest.skip("scripts/plan.py not present")
+    if not (REPO_ROOT / "scripts" / "ops" / "plan.py").is_file():
+        pytest.skip("scripts/ops/plan.py not present")
     d = plan_diff.diff_against("b300", "HEAD~1", two_commits, FIXED_NOW)
     s = d["summary"]
     assert s["added"] > 0 and s["changed"] > 0 and s["replaced"] > 0
@@ -227,13 +228,13 @@ def test_end_to_end_diff_between_two_commits(two_commits):
 
 
 def test_plan_py_diff_against_cli(two_commits):
-    """The documented command: scripts/plan.py --stack S --diff-against REF --format markdown."""
-    if not (REPO_ROOT / "scripts" / "plan.py").is_file():
-        pytest.skip("scripts/plan.py not present")
+    """The documented command: scripts/ops/plan.py --stack S --diff-against REF --format markdown."""
+    if not (REPO_ROOT / "scripts" / "ops" / "plan.py").is_file():
+        pytest.skip("scripts/ops/plan.py not present")
     proc = subprocess.run(
         [
             sys.executable,
-            "scripts/plan.py",
+            "scripts/ops/plan.py",
             "--stack",
             "b300",
             "--diff-against",
@@ -253,7 +254,7 @@ def test_plan_py_diff_against_cli(two_commits):
     assert proc.stdout.startswith("#### `b300` vs `HEAD~1`:") and "⚠ **replace**" in proc.stdout
     assert "| + add |" in proc.stdout and "`--gpu-memory-utilization`" in proc.stdout
     bad = subprocess.run(
-        [sys.executable, "scripts/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"],
+        [sys.executable, "scripts/ops/plan_diff.py", "--against", "no-such-ref", "--stack", "b300"],
         cwd=two_commits,
         env=_tree_env(two_commits),
         capture_output=True,
@@ -303,7 +304,7 @@ def test_pull_requests_get_one_sticky_comment_without_secrets():
     diff = _workflow("plan-diff.yml")
     assert list(diff["on"]) == ["pull_request"] and diff["permissions"] == {"contents": "read"}
     assert "secrets." not in (WORKFLOWS / "plan-diff.yml").read_text()
-    assert any("scripts/plan_diff.py --against" in s.get("run", "") for s in _steps(diff))
+    assert any("scripts/ops/plan_diff.py --against" in s.get("run", "") for s in _steps(diff))
     comment = _workflow("plan-diff-comment.yml")
     assert comment["on"]["workflow_run"]["workflows"] == ["plan-diff"]
     sticky = next(s for s in _steps(comment) if s.get("uses", "").startswith("marocchino/sticky-pull-request-comment@"))
@@ -326,7 +327,7 @@ def test_scheduled_sweeper():
     assert wf["on"]["schedule"] and wf["permissions"]["id-token"] == "write"
     steps = _steps(wf)
     assert any(s.get("uses", "").startswith("aws-actions/configure-aws-credentials@") for s in steps)
-    run = next(s["run"] for s in steps if "scripts/sweep.py" in s.get("run", ""))
+    run = next(s["run"] for s in steps if "scripts/ops/sweep.py" in s.get("run", ""))
     assert "$DESTROY_FLAG --json" in run and '--region "${{ matrix.region }}"' in run
     assert "--destroy" in wf["jobs"]["sweep"]["env"]["DESTROY_FLAG"]
 
@@ -338,17 +339,18 @@ _COMMIT = ("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", 
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):
-    """Four commits: HEAD~3 has no scripts/plan.py; HEAD~2 lacks components/core/versions.py,
+    """Four commits: HEAD~3 has no scripts/ops/plan.py; HEAD~2 lacks components/core/versions.py,
     which its own code imports (old code that cannot render); HEAD~1 is whole; HEAD adds a
     module only the new code imports and changes a vLLM flag of b300."""
     repo = tmp_path_factory.mktemp("history") / "kimi-deploy"
     shutil.copytree(REPO_ROOT, repo, ignore=_COPY_IGNORE)
-    plan_py, versions = (repo / "scripts" / "plan.py").read_text(), (repo / "components" / "core" / "versions.py").read_text()
+    plan_py = (repo / "scripts" / "ops" / "plan.py").read_text()
+    versions = (repo / "components" / "core" / "versions.py").read_text()
     _git(repo, "init", "-q", "-b", "main")
-    (repo / "scripts" / "plan.py").unlink()
+    (repo / "scripts" / "ops" / "plan.py").unlink()
     _git(repo, "add", "-A")
     _git(repo, *_COMMIT, "-m", "no plan.py yet")
-    (repo / "scripts" / "plan.py").write_text(plan_py)
+    (repo / "scripts" / "ops" / "plan.py").write_text(plan_py)
     (repo / "components" / "core" / "versions.py").unlink()
     _git(repo, "add", "-A")
     _git(repo, *_COMMIT, "-m", "versions.py missing")
@@ -377,12 +379,12 @@ def test_base_renders_with_only_its_own_tree(history, monkeypatch):
     assert d["summary"]["added"] == d["summary"]["removed"] == 0
 
 
-@pytest.mark.parametrize("ref, reason", [("HEAD~2", "components.core.versions"), ("HEAD~3", "has no scripts/plan.py")])
+@pytest.mark.parametrize("ref, reason", [("HEAD~2", "components.core.versions"), ("HEAD~3", "has no scripts/ops/plan.py")])
 def test_base_that_cannot_render_shows_the_whole_plan_as_added(history, ref, reason):
     proc = subprocess.run(
         [
             sys.executable,
-            "scripts/plan.py",
+            "scripts/ops/plan.py",
             "--stack",
             "b300",
             "--diff-against",
@@ -448,7 +450,7 @@ def test_before_and_after_values_are_visible_in_the_markdown():
 )
 def test_cli_usage_errors_are_one_line(argv, needle):
     proc = subprocess.run(
-        [sys.executable, "scripts/plan_diff.py", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "scripts/ops/plan_diff.py", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -465,9 +467,9 @@ def test_json_output_stays_valid_when_an_embedded_script_looks_like_a_credential
     assert "hf_" + "A" * 30 not in body and "[redacted]" in body
 
 
-# --- the replace table, row by row (scripts/diff/rules.py) -------------------------------------
+# --- the replace table, row by row (scripts/ops/diff/rules.py) -------------------------------------
 
-from scripts.diff import rules as diff_rules  # noqa: E402  beside the tests that use it
+from scripts.ops.diff import rules as diff_rules  # noqa: E402  beside the tests that use it
 
 LUSTRE, LAUNCH_TEMPLATE = diff_rules.LUSTRE, diff_rules.LAUNCH_TEMPLATE
 
@@ -669,7 +671,7 @@ def test_replacement_facts_named_by_hand(rtype, path, old, new, extra, replaces)
 def _real_diff(stack: str, overlay: dict, monkeypatch):
     from datetime import UTC, datetime
 
-    from scripts.plan import build_plan_document
+    from scripts.ops.plan import build_plan_document
 
     now = datetime(2026, 12, 1, tzinfo=UTC)
     base = os.environ.get("KIMI_DEPLOY_CONFIG_OVERLAY", "")
@@ -746,7 +748,7 @@ def test_a_value_kept_by_ignore_changes_is_not_applied_where_it_flows():
 
 
 def test_the_program_records_its_ignore_changes_in_the_plan():
-    from scripts.plan import build_plan_document
+    from scripts.ops.plan import build_plan_document
 
     by_name = {r.name: r.ignore_changes for r in plan_for("b300").resources if r.ignore_changes}
     assert by_name == {"trial-expiry": ("keepers",), "gpu-lt": ("imageId",)}
@@ -761,3 +763,17 @@ def test_a_later_trial_ttl_changes_nothing_pulumi_up_applies(monkeypatch):
     diff = _real_diff("b300", {"kimi-deploy:trialTtlHours": 48}, monkeypatch)
     assert diff["summary"] == {"added": 0, "removed": 0, "changed": 0, "replaced": 0, "disruptive": 0, "recycled": 0}
     assert {i["path"] for i in diff["ignored"]} >= {"keepers.expiresAt", "tags.expires-at"}
+
+
+def test_a_tree_from_before_the_scripts_were_grouped_still_has_a_plan_program(tmp_path):
+    """A base ref from before scripts/ was grouped keeps its plan program at scripts/plan.py: the
+    diff renders it there (the newest layout first), so a pull request across the move has a base."""
+    from scripts.ops.diff.worktree import plan_script_of
+
+    assert plan_script_of(tmp_path) is None
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "plan.py").write_text("")
+    assert plan_script_of(tmp_path) == "scripts/plan.py"
+    (tmp_path / "scripts" / "ops").mkdir()
+    (tmp_path / "scripts" / "ops" / "plan.py").write_text("")
+    assert plan_script_of(tmp_path) == "scripts/ops/plan.py"

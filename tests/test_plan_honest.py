@@ -11,7 +11,7 @@ import pytest
 from components.core.config import STACKS_DIR, ConfigError, parse_spec
 from components.core.examples import SHIPPED_EXAMPLE_VALUES, example_value_warnings
 from components.plan_engine import KNOWN_AFTER_UP, MOCK_ACCOUNT_ID
-from scripts import plan as plan_script  # noqa: E402
+from scripts.ops import plan as plan_script  # noqa: E402
 from tests.conftest import FIXED_NOW, STACKS
 
 # Mock values the engine invents; none may reach the plan document as if real.
@@ -97,7 +97,7 @@ def test_booleans_in_messages_are_yaml_booleans():
 
 
 def test_cost_how_column_shows_quantities_and_unit_prices(monkeypatch):
-    from scripts import cost as cost_script
+    from scripts.ops import cost as cost_script
 
     captured = {}
     monkeypatch.setattr(cost_script, "print_table", lambda title, columns, rows, **kw: captured.update(rows=list(rows)))

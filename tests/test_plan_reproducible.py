@@ -1,6 +1,6 @@
 """The offline plan is a pure function of the tree and the clock: two runs of a stack in two
 processes (different ``PYTHONHASHSEED``, so different ``hash()`` salts) print the same bytes, and
-``scripts/plan.py --diff-against HEAD`` on an unchanged tree reports no change for any stack."""
+``scripts/ops/plan.py --diff-against HEAD`` on an unchanged tree reports no change for any stack."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _plan_json(stack: str, hash_seed: str, cwd=REPO_ROOT) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONHASHSEED"] = hash_seed
     proc = subprocess.run(
-        [sys.executable, "scripts/plan.py", "--stack", stack, "--format", "json", "--now", NOW],
+        [sys.executable, "scripts/ops/plan.py", "--stack", stack, "--format", "json", "--now", NOW],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -76,14 +76,14 @@ def test_diff_against_head_of_an_unchanged_tree_is_empty(committed_copy):
     """The base renders in a git worktree with its own interpreter (random hash salt), the working
     tree in another: every stack's diff must be empty."""
     proc = subprocess.run(
-        [sys.executable, "scripts/plan_diff.py", "--against", "HEAD", "--format", "json", "--now", NOW],
+        [sys.executable, "scripts/ops/plan_diff.py", "--against", "HEAD", "--format", "json", "--now", NOW],
         cwd=committed_copy, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr
     diffs = json.loads(proc.stdout)
     diffs = diffs if isinstance(diffs, list) else [diffs]
     assert sorted(d["stack"] for d in diffs) == sorted(STACKS)
-    from scripts import plan_diff
+    from scripts.ops import plan_diff
 
     changed = {d["stack"]: d for d in diffs if plan_diff.has_changes(d) or d.get("base_error")}
     assert not changed, json.dumps(changed, indent=1)[:4000]
@@ -95,9 +95,9 @@ def test_no_salted_hash_in_the_program_or_the_plan():
 
     files = [
         *sorted((REPO_ROOT / "components").rglob("*.py")),
-        REPO_ROOT / "scripts" / "plan.py",
-        REPO_ROOT / "scripts" / "plan_diff.py",
-        *sorted((REPO_ROOT / "scripts" / "diff").glob("*.py")),
+        REPO_ROOT / "scripts" / "ops" / "plan.py",
+        REPO_ROOT / "scripts" / "ops" / "plan_diff.py",
+        *sorted((REPO_ROOT / "scripts" / "ops" / "diff").glob("*.py")),
     ]
     offenders = []
     for path in files:

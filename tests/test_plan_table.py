@@ -1,6 +1,6 @@
 """The plan's table for people: a screen or two at 80-120 columns, no word broken, the blockers
 said once, the vLLM command as a shell command one can paste, every resource under --details;
-and the text layout it is built from (scripts/_text.py)."""
+and the text layout it is built from (scripts/ops/_text.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import sys
 import pytest
 from rich.text import Text
 
-from scripts import plan as plan_script
-from scripts._text import fold_word, shell_command, wrap, wrap_items
+from scripts.ops import plan as plan_script
+from scripts.ops._text import fold_word, shell_command, wrap, wrap_items
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
 
 NOW = "2026-12-01T00:00:00Z"
@@ -88,7 +88,7 @@ def test_no_word_is_broken(refused_docs, name):
 def test_the_width_follows_the_terminal():
     """Without a width the table takes the terminal's: COLUMNS when set (rich), else 80."""
     env = {**_env_without_overlay(), "COLUMNS": "90"}
-    proc = subprocess.run([sys.executable, "scripts/plan.py", "--stack", "mi355x", "--now", NOW],
+    proc = subprocess.run([sys.executable, "scripts/ops/plan.py", "--stack", "mi355x", "--now", NOW],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -102,7 +102,7 @@ def test_blockers_are_said_once(refused_docs):
     """The `blocked:` text appears once on the terminal: in the table, not again on stderr; with
     JSON (not read on the terminal) on stderr only."""
     blocker = " ".join(refused_docs["b300"]["blockers"][0].split())
-    base = [sys.executable, "scripts/plan.py", "--stack", "b300", "--now", NOW]
+    base = [sys.executable, "scripts/ops/plan.py", "--stack", "b300", "--now", NOW]
     for extra, stream in (([], "both"), (["--format", "markdown"], "both"), (["--format", "json"], "stderr")):
         proc = subprocess.run(base + extra, cwd=REPO_ROOT, env={**_env_without_overlay(), "COLUMNS": "80"},
                               capture_output=True, text=True, timeout=300)
@@ -249,7 +249,7 @@ def test_a_second_role_that_differs_little_is_given_as_the_difference(refused_do
 
 
 def test_plan_all_says_deployable_or_refused_once_per_stack():
-    proc = subprocess.run([sys.executable, "scripts/plan.py", "--all", "--now", NOW], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, "scripts/ops/plan.py", "--all", "--now", NOW], cwd=REPO_ROOT,
                           env=_env_without_overlay(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -269,7 +269,7 @@ def test_verdict_of_a_deployable_and_a_leaking_plan(refused_docs):
 
 
 def test_all_takes_no_per_stack_output_flags():
-    proc = subprocess.run([sys.executable, "scripts/plan.py", "--all", "--output", "x.json"], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, "scripts/ops/plan.py", "--all", "--output", "x.json"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--all takes no" in proc.stderr
 

@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components import program
+from components.context import DeploymentContext
 from components.core.config import read_stack_config
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.core.node_storage import node_dirs
@@ -137,7 +138,7 @@ def run_edge_only(monkeypatch, stack: str = "b300-prod", **handle_changes: Any) 
     from components.k8s import declare_workloads
     from components.platform import FsxVolumeSource, GpuPlacement, KubernetesPlatformHandle, ServiceAccess
 
-    def declare(ctx: program.DeploymentContext) -> dict[str, Any]:
+    def declare(ctx: DeploymentContext) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "profile": platform_profile(ctx.spec.platform),
             "provider": k8s.Provider("test-cluster"),

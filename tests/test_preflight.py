@@ -1,4 +1,4 @@
-"""scripts/preflight.py under moto, with botocore's Stubber answering the APIs moto lacks
+"""scripts/ops/preflight.py under moto, with botocore's Stubber answering the APIs moto lacks
 (Service Quotas for EC2, capacity reservations and blocks)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from components.core.config import load_stack
 from components.core.config.stack_file import CONFIG_OVERLAY_ENV
 from components.core.targets import ec2_vcpu_quota
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
-from scripts import preflight
-from scripts.preflight import AwsClients, run_checks
+from scripts.ops import preflight
+from scripts.ops.preflight import AwsClients, run_checks
 from tests.conftest import FIXED_NOW, STACKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -370,7 +370,7 @@ def _cli(*args, env=None):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     full_env["KIMI_VLLM_PYTHON"] = str(REPO_ROOT / "no-vllm-parser-here")
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "scripts/preflight.py", *args], cwd=REPO_ROOT, env=full_env,
+    return subprocess.run([sys.executable, "scripts/ops/preflight.py", *args], cwd=REPO_ROOT, env=full_env,
                           capture_output=True, text=True, timeout=120)
 
 

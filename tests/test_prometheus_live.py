@@ -320,7 +320,7 @@ def test_every_dashboard_query_returns_data_where_it_should(live):
 
 
 def test_dashboard_picture_from_the_live_series(live, tmp_path):
-    from scripts.render_dashboard import panel_series, render_png
+    from scripts.dev.render_dashboard import panel_series, render_png
 
     namespace = LIVE_NAMESPACES[DASHBOARD_STACK]
     # the picture ends while the last requests are still in flight (stat panels show the last value)

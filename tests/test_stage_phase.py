@@ -229,8 +229,8 @@ def test_preflight_mirror_check_says_when_to_switch(moto_aws):
     import boto3
 
     from components.core.config import namespace_config, parse_spec
-    from scripts import preflight
-    from scripts._cli import PASS, WARN
+    from scripts.ops import preflight
+    from scripts.ops._cli import PASS, WARN
 
     ns, secrets = namespace_config(read_stack_config("b300"))
     spec = parse_spec({**ns, "region": "us-east-1", "phase": "stage"}, stack="b300", now=FIXED_NOW, secrets_set=secrets)
@@ -288,7 +288,7 @@ def test_ec2_staging_compute_is_the_stager_at_its_public_price():
 
 
 def test_no_mirror_nothing_to_stage_and_the_plan_says_so():
-    from scripts.plan import build_plan_document, render_markdown
+    from scripts.ops.plan import build_plan_document, render_markdown
 
     assert _stage_then_serve("mi355x")[1] is None
     doc = build_plan_document("mi355x", now=FIXED_NOW)
@@ -296,7 +296,7 @@ def test_no_mirror_nothing_to_stage_and_the_plan_says_so():
 
 
 def test_plan_document_carries_the_comparison_and_a_stage_is_deployable_while_blocked(monkeypatch, tmp_path):
-    from scripts.plan import build_plan_document, render_markdown, stage_then_serve_rows
+    from scripts.ops.plan import build_plan_document, render_markdown, stage_then_serve_rows
 
     doc = build_plan_document("b300", now=FIXED_NOW)
     sts = doc["stage_then_serve"]

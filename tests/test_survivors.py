@@ -14,7 +14,7 @@ from components.core.config import parse_spec
 from components.core.config import target as config_module  # where parse_spec reads TARGETS
 from components.core.sizing import compute_sizing
 from components.core.targets import TARGETS
-from scripts import sweep
+from scripts.ops import sweep
 from tests.conftest import FIXED_NOW
 from tests.test_config import base, reject
 
@@ -121,7 +121,7 @@ def test_a_target_profile_with_no_platform_gives_its_error(monkeypatch):
 def test_plan_shows_the_kv_figures_as_a_fitted_model():
     from components.core.config import load_stack
     from components.core.model import KIMI_K3_1_PRO
-    from scripts.plan import _kv_cache_model
+    from scripts.ops.plan import _kv_cache_model
 
     fit = _kv_cache_model(load_stack("b300", now=FIXED_NOW).model)
     assert fit is not None and fit["label"] == "estimate: fitted to 2 recipe figures"

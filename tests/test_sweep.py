@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from scripts import sweep
+from scripts.ops import sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
@@ -396,7 +396,7 @@ def test_cli_json_help_and_usage_errors(aws, capsys):
 
 def test_help_explains_every_flag():
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--help"], capture_output=True, text=True, check=True
+        [sys.executable, str(REPO_ROOT / "scripts" / "ops" / "sweep.py"), "--help"], capture_output=True, text=True, check=True
     )
     for flag in ("--region", "--now", "--destroy", "--json", "--no-pulumi", "--wait-seconds"):
         assert flag in proc.stdout
@@ -444,7 +444,7 @@ def test_sweeps_a_moto_server_through_aws_endpoint_url(tmp_path):
         proc = subprocess.run(
             [
                 sys.executable,
-                str(REPO_ROOT / "scripts" / "sweep.py"),
+                str(REPO_ROOT / "scripts" / "ops" / "sweep.py"),
                 "--region",
                 REGION,
                 "--now",
@@ -484,7 +484,7 @@ def test_sweeps_a_moto_server_through_aws_endpoint_url(tmp_path):
 ])
 def test_usage_errors_are_one_line_exit_2(argv, needle):
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), *argv],
+        [sys.executable, str(REPO_ROOT / "scripts" / "ops" / "sweep.py"), *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -518,7 +518,7 @@ def test_unreachable_endpoint_is_exit_1_with_the_reason_in_seconds():
     env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "sweep.py"), "--region", REGION, "--region", "eu-west-1", "--json"],
+        [sys.executable, str(REPO_ROOT / "scripts" / "ops" / "sweep.py"), "--region", REGION, "--region", "eu-west-1", "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -531,10 +531,10 @@ def test_unreachable_endpoint_is_exit_1_with_the_reason_in_seconds():
     assert all("cannot reach the AWS endpoint" in e and "Could not connect" in e for e in report["errors"])
 
 
-# --- the registry of kinds (scripts/sweeping/registry.py, kinds.py) -----------------------------
+# --- the registry of kinds (scripts/ops/sweeping/registry.py, kinds.py) -----------------------------
 
-from scripts.sweeping import registry as sweep_registry  # noqa: E402  beside the tests that use it
-from scripts.sweeping.kinds import REGISTRY  # noqa: E402
+from scripts.ops.sweeping import registry as sweep_registry  # noqa: E402  beside the tests that use it
+from scripts.ops.sweeping.kinds import REGISTRY  # noqa: E402
 
 
 def test_delete_order_is_built_from_the_registry_and_respects_every_dependency():

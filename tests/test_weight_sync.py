@@ -12,15 +12,15 @@ import types
 
 import pytest
 
-import scripts.weight_sync as ws
+import scripts.node.weight_sync as ws
 from components.sync_artifact import build_sync_artifact
-from scripts.weight_sync import cli, destinations, retry
+from scripts.node.weight_sync import cli, destinations, retry
 from tests.sync_fixtures import checkpoint_files, manifest_for, read_tree, write_tree
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # How users run it from a checkout (kimi-deploy sync dispatches to the same main).
-SYNC = [sys.executable, "-m", "scripts.weight_sync"]
+SYNC = [sys.executable, "-m", "scripts.node.weight_sync"]
 
 
 @pytest.fixture(autouse=True)
@@ -44,17 +44,17 @@ def src(tmp_path):
 
 def test_module_exports_names_and_imports_only_stdlib():
     assert ws.MARKER_NAME == ".weights-complete.json" and ws.MANIFEST_NAME == "manifest.json"
-    code = ("import sys; import scripts.weight_sync as ws; "
+    code = ("import sys; import scripts.node.weight_sync as ws; "
             "bad = [m for m in ('boto3', 'botocore', 'huggingface_hub', 'modelscope') if m in sys.modules]; "
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
-def test_file_names_come_from_the_core_and_the_shipped_zipapp_agrees(tmp_path):
-    """One definition (components/core/naming.py); the zipapp shipped alone to a node (ConfigMap,
-    S3 object: no components package, standard library only: `python -I -S`) falls back to the
-    same values."""
+def test_file_names_equal_the_cores_and_the_shipped_zipapp_agrees(tmp_path):
+    """The package's own names (it imports nothing of the repository: tests/test_layout.py) equal
+    components/core/naming.py's; the zipapp shipped alone to a node (ConfigMap, S3 object: no
+    components package, standard library only: `python -I -S`) holds the same values."""
     from components.core import naming
 
     assert (ws.MARKER_NAME, ws.MANIFEST_NAME, ws.S3_PART_CONCURRENCY) == (

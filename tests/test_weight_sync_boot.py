@@ -21,7 +21,7 @@ from tests.sync_fixtures import S3_ENV, checkpoint_files, read_tree
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("moto.server")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SYNC = [sys.executable, "-m", "scripts.weight_sync"]
+SYNC = [sys.executable, "-m", "scripts.node.weight_sync"]
 HF_REPO = "moonshotai/Kimi-K3.1-Pro"
 
 
@@ -149,7 +149,7 @@ def test_check_local_proves_a_complete_copy_without_contacting_anything(hub, mot
     mirror, dest = _node_copy(hub, moto_server, sync_s3, bucket, tmp_path, files)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "AWS_"))}
     env.update(S3_ENV, AWS_ENDPOINT_URL="http://127.0.0.1:9", HF_ENDPOINT="http://127.0.0.1:9", PYTHONPATH=REPO)
-    code = ("import json, sys; import scripts.weight_sync as ws; rc = ws.main(sys.argv[1:]); "
+    code = ("import json, sys; import scripts.node.weight_sync as ws; rc = ws.main(sys.argv[1:]); "
             "print(json.dumps([rc, 'boto3' in sys.modules, 'huggingface_hub' in sys.modules]))")
 
     def check() -> tuple[subprocess.CompletedProcess, list]:

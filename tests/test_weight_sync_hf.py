@@ -18,7 +18,7 @@ from tests.sync_fixtures import checkpoint_files, read_tree
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytest.importorskip("huggingface_hub")
-SYNC = [sys.executable, "-m", "scripts.weight_sync"]
+SYNC = [sys.executable, "-m", "scripts.node.weight_sync"]
 MARKER = ".weights-complete.json"
 
 
@@ -243,14 +243,14 @@ def test_unreachable_host_names_the_endpoint_and_hf_endpoint(hub, tmp_path):
 
 
 def test_hub_error_message_is_none_for_other_errors():
-    from scripts import weight_sync
+    from scripts.node import weight_sync
     assert weight_sync.hub_error_message(ValueError("x"), "hf", "org/m", "main") is None
     assert weight_sync.hub_error_message(OSError(28, "No space left"), "hf", "org/m", "main") is None
 
 
 def test_modelscope_errors_name_the_modelscope_key_and_host(monkeypatch):
     """The ModelScope SDK's own classes, matched by name (the SDK is not a dependency here)."""
-    from scripts import weight_sync
+    from scripts.node import weight_sync
 
     class NotExistError(Exception):
         pass

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-import scripts.weight_sync as ws
-from scripts.weight_sync import model
+import scripts.node.weight_sync as ws
+from scripts.node.weight_sync import model
 from tests.sync_fixtures import (
     FaultProxy,
     checkpoint_files,
@@ -119,7 +119,7 @@ def test_a_failing_object_is_requested_exactly_retry_attempts_times(tmp_path, s3
     """One retry layer: botocore (total_max_attempts=1), s3transfer (num_download_attempts=1) and
     s5cmd (--retry-count 0) never retry, so an object whose every GET fails is requested exactly
     RETRY_ATTEMPTS times (it was up to about 25 with three layers), then the run fails."""
-    from scripts.weight_sync import retry, sources
+    from scripts.node.weight_sync import retry, sources
 
     monkeypatch.setattr(retry, "RETRY_ATTEMPTS", 3)
     if path == "transfer-manager":  # ranged parts through s3transfer instead of one GET
@@ -260,7 +260,7 @@ def test_resume_of_a_complete_pinned_copy_never_imports_boto3_nor_asks_s3(tmp_pa
     dest = tmp_path / "d"
     uri = f"s3://{bucket}/models/org/repo/{rev}"
     assert run_json(capsys, "--source", uri, "--dest", str(dest), "--s3-client", "boto3")[0] == 0
-    code = ("import json, sys; import scripts.weight_sync as ws; rc = ws.main(sys.argv[1:]); "
+    code = ("import json, sys; import scripts.node.weight_sync as ws; rc = ws.main(sys.argv[1:]); "
             "print(json.dumps([rc, 'boto3' in sys.modules, 'botocore' in sys.modules]))")
     env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:9")  # nothing listens there
     r = subprocess.run([sys.executable, "-c", code, "--source", uri, "--dest", str(dest), "--json", "--quiet"],
@@ -285,7 +285,7 @@ def test_mirror_copy_checks_object_checksums_not_sha256_and_sha256_mode_still_ha
 
     from awscrt import checksums
 
-    from scripts.weight_sync import verify
+    from scripts.node.weight_sync import verify
 
     files = checkpoint_files(seed=12)
     write_tree(str(tmp_path / "src"), files)

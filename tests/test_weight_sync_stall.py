@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-import scripts.weight_sync as ws  # noqa: E402
-from scripts.weight_sync import retry, verify  # noqa: E402
+import scripts.node.weight_sync as ws  # noqa: E402
+from scripts.node.weight_sync import retry, verify  # noqa: E402
 from tests.sync_fixtures import FaultProxy, checkpoint_files, publish_mirror, read_tree  # noqa: E402
 
 pytest.importorskip("moto.server")

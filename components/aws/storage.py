@@ -39,11 +39,11 @@ def mirror_tags(ctx_tags, name: str) -> dict:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The weight-sync program: shipped to EC2 nodes as an S3 object (user data is limited to 16 KB),
-# the deterministic zipapp of scripts/weight_sync/ (components/sync_artifact.py).
+# the deterministic zipapp of scripts/node/weight_sync/ (components/sync_artifact.py).
 WEIGHT_SYNC_SOURCE = SYNC_PACKAGE_DIR
 WEIGHT_SYNC_KEY = f"{TOOLS_PREFIX}/weight_sync.pyz"
 # The engine-cache program (restore before vLLM starts, save after its first healthy start).
-ENGINE_CACHE_SOURCE = REPO_ROOT / "scripts" / "engine_cache.py"
+ENGINE_CACHE_SOURCE = REPO_ROOT / "scripts" / "node" / "engine_cache.py"
 ENGINE_CACHE_KEY = f"{TOOLS_PREFIX}/engine_cache.py"
 # The API guard vLLM loads with --middleware (components/core/vllm.py API_GUARD_SOURCE).
 API_GUARD_KEY = f"{TOOLS_PREFIX}/{API_GUARD_SOURCE.name}"
@@ -69,8 +69,8 @@ class WeightMirrorArgs:
         spec: the deployment spec (``storage.mirror``, protection).
         tags: the stack's tags.
         partition: the AWS partition.
-        upload_tools: upload the weight-sync zipapp (``scripts/weight_sync/``), ``scripts/engine_cache.py`` and
-            the API guard (``scripts/kimi_vllm_api_guard.py``) under ``_tools/`` (EC2 nodes fetch and verify them).
+        upload_tools: upload the weight-sync zipapp (``scripts/node/weight_sync/``), ``scripts/node/engine_cache.py`` and
+            the API guard (``scripts/node/kimi_vllm_api_guard.py``) under ``_tools/`` (EC2 nodes fetch and verify them).
     """
 
     spec: DeploymentSpec

@@ -670,7 +670,7 @@ ENGINE_CACHE_UNITS = ("kimi-engine-cache-restore.service", "kimi-engine-cache-sa
 
 
 def engine_cache_docker_command(cfg: Ec2BootConfig, argv: Sequence[str], name: str) -> list[str]:
-    """``docker run`` of one ``scripts/engine_cache.py`` step in the pinned image: the NVMe at
+    """``docker run`` of one ``scripts/node/engine_cache.py`` step in the pinned image: the NVMe at
     ``/models`` read-write (the cache directory lives there), the program mounted read-only,
     host networking (instance role; the save polls vLLM's health on 127.0.0.1)."""
     from components.core.engine_cache import ENGINE_CACHE_SCRIPT_PATH

@@ -138,7 +138,7 @@ def tasks_per_month_capacity(
     """Tasks a deployment can finish in a month when output generation is the bottleneck.
 
     ``output_tokens_per_second`` is the aggregate decode rate measured at some concurrency
-    (``scripts/validate.py`` throughput); ``busy_fraction`` is the share of the month the
+    (``scripts/ops/validate.py`` throughput); ``busy_fraction`` is the share of the month the
     endpoint runs at that rate. Prefill of uncached input is not counted (prefix caching
     serves most of an agent's input), so this is an upper bound.
 

@@ -192,7 +192,7 @@ class FeatureProbe:
 # feature -> image family -> probe. Read from the vLLM 0.33.0 wheel: vllm/models/kimi_k3/nvidia/mla.py
 # builds the Kimi-K3 MLA with ``use_sparse=False, indexer=None`` (its header lists sparse/indexer MLA as
 # out of scope); vllm/models/kimi_k3/amd/linear.py passes ``indexer=None, is_sparse=False``.
-# scripts/engine_check.py applies them inside a candidate image; tests/vllm_contract.py to the wheel.
+# scripts/node/engine_check.py applies them inside a candidate image; tests/vllm_contract.py to the wheel.
 FEATURE_PROBES: Mapping[str, Mapping[str, FeatureProbe]] = MappingProxyType(
     {
         SPARSE_INDEXER_MLA: MappingProxyType(
@@ -224,7 +224,7 @@ LIBRARY_ENV_SOURCES: Mapping[str, str] = MappingProxyType(
 
 
 def verification_request(spec: DeploymentSpec, command: VllmCommand, image: str) -> dict[str, Any]:
-    """The request ``scripts/engine_check.py`` runs inside ``image`` for ``spec``: the model's
+    """The request ``scripts/node/engine_check.py`` runs inside ``image`` for ``spec``: the model's
     minimum vLLM version and required features on the target's image family (with their
     ``FEATURE_PROBES``), the tool and reasoning parsers and every role's argv, and every
     environment variable name the deployment sets for vLLM (the roles' plain and secret env, and

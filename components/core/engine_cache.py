@@ -193,7 +193,7 @@ def vllm_cache_env() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class CacheStep:
-    """One run of ``scripts/engine_cache.py``.
+    """One run of ``scripts/node/engine_cache.py``.
 
     Attributes:
         name: ``engine-cache-restore`` (before vLLM starts) or ``engine-cache-save`` (after the

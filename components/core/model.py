@@ -99,7 +99,7 @@ class ChatMarkup:
     """The chat-format markup a model's tokenizer renders and the engine's parsers consume.
 
     None of it may reach the text an API client sees (``content``, ``reasoning``): when it does,
-    a parser is missing or wrong (``scripts/validate.py`` checks this).
+    a parser is missing or wrong (``scripts/ops/validate.py`` checks this).
 
     Attributes:
         special_tokens: marker tokens of the format (each one token in the model's vocabulary).

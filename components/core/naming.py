@@ -42,7 +42,7 @@ TAG_RETAIN = "kimi-deploy:retain"
 TAG_ROLE = "kimi-deploy:role"
 ROLE_WEIGHTS_MIRROR = "weights-mirror"
 
-# Files the weight sync (scripts/weight_sync/) writes at the root of a complete copy: the
+# Files the weight sync (scripts/node/weight_sync/) writes at the root of a complete copy: the
 # per-file sha256 manifest and the completion marker (written last). The sync, the preflight
 # mirror check, the user data and the Jobs read these names from here.
 MANIFEST_NAME = "manifest.json"

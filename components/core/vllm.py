@@ -36,7 +36,7 @@ MNNVL_NCCL_ENV: Mapping[str, str] = MappingProxyType(
 # and others stay open too. vLLM loads extra ASGI middleware by import path (--middleware, same file
 # set): this one answers 401 on every path but /health and /metrics without the key. It ships to the
 # node (EC2 user data, a Kubernetes ConfigMap) and is mounted read-only at API_GUARD_CONTAINER_DIR.
-API_GUARD_SOURCE = Path(__file__).resolve().parents[2] / "scripts" / "kimi_vllm_api_guard.py"
+API_GUARD_SOURCE = Path(__file__).resolve().parents[2] / "scripts" / "node" / "kimi_vllm_api_guard.py"
 API_GUARD_MIDDLEWARE = "kimi_vllm_api_guard.RequireApiKey"
 API_GUARD_CONTAINER_DIR = "/opt/kimi-deploy/api-guard"
 API_GUARD_FILENAME = API_GUARD_SOURCE.name

@@ -1,4 +1,5 @@
-"""The weight flow: which weight-sync runs (``scripts/weight_sync/``, shipped as a zipapp) happen, where, with which arguments.
+"""The weight flow: which weight-sync runs (``scripts/node/weight_sync/``, shipped as a zipapp) happen, where, with which
+arguments.
 
 hub -> S3 mirror (``publish-mirror``, once per revision, skipped when complete) -> serving copy
 (``node-copy``: per node for node-local NVMe, once for a shared claim; none for ``fsx``, where
@@ -122,7 +123,7 @@ def sync_steps(spec: DeploymentSpec, mirror_bucket: str | None) -> tuple[SyncSte
     wait_seconds = 0
     if kind == "nvme-from-fsx":
         # FSx imports the mirror's objects asynchronously, in no order: the copy waits for a listed
-        # file the import has not produced yet (scripts/weight_sync/ready.py), within
+        # file the import has not produced yet (scripts/node/weight_sync/ready.py), within
         # storage.fsx.importWaitSeconds (default fsx.IMPORT_WAIT_SECONDS, an estimate).
         source, wait_seconds = "file://" + fsx_weights_path(spec), spec.config.storage.fsx.import_wait_seconds
     dest = serving_path(spec)

@@ -37,7 +37,7 @@ from .vllm_service import MIN_MARKER_WAIT_SECONDS, declare_vllm
 from .weight_sync import declare_weight_sync, node_copy_init
 
 if TYPE_CHECKING:
-    from components.program import DeploymentContext
+    from components.context import DeploymentContext
 
 TYPE_TOKEN = "kimi-deploy:k8s:Workloads"
 

@@ -3,7 +3,7 @@ before vLLM starts, saved once after the copy's first healthy start.
 
 The key, the archive's place (``s3://<mirror>/<prefix>/<repo>/<rev>/_engine-cache/<key>.tar``) and
 the restore/save runs are the core's (``components/core/engine_cache.py``); the program is
-``scripts/engine_cache.py``, shipped like the weight-sync program: an immutable ConfigMap whose
+``scripts/node/engine_cache.py``, shipped like the weight-sync program: an immutable ConfigMap whose
 name ends in a hash of its text, run in the pinned vLLM image (no extra image). Per pod:
 
 - ``engine-cache-restore``: an init container after the ``weight-sync`` one (init containers run
@@ -61,7 +61,7 @@ from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmComma
 from .common import hardened_container_security, metadata, plain_env, spec_hash
 from .storage import ENGINE_CACHE_VOLUME, nvme_engine_cache_volume, serving_volume
 
-PROGRAM_SOURCE = REPO_ROOT / "scripts" / "engine_cache.py"
+PROGRAM_SOURCE = REPO_ROOT / "scripts" / "node" / "engine_cache.py"
 PROGRAM_KEY = Path(ec.ENGINE_CACHE_SCRIPT_PATH).name
 PROGRAM_DIR = str(Path(ec.ENGINE_CACHE_SCRIPT_PATH).parent)
 PROGRAM_CONFIGMAP_PREFIX = "kimi-engine-cache"
@@ -77,7 +77,7 @@ VLLM_CONTAINER = "vllm"
 # An init container has no timeout of its own: the runner bounds the restore (the EC2 unit's
 # TimeoutStartSec). 5 GB at the mirror copy rate take seconds.
 RESTORE_TIMEOUT_SECONDS = 1_800
-# The save itself waits up to 4 h for /health (scripts/engine_cache.py --wait-seconds), then
+# The save itself waits up to 4 h for /health (scripts/node/engine_cache.py --wait-seconds), then
 # archives; a failed attempt (S3 error, vLLM not up) is retried after SAVE_RETRY_SECONDS.
 SAVE_ATTEMPTS = 3
 SAVE_RETRY_SECONDS = 300
@@ -114,7 +114,7 @@ while True:
 
 
 def program_text(path: Path = PROGRAM_SOURCE) -> str:
-    """The text of ``scripts/engine_cache.py`` as shipped in the ConfigMap.
+    """The text of ``scripts/node/engine_cache.py`` as shipped in the ConfigMap.
 
     Raises:
         FileNotFoundError: the program is missing from the checkout.
@@ -276,7 +276,7 @@ def with_engine_cache(template: dict[str, Any], cache: EngineCachePods | None) -
 def declare_engine_cache_program(
     spec: DeploymentSpec, provider: k8s.Provider, parent: pulumi.Resource, depends_on: list[pulumi.Resource],
 ) -> k8s.core.v1.ConfigMap | None:
-    """The immutable ConfigMap carrying ``scripts/engine_cache.py`` where the pods restore the
+    """The immutable ConfigMap carrying ``scripts/node/engine_cache.py`` where the pods restore the
     caches (``engine_cache.restored_at_start`` off aws-ec2), else None."""
     if not ec.restored_at_start(spec):
         return None

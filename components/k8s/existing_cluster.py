@@ -19,7 +19,7 @@ from components.platform import KubernetesPlatformHandle, PlatformResult
 from .common import gpu_placement, service_access
 
 if TYPE_CHECKING:
-    from components.program import DeploymentContext
+    from components.context import DeploymentContext
 
 # The provider used to be declared inside the ``kimi-deploy:k8s:Workloads`` component named
 # ``workloads`` (``components/k8s/__init__.py``): this alias keeps its URN's history, so a stack

@@ -2,7 +2,7 @@
 Prometheus alerts.
 
 - Dashboard: ``components/k8s/dashboards/kimi-vllm.json`` (the file is generated from
-  ``dashboard()`` by ``scripts/render_dashboard.py``; a test keeps them equal). With
+  ``dashboard()`` by ``scripts/dev/render_dashboard.py``; a test keeps them equal). With
   ``observability.grafanaNamespace`` it is declared as a ConfigMap there, labelled
   ``grafana_dashboard: "1"``, the label the Grafana sidecar of the grafana and
   kube-prometheus-stack charts watches by default (``sidecar.dashboards.label``). Its variables

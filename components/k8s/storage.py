@@ -2,7 +2,7 @@
 the static FSx for Lustre PersistentVolume and claim (ReadWriteMany), or an existing claim.
 
 ``serving_volume`` says which pod volume vLLM reads the weights from; the weight-sync Jobs
-(``scripts/weight_sync/``) use the same helpers, so both always agree on paths.
+(``scripts/node/weight_sync/``) use the same helpers, so both always agree on paths.
 
 On the node's NVMe no pod mounts the array itself: it also holds the kubelet's, containerd's and
 the pod logs' state on EKS (``components/core/node_storage.py``). Each volume is one directory

@@ -151,7 +151,7 @@ API_GUARD_VOLUME = "api-guard"
 
 
 def api_guard_text() -> str:
-    """The text of ``scripts/kimi_vllm_api_guard.py`` as shipped in the ConfigMap."""
+    """The text of ``scripts/node/kimi_vllm_api_guard.py`` as shipped in the ConfigMap."""
     return API_GUARD_SOURCE.read_text()
 
 

@@ -1,4 +1,4 @@
-"""Weight-sync Jobs: the ``scripts/weight_sync/`` package, as one deterministic zipapp
+"""Weight-sync Jobs: the ``scripts/node/weight_sync/`` package, as one deterministic zipapp
 (``components/sync_artifact.py``), run in the pinned vLLM image, the program mounted from a
 ConfigMap's ``binaryData`` (no extra image to build or push).
 
@@ -96,7 +96,7 @@ def with_workers(argv: list[str], workers: int) -> list[str]:
 
 
 def sync_program_artifact() -> SyncArtifact:
-    """The zipapp of ``scripts/weight_sync/`` as shipped in the ConfigMap (``binaryData``).
+    """The zipapp of ``scripts/node/weight_sync/`` as shipped in the ConfigMap (``binaryData``).
 
     Raises:
         FileNotFoundError: the package is missing from the checkout.
@@ -233,7 +233,7 @@ def sync_program_annotations(artifact: SyncArtifact) -> dict[str, str]:
     return {"kimi-deploy/sync-program-sha256": artifact.sha256, "kimi-deploy/sync-program-bytes": str(artifact.size_bytes)}
 
 
-# The readiness gate of the zipapp (scripts/weight_sync/ready.py, imported out of the archive, whose
+# The readiness gate of the zipapp (scripts/node/weight_sync/ready.py, imported out of the archive, whose
 # package is ARCHIVE_PACKAGE): argv after it: the zipapp, the weights directory, the budget seconds.
 READY_RUNNER = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
@@ -252,7 +252,7 @@ def weights_ready_init(
 ) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
     """The init container that holds a vLLM pod until ``weights_dir`` is a complete copy: its
     completion marker, its manifest and every file the manifest lists at its listed size
-    (``scripts/weight_sync/ready.py``; on FSx fed by S3 import the marker can arrive before
+    (``scripts/node/weight_sync/ready.py``; on FSx fed by S3 import the marker can arrive before
     shards), for at most ``budget_seconds``, then a one-line reason.
 
     Args:

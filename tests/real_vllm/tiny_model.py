@@ -59,7 +59,7 @@ QUERY_GAIN = 80.0
 KEY_GAIN = 15.5
 LOGIT_GAIN = 16.0
 MAX_POSITION_EMBEDDINGS = KIMI_K3_1_PRO.max_context_tokens
-# Cities the scripted reply recognises (scripts/validate.py asks about these).
+# Cities the scripted reply recognises (scripts/ops/validate.py asks about these).
 CITIES: tuple[str, ...] = ("Paris", "Tokyo", "Berlin", "Lima", "London", "Madrid", "Rome", "Oslo")
 # Bump when the builder changes in a way its own source does not show (it is hashed too).
 BUILD_LAYOUT = 1

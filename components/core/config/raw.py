@@ -64,7 +64,7 @@ class _Raw(BaseModel):
     # No coercion of numbers to strings: `revision: 1234` is an error, not "1234" (the engine hands
     # top-level values as strings already; config_reader decodes them by type). Each field's
     # docstring is its description (``use_attribute_docstrings``): the configuration reference
-    # (docs/configuration.md, scripts/config_reference.py) prints it.
+    # (docs/configuration.md, scripts/dev/config_reference.py) prints it.
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
 
 

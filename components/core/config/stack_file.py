@@ -153,7 +153,7 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     return _overlay(config, stack)
 
 
-# Offline runs only (scripts/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
+# Offline runs only (scripts/ops/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
 # JSON config applied over every stack file, each leaf as `pulumi config set --path` would set it
 # (``overlay_config``): e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
 CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"

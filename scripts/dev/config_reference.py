@@ -1,0 +1,1051 @@
+#!/usr/bin/env python3
+"""Write the configuration reference (docs/configuration.md) from the typed config model.
+
+Every key of ``RawConfig`` (``components/core/config/raw.py``) gets a row: its full key, its type
+in words, its default as a user writes it in YAML (or what it is derived from), the values allowed
+(``Literal`` choices, ``Field`` bounds, and the rules of the checks modules where they are short
+enough to state), its description (the field's docstring) and what a change forces.
+
+That last column is derived, not written: for each key a ``Probe`` changes it to another valid
+value on the stacks where it applies (``stacks/``, with a ``base`` overlay where the key only
+matters in some setting, e.g. the FSx keys under ``storage.kind: nvme-from-fsx``), renders the real
+program under the mock engine (``scripts/ops/plan.py build_plan_document``, the overlay as
+``KIMI_DEPLOY_CONFIG_OVERLAY``) and compares it with the unchanged render through the plan-diff
+engine (``scripts/ops/diff``: which input changes replace or disrupt which resource types, from the
+providers' schemas). One render per case is too slow for every test run, so the results live in
+``docs/configuration-forces.json`` (``--derive`` writes it); ``--check`` compares the cheap parts
+and that every key has a row, and ``tests/test_config_reference.py`` re-derives ``CHECKED_KEYS``.
+
+Run: ``python scripts/dev/config_reference.py`` (write the page from the model and the stored
+derivation), ``--derive [KEY ...]`` (derive again: every key, or the ones named; then write),
+``--check`` (exit 1 with one line when the page or the stored derivation is stale).
+Exit codes: 0 ok; 1 ``--check`` found something stale; 2 usage error or a probe that cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a file: the project may not be installed here; scripts/ops/_cli.py's hook
+    # first (a missing package, or the project itself, prints `make setup`, not a traceback)
+    import os
+    import runpy
+
+    runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ops", "_cli.py"), run_name="_cli")
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from components.core.config import (
+    CONFIG_OVERLAY_ENV,
+    NAMESPACE,
+    SECRETS,
+    ConfigError,
+    RawConfig,
+    format_utc,
+    load_stack,
+    stack_names,
+)
+from components.core.config.raw import range_text
+from scripts.ops._cli import EXIT_CHECK_FAILED, EXIT_OK, CliParser, UsageError, prog_name, run_cli
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOC_PATH = REPO_ROOT / "docs" / "configuration.md"
+FORCES_PATH = REPO_ROOT / "docs" / "configuration-forces.json"
+COMMAND = "python scripts/dev/config_reference.py"
+# The clock of every render (the docs' plan examples use the same): the derivation is reproducible.
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+# Keys the test derives again on every run (the ones users change most); the rest are checked to
+# have a stored row. A key the model does not have (``phase`` before it exists) is left out.
+CHECKED_KEYS: tuple[str, ...] = (
+    "compute.instanceType",
+    "compute.capacity.type",
+    "storage.kind",
+    "storage.fsx.throughputPerTib",
+    "storage.fsx.capacityGib",
+    "vllm.image",
+    "network.vpcCidr",
+    "phase",
+)
+# Keys of other namespaces the reference lists (the program reads them; config_reader checks names).
+AWS_REGION = "aws:region"
+# A 40-hex commit that is not a real one (test data): a pinned model revision, an engine build.
+SAMPLE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+ROLE_ARN = "arn:aws:iam::123456789012:role/platform-admins"
+
+
+# --- the model, walked ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One row of the reference.
+
+    Attributes:
+        key: the full key as written under ``kimi-deploy:`` (``storage.fsx.throughputPerTib``;
+            items of a list of maps as ``autoscaling.schedule[].start``).
+        section: the table it belongs to (``storage.fsx``; ``""`` for the top level).
+        info: the pydantic field.
+    """
+
+    key: str
+    section: str
+    info: FieldInfo
+
+    @property
+    def description(self) -> str:
+        """The field's docstring as one line."""
+        return " ".join((self.info.description or "").split())
+
+    @property
+    def derived(self) -> str | None:
+        """What an unset value is computed from (``json_schema_extra["derived"]``), or None."""
+        extra = self.info.json_schema_extra
+        return str(extra["derived"]) if isinstance(extra, dict) and "derived" in extra else None
+
+
+def _optional_inner(annotation: Any) -> Any:
+    """``X`` of ``X | None`` (and of ``Annotated[X, ...]``), else the annotation itself."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _optional_inner(args[0]) if len(args) == 1 else annotation
+    if origin is typing.Annotated:
+        return _optional_inner(typing.get_args(annotation)[0])
+    return annotation
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    inner = _optional_inner(annotation)
+    return inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
+
+
+def _item_model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model of a ``tuple[Model, ...]`` field's items, else None."""
+    inner = _optional_inner(annotation)
+    if typing.get_origin(inner) is tuple:
+        return _model_of(typing.get_args(inner)[0])
+    return None
+
+
+def config_keys(model: type[BaseModel] = RawConfig, prefix: str = "") -> list[ConfigKey]:
+    """Every key of ``model`` (default: the whole ``kimi-deploy`` namespace) in model order,
+    sections depth first. A nested model is a section, not a row; a list of maps is a row and its
+    items a section (``autoscaling.schedule[]``). ``region`` is left out: it is ``aws:region``."""
+    rows: list[ConfigKey] = []
+    nested: list[tuple[str, type[BaseModel]]] = []
+    section = prefix.removesuffix(".")
+    for name, info in model.model_fields.items():
+        if model is RawConfig and name == "region":
+            continue
+        key = prefix + (info.alias or name)
+        sub = _model_of(info.annotation)
+        if sub is not None:
+            nested.append((key, sub))
+            continue
+        rows.append(ConfigKey(key, section, info))
+        items = _item_model_of(info.annotation)
+        if items is not None:
+            nested.append((key + "[]", items))
+    for key, sub in nested:
+        rows.extend(config_keys(sub, key + "."))
+    return rows
+
+
+def section_descriptions(model: type[BaseModel] = RawConfig, prefix: str = "") -> dict[str, str]:
+    """``{section: description}`` in model order, ``""`` for the top level: the nested model's
+    field docstring (the list-of-maps item sections: the item model's class docstring)."""
+    out: dict[str, str] = {prefix.removesuffix("."): ""} if not prefix else {}
+    for name, info in model.model_fields.items():
+        key = prefix + (info.alias or name)
+        sub = _model_of(info.annotation)
+        items = _item_model_of(info.annotation)
+        if sub is not None:
+            out[key] = " ".join((info.description or "").split())
+            out.update(section_descriptions(sub, key + "."))
+        elif items is not None:
+            out[key + "[]"] = "One item of " + key + "."
+            out.update(section_descriptions(items, key + "[]."))
+    return out
+
+
+def type_words(annotation: Any) -> str:
+    """A field's type as a user reads it: ``integer``, ``number``, ``boolean``, ``string``,
+    ``ISO 8601 time``, ``list of strings``, ``list of maps``, ``map of string to string``, ``one of``."""
+    inner = _optional_inner(annotation)
+    origin = typing.get_origin(inner)
+    if origin is typing.Literal:
+        return "one of"
+    if origin is tuple:
+        item = typing.get_args(inner)[0]
+        return "list of strings" if item is str else "list of maps"
+    if origin is dict:
+        key_type, value_type = typing.get_args(inner)
+        value = "string" if value_type is str else "any value"
+        return f"map of {'string' if key_type is str else 'any'} to {value}"
+    words = {bool: "boolean", int: "integer", float: "number", str: "string", datetime: "ISO 8601 time"}
+    if inner in words:
+        return words[inner]
+    raise TypeError(f"no words for the type {annotation!r}: add it to type_words")
+
+
+def yaml_value(value: Any) -> str:
+    """``value`` as written in a stack file (flow style): ``true``, ``0.1``, ``[]``,
+    ``{release: kube-prometheus-stack}``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {yaml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, datetime):
+        return format_utc(value)
+    return str(value)
+
+
+def default_text(row: ConfigKey) -> str:
+    """The default column: ``required``, ``derived: <rule>``, ``none`` or the YAML value."""
+    if row.info.is_required():
+        return "required"
+    if row.derived:
+        return f"derived: {row.derived}"
+    value = row.info.get_default(call_default_factory=True)
+    return "none" if value is None else f"`{yaml_value(value)}`"
+
+
+def _literal_choices(annotation: Any) -> tuple[Any, ...]:
+    inner = _optional_inner(annotation)
+    return typing.get_args(inner) if typing.get_origin(inner) is typing.Literal else ()
+
+
+def allowed_text(row: ConfigKey, rules: Mapping[str, str]) -> str:
+    """The allowed column: ``Literal`` choices, ``Field`` bounds (the words of the range errors)
+    and the checks modules' rule for the key (``RULES``)."""
+    parts = []
+    choices = _literal_choices(row.info.annotation)
+    if choices:
+        parts.append(", ".join(f"`{c}`" for c in choices))
+    bounds = range_text(row.info)
+    if bounds:
+        parts.append(bounds)
+    if row.key in rules:
+        parts.append(rules[row.key])
+    return "; ".join(parts)
+
+
+# --- rules the checks modules enforce (choice lists from the constants the checks read) ------------
+
+
+def rules() -> dict[str, str]:
+    """``{key: rule}``: what the checks modules (``components/core/config/*.py``) allow beyond the
+    model's types and bounds, where short enough to state; each names its module."""
+    from components.core import fsx
+    from components.core.config.lifecycle import ENVIRONMENTS, MAX_TRIAL_HOURS
+    from components.core.config.network import MIN_CLIENT_PREFIX_LENGTH
+    from components.core.config.target import supported_targets
+    from components.core.config.vllm import TOOLKIT_FLAGS
+    from components.core.model import MODELS
+    from components.core.targets import PLATFORMS, TARGETS, instance_types_of
+    from components.core.versions import EKS_VERSIONS, KNOWN_ADDONS
+
+    model = MODELS[RawConfig.model_fields["model"].get_default().profile]
+    supported = supported_targets(model)
+    tiers = "; ".join(
+        f"{kind}: {', '.join(map(str, fsx.THROUGHPUT_PER_TIB_MBPS[kind]))}" if kind != "SCRATCH_2" else f"{kind}: any"
+        for kind in fsx.DEPLOYMENT_TYPES
+    )
+    block_only = ", ".join(name for name in supported if TARGETS[name].aws_capacity_types)
+    client = f"CIDR blocks no broader than /{MIN_CLIENT_PREFIX_LENGTH}"
+    first_sizes = ", ".join(map(str, fsx.FIRST_CAPACITIES_GIB))
+    iops = ", ".join(map(str, fsx.METADATA_IOPS_SMALL))
+    return {
+        "target": f"a target that holds {model.display_name}: {', '.join(supported)} (config/target.py)",
+        "platform": f"{', '.join(PLATFORMS)}; per target: "
+        + "; ".join(f"{name}: {', '.join(TARGETS[name].platforms)}" for name in supported) + " (config/target.py)",
+        "environment": f"{', '.join(ENVIRONMENTS)} (config/lifecycle.py)",
+        "owner": "1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric (config/tags.py)",
+        "phase": "stage needs storage.mirror.enabled, and on the kubernetes platform an existing bucket "
+        "(storage.mirror.bucketName, create false) (config/phase.py)",
+        "expiresAt": f"in the future; a trial: at most {MAX_TRIAL_HOURS} h away; not on prod (config/lifecycle.py)",
+        "model.profile": f"{', '.join(MODELS)} (config/model.py)",
+        "model.revision": "a lower-case 40-hex commit; a branch or tag only in a trial (config/model.py)",
+        "model.licenseAcknowledged": "`true` (config/model.py)",
+        "compute.instanceType": "the target's GPU model, GPU count and memory: "
+        + "; ".join(f"{name}: {', '.join(instance_types_of(TARGETS[name]))}" for name in supported)
+        + " (config/compute.py)",
+        "compute.availabilityZone": "an AZ of aws:region that offers the instance type; with a reservation, its AZ "
+        "(config/compute.py)",
+        "compute.replicas": "1 on aws-ec2; with autoscaling within minReplicas..maxReplicas (config/compute.py, "
+        "config/scaling.py)",
+        "compute.efa": "an instance type with EFA interfaces and a vllm.image that is not the stock one (config/compute.py)",
+        "compute.capacity.type": f"odcr and capacity-block need an AWS platform; {block_only}: capacity-block only "
+        "(config/compute.py)",
+        "compute.capacity.reservationId": "cr- and 8 to 17 hex digits; required for odcr and capacity-block, refused "
+        "for on-demand (config/compute.py)",
+        "compute.capacity.availabilityZone": "in aws:region; required for odcr and capacity-block (config/compute.py)",
+        "compute.capacity.endsAt": "capacity-block: its instances still running at the run's clock (config/compute.py)",
+        "compute.capacity.blockInstances": "UltraServer capacity blocks only: whole UltraServers, at least the GPU "
+        "nodes (config/compute.py)",
+        "compute.amiId": "ami- and 8 to 17 hex digits (config/compute.py)",
+        "compute.amiArchitecture": "the instance type's; required with amiId (config/compute.py)",
+        "network.vpcCidr": "a private (RFC 1918) /16 to /22 block (config/network.py)",
+        "network.allowedCidrs": f"{client} (config/network.py)",
+        "network.apiServerPublicCidrs": f"{client} (config/network.py)",
+        "network.apiServerPrivateOnly": "not true with apiServerPublicCidrs; false needs them (config/network.py)",
+        "network.privateSubnetIds": "required with vpcId, and only with it (config/network.py)",
+        "storage.kind": "fsx and nvme-from-fsx need an AWS platform, pvc a Kubernetes one and existingClaim, nvme "
+        "local NVMe that holds the weights (config/storage.py)",
+        "storage.readGBps": "at most what storage.kind delivers to one node (config/storage.py read_gbps_ceiling)",
+        "storage.existingClaim": "a PersistentVolumeClaim name; required with kind pvc (config/storage.py)",
+        "storage.mirror.enabled": "true on aws-ec2 and with the FSx kinds (config/storage.py)",
+        "storage.mirror.bucketName": "an S3 bucket name (3-63 lowercase letters, digits, dots, hyphens); required with "
+        "create false (config/storage.py)",
+        "storage.mirror.prefix": "relative, without '..' (config/storage.py)",
+        "storage.fsx.deploymentType": f"{', '.join(fsx.DEPLOYMENT_TYPES)} (config/storage.py)",
+        "storage.fsx.throughputPerTib": f"per deployment type: {tiers} (config/storage.py)",
+        "storage.fsx.capacityGib": f"{first_sizes}, then multiples of {fsx.CAPACITY_STEP_GIB}; holds the weights "
+        "(config/storage.py)",
+        "storage.fsx.efa": "PERSISTENT_2 only (config/storage.py)",
+        "storage.fsx.metadataIops": f"{iops}, then multiples of {fsx.METADATA_IOPS_STEP}; PERSISTENT_2 only "
+        "(config/storage.py)",
+        "vllm.imageTag": "letters, digits, '_', '.', '-', at most 128; not with vllm.image (config/vllm.py)",
+        "vllm.image": "name:tag or name@sha256:digest of the target's image family; a build known not to serve the "
+        "model is refused (engine.py)",
+        "vllm.decodeContextParallelSize": "divides the tensor-parallel size (config/vllm.py)",
+        "vllm.maxModelLen": "at most the model's context (config/vllm.py)",
+        "vllm.kvCacheDtype": "ROCm targets: auto or bfloat16 (config/vllm.py)",
+        "vllm.gpuMemoryUtilization": "leaves memory for the KV cache; with DCP, twice the DCP workspace outside "
+        "(config/vllm.py, sizing.py)",
+        "vllm.extraArgs": f"none of {', '.join(sorted(TOOLKIT_FLAGS))} (config/vllm.py)",
+        "kubernetes.namespace": "a DNS label; not on aws-ec2 (config/kubernetes.py)",
+        "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
+        "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "
+        "(config/kubernetes.py, k8s_schema.py)",
+        "kubernetes.tolerations": "Kubernetes Toleration objects (k8s_schema.py)",
+        "kubernetes.allowedNamespaces": "DNS labels (config/kubernetes.py)",
+        "kubernetes.allowedCidrs": f"{client}; on the kubernetes platform with clusterCidrs (config/network.py)",
+        "kubernetes.clusterCidrs": "CIDR blocks; kubernetes platform only (config/network.py)",
+        "kubernetes.nvmeHostPath": "absolute, without '..', outside the node's own state (kubelet, runtime, logs) "
+        "(config/kubernetes.py)",
+        "kubernetes.adminRoleArns": "IAM role or user ARNs, each once; aws-eks only (config/kubernetes.py)",
+        "kubernetes.eksVersion": f"one of {', '.join(EKS_VERSIONS)} still supported at the run's clock and new enough "
+        "for DRA; past standard support only with eksSupportType EXTENDED; aws-eks only (config/kubernetes.py)",
+        "autoscaling.enabled": "aws-eks and kubernetes only; needs a Prometheus (observability.prometheusNamespace or "
+        "prometheusUrl) (config/scaling.py)",
+        "autoscaling.minReplicas": "0 needs autoscaling.schedule (config/scaling.py)",
+        "autoscaling.maxReplicas": "at least minReplicas and compute.replicas (config/scaling.py)",
+        "autoscaling.controller": "hpa needs prometheus-adapter in kubernetes.installedAddons (config/scaling.py)",
+        "autoscaling.schedule": "controller keda only (config/scaling.py)",
+        "autoscaling.schedule[].start": "5 cron fields (config/scaling.py)",
+        "autoscaling.schedule[].end": "5 cron fields (config/scaling.py)",
+        "autoscaling.schedule[].timezone": "an IANA time zone (config/scaling.py)",
+        "autoscaling.scaleDownDelaySeconds": "more than the modelled scale-up time (scaling.py)",
+        "observability.prometheusNamespace": "a DNS label; aws-eks and kubernetes only (config/scaling.py)",
+        "observability.grafanaNamespace": "a DNS label; aws-eks and kubernetes only (config/scaling.py)",
+        "observability.prometheusUrl": "an http(s) URL without credentials (config/scaling.py)",
+        "observability.prometheusPodLabels": "Kubernetes labels (config/scaling.py)",
+        "observability.monitorLabels": "Kubernetes labels (config/scaling.py)",
+    }
+
+
+# --- probes: a change per key, on the stacks where it applies --------------------------------------
+
+# A candidate value, or a function of the stack's current value that returns one.
+Candidate = Any | Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How to change one key to derive what the change forces.
+
+    Attributes:
+        candidates: values tried in order on each stack; the first that differs from the stack's
+            value (under ``base``) and is valid is used. A callable gets the current value.
+        also: other keys set with it (``{"compute.capacity.reservationId": "cr-..."}``) when the
+            key cannot change alone.
+        base: the name of the ``SETTINGS`` entry set in both renders, to put the stack where the
+            key applies (None: the stack as it is).
+        stacks: where to try it (default every stack in ``stacks/``).
+        change_key: the key the candidates set, when not the row's own (a list item's field is
+            changed through the whole list).
+    """
+
+    candidates: tuple[Candidate, ...]
+    also: Mapping[str, Any] = field(default_factory=dict)
+    base: str | None = None
+    stacks: tuple[str, ...] | None = None
+    change_key: str | None = None
+
+
+def _add(item: Any) -> Callable[[Any], Any]:
+    """A candidate: the current list with ``item`` appended."""
+    def add(current: Any) -> Any:
+        return [*(current or ()), item]
+    return add
+
+
+def _merge(entries: Mapping[str, Any]) -> Callable[[Any], Any]:
+    """A candidate: the current map with ``entries`` set."""
+    def merge(current: Any) -> Any:
+        return {**(current or {}), **entries}
+    return merge
+
+
+_WINDOW = {"start": "0 8 * * 1-5", "end": "0 20 * * 1-5", "timezone": "Europe/Berlin"}
+_OPERATOR = {"observability.prometheusNamespace": "monitoring", "kubernetes.installedAddons": ["prometheus-operator"]}
+_SCALING = {**_OPERATOR, "autoscaling.enabled": True, "autoscaling.maxReplicas": 4}
+_MI355X_ADDONS = ["amd-gpu-operator", "prometheus-operator"]
+_SUBNETS = ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
+_AWS = ("b300", "b300-prod", "gb300")
+_EKS = ("b300-prod", "gb300")
+_ENGINE_IMAGES = ("vllm/vllm-openai:nightly-" + SAMPLE_COMMIT, "vllm/vllm-openai-rocm:nightly-" + SAMPLE_COMMIT)
+_CUSTOM_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/vllm-efa:nightly-" + SAMPLE_COMMIT
+
+# Settings a probe's change is made in (set in both renders), by the name the page shows.
+SETTINGS: Mapping[str, Mapping[str, Any]] = {
+    "pinned": {"model.revision": SAMPLE_COMMIT},
+    "custom image": {"vllm.image": _CUSTOM_IMAGE},
+    "existing VPC": {"network.vpcId": "vpc-0123456789abcdef0", "network.privateSubnetIds": _SUBNETS},
+    "FSx": {"storage.kind": "nvme-from-fsx"},
+    "FSx 4800": {"storage.kind": "nvme-from-fsx", "storage.fsx.capacityGib": 4800},
+    "PVC": {"storage.kind": "pvc", "storage.existingClaim": "kimi-weights", "storage.readGBps": 5.0},
+    "EKS 1.34": {"kubernetes.eksVersion": "1.34"},
+    "cluster CIDRs": {"kubernetes.allowedCidrs": ["10.0.0.0/8"], "kubernetes.clusterCidrs": ["10.244.0.0/16"]},
+    "operator": _OPERATOR,
+    "autoscaling": _SCALING,
+    "autoscaling + adapter": {**_SCALING, "kubernetes.installedAddons": ["prometheus-operator", "prometheus-adapter"]},
+    "adapter": {"kubernetes.installedAddons": [*_MI355X_ADDONS, "prometheus-adapter"]},
+    "window": {**_SCALING, "autoscaling.schedule": [_WINDOW]},
+}
+
+# Keys with no other valid value on any stack here: what a change forces cannot be derived.
+NOT_DERIVABLE: Mapping[str, str] = {
+    "model.profile": "one model profile exists",
+    "model.licenseAcknowledged": "true is the only valid value",
+    "compute.instanceType": "each target has one instance type",
+    "compute.amiArchitecture": "the only valid value is the instance type's architecture",
+}
+
+PROBES: Mapping[str, tuple[Probe, ...]] = {
+    "target": (Probe(("b200", "gb300"), also={"compute.capacity.type": "capacity-block"}, stacks=("b300-prod",)),),
+    "platform": (Probe(("aws-eks",), stacks=("b300",)),),
+    "environment": (Probe(("staging", "trial"), base="pinned"),),
+    "owner": (Probe(("ml-research",)),),
+    "expiresAt": (Probe(("2026-12-03T00:00:00Z",)),),
+    "trialTtlHours": (Probe((48, 72)),),
+    "protect": (Probe((True, False)),),
+    "phase": (Probe(("stage", "serve")),),
+    "model.source": (Probe(("modelscope",)),),
+    "model.revision": (Probe((SAMPLE_COMMIT, SAMPLE_COMMIT[::-1])),),
+    "model.servedModelName": (Probe(("kimi-k3",)),),
+    "compute.availabilityZone": (Probe(("us-east-1c", "us-east-1a"), stacks=("b300",)),),
+    "compute.replicas": (Probe((2, 1)),),
+    "compute.efa": (Probe((True,), base="custom image"),),
+    "compute.capacity.type": (
+        Probe(("odcr",), also={"compute.capacity.reservationId": "cr-0123456789abcdef0",
+                               "compute.capacity.availabilityZone": "us-east-1a"}, stacks=("b300",)),
+        Probe(("on-demand",), also={"compute.capacity.reservationId": None}, stacks=("b300-prod",)),
+    ),
+    "compute.capacity.reservationId": (Probe(("cr-0fedcba9876543210",), stacks=_EKS),),
+    "compute.capacity.availabilityZone": (
+        Probe(("us-east-1a",), also={"compute.availabilityZone": "us-east-1a"}, stacks=("b300-prod",)),
+        Probe(("us-east-1c",), stacks=("gb300",)),
+    ),
+    "compute.capacity.endsAt": (Probe(("2026-12-10T00:00:00Z",), stacks=("gb300",)),),
+    "compute.capacity.usdPerHour": (Probe((100.0,)),),
+    "compute.capacity.blockInstances": (Probe((36,)),),
+    "compute.rootVolumeGib": (Probe((600,)),),
+    "compute.weightsRetry.attempts": (Probe((5,), stacks=("b300",)),),
+    "compute.weightsRetry.delaySeconds": (Probe((300,), stacks=("b300",)),),
+    "compute.amiId": (
+        Probe(("ami-0123456789abcdef0",), also={"compute.amiArchitecture": "x86_64"}, stacks=("b300", "b300-prod")),
+        Probe(("ami-0123456789abcdef0",), also={"compute.amiArchitecture": "arm64"}, stacks=("gb300",)),
+    ),
+    "compute.usdPerHour": (Probe((150.0,)),),
+    "network.vpcId": (
+        Probe(("vpc-0123456789abcdef0",), also={"network.privateSubnetIds": _SUBNETS}),
+    ),
+    "network.privateSubnetIds": (
+        Probe((["subnet-0aaaaaaaaaaaaaaa0", "subnet-0bbbbbbbbbbbbbbb0"],),
+              base="existing VPC"),
+    ),
+    "network.vpcCidr": (Probe(("10.50.0.0/16",)),),
+    "network.allowedCidrs": (Probe((_add("192.168.0.0/16"),)),),
+    "network.allowedSecurityGroupIds": (Probe((["sg-0123456789abcdef0"],)),),
+    "network.s3GatewayEndpoint": (Probe((False,)),),
+    "network.apiServerPublicCidrs": (Probe((["203.0.113.0/24"],)),),
+    "network.apiServerPrivateOnly": (Probe((True,)),),
+    "storage.kind": (
+        Probe(("fsx", "nvme"), stacks=_AWS),
+        Probe(("pvc",), also={"storage.existingClaim": "kimi-weights", "storage.readGBps": 5.0}, stacks=("mi355x",)),
+    ),
+    "storage.readGBps": (Probe((1.0,)),),
+    "storage.existingClaim": (
+        Probe(("kimi-weights-2",), base="PVC"),
+    ),
+    "storage.mirror.enabled": (Probe((False, True)),),
+    "storage.mirror.bucketName": (Probe(("kimi-weights-mirror-example",)),),
+    "storage.mirror.create": (Probe((False,), also={"storage.mirror.bucketName": "kimi-weights-mirror-example"}),),
+    "storage.mirror.prefix": (Probe(("weights",)),),
+    "storage.mirror.endpointUrl": (Probe(("http://minio.storage.svc:9000",)),),
+    "storage.fsx.deploymentType": (Probe(("SCRATCH_2",), base="FSx"),),
+    "storage.fsx.throughputPerTib": (Probe((500,), base="FSx"),),
+    "storage.fsx.capacityGib": (
+        Probe((4800,), base="FSx"),
+        Probe((2400,), base="FSx 4800"),
+    ),
+    "storage.fsx.headroomFraction": (Probe((1.0,), base="FSx"),),
+    "storage.fsx.efa": (Probe((True,), base="FSx"),),
+    "storage.fsx.metadataIops": (Probe((12000,), base="FSx"),),
+    "storage.fsx.importWaitSeconds": (Probe((3600,), base="FSx"),),
+    "vllm.imageTag": (Probe(("nightly-" + SAMPLE_COMMIT,)),),
+    "vllm.image": (Probe(_ENGINE_IMAGES),),
+    "vllm.port": (Probe((8080,)),),
+    "vllm.decodeContextParallelSize": (Probe((8, 1)),),
+    "vllm.maxModelLen": (Probe((262144,)),),
+    "vllm.kvCacheDtype": (Probe(("fp8_e4m3", "bfloat16")),),
+    "vllm.gpuMemoryUtilization": (Probe((0.9,)),),
+    "vllm.enablePrefixCaching": (Probe((False,)),),
+    "vllm.extraArgs": (Probe((["--max-num-seqs", "64"],)),),
+    "kubernetes.namespace": (Probe(("kimi-prod",)),),
+    "kubernetes.installedAddons": (
+        Probe((_add("nvidia-device-plugin"),), stacks=_EKS),
+        Probe((_add("keda"),), stacks=("mi355x",)),
+    ),
+    "kubernetes.nodeSelector": (Probe((_merge({"pool": "gpu"}),)),),
+    "kubernetes.tolerations": (
+        Probe((_add({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}),)),
+    ),
+    "kubernetes.serviceType": (Probe(("internal-nlb", "ClusterIP")),),
+    "kubernetes.allowedNamespaces": (Probe((_add("batch"),)),),
+    "kubernetes.allowedCidrs": (
+        Probe((["10.30.0.0/16"],), stacks=_EKS),
+        Probe((["10.30.0.0/16"],), also={"kubernetes.clusterCidrs": ["10.244.0.0/16"]}, stacks=("mi355x",)),
+    ),
+    "kubernetes.clusterCidrs": (
+        Probe((["10.244.0.0/16", "10.96.0.0/12"],),
+              base="cluster CIDRs"),
+    ),
+    "kubernetes.nvmeHostPath": (Probe(("/mnt/nvme1",)),),
+    "kubernetes.context": (Probe(("mi355x-admin",)),),
+    "kubernetes.adminRoleArns": (Probe(([ROLE_ARN],)),),
+    "kubernetes.eksVersion": (Probe(("1.35",), base="EKS 1.34"),),
+    "kubernetes.eksSupportType": (Probe(("EXTENDED",)),),
+    "autoscaling.enabled": (
+        Probe((True,), base="operator", stacks=_EKS),
+        Probe((False,), stacks=("mi355x",)),
+    ),
+    "autoscaling.minReplicas": (
+        Probe((2,), base="autoscaling", stacks=_EKS),
+        Probe((0,), base="window"),
+    ),
+    "autoscaling.maxReplicas": (Probe((3,), base="autoscaling"),),
+    "autoscaling.controller": (
+        Probe(("hpa",), base="autoscaling + adapter",
+              stacks=_EKS),
+        Probe(("hpa",), base="adapter", stacks=("mi355x",)),
+    ),
+    "autoscaling.schedule": (Probe(([_WINDOW],), base="autoscaling"),),
+    "autoscaling.schedule[].start": (
+        Probe(([{**_WINDOW, "start": "0 7 * * 1-5"}],), base="window", change_key="autoscaling.schedule"),
+    ),
+    "autoscaling.schedule[].end": (
+        Probe(([{**_WINDOW, "end": "0 22 * * 1-5"}],), base="window", change_key="autoscaling.schedule"),
+    ),
+    "autoscaling.schedule[].timezone": (
+        Probe(([{**_WINDOW, "timezone": "Asia/Shanghai"}],), base="window", change_key="autoscaling.schedule"),
+    ),
+    "autoscaling.queuePerReplica": (Probe((8.0,), base="autoscaling"),),
+    "autoscaling.kvCacheUsageTarget": (Probe((0.9,), base="autoscaling"),),
+    "autoscaling.scaleDownDelaySeconds": (Probe((86_400,), base="autoscaling"),),
+    "observability.prometheusNamespace": (Probe(("observability",)),),
+    "observability.prometheusUrl": (Probe(("http://prometheus.monitoring.svc:9090",)),),
+    "observability.grafanaNamespace": (Probe(("grafana",)),),
+    "observability.alerts": (Probe((False,), base="operator"),),
+    "observability.gpuExporter": (Probe((False,), base="operator"),),
+    "observability.prometheusPodLabels": (Probe(({"app": "prometheus"},), base="operator"),),
+    "observability.monitorLabels": (Probe(({"release": "prometheus"},), base="operator"),),
+    "observability.queueAlertMinutes": (Probe((20,), base="operator"),),
+    "observability.kvCacheAlertFraction": (Probe((0.9,), base="operator"),),
+    "timeToReady.infrastructureSeconds": (Probe((900.0,)),),
+    "timeToReady.instanceBootSeconds": (Probe((300.0,)),),
+    "timeToReady.imagePullSeconds": (Probe((200.0,)),),
+    "timeToReady.copyGBps": (Probe((2.0,)),),
+    "timeToReady.engineInitSeconds": (Probe((3600.0,)),),
+    "timeToReady.engineInitCachedSeconds": (Probe((300.0,)),),
+    "timeToReady.stagerBootSeconds": (Probe((300.0,)),),
+    AWS_REGION: (Probe(("us-west-2",), also={"compute.availabilityZone": "us-west-2a"}, stacks=("b300",)),),
+}
+
+
+# --- deriving: render, change, diff --------------------------------------------------------------
+
+
+def overlay_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"compute.capacity.type": "odcr"}`` as a config overlay of full keys
+    (``{"kimi-deploy:compute": {"capacity": {"type": "odcr"}}}``); keys with a namespace stay whole."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if ":" in key:
+            out[key] = value
+            continue
+        head, *rest = key.split(".")
+        if not rest:
+            out[f"{NAMESPACE}:{head}"] = value
+            continue
+        node = out.setdefault(f"{NAMESPACE}:{head}", {})
+        for part in rest[:-1]:
+            node = node.setdefault(part, {})
+        node[rest[-1]] = value
+    return out
+
+
+@contextmanager
+def _overlay(values: Mapping[str, Any]) -> Iterator[None]:
+    """``KIMI_DEPLOY_CONFIG_OVERLAY`` set to ``values`` (an overlay the caller's environment may
+    hold is replaced, so every render sees the stack file and ``values`` only)."""
+    previous = os.environ.get(CONFIG_OVERLAY_ENV)
+    os.environ[CONFIG_OVERLAY_ENV] = json.dumps(overlay_of(values))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(CONFIG_OVERLAY_ENV, None)
+        else:
+            os.environ[CONFIG_OVERLAY_ENV] = previous
+
+
+def current_value(stack: str, base: Mapping[str, Any], key: str) -> Any:
+    """The value of ``key`` on ``stack`` under ``base`` (JSON-like: lists, maps, scalars).
+
+    Raises:
+        ConfigError: the stack under ``base`` is not valid.
+    """
+    with _overlay(base):
+        spec = load_stack(stack, now=NOW)
+    if key == AWS_REGION:
+        return spec.config.region
+    node: Any = spec.config.model_dump(by_alias=True, mode="json")
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+class Deriver:
+    """Renders stacks (cached by stack and overlay: the unchanged renders are shared between keys)
+    and diffs them; ``renders`` counts the renders made."""
+
+    def __init__(self) -> None:
+        self._docs: dict[tuple[str, str], dict[str, Any] | ConfigError] = {}
+        self.renders = 0
+
+    def render(self, stack: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The plan document of ``stack`` with ``values`` set.
+
+        Raises:
+            ConfigError: the program refuses the config.
+        """
+        from scripts.ops.plan import build_plan_document
+
+        cache_key = (stack, json.dumps(values, sort_keys=True))
+        if cache_key not in self._docs:
+            self.renders += 1
+            try:
+                with _overlay(values):
+                    self._docs[cache_key] = build_plan_document(stack, now=NOW)
+            except ConfigError as err:
+                self._docs[cache_key] = err
+        doc = self._docs[cache_key]
+        if isinstance(doc, ConfigError):
+            raise doc
+        return doc
+
+    def case(self, stack: str, key: str, probe: Probe) -> dict[str, Any]:
+        """One stack's result for ``probe`` of ``key``: ``{stack, base?, change, forces}`` or, where
+        the key does not apply, ``{stack, base?, refused: <the error>}`` (not stored)."""
+        from scripts.ops.diff.engine import diff_documents
+
+        entry: dict[str, Any] = {"stack": stack}
+        base = SETTINGS[probe.base] if probe.base else {}
+        if probe.base:
+            entry["base"] = probe.base
+        try:
+            base_doc = self.render(stack, base)
+            current = current_value(stack, base, probe.change_key or key)
+        except ConfigError as err:
+            return {**entry, "refused": f"base: {err}"}
+        last = "no candidate differs from the stack's value"
+        for candidate in probe.candidates:
+            value = candidate(current) if callable(candidate) else candidate
+            if value == current:
+                continue
+            change = {probe.change_key or key: value, **probe.also}
+            try:
+                doc = self.render(stack, {**base, **change})
+            except ConfigError as err:
+                last = str(err)
+                continue
+            return {**entry, "change": change, "forces": forces_of(diff_documents(base_doc, doc))}
+        return {**entry, "refused": last}
+
+
+FORCE_KINDS: tuple[str, ...] = ("replaces", "recycles", "disrupts", "adds", "removes", "updates")
+
+
+def forces_of(diff: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``pulumi up`` does to the resources in a plan diff (``scripts.ops.diff.engine``), empty
+    kinds left out: ``replaces``, ``recycles`` (node groups rolled), ``disrupts`` (other
+    disruptive in-place updates: stop/start, pods recreated, a new launch-template version) as
+    sorted ``"<type token> <name>"``; ``adds``, ``removes`` and ``updates`` (quiet in-place
+    updates) as counts."""
+    from scripts.ops.diff.rules import RECYCLED_ON_UPDATE
+
+    def name(entry: Mapping[str, Any]) -> str:
+        return f"{entry['type']} {entry['name']}"
+
+    changed = diff["changed"]
+    found = {
+        "replaces": sorted(name(c) for c in changed if c["action"] == "replace"),
+        "recycles": sorted(name(c) for c in changed if c["action"] != "replace" and c["disruptive"]
+                           and c["type"] in RECYCLED_ON_UPDATE),
+        "disrupts": sorted(name(c) for c in changed if c["action"] != "replace" and c["disruptive"]
+                           and c["type"] not in RECYCLED_ON_UPDATE),
+        "adds": len(diff["added"]),
+        "removes": len(diff["removed"]),
+        "updates": sum(1 for c in changed if not c["disruptive"]),
+    }
+    return {kind: value for kind, value in found.items() if value}
+
+
+def derivable_keys() -> list[str]:
+    """Every key the reference has a row for: the model's and ``aws:region``."""
+    return [row.key for row in config_keys()] + [AWS_REGION]
+
+
+def derive(
+    keys: Sequence[str], stacks: Sequence[str] | None = None, deriver: Deriver | None = None
+) -> tuple[dict[str, Any], Deriver]:
+    """``{key: [case, ...]}`` for ``keys`` (``Deriver.case`` on each probe's stacks, the cases
+    where the key applies; keys in ``NOT_DERIVABLE`` as ``{"not_derived": why}``) and the
+    ``Deriver`` (a new one unless given: pass one to share its renders).
+
+    Raises:
+        UsageError: a key with no probe and no reason, or a probe refused on every stack.
+    """
+    stacks = list(stacks or stack_names())
+    deriver = deriver or Deriver()
+    out: dict[str, Any] = {}
+    broken: list[str] = []
+    for key in keys:
+        if key in NOT_DERIVABLE:
+            out[key] = {"not_derived": NOT_DERIVABLE[key]}
+            continue
+        if key not in PROBES:
+            broken.append(f"{key}: no probe (add one to PROBES, or a reason to NOT_DERIVABLE)")
+            continue
+        cases = [deriver.case(stack, key, probe) for probe in PROBES[key] for stack in (probe.stacks or stacks)]
+        applied = [c for c in cases if "forces" in c]
+        if not applied:
+            broken.append(f"{key}: every probe was refused ({cases[-1]['refused']})")
+        out[key] = applied
+    if broken:
+        raise UsageError(f"{len(broken)} key(s) cannot be derived, fix scripts/dev/config_reference.py: " + "; ".join(broken))
+    return out, deriver
+
+
+# --- the derivation file ---------------------------------------------------------------------------
+
+
+def forces_document(derived: Mapping[str, Any]) -> str:
+    """The derivation file's text (``{generated_by, now, settings, keys}``): one key per block, one
+    case per line (small diffs). ``settings``: the ``SETTINGS`` the cases name."""
+    lines = [
+        "{",
+        f'  "generated_by": {json.dumps(COMMAND + " --derive")},',
+        f'  "now": "{format_utc(NOW)}",',
+        f'  "settings": {json.dumps(SETTINGS, sort_keys=True)},',
+        '  "keys": {',
+    ]
+    keys = list(derived)
+    for i, key in enumerate(keys):
+        value = derived[key]
+        end = "," if i < len(keys) - 1 else ""
+        if isinstance(value, Mapping):
+            lines.append(f"    {json.dumps(key)}: {json.dumps(value, sort_keys=True)}{end}")
+            continue
+        lines.append(f"    {json.dumps(key)}: [")
+        lines.extend(f"      {json.dumps(case, sort_keys=True)}{',' if j < len(value) - 1 else ''}"
+                     for j, case in enumerate(value))
+        lines.append(f"    ]{end}")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def read_forces(path: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The stored derivation (default ``FORCES_PATH``): ``({key: cases}, settings)`` (empty when the
+    file does not exist)."""
+    path = path or FORCES_PATH
+    if not path.is_file():
+        return {}, {}
+    doc = json.loads(path.read_text())
+    return dict(doc["keys"]), dict(doc.get("settings", {}))
+
+
+# --- the page --------------------------------------------------------------------------------------
+
+
+def short_name(resource: str) -> str:
+    """``"aws:ec2/instance:Instance gpu-instance"`` -> ``"Instance gpu-instance"`` (the page's form)."""
+    token, _, name = resource.partition(" ")
+    return f"{token.rsplit(':', 1)[-1]} {name}"
+
+
+def effect_text(forces: Mapping[str, Any]) -> str:
+    """One stack's effect in words: ``**replaces** `Instance gpu-instance`; updates 2 in place``."""
+    parts = []
+    for kind in ("replaces", "recycles", "disrupts"):
+        if forces.get(kind):
+            verb = f"**{kind}**" if kind != "disrupts" else kind
+            parts.append(f"{verb} " + ", ".join(f"`{short_name(r)}`" for r in forces[kind]))
+    for kind in ("adds", "removes"):
+        if forces.get(kind):
+            parts.append(f"{kind} {forces[kind]} resource{'s' if forces[kind] > 1 else ''}")
+    if forces.get("updates"):
+        parts.append(f"updates {forces['updates']} in place")
+    return "; ".join(parts) or "no resource change"
+
+
+def _change_label(key: str, case: Mapping[str, Any]) -> str:
+    """The change a case made, as YAML: the row's own value first (``500``), then the other keys
+    set with it in key order (``key: value``); ``in *<setting>*`` for its base."""
+    change = case["change"]
+    parts = [f"`{yaml_value(change[key])}`"] if key in change else []
+    parts += [f"`{k}: {yaml_value(change[k])}`" for k in sorted(change) if k != key]
+    label = ", ".join(parts)
+    if case.get("base"):
+        label += f" in *{case['base']}*"
+    return label
+
+
+def forces_text(key: str, cases: Any) -> str:
+    """The "a change forces" cell of ``key``: per change tried, the stacks with the same effect
+    together; ``not derived: why`` where no other value is valid."""
+    if cases is None:
+        return f"not derived yet (run {COMMAND} --derive {key})"
+    if isinstance(cases, Mapping):
+        return f"not derived: {cases['not_derived']}"
+    by_label: dict[str, dict[str, list[str]]] = {}
+    for case in cases:
+        effects = by_label.setdefault(_change_label(key, case), {})
+        effects.setdefault(effect_text(case["forces"]), []).append(case["stack"])
+    return "<br>".join(
+        f"{label}: " + "; ".join(f"{', '.join(stacks)}: {effect}" for effect, stacks in effects.items())
+        for label, effects in by_label.items()
+    )
+
+
+def replacing_keys(derived: Mapping[str, Any]) -> list[str]:
+    """Keys whose derived change replaces a resource on some stack."""
+    return [k for k, cases in derived.items() if isinstance(cases, list) and any(c["forces"].get("replaces") for c in cases)]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _anchor(title: str) -> str:
+    return "".join(ch for ch in title.lower().replace(" ", "-") if ch.isalnum() or ch in "-_")
+
+
+def render_page(derived: Mapping[str, Any]) -> str:
+    """docs/configuration.md for the model and the stored derivation ``derived``."""
+    from components.core.config_reader import PROVIDER_NAMESPACES
+
+    rule_text = rules()
+    rows = config_keys()
+    sections = section_descriptions()
+    checked = ", ".join(f"`{k}`" for k in CHECKED_KEYS if k in derivable_keys())
+    intro = [
+        f"Generated from the typed config model (`components/core/config/raw.py`) by `{COMMAND}`; do not edit it "
+        "by hand: `tests/test_config_reference.py` fails when it is stale.",
+        "Keys live under `kimi-deploy:` in `stacks/Pulumi.<stack>.yaml`, or are set with `pulumi config set --path "
+        "kimi-deploy:<key> <value>` (e.g. `kimi-deploy:storage.fsx.throughputPerTib 500`). Every value is checked "
+        "before anything is declared: a bad one stops the plan and `pulumi up` with one line naming the key, the value "
+        "and what is allowed.",
+        "**A change forces** is derived, not written by hand. For each key, the value shown was set on each stack of "
+        "`stacks/` where it applies (grouped by effect; `in *setting*`: within one of the settings below, which put the "
+        "stack where the key matters); the real program was rendered under the mock engine before and after "
+        "(`scripts/ops/plan.py`), and the plan-diff engine (`scripts/ops/diff/`: the providers' replace-on-change rules) named "
+        "what `pulumi up` then replaces, recycles (node groups rolled), disrupts in place (a stop/start, pods "
+        "recreated, a new launch-template version), adds, removes or updates quietly. Changes `pulumi up` ignores "
+        "(`ignore_changes`) are left out. Resources are named `Type name`; the full type tokens are in "
+        f"`docs/configuration-forces.json`, which `{COMMAND} --derive` writes (a render per stack and change: too "
+        f"slow for every test run). The test derives {checked} again on every run and checks that every key has a "
+        "row in that file.",
+        "Settings some changes were made in (*name*: keys set before and after the change):",
+    ]
+    out = ["# Configuration reference", ""]
+    for paragraph in intro:
+        out += [*textwrap.wrap(paragraph, width=110, break_on_hyphens=False, break_long_words=False), ""]
+    out += [
+        *(f"- *{name}*: " + ", ".join(f"`{k}: {yaml_value(v)}`" for k, v in values.items()) for name, values in SETTINGS.items()),
+        "",
+        "## Contents",
+        "",
+    ]
+    titled = [(s, f"kimi-deploy:{s}" if s else "kimi-deploy (top level)") for s in sections]
+    out += [f"- [{title}](#{_anchor(title)})" for _, title in titled]
+    out += ["- [Secrets](#secrets)", "- [Other namespaces](#other-namespaces)", ""]
+    for section, title in titled:
+        out += [f"## {title}", ""]
+        if sections[section]:
+            out += [sections[section], ""]
+        out += [
+            "| key | type | default | allowed | description | a change forces |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in (r for r in rows if r.section == section):
+            out.append(
+                "| " + " | ".join(_cell(c) for c in (
+                    f"`{row.key}`", type_words(row.info.annotation), default_text(row), allowed_text(row, rule_text),
+                    row.description, forces_text(row.key, derived.get(row.key)),
+                )) + " |"
+            )
+        out.append("")
+    out += [
+        "## Secrets",
+        "",
+        "Set with `pulumi config set --secret kimi-deploy:<key>` (the stack file holds only their ciphertext,",
+        "`secure:`); never written in plain text in a stack file (the plan refuses it). The plan, its JSON and",
+        "the diff show `[secret]` in their place.",
+        "",
+        "| key | what it is |",
+        "|---|---|",
+    ]
+    out += [f"| `{key}` | {_cell(text)} |" for key, text in SECRETS.items()]
+    region = RawConfig.model_fields["region"]
+    out += [
+        "",
+        "## Other namespaces",
+        "",
+        "A stack file may also set these (`components/core/config_reader.py` checks the names; an unknown",
+        "namespace or provider key is refused with a suggestion).",
+        "",
+        "| key | what it is | a change forces |",
+        "|---|---|---|",
+        f"| `{AWS_REGION}` | {_cell(' '.join((region.description or '').split()))} Required on aws-ec2 and aws-eks: an "
+        "AWS region name that offers the instance type (targets.py offering facts; preflight asks AWS). | "
+        f"{_cell(forces_text(AWS_REGION, derived.get(AWS_REGION)))} |",
+    ]
+    for namespace, keys in PROVIDER_NAMESPACES.items():
+        if namespace == "pulumi":
+            text = "The engine's own settings (`pulumi:tags`, ...): not checked."
+        elif not keys:
+            text = f"The {namespace} provider: no keys."
+        else:
+            text = f"The {namespace} provider's own settings: " + ", ".join(f"`{k}`" for k in keys) + "."
+            if namespace == "aws":
+                text += " `aws:defaultTags` count against AWS's 50 tags per resource with the program's own."
+        out.append(f"| `{namespace}:*` | {_cell(text)} | |")
+    return "\n".join(out) + "\n"
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the checkout when inside it (``docs/configuration.md``)."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def stale_reason(derived: Mapping[str, Any], settings: Mapping[str, Any], page: str | None) -> str | None:
+    """Why the committed page or derivation is stale (one line), or None.
+
+    - the derivation's settings are not ``SETTINGS``;
+    - a key of the model (or ``aws:region``) has no row in the derivation, or a row names a key
+      the model no longer has;
+    - the page differs from ``render_page(derived)`` (keys, types, defaults, ranges, descriptions).
+    """
+    if json.loads(json.dumps(SETTINGS)) != settings:
+        return f"{_shown(FORCES_PATH)} was derived with other settings than SETTINGS (run {COMMAND} --derive)"
+    keys = derivable_keys()
+    missing = [k for k in keys if k not in derived]
+    if missing:
+        return (f"{_shown(FORCES_PATH)} has no row for {', '.join(missing)} "
+                f"(run {COMMAND} --derive {' '.join(missing)})")
+    extra = [k for k in derived if k not in keys]
+    if extra:
+        return (f"{_shown(FORCES_PATH)} has rows for keys the model lacks: {', '.join(extra)} "
+                f"(run {COMMAND} --derive)")
+    if page != render_page(derived):
+        return f"{_shown(DOC_PATH)} is stale (run {COMMAND})"
+    return None
+
+
+def make_parser() -> CliParser:
+    """The command line (one-line usage errors, exit 2)."""
+    parser = CliParser(
+        prog=prog_name("scripts/dev/config_reference.py"),
+        description="Write docs/configuration.md from the typed config model (components/core/config/raw.py) and the "
+        "stored derivation of what each key's change forces (docs/configuration-forces.json).",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--derive", nargs="*", metavar="KEY",
+        help="derive what a change forces again (a mock render per stack and change; it prints how many and the CPU "
+        "time), for every key or the KEYs named, store it in docs/configuration-forces.json, then write the page",
+    )
+    mode.add_argument(
+        "--check", action="store_true",
+        help="write nothing; exit 1 with one line when the page or the stored derivation is stale",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write, derive or check (see the module docstring). Returns the exit code."""
+    args = make_parser().parse_args(argv)
+    derived, settings = read_forces()
+    if args.check:
+        reason = stale_reason(derived, settings, DOC_PATH.read_text() if DOC_PATH.is_file() else None)
+        if reason:
+            print(f"stale: {reason}", file=sys.stderr)
+            return EXIT_CHECK_FAILED
+        return EXIT_OK
+    if args.derive is not None:
+        keys = args.derive or derivable_keys()
+        unknown = [k for k in keys if k not in derivable_keys()]
+        if unknown:
+            raise UsageError(f"--derive: {', '.join(unknown)} is not a key of the model (keys: see {DOC_PATH.name})")
+        start = time.process_time()
+        fresh, deriver = derive(keys)
+        cpu = time.process_time() - start
+        derived = {k: (fresh[k] if k in fresh else derived[k]) for k in derivable_keys() if k in fresh or k in derived}
+        FORCES_PATH.write_text(forces_document(derived))
+        print(f"derived {len(keys)} keys with {deriver.renders} renders in {cpu:.1f} s CPU; "
+              f"wrote {_shown(FORCES_PATH)}", file=sys.stderr)
+    DOC_PATH.write_text(render_page(derived))
+    rows = derivable_keys()
+    print(f"wrote {_shown(DOC_PATH)}: {len(rows)} keys, {len(replacing_keys(derived))} whose change "
+          f"replaces a resource, {len(SECRETS)} secrets", file=sys.stderr)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,294 @@
+"""Shared command-line helpers: exit codes, one-line errors, check statuses, rich tables vs --json.
+
+The project's convention: exit 0 ok / 1 a check failed / 2 usage or config error, and no traceback for
+a user's mistake. A script's ``main(argv) -> int`` raises ``UsageError`` (or the core's
+``ConfigError``) for mistakes; ``run_cli(main)`` turns them into one line on stderr and exit 2::
+
+    if __name__ == "__main__":
+        sys.exit(run_cli(main))
+
+Only the standard library is imported at module level; rich is imported when a table is drawn.
+Importing this module first (every script does, before any third-party import) installs
+``missing_module_hook``: run without the project's virtualenv, a script prints how to set it up
+(``make setup``) and exits 2 instead of a ``ModuleNotFoundError`` traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TextIO
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+# Check statuses, worst last. Only FAIL makes a run exit 1.
+PASS, SKIP, UNKNOWN, WARN, FAIL = "pass", "skip", "unknown", "warn", "fail"
+STATUSES: tuple[str, ...] = (PASS, SKIP, UNKNOWN, WARN, FAIL)
+_STATUS_STYLES = {PASS: "green", SKIP: "dim", UNKNOWN: "cyan", WARN: "yellow", FAIL: "bold red"}
+
+
+# The program name the dispatcher (scripts/cli.py) puts in sys.argv[0]: "kimi-deploy <command>".
+DISPATCHED_PREFIX = "kimi-deploy "
+
+
+def prog_name(script: str) -> str:
+    """The ``prog`` of a script's parser: ``kimi-deploy <command>`` when run through the
+    ``kimi-deploy`` command (``scripts/cli.py`` sets ``sys.argv[0]``), else ``script`` (e.g.
+    ``scripts/ops/plan.py``), so ``--help`` and usage errors name the command the user typed."""
+    first = sys.argv[0] if sys.argv else ""
+    return first if first.startswith(DISPATCHED_PREFIX) else script
+
+
+class UsageError(Exception):
+    """The command line is wrong (exit 2). ``str(err)`` is one line naming the flag."""
+
+
+class CliParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` for every script here.
+
+    - Flags must be spelled out: ``allow_abbrev=False``, so ``--api-key sk-x`` is rejected
+      instead of being taken as ``--api-key-env``.
+    - A usage error is ONE line on stderr, ``error: <message> (see --help)``, and exit 2 (no
+      multi-line usage block). Values of unrecognized arguments are left out of the message:
+      they may be secrets typed as the wrong flag (only the flag names are echoed).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {one_line(usage_message(message))} (see --help)\n")
+
+
+def usage_message(message: str) -> str:
+    """argparse's ``message`` with the values of unrecognized arguments dropped (flag names kept)."""
+    head = "unrecognized arguments: "
+    if not message.startswith(head):
+        return message
+    tokens = message[len(head):].split()
+    flags = [token.split("=", 1)[0] for token in tokens if token.startswith("-")]
+    hidden = sum(1 for token in tokens if not token.startswith("-") or "=" in token)
+    shown = " ".join(flags) if flags else "(no flag)"
+    return f"unrecognized arguments: {shown}" + (f" ({hidden} value(s) not shown)" if hidden else "")
+
+
+def one_line(text: object) -> str:
+    """``text`` as a single line (newlines folded), for error messages and table cells."""
+    return " ".join(str(text).split())
+
+
+def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Run ``main(argv)`` and map user mistakes to exit 2 with one line on stderr.
+
+    ``UsageError`` and the core's ``ConfigError`` print ``error: <message>``; Ctrl-C exits 130;
+    ``SystemExit`` from argparse (``--help``, bad flags) passes its code through. Any other
+    exception is a bug and keeps its traceback.
+    """
+    from components.core.config import ConfigError
+
+    try:
+        return int(main(argv) or 0)
+    except (UsageError, ConfigError) as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as err:
+        if not _is_third_party(err):
+            raise
+        print(missing_module_message(err), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def exit_code(statuses: Iterable[str]) -> int:
+    """``EXIT_CHECK_FAILED`` when any status is ``fail``, else ``EXIT_OK``."""
+    return EXIT_CHECK_FAILED if any(s == FAIL for s in statuses) else EXIT_OK
+
+
+def print_json(data: Any, file: TextIO | None = None) -> None:
+    """``data`` as indented JSON on stdout (datetimes and other objects via ``str``)."""
+    print(json.dumps(data, indent=2, default=str), file=file or sys.stdout)
+
+
+def styled_status(status: str) -> str:
+    """Rich markup for a check status (``[green]pass[/]``)."""
+    return f"[{_STATUS_STYLES.get(status, 'white')}]{status}[/]"
+
+
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    status_column: int | None = None,
+    caption: str | None = None,
+    file: TextIO | None = None,
+) -> None:
+    """Draw a rich table for people. ``status_column`` (index) gets the status colours."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        cells = ["" if cell is None else str(cell) for cell in row]
+        if status_column is not None:
+            cells[status_column] = styled_status(cells[status_column])
+        table.add_row(*cells)
+    Console(file=file or sys.stdout, width=_width()).print(table)
+
+
+def _width() -> int | None:
+    """Terminal width, or 120 columns when stdout is not a terminal (logs, pipes)."""
+    return None if sys.stdout.isatty() else 120
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts: "ok" only when the checks ran
+
+
+def status_counts(statuses: Iterable[str]) -> dict[str, int]:
+    """How many checks ended in each status: ``{"pass": 3, "skip": 8, ...}`` (every status, 0s kept)."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+_COUNT_WORDS = {PASS: "passed", WARN: "warned", FAIL: "failed", UNKNOWN: "unknown", SKIP: "skipped"}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``"3 passed, 1 warned, 8 skipped"``: the non-zero counts, failures first."""
+    order = (FAIL, PASS, WARN, UNKNOWN, SKIP)
+    return ", ".join(f"{counts[s]} {_COUNT_WORDS[s]}" for s in order if counts.get(s)) or "no checks"
+
+
+def verdict(counts: dict[str, int]) -> tuple[str, int]:
+    """The one-line result of a run of checks and its exit code.
+
+    - any ``fail``: ``"FAILED (1 failed, 3 passed, ...)"``, exit 1;
+    - nothing passed, warned or failed (every check skipped or unknown): ``"NOTHING CHECKED
+      (8 skipped, 3 unknown)"``, exit 2: there is no green light without a check that ran;
+    - every check passed or warned: ``"ok (11 passed)"``, exit 0;
+    - otherwise ``"nothing failed, but not everything was checked (3 passed, 8 skipped)"``, exit 0.
+    """
+    text = counts_text(counts)
+    if counts.get(FAIL):
+        return f"FAILED ({text})", EXIT_CHECK_FAILED
+    if not (counts.get(PASS) or counts.get(WARN)):
+        return f"NOTHING CHECKED ({text})", EXIT_USAGE
+    if counts.get(UNKNOWN) or counts.get(SKIP):
+        return f"nothing failed, but not everything was checked ({text})", EXIT_OK
+    return f"ok ({text})", EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# AWS sessions: one way for every script to read credentials and AWS_ENDPOINT_URL
+
+# Credentials used when AWS_ENDPOINT_URL is a local endpoint (moto) and none are configured.
+DUMMY_AWS_CREDENTIALS = ("testing", "testing")
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def local_aws_endpoint() -> str | None:
+    """``AWS_ENDPOINT_URL`` when it points at this machine (localhost, 127.0.0.0/8, ::1), else None."""
+    import os
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("AWS_ENDPOINT_URL", "")
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return None
+    return url if host in _LOCAL_HOSTS or host.startswith("127.") else None
+
+
+def aws_session(notes: list[str] | None = None) -> Any:
+    """A boto3 ``Session`` as every script here makes it (preflight, sweep).
+
+    Endpoints are left to botocore, which reads ``AWS_ENDPOINT_URL`` and the per-service
+    ``AWS_ENDPOINT_URL_<SERVICE>`` (and ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``) itself, so no
+    script passes ``endpoint_url`` (that would override the per-service variables). Source:
+    https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html. Credentials come
+    from boto3's usual chain; when there are none and ``AWS_ENDPOINT_URL`` is on this machine
+    (a local moto), dummy credentials are used and a line is appended to ``notes``.
+    """
+    import boto3
+
+    session = boto3.session.Session()
+    endpoint = local_aws_endpoint()
+    if endpoint and _aws_credentials(session) is None:
+        session = boto3.session.Session(aws_access_key_id=DUMMY_AWS_CREDENTIALS[0],
+                                        aws_secret_access_key=DUMMY_AWS_CREDENTIALS[1])
+        if notes is not None:
+            notes.append(f"no AWS credentials set: using dummy credentials for the local endpoint {endpoint}")
+    return session
+
+
+def _aws_credentials(session: Any) -> Any:
+    try:
+        return session.get_credentials()
+    except Exception:  # noqa: BLE001 - a broken profile is reported as no credentials
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Run without the virtualenv: say how to set it up
+
+_OWN_PACKAGES = ("components", "scripts", "tests")
+# Modules only the test and benchmark tools need (requirements-dev.txt): `make setup-dev`.
+_DEV_MODULES = ("moto", "pytest", "hypothesis", "cfn_lint", "ruff")
+
+
+def _is_third_party(err: ModuleNotFoundError) -> bool:
+    top = (err.name or "").split(".")[0]
+    return bool(top) and top not in _OWN_PACKAGES
+
+
+def missing_module_message(err: ModuleNotFoundError) -> str:
+    """One line for a script run without the project's virtualenv: which module is missing,
+    for which interpreter, and the command that installs it (``make setup``, which creates
+    ``.venv`` from requirements.txt; ``make setup-dev`` for the test tools)."""
+    import os
+
+    top = (err.name or "?").split(".")[0]
+    target = "setup-dev" if top in _DEV_MODULES else "setup"
+    script = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "scripts/ops/<script>.py"
+    return (f"error: the Python module {top!r} is not installed for {sys.executable}: run `make {target}` once "
+            f"(creates .venv from requirements{'-dev' if target == 'setup-dev' else ''}.txt; a minute or two the first "
+            f"time), then `.venv/bin/python {script} ...` (or `source .venv/bin/activate` first)")
+
+
+def missing_module_hook(exc_type: type, exc: BaseException, tb: Any) -> None:
+    """``sys.excepthook``: a third-party ``ModuleNotFoundError`` reaching the top is one line
+    (``missing_module_message``) and exit 2; anything else goes to the previous hook."""
+    # A third-party package, or this project itself (``components``/``scripts`` resolve only once
+    # `make setup` has installed it, editable, into .venv): either way the fix is `make setup`.
+    # (A missing module *inside* this project, components.core.x, is a bug or a wrong checkout: traceback.)
+    if isinstance(exc, ModuleNotFoundError) and exc.name and (_is_third_party(exc) or exc.name in _OWN_PACKAGES):
+        import os
+
+        print(missing_module_message(exc), file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(EXIT_USAGE)
+    _previous_hook(exc_type, exc, tb)
+
+
+_previous_hook = sys.excepthook
+if sys.excepthook is sys.__excepthook__:  # leave a debugger's or test runner's hook alone
+    sys.excepthook = missing_module_hook
+
+
+if __name__ == "__main__":  # a library, not a command; it still answers --help
+    print(__doc__.strip() + "\n\nThis module is imported by the scripts in scripts/; run those (each answers --help).")
+    sys.exit(EXIT_OK if sys.argv[1:] in ([], ["-h"], ["--help"]) else EXIT_USAGE)

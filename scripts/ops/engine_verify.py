@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""``kimi-deploy engine verify --image IMAGE``: prove a vLLM build serves the model before a GPU node pulls it.
+
+    kimi-deploy engine verify --image vllm/vllm-openai:nightly-<40-hex commit> [--stack b300]
+
+Runs ``scripts/node/engine_check.py`` (standard library only) with the image's own python inside the
+image, through the container runtime on PATH (docker, else podman; ``--runtime`` to choose), with
+no network and no GPU: the same checks the contract tests run on the installed vLLM wheel (its
+version against the model card's minimum, the model profile's required features on the target's
+vendor, e.g. the sparse-indexer MLA of Gated DSA, the tool and reasoning parsers, every
+environment variable name the stack sets, and each ``vllm serve`` command through vLLM's own
+parser). A nightly tag must also be the commit it names. The tag is resolved to the image's
+registry digest (``<runtime> image inspect``: RepoDigests), and a passing build prints the exact
+``pulumi config set`` line that pins it.
+
+Exit codes: 0 proven; 1 refused (a check failed, or the image cannot be pulled or checked: not
+proven); 2 usage or config error, or no container runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a file
+    import _cli  # noqa: F401
+
+from scripts.ops._cli import EXIT_CHECK_FAILED, EXIT_OK, CliParser, UsageError, one_line, print_json, prog_name
+
+RUNTIMES: tuple[str, ...] = ("docker", "podman")
+# Where the check programs are mounted (read-only) inside the image.
+CHECK_MOUNT = "/kimi-engine-check"
+# The programs shipped into the image: the check itself (a node program, scripts/node/) and
+# vLLM's argv check it runs beside it (scripts/ops/vllm_argv_check.py, also run by preflight).
+CHECK_SOURCES: dict[str, Path] = {
+    "engine_check.py": Path(__file__).resolve().parents[1] / "node" / "engine_check.py",
+    "vllm_argv_check.py": Path(__file__).resolve().parent / "vllm_argv_check.py",
+}
+CHECK_PROGRAMS: tuple[str, ...] = tuple(CHECK_SOURCES)
+# Pulling a ~25 GB engine image and importing vLLM take minutes, not hours.
+PULL_TIMEOUT_SECONDS = 3600
+CHECK_TIMEOUT_SECONDS = 1800
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+class NotProven(Exception):
+    """The image could not be pulled, inspected or checked (exit 1: the build is not proven)."""
+
+
+def runtime_answers(path: str, run: Runner = subprocess.run) -> str | None:
+    """None when ``<path> info`` answers (a docker daemon is up; podman needs none), else why not."""
+    try:
+        proc = run([path, "info", "--format", "{{json .}}"], capture_output=True, text=True, check=False, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return one_line(err)
+    return None if proc.returncode == 0 else _last_line(proc.stderr)
+
+
+def find_runtime(explicit: str | None = None, which: Callable[[str], str | None] = shutil.which,
+                 run: Runner = subprocess.run) -> str:
+    """The container runtime's path: ``explicit`` (``--runtime``), else docker, else podman on PATH,
+    the first whose ``info`` answers (a docker CLI without its daemon is no runtime).
+
+    Raises:
+        UsageError: none found or none answers (one line naming what was looked for, and why).
+    """
+    names = (explicit,) if explicit else RUNTIMES
+    silent: list[str] = []
+    for name in names:
+        assert name is not None
+        path = which(name)
+        if not path:
+            continue
+        why = runtime_answers(path, run)
+        if why is None:
+            return path
+        silent.append(f"{name}: {why}")
+    wanted = explicit or " or ".join(RUNTIMES)
+    if silent:
+        raise UsageError(f"--runtime: no container runtime ({wanted}) answers ({'; '.join(silent)})")
+    raise UsageError(f"--runtime: no container runtime ({wanted}) on PATH; install one or run the check where one is")
+
+
+def usable_runtime() -> str | None:
+    """``find_runtime()`` or None (for callers where the check is optional, e.g. preflight)."""
+    try:
+        return find_runtime()
+    except UsageError:
+        return None
+
+
+def pull_command(runtime: str, image: str) -> list[str]:
+    """``<runtime> pull IMAGE``."""
+    return [runtime, "pull", image]
+
+
+def inspect_command(runtime: str, image: str) -> list[str]:
+    """``<runtime> image inspect`` printing the image's registry digests as JSON."""
+    return [runtime, "image", "inspect", "--format", "{{json .RepoDigests}}", image]
+
+
+def run_command(runtime: str, image: str, check_dir: str) -> list[str]:
+    """The ``<runtime> run`` of the check: the image's ``python3`` on the mounted check program,
+    request on stdin, no network, no GPU, removed afterwards."""
+    return [
+        runtime, "run", "--rm", "-i", "--network", "none", "--pull", "never",
+        "--entrypoint", "python3",
+        "-e", "VLLM_TARGET_DEVICE=cpu", "-e", "HF_HUB_OFFLINE=1", "-e", "CUDA_VISIBLE_DEVICES=",
+        "-v", f"{check_dir}:{CHECK_MOUNT}:ro",
+        image, f"{CHECK_MOUNT}/{CHECK_PROGRAMS[0]}",
+    ]
+
+
+def image_repository(image: str) -> str:
+    """``name[:tag][@digest]`` without tag and digest (``components.core.engine.image_repository``)."""
+    from components.core.engine import image_repository as repository
+
+    return repository(image)
+
+
+def pick_digest(image: str, repo_digests: list[str]) -> str | None:
+    """The ``repo@sha256:...`` of ``image``'s repository among ``repo_digests`` (docker normalises
+    Docker Hub names: ``docker.io/library/x`` / ``docker.io/org/x`` match ``x`` / ``org/x``)."""
+    wanted = image_repository(image)
+    candidates = {wanted, f"docker.io/{wanted}", f"docker.io/library/{wanted}"}
+    for entry in repo_digests:
+        repo, _, digest = entry.partition("@")
+        if repo in candidates and digest.startswith("sha256:"):
+            return f"{wanted}@{digest}"
+    return None
+
+
+def resolve_digest(runtime: str, image: str, run: Runner = subprocess.run) -> str:
+    """``repo@sha256:<digest>`` of ``image`` (pulled): as given when pinned by digest, else from
+    ``<runtime> image inspect`` (RepoDigests, what the registry served).
+
+    Raises:
+        NotProven: the runtime cannot inspect it, or it has no registry digest (built locally).
+    """
+    if "@sha256:" in image:
+        return f"{image_repository(image)}@{image.split('@', 1)[1]}"
+    proc = run(inspect_command(runtime, image), capture_output=True, text=True, check=False, timeout=120)
+    if proc.returncode != 0:
+        raise NotProven(f"{image}: {Path(runtime).name} image inspect failed: {_last_line(proc.stderr)}")
+    try:
+        digests = json.loads(proc.stdout.strip() or "[]") or []
+    except ValueError:
+        digests = []
+    pinned = pick_digest(image, list(digests))
+    if pinned is None:
+        raise NotProven(f"{image}: no registry digest (a local build?): push it and verify the pushed image")
+    return pinned
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return one_line(lines[-1])[:300] if lines else "(no output)"
+
+
+def _check_dir() -> str:
+    """A temporary directory holding only the check programs (mounted read-only)."""
+    path = tempfile.mkdtemp(prefix="kimi-engine-check-")
+    for name in CHECK_PROGRAMS:
+        shutil.copy2(CHECK_SOURCES[name], os.path.join(path, name))
+    os.chmod(path, 0o755)
+    return path
+
+
+def run_check(runtime: str, image: str, request: dict[str, Any], run: Runner = subprocess.run) -> dict[str, Any]:
+    """Run ``engine_check.py`` in ``image`` with ``request``; its report.
+
+    Raises:
+        NotProven: the check could not run (no python3 in the image, no vllm package, a crash).
+    """
+    check_dir = _check_dir()
+    try:
+        proc = run(run_command(runtime, image, check_dir), input=json.dumps(request), capture_output=True, text=True,
+                   check=False, timeout=CHECK_TIMEOUT_SECONDS)
+    finally:
+        shutil.rmtree(check_dir, ignore_errors=True)
+    report: dict[str, Any] = {}
+    if proc.stdout.strip():
+        try:
+            report = json.loads(proc.stdout.strip().splitlines()[-1])
+        except ValueError:
+            report = {}
+    if proc.returncode not in (0, 1) or "checks" not in report:
+        why = report.get("error") or _last_line(proc.stderr)
+        raise NotProven(f"{image}: the check could not run (exit {proc.returncode}): {why}")
+    return report
+
+
+def config_set_line(stack: str, pinned_image: str) -> str:
+    """The exact command that pins ``pinned_image`` in ``stack``."""
+    return f"pulumi config set --stack {stack} --path kimi-deploy:vllm.image {pinned_image}"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of ``verify``.
+
+    Attributes:
+        image: the image as given; pinned: ``repo@sha256:...`` (None when it could not be resolved).
+        stacks: the stacks whose commands and env were checked.
+        report: engine_check.py's report (None when the check did not run).
+        error: why the build is not proven when the check did not run, else None.
+    """
+
+    image: str
+    pinned: str | None
+    stacks: tuple[str, ...]
+    report: dict[str, Any] | None
+    error: str | None
+
+    @property
+    def proven(self) -> bool:
+        """Every check ran and passed."""
+        return self.error is None and self.report is not None and bool(self.report.get("ok"))
+
+    def refusals(self) -> list[str]:
+        """One line per failed check (or the error)."""
+        if self.error is not None:
+            return [self.error]
+        return [f"{c['name']}: {c['detail']}" for c in (self.report or {}).get("checks", []) if not c["ok"]]
+
+
+def stacks_for_image(image: str, stack: str | None) -> list[Any]:
+    """The specs to verify ``image`` for: ``stack``, else every stack whose target pulls from the
+    image's repository (``versions.VLLM_IMAGES``).
+
+    Raises:
+        UsageError: an image from another repository without ``--stack``, or no stack matches.
+        ConfigError: the stack's config is invalid, or the image is the other vendor's build or a
+            mutable tag (``engine.engine_blocker``).
+    """
+    from components.core.config import load_stack, stack_names
+    from components.core.engine import engine_blocker
+    from components.core.versions import VLLM_IMAGES
+
+    if stack is not None:
+        specs = [load_stack(stack)]
+    else:
+        families = [f for f, repo in VLLM_IMAGES.items() if repo == image_repository(image)]
+        if not families:
+            raise UsageError(f"--stack: {image} is not from {' or '.join(VLLM_IMAGES.values())}: name the stack to check it for")
+        specs = [s for s in (load_stack(n) for n in stack_names()) if s.target.image_family in families]
+        if not specs:
+            raise UsageError(f"--stack: no stack in stacks/ uses {image_repository(image)}")
+    for spec in specs:
+        engine_blocker(image, "--image", spec.target.image_family, spec.model)  # raises for a mutable tag or wrong vendor
+    return specs
+
+
+def merged_request(specs: list[Any], image: str) -> dict[str, Any]:
+    """One request covering every spec (they share the image family and model): argvs and env names of all."""
+    from components.core.engine import verification_request
+    from components.core.sizing import compute_sizing
+    from components.core.vllm import build_vllm_command
+
+    requests = [verification_request(s, build_vllm_command(s, compute_sizing(s)), image) for s in specs]
+    merged = dict(requests[0])
+    merged["env_names"] = sorted({n for r in requests for n in r["env_names"]})
+    merged["argvs"] = [a for r in requests for a in r["argvs"]]
+    merged["envs"] = [e for r in requests for e in r["envs"]]
+    return merged
+
+
+def verify(image: str, stack: str | None, runtime: str, *, pull: bool = True, run: Runner = subprocess.run) -> Verification:
+    """Pull ``image``, resolve its digest and run the checks for ``stack`` (or every matching stack).
+
+    Raises:
+        UsageError, ConfigError: as ``stacks_for_image``.
+    """
+    specs = stacks_for_image(image, stack)
+    names = tuple(s.stack for s in specs)
+    request = merged_request(specs, image)
+    try:
+        if pull:
+            proc = run(pull_command(runtime, image), capture_output=True, text=True, check=False, timeout=PULL_TIMEOUT_SECONDS)
+            if proc.returncode != 0:
+                raise NotProven(f"{image}: cannot be pulled ({_last_line(proc.stderr)}): not proven")
+        pinned = resolve_digest(runtime, image, run)
+        report = run_check(runtime, pinned if "@sha256:" in image else image, request, run)
+    except NotProven as err:
+        return Verification(image, None, names, None, str(err))
+    return Verification(image, pinned, names, report, None)
+
+
+def render(result: Verification) -> str:
+    """The human report: one line per check, the verdict, and the config lines of a proven build."""
+    lines = [f"engine verify {result.image} (stacks: {', '.join(result.stacks)})"]
+    if result.report is not None:
+        lines.append(f"  vLLM {result.report.get('vllm_version')} (commit {result.report.get('commit_id') or 'unknown'})")
+        for check in result.report["checks"]:
+            lines.append(f"  {'pass' if check['ok'] else 'FAIL'}  {check['name']:<28} {check['detail']}")
+    if result.proven:
+        lines.append(f"proven: {result.pinned}; pin it:")
+        lines += [f"  {config_set_line(stack, result.pinned or result.image)}" for stack in result.stacks]
+    else:
+        lines.append("refused: " + "; ".join(result.refusals()))
+    return "\n".join(lines)
+
+
+def build_parser() -> CliParser:
+    parser = CliParser(prog=prog_name("scripts/ops/engine_verify.py"), description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="verify")
+    verify_parser = sub.add_parser(
+        "verify", help="check a candidate vLLM image against the model's engine requirements",
+        description=__doc__.split("\n\n", 2)[2].split("\n\nExit codes")[0], allow_abbrev=False,
+    )
+    verify_parser.error = parser.error  # type: ignore[method-assign]  # one-line usage errors, exit 2
+    verify_parser.add_argument("--image", required=True,
+                               help="the image: repo:nightly-<40-hex commit>, repo@sha256:<digest> or repo:vX.Y.Z")
+    verify_parser.add_argument("--stack", help="check for this stack (default: every stack that uses the image's repository)")
+    verify_parser.add_argument("--runtime", choices=RUNTIMES, help="container runtime (default: docker, else podman, on PATH)")
+    verify_parser.add_argument("--no-pull", action="store_true", help="use the image already present (no registry call)")
+    verify_parser.add_argument("--json", action="store_true", help="print JSON instead of the report")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    runtime = find_runtime(args.runtime)
+    result = verify(args.image, args.stack, runtime, pull=not args.no_pull)
+    if args.json:
+        print_json({"image": result.image, "pinned": result.pinned, "stacks": list(result.stacks), "proven": result.proven,
+                    "refusals": [] if result.proven else result.refusals(), "report": result.report,
+                    "config_set": [config_set_line(s, result.pinned) for s in result.stacks] if result.proven and result.pinned
+                    else []})
+    else:
+        print(render(result))
+    return EXIT_OK if result.proven else EXIT_CHECK_FAILED
+
+
+if __name__ == "__main__":
+    from scripts.ops._cli import run_cli
+
+    sys.exit(run_cli(main))
