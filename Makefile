@@ -58,7 +58,7 @@ crds: ## download the pinned upstream CRDs into .crds (needs internet; else set 
 	$(PYTHON) scripts/dev/crds.py --dest $(CRDS_DIR)
 
 plan: setup ## offline plan of a stack: STACK=b300 FORMAT=table|json|markdown
-	$(VENV)/bin/kimi-deploy plan --stack $(STACK) --format $(FORMAT)
+	@$(VENV)/bin/kimi-deploy plan --stack $(STACK) --format $(FORMAT)
 
 plan-all: setup ## offline plan of every stack, one line each: deployable, or refused by `pulumi up` (and the key why)
 	$(PY) scripts/ops/plan.py --all

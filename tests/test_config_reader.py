@@ -98,6 +98,9 @@ def _plan_error(name: str, overrides: dict, tmp_path: Path) -> str:
         ({"kimi-deploi:trialTtlHours": 24}, "did you mean kimi-deploy?"),
         ({"aws:regoin": "us-east-1"}, "aws:regoin: 'us-east-1' is not a key of the aws provider; did you mean region?"),
         ({"kimi-deploy:trialTTLHours": 24}, "kimi-deploy:trialTTLHours: '24' is not a known key; did you mean trialTtlHours?"),
+        # `pulumi config set kimi-deploy:vllm.image X` without --path stores this literal dotted key.
+        ({"kimi-deploy:vllm.image": "x"}, "kimi-deploy:vllm.image: 'x' is not a known key: set a path with "
+                                          "`pulumi config set --path kimi-deploy:vllm.image ...`"),
         # Inside a map a quoted number stays a string (JSON), for `pulumi up` as for the plan.
         (
             {"kimi-deploy:compute": {"replicas": "1"}},

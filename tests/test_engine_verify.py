@@ -200,6 +200,18 @@ def test_no_container_runtime_is_one_line_and_exit_2(monkeypatch, tmp_path, caps
     assert err.count("\n") == 1 and "no container runtime (docker or podman) on PATH" in err
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--image", "vllm/vllm-openai:latest"], "error: --image: 'vllm/vllm-openai:latest' is a mutable tag"),
+    (["--image", "vllm/vllm-openai:nightly-" + "0" * 40, "--stack", "nope"], "error: --stack: 'nope'"),
+])
+def test_the_image_and_the_stack_are_checked_before_the_runtime(monkeypatch, tmp_path, capsys, args, needle):
+    """A wrong name is said offline, not hidden behind 'no container runtime'."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["engine", "verify", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(needle) and "container runtime" not in err
+
+
 def test_a_docker_cli_without_its_daemon_is_no_runtime(monkeypatch, tmp_path, capsys):
     from scripts.ops import preflight
 
@@ -281,11 +293,12 @@ def test_verify_refuses_the_real_0_33_0_naming_the_missing_feature(monkeypatch, 
     assert "pulumi config set" not in out
 
 
-def test_preflight_lists_engine_image_only_with_a_runtime_and_fails_a_made_up_commit(monkeypatch, tmp_path):
+def test_preflight_runs_engine_image_only_with_a_runtime_and_fails_a_made_up_commit(monkeypatch, tmp_path):
     from scripts.ops import preflight
 
     spec = load_stack("mi355x", now=FIXED_NOW)  # no AWS checks: the list is the Kubernetes and vLLM ones
-    assert "engine-image" not in [c.name for c in preflight.run_checks(spec, now=FIXED_NOW)]
+    skipped = {c.name: c for c in preflight.run_checks(spec, now=FIXED_NOW)}["engine-image"]
+    assert skipped.status == "skip" and "kimi-deploy engine verify" in skipped.reason
     _fake_runtime(tmp_path, monkeypatch, pullable=[])
     checks = {c.name: c for c in preflight.run_checks(spec, now=FIXED_NOW, container_runtime="docker")}
     assert checks["engine-image"].status == "fail" and "cannot be pulled" in checks["engine-image"].reason

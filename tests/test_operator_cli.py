@@ -290,15 +290,6 @@ def test_readme_names_the_real_units_outputs_and_commands():
     assert "TEST_MINUTES" not in readme and "MAKE_HELP" not in readme
 
 
-def test_readme_cost_example_is_the_real_verdict():
-    readme = _flat(user_docs_text())
-    out = _run([sys.executable, "scripts/ops/cost.py", "--stack", "b300", "--tasks-per-month", "1000", "--json"])
-    report = json.loads(out.stdout)
-    assert "api is cheaper at 1,000 tasks/month IF one deployment can serve them" in report["verdict"]
-    assert _flat(report["verdict"]).split(" (")[0] in readme
-    assert f"{report['break_even_tasks_per_month']:,} tasks/month" in readme
-
-
 def test_preflight_with_only_the_config_checked_is_not_ok():
     # No vLLM parser venv either (a path that is not there): then only the config (`deployable`) is judged.
     out = _run([sys.executable, "scripts/ops/preflight.py", "--stack", "mi355x", "--json"],
@@ -309,3 +300,16 @@ def test_preflight_with_only_the_config_checked_is_not_ok():
     assert statuses.pop("deployable") == "pass" and set(statuses.values()) == {"skip"}
     assert report["ok"] is False
     assert report["result"] == f"nothing failed, but not everything was checked (1 passed, {len(statuses)} skipped)"
+
+
+def test_a_misspelt_flag_gets_the_nearest_and_a_bare_value_is_never_echoed():
+    """`plan --stak b300` names --stack; `plan gb300` says every argument is a flag; neither echoes
+    a value (it may be a secret typed in the wrong place)."""
+    options = ["--stack", "--format", "--now", "--api-key-env"]
+    assert _cli.usage_message("unrecognized arguments: --stak b300", options) == (
+        "unrecognized arguments: --stak (1 value(s) not shown); --stak: did you mean --stack?")
+    bare = _cli.usage_message("unrecognized arguments: sk-live-secret", options)
+    assert "sk-live-secret" not in bare and "every argument of this command is a flag, e.g. --stack NAME" in bare
+    assert "did you mean" not in _cli.usage_message("unrecognized arguments: --zzzz x", options)
+    out = _run([sys.executable, "-m", "scripts.cli", "plan", "gb300"])
+    assert out.returncode == 2 and "gb300" not in out.stderr and "--stack NAME" in out.stderr

@@ -311,6 +311,29 @@ def test_plan_document_carries_the_comparison_and_a_stage_is_deployable_while_bl
     assert staged["phase"] == "stage" and staged["blockers"] and staged["deployable"] is True
 
 
+def test_a_blocked_stack_in_stage_reads_as_deployable_everywhere(monkeypatch):
+    """A new user staging a blocked stack (README, first day step 2) is told it is allowed: the
+    table, --strict, plan --all and preflight agree with `pulumi up` (program.build_context)."""
+    import os
+    import sys
+
+    from scripts.ops import plan
+    from scripts.ops.preflight import check_deployable
+
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:phase": "stage"}')
+    cmd = [sys.executable, "-m", "scripts.cli", "plan", "--stack", "b300", "--strict", "--now", "2026-12-01T00:00:00Z"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "100"})
+    assert run.returncode == 0, run.stderr
+    assert "BLOCKED" not in run.stdout and "phase: stage: `pulumi up` stages the weights; serve is refused" in run.stdout
+    doc = plan.build_plan_document("b300", now=FIXED_NOW)
+    assert plan.verdict(doc) == "deployable (phase: stage; serve refused: kimi-deploy:vllm.image)"
+    assert "refuses the serve phase" in plan.render_markdown(doc)
+    check = check_deployable(load_stack("b300", now=FIXED_NOW))
+    assert check.status == "pass" and "serve is refused" in check.reason
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY")
+    assert check_deployable(load_stack("b300", now=FIXED_NOW)).status == "fail"
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_a_stage_plan_passes_the_guardrails_and_none_of_it_is_gpu_capacity(stack):
     """The policy pack's own definition of GPU capacity (policy/rules.py is_gpu_resource) finds none,

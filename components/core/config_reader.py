@@ -247,6 +247,12 @@ def read_config_strings(
             raise ConfigError(full_key, shown, "is not read: the region is aws:region (pulumi config set aws:region us-east-1)")
         if kind is None:
             allowed = sorted([*fields, *SECRET_KEYS])
+            head, dot, rest = name.partition(".")
+            if dot and head in fields:
+                # `pulumi config set kimi-deploy:vllm.image X` without --path stores a literal dotted key.
+                raise ConfigError(full_key, shown, f"is not a known key: set a path with `pulumi config set --path "
+                                                   f"{full_key} ...` (in a stack file or overlay, nest it: "
+                                                   f"{head}: {{{rest}: ...}})")
             raise ConfigError(
                 full_key, shown, "is not a known key" + (did_you_mean(name, allowed) or f" (keys: {', '.join(allowed)})")
             )

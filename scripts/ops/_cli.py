@@ -62,19 +62,29 @@ class CliParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"error: {one_line(usage_message(message))} (see --help)\n")
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        self.exit(EXIT_USAGE, f"error: {one_line(usage_message(message, options))} (see --help)\n")
 
 
-def usage_message(message: str) -> str:
-    """argparse's ``message`` with the values of unrecognized arguments dropped (flag names kept)."""
+def usage_message(message: str, options: Sequence[str] = ()) -> str:
+    """argparse's ``message`` with the values of unrecognized arguments dropped (flag names kept),
+    and for a misspelt flag the nearest of ``options`` (``--stak`` -> did you mean --stack?)."""
+    import difflib
+
     head = "unrecognized arguments: "
     if not message.startswith(head):
         return message
     tokens = message[len(head):].split()
     flags = [token.split("=", 1)[0] for token in tokens if token.startswith("-")]
     hidden = sum(1 for token in tokens if not token.startswith("-") or "=" in token)
-    shown = " ".join(flags) if flags else "(no flag)"
-    return f"unrecognized arguments: {shown}" + (f" ({hidden} value(s) not shown)" if hidden else "")
+    if not flags:
+        return (f"unrecognized arguments: {hidden} value(s) with no flag before them (not shown: values may be "
+                "secrets); every argument of this command is a flag, e.g. --stack NAME" if "--stack" in options
+                else f"unrecognized arguments: {hidden} value(s) with no flag before them (not shown: values may be secrets)")
+    hints = [f"{flag}: did you mean {near[0]}?" for flag in flags
+             if (near := difflib.get_close_matches(flag, options, n=1, cutoff=0.6))]
+    return (f"unrecognized arguments: {' '.join(flags)}" + (f" ({hidden} value(s) not shown)" if hidden else "")
+            + (f"; {'; '.join(hints)}" if hints else ""))
 
 
 def one_line(text: object) -> str:

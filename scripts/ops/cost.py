@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(
         prog=prog_name("scripts/ops/cost.py"),
         description="Compare self-hosting a stack with the model vendor's API price for your volume.",
-        epilog="Example: python scripts/ops/cost.py --stack b300 --tasks-per-month 5000 "
+        epilog="Example: kimi-deploy cost --stack b300 --tasks-per-month 5000 "
         "--throughput-json validate.json",
     )
     parser.add_argument("--stack", required=True, help=f"stack name: stacks/Pulumi.<stack>.yaml ({', '.join(stack_names())})")
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--throughput-json", type=Path, metavar="FILE",
-        help="JSON written by `scripts/ops/validate.py --checks throughput --json`; adds whether one "
+        help="JSON written by `kimi-deploy validate --checks throughput --json`; adds whether one "
         "deployment can serve --tasks-per-month at the measured output tokens/s",
     )
     parser.add_argument(
@@ -283,7 +283,7 @@ def volume_verdict(
     if not per_deployment:
         cheaper = "self-hosted" if month_rmb < api_month_rmb else "api"
         why = ("capacity measured as 0 tasks/month" if capacity else
-               "capacity not checked: pass --throughput-json from `validate.py --checks throughput --json`")
+               "capacity not checked: pass --throughput-json from `kimi-deploy validate --checks throughput --json`")
         return {"deployments_needed": None, "self_hosted_cost_at_volume_rmb": None,
                 "verdict": f"{cheaper} is cheaper at {tasks_per_month:,} tasks/month IF one deployment can serve "
                            f"them ({why})"}

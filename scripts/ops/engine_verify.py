@@ -328,6 +328,7 @@ def build_parser() -> CliParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stacks_for_image(args.image, args.stack)  # the image name and the stack first: offline, before any runtime
     runtime = find_runtime(args.runtime)
     result = verify(args.image, args.stack, runtime, pull=not args.no_pull)
     if args.json:

@@ -509,7 +509,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += [f"| {label} | {text.replace('|', '/').replace('<', '&lt;')} |" for label, text in summary_rows(doc)]
     lines.append("")
     for b in doc["blockers"]:
-        lines.append(f"> ⛔ **`pulumi up` refuses this stack:** {b}")
+        lines.append(f"> ⛔ **`pulumi up` refuses the serve phase:** {b}" if doc["deployable"]
+                     else f"> ⛔ **`pulumi up` refuses this stack:** {b}")
     for w in doc["warnings"]:
         lines.append(f"> ⚠ {w}")
     lines.append("")
@@ -690,10 +691,16 @@ def _section_blockers(view: View) -> list[Text]:
     blockers = view.doc["blockers"]
     if not blockers:
         return []
-    head = f"BLOCKED: `pulumi up` refuses this stack ({_plural(len(blockers), 'blocker')}; --strict exits 2):"
-    lines = [_text(line, "bold red") for line in wrap(head, view.width)]
+    if view.doc["deployable"]:  # phase: stage is allowed; the blockers stop the switch to serve
+        head = (f"phase: stage: `pulumi up` stages the weights; serve is refused until this is fixed "
+                f"({_plural(len(blockers), 'blocker')}):")
+        style, line_style = "bold yellow", "yellow"
+    else:
+        head = f"BLOCKED: `pulumi up` refuses this stack ({_plural(len(blockers), 'blocker')}; --strict exits 2):"
+        style, line_style = "bold red", "red"
+    lines = [_text(line, style) for line in wrap(head, view.width)]
     for b in blockers:
-        lines += [_text(line, "red") for line in wrap(b, view.width, prefix="  ")]
+        lines += [_text(line, line_style) for line in wrap(b, view.width, prefix="  ")]
     return lines
 
 
@@ -1037,6 +1044,8 @@ def verdict(doc: dict[str, Any]) -> str:
         return f"FAILED: a secret appears in a plain input ({leaks})"
     if not doc["blockers"]:
         return "deployable"
+    if doc["deployable"]:  # phase: stage: the blockers are the serve phase's
+        return f"deployable (phase: stage; serve refused: {blocker_keys(doc)})"
     return f"refused by `pulumi up`: {blocker_keys(doc)} (`kimi-deploy plan --stack {doc['stack']}` says why)"
 
 
@@ -1112,7 +1121,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return 1
-    if doc["blockers"]:
+    if doc["blockers"] and not doc["deployable"]:
         # Said once: a table or Markdown on standard output shows the blockers at its top; JSON
         # and --output files are not read on the terminal, so there they go to stderr.
         if out is None and args.format in ("table", "markdown"):

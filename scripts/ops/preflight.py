@@ -774,6 +774,9 @@ def check_deployable(spec: DeploymentSpec) -> Check:
     first) fail here, one line each joined; pass when there is none."""
     if spec.blockers:
         more = f" (+{len(spec.blockers) - 1} more)" if len(spec.blockers) > 1 else ""
+        if spec.staging:  # the program declares a stage whatever blocks serving (program.build_context)
+            return Check("deployable", PASS, f"phase: stage: `pulumi up` stages the weights; serve is refused until "
+                                             f"fixed: {one_line(spec.blockers[0])}{more}")
         return Check("deployable", FAIL, f"`pulumi up` refuses this stack: {one_line(spec.blockers[0])}{more}")
     return Check("deployable", PASS, "`pulumi up` accepts the stack's config (no blocker)")
 
@@ -1116,6 +1119,9 @@ def run_checks(
     if container_runtime is not None:
         step("engine image")
         checks.append(check_engine_image(spec, container_runtime))
+    else:
+        checks.append(Check("engine-image", SKIP, "no container runtime (docker or podman) answers here: run "
+                                                  "`kimi-deploy engine verify --image IMAGE` where one does"))
     return checks
 
 

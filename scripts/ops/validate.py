@@ -1091,7 +1091,7 @@ def build_parser() -> argparse.ArgumentParser:
         "throughput and latency, and that every route but /health and /metrics needs the API key.",
         epilog="Exit codes: 0 all selected checks passed, 1 a check failed or the endpoint cannot be reached "
         "(one GET /v1/models is tried first), 2 usage error. "
-        "Example: python scripts/ops/validate.py --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro "
+        "Example: kimi-deploy validate --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro "
         "--json > validate.json",
     )
     parser.add_argument(
