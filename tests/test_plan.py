@@ -111,6 +111,8 @@ def test_secret_values_in_plain_inputs_are_reported():
     "args,fragment",
     [
         (["--stack", "nope"], "--stack: 'nope' has no file"),
+        (["--stack", "stacks/Pulumi.b300.yaml"], "--stack: 'stacks/Pulumi.b300.yaml' is not a stack name"),
+        (["--stack", ""], "--stack: '' is not a stack name"),
         (["--stack", "b300", "--now", "yesterday"], "--now: 'yesterday' is not an ISO 8601 time"),
     ],
 )

@@ -266,6 +266,10 @@ def test_plan_py_diff_against_cli(two_commits):
         and bad.stderr.startswith("error: git ref 'no-such-ref': no such commit, branch or tag in ")
         and "Traceback" not in bad.stderr
     )
+    # Every stack (no --stack) lists the ref's stacks first: the same sentence, not git's own message.
+    every = subprocess.run([sys.executable, "scripts/ops/plan_diff.py", "--against", "no-such-ref"], cwd=two_commits,
+                           env=_tree_env(two_commits), capture_output=True, text=True, timeout=120)
+    assert every.returncode == 2 and every.stderr.startswith("error: git ref 'no-such-ref': no such commit")
 
 
 # --- CI workflows ----------------------------------------------------------------------------

@@ -268,8 +268,9 @@ def test_verdict_of_a_deployable_and_a_leaking_plan(refused_docs):
         "FAILED: a secret appears in a plain input (kimi-deploy:hfToken in gpu-lt.userData)")
 
 
-def test_all_takes_no_per_stack_output_flags():
-    proc = subprocess.run([sys.executable, "scripts/ops/plan.py", "--all", "--output", "x.json"], cwd=REPO_ROOT,
+@pytest.mark.parametrize("extra", [["--output", "x.json"], ["--stack", "gb300"]])
+def test_all_takes_no_per_stack_output_flags(extra):
+    proc = subprocess.run([sys.executable, "scripts/ops/plan.py", "--all", *extra], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--all takes no" in proc.stderr
 

@@ -1090,9 +1090,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         now = _parse_now(args.now)
         if args.all:
-            if args.diff_against or args.output or args.details:
-                print("error: --all takes no --diff-against, --output or --details: it prints one line per stack "
-                      "(see --help)", file=sys.stderr)
+            if args.diff_against or args.output or args.details or args.stack != DEFAULT_STACK:
+                print("error: --all takes no --stack, --diff-against, --output or --details: it prints one line per "
+                      "stack (see --help)", file=sys.stderr)
                 return 2
             return plan_all(now, args.format)
         if args.diff_against:

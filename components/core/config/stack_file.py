@@ -115,6 +115,10 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     Raises:
         StackFileError: no such stack file, or it is not valid YAML with a ``config`` map.
     """
+    if not stack or "/" in stack or stack.endswith((".yaml", ".yml")):
+        # A path or a file name where a stack name goes (`--stack stacks/Pulumi.b300.yaml`).
+        raise StackFileError("--stack", stack, f"is not a stack name: give the name of a stack in {stacks_dir.name}/ "
+                                               f"({', '.join(stack_names(stacks_dir)) or 'none'}), not a path")
     path = stacks_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackFileError(

@@ -189,7 +189,8 @@ def all_stacks(repo_root: Path, ref: str) -> list[str]:
         PlanDiffError: git cannot list ``ref``.
     """
     names = {p.name[len("Pulumi."):-len(".yaml")] for p in (repo_root / "stacks").glob("Pulumi.*.yaml")}
-    listing = _git(repo_root, "ls-tree", "--name-only", f"{ref}^{{commit}}", "stacks/")
+    commit = _resolve_ref(repo_root, ref)  # a ref that names nothing: one sentence with the fix, not git's own
+    listing = _git(repo_root, "ls-tree", "--name-only", commit, "stacks/")
     for line in listing.splitlines():
         name = line.rsplit("/", 1)[-1]
         if name.startswith("Pulumi.") and name.endswith(".yaml"):
