@@ -77,6 +77,18 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 }
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject.toml ``version``), or ``unknown`` in a
+    checkout that was never installed (``make setup`` installs it)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("kimi-deploy")
+    except PackageNotFoundError:
+        return "unknown (not installed: make setup)"
+
+
 def usage() -> str:
     """The top-level help text: every subcommand with its summary."""
     width = max(len(name) for name in SUBCOMMANDS)
@@ -88,7 +100,7 @@ def usage() -> str:
         "commands:",
         *(f"  {name:<{width}}  {sub.summary}" for name, sub in SUBCOMMANDS.items()),
         "",
-        f"`{PROG} <command> --help` explains a command's options.",
+        f"`{PROG} <command> --help` explains a command's options; `{PROG} --version` prints the version.",
         "exit codes: 0 ok, 1 a check failed, 2 usage or config error.",
     ]
     return "\n".join(lines) + "\n"
@@ -103,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(usage())
+        return 0
+    if args[0] == "--version":
+        print(f"{PROG} {version()}")
         return 0
     name, rest = args[0], args[1:]
     sub = SUBCOMMANDS.get(name)

@@ -140,3 +140,10 @@ def test_the_pure_core_imports_nothing_from_scripts_or_pulumi():
             forbidden = ("scripts", "pulumi", "pulumi_aws", "pulumi_kubernetes")
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in forbidden]
     assert offenders == []
+
+
+def test_version_is_the_installed_distributions(capsys):
+    from importlib.metadata import version
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"kimi-deploy {version('kimi-deploy')}\n"
