@@ -314,7 +314,7 @@ def build_parser() -> CliParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="verify")
     verify_parser = sub.add_parser(
         "verify", help="check a candidate vLLM image against the model's engine requirements",
-        description=__doc__.split("\n\n", 2)[2].split("\n\nExit codes")[0], allow_abbrev=False,
+        description=__doc__.split("\n\n", 2)[2].split("\n\nExit codes")[0].replace("``", "`"), allow_abbrev=False,
     )
     verify_parser.error = parser.error  # type: ignore[method-assign]  # one-line usage errors, exit 2
     verify_parser.add_argument("--image", required=True,
