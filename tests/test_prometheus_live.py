@@ -46,14 +46,17 @@ LIVE_NAMESPACES = {"b300-prod": "kimi-prod", "gb300": "kimi-lws", "mi355x": "kim
 OTHER_NAMESPACE = "other-team"  # another team's scrape of a server with the same model name
 DASHBOARD_STACK = "mi355x"
 DEPLOYMENT_POD = "kimi-vllm-7d9f8c6b5-x2k4q"
-SCRAPE_INTERVAL = "2s"  # also the scrape timeout: a /metrics answer on 2 busy cores can take over 1 s
+SCRAPE_INTERVAL = "5s"  # also the scrape timeout: room for a /metrics answer on 2 cores busy with the load
 LOAD_CONCURRENCY = 4
 # The load runs until every namespace's signals show it (the scaling queries sample at 30 s steps),
 # then LOAD_TAIL_SECONDS more, never longer than LOAD_MAX_SECONDS.
 LOAD_MAX_SECONDS = 180
 LOAD_TAIL_SECONDS = 10
-# Tokens per request by stream: staggered lengths keep requests running between completions.
-LOAD_MAX_TOKENS = (40, 56, 72, 88)
+# Tokens per request by stream: staggered lengths keep requests running between completions. Long
+# enough that each request stays in the engine for seconds: the scaling queries sample at 30 s steps,
+# and with 40-88 tokens the tiny model finished each in a fraction of a second, so most samples read
+# an idle engine (1,812 requests served, busy replicas seen in one namespace of three in 180 s).
+LOAD_MAX_TOKENS = (2000, 2400, 2800, 3200)
 FIRST_SCRAPE_TIMEOUT_SECONDS = 60
 SIGNAL_TIMEOUT_SECONDS = LOAD_MAX_SECONDS
 
@@ -89,13 +92,14 @@ class LoadReport:
     ended_at: float = 0.0  # unix seconds
 
 
-def drive_load(server: Any, stop: threading.Event) -> LoadReport:
+def drive_load(server: Any, stop: threading.Event, report: LoadReport | None = None) -> LoadReport:
     """``LOAD_CONCURRENCY`` workers send streamed chat completions until ``stop`` (bounded by
-    ``LOAD_MAX_SECONDS``); worker i's requests ask for ``LOAD_MAX_TOKENS[i]`` tokens, EOS ignored."""
+    ``LOAD_MAX_SECONDS``); worker i's requests ask for ``LOAD_MAX_TOKENS[i]`` tokens, EOS ignored.
+    ``report`` (filled as requests end) lets a caller read the counts while the load runs."""
     import openai
 
     client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, timeout=120, max_retries=0)
-    report = LoadReport()
+    report = report if report is not None else LoadReport()
     lock = threading.Lock()
     began = time.monotonic()
 
@@ -172,7 +176,8 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
         peak: dict[str, dict[str, float]] = {name: {} for name in runs}
         window_start = time.time()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            load_future = pool.submit(drive_load, real_vllm_server, stop)
+            so_far = LoadReport()
+            load_future = pool.submit(drive_load, real_vllm_server, stop, so_far)
 
             def busy_everywhere() -> bool:
                 for name, run in runs.items():
@@ -189,7 +194,11 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
                     "busy replicas and KV-cache use under load", busy_everywhere, SIGNAL_TIMEOUT_SECONDS, 1.0)
                 time.sleep(LOAD_TAIL_SECONDS)
             except TimeoutError as exc:
-                raise TimeoutError(f"{exc}; seen {peak}; load {load_future.done() and load_future.result()}") from None
+                # What the load and the server said meanwhile: a hung engine, refused requests or a slow machine.
+                tail = " | ".join(real_vllm_server.log_path.read_text(errors="replace").splitlines()[-8:]) \
+                    if real_vllm_server.log_path.exists() else "(no server log)"
+                raise TimeoutError(f"{exc}; seen {peak}; load so far: {so_far.ok} served, {len(so_far.failed)} failed "
+                                   f"{so_far.failed[:3]}; server log tail: {tail[-1500:]}") from None
             finally:
                 stop.set()
                 load = load_future.result()
