@@ -190,26 +190,19 @@ class WeightMirror(pulumi.ComponentResource):
             tags=tags(args.tags),
             opts=child(self),
         )
-        aws.s3.BucketObjectv2(
-            f"{name}-api-guard",
-            bucket=self.bucket_name,
-            key=API_GUARD_KEY,
-            content=API_GUARD_SOURCE.read_text(),
-            content_type="text/x-python",
-            server_side_encryption="AES256",
-            tags=tags(args.tags),
-            opts=child(self),
-        )
-        aws.s3.BucketObjectv2(
-            f"{name}-engine-cache-script",
-            bucket=self.bucket_name,
-            key=ENGINE_CACHE_KEY,
-            content=ENGINE_CACHE_SOURCE.read_text(),
-            content_type="text/x-python",
-            server_side_encryption="AES256",
-            tags=tags(args.tags),
-            opts=child(self),
-        )
+        # The node's single-file Python tools under _tools/: the API guard and the engine-cache program.
+        for suffix, key, source in (("api-guard", API_GUARD_KEY, API_GUARD_SOURCE),
+                                    ("engine-cache-script", ENGINE_CACHE_KEY, ENGINE_CACHE_SOURCE)):
+            aws.s3.BucketObjectv2(
+                f"{name}-{suffix}",
+                bucket=self.bucket_name,
+                key=key,
+                content=source.read_text(),
+                content_type="text/x-python",
+                server_side_encryption="AES256",
+                tags=tags(args.tags),
+                opts=child(self),
+            )
 
 
 @dataclass
