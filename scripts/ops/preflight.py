@@ -769,15 +769,19 @@ def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: dat
 
 
 def check_deployable(spec: DeploymentSpec) -> Check:
-    """``deployable``: the stack's blockers (``spec.blockers``: what makes `pulumi up` refuse the
-    stack, e.g. an engine build that cannot serve the model; ``program.build_context`` raises the
-    first) fail here, one line each joined; pass when there is none."""
+    """``deployable``: the stack's blockers (``spec.up_blockers``: what makes `pulumi up` refuse the
+    stack in its phase, e.g. an engine build that cannot serve the model, or an EKS API source no
+    machine has; ``program.build_context`` raises the first) fail here, one line each joined; pass
+    when there is none (a stage with only serve's blockers passes, naming them)."""
+    blockers = spec.up_blockers
+    if blockers:
+        more = f" (+{len(blockers) - 1} more)" if len(blockers) > 1 else ""
+        return Check("deployable", FAIL, f"`pulumi up` refuses this stack: {one_line(blockers[0])}{more}")
     if spec.blockers:
         more = f" (+{len(spec.blockers) - 1} more)" if len(spec.blockers) > 1 else ""
-        if spec.staging:  # the program declares a stage whatever blocks serving (program.build_context)
-            return Check("deployable", PASS, f"phase: stage: `pulumi up` stages the weights; serve is refused until "
-                                             f"fixed: {one_line(spec.blockers[0])}{more}")
-        return Check("deployable", FAIL, f"`pulumi up` refuses this stack: {one_line(spec.blockers[0])}{more}")
+        # the program declares a stage whatever blocks serving only (program.build_context)
+        return Check("deployable", PASS, f"phase: stage: `pulumi up` stages the weights; serve is refused until "
+                                         f"fixed: {one_line(spec.blockers[0])}{more}")
     return Check("deployable", PASS, "`pulumi up` accepts the stack's config (no blocker)")
 
 
