@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Preflight: can this stack get its GPUs before `pulumi up` spends an hour finding out?
 
-    python scripts/ops/preflight.py --stack b300 [--region R] [--json]
+    python scripts/ops/preflight.py --stack b300 [--region R] [--only CHECK] [--json]
 
 Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   deployable            the stack has no blocker (what makes `pulumi up` refuse it, e.g. an engine
@@ -24,6 +24,11 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   fsx, eks              the services answer in the region (where the stack uses them)
   eks-version           DescribeClusterVersions: the EKS version is in standard support (or
                         extended support was chosen), and versions.EKS_VERSIONS agrees
+  kubernetes-api        (aws-eks) this machine reaches the EKS API server the Kubernetes objects go
+                        through: the cluster's endpoint answers on 443 (TCP, 5 s); before it exists,
+                        this machine's egress address (checkip.amazonaws.com, KIMI_DEPLOY_CHECKIP_URL)
+                        is in network.apiServerPublicCidrs, or its address toward network.vpcId in
+                        network.apiServerPrivateCidrs (private)
   mirror                the S3 mirror exists and its manifest.json is complete
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
@@ -48,7 +53,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,6 +65,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 from components.core.config import ConfigError, DeploymentSpec, format_utc, load_stack, stack_names
 from components.core.config.phase import SWITCH_TO_SERVE
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
+from components.core.versions import EKS_API_SERVER_PORT
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts.ops import engine_verify
 from scripts.ops._cli import (
@@ -880,6 +886,190 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
 
 
 # ---------------------------------------------------------------------------------------------
+# The Kubernetes API: can this machine reach what `pulumi up` creates objects through?
+# ---------------------------------------------------------------------------------------------
+
+# Where this machine's public (egress) address is looked up: AWS's own checkip service answers the
+# address it sees, one line. KIMI_DEPLOY_CHECKIP_URL (or --checkip-url) replaces it; empty: no look-up.
+CHECKIP_URL_ENV = "KIMI_DEPLOY_CHECKIP_URL"
+DEFAULT_CHECKIP_URL = "https://checkip.amazonaws.com"
+# Short: a path that works answers in well under a second; pulumi-kubernetes itself waits 32 s per
+# request (pulumi-kubernetes#349) before it calls the cluster unreachable.
+API_CONNECT_TIMEOUT_SECONDS = 5.0
+CHECKIP_TIMEOUT_SECONDS = 5.0
+
+
+def checkip_url_from_env() -> str | None:
+    """The egress look-up URL: ``KIMI_DEPLOY_CHECKIP_URL`` when set (empty: None, no look-up), else
+    ``DEFAULT_CHECKIP_URL``."""
+    value = os.environ.get(CHECKIP_URL_ENV)
+    if value is None:
+        return DEFAULT_CHECKIP_URL
+    return value.strip() or None
+
+
+def egress_address(url: str, timeout_seconds: float = CHECKIP_TIMEOUT_SECONDS) -> tuple[str | None, str]:
+    """This machine's public IPv4 address as ``url`` (a checkip-style service: the body is the
+    address) sees it: ``(address, "")``, or ``(None, why not)``. Never raises."""
+    import ipaddress
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_seconds) as response:  # noqa: S310 - a URL the operator chose
+            text = response.read(64).decode("ascii", "replace").strip()
+    except Exception as err:  # noqa: BLE001 - no answer is "cannot tell", never a crash
+        return None, f"{url} did not answer ({one_line(getattr(err, 'reason', None) or err)[:120]})"
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None, f"{url} answered {text[:40]!r}, not an address"
+    if address.version != 4:
+        return None, f"{url} answered the IPv6 address {address}: the cluster admits IPv4 sources only"
+    return str(address), ""
+
+
+def tcp_reach(host: str, port: int, timeout_seconds: float = API_CONNECT_TIMEOUT_SECONDS) -> tuple[bool, str]:
+    """A TCP connection to ``host:port`` (what the Kubernetes client opens first): ``(True, "answers
+    at <address>")`` or ``(False, why not)`` (the name does not resolve, refused, timed out). Never raises."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return False, f"{host} does not resolve ({one_line(err)[:100]})"
+    address = str(infos[0][4][0])
+    try:
+        with socket.create_connection((address, port), timeout=timeout_seconds):
+            return True, f"{host}:{port} answers (at {address})"
+    except TimeoutError:
+        return False, f"{host}:{port} (at {address}) did not answer within {timeout_seconds:g} s"
+    except OSError as err:
+        return False, f"{host}:{port} (at {address}): {one_line(err.strerror or err)[:100]}"
+
+
+def source_address_toward(address: str) -> str | None:
+    """The address this machine sends from toward ``address`` (its routing table's choice), or
+    None when it has no route. A UDP ``connect`` picks the route and sends nothing."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, EKS_API_SERVER_PORT))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return None
+
+
+def _in_any(address: str, cidrs: Sequence[str]) -> str | None:
+    """The first of ``cidrs`` that holds ``address``, or None."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    return next((c for c in cidrs if ip in ipaddress.ip_network(c)), None)
+
+
+def kubernetes_api_not_applicable(spec: DeploymentSpec) -> Check | None:
+    """``kubernetes-api`` as ``skip`` where the stack creates no EKS cluster (an existing cluster's
+    kubeconfig is ``cluster``'s to contact), else None."""
+    if spec.profile.creates_cluster:
+        return None
+    why = ("an existing cluster: its kubeconfig's server is checked by `cluster` (--check-cluster)"
+           if spec.profile.runs_kubernetes else f"not applicable: platform {spec.platform} (no Kubernetes API)")
+    return Check("kubernetes-api", SKIP, why)
+
+
+def check_kubernetes_api(spec: DeploymentSpec, clients: AwsClients, checkip_url: str | None) -> Check:
+    """``kubernetes-api``: this machine reaches the EKS API server the stack's Kubernetes objects go
+    through (``config.api_server_access``), so `pulumi up`, preview and destroy do not fail with
+    "cluster unreachable" after the cluster and its GPU nodes exist (pulumi-eks#1134).
+
+    - The cluster exists (EKS DescribeCluster of ``naming.eks_cluster_name``): a TCP connection to
+      its endpoint on 443 within ``API_CONNECT_TIMEOUT_SECONDS``: pass, or fail naming the keys of
+      the stack's access mode.
+    - Not yet (ResourceNotFoundException): ``public-cidrs``: this machine's egress address
+      (``checkip_url``) is in ``network.apiServerPublicCidrs`` (pass) or not (fail);
+      ``private``: the address it sends from toward ``network.vpcId`` (DescribeVpcs) is in
+      ``network.apiServerPrivateCidrs`` (pass) or not (fail; unknown when security groups are
+      also admitted, since this machine's groups are not visible here).
+    - ``unknown`` whenever it cannot tell (no credentials, no look-up URL, no answer); ``skip``
+      off ``aws-eks``.
+    """
+    from components.core.config import api_server_access
+    from components.core.naming import eks_cluster_name
+
+    name = "kubernetes-api"
+    skip = kubernetes_api_not_applicable(spec)
+    if skip is not None:
+        return skip
+    access = api_server_access(spec.config)
+    cluster = eks_cluster_name(spec.project, spec.stack)
+    keys = ("network.apiServerPublicCidrs (this machine's egress address, /32)" if access.public
+            else "network.apiServerPrivateCidrs or apiServerPrivateSecurityGroupIds (this machine's network)")
+    not_yet = ""
+    try:
+        found = _call(clients, "eks", "DescribeCluster", "describe_cluster", name=cluster)["cluster"]
+    except ApiUnknown as err:
+        found, not_yet = None, f"EKS cannot say whether {cluster} exists ({err}); "
+    except Exception as err:  # noqa: BLE001 - judged below
+        if _code(err) != "ResourceNotFoundException":
+            return Check(name, UNKNOWN, f"DescribeCluster {cluster}: {_code(err) or one_line(err)[:160]}")
+        found = None
+    if found is not None:
+        from urllib.parse import urlsplit
+
+        endpoint = urlsplit(str(found.get("endpoint") or ""))
+        if not endpoint.hostname:
+            return Check(name, UNKNOWN, f"{cluster} has no endpoint yet (status {found.get('status', '?')})")
+        ok, detail = tcp_reach(endpoint.hostname, endpoint.port or EKS_API_SERVER_PORT)
+        if ok:
+            return Check(name, PASS, f"{cluster}: {detail} from this machine ({access.summary})")
+        return Check(name, FAIL, f"{cluster}: {detail}: `pulumi up`, preview and destroy from here fail with \"cluster "
+                                 f"unreachable\"; this machine must be admitted by {keys} ({access.summary})")
+    if access.public:
+        if checkip_url is None:
+            return Check(name, UNKNOWN, f"{not_yet}this machine's egress address was not looked up ({CHECKIP_URL_ENV} is "
+                                        f"empty); it must be in {', '.join(access.public_cidrs)}")
+        address, why = egress_address(checkip_url)
+        if address is None:
+            return Check(name, UNKNOWN,
+                         f"{not_yet}{why}: cannot tell whether this machine is in {', '.join(access.public_cidrs)}")
+        holder = _in_any(address, access.public_cidrs)
+        if holder:
+            return Check(name, PASS, f"{not_yet}before creation: this machine's egress address {address} is in {holder} "
+                                     "(network.apiServerPublicCidrs)")
+        return Check(name, FAIL, f"{not_yet}before creation: this machine's egress address {address} is not in "
+                                 f"network.apiServerPublicCidrs ({', '.join(access.public_cidrs)}): `pulumi up` from here "
+                                 f"would create the cluster and GPU nodes, then fail \"cluster unreachable\"; add "
+                                 f"{address}/32 or run from an address in the list")
+    vpc_id = access.vpc_id or "?"
+    try:
+        vpcs = _call(clients, "ec2", "DescribeVpcs", "describe_vpcs", VpcIds=[vpc_id])["Vpcs"]
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, f"{not_yet}DescribeVpcs {vpc_id}: {err}")
+    except Exception as err:  # noqa: BLE001
+        return Check(name, FAIL if _code(err).startswith("InvalidVpcID") else UNKNOWN,
+                     f"{not_yet}network.vpcId {vpc_id}: {_code(err) or one_line(err)[:160]}")
+    import ipaddress
+
+    resolver = str(ipaddress.ip_network(vpcs[0]["CidrBlock"])[2])  # the VPC's DNS resolver: always in it
+    source = source_address_toward(resolver)
+    if source is None:
+        return Check(name, FAIL, f"{not_yet}this machine has no route to {vpc_id} ({vpcs[0]['CidrBlock']}): connect the "
+                                 "VPN, peering or transit gateway first, or run inside the VPC")
+    holder = _in_any(source, access.private_cidrs) if access.private_cidrs else None
+    if holder:
+        return Check(name, PASS, f"{not_yet}before creation: this machine sends from {source} toward {vpc_id}, in {holder} "
+                                 "(network.apiServerPrivateCidrs); the route itself is not tried")
+    if access.private_security_group_ids:
+        return Check(name, UNKNOWN, f"{not_yet}this machine sends from {source} toward {vpc_id}, not in "
+                                    f"network.apiServerPrivateCidrs; whether it is in "
+                                    f"{', '.join(access.private_security_group_ids)} is not visible here")
+    return Check(name, FAIL, f"{not_yet}before creation: this machine sends from {source} toward {vpc_id}, not in "
+                             f"network.apiServerPrivateCidrs ({', '.join(access.private_cidrs)}): the cluster security "
+                             "group would not admit it on 443 (add its network, or the address a VPN translates it to)")
+
+
+# ---------------------------------------------------------------------------------------------
 # Kubernetes checks (only with --check-cluster: they contact the cluster)
 # ---------------------------------------------------------------------------------------------
 
@@ -1044,6 +1234,26 @@ def aws_region(spec: DeploymentSpec, override: str | None) -> str:
     return region
 
 
+# Every check's name, in the order run_checks lists them (``--only`` takes these).
+AWS_CHECK_NAMES = (
+    "deploy-credentials",
+    "instance-facts",
+    "offered-in-region",
+    "offered-in-az",
+    "zone-type",
+    "vcpu-quota",
+    "capacity-reservation",
+    "capacity-end",
+    "capacity-ready",
+    "fsx",
+    "eks",
+    "eks-version",
+    "kubernetes-api",
+    "mirror",
+)
+CHECK_NAMES = ("deployable", *AWS_CHECK_NAMES, "cluster", "gpu-nodes", "vllm-argv", "engine-image")
+
+
 def run_checks(
     spec: DeploymentSpec,
     *,
@@ -1057,76 +1267,85 @@ def run_checks(
     progress: Callable[[str], None] | None = None,
     vllm_python: Path | None = None,
     container_runtime: str | None = None,
+    checkip_url: str | None = None,
+    only: Collection[str] | None = None,
 ) -> list[Check]:
-    """All preflight checks of ``spec`` in order. Never raises for an API's answer.
+    """All preflight checks of ``spec`` in order (``CHECK_NAMES``). Never raises for an API's answer.
 
     ``vllm_python``: the vLLM parser venv's python for ``vllm-argv`` (None: that check is skipped).
     ``container_runtime``: docker or podman; when given, ``engine-image`` verifies the stack's
     engine image inside it (``kimi-deploy engine verify``); without one that check is not listed.
+    ``checkip_url``: where ``kubernetes-api`` looks up this machine's egress address before the
+    cluster exists (None: it does not look, and says so).
+    ``only``: run and list these checks alone (and what they need: the mirror decides the
+    capacity scenario, instance-facts the offerings).
     """
     from components.core.time_to_ready import pulumi_up_seconds, stack_time_to_ready
+
+    def want(*names: str) -> bool:
+        return only is None or any(n in only for n in names)
 
     now = now or datetime.now(UTC)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
     step("config")
     checks.append(check_deployable(spec))
-    aws_names = (
-        "deploy-credentials",
-        "instance-facts",
-        "offered-in-region",
-        "offered-in-az",
-        "zone-type",
-        "vcpu-quota",
-        "capacity-reservation",
-        "capacity-end",
-        "capacity-ready",
-        "fsx",
-        "eks",
-        "eks-version",
-        "mirror",
-    )
     if not spec.profile.provisions_aws:
-        checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
+        checks += [kubernetes_api_not_applicable(spec) or Check(n, SKIP, "") if n == "kubernetes-api"
+                   else Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in AWS_CHECK_NAMES]
     else:
         region = aws_region(spec, region)
         clients = clients or AwsClients(region)
         model = stack_time_to_ready(spec)
         # Without credentials every check still runs: one that does not apply to the stack is
         # `skip` either way; one that needs an API answer is `unknown` (``_call``).
-        step("credentials")
-        checks.append(check_deploy_credentials(spec, clients, now, *pulumi_up_seconds(spec, model)))
-        step("instance type")
-        facts, known = check_instance_facts(spec, clients)
-        checks.append(facts)
-        step("offerings")
-        checks += check_offerings(spec, clients, spec.availability_zone, known)
-        checks.append(check_zone_type(spec, clients))
-        step("quota")
-        checks.append(check_quota(spec, clients))
-        # The mirror decides the scenario the capacity is compared with: a complete one is a
-        # repeat trial (weights and caches from the mirror), otherwise a first deploy.
-        step("S3 mirror")
-        mirror = check_mirror(spec, clients, mirror_bucket)
-        step("capacity reservation")
-        scenario = "repeat_trial" if mirror.status == PASS else "first_deploy"
-        checks += check_reservation(spec, clients, now, ReadyModel.of(model, scenario))
-        step("FSx and EKS")
-        checks.append(check_service(spec, clients, "fsx"))
-        checks.append(check_service(spec, clients, "eks"))
-        checks.append(check_eks_version(spec, clients, now))
-        checks.append(mirror)
-    step("cluster")
-    checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
-    step("vLLM command")
-    checks.append(check_vllm_argv(spec, vllm_python))
-    if container_runtime is not None:
-        step("engine image")
-        checks.append(check_engine_image(spec, container_runtime))
-    else:
-        checks.append(Check("engine-image", SKIP, "no container runtime (docker or podman) answers here: run "
-                                                  "`kimi-deploy engine verify --image IMAGE` where one does"))
-    return checks
+        if want("deploy-credentials"):
+            step("credentials")
+            checks.append(check_deploy_credentials(spec, clients, now, *pulumi_up_seconds(spec, model)))
+        if want("instance-facts", "offered-in-region", "offered-in-az", "zone-type"):
+            step("instance type")
+            facts, known = check_instance_facts(spec, clients)
+            checks.append(facts)
+            step("offerings")
+            checks += check_offerings(spec, clients, spec.availability_zone, known)
+            checks.append(check_zone_type(spec, clients))
+        if want("vcpu-quota"):
+            step("quota")
+            checks.append(check_quota(spec, clients))
+        mirror = None
+        if want("mirror", "capacity-reservation", "capacity-end", "capacity-ready"):
+            # The mirror decides the scenario the capacity is compared with: a complete one is a
+            # repeat trial (weights and caches from the mirror), otherwise a first deploy.
+            step("S3 mirror")
+            mirror = check_mirror(spec, clients, mirror_bucket)
+        if mirror is not None and want("capacity-reservation", "capacity-end", "capacity-ready"):
+            step("capacity reservation")
+            scenario = "repeat_trial" if mirror.status == PASS else "first_deploy"
+            checks += check_reservation(spec, clients, now, ReadyModel.of(model, scenario))
+        if want("fsx", "eks", "eks-version"):
+            step("FSx and EKS")
+            checks.append(check_service(spec, clients, "fsx"))
+            checks.append(check_service(spec, clients, "eks"))
+            checks.append(check_eks_version(spec, clients, now))
+        if want("kubernetes-api"):
+            step("Kubernetes API")
+            checks.append(check_kubernetes_api(spec, clients, checkip_url))
+        if mirror is not None:
+            checks.append(mirror)
+    if want("cluster", "gpu-nodes"):
+        step("cluster")
+        checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
+    if want("vllm-argv"):
+        step("vLLM command")
+        checks.append(check_vllm_argv(spec, vllm_python))
+    if want("engine-image"):
+        if container_runtime is not None:
+            step("engine image")
+            checks.append(check_engine_image(spec, container_runtime))
+        else:
+            checks.append(Check("engine-image", SKIP, "no container runtime (docker or podman) answers here: run "
+                                                      "`kimi-deploy engine verify --image IMAGE` where one does"))
+    return [c for c in checks if only is None or c.name in only]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1164,8 +1383,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--context", help="kubeconfig context for --check-cluster (default kubernetes.context, then current-context)"
     )
+    parser.add_argument(
+        "--only", metavar="CHECK", action="append", type=_check_names,
+        help="run only these checks (repeatable or comma-separated; e.g. --only kubernetes-api where `pulumi preview` "
+        f"runs): {', '.join(CHECK_NAMES)}",
+    )
+    parser.add_argument(
+        "--checkip-url", metavar="URL",
+        help=f"where kubernetes-api looks up this machine's egress address before the cluster exists (default "
+        f"${CHECKIP_URL_ENV}, else {DEFAULT_CHECKIP_URL}; '' to not look it up)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     return parser
+
+
+def _check_names(text: str) -> list[str]:
+    """``--only`` values: comma-separated check names (``CHECK_NAMES``)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CHECK_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown) or repr(text)} is not a check (checks: {', '.join(CHECK_NAMES)})")
+    return names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1183,6 +1421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
         "vllm_python": find_vllm_python(),
         "container_runtime": engine_verify.usable_runtime(),
+        "checkip_url": checkip_url_from_env() if args.checkip_url is None else (args.checkip_url.strip() or None),
+        "only": None if args.only is None else {n for names in args.only for n in names},
     }
     if sys.stderr.isatty() and not args.json:
         from rich.console import Console
