@@ -7,8 +7,10 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   deployable            the stack has no blocker (what makes `pulumi up` refuse it, e.g. an engine
                         build that cannot serve the model)
   deploy-credentials    the AWS credentials outlive the modelled `pulumi up`: renewable (a profile's
-                        role, SSO, instance role) or long-term keys pass; a session token nothing
-                        can renew fails when it expires before `pulumi up` would end
+                        role, instance role) or long-term keys pass; a session token nothing can
+                        renew fails when it expires before `pulumi up` would end; SSO (and a
+                        credential_process over an SSO profile) passes only while the SSO token in
+                        ~/.aws/sso/cache outlives it (warn where a refresh token may extend it)
   instance-facts        EC2 knows the type and its GPUs, GPU memory, vCPUs, memory, architecture,
                         disks, network cards, interface types and EFA match the profile
   offered-in-region     DescribeInstanceTypeOfferings lists the type in the region
@@ -698,6 +700,9 @@ def _hours(seconds: float) -> str:
 REFRESHING_CREDENTIAL_METHODS = (
     "assume-role", "assume-role-with-web-identity", "sso", "login", "iam-role", "container-role", "custom-process",
 )
+# Renewed from a session whose end botocore does not manage: the SSO token (``_sso_check``), or
+# whatever a credential_process runs (followed to an SSO profile where its command names one).
+SSO_BACKED_METHODS = ("sso", "custom-process")
 # STS AssumeRole's default session (DurationSeconds 3600: STS API reference, AssumeRole): a session
 # token whose expiry is unknown is assumed to be that young and that short.
 STS_DEFAULT_SESSION_SECONDS = 3600
@@ -707,6 +712,120 @@ CREDENTIALS_FIX = (
 )
 
 
+# IAM Identity Center (SSO): botocore's SSOTokenProvider refreshes an access token within 15 min of
+# its expiry with the refresh token of an `sso_session` (botocore/tokens.py, _REFRESH_WINDOW), until
+# the client registration (``registrationExpiresAt``) or the Identity Center session ends; a legacy
+# profile (sso_start_url in the profile itself) has no refresh token: its token's ``expiresAt`` is the
+# end. Tokens are cached in ~/.aws/sso/cache/<sha1 of the session name, else of the start URL>.json
+# (botocore/utils.py SSOTokenLoader), which `aws sso login` writes.
+SSO_TOKEN_CACHE_DIR = ("~", ".aws", "sso", "cache")
+
+
+@dataclass(frozen=True)
+class SsoToken:
+    """The cached IAM Identity Center token a profile's credentials are renewed with.
+
+    Attributes:
+        profile: the AWS profile whose SSO settings name it.
+        session_name: the ``sso_session`` (None for a legacy profile).
+        path: the cache file.
+        expires_at: the access token's ``expiresAt`` (UTC).
+        refreshable_until: the end of the client registration when the token carries a refresh
+            token (``sso_session`` profiles), else None (nothing renews it).
+    """
+
+    profile: str
+    session_name: str | None
+    path: Path
+    expires_at: datetime
+    refreshable_until: datetime | None
+
+    @property
+    def login_command(self) -> str:
+        """The command that starts a new session."""
+        if self.session_name:
+            return f"aws sso login --sso-session {self.session_name}"
+        return f"aws sso login --profile {self.profile}"
+
+
+def _utc(text: Any) -> datetime | None:
+    """An ISO 8601 time of the token cache (``2026-11-30T20:00:00Z``, or with an offset) in UTC, or None."""
+    try:
+        value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def sso_token_of(profile: str, full_config: Mapping[str, Any], now: datetime) -> SsoToken | None:
+    """The cached SSO token behind ``profile`` (botocore's ``full_config``: ``profiles`` and
+    ``sso_sessions``), read the way botocore reads it; None when the profile is not an SSO one or
+    no readable token is cached. A ``credential_process`` profile whose command names another
+    profile (``--profile NAME``, as in `aws configure export-credentials --profile NAME --format
+    process`) is followed to that profile."""
+    import hashlib
+    import shlex
+
+    profiles = full_config.get("profiles", {}) or {}
+    settings = profiles.get(profile, {}) or {}
+    process = settings.get("credential_process")
+    if process and "sso_session" not in settings and "sso_start_url" not in settings:
+        try:
+            words = shlex.split(str(process))
+        except ValueError:
+            return None
+        named = next((w.split("=", 1)[1] for w in words if w.startswith("--profile=")), None)
+        if named is None and "--profile" in words[:-1]:
+            named = words[words.index("--profile") + 1]
+        if not named or named == profile:
+            return None
+        return sso_token_of(named, {**full_config, "profiles": {k: v for k, v in profiles.items() if k != profile}}, now)
+    session_name = settings.get("sso_session")
+    session = (full_config.get("sso_sessions", {}) or {}).get(session_name, {}) if session_name else {}
+    start_url = settings.get("sso_start_url") or session.get("sso_start_url")
+    if not session_name and not start_url:
+        return None
+    key = hashlib.sha1(str(session_name or start_url).encode("utf-8")).hexdigest()  # noqa: S324 - botocore's cache key
+    path = Path(os.path.expanduser(os.path.join(*SSO_TOKEN_CACHE_DIR))) / f"{key}.json"
+    try:
+        token = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(token, dict) or (expires_at := _utc(token.get("expiresAt"))) is None:
+        return None
+    registration = _utc(token.get("registrationExpiresAt"))
+    can_refresh = bool(session_name) and all(token.get(k) for k in ("refreshToken", "clientId", "clientSecret"))
+    refreshable_until = registration if can_refresh and registration and registration > now else None
+    return SsoToken(profile, session_name, path, expires_at, refreshable_until)
+
+
+def _sso_check(name: str, who: str, token: SsoToken | None, now: datetime, up_seconds: int, up: str, method: str) -> Check:
+    """The deploy-credentials verdict of SSO-backed credentials: the token must outlive `pulumi up`."""
+    if token is None:
+        if method == "custom-process":
+            return Check(name, WARN, f"{who}: credential_process is run again to renew, and works only as long as the "
+                                     f"session behind it (SSO, a vault) lasts, which is not visible here; {up}")
+        return Check(name, WARN, f"{who}: no readable SSO token in ~/.aws/sso/cache: its expiry is not checked; {up}")
+    deadline = now + timedelta(seconds=up_seconds)
+    via = f"credential_process over profile {token.profile}: " if method == "custom-process" else ""
+    if token.expires_at <= now:
+        return Check(name, FAIL, f"{who}: {via}the SSO session expired {format_utc(token.expires_at)}: run "
+                                 f"`{token.login_command}`")
+    if token.expires_at > deadline:
+        return Check(name, PASS, f"{who}: {via}the SSO token is valid until {format_utc(token.expires_at)}, after the "
+                                 f"modelled `pulumi up` ends ({format_utc(deadline)}; {up})")
+    if token.refreshable_until is not None and token.refreshable_until > deadline:
+        return Check(name, WARN, f"{who}: {via}the SSO token expires {format_utc(token.expires_at)}, before `pulumi up` "
+                                 f"would end ({format_utc(deadline)}; {up}); its refresh token renews it while the IAM "
+                                 f"Identity Center session lasts (set in Identity Center, not visible here): run "
+                                 f"`{token.login_command}` just before `pulumi up`")
+    why = ("its client registration ends " + format_utc(token.refreshable_until) if token.refreshable_until
+           else "no refresh token renews it" + ("" if token.session_name else " (a legacy profile without sso_session)"))
+    return Check(name, FAIL, f"{who}: {via}the SSO token expires {format_utc(token.expires_at)}, before `pulumi up` would "
+                             f"end ({format_utc(deadline)}; {up}), and {why}: run `{token.login_command}` right before "
+                             "`pulumi up`, or use an sso_session profile (renewed with its refresh token)")
+
+
 def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: datetime, up_seconds: int, up_how: str) -> Check:
     """``deploy-credentials``: the AWS credentials that would run `pulumi up` last as long as it
     does (``up_seconds``, ``time_to_ready.pulumi_up_seconds``); Pulumi cannot save its snapshot
@@ -714,7 +833,9 @@ def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: dat
 
     Classified the way botocore resolved them (``session.get_credentials()``; botocore 1.44
     ``credentials.py``): pass for credentials a provider renews (``REFRESHING_CREDENTIAL_METHODS``)
-    and for long-term access keys (no session token); for a session token no provider can renew
+    and for long-term access keys (no session token), except that SSO and credential_process are
+    renewed only while the session behind them lasts (``_sso_check``: the cached SSO token's
+    ``expiresAt`` against the modelled end, ``sso_token_of``); for a session token no provider can renew
     (``env``: AWS_SESSION_TOKEN, or a token in the credentials or config file) fail when it
     expires within the modelled `pulumi up` (its expiry from AWS_CREDENTIAL_EXPIRATION, or, when
     unknown, a 1-hour STS default session against a longer `pulumi up`), else warn. STS
@@ -737,13 +858,26 @@ def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: dat
         return Check(name, UNKNOWN, NO_CREDENTIALS.split(":")[0])
     method = getattr(creds, "method", None) or "unknown"
     up = f"the modelled `pulumi up` lasts {_hours(up_seconds)} ({up_how})"
+    sso_token = None
+    if method in SSO_BACKED_METHODS:
+        import botocore.session
+
+        profile = clients.session.profile_name
+        try:
+            sso_token = sso_token_of(profile, botocore.session.Session(profile=profile).full_config, now)
+        except Exception:  # noqa: BLE001 - an unreadable config: the token is "not visible" (warn below)
+            sso_token = None
     try:
         identity = _call(clients, "sts", "GetCallerIdentity", "get_caller_identity").get("Arn", "?")
-    except ApiUnknown as err:
-        return Check(name, UNKNOWN, f"{method} credentials: {err}")
     except Exception as err:  # noqa: BLE001 - e.g. an assume-role that STS refuses: cannot tell
-        return Check(name, UNKNOWN, f"{method} credentials: {_code(err) or one_line(err)[:160]}")
+        if sso_token is not None and sso_token.expires_at <= now:  # an ended SSO session is why, and the fix is known
+            return _sso_check(name, f"profile {clients.session.profile_name} ({method})", sso_token, now, up_seconds, up,
+                              method)
+        why = str(err) if isinstance(err, ApiUnknown) else _code(err) or one_line(err)[:160]
+        return Check(name, UNKNOWN, f"{method} credentials: {why}")
     who = f"{identity} ({method})"
+    if method in SSO_BACKED_METHODS and isinstance(creds, RefreshableCredentials):
+        return _sso_check(name, who, sso_token, now, up_seconds, up, method)
     if method in REFRESHING_CREDENTIAL_METHODS and isinstance(creds, RefreshableCredentials):
         return Check(name, PASS, f"{who}: botocore renews these credentials before they expire; {up}")
     if not creds.get_frozen_credentials().token:
