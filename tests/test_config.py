@@ -527,7 +527,9 @@ def test_a_documentation_range_blocks_pulumi_up_in_every_phase(phase):
     cfg["phase"] = phase
     spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
     [blocker] = spec.every_phase_blockers
-    assert str(blocker).startswith("kimi-deploy:network.apiServerPublicCidrs: '198.51.100.0/24' is a documentation range (RFC 5737)")
+    assert str(blocker).startswith(
+        "kimi-deploy:network.apiServerPublicCidrs: '198.51.100.0/24' is a documentation range (RFC 5737)"
+    )
     assert blocker in spec.blockers and spec.up_blockers[0] is blocker  # a stage creates the cluster too
 
 
