@@ -46,6 +46,8 @@ TEST_ENGINE_OVERLAY = json.dumps({
     "kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]},
 })
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
+# The stand-in source alone: the shipped engine pin (refused) with a reachable EKS API.
+DEPLOYER_ONLY_OVERLAY = json.dumps({"kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}})
 # Preflight's egress look-up (kubernetes-api) never leaves this machine in a test: empty = do not
 # look up; tests that exercise it pass a URL on 127.0.0.1.
 os.environ.setdefault("KIMI_DEPLOY_CHECKIP_URL", "")
