@@ -101,16 +101,16 @@ def build_context(now: datetime | None = None, *, allow_blockers: bool = False) 
             and ``pulumi preview`` never set it.
 
     Raises:
-        ConfigError: any invalid config value, or the first of ``spec.blockers`` (before any
-            resource is declared) in the ``serve`` phase; a ``stage`` declares no engine, so a
-            build that cannot serve does not block it.
+        ConfigError: any invalid config value, or the first of ``spec.up_blockers`` (before any
+            resource is declared): every blocker in the ``serve`` phase; a ``stage`` declares no
+            engine, so a build that cannot serve does not block it, but an EKS API no one can
+            reach does.
     """
     now = now or current_time()
     values, secrets_set = read_namespace_config()
     spec = parse_spec(values, stack=pulumi.get_stack(), project=pulumi.get_project(), now=now, secrets_set=secrets_set)
-    # A stage runs no engine (config/phase.py): an engine build that cannot serve blocks serve only.
-    if spec.blockers and not allow_blockers and not spec.staging:
-        raise spec.blockers[0]
+    if spec.up_blockers and not allow_blockers:
+        raise spec.up_blockers[0]
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
     if spec.profile.serves_under_systemd:

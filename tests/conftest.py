@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,8 +36,21 @@ STACKS = stack_names()
 # given the way a user gives one (config), through the offline overlay. Tests of the refusal
 # itself clear it (tests/test_engine.py).
 TEST_ENGINE_TAG = "nightly-" + "0" * 40
-TEST_ENGINE_OVERLAY = '{"kimi-deploy:vllm": {"imageTag": "' + TEST_ENGINE_TAG + '"}}'
+# Likewise the EKS stacks ship a documentation range as the only source of their public API endpoint
+# (`pulumi up` refuses it: config/network.py api_server_blockers); the tests plan them with this
+# stand-in egress address (a public address, test data), given the same way. The other platforms
+# do not read the key.
+TEST_DEPLOYER_CIDR = "1.2.3.4/32"
+TEST_ENGINE_OVERLAY = json.dumps({
+    "kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG},
+    "kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]},
+})
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
+# The stand-in source alone: the shipped engine pin (refused) with a reachable EKS API.
+DEPLOYER_ONLY_OVERLAY = json.dumps({"kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}})
+# Preflight's egress look-up (kubernetes-api) never leaves this machine in a test: empty = do not
+# look up; tests that exercise it pass a URL on 127.0.0.1.
+os.environ.setdefault("KIMI_DEPLOY_CHECKIP_URL", "")
 _PLAN_CACHE: dict[tuple, object] = {}
 
 

@@ -25,7 +25,7 @@ from components.core.versions import (
     eks_support_status,
 )
 from components.core.weights import mirror_key_prefix
-from tests.conftest import FIXED_NOW, STACKS, plan_for
+from tests.conftest import FIXED_NOW, STACKS, TEST_DEPLOYER_CIDR, plan_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AWS_STACKS = [s for s in STACKS if read_stack_config(s).get("kimi-deploy:platform", "").startswith("aws-")]
@@ -247,6 +247,7 @@ def test_local_zone_with_fsx_warns_and_an_existing_vpc_needs_parent_region_subne
             "vpcId": "vpc-0123456789abcdef0",
             "privateSubnetIds": ["subnet-0123456789abcdef0"],
             "allowedCidrs": ["10.0.0.0/8"],
+            "apiServerPublicCidrs": [TEST_DEPLOYER_CIDR],
         }
     }
     with pytest.raises(Exception, match="parent-region AZs"):

@@ -8,7 +8,7 @@ import pytest
 
 from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
 from components.plan_engine import CALL_RESULTS
-from tests.conftest import FIXED_NOW, plan_for
+from tests.conftest import FIXED_NOW, TEST_DEPLOYER_CIDR, plan_for
 
 
 def _ns(stack: str) -> dict:
@@ -158,6 +158,7 @@ def test_existing_subnets_outside_the_reservation_az_stop_the_program(monkeypatc
             "vpcId": "vpc-0123456789abcdef0",
             "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"],
             "allowedCidrs": ["10.0.0.0/8"],
+            "apiServerPublicCidrs": [TEST_DEPLOYER_CIDR],
         }
     }
     with pytest.raises(Exception) as err:

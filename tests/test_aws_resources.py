@@ -20,7 +20,7 @@ from components.core.naming import (
 )
 from components.core.versions import EKS_VERSION
 from components.core.weights import mirror_key_prefix
-from tests.conftest import STACKS, plan_for
+from tests.conftest import STACKS, TEST_DEPLOYER_CIDR, plan_for
 
 AWS_STACKS = [s for s in STACKS if read_stack_config(s).get("kimi-deploy:platform", "").startswith("aws-")]
 STACK_TAG_KEYS = ("kimi-deploy:stack", "kimi-deploy:environment", "kimi-deploy:target", "kimi-deploy:owner")
@@ -403,8 +403,9 @@ def test_eks_gpu_node_group(stack, ami_type, arch_capacity):
     cluster = run.named("eks-cluster").inputs
     assert tuple(int(x) for x in cluster["version"].split(".")) >= (1, 33) and cluster["version"] == EKS_VERSION
     assert cluster["encryptionConfig"]["resources"] == ["secrets"]
-    # EKS/eksctl defaults: private endpoint plus the IAM-authenticated public one.
-    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True and cluster["vpcConfig"]["endpointPublicAccess"] is False
+    # The private endpoint (nodes) plus the IAM-authenticated public one from the deployer's address only.
+    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True and cluster["vpcConfig"]["endpointPublicAccess"] is True
+    assert cluster["vpcConfig"]["publicAccessCidrs"] == [TEST_DEPLOYER_CIDR]
     assert cluster["accessConfig"]["authenticationMode"] == "API"
     ng = run.named("eks-gpu").inputs
     assert ng["amiType"] == ami_type
@@ -499,9 +500,14 @@ def test_kubeconfig_uses_aws_eks_get_token():
 
 
 def test_api_server_public_endpoint_only_for_named_cidrs():
-    net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPublicCidrs": ["203.0.113.0/24"]}
-    vpc = plan_for("gb300", overrides={"kimi-deploy:network": net}).named("eks-cluster").inputs["vpcConfig"]
-    assert vpc["endpointPublicAccess"] is True and vpc["publicAccessCidrs"] == ["203.0.113.0/24"]
+    net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPublicCidrs": ["198.18.0.0/15", "1.2.3.4/32"]}
+    with pytest.raises(ConfigError, match="'198.18.0.0/15' is not a public address range"):  # benchmarking, reserved
+        plan_for("gb300", overrides={"kimi-deploy:network": net})
+    net["apiServerPublicCidrs"] = ["81.2.69.0/24", "1.2.3.4/32"]
+    run = plan_for("gb300", overrides={"kimi-deploy:network": net})
+    vpc = run.named("eks-cluster").inputs["vpcConfig"]
+    assert vpc["endpointPublicAccess"] is True and vpc["publicAccessCidrs"] == ["81.2.69.0/24", "1.2.3.4/32"]
+    assert not _api_rules(run)  # public-cidrs alone opens nothing on the cluster security group
 
 
 def _b300_prod_compute(cap_type: str, efa: bool) -> dict:
@@ -534,31 +540,63 @@ def test_vpc_cni_enforces_network_policy():
     assert all("configurationValues" not in a for name, a in addons.items() if name != "vpc-cni")
 
 
+def _api_rules(run) -> list:
+    """Ingress rules on the EKS cluster security group (the deployer's path to the private endpoint)."""
+    return [r for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+            if run.references(r.inputs).get("securityGroupId") == "eks-cluster.vpcConfig.clusterSecurityGroupId"]
+
+
 @pytest.mark.parametrize("name", ["gb300", "b300-prod"])
-def test_api_server_endpoint_is_private_by_default(name):
-    """EKS's own default is a public endpoint open to 0.0.0.0/0; a stack without
-    network.apiServerPublicCidrs gets only the private one."""
-    run = plan_for(name)
-    vpc = run.named("eks-cluster").inputs["vpcConfig"]
-    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is False
-    assert "publicAccessCidrs" not in vpc
-    assert any("run `pulumi up` from inside the VPC" in w for w in run.context.spec.warnings)
+def test_an_eks_stack_without_a_path_to_its_api_is_refused_before_anything_is_declared(name):
+    net = {k: v for k, v in read_stack_config(name)["kimi-deploy:network"].items() if not k.startswith("apiServer")}
+    with pytest.raises(ConfigError, match=r"network.apiServerPublicCidrs: \[\] is required with network.apiServerAccess "):
+        plan_for(name, overrides={"kimi-deploy:network": net})
 
 
 def test_api_server_is_never_public_to_any_address():
-    net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPrivateOnly": False}
-    with pytest.raises(ConfigError, match=r"network.apiServerPrivateOnly: false would open the public EKS endpoint "
-                                          r"to any address: set network.apiServerPublicCidrs"):
+    net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPublicCidrs": ["0.0.0.0/0"]}
+    with pytest.raises(ConfigError, match=r"network.apiServerPublicCidrs: '0.0.0.0/0' is broader than /8"):
         plan_for("gb300", overrides={"kimi-deploy:network": net})
 
 
-def test_api_server_private_only_turns_the_public_endpoint_off():
-    net = {"vpcCidr": "10.44.0.0/16", "allowedCidrs": ["10.0.0.0/8"], "apiServerPrivateOnly": True}
-    run = plan_for("gb300", overrides={"kimi-deploy:network": net})
+PRIVATE_NETWORK = {
+    "vpcId": "vpc-0123456789abcdef0",
+    "privateSubnetIds": ["subnet-0123456789abcdef0"],
+    "allowedCidrs": ["10.0.0.0/8"],
+    "apiServerAccess": "private",
+    "apiServerPrivateCidrs": ["10.8.0.0/16"],
+    "apiServerPrivateSecurityGroupIds": ["sg-0123456789abcdef0"],
+}
+
+
+def test_private_access_opens_443_of_the_cluster_security_group_to_the_named_sources_only():
+    run = plan_for("gb300", overrides={"kimi-deploy:network": PRIVATE_NETWORK})
     vpc = run.named("eks-cluster").inputs["vpcConfig"]
     assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is False
     assert "publicAccessCidrs" not in vpc
-    assert any("run `pulumi up` from inside the VPC" in w for w in run.context.spec.warnings)
+    rules = {r.name: r.inputs for r in _api_rules(run)}
+    assert set(rules) == {"eks-api-cidr-10.8.0.0_16", "eks-api-sg-sg-0123456789abcdef0"}
+    for rule in rules.values():
+        assert (rule["ipProtocol"], rule["fromPort"], rule["toPort"]) == ("tcp", 443, 443)
+    assert rules["eks-api-cidr-10.8.0.0_16"]["cidrIpv4"] == "10.8.0.0/16"
+    assert rules["eks-api-sg-sg-0123456789abcdef0"]["referencedSecurityGroupId"] == "sg-0123456789abcdef0"
+    assert not run.context.spec.blockers
+
+
+def test_the_kubernetes_provider_waits_for_the_path_to_the_api(monkeypatch):
+    """The rules exist before any Kubernetes object: the provider every object uses depends on them."""
+    import pulumi_kubernetes as k8s
+
+    seen: dict[str, list[str]] = {}
+    real = k8s.Provider.__init__
+
+    def record(self, resource_name, *args, opts=None, **kwargs):
+        seen[resource_name] = [getattr(d, "_name", "?") for d in (opts.depends_on or [])] if opts else []
+        real(self, resource_name, *args, opts=opts, **kwargs)
+
+    monkeypatch.setattr(k8s.Provider, "__init__", record)
+    plan_for("gb300", overrides={"kimi-deploy:network": PRIVATE_NETWORK})
+    assert seen["eks-k8s"] == ["eks-cluster", "eks-api-cidr-10.8.0.0_16", "eks-api-sg-sg-0123456789abcdef0"]
 
 
 def test_admin_roles_get_cluster_admin_access_entries():

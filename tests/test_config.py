@@ -434,42 +434,132 @@ def test_secure_value_on_a_plain_key_is_rejected_without_ciphertext(tmp_path):
     assert "not a secret key" in str(info.value) and "CIPHERTEXT" not in str(info.value)
 
 
-def test_eks_api_endpoint_is_private_by_default_and_says_how_to_reach_it():
-    spec = parse_spec(base("gb300"), stack="t", now=FIXED_NOW)
-    assert spec.config.network.api_server_private_only is None
-    assert not api_server_access(spec.config).public
-    assert (
-        "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port forwarding), "
-        "or set network.apiServerPublicCidrs to your egress CIDR to reach it from there"
-    ) in spec.warnings
-    assert not any("from any address" in w for w in spec.warnings)
+# -- how `pulumi up` reaches the EKS API server (network.apiServerAccess) ------------------------------
 
 
-def test_eks_public_api_endpoint_restricted_does_not_warn():
-    cfg = base("gb300")
-    cfg["network"] = {**cfg["network"], "apiServerPublicCidrs": ["203.0.113.0/24"]}
+def _eks_network(stack: str = "gb300", **keys) -> dict:
+    """``stack``'s config with its network's API keys replaced by ``keys`` (None removes one)."""
+    cfg = base(stack)
+    net = {k: v for k, v in cfg["network"].items() if not k.startswith("apiServer")}
+    net.update({k: v for k, v in keys.items() if v is not None})
+    cfg["network"] = net
+    return cfg
+
+
+@pytest.mark.parametrize("stack", ["gb300", "b300-prod"])
+def test_an_eks_stack_with_no_path_to_its_api_server_is_a_config_error(stack):
+    """The old default (a private endpoint in a VPC the same run creates) was a warning, and `pulumi
+    up` failed "cluster unreachable" after the cluster and GPU nodes existed (pulumi-eks#1134)."""
+    reject(_eks_network(stack), "network.apiServerPublicCidrs", "[] is required with network.apiServerAccess public-cidrs",
+           "(the default on aws-eks)", "curl https://checkip.amazonaws.com", "network.apiServerAccess: private",
+           "network.vpcId", "network.apiServerPrivateCidrs", "cannot reach it")
+    reject(_eks_network(stack, apiServerAccess="public-cidrs"), "network.apiServerPublicCidrs", "is required")
+
+
+def test_private_access_in_a_vpc_the_stack_creates_has_no_path():
+    cfg = _eks_network(apiServerAccess="private", apiServerPrivateCidrs=["10.8.0.0/16"])
+    reject(cfg, "network.apiServerAccess", "'private' has no path from the deploying machine",
+           "the stack creates the VPC in the same run", "network.vpcId", "public-cidrs with network.apiServerPublicCidrs")
+
+
+_EXISTING_VPC = {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0123456789abcdef0"]}
+
+
+def test_private_access_needs_a_source_admitted_on_443():
+    cfg = _eks_network(apiServerAccess="private")
+    cfg["network"].update(_EXISTING_VPC)
+    reject(cfg, "network.apiServerPrivateCidrs", "[] is required with network.apiServerAccess private",
+           "apiServerPrivateSecurityGroupIds", "port 443 from the cluster alone")
+
+
+def test_private_access_with_public_cidrs_is_refused():
+    cfg = _eks_network(apiServerAccess="private", apiServerPublicCidrs=["198.51.100.7/32"], apiServerPrivateCidrs=["10.8.0.0/16"])
+    cfg["network"].update(_EXISTING_VPC)
+    reject(cfg, "network.apiServerPublicCidrs", "is set, but network.apiServerAccess is private")
+
+
+@pytest.mark.parametrize("sources", [{"apiServerPrivateCidrs": ["10.8.0.0/16"]},
+                                     {"apiServerPrivateSecurityGroupIds": ["sg-0123456789abcdef0"]}])
+def test_private_access_from_an_existing_vpc_with_a_source_is_accepted(sources):
+    cfg = _eks_network(apiServerAccess="private", **sources)
+    cfg["network"].update(_EXISTING_VPC)
     spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
-    assert not any("EKS API endpoint" in w for w in spec.warnings)
+    access = api_server_access(spec.config)
+    assert not access.public and access.public_cidrs == () and access.vpc_id == _EXISTING_VPC["vpcId"]
+    assert access.private_sources == tuple(next(iter(sources.values())))
+    assert not spec.blockers and not any("API" in w for w in spec.warnings)
 
 
-def test_eks_private_only_api_endpoint_warns_to_run_inside_the_vpc():
-    cfg = base("gb300")
-    cfg["network"] = {**cfg["network"], "apiServerPrivateOnly": True}
+@pytest.mark.parametrize(
+    ("cidr", "fragments"),
+    [
+        ("10.0.0.0/8", ("not a public address range", "network.apiServerPrivateCidrs")),
+        ("100.64.0.0/10", ("not a public address range",)),  # shared address space (carrier NAT)
+        ("127.0.0.1/32", ("not a public address range",)),
+        ("2001:db8::/32", ("is an IPv6 block",)),
+        ("0.0.0.0/0", ("broader than /8",)),
+        ("198.51.100.7/24", ("not a CIDR block",)),  # host bits set
+    ],
+)
+def test_public_api_cidrs_are_public_ipv4_blocks(cidr, fragments):
+    reject(_eks_network(apiServerPublicCidrs=[cidr]), "network.apiServerPublicCidrs", repr(cidr), *fragments)
+
+
+def test_at_most_40_public_api_cidrs():
+    cidrs = [f"1.2.3.{i}/32" for i in range(41)]
+    reject(_eks_network(apiServerPublicCidrs=cidrs), "network.apiServerPublicCidrs", "41 blocks", "at most 40", "L-93A74D60")
+    assert parse_spec(_eks_network(apiServerPublicCidrs=cidrs[:40]), stack="t", now=FIXED_NOW)
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("apiServerPrivateCidrs", ["10.0.0.0/7"], "broader than /8"),
+    ("apiServerPrivateCidrs", ["fd00::/8"], "is an IPv6 block"),
+    ("apiServerPrivateSecurityGroupIds", ["vpn-clients"], "is not a security group id"),
+    ("apiServerAccess", "public", "is not allowed (allowed: 'public-cidrs' or 'private')"),
+])
+def test_private_api_sources_are_checked(key, value, fragment):
+    reject(_eks_network(apiServerPublicCidrs=["1.2.3.4/32"], **{key: value}), f"network.{key}", fragment)
+
+
+@pytest.mark.parametrize("phase", ["serve", "stage"])
+def test_a_documentation_range_blocks_pulumi_up_in_every_phase(phase):
+    cfg = _eks_network(apiServerPublicCidrs=["198.51.100.0/24", "1.2.3.4/32"])
+    cfg["phase"] = phase
     spec = parse_spec(cfg, stack="t", now=FIXED_NOW)
-    assert any("the EKS API endpoint is private: run `pulumi up` from inside the VPC" in w for w in spec.warnings)
-    assert not any("is public" in w for w in spec.warnings)
+    [blocker] = spec.every_phase_blockers
+    assert str(blocker).startswith(
+        "kimi-deploy:network.apiServerPublicCidrs: '198.51.100.0/24' is a documentation range (RFC 5737)"
+    )
+    assert blocker in spec.blockers and spec.up_blockers[0] is blocker  # a stage creates the cluster too
 
 
-def test_private_only_with_public_cidrs_is_rejected():
-    cfg = base("gb300")
-    cfg["network"] = {**cfg["network"], "apiServerPrivateOnly": True, "apiServerPublicCidrs": ["203.0.113.0/24"]}
-    reject(cfg, "network.apiServerPrivateOnly", "apiServerPublicCidrs")
+def test_the_shipped_eks_stacks_plan_but_pulumi_up_refuses_their_example_source(monkeypatch):
+    from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, '{"kimi-deploy:vllm": {"imageTag": "nightly-' + "0" * 40 + '"}}')
+    for stack in ("gb300", "b300-prod"):
+        spec = load_stack(stack, now=FIXED_NOW)
+        assert api_server_access(spec.config).public_cidrs == ("203.0.113.0/24",)
+        assert [str(b) for b in spec.up_blockers] == [
+            "kimi-deploy:network.apiServerPublicCidrs: '203.0.113.0/24' is the example value shipped in stacks/, a "
+            "documentation range (RFC 5737): no machine has that address and EKS refuses reserved ranges; replace it with "
+            "the egress address of the machine that runs `pulumi up` and of your CI runner (curl "
+            "https://checkip.amazonaws.com, then <address>/32)"
+        ]
 
 
-def test_private_only_must_be_a_real_boolean():
-    cfg = base("gb300")
-    cfg["network"] = {**cfg["network"], "apiServerPrivateOnly": "yes"}
-    reject(cfg, "network.apiServerPrivateOnly")
+def test_the_api_keys_are_formats_only_off_eks():
+    cfg = base("b300")  # aws-ec2: no cluster, nothing is required
+    cfg["network"] = {k: v for k, v in cfg["network"].items() if not k.startswith("apiServer")}
+    assert not parse_spec(cfg, stack="t", now=FIXED_NOW).blockers
+    cfg["network"]["apiServerPublicCidrs"] = ["203.0.113.0/24"]
+    assert not parse_spec(cfg, stack="t", now=FIXED_NOW).every_phase_blockers
+
+
+def test_the_replaced_private_only_key_names_its_successor():
+    cfg = _eks_network(apiServerPrivateOnly=True)
+    reject(cfg, "network.apiServerPrivateOnly", "true was replaced by network.apiServerAccess: public-cidrs",
+           "or private (with network.vpcId and network.apiServerPrivateCidrs)")
 
 
 def test_admin_role_arns_are_accepted_on_eks():

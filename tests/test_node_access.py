@@ -6,7 +6,7 @@
   weight writer;
 - the NetworkPolicy's address blocks never admit an address of the cluster's own nodes and pods;
 - every EKS node answers IMDS to one hop only (no pod reaches the node role);
-- the EKS API endpoint is private unless named CIDRs are configured, never public to any address,
+- the EKS API endpoint is public only to named CIDRs, never to any address, private otherwise,
   and the plan says which.
 """
 
@@ -21,7 +21,7 @@ import pytest
 from components.aws.network import subnet_cidrs
 from components.core.config import ConfigError, read_stack_config
 from components.core.node_storage import RAID0_BIND_MOUNTS, exposed_node_state, node_dirs, node_state_paths
-from tests.conftest import plan_for
+from tests.conftest import TEST_DEPLOYER_CIDR, plan_for
 from tests.test_k8s_workloads import of_kind, one, pod_templates
 
 # Storage kinds on top of each stack's own (b300-prod ships nvme-from-fsx; the others nvme).
@@ -154,7 +154,8 @@ def test_a_client_block_inside_the_cluster_ranges_is_left_out():
 
 
 def test_existing_vpc_blocks_except_the_looked_up_subnets():
-    net = {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"], "allowedCidrs": ["10.0.0.0/8"]}
+    net = {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"], "allowedCidrs": ["10.0.0.0/8"],
+           "apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}
     run = plan_for("b300-prod", overrides={"kimi-deploy:network": net})
     assert "aws:ec2/getSubnet:getSubnet" in run.calls
     block = next(p["ipBlock"] for p in one(run, "NetworkPolicy")["spec"]["ingress"][0]["from"] if "ipBlock" in p)
@@ -199,31 +200,52 @@ def test_every_eks_node_answers_imds_to_one_hop_only(name):
 @pytest.mark.parametrize(
     ("network", "public", "summary"),
     [
-        ({}, False, "private (reachable from inside the VPC only)"),
-        ({"apiServerPrivateOnly": True}, False, "private (reachable from inside the VPC only)"),
-        ({"apiServerPublicCidrs": ["203.0.113.0/24"]}, True,
-         "private + public (IAM-authenticated) from 203.0.113.0/24 only"),
+        ({"apiServerPublicCidrs": ["198.51.100.7/32"]}, True,
+         "public endpoint, allowed from 198.51.100.7/32 (network.apiServerPublicCidrs)"),
+        ({"apiServerPublicCidrs": ["1.2.3.4/32"], "apiServerPrivateCidrs": ["10.8.0.0/16"]}, True,
+         "public endpoint, allowed from 1.2.3.4/32 (network.apiServerPublicCidrs); private endpoint from 10.8.0.0/16 on "
+         "443 (network.apiServerPrivateCidrs)"),
+        ({"apiServerAccess": "private", "vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0123456789abcdef0"],
+          "apiServerPrivateCidrs": ["10.8.0.0/16"]}, False,
+         "private endpoint only, from 10.8.0.0/16 on 443 of the cluster security group (network.apiServerPrivateCidrs), "
+         "in vpc-0123456789abcdef0"),
     ],
 )
-def test_api_endpoint_is_private_or_limited_and_the_plan_says_which(network, public, summary, tmp_path):
+def test_the_plan_says_how_the_kubernetes_provider_reaches_the_cluster(network, public, summary, tmp_path, monkeypatch):
     import yaml
 
-    from scripts.ops.plan import build_plan_document, summary_rows
+    from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+    from scripts.ops.plan import build_plan_document, render_markdown, summary_rows
+    from tests.conftest import TEST_ENGINE_TAG
+
+    # The network as written here, not the tests' stand-in source (conftest.py).
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, '{"kimi-deploy:vllm": {"imageTag": "' + TEST_ENGINE_TAG + '"}}')
 
     config = dict(read_stack_config("gb300"))
-    config["kimi-deploy:network"] = {**config["kimi-deploy:network"], **network}
+    net = {k: v for k, v in config["kimi-deploy:network"].items() if not k.startswith("apiServer")}
+    config["kimi-deploy:network"] = {**net, **network}
     (tmp_path / "Pulumi.gb300.yaml").write_text(yaml.safe_dump({"config": config}))
     doc = build_plan_document("gb300", stacks_dir=tmp_path)
-    assert doc["eks_api_endpoint"] == summary
-    assert ("EKS API endpoint", summary) in summary_rows(doc)
+    api = doc["kubernetes_api"]
+    assert api["summary"] == summary and api["endpoint_public_access"] is public
+    assert api["public_access_cidrs"] == network.get("apiServerPublicCidrs", [])
+    assert api["cluster_security_group_443_from"] == network.get("apiServerPrivateCidrs", [])
+    # One line in the table; the full path (who can run up, preview, destroy, the sweeper) in --details.
+    short = summary_rows(doc, details=False)
+    assert ("Kubernetes API", summary) in short and not any(label == "API path" for label, _ in short)
+    paths = [text for label, text in summary_rows(doc, details=True) if label == "API path"]
+    assert paths == api["path"] and any("`pulumi destroy` and the sweeper" in p for p in paths)
+    assert f"| Kubernetes API | {summary} |" in render_markdown(doc)
     vpc = next(r for r in doc["resources"] if r["name"] == "eks-cluster")["inputs"]["vpcConfig"]
     assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is public
     assert vpc.get("publicAccessCidrs", []) == network.get("apiServerPublicCidrs", [])
     assert "0.0.0.0/0" not in str(vpc)
 
 
-def test_plans_off_eks_name_no_api_endpoint():
+def test_plans_off_eks_name_no_eks_endpoint():
     from scripts.ops.plan import build_plan_document
 
-    assert build_plan_document("mi355x")["eks_api_endpoint"] is None
+    assert build_plan_document("b300")["kubernetes_api"] is None  # aws-ec2: no Kubernetes object
+    api = build_plan_document("mi355x")["kubernetes_api"]
+    assert api["mode"] == "kubeconfig" and "kimi-deploy:kubeconfig" in api["summary"]
     assert of_kind(plan_for("mi355x"), "NetworkPolicy")

@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -707,6 +709,153 @@ def test_long_term_keys_pass_and_other_platforms_skip(sts_env, monkeypatch):
     check = _credentials_check("gb300")
     assert check.status == "pass" and "(env): long-term access keys, no expiry" in check.reason
     assert _credentials_check("mi355x").status == "skip"
+
+
+# --- SSO and credential_process: renewed only while the session behind them lasts -------------------
+# botocore's own SSO provider reads the token file of a temporary HOME and asks a stand-in of the SSO
+# portal on 127.0.0.1 (AWS_ENDPOINT_URL_SSO) for role credentials; STS is moto's.
+
+
+@contextmanager
+def sso_portal():
+    """The IAM Identity Center portal's GetRoleCredentials on 127.0.0.1: any token gets an hour."""
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = json.dumps({"roleCredentials": {
+                "accessKeyId": "ASIAQAAAAAAAAAAAAAAA", "secretAccessKey": "secret", "sessionToken": "token",
+                "expiration": int((time.time() + 3600) * 1000)}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+START_URL = "https://example.awsapps.com/start"
+SSO_SESSION_CONFIG = (
+    "[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = Deployer\nregion = us-east-1\n"
+    f"[sso-session corp]\nsso_start_url = {START_URL}\nsso_region = us-east-1\nsso_registration_scopes = sso:account:access\n"
+)
+LEGACY_CONFIG = (
+    f"[profile dev]\nsso_start_url = {START_URL}\nsso_region = us-east-1\nsso_account_id = 123456789012\n"
+    "sso_role_name = Deployer\nregion = us-east-1\n"
+)
+
+
+def write_sso_home(home: Path, config: str, *, key: str, expires_in: timedelta, refresh: bool) -> Path:
+    """``home``/.aws/config and the cached token ``aws sso login`` writes (botocore's cache key:
+    sha1 of the session name, else of the start URL)."""
+    import hashlib
+    from datetime import UTC, datetime
+
+    from components.core.config import format_utc
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    (home / ".aws" / "sso" / "cache").mkdir(parents=True, exist_ok=True)
+    (home / ".aws" / "config").write_text(config)
+    token = {"startUrl": START_URL, "region": "us-east-1", "accessToken": "sso-access-token",
+             "expiresAt": format_utc(now + expires_in)}
+    if refresh:
+        token.update(refreshToken="sso-refresh-token", clientId="client", clientSecret="secret",
+                     registrationExpiresAt=format_utc(now + timedelta(days=80)))
+    path = home / ".aws" / "sso" / "cache" / f"{hashlib.sha1(key.encode()).hexdigest()}.json"
+    path.write_text(json.dumps(token))
+    return path
+
+
+def _sso_preflight(home: Path, moto_server, portal: str, profile: str = "dev") -> dict:
+    env = {"HOME": str(home), "AWS_CONFIG_FILE": str(home / ".aws" / "config"), "AWS_PROFILE": profile,
+           "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"), "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_ENDPOINT_URL": moto_server.endpoint, "AWS_ENDPOINT_URL_SSO": portal}
+    out = _cli("--stack", "gb300", "--only", "deploy-credentials", "--json", env=env)
+    assert "Traceback" not in out.stderr, out.stderr
+    [check] = json.loads(out.stdout)["checks"]
+    return check
+
+
+@pytest.mark.parametrize(("config", "key", "expires_in", "refresh", "status", "fragments"), [
+    # An sso_session token that expires during the ~5 h first EKS `pulumi up`: its refresh token may renew it.
+    (SSO_SESSION_CONFIG, "corp", timedelta(hours=1), True, "warn",
+     ("(sso): the SSO token expires", "its refresh token renews it while the IAM Identity Center session lasts",
+      "`aws sso login --sso-session corp` just before `pulumi up`")),
+    # A legacy profile: nothing renews its token, `pulumi up` would lose its credentials half-way.
+    (LEGACY_CONFIG, START_URL, timedelta(hours=1), False, "fail",
+     ("(sso): the SSO token expires", "no refresh token renews it (a legacy profile without sso_session)",
+      "`aws sso login --profile dev` right before `pulumi up`")),
+    (LEGACY_CONFIG, START_URL, timedelta(hours=12), False, "pass",
+     ("(sso): the SSO token is valid until", "after the modelled `pulumi up` ends")),
+])
+def test_sso_credentials_pass_only_while_the_sso_token_outlives_pulumi_up(
+    tmp_path, moto_server, config, key, expires_in, refresh, status, fragments
+):
+    write_sso_home(tmp_path, config, key=key, expires_in=expires_in, refresh=refresh)
+    with sso_portal() as portal:
+        check = _sso_preflight(tmp_path, moto_server, portal)
+    assert check["status"] == status, check
+    for fragment in fragments:
+        assert fragment in check["reason"], check
+
+
+def test_credential_process_is_followed_to_the_sso_profile_it_exports(tmp_path, moto_server):
+    """`credential_process = aws configure export-credentials --profile dev --format process` (the AWS
+    way to hand SSO to tools): a stand-in process answers the same JSON, renewable by Expiration."""
+    from datetime import UTC, datetime
+
+    from components.core.config import format_utc
+
+    process = tmp_path / "export_credentials.py"
+    expiry = format_utc(datetime.now(UTC) + timedelta(hours=1))
+    process.write_text("import json\nprint(json.dumps({'Version': 1, 'AccessKeyId': 'ASIAQAAAAAAAAAAAAAAA', "
+                       f"'SecretAccessKey': 'secret', 'SessionToken': 'token', 'Expiration': '{expiry}'}}))\n")
+    command = f"{sys.executable} {process} configure export-credentials --profile dev --format process"
+    write_sso_home(tmp_path, LEGACY_CONFIG + f"[profile ci]\ncredential_process = {command}\n", key=START_URL,
+                   expires_in=timedelta(hours=1), refresh=False)
+    with sso_portal() as portal:
+        followed = _sso_preflight(tmp_path, moto_server, portal, profile="ci")
+        assert followed["status"] == "fail", followed
+        assert "(custom-process): credential_process over profile dev: the SSO token" in followed["reason"]
+        (tmp_path / ".aws" / "config").write_text(f"[profile ci]\ncredential_process = {sys.executable} {process}\n")
+        opaque = _sso_preflight(tmp_path, moto_server, portal, profile="ci")
+    assert opaque["status"] == "warn" and "not visible here" in opaque["reason"], opaque
+
+
+def test_an_ended_sso_session_fails_with_the_login_command(tmp_path, moto_server):
+    write_sso_home(tmp_path, SSO_SESSION_CONFIG, key="corp", expires_in=timedelta(hours=-1), refresh=False)
+    with sso_portal() as portal:
+        check = _sso_preflight(tmp_path, moto_server, portal)
+    assert check["status"] == "fail" and "the SSO session expired" in check["reason"], check
+    assert "`aws sso login --sso-session corp`" in check["reason"]
+
+
+def test_the_token_cache_is_read_as_botocore_reads_it(tmp_path, monkeypatch):
+    from datetime import UTC, datetime
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    now = datetime.now(UTC)
+    path = write_sso_home(tmp_path, "", key="corp", expires_in=timedelta(hours=2), refresh=True)
+    config = {"profiles": {"dev": {"sso_session": "corp"}, "other": {"region": "us-east-1"}},
+              "sso_sessions": {"corp": {"sso_start_url": START_URL}}}
+    token = preflight.sso_token_of("dev", config, now)
+    assert token is not None and token.path == path and token.session_name == "corp"
+    assert timedelta(hours=1, minutes=59) < token.expires_at - now <= timedelta(hours=2)
+    assert token.refreshable_until is not None and token.refreshable_until > now + timedelta(days=79)
+    assert preflight.sso_token_of("other", config, now) is None  # not an SSO profile
+    path.write_text("{not json")
+    assert preflight.sso_token_of("dev", config, now) is None  # unreadable: "not visible", never a crash
 
 
 # --- blockers: what `pulumi up` refuses is a failure here, never "nothing failed" -------------------

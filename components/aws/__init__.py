@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_aws as aws
 
+from components.core import naming
 from components.core.weights import mirror_uri
 from components.platform import FsxVolumeSource, KubernetesPlatformHandle, PlatformResult
 
@@ -110,7 +111,7 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
         raise ValueError(f"{spec.platform}: the spec has no AWS region")
     result = AwsResult(region=region)
     partition = aws.get_partition_output().partition
-    cluster_name = resource_prefix(spec.project, spec.stack) if profile.creates_cluster else None
+    cluster_name = naming.eks_cluster_name(spec.project, spec.stack) if profile.creates_cluster else None
     root = AwsDeployment(resource_prefix(spec.project, spec.stack))
 
     network = Network(

@@ -11,11 +11,15 @@ capacity type ``CAPACITY_BLOCK`` (market type ``capacity-block`` in the template
 targeting; subnets pinned to the GPU (reservation's) AZ. The desired size is set at creation
 only (``ignore_changes``): the operator or an autoscaler owns it after.
 
-API endpoint (``config.api_server_access``): the private endpoint always; the public endpoint
-(IAM-authenticated) only with ``network.apiServerPublicCidrs``, and then from those sources only.
-Unlike EKS's own default (public from 0.0.0.0/0), a stack without them gets a private endpoint:
-``pulumi up`` then runs from inside the VPC (VPN, bastion, SSM port forwarding), or from the
-egress CIDR named in ``apiServerPublicCidrs``. The plan says which.
+API endpoint (``config.api_server_access``, ``network.apiServerAccess``): the private endpoint
+always (nodes reach the API inside the VPC); the public endpoint (IAM-authenticated) in
+``public-cidrs`` mode, from ``network.apiServerPublicCidrs`` only (never EKS's own default,
+0.0.0.0/0). ``network.apiServerPrivateCidrs`` / ``apiServerPrivateSecurityGroupIds`` become
+ingress rules on port 443 of the EKS cluster security group (EKS user guide, "Accessing a private
+only API server": a connected network or a host in the VPC needs them), created with the cluster
+and before the Kubernetes provider, so every Kubernetes object of the same run goes through a
+path that already exists. Config refuses a stack with no such path (``check_api_server_access``);
+the plan's "Kubernetes API" row says which path it is.
 
 Access: authentication mode ``API`` (EKS access entries). The identity that creates the cluster
 is admin; ``kubernetes.adminRoleArns`` (IAM role or user ARNs) adds an access entry with
@@ -50,6 +54,7 @@ from components.core.naming import (
     WEIGHT_SYNC_SERVICE_ACCOUNT,
 )
 from components.core.scaling import gpu_node_group_size
+from components.core.versions import EKS_API_SERVER_PORT
 from components.core.weights import mirror_key_prefix
 
 from . import iam
@@ -293,9 +298,13 @@ class EksCluster(pulumi.ComponentResource):
                 lambda v: kubeconfig_json(v[0], v[1], v[2], args.region)
             )
         )
+        self.api_access_rules = self._create_api_access_rules(cluster)
         import pulumi_kubernetes as k8s
 
-        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child(self, depends_on=[cluster]))
+        # Every Kubernetes object waits for the deployer's path to the API server (the rules above).
+        self.provider = k8s.Provider(
+            f"{name}-k8s", kubeconfig=self.kubeconfig, opts=child(self, depends_on=[cluster, *self.api_access_rules])
+        )
         self.ready: list[pulumi.Resource] = [system, *([gpu] if gpu is not None else []), *early, *late, *associations]
         self.register_outputs(
             {
@@ -475,6 +484,44 @@ class EksCluster(pulumi.ComponentResource):
         )
 
     # -- access ------------------------------------------------------------------------------
+    def _create_api_access_rules(self, cluster: aws.eks.Cluster) -> list[aws.vpc.SecurityGroupIngressRule]:
+        """Port 443 (``EKS_API_SERVER_PORT``) of the EKS cluster security group (the private endpoint's network interfaces
+        carry it) from each of ``network.apiServerPrivateCidrs`` and
+        ``apiServerPrivateSecurityGroupIds``: the deployer's path to the private endpoint. Rules
+        on the EKS-created group, not an extra group in ``vpcConfig.securityGroupIds``: that
+        input replaces the cluster (terraform-provider-aws ForceNew; scripts/ops/diff/rules.py),
+        a rule is added and removed in place. Named after the source, so reordering the list
+        replaces nothing."""
+        a, name = self._args, self._name
+        access = api_server_access(a.spec.config)
+        group = cluster.vpc_config.cluster_security_group_id
+        rules = []
+        for cidr in access.private_cidrs:
+            rules.append(aws.vpc.SecurityGroupIngressRule(
+                f"{name}-api-cidr-{cidr.replace('/', '_')}",
+                security_group_id=group,
+                ip_protocol="tcp",
+                from_port=EKS_API_SERVER_PORT,
+                to_port=EKS_API_SERVER_PORT,
+                cidr_ipv4=cidr,
+                description=f"Kubernetes API from {cidr} (network.apiServerPrivateCidrs)",
+                tags=tags(a.tags),
+                opts=child(self),
+            ))
+        for source in access.private_security_group_ids:
+            rules.append(aws.vpc.SecurityGroupIngressRule(
+                f"{name}-api-sg-{source}",
+                security_group_id=group,
+                ip_protocol="tcp",
+                from_port=EKS_API_SERVER_PORT,
+                to_port=EKS_API_SERVER_PORT,
+                referenced_security_group_id=source,
+                description=f"Kubernetes API from {source} (network.apiServerPrivateSecurityGroupIds)",
+                tags=tags(a.tags),
+                opts=child(self),
+            ))
+        return rules
+
     def _create_admin_access(self, cluster: aws.eks.Cluster) -> list[aws.eks.AccessPolicyAssociation]:
         """An access entry plus ``AmazonEKSClusterAdminPolicy`` (cluster scope) for each of
         ``kubernetes.adminRoleArns`` (the cluster's authentication mode is ``API``)."""

@@ -7,11 +7,12 @@ one may be an Output) plus a ``Name``. ``tags_all`` is left to the provider.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import pulumi
+
+from components.core import naming
 
 # The S3 key prefix (inside the mirror bucket) where toolkit files the nodes fetch live, e.g.
 # the weight-sync program. Readers of the weights may read it too; nothing else.
@@ -34,9 +35,9 @@ def tags(ctx_tags: Mapping[str, Any], name: str | None = None) -> dict[str, Any]
 
 
 def resource_prefix(project: str, stack: str) -> str:
-    """A short, DNS-safe prefix for physical names: ``<project>-<stack>``, lowercase, <= 40 chars."""
-    raw = re.sub(r"[^a-z0-9-]+", "-", f"{project}-{stack}".lower()).strip("-")
-    return raw[:40].rstrip("-")
+    """A short, DNS-safe prefix for physical names: ``<project>-<stack>``, lowercase, <= 40 chars
+    (``naming.resource_prefix``)."""
+    return naming.resource_prefix(project, stack)
 
 
 def child(parent: pulumi.Resource, **kwargs: Any) -> pulumi.ResourceOptions:

@@ -1,9 +1,11 @@
 """Example values shipped in ``stacks/Pulumi.*.yaml`` that a user must replace with their own.
 
 They are syntactically valid (so the example stacks plan), but deploying them fails or pulls the
-wrong weights: the example commit pin is not a real revision of the model, and the reservation ids
-are not the user's capacity. ``parse_spec`` adds a warning for each one still in place, so every
-plan says so until it is replaced. This is the only list of them (tests check each one still
+wrong weights: the example commit pin is not a real revision of the model, the reservation ids
+are not the user's capacity, and the EKS API source is a documentation range no machine has.
+``parse_spec`` adds a warning for each one still in place, so every plan says so until it is
+replaced; the API source is a blocker instead (``config.network.api_server_blockers``: `pulumi up`
+refuses it, since the cluster would be created unreachable). This is the only list of them (tests check each one still
 appears in a shipped stack file, so the list cannot go stale).
 """
 
@@ -16,6 +18,9 @@ SHIPPED_EXAMPLE_VALUES: Mapping[str, Mapping[str, str]] = {
     "model.revision": {
         "4f1e2d3c5b6a79880716253443526170819a0b1c": "the commit your trial's weight sync recorded (`revision` in "
                                                     ".weights-complete.json)",
+    },
+    "network.apiServerPublicCidrs": {
+        "203.0.113.0/24": "the egress address of the machine that runs `pulumi up` and of your CI runner",
     },
     "compute.capacity.reservationId": {
         "cr-0123456789abcdef0": "your capacity block's reservation id (aws ec2 describe-capacity-reservations)",

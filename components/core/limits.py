@@ -8,6 +8,8 @@ Sources:
   k8s.io/apimachinery/pkg/util/validation/validation.go.
 - AWS tags: "Tag naming limits and requirements" (AWS General Reference / Tagging AWS resources):
   at most 50 user tags per resource, keys up to 128 and values up to 256 Unicode characters.
+- EKS: at most 40 public endpoint access CIDR blocks per cluster, not adjustable (Amazon EKS service
+  quotas, "Public endpoint access CIDR ranges per cluster", L-93A74D60).
 - EC2 user data: 16 KB raw, before base64 (``components/aws/userdata.USER_DATA_LIMIT_BYTES``,
   checked by ``components/aws/compute.check_ec2_user_data``).
 """
@@ -25,6 +27,7 @@ DNS1123_SUBDOMAIN_MAX_CHARS = 253
 AWS_TAGS_PER_RESOURCE = 50
 AWS_TAG_KEY_MAX_CHARS = 128
 AWS_TAG_VALUE_MAX_CHARS = 256
+EKS_PUBLIC_ACCESS_CIDRS_MAX = 40
 
 _QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 # Kubernetes service accounts. The AWS edge binds IAM roles to them (EKS Pod Identity) by
 # name before the Kubernetes edge creates them, so both read the names from here.
 WEIGHT_SYNC_SERVICE_ACCOUNT = "kimi-weight-sync"
@@ -54,3 +56,15 @@ S3_PART_CONCURRENCY = 8
 # The label of the EKS system node group (components/aws/cluster.py); a stage's publish Job selects it.
 SYSTEM_NODE_LABEL = "kimi-deploy/role"
 SYSTEM_NODE_ROLE = "system"
+
+
+def resource_prefix(project: str, stack: str) -> str:
+    """A short, DNS-safe prefix for physical names: ``<project>-<stack>``, lowercase, <= 40 chars."""
+    raw = re.sub(r"[^a-z0-9-]+", "-", f"{project}-{stack}".lower()).strip("-")
+    return raw[:40].rstrip("-")
+
+
+def eks_cluster_name(project: str, stack: str) -> str:
+    """The EKS cluster an ``aws-eks`` stack creates (``components/aws``); preflight and the
+    sweeper look it up by this name."""
+    return resource_prefix(project, stack)

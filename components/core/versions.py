@@ -46,6 +46,9 @@ VLLM_IMAGES: Mapping[str, str] = MappingProxyType(
 VLLM_PORT = 8000
 # Rendezvous port of vLLM's multi-node (torch.distributed) group.
 VLLM_MASTER_PORT = 29_500
+# The EKS API server's port, public and private endpoint (https://<endpoint>; EKS user guide,
+# "Accessing a private only API server": the cluster security group admits 443 from the deployer).
+EKS_API_SERVER_PORT = 443
 # vLLM's own default engine-ready timeout (vllm/envs.py); too short for 1.5 TB of weights.
 VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
 # The recipe's value; the startup budget never goes below it.

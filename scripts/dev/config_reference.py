@@ -306,8 +306,12 @@ def rules() -> dict[str, str]:
         "compute.amiArchitecture": "the instance type's; required with amiId (config/compute.py)",
         "network.vpcCidr": "a private (RFC 1918) /16 to /22 block (config/network.py)",
         "network.allowedCidrs": f"{client} (config/network.py)",
-        "network.apiServerPublicCidrs": f"{client} (config/network.py)",
-        "network.apiServerPrivateOnly": "not true with apiServerPublicCidrs; false needs them (config/network.py)",
+        "network.apiServerAccess": "aws-eks: public-cidrs needs apiServerPublicCidrs; private needs vpcId and "
+        "apiServerPrivateCidrs or apiServerPrivateSecurityGroupIds, and no apiServerPublicCidrs (config/network.py)",
+        "network.apiServerPublicCidrs": "aws-eks: public IPv4 blocks (no private, shared or reserved range; a documentation "
+        "range blocks `pulumi up`), no broader than /8, at most 40 (config/network.py)",
+        "network.apiServerPrivateCidrs": "IPv4 blocks no broader than /8 (config/network.py)",
+        "network.apiServerPrivateSecurityGroupIds": "security group ids, sg- and 8 or 17 hex digits (config/network.py)",
         "network.privateSubnetIds": "required with vpcId, and only with it (config/network.py)",
         "storage.kind": "fsx and nvme-from-fsx need an AWS platform, pvc a Kubernetes one and existingClaim, nvme "
         "local NVMe that holds the weights (config/storage.py)",
@@ -444,7 +448,7 @@ NOT_DERIVABLE: Mapping[str, str] = {
 
 PROBES: Mapping[str, tuple[Probe, ...]] = {
     "target": (Probe(("b200", "gb300"), also={"compute.capacity.type": "capacity-block"}, stacks=("b300-prod",)),),
-    "platform": (Probe(("aws-eks",), stacks=("b300",)),),
+    "platform": (Probe(("aws-eks",), also={"network.apiServerPublicCidrs": ["1.2.3.4/32"]}, stacks=("b300",)),),
     "environment": (Probe(("staging", "trial"), base="pinned"),),
     "owner": (Probe(("ml-research",)),),
     "expiresAt": (Probe(("2026-12-03T00:00:00Z",)),),
@@ -489,8 +493,13 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
     "network.allowedCidrs": (Probe((_add("192.168.0.0/16"),)),),
     "network.allowedSecurityGroupIds": (Probe((["sg-0123456789abcdef0"],)),),
     "network.s3GatewayEndpoint": (Probe((False,)),),
-    "network.apiServerPublicCidrs": (Probe((["203.0.113.0/24"],)),),
-    "network.apiServerPrivateOnly": (Probe((True,)),),
+    "network.apiServerAccess": (
+        Probe(("private",), also={"network.apiServerPublicCidrs": [], "network.apiServerPrivateCidrs": ["10.8.0.0/16"]},
+              base="existing VPC", stacks=_EKS),
+    ),
+    "network.apiServerPublicCidrs": (Probe((["1.2.3.4/32"],), stacks=_EKS),),
+    "network.apiServerPrivateCidrs": (Probe((["10.8.0.0/16"],), stacks=_EKS),),
+    "network.apiServerPrivateSecurityGroupIds": (Probe((["sg-0123456789abcdef0"],), stacks=_EKS),),
     "storage.kind": (
         Probe(("fsx", "nvme"), stacks=_AWS),
         Probe(("pvc",), also={"storage.existingClaim": "kimi-weights", "storage.readGBps": 5.0}, stacks=("mi355x",)),

@@ -40,6 +40,7 @@ from rich.text import Text
 from components.core.config import (
     STACKS_DIR,
     ConfigError,
+    DeploymentSpec,
     format_utc,
     load_stack,
     parse_clock,
@@ -62,6 +63,28 @@ def _parse_now(text: str | None) -> datetime:
     return parse_clock(text, "--now")
 
 
+def kubernetes_api_document(spec: DeploymentSpec) -> dict[str, Any] | None:
+    """How the Kubernetes provider reaches the cluster, for the plan: ``{mode, summary, path, ...}``
+    (``config.ApiServerAccess.document`` on aws-eks; on an existing cluster the kubeconfig's
+    server); None where no Kubernetes object is declared (aws-ec2)."""
+    from components.core.config import api_server_access
+
+    if spec.profile.creates_cluster:
+        return api_server_access(spec.config).document()
+    if not spec.profile.runs_kubernetes:
+        return None
+    context = spec.config.kubernetes.context
+    where = f", context {context}" if context else ""
+    return {
+        "mode": "kubeconfig",
+        "summary": f"the server of kimi-deploy:kubeconfig{where} (the network path to it is yours)",
+        "path": [
+            "the provider uses the kubeconfig secret as given: `pulumi up`, preview and destroy run where its server "
+            "answers; `kimi-deploy preflight --check-cluster` contacts it",
+        ],
+    }
+
+
 def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: Path | None = None) -> dict[str, Any]:
     """The offline plan of ``stack`` as one JSON-serializable document.
 
@@ -73,7 +96,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     max_model_len, download_seconds_at_100MBps, usd_per_hour, price_source}, ``vllm``
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
-    per_node}], ``eks_api_endpoint`` (aws-eks: who reaches the API endpoint, else None),
+    per_node}], ``kubernetes_api`` (how the Kubernetes provider reaches the cluster: {mode, summary,
+    path, ...}, ``kubernetes_api_document``; None on aws-ec2),
     ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references, ignore_changes}] (references:
     input path -> the resource attribute it is computed from, ``{"launchTemplate.id": "gpu-lt.id"}``;
     ignore_changes, only where the program sets it: input paths ``pulumi up`` keeps from the state),
@@ -82,7 +106,6 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     Raises:
         ConfigError: the stack file is missing or invalid (one line).
     """
-    from components.core.config import api_server_access
     from components.core.sizing import compute_sizing, first_deploy_seconds, sync_expected_seconds
     from components.core.vllm import build_vllm_command
     from components.core.weights import sync_steps
@@ -178,16 +201,17 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             }
             for s in steps
         ]),
-        # Who reaches the EKS API endpoint (aws-eks): private, or public from the named CIDRs only.
-        "eks_api_endpoint": api_server_access(spec.config).summary if spec.profile.creates_cluster else None,
+        # How the Kubernetes provider (and so `pulumi up`, preview, destroy) reaches the cluster.
+        "kubernetes_api": kubernetes_api_document(spec),
         "expires_at": run.outputs.get("expiresAt"),
         "expires_rule": _expiry_rule(spec),
         "protect": spec.protect,
         "warnings": list(spec.warnings),
         # What stops `pulumi up` (the program raises the first) although the plan renders.
         "blockers": [str(b) for b in spec.blockers],
-        # A stage declares no engine: a build that cannot serve blocks serve only (config/phase.py).
-        "deployable": not spec.blockers or spec.staging,
+        # A stage declares no engine: a build that cannot serve blocks serve only (config/phase.py);
+        # an EKS API no one can reach blocks every phase (spec.up_blockers).
+        "deployable": not spec.up_blockers,
         # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP;
         # ignore_changes (where set): inputs `pulumi up` keeps from the state.
         "resources": [
@@ -494,7 +518,11 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         *([("hub download", download), ("first deploy", first)] if details else []),
         ("cost", price),
         ("expires", expires),
-    ] + ([("EKS API endpoint", doc["eks_api_endpoint"])] if doc.get("eks_api_endpoint") else [])
+    ]
+    api = doc.get("kubernetes_api")
+    if api:
+        rows.append(("Kubernetes API", api["summary"]))
+        rows += [("API path", line) for line in api["path"]] if details else []
     rows += [row for row in scaling_rows(doc) if details or row[0] != "scaling note"]
     return rows + ([("scraping", doc["scraping"])] if doc.get("scraping") else [])
 

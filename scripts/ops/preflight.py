@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Preflight: can this stack get its GPUs before `pulumi up` spends an hour finding out?
 
-    python scripts/ops/preflight.py --stack b300 [--region R] [--json]
+    python scripts/ops/preflight.py --stack b300 [--region R] [--only CHECK] [--json]
 
 Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   deployable            the stack has no blocker (what makes `pulumi up` refuse it, e.g. an engine
                         build that cannot serve the model)
   deploy-credentials    the AWS credentials outlive the modelled `pulumi up`: renewable (a profile's
-                        role, SSO, instance role) or long-term keys pass; a session token nothing
-                        can renew fails when it expires before `pulumi up` would end
+                        role, instance role) or long-term keys pass; a session token nothing can
+                        renew fails when it expires before `pulumi up` would end; SSO (and a
+                        credential_process over an SSO profile) passes only while the SSO token in
+                        ~/.aws/sso/cache outlives it (warn where a refresh token may extend it)
   instance-facts        EC2 knows the type and its GPUs, GPU memory, vCPUs, memory, architecture,
                         disks, network cards, interface types and EFA match the profile
   offered-in-region     DescribeInstanceTypeOfferings lists the type in the region
@@ -24,6 +26,11 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   fsx, eks              the services answer in the region (where the stack uses them)
   eks-version           DescribeClusterVersions: the EKS version is in standard support (or
                         extended support was chosen), and versions.EKS_VERSIONS agrees
+  kubernetes-api        (aws-eks) this machine reaches the EKS API server the Kubernetes objects go
+                        through: the cluster's endpoint answers on 443 (TCP, 5 s); before it exists,
+                        this machine's egress address (checkip.amazonaws.com, KIMI_DEPLOY_CHECKIP_URL)
+                        is in network.apiServerPublicCidrs, or its address toward network.vpcId in
+                        network.apiServerPrivateCidrs (private)
   mirror                the S3 mirror exists and its manifest.json is complete
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
@@ -48,7 +55,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,6 +67,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 from components.core.config import ConfigError, DeploymentSpec, format_utc, load_stack, stack_names
 from components.core.config.phase import SWITCH_TO_SERVE
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
+from components.core.versions import EKS_API_SERVER_PORT
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts.ops import engine_verify
 from scripts.ops._cli import (
@@ -692,6 +700,9 @@ def _hours(seconds: float) -> str:
 REFRESHING_CREDENTIAL_METHODS = (
     "assume-role", "assume-role-with-web-identity", "sso", "login", "iam-role", "container-role", "custom-process",
 )
+# Renewed from a session whose end botocore does not manage: the SSO token (``_sso_check``), or
+# whatever a credential_process runs (followed to an SSO profile where its command names one).
+SSO_BACKED_METHODS = ("sso", "custom-process")
 # STS AssumeRole's default session (DurationSeconds 3600: STS API reference, AssumeRole): a session
 # token whose expiry is unknown is assumed to be that young and that short.
 STS_DEFAULT_SESSION_SECONDS = 3600
@@ -701,6 +712,120 @@ CREDENTIALS_FIX = (
 )
 
 
+# IAM Identity Center (SSO): botocore's SSOTokenProvider refreshes an access token within 15 min of
+# its expiry with the refresh token of an `sso_session` (botocore/tokens.py, _REFRESH_WINDOW), until
+# the client registration (``registrationExpiresAt``) or the Identity Center session ends; a legacy
+# profile (sso_start_url in the profile itself) has no refresh token: its token's ``expiresAt`` is the
+# end. Tokens are cached in ~/.aws/sso/cache/<sha1 of the session name, else of the start URL>.json
+# (botocore/utils.py SSOTokenLoader), which `aws sso login` writes.
+SSO_TOKEN_CACHE_DIR = ("~", ".aws", "sso", "cache")
+
+
+@dataclass(frozen=True)
+class SsoToken:
+    """The cached IAM Identity Center token a profile's credentials are renewed with.
+
+    Attributes:
+        profile: the AWS profile whose SSO settings name it.
+        session_name: the ``sso_session`` (None for a legacy profile).
+        path: the cache file.
+        expires_at: the access token's ``expiresAt`` (UTC).
+        refreshable_until: the end of the client registration when the token carries a refresh
+            token (``sso_session`` profiles), else None (nothing renews it).
+    """
+
+    profile: str
+    session_name: str | None
+    path: Path
+    expires_at: datetime
+    refreshable_until: datetime | None
+
+    @property
+    def login_command(self) -> str:
+        """The command that starts a new session."""
+        if self.session_name:
+            return f"aws sso login --sso-session {self.session_name}"
+        return f"aws sso login --profile {self.profile}"
+
+
+def _utc(text: Any) -> datetime | None:
+    """An ISO 8601 time of the token cache (``2026-11-30T20:00:00Z``, or with an offset) in UTC, or None."""
+    try:
+        value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def sso_token_of(profile: str, full_config: Mapping[str, Any], now: datetime) -> SsoToken | None:
+    """The cached SSO token behind ``profile`` (botocore's ``full_config``: ``profiles`` and
+    ``sso_sessions``), read the way botocore reads it; None when the profile is not an SSO one or
+    no readable token is cached. A ``credential_process`` profile whose command names another
+    profile (``--profile NAME``, as in `aws configure export-credentials --profile NAME --format
+    process`) is followed to that profile."""
+    import hashlib
+    import shlex
+
+    profiles = full_config.get("profiles", {}) or {}
+    settings = profiles.get(profile, {}) or {}
+    process = settings.get("credential_process")
+    if process and "sso_session" not in settings and "sso_start_url" not in settings:
+        try:
+            words = shlex.split(str(process))
+        except ValueError:
+            return None
+        named = next((w.split("=", 1)[1] for w in words if w.startswith("--profile=")), None)
+        if named is None and "--profile" in words[:-1]:
+            named = words[words.index("--profile") + 1]
+        if not named or named == profile:
+            return None
+        return sso_token_of(named, {**full_config, "profiles": {k: v for k, v in profiles.items() if k != profile}}, now)
+    session_name = settings.get("sso_session")
+    session = (full_config.get("sso_sessions", {}) or {}).get(session_name, {}) if session_name else {}
+    start_url = settings.get("sso_start_url") or session.get("sso_start_url")
+    if not session_name and not start_url:
+        return None
+    key = hashlib.sha1(str(session_name or start_url).encode("utf-8")).hexdigest()  # noqa: S324 - botocore's cache key
+    path = Path(os.path.expanduser(os.path.join(*SSO_TOKEN_CACHE_DIR))) / f"{key}.json"
+    try:
+        token = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(token, dict) or (expires_at := _utc(token.get("expiresAt"))) is None:
+        return None
+    registration = _utc(token.get("registrationExpiresAt"))
+    can_refresh = bool(session_name) and all(token.get(k) for k in ("refreshToken", "clientId", "clientSecret"))
+    refreshable_until = registration if can_refresh and registration and registration > now else None
+    return SsoToken(profile, session_name, path, expires_at, refreshable_until)
+
+
+def _sso_check(name: str, who: str, token: SsoToken | None, now: datetime, up_seconds: int, up: str, method: str) -> Check:
+    """The deploy-credentials verdict of SSO-backed credentials: the token must outlive `pulumi up`."""
+    if token is None:
+        if method == "custom-process":
+            return Check(name, WARN, f"{who}: credential_process is run again to renew, and works only as long as the "
+                                     f"session behind it (SSO, a vault) lasts, which is not visible here; {up}")
+        return Check(name, WARN, f"{who}: no readable SSO token in ~/.aws/sso/cache: its expiry is not checked; {up}")
+    deadline = now + timedelta(seconds=up_seconds)
+    via = f"credential_process over profile {token.profile}: " if method == "custom-process" else ""
+    if token.expires_at <= now:
+        return Check(name, FAIL, f"{who}: {via}the SSO session expired {format_utc(token.expires_at)}: run "
+                                 f"`{token.login_command}`")
+    if token.expires_at > deadline:
+        return Check(name, PASS, f"{who}: {via}the SSO token is valid until {format_utc(token.expires_at)}, after the "
+                                 f"modelled `pulumi up` ends ({format_utc(deadline)}; {up})")
+    if token.refreshable_until is not None and token.refreshable_until > deadline:
+        return Check(name, WARN, f"{who}: {via}the SSO token expires {format_utc(token.expires_at)}, before `pulumi up` "
+                                 f"would end ({format_utc(deadline)}; {up}); its refresh token renews it while the IAM "
+                                 f"Identity Center session lasts (set in Identity Center, not visible here): run "
+                                 f"`{token.login_command}` just before `pulumi up`")
+    why = ("its client registration ends " + format_utc(token.refreshable_until) if token.refreshable_until
+           else "no refresh token renews it" + ("" if token.session_name else " (a legacy profile without sso_session)"))
+    return Check(name, FAIL, f"{who}: {via}the SSO token expires {format_utc(token.expires_at)}, before `pulumi up` would "
+                             f"end ({format_utc(deadline)}; {up}), and {why}: run `{token.login_command}` right before "
+                             "`pulumi up`, or use an sso_session profile (renewed with its refresh token)")
+
+
 def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: datetime, up_seconds: int, up_how: str) -> Check:
     """``deploy-credentials``: the AWS credentials that would run `pulumi up` last as long as it
     does (``up_seconds``, ``time_to_ready.pulumi_up_seconds``); Pulumi cannot save its snapshot
@@ -708,7 +833,9 @@ def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: dat
 
     Classified the way botocore resolved them (``session.get_credentials()``; botocore 1.44
     ``credentials.py``): pass for credentials a provider renews (``REFRESHING_CREDENTIAL_METHODS``)
-    and for long-term access keys (no session token); for a session token no provider can renew
+    and for long-term access keys (no session token), except that SSO and credential_process are
+    renewed only while the session behind them lasts (``_sso_check``: the cached SSO token's
+    ``expiresAt`` against the modelled end, ``sso_token_of``); for a session token no provider can renew
     (``env``: AWS_SESSION_TOKEN, or a token in the credentials or config file) fail when it
     expires within the modelled `pulumi up` (its expiry from AWS_CREDENTIAL_EXPIRATION, or, when
     unknown, a 1-hour STS default session against a longer `pulumi up`), else warn. STS
@@ -731,13 +858,26 @@ def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: dat
         return Check(name, UNKNOWN, NO_CREDENTIALS.split(":")[0])
     method = getattr(creds, "method", None) or "unknown"
     up = f"the modelled `pulumi up` lasts {_hours(up_seconds)} ({up_how})"
+    sso_token = None
+    if method in SSO_BACKED_METHODS:
+        import botocore.session
+
+        profile = clients.session.profile_name
+        try:
+            sso_token = sso_token_of(profile, botocore.session.Session(profile=profile).full_config, now)
+        except Exception:  # noqa: BLE001 - an unreadable config: the token is "not visible" (warn below)
+            sso_token = None
     try:
         identity = _call(clients, "sts", "GetCallerIdentity", "get_caller_identity").get("Arn", "?")
-    except ApiUnknown as err:
-        return Check(name, UNKNOWN, f"{method} credentials: {err}")
     except Exception as err:  # noqa: BLE001 - e.g. an assume-role that STS refuses: cannot tell
-        return Check(name, UNKNOWN, f"{method} credentials: {_code(err) or one_line(err)[:160]}")
+        if sso_token is not None and sso_token.expires_at <= now:  # an ended SSO session is why, and the fix is known
+            return _sso_check(name, f"profile {clients.session.profile_name} ({method})", sso_token, now, up_seconds, up,
+                              method)
+        why = str(err) if isinstance(err, ApiUnknown) else _code(err) or one_line(err)[:160]
+        return Check(name, UNKNOWN, f"{method} credentials: {why}")
     who = f"{identity} ({method})"
+    if method in SSO_BACKED_METHODS and isinstance(creds, RefreshableCredentials):
+        return _sso_check(name, who, sso_token, now, up_seconds, up, method)
     if method in REFRESHING_CREDENTIAL_METHODS and isinstance(creds, RefreshableCredentials):
         return Check(name, PASS, f"{who}: botocore renews these credentials before they expire; {up}")
     if not creds.get_frozen_credentials().token:
@@ -769,15 +909,19 @@ def check_deploy_credentials(spec: DeploymentSpec, clients: AwsClients, now: dat
 
 
 def check_deployable(spec: DeploymentSpec) -> Check:
-    """``deployable``: the stack's blockers (``spec.blockers``: what makes `pulumi up` refuse the
-    stack, e.g. an engine build that cannot serve the model; ``program.build_context`` raises the
-    first) fail here, one line each joined; pass when there is none."""
+    """``deployable``: the stack's blockers (``spec.up_blockers``: what makes `pulumi up` refuse the
+    stack in its phase, e.g. an engine build that cannot serve the model, or an EKS API source no
+    machine has; ``program.build_context`` raises the first) fail here, one line each joined; pass
+    when there is none (a stage with only serve's blockers passes, naming them)."""
+    blockers = spec.up_blockers
+    if blockers:
+        more = f" (+{len(blockers) - 1} more)" if len(blockers) > 1 else ""
+        return Check("deployable", FAIL, f"`pulumi up` refuses this stack: {one_line(blockers[0])}{more}")
     if spec.blockers:
         more = f" (+{len(spec.blockers) - 1} more)" if len(spec.blockers) > 1 else ""
-        if spec.staging:  # the program declares a stage whatever blocks serving (program.build_context)
-            return Check("deployable", PASS, f"phase: stage: `pulumi up` stages the weights; serve is refused until "
-                                             f"fixed: {one_line(spec.blockers[0])}{more}")
-        return Check("deployable", FAIL, f"`pulumi up` refuses this stack: {one_line(spec.blockers[0])}{more}")
+        # the program declares a stage whatever blocks serving only (program.build_context)
+        return Check("deployable", PASS, f"phase: stage: `pulumi up` stages the weights; serve is refused until "
+                                         f"fixed: {one_line(spec.blockers[0])}{more}")
     return Check("deployable", PASS, "`pulumi up` accepts the stack's config (no blocker)")
 
 
@@ -873,6 +1017,190 @@ def check_mirror(spec: DeploymentSpec, clients: AwsClients, bucket_override: str
     if spec.staging:
         return Check(name, PASS, f"{what}: staged; switch: {SWITCH_TO_SERVE}")
     return Check(name, PASS, what)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Kubernetes API: can this machine reach what `pulumi up` creates objects through?
+# ---------------------------------------------------------------------------------------------
+
+# Where this machine's public (egress) address is looked up: AWS's own checkip service answers the
+# address it sees, one line. KIMI_DEPLOY_CHECKIP_URL (or --checkip-url) replaces it; empty: no look-up.
+CHECKIP_URL_ENV = "KIMI_DEPLOY_CHECKIP_URL"
+DEFAULT_CHECKIP_URL = "https://checkip.amazonaws.com"
+# Short: a path that works answers in well under a second; pulumi-kubernetes itself waits 32 s per
+# request (pulumi-kubernetes#349) before it calls the cluster unreachable.
+API_CONNECT_TIMEOUT_SECONDS = 5.0
+CHECKIP_TIMEOUT_SECONDS = 5.0
+
+
+def checkip_url_from_env() -> str | None:
+    """The egress look-up URL: ``KIMI_DEPLOY_CHECKIP_URL`` when set (empty: None, no look-up), else
+    ``DEFAULT_CHECKIP_URL``."""
+    value = os.environ.get(CHECKIP_URL_ENV)
+    if value is None:
+        return DEFAULT_CHECKIP_URL
+    return value.strip() or None
+
+
+def egress_address(url: str, timeout_seconds: float = CHECKIP_TIMEOUT_SECONDS) -> tuple[str | None, str]:
+    """This machine's public IPv4 address as ``url`` (a checkip-style service: the body is the
+    address) sees it: ``(address, "")``, or ``(None, why not)``. Never raises."""
+    import ipaddress
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_seconds) as response:  # noqa: S310 - a URL the operator chose
+            text = response.read(64).decode("ascii", "replace").strip()
+    except Exception as err:  # noqa: BLE001 - no answer is "cannot tell", never a crash
+        return None, f"{url} did not answer ({one_line(getattr(err, 'reason', None) or err)[:120]})"
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None, f"{url} answered {text[:40]!r}, not an address"
+    if address.version != 4:
+        return None, f"{url} answered the IPv6 address {address}: the cluster admits IPv4 sources only"
+    return str(address), ""
+
+
+def tcp_reach(host: str, port: int, timeout_seconds: float = API_CONNECT_TIMEOUT_SECONDS) -> tuple[bool, str]:
+    """A TCP connection to ``host:port`` (what the Kubernetes client opens first): ``(True, "answers
+    at <address>")`` or ``(False, why not)`` (the name does not resolve, refused, timed out). Never raises."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return False, f"{host} does not resolve ({one_line(err)[:100]})"
+    address = str(infos[0][4][0])
+    try:
+        with socket.create_connection((address, port), timeout=timeout_seconds):
+            return True, f"{host}:{port} answers (at {address})"
+    except TimeoutError:
+        return False, f"{host}:{port} (at {address}) did not answer within {timeout_seconds:g} s"
+    except OSError as err:
+        return False, f"{host}:{port} (at {address}): {one_line(err.strerror or err)[:100]}"
+
+
+def source_address_toward(address: str) -> str | None:
+    """The address this machine sends from toward ``address`` (its routing table's choice), or
+    None when it has no route. A UDP ``connect`` picks the route and sends nothing."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, EKS_API_SERVER_PORT))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return None
+
+
+def _in_any(address: str, cidrs: Sequence[str]) -> str | None:
+    """The first of ``cidrs`` that holds ``address``, or None."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    return next((c for c in cidrs if ip in ipaddress.ip_network(c)), None)
+
+
+def kubernetes_api_not_applicable(spec: DeploymentSpec) -> Check | None:
+    """``kubernetes-api`` as ``skip`` where the stack creates no EKS cluster (an existing cluster's
+    kubeconfig is ``cluster``'s to contact), else None."""
+    if spec.profile.creates_cluster:
+        return None
+    why = ("an existing cluster: its kubeconfig's server is checked by `cluster` (--check-cluster)"
+           if spec.profile.runs_kubernetes else f"not applicable: platform {spec.platform} (no Kubernetes API)")
+    return Check("kubernetes-api", SKIP, why)
+
+
+def check_kubernetes_api(spec: DeploymentSpec, clients: AwsClients, checkip_url: str | None) -> Check:
+    """``kubernetes-api``: this machine reaches the EKS API server the stack's Kubernetes objects go
+    through (``config.api_server_access``), so `pulumi up`, preview and destroy do not fail with
+    "cluster unreachable" after the cluster and its GPU nodes exist (pulumi-eks#1134).
+
+    - The cluster exists (EKS DescribeCluster of ``naming.eks_cluster_name``): a TCP connection to
+      its endpoint on 443 within ``API_CONNECT_TIMEOUT_SECONDS``: pass, or fail naming the keys of
+      the stack's access mode.
+    - Not yet (ResourceNotFoundException): ``public-cidrs``: this machine's egress address
+      (``checkip_url``) is in ``network.apiServerPublicCidrs`` (pass) or not (fail);
+      ``private``: the address it sends from toward ``network.vpcId`` (DescribeVpcs) is in
+      ``network.apiServerPrivateCidrs`` (pass) or not (fail; unknown when security groups are
+      also admitted, since this machine's groups are not visible here).
+    - ``unknown`` whenever it cannot tell (no credentials, no look-up URL, no answer); ``skip``
+      off ``aws-eks``.
+    """
+    from components.core.config import api_server_access
+    from components.core.naming import eks_cluster_name
+
+    name = "kubernetes-api"
+    skip = kubernetes_api_not_applicable(spec)
+    if skip is not None:
+        return skip
+    access = api_server_access(spec.config)
+    cluster = eks_cluster_name(spec.project, spec.stack)
+    keys = ("network.apiServerPublicCidrs (this machine's egress address, /32)" if access.public
+            else "network.apiServerPrivateCidrs or apiServerPrivateSecurityGroupIds (this machine's network)")
+    not_yet = ""
+    try:
+        found = _call(clients, "eks", "DescribeCluster", "describe_cluster", name=cluster)["cluster"]
+    except ApiUnknown as err:
+        found, not_yet = None, f"EKS cannot say whether {cluster} exists ({err}); "
+    except Exception as err:  # noqa: BLE001 - judged below
+        if _code(err) != "ResourceNotFoundException":
+            return Check(name, UNKNOWN, f"DescribeCluster {cluster}: {_code(err) or one_line(err)[:160]}")
+        found = None
+    if found is not None:
+        from urllib.parse import urlsplit
+
+        endpoint = urlsplit(str(found.get("endpoint") or ""))
+        if not endpoint.hostname:
+            return Check(name, UNKNOWN, f"{cluster} has no endpoint yet (status {found.get('status', '?')})")
+        ok, detail = tcp_reach(endpoint.hostname, endpoint.port or EKS_API_SERVER_PORT)
+        if ok:
+            return Check(name, PASS, f"{cluster}: {detail} from this machine ({access.summary})")
+        return Check(name, FAIL, f"{cluster}: {detail}: `pulumi up`, preview and destroy from here fail with \"cluster "
+                                 f"unreachable\"; this machine must be admitted by {keys} ({access.summary})")
+    if access.public:
+        if checkip_url is None:
+            return Check(name, UNKNOWN, f"{not_yet}this machine's egress address was not looked up ({CHECKIP_URL_ENV} is "
+                                        f"empty); it must be in {', '.join(access.public_cidrs)}")
+        address, why = egress_address(checkip_url)
+        if address is None:
+            return Check(name, UNKNOWN,
+                         f"{not_yet}{why}: cannot tell whether this machine is in {', '.join(access.public_cidrs)}")
+        holder = _in_any(address, access.public_cidrs)
+        if holder:
+            return Check(name, PASS, f"{not_yet}before creation: this machine's egress address {address} is in {holder} "
+                                     "(network.apiServerPublicCidrs)")
+        return Check(name, FAIL, f"{not_yet}before creation: this machine's egress address {address} is not in "
+                                 f"network.apiServerPublicCidrs ({', '.join(access.public_cidrs)}): `pulumi up` from here "
+                                 f"would create the cluster and GPU nodes, then fail \"cluster unreachable\"; add "
+                                 f"{address}/32 or run from an address in the list")
+    vpc_id = access.vpc_id or "?"
+    try:
+        vpcs = _call(clients, "ec2", "DescribeVpcs", "describe_vpcs", VpcIds=[vpc_id])["Vpcs"]
+    except ApiUnknown as err:
+        return Check(name, UNKNOWN, f"{not_yet}DescribeVpcs {vpc_id}: {err}")
+    except Exception as err:  # noqa: BLE001
+        return Check(name, FAIL if _code(err).startswith("InvalidVpcID") else UNKNOWN,
+                     f"{not_yet}network.vpcId {vpc_id}: {_code(err) or one_line(err)[:160]}")
+    import ipaddress
+
+    resolver = str(ipaddress.ip_network(vpcs[0]["CidrBlock"])[2])  # the VPC's DNS resolver: always in it
+    source = source_address_toward(resolver)
+    if source is None:
+        return Check(name, FAIL, f"{not_yet}this machine has no route to {vpc_id} ({vpcs[0]['CidrBlock']}): connect the "
+                                 "VPN, peering or transit gateway first, or run inside the VPC")
+    holder = _in_any(source, access.private_cidrs) if access.private_cidrs else None
+    if holder:
+        return Check(name, PASS, f"{not_yet}before creation: this machine sends from {source} toward {vpc_id}, in {holder} "
+                                 "(network.apiServerPrivateCidrs); the route itself is not tried")
+    if access.private_security_group_ids:
+        return Check(name, UNKNOWN, f"{not_yet}this machine sends from {source} toward {vpc_id}, not in "
+                                    f"network.apiServerPrivateCidrs; whether it is in "
+                                    f"{', '.join(access.private_security_group_ids)} is not visible here")
+    return Check(name, FAIL, f"{not_yet}before creation: this machine sends from {source} toward {vpc_id}, not in "
+                             f"network.apiServerPrivateCidrs ({', '.join(access.private_cidrs)}): the cluster security "
+                             "group would not admit it on 443 (add its network, or the address a VPN translates it to)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1040,6 +1368,26 @@ def aws_region(spec: DeploymentSpec, override: str | None) -> str:
     return region
 
 
+# Every check's name, in the order run_checks lists them (``--only`` takes these).
+AWS_CHECK_NAMES = (
+    "deploy-credentials",
+    "instance-facts",
+    "offered-in-region",
+    "offered-in-az",
+    "zone-type",
+    "vcpu-quota",
+    "capacity-reservation",
+    "capacity-end",
+    "capacity-ready",
+    "fsx",
+    "eks",
+    "eks-version",
+    "kubernetes-api",
+    "mirror",
+)
+CHECK_NAMES = ("deployable", *AWS_CHECK_NAMES, "cluster", "gpu-nodes", "vllm-argv", "engine-image")
+
+
 def run_checks(
     spec: DeploymentSpec,
     *,
@@ -1053,76 +1401,85 @@ def run_checks(
     progress: Callable[[str], None] | None = None,
     vllm_python: Path | None = None,
     container_runtime: str | None = None,
+    checkip_url: str | None = None,
+    only: Collection[str] | None = None,
 ) -> list[Check]:
-    """All preflight checks of ``spec`` in order. Never raises for an API's answer.
+    """All preflight checks of ``spec`` in order (``CHECK_NAMES``). Never raises for an API's answer.
 
     ``vllm_python``: the vLLM parser venv's python for ``vllm-argv`` (None: that check is skipped).
     ``container_runtime``: docker or podman; when given, ``engine-image`` verifies the stack's
     engine image inside it (``kimi-deploy engine verify``); without one that check is not listed.
+    ``checkip_url``: where ``kubernetes-api`` looks up this machine's egress address before the
+    cluster exists (None: it does not look, and says so).
+    ``only``: run and list these checks alone (and what they need: the mirror decides the
+    capacity scenario, instance-facts the offerings).
     """
     from components.core.time_to_ready import pulumi_up_seconds, stack_time_to_ready
+
+    def want(*names: str) -> bool:
+        return only is None or any(n in only for n in names)
 
     now = now or datetime.now(UTC)
     checks: list[Check] = []
     step = progress or (lambda _name: None)
     step("config")
     checks.append(check_deployable(spec))
-    aws_names = (
-        "deploy-credentials",
-        "instance-facts",
-        "offered-in-region",
-        "offered-in-az",
-        "zone-type",
-        "vcpu-quota",
-        "capacity-reservation",
-        "capacity-end",
-        "capacity-ready",
-        "fsx",
-        "eks",
-        "eks-version",
-        "mirror",
-    )
     if not spec.profile.provisions_aws:
-        checks += [Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in aws_names]
+        checks += [kubernetes_api_not_applicable(spec) or Check(n, SKIP, "") if n == "kubernetes-api"
+                   else Check(n, SKIP, f"not applicable: platform {spec.platform}") for n in AWS_CHECK_NAMES]
     else:
         region = aws_region(spec, region)
         clients = clients or AwsClients(region)
         model = stack_time_to_ready(spec)
         # Without credentials every check still runs: one that does not apply to the stack is
         # `skip` either way; one that needs an API answer is `unknown` (``_call``).
-        step("credentials")
-        checks.append(check_deploy_credentials(spec, clients, now, *pulumi_up_seconds(spec, model)))
-        step("instance type")
-        facts, known = check_instance_facts(spec, clients)
-        checks.append(facts)
-        step("offerings")
-        checks += check_offerings(spec, clients, spec.availability_zone, known)
-        checks.append(check_zone_type(spec, clients))
-        step("quota")
-        checks.append(check_quota(spec, clients))
-        # The mirror decides the scenario the capacity is compared with: a complete one is a
-        # repeat trial (weights and caches from the mirror), otherwise a first deploy.
-        step("S3 mirror")
-        mirror = check_mirror(spec, clients, mirror_bucket)
-        step("capacity reservation")
-        scenario = "repeat_trial" if mirror.status == PASS else "first_deploy"
-        checks += check_reservation(spec, clients, now, ReadyModel.of(model, scenario))
-        step("FSx and EKS")
-        checks.append(check_service(spec, clients, "fsx"))
-        checks.append(check_service(spec, clients, "eks"))
-        checks.append(check_eks_version(spec, clients, now))
-        checks.append(mirror)
-    step("cluster")
-    checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
-    step("vLLM command")
-    checks.append(check_vllm_argv(spec, vllm_python))
-    if container_runtime is not None:
-        step("engine image")
-        checks.append(check_engine_image(spec, container_runtime))
-    else:
-        checks.append(Check("engine-image", SKIP, "no container runtime (docker or podman) answers here: run "
-                                                  "`kimi-deploy engine verify --image IMAGE` where one does"))
-    return checks
+        if want("deploy-credentials"):
+            step("credentials")
+            checks.append(check_deploy_credentials(spec, clients, now, *pulumi_up_seconds(spec, model)))
+        if want("instance-facts", "offered-in-region", "offered-in-az", "zone-type"):
+            step("instance type")
+            facts, known = check_instance_facts(spec, clients)
+            checks.append(facts)
+            step("offerings")
+            checks += check_offerings(spec, clients, spec.availability_zone, known)
+            checks.append(check_zone_type(spec, clients))
+        if want("vcpu-quota"):
+            step("quota")
+            checks.append(check_quota(spec, clients))
+        mirror = None
+        if want("mirror", "capacity-reservation", "capacity-end", "capacity-ready"):
+            # The mirror decides the scenario the capacity is compared with: a complete one is a
+            # repeat trial (weights and caches from the mirror), otherwise a first deploy.
+            step("S3 mirror")
+            mirror = check_mirror(spec, clients, mirror_bucket)
+        if mirror is not None and want("capacity-reservation", "capacity-end", "capacity-ready"):
+            step("capacity reservation")
+            scenario = "repeat_trial" if mirror.status == PASS else "first_deploy"
+            checks += check_reservation(spec, clients, now, ReadyModel.of(model, scenario))
+        if want("fsx", "eks", "eks-version"):
+            step("FSx and EKS")
+            checks.append(check_service(spec, clients, "fsx"))
+            checks.append(check_service(spec, clients, "eks"))
+            checks.append(check_eks_version(spec, clients, now))
+        if want("kubernetes-api"):
+            step("Kubernetes API")
+            checks.append(check_kubernetes_api(spec, clients, checkip_url))
+        if mirror is not None:
+            checks.append(mirror)
+    if want("cluster", "gpu-nodes"):
+        step("cluster")
+        checks += check_cluster(spec, kubeconfig, context, check_cluster_enabled)
+    if want("vllm-argv"):
+        step("vLLM command")
+        checks.append(check_vllm_argv(spec, vllm_python))
+    if want("engine-image"):
+        if container_runtime is not None:
+            step("engine image")
+            checks.append(check_engine_image(spec, container_runtime))
+        else:
+            checks.append(Check("engine-image", SKIP, "no container runtime (docker or podman) answers here: run "
+                                                      "`kimi-deploy engine verify --image IMAGE` where one does"))
+    return [c for c in checks if only is None or c.name in only]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1160,8 +1517,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--context", help="kubeconfig context for --check-cluster (default kubernetes.context, then current-context)"
     )
+    parser.add_argument(
+        "--only", metavar="CHECK", action="append", type=_check_names,
+        help="run only these checks (repeatable or comma-separated; e.g. --only kubernetes-api where `pulumi preview` "
+        f"runs): {', '.join(CHECK_NAMES)}",
+    )
+    parser.add_argument(
+        "--checkip-url", metavar="URL",
+        help=f"where kubernetes-api looks up this machine's egress address before the cluster exists (default "
+        f"${CHECKIP_URL_ENV}, else {DEFAULT_CHECKIP_URL}; '' to not look it up)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     return parser
+
+
+def _check_names(text: str) -> list[str]:
+    """``--only`` values: comma-separated check names (``CHECK_NAMES``)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CHECK_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown) or repr(text)} is not a check (checks: {', '.join(CHECK_NAMES)})")
+    return names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1179,6 +1555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
         "vllm_python": find_vllm_python(),
         "container_runtime": engine_verify.usable_runtime(),
+        "checkip_url": checkip_url_from_env() if args.checkip_url is None else (args.checkip_url.strip() or None),
+        "only": None if args.only is None else {n for names in args.only for n in names},
     }
     if sys.stderr.isatty() and not args.json:
         from rich.console import Console

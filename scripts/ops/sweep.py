@@ -20,6 +20,12 @@ are reported while they are still paid for: destroying a stack does not cancel t
 With ``--destroy``: first ``pulumi destroy`` of each expired stack through the Automation API
 when the ``pulumi`` CLI is on PATH (skipped, and said so, when any resource tagged to be retained
 in that stack's state lacks ``retainOnDelete``), then delete what is left, in dependency order.
+An ``aws-eks`` stack's destroy deletes its Kubernetes objects through its cluster's API, which
+must answer from where the sweeper runs (docs/aws.md, "How pulumi reaches the cluster"): the
+endpoint is tried first (TCP 443, ``api_endpoint_probe``); when it does not answer, the destroy
+runs with ``PULUMI_K8S_DELETE_UNREACHABLE=true`` (pulumi-kubernetes drops those objects from the
+state instead of failing; they go with the cluster, which this destroy deletes), and the report
+says so; the load balancers Kubernetes made are then removed by the AWS pass below.
 The kinds live in a registry (``scripts/ops/sweeping/kinds.py``: each declares discover, delete,
 gone and the kinds it is deleted after); ``DELETE_ORDER`` is the registry's topological sort:
 instances and their volumes, node groups before their cluster, load balancers after the
@@ -236,6 +242,39 @@ def discover(clients: ClientFactory, region: str, now: datetime) -> Discovery:
 # ---------------------------------------------------------------------------------------------
 
 
+# pulumi-kubernetes reads it at destroy: an unreachable cluster's objects leave the state instead of
+# failing the destroy (pulumi/pulumi-kubernetes#2037, #2489).
+DELETE_UNREACHABLE_ENV = "PULUMI_K8S_DELETE_UNREACHABLE"
+# A working path answers at once; this only bounds a black-holed one.
+API_PROBE_TIMEOUT_SECONDS = 5.0
+
+ApiProbe = Callable[[str], tuple[bool, str]]
+
+
+def api_endpoint_probe(endpoint: str) -> tuple[bool, str]:
+    """Whether an EKS API endpoint (``https://<host>``) answers a TCP connection on 443 from here
+    within ``API_PROBE_TIMEOUT_SECONDS``: ``(ok, one line)``. With a local AWS stand-in
+    (``AWS_ENDPOINT_URL`` on this machine) its clusters have no API server: not tried."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from scripts.ops._cli import local_aws_endpoint
+
+    if local_aws_endpoint():
+        return False, "the AWS endpoint is a local stand-in (AWS_ENDPOINT_URL): its clusters have no API server"
+    parts = urlsplit(endpoint)
+    if not parts.hostname:
+        return False, f"no API endpoint ({endpoint!r})"
+    port = parts.port or 443
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=API_PROBE_TIMEOUT_SECONDS):
+            return True, f"{parts.hostname}:{port} answers"
+    except TimeoutError:
+        return False, f"{parts.hostname}:{port} did not answer within {API_PROBE_TIMEOUT_SECONDS:g} s"
+    except OSError as err:
+        return False, f"{parts.hostname}:{port}: {err.strerror or one_line(err)}"
+
+
 @dataclass
 class DestroyOutcome:
     """What happened to one stack's ``pulumi destroy``: status ``destroyed``, ``skipped``, ``failed``."""
@@ -269,11 +308,17 @@ class AutomationDestroyer:
     def available(self) -> bool:
         return shutil.which("pulumi") is not None
 
-    def destroy(self, stack: str) -> DestroyOutcome:
+    def destroy(self, stack: str, *, delete_unreachable: bool = False, why: str = "") -> DestroyOutcome:
+        """``pulumi destroy`` of ``stack``; ``delete_unreachable``: its cluster's API does not answer
+        from here (``why``), so pulumi-kubernetes is told to drop its objects from the state
+        (``DELETE_UNREACHABLE_ENV``) instead of failing on the first one."""
         from pulumi import automation as auto
 
+        env = {DELETE_UNREACHABLE_ENV: "true"} if delete_unreachable else {}
+        note = (f"its Kubernetes API did not answer from here ({why}): destroyed with {DELETE_UNREACHABLE_ENV}=true, so "
+                "its Kubernetes objects left the state and go with the cluster" if delete_unreachable else "")
         try:
-            st = auto.select_stack(stack_name=stack, work_dir=str(self.work_dir))
+            st = auto.select_stack(stack_name=stack, work_dir=str(self.work_dir), opts=auto.LocalWorkspaceOptions(env_vars=env))
             state = st.export_stack().deployment or {}
             unsafe = unsafe_retained_in_state(state)
             if unsafe:
@@ -283,9 +328,9 @@ class AutomationDestroyer:
                     f"state holds resources tagged to be retained without retainOnDelete: {', '.join(unsafe[:3])}",
                 )
             st.destroy(exclude_protected=True, continue_on_error=True, on_output=lambda line: print(line, file=sys.stderr))
-            return DestroyOutcome(stack, "destroyed")
+            return DestroyOutcome(stack, "destroyed", note)
         except Exception as err:  # noqa: BLE001 - the API cleanup below still runs
-            return DestroyOutcome(stack, "failed", one_line(err))
+            return DestroyOutcome(stack, "failed", "; ".join(x for x in (one_line(err), note) if x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,9 +363,11 @@ class Sweeper:
         wait_seconds: float = 900,
         poll_seconds: float = 10,
         log: Callable[[str], None] | None = None,
+        probe: ApiProbe = api_endpoint_probe,
     ):
         self.clients, self.regions, self.now = clients, regions, now
         self.destroy, self.destroyer = destroy, destroyer
+        self.probe = probe
         self.wait_seconds, self.poll_seconds = wait_seconds, poll_seconds
         self.log = log or (lambda msg: None)
 
@@ -351,7 +398,7 @@ class Sweeper:
                         if stack in {d.stack for d in destroys}:
                             continue
                         self.log(f"pulumi destroy {stack}")
-                        destroys.append(self.destroyer.destroy(stack))
+                        destroys.append(self._pulumi_destroy(stack, found))
                     seen = discover(self.clients, region, self.now)  # what destroy left behind
                     found, region_unknown = seen.found, seen.unknown
             for f in found:
@@ -361,6 +408,21 @@ class Sweeper:
             items += found
             unknown += region_unknown
         return self.report(items, errors, destroys, unknown)
+
+    def _pulumi_destroy(self, stack: str, found: list[Found]) -> DestroyOutcome:
+        """``pulumi destroy`` of ``stack`` the way its Kubernetes objects can be reached: through
+        its EKS cluster's API when that answers from here (``probe``), else with the objects
+        dropped from the state (``AutomationDestroyer.destroy(delete_unreachable=True)``). A stack
+        without a cluster of its own (found by its stack tag) is destroyed plainly."""
+        assert self.destroyer is not None  # run() calls this only with a destroyer
+        endpoints = [f.detail.get("endpoint") for f in found if f.kind == "eks-cluster" and f.stack == stack]
+        if not endpoints:
+            return self.destroyer.destroy(stack)
+        unreachable = [why for ok, why in (self.probe(str(e or "")) for e in endpoints) if not ok]
+        if not unreachable:
+            return self.destroyer.destroy(stack)
+        self.log(f"{stack}: the Kubernetes API does not answer from here ({unreachable[0]})")
+        return self.destroyer.destroy(stack, delete_unreachable=True, why=unreachable[0])
 
     def _mark(self, f: Found) -> None:
         if f.kind == "capacity-reservation":

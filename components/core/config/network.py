@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 
 from ..platforms import platform_profile
 from .errors import ConfigError
@@ -17,7 +18,8 @@ _RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12"
 
 def check_network(raw: RawConfig, warnings: list[str]) -> None:
     """CIDR blocks (valid, no broader than ``MIN_CLIENT_PREFIX_LENGTH``), the VPC CIDR (a private
-    /16 to /22), the EKS endpoint settings (warnings), and ``vpcId`` with ``privateSubnetIds``.
+    /16 to /22), how the deployer reaches the EKS API server (``check_api_server_access``), and
+    ``vpcId`` with ``privateSubnetIds``.
 
     Raises:
         ConfigError: the first invalid value, one line.
@@ -36,17 +38,6 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
                 f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client "
                 "networks)",
             )
-    for cidr in raw.network.api_server_public_cidrs:
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except ValueError:
-            raise ConfigError("network.apiServerPublicCidrs", cidr, "is not a CIDR block (e.g. 203.0.113.0/24)") from None
-        if ipaddress.ip_network(cidr).prefixlen < MIN_CLIENT_PREFIX_LENGTH:
-            raise ConfigError(
-                "network.apiServerPublicCidrs",
-                cidr,
-                f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: name your egress CIDR, not the internet",
-            )
     try:
         ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
     except ValueError:
@@ -62,24 +53,7 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
             "is not a private range: use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 "
             "(RFC 1918, as the Amazon VPC user guide recommends)",
         )
-    if raw.network.api_server_private_only and raw.network.api_server_public_cidrs:
-        raise ConfigError(
-            "network.apiServerPrivateOnly",
-            True,
-            "turns the public EKS endpoint off, but network.apiServerPublicCidrs is set (set one)",
-        )
-    if raw.network.api_server_private_only is False and not raw.network.api_server_public_cidrs:
-        raise ConfigError(
-            "network.apiServerPrivateOnly",
-            False,
-            "would open the public EKS endpoint to any address: set network.apiServerPublicCidrs to your egress "
-            "CIDR (the public endpoint is only ever opened to those)",
-        )
-    if platform_profile(raw.platform).creates_cluster and not api_server_access(raw).public:
-        warnings.append(
-            "the EKS API endpoint is private: run `pulumi up` from inside the VPC (VPN, bastion, SSM port "
-            "forwarding), or set network.apiServerPublicCidrs to your egress CIDR to reach it from there"
-        )
+    check_api_server_access(raw)
     check_cluster_cidrs(raw)
     if provisions_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
         warnings.append(
@@ -92,32 +66,254 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
         raise ConfigError("network.privateSubnetIds", list(raw.network.private_subnet_ids), "needs network.vpcId")
 
 
+# ---------------------------------------------------------------------------------------------
+# How the deploying machine reaches the EKS API server (aws-eks)
+# ---------------------------------------------------------------------------------------------
+
+# network.apiServerAccess: the public endpoint from named CIDRs, or the private endpoint only.
+API_SERVER_ACCESS_MODES = ("public-cidrs", "private")
+DEFAULT_API_SERVER_ACCESS = "public-cidrs"
+# Where this machine's public address can be looked up (the address AWS sees; it answers one line).
+EGRESS_LOOKUP_HINT = "curl https://checkip.amazonaws.com, then <address>/32"
+# RFC 5737 documentation ranges: example addresses by definition (the shipped stacks hold one as a
+# placeholder), never a deployer's egress. EKS refuses reserved ranges in publicAccessCidrs ("The block
+# cannot include reserved addresses": EKS user guide, config-cluster-endpoint).
+DOCUMENTATION_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
+
+
 @dataclass(frozen=True)
 class ApiServerAccess:
-    """Who reaches the EKS API endpoint (``aws-eks``).
+    """How the machine that runs `pulumi up` (and preview, destroy, the sweeper) reaches the EKS API
+    server (``aws-eks``), from ``network.apiServerAccess`` and its keys.
+
+    The private endpoint is always on (nodes reach the API inside the VPC). Sources: EKS user guide,
+    "Cluster API server endpoint" (endpointPublicAccess, endpointPrivateAccess, publicAccessCidrs;
+    "Accessing a private only API server": a connected network needs the cluster security group to
+    allow ingress on 443 from it).
 
     Attributes:
-        public: whether the public endpoint is on (IAM-authenticated, from ``public_cidrs`` only).
-        public_cidrs: the sources the public endpoint admits (empty when private).
-        summary: one line for the plan: ``private (VPC only)`` or ``private + public from ...``.
+        mode: ``public-cidrs`` (public endpoint from ``public_cidrs`` only) or ``private`` (no
+            public endpoint).
+        public_cidrs: sources of the public endpoint (empty when private).
+        private_cidrs: sources admitted on port 443 of the cluster security group.
+        private_security_group_ids: security groups admitted on port 443 of the cluster security group.
+        vpc_id: the existing VPC (``network.vpcId``), or None when the stack creates one.
     """
 
-    public: bool
+    mode: str
     public_cidrs: tuple[str, ...]
-    summary: str
+    private_cidrs: tuple[str, ...]
+    private_security_group_ids: tuple[str, ...]
+    vpc_id: str | None
+
+    @property
+    def public(self) -> bool:
+        """Whether the public endpoint is on (``endpointPublicAccess``)."""
+        return self.mode == "public-cidrs"
+
+    @property
+    def private_sources(self) -> tuple[str, ...]:
+        """Every source admitted on port 443 of the cluster security group: CIDRs, then groups."""
+        return self.private_cidrs + self.private_security_group_ids
+
+    @property
+    def summary(self) -> str:
+        """One line for the plan: ``public endpoint, allowed from 198.51.100.7/32 (network.apiServerPublicCidrs)``."""
+        private = ""
+        if self.private_sources:
+            private = f"; private endpoint from {', '.join(self.private_sources)} on 443 ({self._private_keys()})"
+        if self.public:
+            return f"public endpoint, allowed from {', '.join(self.public_cidrs)} (network.apiServerPublicCidrs){private}"
+        return (f"private endpoint only, from {', '.join(self.private_sources)} on 443 of the cluster security group "
+                f"({self._private_keys()}), in {self.vpc_id or 'the new VPC'}")
+
+    def _private_keys(self) -> str:
+        keys = [k for k, v in (("network.apiServerPrivateCidrs", self.private_cidrs),
+                               ("network.apiServerPrivateSecurityGroupIds", self.private_security_group_ids)) if v]
+        return ", ".join(keys)
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The full account (plan ``--details`` and JSON): the endpoints, the rules, who can run
+        `pulumi up`, preview, destroy and the sweeper."""
+        kubeconfig = "the provider's kubeconfig authenticates with `aws eks get-token` (IAM; EKS access entries)"
+        rules = ""
+        if self.private_sources:
+            rules = (f"cluster security group: port 443 from {', '.join(self.private_sources)} ({self._private_keys()}), "
+                     "created with the cluster, before any Kubernetes object")
+        if self.public:
+            lines = [
+                f"endpoints: public (IAM-authenticated) from {', '.join(self.public_cidrs)} only; private inside the VPC "
+                "(nodes reach the API there); " + kubeconfig,
+                "`pulumi up`, `pulumi preview`, `pulumi destroy` and the sweeper run from an address in "
+                "network.apiServerPublicCidrs (a laptop's or runner's egress); a machine inside the VPC resolves the "
+                "endpoint to its private addresses and needs network.apiServerPrivateCidrs",
+            ]
+        else:
+            lines = [
+                f"endpoints: private only (no public endpoint) in {self.vpc_id or 'the VPC'}; public DNS resolves the name "
+                "to the VPC's addresses; " + kubeconfig,
+                f"`pulumi up`, `pulumi preview`, `pulumi destroy` and the sweeper run inside {self.vpc_id or 'the VPC'} or "
+                "a network connected to it (VPN, peering, transit gateway) whose address the rule below admits",
+            ]
+        return tuple(lines + ([rules] if rules else []))
+
+    def document(self) -> dict[str, Any]:
+        """The JSON form (plan ``kubernetes_api``)."""
+        return {
+            "mode": self.mode,
+            "summary": self.summary,
+            "endpoint_public_access": self.public,
+            "endpoint_private_access": True,
+            "public_access_cidrs": list(self.public_cidrs),
+            "cluster_security_group_443_from": list(self.private_sources),
+            "vpc_id": self.vpc_id,
+            "path": list(self.path),
+        }
 
 
 def api_server_access(raw: RawConfig) -> ApiServerAccess:
-    """The EKS API endpoint ``network`` asks for: always the private endpoint; the public one only
-    when ``network.apiServerPublicCidrs`` names sources, and then from those only (EKS's own
-    default, public from 0.0.0.0/0, is never used: ``check_network`` refuses
-    ``apiServerPrivateOnly: false`` without CIDRs). Source: EKS user guide, "Control network access
-    to cluster API server endpoint" (endpointPublicAccess, endpointPrivateAccess, publicAccessCidrs)."""
-    cidrs = tuple(raw.network.api_server_public_cidrs)
-    if raw.network.api_server_private_only or not cidrs:
-        return ApiServerAccess(False, (), "private (reachable from inside the VPC only)")
-    return ApiServerAccess(True, cidrs, f"private + public (IAM-authenticated) from {', '.join(cidrs)} only")
+    """The EKS API access ``network`` asks for (``network.apiServerAccess``, default
+    ``DEFAULT_API_SERVER_ACCESS``). EKS's own default, a public endpoint open to 0.0.0.0/0, is never
+    used: ``check_api_server_access`` requires named sources for either mode."""
+    net = raw.network
+    mode = net.api_server_access or DEFAULT_API_SERVER_ACCESS
+    return ApiServerAccess(
+        mode=mode,
+        public_cidrs=tuple(net.api_server_public_cidrs) if mode == "public-cidrs" else (),
+        private_cidrs=tuple(net.api_server_private_cidrs),
+        private_security_group_ids=tuple(net.api_server_private_security_group_ids),
+        vpc_id=net.vpc_id,
+    )
 
+
+def _ipv4_block(key: str, cidr: str) -> ipaddress.IPv4Network:
+    """``cidr`` as an IPv4 block no broader than ``MIN_CLIENT_PREFIX_LENGTH``.
+
+    Raises:
+        ConfigError: not a CIDR block, IPv6 (the cluster and the VPC are IPv4; EKS accepts only
+            IPv4 blocks in an IPv4 cluster's publicAccessCidrs), or broader than /8.
+    """
+    try:
+        net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        raise ConfigError(key, cidr, "is not a CIDR block (e.g. 198.51.100.7/32)") from None
+    if not isinstance(net, ipaddress.IPv4Network):
+        raise ConfigError(key, cidr, "is an IPv6 block: the cluster and its VPC are IPv4 (EKS accepts only IPv4 blocks here)")
+    if net.prefixlen < MIN_CLIENT_PREFIX_LENGTH:
+        raise ConfigError(
+            key, cidr,
+            f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: name your egress CIDR, not the internet (the API server would "
+            "face every scanner; a runner without a fixed address: docs/aws.md, \"How pulumi reaches the cluster\")",
+        )
+    return net
+
+
+def check_api_server_access(raw: RawConfig) -> None:
+    """The EKS API server is reachable from the deploying machine before any Kubernetes object is
+    created, or the config says which keys make it so.
+
+    Formats are checked on every platform (CIDR blocks, IPv4, no broader than /8; security group
+    ids); the rules below only where the stack creates the cluster (``creates_cluster``):
+    - ``public-cidrs`` (the default) needs ``network.apiServerPublicCidrs``: at most
+      ``limits.EKS_PUBLIC_ACCESS_CIDRS_MAX`` public blocks (no private, loopback, shared or other
+      reserved range: EKS refuses them, and the public endpoint never sees such a source);
+      documentation ranges are blockers instead (``api_server_blockers``).
+    - ``private`` needs an existing VPC (``network.vpcId``: a VPC the stack creates has no VPN,
+      peering or runner in it before the Kubernetes objects are created) and a source admitted
+      on 443 (``network.apiServerPrivateCidrs`` or ``apiServerPrivateSecurityGroupIds``), and no
+      public CIDRs.
+
+    Raises:
+        ConfigError: the first problem, one line naming the key that fixes it.
+    """
+    from ..limits import EKS_PUBLIC_ACCESS_CIDRS_MAX
+    from .patterns import SECURITY_GROUP_RE
+
+    net = raw.network
+    public = [_ipv4_block("network.apiServerPublicCidrs", c) for c in net.api_server_public_cidrs]
+    for cidr in net.api_server_private_cidrs:
+        _ipv4_block("network.apiServerPrivateCidrs", cidr)
+    for group in net.api_server_private_security_group_ids:
+        if not SECURITY_GROUP_RE.match(group):
+            raise ConfigError(
+                "network.apiServerPrivateSecurityGroupIds", group, "is not a security group id (sg-0123456789abcdef0)"
+            )
+    if not platform_profile(raw.platform).creates_cluster:
+        return
+    access = api_server_access(raw)
+    for block, text in zip(public, net.api_server_public_cidrs, strict=True):
+        if not block.is_global and not any(block.subnet_of(d) for d in DOCUMENTATION_RANGES):
+            raise ConfigError(
+                "network.apiServerPublicCidrs", text,
+                "is not a public address range (private, loopback, link-local, shared or reserved): the public endpoint "
+                "only sees public sources and EKS refuses reserved ranges; a network inside the VPC or connected to it "
+                "belongs in network.apiServerPrivateCidrs",
+            )
+    if len(public) > EKS_PUBLIC_ACCESS_CIDRS_MAX:
+        raise ConfigError(
+            "network.apiServerPublicCidrs", f"{len(public)} blocks",
+            f"is more than EKS allows: at most {EKS_PUBLIC_ACCESS_CIDRS_MAX} public access CIDR blocks per cluster "
+            "(service quota L-93A74D60, not adjustable)",
+        )
+    if access.public:
+        if not public:
+            raise ConfigError(
+                "network.apiServerPublicCidrs", [],
+                "is required with network.apiServerAccess public-cidrs (the default on aws-eks): name the egress address "
+                f"of the machine that runs `pulumi up` ({EGRESS_LOOKUP_HINT}), or set network.apiServerAccess: private "
+                "with network.vpcId and network.apiServerPrivateCidrs; otherwise `pulumi up` creates the cluster and "
+                "its GPU nodes and then cannot reach it",
+            )
+        return
+    if public:
+        raise ConfigError(
+            "network.apiServerPublicCidrs", list(net.api_server_public_cidrs),
+            "is set, but network.apiServerAccess is private (no public endpoint): remove it, or use public-cidrs",
+        )
+    if not net.vpc_id:
+        raise ConfigError(
+            "network.apiServerAccess", "private",
+            "has no path from the deploying machine: the stack creates the VPC in the same run, so no VPN, peering or "
+            "runner is in it before the Kubernetes objects are created; set network.vpcId (and privateSubnetIds) to a "
+            "VPC this machine reaches, with network.apiServerPrivateCidrs, or use public-cidrs with "
+            "network.apiServerPublicCidrs",
+        )
+    if not access.private_sources:
+        raise ConfigError(
+            "network.apiServerPrivateCidrs", [],
+            "is required with network.apiServerAccess private (or network.apiServerPrivateSecurityGroupIds): the "
+            "cluster security group admits port 443 from the cluster alone, so name the network `pulumi up` runs from "
+            "(a VPN, a peered or transit-gateway network, a runner's subnet)",
+        )
+
+
+def api_server_blockers(raw: RawConfig) -> list[ConfigError]:
+    """What stops `pulumi up` (in every phase) but lets the plan render: a documentation range
+    (RFC 5737) in ``network.apiServerPublicCidrs``, such as the example the shipped stacks carry.
+    No machine has such an address and EKS refuses it at cluster creation, after the VPC, the
+    NAT gateway and the retained mirror bucket exist.
+
+    Returns:
+        One ``ConfigError`` per documentation block (empty off ``aws-eks`` or in ``private`` mode).
+    """
+    from ..examples import SHIPPED_EXAMPLE_VALUES
+
+    if not platform_profile(raw.platform).creates_cluster:
+        return []
+    shipped = SHIPPED_EXAMPLE_VALUES.get("network.apiServerPublicCidrs", {})
+    out = []
+    for cidr in api_server_access(raw).public_cidrs:
+        block = ipaddress.IPv4Network(cidr)  # check_api_server_access ran first: an IPv4 block
+        if not any(block.subnet_of(d) for d in DOCUMENTATION_RANGES):
+            continue
+        what = "the example value shipped in stacks/, a documentation range" if cidr in shipped else "a documentation range"
+        out.append(ConfigError(
+            "network.apiServerPublicCidrs", cidr,
+            f"is {what} (RFC 5737): no machine has that address and EKS refuses reserved ranges; replace it with "
+            f"{shipped.get(cidr) or 'the egress address of the machine that runs `pulumi up`'} ({EGRESS_LOOKUP_HINT})",
+        ))
+    return out
 
 def check_cluster_cidrs(raw: RawConfig) -> None:
     """``kubernetes.clusterCidrs``: valid CIDR blocks, only on the ``kubernetes`` platform, and

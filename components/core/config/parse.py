@@ -78,6 +78,8 @@ def parse_spec(
     compute.check_capacity_block_end(raw, now, expires_at, warnings)
     protect = lifecycle.protect_of(raw)
     blocker = vllm.engine_blocker_of(raw, profile, model_profile, warnings)
+    # A placeholder as the EKS API's only source stops every phase (a stage creates the cluster too).
+    api_blockers = tuple(network.api_server_blockers(raw))
     lifecycle.warn_unprotected_prod(raw, protect, warnings)
 
     return DeploymentSpec(
@@ -98,5 +100,6 @@ def parse_spec(
         config=raw,
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
-        blockers=(blocker,) if blocker is not None else (),
+        blockers=api_blockers + ((blocker,) if blocker is not None else ()),
+        every_phase_blockers=api_blockers,
     )

@@ -13,6 +13,8 @@ REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
 IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
 # An AZ (us-east-1a) or a Local Zone (us-east-1-dfw-2a: the parent region, the zone group, a letter).
 AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|-[a-z]+-\d[a-z])$")
+# An EC2 security group id (sg- and 8 or 17 hex digits).
+SECURITY_GROUP_RE = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes label values (also valid AWS tag values): the owner is both.

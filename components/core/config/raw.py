@@ -178,12 +178,23 @@ class NetworkConfig(_Raw):
     s3_gateway_endpoint: bool = Field(True, alias="s3GatewayEndpoint")
     """Create an S3 gateway endpoint on the private route tables; set false in an existing VPC that already routes S3
     through one (a second one fails)."""
+    api_server_access: Literal["public-cidrs", "private"] | None = Field(
+        None, alias="apiServerAccess", json_schema_extra=_derived("public-cidrs (aws-eks)")
+    )
+    """aws-eks: how `pulumi up` (and preview, destroy, the sweeper) reach the cluster's Kubernetes API: public-cidrs (the
+    public endpoint, IAM-authenticated, from network.apiServerPublicCidrs only) or private (no public endpoint; an
+    existing VPC, network.vpcId, that the deploying machine reaches, admitted by network.apiServerPrivateCidrs or
+    apiServerPrivateSecurityGroupIds). docs/aws.md, "How pulumi reaches the cluster"."""
     api_server_public_cidrs: tuple[str, ...] = Field((), alias="apiServerPublicCidrs")
-    """aws-eks: sources admitted to the public EKS API endpoint (IAM-authenticated); without them the endpoint is private
-    and `pulumi up` runs from inside the VPC."""
-    api_server_private_only: StrictBool | None = Field(None, alias="apiServerPrivateOnly")
-    """aws-eks: true states that the EKS API endpoint is private; false needs network.apiServerPublicCidrs
-    (config/network.py api_server_access)."""
+    """aws-eks: the public addresses admitted to the public EKS API endpoint: this machine's egress (curl
+    https://checkip.amazonaws.com) and your CI runners' (required with apiServerAccess public-cidrs; at most 40, no
+    reserved ranges)."""
+    api_server_private_cidrs: tuple[str, ...] = Field((), alias="apiServerPrivateCidrs")
+    """aws-eks: addresses admitted on port 443 of the cluster security group (the private endpoint): a VPN, a peered or
+    transit-gateway network, the subnet of a runner inside the VPC."""
+    api_server_private_security_group_ids: tuple[str, ...] = Field((), alias="apiServerPrivateSecurityGroupIds")
+    """aws-eks: security groups (of a CI runner or bastion in the VPC) admitted on port 443 of the cluster security
+    group."""
 
 
 class MirrorConfig(_Raw):
@@ -497,6 +508,9 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
     if kind == "extra_forbidden":
         from ..config_reader import did_you_mean
 
+        if key in REPLACED_KEYS:
+            return ConfigError(key, value, REPLACED_KEYS[key])
+
         siblings = _model_keys_at(loc[:-1])
         hint = did_you_mean(str(loc[-1]), siblings) or (f" (keys: {', '.join(siblings)})" if siblings else "")
         return ConfigError(key, value, "is not a known key" + hint)
@@ -516,6 +530,16 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         return ConfigError(key, value, f"is out of range (allowed: {range_text(_field_at(loc), first.get('ctx', {}))})")
     return ConfigError(key, value, f"is not valid: {first['msg'].lower()}")
+
+
+# Keys a release replaced: the error names what took their place instead of "not a known key".
+REPLACED_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "network.apiServerPrivateOnly": "was replaced by network.apiServerAccess: public-cidrs (with "
+        "network.apiServerPublicCidrs) or private (with network.vpcId and network.apiServerPrivateCidrs); docs/aws.md, "
+        "\"How pulumi reaches the cluster\"",
+    }
+)
 
 
 # pydantic error types -> the project's wording (one line: what the value is not, what to write).

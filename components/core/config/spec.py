@@ -35,9 +35,12 @@ class DeploymentSpec:
         config: the raw, validated config (for settings that need no derivation).
         secrets_set: names of the secret keys that have a value in the stack's config.
         warnings: things the plan must show (for example a trial following a branch).
-        blockers: ``ConfigError``s that stop `pulumi up` but let the offline plan render (an
-            engine build known not to serve the model, ``engine.engine_blocker``); they stop the
-            ``serve`` phase only (a ``stage`` declares no engine).
+        blockers: ``ConfigError``s that stop `pulumi up` but let the offline plan render: an
+            engine build known not to serve the model (``engine.engine_blocker``; it stops the
+            ``serve`` phase only, a ``stage`` declares no engine), and ``every_phase_blockers``.
+        every_phase_blockers: the blockers that stop `pulumi up` in every phase, a stage too (a
+            documentation range as the EKS API's only source: ``network.api_server_blockers``).
+            Also in ``blockers``; ``up_blockers`` picks what applies to the stack's phase.
     """
 
     project: str
@@ -60,6 +63,13 @@ class DeploymentSpec:
     # Config errors that stop `pulumi up` but not the offline plan (an engine known not to serve the
     # model): ``program.build_context`` raises the first; the plan lists them at its top.
     blockers: tuple[Exception, ...] = ()
+    every_phase_blockers: tuple[Exception, ...] = ()
+
+    @property
+    def up_blockers(self) -> tuple[Exception, ...]:
+        """The blockers `pulumi up` raises for this stack's phase (``program.build_context`` raises
+        the first): all of them in ``serve``; in ``stage`` only ``every_phase_blockers``."""
+        return self.every_phase_blockers if self.staging else self.blockers
 
     @property
     def staging(self) -> bool:

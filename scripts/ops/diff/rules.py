@@ -402,6 +402,9 @@ IN_PLACE: Mapping[str, tuple[FieldRule, ...]] = {
     "aws:eks/cluster:Cluster": (
         FieldRule("tags", source=_TAGS),
         FieldRule("vpcConfig.endpointPublicAccess", source="EKS UpdateClusterConfig: resourcesVpcConfig endpoint access"),
+        # network.apiServerPublicCidrs: a deployer's new address is an update of the cluster, not a new cluster.
+        FieldRule("vpcConfig.publicAccessCidrs", source="EKS UpdateClusterConfig: resourcesVpcConfig publicAccessCidrs; "
+                  "terraform-provider-aws aws_eks_cluster vpc_config.public_access_cidrs has no ForceNew"),
         FieldRule("version", source="EKS UpdateClusterVersion"),
     ),
     NODE_GROUP: (

@@ -167,7 +167,15 @@ def _discover_node_groups(ctx: DiscoveryContext) -> list[Found]:
 def _discover_clusters(ctx: DiscoveryContext) -> list[Found]:
     out = []
     for cluster in _clusters(ctx):
-        f = ctx.classify("eks-cluster", cluster["name"], tags_of(cluster.get("tags")), {"status": cluster.get("status")})
+        vpc = cluster.get("resourcesVpcConfig") or {}
+        detail = {
+            "status": cluster.get("status"),
+            # How its Kubernetes API is reached: the sweeper's `pulumi destroy` needs it (sweep.py).
+            "endpoint": cluster.get("endpoint"),
+            "endpoint_public_access": vpc.get("endpointPublicAccess"),
+            "public_access_cidrs": vpc.get("publicAccessCidrs"),
+        }
+        f = ctx.classify("eks-cluster", cluster["name"], tags_of(cluster.get("tags")), detail)
         if f:
             out.append(f)
     return out
