@@ -1,10 +1,17 @@
 """`kimi-deploy engine verify` and its container runtime: which runtime is used (the first of docker,
-podman on PATH whose `info` answers), with stand-in runtimes.
+podman on PATH whose `info` answers), with stand-in runtimes; then the whole command on Debian's REAL
+podman, pulling images that hold the vLLM 0.34.0 and 0.33.0 wheels' package trees from a registry on
+127.0.0.1 (tests/engine_image.py) and running the check inside them.
+
+The real-podman tests skip where podman cannot run (not installed, not root) and fail under CI=true.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +19,11 @@ import pytest
 from scripts import cli
 from scripts.ops import engine_verify
 from tests import fake_runtime
+from tests.conftest import in_ci
+from tests.engine_image import REPOSITORY
 
+REPO = Path(__file__).resolve().parents[1]
+CHECK = REPO / "scripts" / "node" / "engine_check.py"
 NO_DAEMON = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
 
 
@@ -94,3 +105,109 @@ def test_an_image_that_names_nothing_is_blamed_on_image_not_stack(bindir, capsys
     assert err.startswith(f"error: --image: {image!r} is ") and "--stack" not in err
     assert "repo:vX.Y.Z, repo:nightly-<40-hex commit> or repo@sha256:<64 hex>" in err
     assert fake_runtime.calls(bindir) == []  # said offline, before any runtime
+
+
+# --- the real podman ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def podman_images(tmp_path_factory):
+    """The 0.34.0 and 0.33.0 engine images in the cache's podman storage (built when missing), served
+    by a registry stand-in on 127.0.0.1 as ``127.0.0.1:<port>/vllm/vllm-openai:v<version>``, and
+    the podman configuration that reaches it. Yields ``(podman, registry, {version: EngineImage})``;
+    the run's tags are dropped afterwards (the images stay cached)."""
+    from tests import engine_image
+    from tests.vllm_contract import require_vllm_python
+    from tests.vm.image import BuildError
+    from tests.vm.services import Registry
+
+    if why := engine_image.podman_here():
+        if in_ci():
+            pytest.fail(f"CI=true and podman cannot run here: {why}", pytrace=False)
+        pytest.skip(why)
+    python = require_vllm_python()
+    try:
+        pod = engine_image.podman()
+        images = engine_image.build_images(engine_image.VERSIONS, python, pod)
+    except BuildError as err:
+        pytest.fail(f"the engine images cannot be built: {err}", pytrace=False)
+    registry = Registry()
+    registry.start()
+    location = f"127.0.0.1:{registry.port}"
+    for image in images.values():
+        registry.add(f"{engine_image.REPOSITORY}:v{image.version}", image.image)
+    run_pod = pod.with_registry(location, tmp_path_factory.mktemp("podman-conf"))
+    try:
+        yield run_pod, registry, images
+    finally:
+        registry.stop()
+        for image in images.values():
+            if run_pod.run("image", "exists", image.reference(location)).returncode == 0:
+                run_pod.run("untag", image.keep_name, image.reference(location))
+
+
+def _real_verify(pod, bindir: Path, *args: str) -> tuple[int, dict]:
+    """``kimi-deploy engine verify ... --json`` as a user runs it, with a docker that has no daemon
+    first on PATH (so the real podman is chosen by the selection, not by --runtime)."""
+    fake_runtime.install(bindir, "docker", "without_daemon")
+    env = {**os.environ, **pod.env(), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "engine", "verify", *args, "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _host_feature_checks(site: Path, request: dict) -> dict[str, dict]:
+    """The feature probes of ``request`` applied to the same vLLM tree on the host (no container):
+    the verdict of whichever probe set this tree holds."""
+    fast = {"min_version": request["min_version"], "features": request["features"], "site_packages": str(site)}
+    proc = subprocess.run([sys.executable, str(CHECK)], input=json.dumps(fast), capture_output=True, text=True, check=False)
+    return {c["name"]: c for c in json.loads(proc.stdout.strip().splitlines()[-1])["checks"] if c["name"].startswith("feature:")}
+
+
+def _by_name(report: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+def test_real_podman_verifies_the_0_34_0_image_pulled_from_a_registry(podman_images, tmp_path):
+    pod, registry, images = podman_images
+    image = images["0.34.0"]
+    location = f"127.0.0.1:{registry.port}"
+    reference = image.reference(location)
+    code, out = _real_verify(pod, tmp_path / "bin", "--image", reference, "--stack", "b300")
+    assert out["runtime"]["name"] == "podman" and Path(out["runtime"]["path"]).name == "podman"
+    assert out["runtime"]["skipped"] == [{"name": "docker", "why": NO_DAEMON}]
+    assert ("GET", f"/v2/{REPOSITORY}/manifests/v0.34.0", 200) in registry.requests  # a real pull
+    report = out["report"]
+    assert report["vllm_version"] == "0.34.0" and report["commit_id"] == "g62d4bc3c7"  # the wheel's own build
+    assert report["site_packages"] == "/usr/local/lib/python3.11/dist-packages"  # inside the image, not this host
+    checks = _by_name(report)
+    for name in ("version", "tool-parser", "reasoning-parser", "env", "argv"):
+        assert checks[name]["ok"], checks[name]
+    # The feature verdict is the probe's on this tree, whichever probe set the repo holds: the
+    # same files read on the host give the same answer, and the overall verdict follows it.
+    request = engine_verify.merged_request(engine_verify.stacks_for_image(reference, "b300"), reference)
+    host = _host_feature_checks(image.site, request)
+    assert host and {n: checks[n] for n in host} == host
+    proven = all(c["ok"] for c in host.values())
+    assert out["proven"] is proven and code == (0 if proven else 1)
+    if proven:
+        assert out["pinned"] == f"{location}/vllm/vllm-openai@{image.image.digest}"  # the registry's manifest digest
+        assert out["config_set"] == [f"pulumi config set --stack b300 --path kimi-deploy:vllm.image {out['pinned']}"]
+    else:
+        assert out["config_set"] == [] and out["refusals"] == [f"{n}: {c['detail']}" for n, c in host.items() if not c["ok"]]
+
+
+def test_real_podman_refuses_the_0_33_0_image_naming_version_and_feature(podman_images, tmp_path):
+    pod, registry, images = podman_images
+    image = images["0.33.0"]
+    reference = image.reference(f"127.0.0.1:{registry.port}")
+    code, out = _real_verify(pod, tmp_path / "bin", "--image", reference, "--stack", "b300")
+    checks = _by_name(out["report"])
+    assert code == 1 and out["proven"] is False and out["config_set"] == []
+    assert (out["report"]["vllm_version"], out["report"]["commit_id"]) == ("0.33.0", "g4ba787ec9")
+    assert not checks["version"]["ok"] and "vLLM 0.33.0 (needs 0.34.0" in checks["version"]["detail"]
+    assert out["refusals"][0] == f"version: {checks['version']['detail']}"
+    request = engine_verify.merged_request(engine_verify.stacks_for_image(reference, "b300"), reference)
+    host = _host_feature_checks(image.site, request)
+    assert host and {n: checks[n] for n in host} == host and not all(c["ok"] for c in host.values())
