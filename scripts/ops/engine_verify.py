@@ -106,7 +106,9 @@ class RuntimeSelection:
         return tuple(p for p in self.probes if p.problem is not None)
 
     def describe(self) -> str:
-        """One line: ``podman (/usr/bin/podman); skipped docker: `docker info` failed: ...``, or why none answers."""
+        """One line: ``podman (/usr/bin/podman); skipped docker: Cannot connect to the Docker daemon ...``
+        (each skipped runtime with the last line its ``info`` printed, ``not on PATH`` or a timeout),
+        or ``no container runtime answers (docker: ...; podman: ...)``."""
         if self.chosen is None:
             return "no container runtime answers (" + "; ".join(p.describe() for p in self.probes) + ")"
         head = f"{self.chosen.name} ({self.chosen.path})"
