@@ -366,14 +366,48 @@ def test_kubernetes_cluster_unreachable_or_misnamed(tmp_path):
         run("mi355x", check_cluster_enabled=True, kubeconfig=kubeconfig, context="nope")
 
 
-def _cli(*args, env=None):
+def _cli(*args, env=None, runtime: str | None = "none"):
     """Run the command; the vLLM parser check is skipped (a path that is not there) unless ``env``
-    names a parser: these tests are about AWS, and importing vLLM takes seconds."""
+    names a parser, and so is the engine image's (``--runtime none``) unless ``runtime`` is None
+    (select one as a user's run does) or names one: these tests are about AWS, importing vLLM takes
+    seconds, and a container runtime on this machine would pull an image."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     full_env["KIMI_VLLM_PYTHON"] = str(REPO_ROOT / "no-vllm-parser-here")
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "scripts/ops/preflight.py", *args], cwd=REPO_ROOT, env=full_env,
+    flags = ["--runtime", runtime] if runtime and "--help" not in args else []
+    return subprocess.run([sys.executable, "scripts/ops/preflight.py", *args, *flags], cwd=REPO_ROOT, env=full_env,
                           capture_output=True, text=True, timeout=120)
+
+
+def _engine_image(out) -> dict:
+    return {c["name"]: c for c in json.loads(out.stdout)["checks"]}["engine-image"]
+
+
+def test_engine_image_with_podman_on_path_and_a_docker_without_its_daemon(tmp_path):
+    """A user's run (no --runtime): docker is skipped, the stack's image is verified with podman."""
+    from tests import fake_runtime
+
+    fake_runtime.install(tmp_path, "docker", "without_daemon")
+    podman = fake_runtime.install(tmp_path, "podman", "answers")
+    out = _cli("--stack", "mi355x", "--json", env={"PATH": str(tmp_path)}, runtime=None)
+    check = _engine_image(out)
+    assert check["status"] == "fail" and "cannot be pulled" in check["reason"] and "manifest unknown" in check["reason"]
+    assert check["reason"].endswith("(runtime podman; skipped docker: Cannot connect to the Docker daemon at unix:///var/run/do...)")
+    assert podman.is_file()
+    pulls = [c for c in fake_runtime.calls(tmp_path) if c[1] == "pull"]
+    assert len(pulls) == 1 and pulls[0][0] == "podman" and pulls[0][2].startswith("vllm/vllm-openai-rocm:")
+    forced = _cli("--stack", "mi355x", "--json", env={"PATH": str(tmp_path)}, runtime="docker")
+    assert forced.returncode == 2 and forced.stdout == "" and forced.stderr.count("\n") == 1
+    assert forced.stderr.startswith("error: --runtime: no container runtime (docker) answers (docker: Cannot connect")
+
+
+def test_engine_image_without_a_runtime_on_path_is_skip_naming_each(tmp_path):
+    out = _cli("--stack", "mi355x", "--json", env={"PATH": str(tmp_path)}, runtime=None)
+    check = _engine_image(out)
+    assert check == {"name": "engine-image", "status": "skip", "reason": "no container runtime answers (docker: not on "
+                     "PATH; podman: not on PATH): run `kimi-deploy engine verify --image IMAGE` where one does"}
+    none = _engine_image(_cli("--stack", "mi355x", "--json"))
+    assert none["status"] == "skip" and none["reason"].startswith("not run (--runtime none)")
 
 
 def test_cli_against_moto_server_honors_aws_endpoint_url():
@@ -404,7 +438,7 @@ def test_cli_usage_errors_exit_2_without_traceback():
     assert _cli("--bogus").returncode == 2
     helptext = _cli("--help")
     assert helptext.returncode == 0
-    for flag in ("--stack", "--region", "--json", "--mirror-bucket", "--check-cluster", "--kubeconfig", "--context"):
+    for flag in ("--stack", "--region", "--json", "--mirror-bucket", "--check-cluster", "--kubeconfig", "--context", "--runtime"):
         assert flag in helptext.stdout
 
 

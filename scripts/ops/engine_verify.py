@@ -4,7 +4,8 @@
     kimi-deploy engine verify --image vllm/vllm-openai:nightly-<40-hex commit> [--stack b300]
 
 Runs ``scripts/node/engine_check.py`` (standard library only) with the image's own python inside the
-image, through the container runtime on PATH (docker, else podman; ``--runtime`` to choose), with
+image, through a container runtime (the first of docker, podman on PATH whose ``info`` answers: a
+docker client without its daemon is skipped, and the report says so; ``--runtime`` forces one), with
 no network and no GPU: the same checks the contract tests run on the installed vLLM wheel (its
 version against the model card's minimum, the model profile's required features on the target's
 vendor, e.g. the sparse-indexer MLA of Gated DSA, the tool and reasoning parsers, every
@@ -55,46 +56,109 @@ class NotProven(Exception):
     """The image could not be pulled, inspected or checked (exit 1: the build is not proven)."""
 
 
+# `<runtime> info` answers in well under a second where the runtime works (podman's first run sets
+# up its storage in a few); a daemon socket that accepts and never answers must not hang the command.
+RUNTIME_PROBE_TIMEOUT_SECONDS = 15
+
+
 def runtime_answers(path: str, run: Runner = subprocess.run) -> str | None:
-    """None when ``<path> info`` answers (a docker daemon is up; podman needs none), else why not."""
+    """None when ``<path> info`` answers (a docker daemon is up; podman needs none), else why not
+    (one line: the last line ``info`` printed on stderr, or that it did not answer in time)."""
+    name = Path(path).name
     try:
-        proc = run([path, "info", "--format", "{{json .}}"], capture_output=True, text=True, check=False, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return one_line(err)
+        proc = run([path, "info", "--format", "{{json .}}"], capture_output=True, text=True, check=False,
+                   timeout=RUNTIME_PROBE_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return f"`{name} info` did not answer within {RUNTIME_PROBE_TIMEOUT_SECONDS} s"
+    except OSError as err:
+        return f"`{name} info` cannot run: {one_line(err)}"
     return None if proc.returncode == 0 else _last_line(proc.stderr)
 
 
-def find_runtime(explicit: str | None = None, which: Callable[[str], str | None] = shutil.which,
-                 run: Runner = subprocess.run) -> str:
-    """The container runtime's path: ``explicit`` (``--runtime``), else docker, else podman on PATH,
-    the first whose ``info`` answers (a docker CLI without its daemon is no runtime).
+@dataclass(frozen=True)
+class RuntimeProbe:
+    """One container runtime tried: ``name`` (docker, podman), ``path`` (None: not on PATH) and
+    ``problem`` (why it is not used; None: it answered)."""
 
-    Raises:
-        UsageError: none found or none answers (one line naming what was looked for, and why).
-    """
-    names = (explicit,) if explicit else RUNTIMES
-    silent: list[str] = []
-    for name in names:
+    name: str
+    path: str | None
+    problem: str | None
+
+    def describe(self) -> str:
+        """``docker: <why not>`` (or ``docker: answers``)."""
+        return f"{self.name}: {self.problem or 'answers'}"
+
+
+@dataclass(frozen=True)
+class RuntimeSelection:
+    """The runtimes tried, in order, up to the first that answers (``chosen``; None: none did)."""
+
+    probes: tuple[RuntimeProbe, ...]
+
+    @property
+    def chosen(self) -> RuntimeProbe | None:
+        """The runtime used: the last one tried, when it answered."""
+        return self.probes[-1] if self.probes and self.probes[-1].problem is None else None
+
+    @property
+    def skipped(self) -> tuple[RuntimeProbe, ...]:
+        """The runtimes tried and not used."""
+        return tuple(p for p in self.probes if p.problem is not None)
+
+    def describe(self) -> str:
+        """One line: ``podman (/usr/bin/podman); skipped docker: Cannot connect to the Docker daemon ...``
+        (each skipped runtime with the last line its ``info`` printed, ``not on PATH`` or a timeout),
+        or ``no container runtime answers (docker: ...; podman: ...)``."""
+        if self.chosen is None:
+            return "no container runtime answers (" + "; ".join(p.describe() for p in self.probes) + ")"
+        head = f"{self.chosen.name} ({self.chosen.path})"
+        return head + "".join(f"; skipped {p.describe()}" for p in self.skipped)
+
+    def brief(self, why_chars: int = 60) -> str:
+        """``describe()`` for a table cell: no path, each reason cut to ``why_chars`` characters."""
+        if self.chosen is None:
+            return self.describe()
+        cut = [(p.name, p.problem or "") for p in self.skipped]
+        return self.chosen.name + "".join(f"; skipped {n}: {w if len(w) <= why_chars else w[:why_chars - 3] + '...'}"
+                                          for n, w in cut)
+
+
+def select_runtime(explicit: str | None = None, which: Callable[[str], str | None] = shutil.which,
+                   run: Runner = subprocess.run) -> RuntimeSelection:
+    """Try ``explicit`` alone (``--runtime``), else docker then podman, and stop at the first on PATH
+    whose ``info`` answers (a docker CLI without its daemon is no runtime: podman is tried next)."""
+    probes: list[RuntimeProbe] = []
+    for name in (explicit,) if explicit else RUNTIMES:
         assert name is not None
         path = which(name)
-        if not path:
-            continue
-        why = runtime_answers(path, run)
-        if why is None:
-            return path
-        silent.append(f"{name}: {why}")
+        probe = RuntimeProbe(name, path, "not on PATH" if not path else runtime_answers(path, run))
+        probes.append(probe)
+        if probe.problem is None:
+            break
+    return RuntimeSelection(tuple(probes))
+
+
+def find_runtime(explicit: str | None = None, which: Callable[[str], str | None] = shutil.which,
+                 run: Runner = subprocess.run) -> RuntimeSelection:
+    """``select_runtime`` that must find one.
+
+    Raises:
+        UsageError: none answers (one line naming each runtime tried and why it is not used).
+    """
+    selection = select_runtime(explicit, which, run)
+    if selection.chosen is not None:
+        return selection
     wanted = explicit or " or ".join(RUNTIMES)
-    if silent:
-        raise UsageError(f"--runtime: no container runtime ({wanted}) answers ({'; '.join(silent)})")
-    raise UsageError(f"--runtime: no container runtime ({wanted}) on PATH; install one or run the check where one is")
+    if all(p.path is None for p in selection.probes):
+        raise UsageError(f"--runtime: no container runtime ({wanted}) on PATH; install one or run the check where one is")
+    why = "; ".join(p.describe() for p in selection.probes)
+    raise UsageError(f"--runtime: no container runtime ({wanted}) answers ({why})")
 
 
 def usable_runtime() -> str | None:
-    """``find_runtime()`` or None (for callers where the check is optional, e.g. preflight)."""
-    try:
-        return find_runtime()
-    except UsageError:
-        return None
+    """The path of ``select_runtime()``'s choice, or None."""
+    chosen = select_runtime().chosen
+    return chosen.path if chosen else None
 
 
 def pull_command(runtime: str, image: str) -> list[str]:
@@ -232,6 +296,22 @@ class Verification:
         return [f"{c['name']}: {c['detail']}" for c in (self.report or {}).get("checks", []) if not c["ok"]]
 
 
+IMAGE_FORMS = "repo:vX.Y.Z, repo:nightly-<40-hex commit> or repo@sha256:<64 hex>"
+
+
+def check_image_reference(image: str) -> None:
+    """Refuse an ``--image`` that names no image at all, before anything else is read.
+
+    Raises:
+        UsageError: empty, blank, holding whitespace or control characters, or without a repository
+            name (``:v0.34.0``); one line naming ``--image`` and the forms allowed.
+    """
+    if not image.strip():
+        raise UsageError(f"--image: {image!r} is empty; give the image to check: {IMAGE_FORMS}")
+    if any(c.isspace() or not c.isprintable() for c in image) or not image_repository(image):
+        raise UsageError(f"--image: {image!r} is not an image reference; give {IMAGE_FORMS}")
+
+
 def stacks_for_image(image: str, stack: str | None) -> list[Any]:
     """The specs to verify ``image`` for: ``stack``, else every stack whose target pulls from the
     image's repository (``versions.VLLM_IMAGES``).
@@ -294,9 +374,12 @@ def verify(image: str, stack: str | None, runtime: str, *, pull: bool = True, ru
     return Verification(image, pinned, names, report, None)
 
 
-def render(result: Verification) -> str:
-    """The human report: one line per check, the verdict, and the config lines of a proven build."""
+def render(result: Verification, selection: RuntimeSelection | None = None) -> str:
+    """The human report: the runtime used (and why others were skipped), one line per check, the
+    verdict, and the config lines of a proven build."""
     lines = [f"engine verify {result.image} (stacks: {', '.join(result.stacks)})"]
+    if selection is not None:
+        lines.append(f"  runtime: {selection.describe()}")
     if result.report is not None:
         lines.append(f"  vLLM {result.report.get('vllm_version')} (commit {result.report.get('commit_id') or 'unknown'})")
         for check in result.report["checks"]:
@@ -320,7 +403,9 @@ def build_parser() -> CliParser:
     verify_parser.add_argument("--image", required=True,
                                help="the image: repo:nightly-<40-hex commit>, repo@sha256:<digest> or repo:vX.Y.Z")
     verify_parser.add_argument("--stack", help="check for this stack (default: every stack that uses the image's repository)")
-    verify_parser.add_argument("--runtime", choices=RUNTIMES, help="container runtime (default: docker, else podman, on PATH)")
+    verify_parser.add_argument("--runtime", choices=RUNTIMES,
+                               help="use this container runtime only (default: the first of docker, podman on PATH whose "
+                                    "`info` answers; the report says which was used and why the others were skipped)")
     verify_parser.add_argument("--no-pull", action="store_true", help="use the image already present (no registry call)")
     verify_parser.add_argument("--json", action="store_true", help="print JSON instead of the report")
     return parser
@@ -328,16 +413,20 @@ def build_parser() -> CliParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_image_reference(args.image)
     stacks_for_image(args.image, args.stack)  # the image name and the stack first: offline, before any runtime
-    runtime = find_runtime(args.runtime)
-    result = verify(args.image, args.stack, runtime, pull=not args.no_pull)
+    selection = find_runtime(args.runtime)
+    assert selection.chosen is not None and selection.chosen.path is not None
+    result = verify(args.image, args.stack, selection.chosen.path, pull=not args.no_pull)
     if args.json:
         print_json({"image": result.image, "pinned": result.pinned, "stacks": list(result.stacks), "proven": result.proven,
+                    "runtime": {"name": selection.chosen.name, "path": selection.chosen.path,
+                                "skipped": [{"name": p.name, "why": p.problem} for p in selection.skipped]},
                     "refusals": [] if result.proven else result.refusals(), "report": result.report,
                     "config_set": [config_set_line(s, result.pinned) for s in result.stacks] if result.proven and result.pinned
                     else []})
     else:
-        print(render(result))
+        print(render(result, selection))
     return EXIT_OK if result.proven else EXIT_CHECK_FAILED
 
 

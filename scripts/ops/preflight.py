@@ -35,8 +35,9 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
   vllm-argv             the stack's serve commands parse with the real vLLM parser (.venv-vllm)
-  engine-image          (where docker or podman answers) `kimi-deploy engine verify` of the
-                        stack's engine image: version, required features, parsers, env names
+  engine-image          (where docker or podman answers; --runtime to force one or none) `kimi-deploy
+                        engine verify` of the stack's engine image: version, required features,
+                        parsers, env names
 An API that cannot answer (type unknown to the catalog, access denied, not implemented by the
 endpoint, no credentials) gives ``unknown``, never a crash; a check that does not apply to the
 stack is ``skip`` with or without credentials. boto3 honors AWS_ENDPOINT_URL (on localhost with no
@@ -1335,18 +1336,38 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
     return Check("vllm-argv", PASS, f"vLLM {parser_version}'s parser accepts the {roles} command")
 
 
-def check_engine_image(spec: DeploymentSpec, runtime: str) -> Check:
+def check_engine_image(spec: DeploymentSpec, runtime: engine_verify.RuntimeSelection | str | None) -> Check:
     """``kimi-deploy engine verify`` of the stack's engine image (scripts/ops/engine_verify.py): pulled
-    with ``runtime``, the model's required features, version, parsers, env names and serve commands
-    checked inside it. Run only where a container runtime is present (the image is ~25 GB)."""
+    with the chosen container runtime, the model's required features, version, parsers, env names
+    and serve commands checked inside it (the image is ~25 GB).
+
+    ``runtime``: a runtime's path; or ``engine_verify.select_runtime()``'s answer (the reason names
+    the runtime used and why others were skipped; with none chosen, ``skip`` says why each was not
+    used; an empty selection is ``--runtime none``); or None (no runtime: ``skip``).
+    """
     from components.core.sizing import compute_sizing
     from components.core.vllm import build_vllm_command
 
+    hint = "run `kimi-deploy engine verify --image IMAGE` where one does"
+    if runtime is None:
+        return Check("engine-image", SKIP, f"no container runtime (docker or podman) answers here: {hint}")
+    if isinstance(runtime, str):
+        path, used = runtime, os.path.basename(runtime)
+    elif runtime.chosen is not None and runtime.chosen.path is not None:
+        path, used = runtime.chosen.path, runtime.brief()
+    elif not runtime.probes:
+        return Check("engine-image", SKIP, "not run (--runtime none): `kimi-deploy engine verify --image IMAGE` runs it alone")
+    else:
+        return Check("engine-image", SKIP, one_line(f"{runtime.describe()}: {hint}")[:300])
     image = build_vllm_command(spec, compute_sizing(spec)).image
-    result = engine_verify.verify(image, spec.stack, runtime)
+    result = engine_verify.verify(image, spec.stack, path)
+    # The verdict first (cut to fit a table cell), then the runtime that gave it.
     if result.proven:
-        return Check("engine-image", PASS, f"{image} serves {spec.model.display_name} (pinned: {result.pinned})")
-    return Check("engine-image", FAIL, one_line("; ".join(result.refusals()))[:300])
+        verdict, status = f"{image} serves {spec.model.display_name} (pinned: {result.pinned})", PASS
+    else:
+        verdict, status = "; ".join(result.refusals()), FAIL
+    verdict = one_line(verdict)
+    return Check("engine-image", status, f"{verdict if len(verdict) <= 240 else verdict[:237] + '...'} (runtime {used})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1400,15 +1421,15 @@ def run_checks(
     context: str | None = None,
     progress: Callable[[str], None] | None = None,
     vllm_python: Path | None = None,
-    container_runtime: str | None = None,
+    container_runtime: engine_verify.RuntimeSelection | str | None = None,
     checkip_url: str | None = None,
     only: Collection[str] | None = None,
 ) -> list[Check]:
     """All preflight checks of ``spec`` in order (``CHECK_NAMES``). Never raises for an API's answer.
 
     ``vllm_python``: the vLLM parser venv's python for ``vllm-argv`` (None: that check is skipped).
-    ``container_runtime``: docker or podman; when given, ``engine-image`` verifies the stack's
-    engine image inside it (``kimi-deploy engine verify``); without one that check is not listed.
+    ``container_runtime``: the runtime for ``engine-image`` (``check_engine_image``): a path, or
+    ``engine_verify.select_runtime()``'s answer; without one that check is ``skip``.
     ``checkip_url``: where ``kubernetes-api`` looks up this machine's egress address before the
     cluster exists (None: it does not look, and says so).
     ``only``: run and list these checks alone (and what they need: the mirror decides the
@@ -1473,12 +1494,8 @@ def run_checks(
         step("vLLM command")
         checks.append(check_vllm_argv(spec, vllm_python))
     if want("engine-image"):
-        if container_runtime is not None:
-            step("engine image")
-            checks.append(check_engine_image(spec, container_runtime))
-        else:
-            checks.append(Check("engine-image", SKIP, "no container runtime (docker or podman) answers here: run "
-                                                      "`kimi-deploy engine verify --image IMAGE` where one does"))
+        step("engine image")
+        checks.append(check_engine_image(spec, container_runtime))
     return [c for c in checks if only is None or c.name in only]
 
 
@@ -1527,6 +1544,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"where kubernetes-api looks up this machine's egress address before the cluster exists (default "
         f"${CHECKIP_URL_ENV}, else {DEFAULT_CHECKIP_URL}; '' to not look it up)",
     )
+    parser.add_argument(
+        "--runtime", choices=(*engine_verify.RUNTIMES, "none"),
+        help="container runtime for the engine-image check (default: the first of docker, podman on PATH whose "
+        "`info` answers); `none` skips that check (it pulls the ~25 GB engine image)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     return parser
 
@@ -1554,7 +1576,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "region": region, "now": now, "clients": clients, "mirror_bucket": args.mirror_bucket,
         "check_cluster_enabled": args.check_cluster, "kubeconfig": args.kubeconfig, "context": args.context,
         "vllm_python": find_vllm_python(),
-        "container_runtime": engine_verify.usable_runtime(),
+        "container_runtime": (engine_verify.RuntimeSelection(()) if args.runtime == "none"
+                              else engine_verify.find_runtime(args.runtime) if args.runtime
+                              else engine_verify.select_runtime()),
         "checkip_url": checkip_url_from_env() if args.checkip_url is None else (args.checkip_url.strip() or None),
         "only": None if args.only is None else {n for names in args.only for n in names},
     }

@@ -326,7 +326,9 @@ class _RegistryHandler(BaseHTTPRequestHandler):
             for (n, tag), image in s.images.items():
                 if n == name and ref in (tag, image.digest):
                     status, body = 200, image.manifest
-                    headers = {"Content-Type": MANIFEST_MEDIA_TYPE, "Docker-Content-Digest": image.digest}
+                    # The manifest's own media type (Docker schema 2, or OCI for tests/engine_image.py).
+                    media_type = json.loads(image.manifest).get("mediaType") or MANIFEST_MEDIA_TYPE
+                    headers = {"Content-Type": media_type, "Docker-Content-Digest": image.digest}
         elif "/blobs/" in path:
             name, _, digest = path[len("/v2/"):].partition("/blobs/")
             for (n, _tag), image in s.images.items():
