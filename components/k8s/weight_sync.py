@@ -72,6 +72,8 @@ SYNC_PROGRAM_KEY = Path(SYNC_SCRIPT_PATH).name
 SYNC_PROGRAM_DIR = str(Path(SYNC_SCRIPT_PATH).parent)
 # Retries of a failed sync container (it resumes from its journal) per completion.
 SYNC_RETRIES_PER_COMPLETION = 6
+# The node-local copy's init container in every vLLM pod (and the Jobs' container).
+NODE_COPY_CONTAINER = "weight-sync"
 # A stage on the EKS system nodes (cluster.SYSTEM_INSTANCE_TYPE m7i.xlarge: 4 vCPU, 16 GiB, a
 # 100 GiB root that also holds the ~28.6 GB vLLM image): fewer files in flight, staged in an emptyDir
 # of workers x the mean shard x 1.5 (real shards are within about +-15 % of the mean).
@@ -177,7 +179,7 @@ def job_spec(
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [
             {
-                "name": "weight-sync",
+                "name": NODE_COPY_CONTAINER,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv,
@@ -317,7 +319,7 @@ def node_copy_init(
     argv: Any = bucket.apply(lambda b: step_argv(sync_steps(spec, b)[index])) if bucket is not None else step_argv(step)
     volumes, mounts = _volumes(spec, step, sync_program_configmap_name(), nvme_host_path)
     container = {
-        "name": "weight-sync",
+        "name": NODE_COPY_CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": argv,
