@@ -56,6 +56,7 @@ import pulumi_kubernetes as k8s
 
 from components.core import engine_cache as ec
 from components.core.config import REPO_ROOT, DeploymentSpec
+from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limit
 from components.core.time_to_ready import ENGINE_CACHE_RESTORE_BUDGET_SECONDS
 from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
 
@@ -234,8 +235,9 @@ def engine_cache_pods(
         }
 
     restore = container(RESTORE_CONTAINER, restore_argv,
-                        {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}})
-    save = container(SAVE_CONTAINER, save_argv, {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}})
+                        {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"cpu": helper_cpu_limit(spec), "memory": "8Gi"}})
+    save = container(SAVE_CONTAINER, save_argv, {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                                 "limits": {"cpu": SMALL_HELPER_CPU_LIMIT, "memory": "4Gi"}})
     save["restartPolicy"] = "Always"
     # $(VAR) in the path (the worker index) needs subPathExpr; a literal path stays subPath.
     vllm_mount = {"name": cache_volume, "mountPath": ec.ENGINE_CACHE_CONTAINER_PATH,

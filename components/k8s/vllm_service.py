@@ -43,6 +43,7 @@ import pulumi_kubernetes as k8s
 from components.core.config import DeploymentSpec
 from components.core.controller_objects import LWS_LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
 from components.core.naming import VLLM_CLIENT_SERVICE, VLLM_SERVICE_ACCOUNT
+from components.core.pod_security import vllm_capabilities, vllm_memory_limit_gib, vllm_seccomp_profile
 from components.core.scaling import autoscaling_enabled, max_replicas
 from components.core.scraping import ANNOTATIONS, POD_MONITOR, scrape_path
 from components.core.sizing import Sizing
@@ -185,10 +186,11 @@ def pod_template(
         "cpu": str(instance.vcpus // 2),
         "memory": f"{instance.memory_gib // 2}Gi",
     }
-    # No CPU or memory limit: one vLLM pod owns the node, and an OOM kill in the middle of a
-    # 1.5 TB load costs the whole startup budget.
-    limits: dict[str, str] = {target.gpu_resource_name: gpus}
-    if spec.profile.efa_to_pods and spec.efa_enabled:
+    # No CPU limit: one vLLM pod owns the node (pod_security.CHECKOV_ALLOWED says why). Memory is
+    # limited below the node's, so a runaway host allocation ends vLLM, not the node's agents.
+    limits: dict[str, str] = {target.gpu_resource_name: gpus, "memory": f"{vllm_memory_limit_gib(spec)}Gi"}
+    efa_in_pod = spec.profile.efa_to_pods and spec.efa_enabled
+    if efa_in_pod:
         efa = str(instance.efa_interfaces)
         requests["vpc.amazonaws.com/efa"] = efa
         limits["vpc.amazonaws.com/efa"] = efa
@@ -208,7 +210,9 @@ def pod_template(
             {"name": volume["name"], "mountPath": mount_path, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        # components/core/pod_security.py: no privilege escalation, every capability dropped (IPC_LOCK
+        # back with EFA); root and a writable root file system are its written exceptions.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": vllm_capabilities(efa_in_pod)},
     }
     volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
     if role.serves_http:
@@ -236,6 +240,9 @@ def pod_template(
         "automountServiceAccountToken": False,
         # Service links would inject *_PORT variables; vLLM reads VLLM_PORT from the env.
         "enableServiceLinks": False,
+        # The vLLM container's profile (RuntimeDefault; Unconfined on ROCm); the helper containers
+        # set RuntimeDefault on their own.
+        "securityContext": {"seccompProfile": {"type": vllm_seccomp_profile(spec)}},
         "terminationGracePeriodSeconds": 60,
         "nodeSelector": placement.node_selector_dict(),
         "tolerations": placement.tolerations_list(),

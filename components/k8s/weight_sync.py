@@ -30,6 +30,7 @@ import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limit
 from components.core.sizing import Sizing, sync_budget_seconds
 from components.core.weights import (
     FSX_MOUNT_PATH,
@@ -79,7 +80,7 @@ NODE_COPY_CONTAINER = "weight-sync"
 # of workers x the mean shard x 1.5 (real shards are within about +-15 % of the mean).
 STAGE_SYSTEM_NODE_WORKERS = 3
 STAGE_SHARD_HEADROOM = 1.5
-STAGE_SYSTEM_NODE_RESOURCES = {"requests": {"cpu": "2", "memory": "6Gi"}, "limits": {"memory": "12Gi"}}
+STAGE_SYSTEM_NODE_RESOURCES = {"requests": {"cpu": "2", "memory": "6Gi"}, "limits": {"cpu": "4", "memory": "12Gi"}}
 GIB = 1024**3
 
 
@@ -211,9 +212,15 @@ def job_spec(
     return job
 
 
+def sync_resources(spec: DeploymentSpec) -> dict[str, Any]:
+    """Requests and limits of a weight sync on a GPU node (the publish Job, the node-local copy):
+    CPU limited to ``pod_security.helper_cpu_limit`` (half the node: vLLM is not running yet)."""
+    return {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"cpu": helper_cpu_limit(spec), "memory": "64Gi"}}
+
+
 def _resources(spec: DeploymentSpec, system_nodes: bool) -> dict[str, Any]:
     if not system_nodes:
-        return {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "64Gi"}}
+        return sync_resources(spec)
     scratch = f"{stage_scratch_gib(spec)}Gi"
     return {"requests": {**STAGE_SYSTEM_NODE_RESOURCES["requests"], "ephemeral-storage": scratch},
             "limits": {**STAGE_SYSTEM_NODE_RESOURCES["limits"], "ephemeral-storage": scratch}}
@@ -272,7 +279,8 @@ def weights_ready_init(
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-c", READY_RUNNER, SYNC_SCRIPT_PATH, weights_dir, str(budget_seconds)],
         "env": plain_env({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}),
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                      "limits": {"cpu": SMALL_HELPER_CPU_LIMIT, "memory": "256Mi"}},
         "volumeMounts": [dict(volume_mount), {"name": "sync-program", "mountPath": SYNC_PROGRAM_DIR, "readOnly": True}],
         "securityContext": hardened_container_security(),
     }
@@ -324,7 +332,7 @@ def node_copy_init(
         "imagePullPolicy": "IfNotPresent",
         "command": argv,
         "env": _env(spec, step, hub_token_set),
-        "resources": {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "64Gi"}},
+        "resources": sync_resources(spec),
         "volumeMounts": mounts,
         "securityContext": hardened_container_security(),
     }
