@@ -147,7 +147,9 @@ def test_kubernetes_platform_starts_cold_and_shows_the_cached_start_beside():
     """On the kubernetes platform the pods do not restore the caches (nothing is granted the right
     to save there): cold in the scenarios, cached as an alternative where a mirror exists."""
     ns, _ = namespace_config(read_stack_config("mi355x"))
-    ns["storage"] = {**ns["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "existing-mirror"}}
+    ns["storage"] = {**ns["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "existing-mirror",
+                                                 "region": "us-east-1"}}
+    ns["kubernetes"] = {**ns["kubernetes"], "mirrorCredentials": {"secret": {"name": "mirror-keys"}}}
     model = _model(parse_spec(ns, stack="t", now=FIXED_NOW))
     assert all("(cached)" not in p.name for p in model.scenarios["repeat_trial"].phases)
     alt = model.engine_cache_repeat_trial

@@ -139,6 +139,39 @@ def _volumes(
     return volumes, mounts
 
 
+def touches_mirror(step: SyncStep) -> bool:
+    """Whether a sync step publishes to or reads the S3 mirror."""
+    return step.source.startswith("s3://") or step.dest.startswith("s3://")
+
+
+def mirror_region(spec: DeploymentSpec) -> str | None:
+    """The mirror's AWS region: ``aws:region`` on the AWS platforms, ``storage.mirror.region`` on
+    the kubernetes platform (config requires it there with a mirror)."""
+    return spec.region or spec.config.storage.mirror.region
+
+
+def mirror_credentials_env(spec: DeploymentSpec) -> list[dict[str, Any]]:
+    """AWS credentials from ``kubernetes.mirrorCredentials.secret`` as env read through
+    secretKeyRef (the values stay in the cluster's Secret); empty without one."""
+    creds = spec.config.kubernetes.mirror_credentials
+    if creds is None or creds.secret is None:
+        return []
+    secret = creds.secret
+    keys = {"AWS_ACCESS_KEY_ID": secret.access_key_id_key, "AWS_SECRET_ACCESS_KEY": secret.secret_access_key_key,
+            "AWS_SESSION_TOKEN": secret.session_token_key}
+    return [{"name": env, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}}
+            for env, key in keys.items() if key is not None]
+
+
+def sync_service_account(spec: DeploymentSpec, step: SyncStep) -> str:
+    """The service account a sync step's pod runs as: the mirror publisher's or the weight sync's,
+    or ``kubernetes.mirrorCredentials.serviceAccountName`` for a step that touches the mirror."""
+    creds = spec.config.kubernetes.mirror_credentials
+    if creds is not None and creds.service_account_name and touches_mirror(step):
+        return creds.service_account_name
+    return MIRROR_PUBLISH_SERVICE_ACCOUNT if step.name == "publish-mirror" else WEIGHT_SYNC_SERVICE_ACCOUNT
+
+
 def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict[str, Any]]:
     plain = {
         "PYTHONUNBUFFERED": "1",
@@ -147,12 +180,15 @@ def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict
         "MODELSCOPE_CACHE": "/tmp/modelscope",
         "HF_XET_HIGH_PERFORMANCE": "1",
     }
-    if spec.region:
-        plain["AWS_REGION"] = spec.region
-        plain["AWS_DEFAULT_REGION"] = spec.region
+    region = mirror_region(spec) if (spec.region or touches_mirror(step)) else None
+    if region:
+        plain["AWS_REGION"] = region
+        plain["AWS_DEFAULT_REGION"] = region
     if spec.config.storage.mirror.endpoint_url:
         plain["AWS_ENDPOINT_URL_S3"] = spec.config.storage.mirror.endpoint_url
     env = plain_env(plain)
+    if touches_mirror(step):
+        env += mirror_credentials_env(spec)
     if step.needs_hub_token and hub_token_set:
         env.append(secret_env(HUB_TOKEN_ENV[spec.model_source], spec.hub_token_key))
     return env
@@ -170,7 +206,7 @@ def job_spec(
     budget = sync_budget_seconds(spec, sizing, step)
     completions = spec.gpu_nodes if step.per_node else 1
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": MIRROR_PUBLISH_SERVICE_ACCOUNT if step.name == "publish-mirror" else WEIGHT_SYNC_SERVICE_ACCOUNT,
+        "serviceAccountName": sync_service_account(spec, step),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # Retry in place: a node-local copy must resume on the node it belongs to.
@@ -337,7 +373,7 @@ def node_copy_init(
         "securityContext": hardened_container_security(),
     }
     extra = tuple(v for v in volumes if v["name"] != WEIGHTS_VOLUME)
-    return NodeCopyInit(container, extra, WEIGHT_SYNC_SERVICE_ACCOUNT, sync_budget_seconds(spec, sizing, step))
+    return NodeCopyInit(container, extra, sync_service_account(spec, step), sync_budget_seconds(spec, sizing, step))
 
 
 def _step_argv_with_bucket(spec: DeploymentSpec, index: int, bucket: str, workers: int | None = None) -> list[str]:
