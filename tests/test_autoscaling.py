@@ -209,7 +209,7 @@ def test_workload_replicas_are_the_first_count_and_then_owned_by_the_scaler():
     assert one(run, "Deployment")["spec"]["replicas"] == 2  # compute.replicas, the initial count
     # rolling updates may touch every copy up to the maximum
     sizing = compute_sizing(spec)
-    assert vllm_service.rollout_timeouts(spec, sizing)[1] == vllm_service.per_pod_budget_seconds(sizing) * 3
+    assert vllm_service.rollout_timeouts(spec, sizing)[1] == vllm_service.per_pod_budget_seconds(spec, sizing) * 3
 
 
 def test_compute_domain_node_count_is_left_to_the_driver_with_or_without_autoscaling():

@@ -329,6 +329,7 @@ def test_shared_claims_keep_the_cache_in_an_empty_dir():
 
 def test_restore_budget_is_part_of_the_pod_budget():
     from components.core.sizing import sync_budget_seconds
+    from components.core.time_to_ready import pod_ready_budget
     from components.core.weights import sync_steps
     from components.k8s import engine_cache as kec
     from components.k8s.vllm_service import per_pod_budget_seconds
@@ -337,8 +338,11 @@ def test_restore_budget_is_part_of_the_pod_budget():
     run, _ = _eks_pods("b300-prod")
     spec, sizing = run.context.spec, run.context.sizing
     copy = next(s for s in sync_steps(spec, "b") if s.name == "node-copy")
-    want = per_pod_budget_seconds(sizing, sync_budget_seconds(spec, sizing, copy) + kec.RESTORE_TIMEOUT_SECONDS)
+    want = per_pod_budget_seconds(spec, sizing)
     assert one(run, "Deployment")["spec"]["progressDeadlineSeconds"] == want
+    init = {p.name: p.budget_seconds for p in pod_ready_budget(spec, sizing).phases if p.init_container}
+    assert init == {"weight copy FSx -> NVMe": sync_budget_seconds(spec, sizing, copy),
+                    "engine cache restore": kec.RESTORE_TIMEOUT_SECONDS}
 
 
 # -- IAM: the save writes only <revision>/_engine-cache/ ----------------------------------------------

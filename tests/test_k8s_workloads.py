@@ -18,6 +18,7 @@ import pulumi
 import pytest
 
 from components import program
+from components.core import pod_security
 from components.core.config import ConfigError, read_stack_config
 from components.core.engine_cache import restored_at_start
 from components.core.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
@@ -314,7 +315,10 @@ def test_gpu_resource_names_and_counts(name, resource, count, efa):
         gpu_keys = {k for k in res["limits"] if k.endswith("/gpu")}
         assert gpu_keys == {resource}
         assert res["limits"].get("vpc.amazonaws.com/efa") == efa
-        assert "cpu" not in res["limits"] and "memory" not in res["limits"]
+        # no CPU limit (components/core/pod_security.py says why); memory below the node's
+        assert "cpu" not in res["limits"]
+        assert res["limits"]["memory"] == f"{pod_security.vllm_memory_limit_gib(run.context.spec)}Gi"
+        assert int(res["limits"]["memory"][:-2]) < run.context.spec.instance.memory_gib
         shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "dshm")
         assert shm["emptyDir"]["medium"] == "Memory"
         assert {"name": "dshm", "mountPath": "/dev/shm"} in vllm_container(pod)["volumeMounts"]

@@ -152,7 +152,7 @@ def test_alert_thresholds_follow_the_sizing_and_config():
     sizing = run.context.sizing
     from components.k8s.vllm_service import per_pod_budget_seconds
 
-    budget = per_pod_budget_seconds(sizing)
+    budget = per_pod_budget_seconds(run.context.spec, sizing)
     alerts = {a["alert"]: a for a in all_alerts(run)}
     assert (
         f"< {budget})" in alerts["KimiVllmNoReadyReplica"]["expr"]
@@ -161,7 +161,9 @@ def test_alert_thresholds_follow_the_sizing_and_config():
     assert alerts["KimiVllmQueueGrowing"]["for"] == "10m" and "[10m:1m]" in alerts["KimiVllmQueueGrowing"]["expr"]
     assert alerts["KimiVllmKvCacheNearFull"]["expr"].endswith("> 0.95")
     assert 'pod=~"kimi-vllm-[a-z0-9]+-[a-z0-9]+"' in alerts["KimiVllmNoReadyReplica"]["expr"]
-    assert 'job_name=~"kimi-weights-node-copy-.*"' in alerts["KimiWeightSyncStalled"]["expr"]
+    # mi355x has no Job at all: the node-local copy is the vLLM pods' init container.
+    assert 'container="weight-sync"' in alerts["KimiWeightSyncStalled"]["expr"]
+    assert "job_name" not in alerts["KimiWeightSyncStalled"]["expr"] + alerts["KimiWeightSyncFailed"]["expr"]
     changed = plan_for("mi355x", overrides={"kimi-deploy:observability": {
         **read_stack_config("mi355x")["kimi-deploy:observability"], "queueAlertMinutes": 30, "kvCacheAlertFraction": 0.9}})
     alerts = {a["alert"]: a for a in all_alerts(changed)}
@@ -476,3 +478,34 @@ def test_every_dashboard_query_is_limited_to_the_chosen_namespace():
             assert matchers.get("namespace") == "kimi", f"{title}: {name} is not limited to the dashboard's namespace"
             seen_gpu |= {name} & gpu_metrics
     assert {m.AMD_GFX_ACTIVITY, m.AMD_USED_VRAM, m.DCGM_GPU_UTIL, m.DCGM_FB_USED} <= seen_gpu
+
+
+def _unparen(node):
+    while isinstance(node, promql_parser.ParenExpr):
+        node = node.expr
+    return node
+
+
+@pytest.mark.parametrize("name", ["b300-prod", "gb300"])
+def test_xid_alert_fires_on_a_change_of_the_last_xid_not_on_its_level(name):
+    """Without promtool: dcgm-exporter's DCGM_FI_DEV_XID_ERRORS holds the last XID and never resets,
+    so the rule must be ``(xid > 0) and (changes(xid[window]) > 0)`` over this namespace's GPUs; a
+    plain ``xid > 0`` would fire for ever after one error (the promtool tests run it too)."""
+    extra = {"kimi-deploy:kubernetes": {**read_stack_config(name)["kimi-deploy:kubernetes"],
+                                        "installedAddons": ["prometheus-operator"]}}
+    (rule,) = [a for a in all_alerts(autoscaled(name, extra)) if a["alert"] == "KimiGpuXidError"]
+    top = _unparen(promql_parser.parse(rule["expr"]))
+    assert isinstance(top, promql_parser.BinaryExpr) and str(top.op) == "and"
+    sides = [_unparen(top.lhs), _unparen(top.rhs)]
+    level = next(s for s in sides if isinstance(_unparen(s.lhs), promql_parser.VectorSelector))
+    change = next(s for s in sides if isinstance(_unparen(s.lhs), promql_parser.Call))
+    assert str(level.op) == ">" and level.rhs.val == 0
+    call = _unparen(change.lhs)
+    assert call.func.name == "changes" and str(change.op) == ">" and change.rhs.val == 0
+    (matrix,) = call.args
+    assert isinstance(matrix, promql_parser.MatrixSelector)
+    assert matrix.range.total_seconds() == obs.GPU_ERROR_WINDOW_MINUTES * 60
+    for selector in (_unparen(level.lhs), matrix.vector_selector):
+        assert selector.name == m.DCGM_XID_ERRORS
+        assert {mm.name: mm.value for mm in selector.matchers.matchers} == {"namespace": "kimi"}
+    assert "for" not in rule  # it fires at once on a change and resolves when the window has passed

@@ -23,9 +23,11 @@ from typing import Any
 import pytest
 
 from components.core import metrics as m
+from components.core import time_to_ready as ttr
 from components.core.config import read_stack_config
 from components.core.scaling import scaling_plan
 from components.core.sizing import sync_expected_seconds
+from components.core.time_to_ready import pod_ready_budget
 from components.core.weights import SHAPE_BUCKET, sync_steps
 from components.k8s import autoscaling as asc_mod
 from components.k8s import observability as obs
@@ -170,7 +172,7 @@ def test_promtool_check_can_fail(tmp_path):
 def test_no_ready_replica_fires_resolves_and_fires_again(name, tmp_path):
     w = world(name)
     (rule,) = rules_by_alert(w)["KimiVllmNoReadyReplica"]
-    budget = per_pod_budget_seconds(observed(name).context.sizing)
+    budget = per_pod_budget_seconds(observed(name).context.spec, observed(name).context.sizing)
     p1 = w.pods[0]
     ready = promtool.values((0, 15), (1, 15), (0, 31))  # ready from 15 m to 29 m
     series = {
@@ -199,7 +201,7 @@ def test_no_ready_replica_fires_resolves_and_fires_again(name, tmp_path):
 def test_startup_over_budget_fires_per_pod_resolves_and_fires_for_the_next(name, tmp_path):
     w = world(name)
     (rule,) = rules_by_alert(w)["KimiVllmStartupOverBudget"]
-    budget = per_pod_budget_seconds(observed(name).context.sizing)
+    budget = per_pod_budget_seconds(observed(name).context.spec, observed(name).context.sizing)
     p1, p2 = w.pods
     series = {
         # p1 passes its budget at 2 m, becomes ready at 20 m
@@ -251,12 +253,21 @@ def test_kv_cache_near_full_fires_resolves_and_fires_again(name, tmp_path):
     run_case(tmp_path, w, "kv", series, checks)
 
 
-@pytest.mark.parametrize("name", RULE_STACKS)
+def job_steps(name: str) -> list:
+    spec = observed(name).context.spec
+    return [s for s in sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None) if not obs.runs_in_pod(s)]
+
+
+def init_rule(w: World, alert: str) -> dict[str, Any] | None:
+    """The rule of ``alert`` that watches the node-local copy's init container, or None."""
+    return next((r for r in rules_by_alert(w).get(alert, []) if obs.NODE_COPY_CONTAINER in r["expr"]), None)
+
+
+@pytest.mark.parametrize("name", [n for n in RULE_STACKS if n != "mi355x"])
 def test_weight_sync_failed_fires_for_a_failed_job_not_for_a_retried_one(name, tmp_path):
     w = world(name)
-    (rule,) = rules_by_alert(w)["KimiWeightSyncFailed"]
-    step = sync_steps(observed(name).context.spec, SHAPE_BUCKET if observed(name).context.spec.config.storage.mirror.enabled
-                      else None)[-1].name
+    (rule,) = [r for r in rules_by_alert(w)["KimiWeightSyncFailed"] if "job_name" in r["expr"]]
+    step = job_steps(name)[-1].name
 
     def job(metric: str, job_name: str, **extra: str) -> str:
         return promtool.selector(metric, {"namespace": w.namespace, "job_name": job_name, "job": "kube-state-metrics", **extra})
@@ -282,16 +293,61 @@ def test_weight_sync_failed_fires_for_a_failed_job_not_for_a_retried_one(name, t
     run_case(tmp_path, w, "sync-failed", series, checks)
 
 
+def test_sync_alerts_watch_what_runs_for_each_storage_kind():
+    """A rule is rendered for what exists: Job rules for the steps that are Jobs, init-container
+    rules for the node-local copy; mi355x (no mirror: no Job at all) gets no Job rule, and with
+    ``storage.kind: pvc`` the node copy is one Job and no init container copies."""
+    for name in RULE_STACKS:
+        w = world(name)
+        spec = observed(name).context.spec
+        steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+        stalled = rules_by_alert(w)["KimiWeightSyncStalled"]
+        job_rules = {r["labels"]["step"] for r in stalled if "job_name" in r["expr"]}
+        assert job_rules == {s.name for s in steps if not obs.runs_in_pod(s)}, name
+        in_pod = any(obs.runs_in_pod(s) for s in steps)
+        assert (init_rule(w, "KimiWeightSyncStalled") is not None) == in_pod == (init_rule(w, "KimiWeightSyncFailed") is not None)
+        failed_jobs = [r for r in rules_by_alert(w).get("KimiWeightSyncFailed", []) if "job_name" in r["expr"]]
+        assert bool(failed_jobs) == bool(job_rules), name
+    assert not job_steps("mi355x")
+    assert not [r["expr"] for rs in rules_by_alert(world("mi355x")).values() for r in rs if "job_name" in r["expr"]]
+    storage = {**read_stack_config("b300-prod")["kimi-deploy:storage"], "kind": "pvc", "existingClaim": "kimi-weights",
+               "readGBps": 2}
+    k8s_cfg = {**read_stack_config("b300-prod")["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}
+    run = autoscaled("b300-prod", {"kimi-deploy:storage": storage, "kimi-deploy:kubernetes": k8s_cfg})
+    rules = one(run, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    exprs = [r["expr"] for r in rules if r["alert"].startswith("KimiWeightSync")]
+    assert exprs and not [e for e in exprs if obs.NODE_COPY_CONTAINER in e]
+    assert any('job_name=~"kimi-weights-node-copy-.*"' in e for e in exprs)
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_node_copy_init_container_failure_fires_after_a_jobs_retries_and_resolves_on_success(name, tmp_path):
+    w = world(name)
+    rule = init_rule(w, "KimiWeightSyncFailed")
+    assert rule is not None
+    p1 = w.pods[0]
+    init = {"container": obs.NODE_COPY_CONTAINER}
+    retries = obs.SYNC_RETRIES_PER_COMPLETION
+    series = {
+        # fails once a minute from 5 m until it has failed `retries` + 2 times; then runs and completes at 50 m
+        w.pod(m.KSM_INIT_CONTAINER_RESTARTS, p1, **init): promtool.values((0, 5), f"1+1x{retries + 1}", (retries + 2, 60)),
+        w.pod(m.KSM_INIT_CONTAINER_TERMINATED_REASON, p1, reason="Completed", **init): promtool.values((0, 50), (1, 21)),
+    }
+    fired_at = 5 + retries - 1  # the minute the restarts reach the retries a Job allows
+    labels = {"namespace": w.namespace, "pod": p1}
+    checks = [(fired_at - 1, rule["alert"], []), (fired_at + 2, rule["alert"], [expect(rule, labels)]),
+              (45, rule["alert"], [expect(rule, labels)]), (52, rule["alert"], [])]
+    run_case(tmp_path, w, "init-failed", series, checks)
+
+
 @pytest.mark.parametrize("name", RULE_STACKS)
 def test_weight_sync_stalled_fires_per_step_resolves_and_fires_for_the_next_run(name, tmp_path):
     w = world(name)
     run = observed(name)
     spec, sizing = run.context.spec, run.context.sizing
-    rules = {r["labels"]["step"]: r for r in rules_by_alert(w)["KimiWeightSyncStalled"]}
-    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
-    assert set(rules) == {s.name for s in steps}
-    for step in steps:
-        rule = rules[step.name]
+    for step in job_steps(name):
+        (rule,) = [r for r in rules_by_alert(w)["KimiWeightSyncStalled"]
+                   if r["labels"]["step"] == step.name and "job_name" in r["expr"]]
         stall = int(obs.SYNC_STALL_FACTOR * sync_expected_seconds(spec, sizing, step))
         first, second = f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step.name}-aaaa1111", f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step.name}-bbbb2222"
 
@@ -308,6 +364,23 @@ def test_weight_sync_stalled_fires_per_step_resolves_and_fires_for_the_next_run(
         checks = [(1, rule["alert"], []), (5, rule["alert"], [expect(rule, labels[first])]), (25, rule["alert"], []),
                   (35, rule["alert"], [expect(rule, labels[second])])]
         run_case(tmp_path, w, f"stalled-{step.name}", series, checks)
+    # The node-local copy: one pod's init container stalls past the threshold, then a new pod's.
+    rule = init_rule(w, "KimiWeightSyncStalled")
+    assert rule is not None
+    stall = obs.init_copy_stall_seconds(pod_ready_budget(spec, sizing))
+    assert stall is not None
+    p1, p2 = w.pods
+    init = {"container": obs.NODE_COPY_CONTAINER}
+    series = {
+        w.pod(m.KSM_POD_START_TIME, p1): promtool.values((-(stall - 2 * MINUTE), 61)),  # stalls from 2 m
+        w.pod(m.KSM_INIT_CONTAINER_RUNNING, p1, **init): promtool.values((1, 20), (0, 41)),  # done at 20 m
+        w.pod(m.KSM_POD_START_TIME, p2): promtool.values((None, 30), (30 * MINUTE - stall + MINUTE, 31)),
+        w.pod(m.KSM_INIT_CONTAINER_RUNNING, p2, **init): promtool.values((None, 30), (1, 31)),
+    }
+    labels = {p: {"namespace": w.namespace, "pod": p, "job": "kube-state-metrics"} for p in (p1, p2)}
+    checks = [(1, rule["alert"], []), (5, rule["alert"], [expect(rule, labels[p1])]), (25, rule["alert"], []),
+              (35, rule["alert"], [expect(rule, labels[p2])])]
+    run_case(tmp_path, w, "stalled-init", series, checks)
 
 
 @pytest.mark.parametrize("name", ["b300-prod", "gb300"])
@@ -349,6 +422,207 @@ def test_gpu_ecc_alert_fires_for_this_namespace_resolves_and_fires_again(tmp_pat
     checks = [(5, rule["alert"], []), (12, rule["alert"], [expect(rule, ours)]), (40, rule["alert"], []),
               (62, rule["alert"], [expect(rule, ours)]), (95, rule["alert"], [])]
     run_case(tmp_path, w, "ecc", series, checks)
+
+
+# -- a healthy deploy stays quiet; a stall fires (issue 28 item 3) ----------------------------------
+# The timelines are the time-to-ready model's (components/core/time_to_ready.py, what the plan shows):
+# each pod runs the phases of its scenario for the model's expected durations.
+
+
+def _minutes(seconds: int) -> int:
+    return max(1, math.ceil(seconds / MINUTE))
+
+
+@dataclass
+class Timeline:
+    """Input series of one case (1-minute samples over ``length`` minutes) and the minutes at
+    which a serving pod became ready."""
+
+    w: World
+    length: int
+    series: dict[str, str]
+
+    def const(self, value: float, start: int = 0, end: int | None = None) -> str:
+        """``value`` from minute ``start`` to ``end`` (exclusive; default: the end), absent before and after."""
+        end = self.length if end is None else end
+        return promtool.values((None, start), (value, end - start), *([("stale", 1)] if end < self.length else []))
+
+    def steps(self, before: float, after: float, at: int, start: int = 0, end: int | None = None) -> str:
+        """``before`` from ``start``, ``after`` from minute ``at``, until ``end``."""
+        end = self.length if end is None else end
+        at = min(max(at, start), end)
+        return promtool.values((None, start), (before, at - start), (after, end - at),
+                               *([("stale", 1)] if end < self.length else []))
+
+    def job(self, step: str, start: int, minutes: int) -> None:
+        """A sync Job of ``step`` running from ``start`` for ``minutes``, then complete."""
+        name = f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step}-aaaa1111"
+
+        def sel(metric: str, **extra: str) -> str:
+            return promtool.selector(metric, {"namespace": self.w.namespace, "job_name": name, "job": "kube-state-metrics",
+                                              **extra})
+
+        self.series[sel(m.KSM_JOB_START_TIME)] = self.const(start * MINUTE, start)
+        self.series[sel(m.KSM_JOB_ACTIVE)] = self.steps(1, 0, start + minutes, start)
+        self.series[sel(m.KSM_JOB_FAILED_CONDITION, condition="true")] = self.const(0, start)
+        self.series[sel(m.KSM_JOB_STATUS_FAILED)] = self.const(0, start)
+
+    def pod(self, pod: str, created: int, phases: tuple, serving: bool = True, end: int | None = None,
+            stall_copy: bool = False) -> int | None:
+        """A vLLM pod created at minute ``created`` that runs ``phases`` (``time_to_ready.PodPhase``)
+        for their expected durations; returns the minute it is ready (None if never). With
+        ``stall_copy`` its node-local copy never ends."""
+        w, t = self.w, created
+        for phase in phases:
+            if phase.name == ttr.NODE_WAIT_PHASE:
+                t += _minutes(phase.expected_seconds)  # Pending: no node yet
+        started = t
+        copy_start = copy_end = None
+        ready: int | None = None
+        for phase in phases:
+            if phase.name == ttr.NODE_WAIT_PHASE:
+                continue
+            if phase.init_container and phase.name != "engine cache restore":
+                copy_start, copy_end = t, (self.length + 1 if stall_copy else t + _minutes(phase.expected_seconds))
+                if stall_copy:
+                    break
+            t += _minutes(phase.expected_seconds)
+        else:
+            ready = t
+        ready_at = self.length if ready is None else min(ready, self.length)
+        self.series[w.pod(m.KSM_POD_CREATED, pod)] = self.const(created * MINUTE, created, end)
+        self.series[w.pod(m.KSM_POD_START_TIME, pod)] = self.const(started * MINUTE, min(started, end or self.length), end)
+        if serving:
+            self.series[w.pod(m.KSM_POD_INFO, pod)] = self.const(1, created, end)
+            self.series[w.pod(m.KSM_POD_STATUS_READY, pod, condition="true")] = self.steps(0, 1, ready_at, created, end)
+            self.series[w.pod(m.KSM_POD_STATUS_READY, pod, condition="false")] = self.steps(1, 0, ready_at, created, end)
+        if copy_start is not None and copy_end is not None:
+            init = {"container": obs.NODE_COPY_CONTAINER}
+            stop = min(copy_end, self.length)
+            self.series[w.pod(m.KSM_INIT_CONTAINER_RUNNING, pod, **init)] = self.steps(1, 0, stop, copy_start, end)
+            self.series[w.pod(m.KSM_INIT_CONTAINER_RESTARTS, pod, **init)] = self.const(0, copy_start, end)
+            self.series[w.pod(m.KSM_INIT_CONTAINER_TERMINATED_REASON, pod, reason="Completed", **init)] = self.steps(
+                0, 1, stop, copy_start, end)
+        return ready
+
+
+def _quiet_checks(w: World, length: int) -> list[tuple[int, str, list[dict]]]:
+    """No alert of the group firing, every 10 minutes over the case."""
+    names = sorted(rules_by_alert(w))
+    return [(t, a, []) for t in range(0, length + 1, 10) for a in names]
+
+
+def _budget(name: str):
+    run = observed(name)
+    return pod_ready_budget(run.context.spec, run.context.sizing)
+
+
+def _first_pods(w: World, tl: Timeline, phases: tuple, created: int, stall_copy: bool = False) -> int | None:
+    """The first copy's pods: the serving pod (a LeaderWorkerSet leader also gets its worker)."""
+    ready = tl.pod(w.pods[0], created, phases, stall_copy=stall_copy)
+    if w.worker_pod:
+        tl.pod(w.worker_pod, created, phases, serving=False, stall_copy=stall_copy)
+    return ready
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_no_alert_fires_on_a_healthy_first_deploy(name, tmp_path):
+    """The first deploy as the model schedules it: the sync Jobs (the hub download into the
+    mirror), then the vLLM pods: image pull, the node-local copy (an init container), vLLM's load
+    and start. On mi355x the copy is the hub download itself (about 4.3 h), far past the old
+    5,700 s budget."""
+    w, budget = world(name), _budget(name)
+    run = observed(name)
+    spec, sizing = run.context.spec, run.context.sizing
+    jobs = job_steps(name)
+    job_minutes = [_minutes(sync_expected_seconds(spec, sizing, s)) for s in jobs]
+    pods_at = 1 + sum(job_minutes)
+    length = pods_at + _minutes(budget.expected_seconds("first_deploy")) + 30
+    tl = Timeline(w, length, {})
+    start = 1
+    for step, minutes in zip(jobs, job_minutes, strict=True):
+        tl.job(step.name, start, minutes)
+        start += minutes
+    ready = _first_pods(w, tl, budget.scenarios["first_deploy"], pods_at)
+    assert ready is not None
+    if name == "mi355x":  # the old budget (startup + pull, no copy) ends hours before the pod is ready
+        assert (ready - pods_at) * MINUTE > 5_700
+    run_case(tmp_path, w, "healthy-first-deploy", tl.series, _quiet_checks(w, length))
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_no_alert_fires_on_a_healthy_scale_up(name, tmp_path):
+    """A serving copy, and a second one added by the scaler onto a new node: it waits for the
+    node, pulls, copies onto it, loads (the model's replaced-node scenario, as the plan's scale-up)."""
+    w, budget = world(name), _budget(name)
+    phases = budget.scenarios["replaced_node"]
+    length = _minutes(budget.expected_seconds("replaced_node")) + 40
+    tl = Timeline(w, length, {})
+    # the first copy: serving since long before
+    p1 = w.pods[0]
+    tl.series[w.pod(m.KSM_POD_INFO, p1)] = tl.const(1)
+    tl.series[w.pod(m.KSM_POD_CREATED, p1)] = tl.const(-100_000)
+    tl.series[w.pod(m.KSM_POD_START_TIME, p1)] = tl.const(-100_000)
+    tl.series[w.pod(m.KSM_POD_STATUS_READY, p1, condition="true")] = tl.const(1)
+    tl.series[w.pod(m.KSM_POD_STATUS_READY, p1, condition="false")] = tl.const(0)
+    assert tl.pod(w.pods[1], 5, phases) is not None
+    if w.worker_pod:
+        tl.pod(f"{w.pods[1]}-1", 5, phases, serving=False)
+    run_case(tmp_path, w, "healthy-scale-up", tl.series, _quiet_checks(w, length))
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_no_alert_fires_on_a_healthy_node_replacement(name, tmp_path):
+    """One copy; its node is replaced at minute 10: the pod is deleted with the node and its
+    successor waits for the new node, copies onto it and loads. The endpoint is down meanwhile
+    (one copy cannot stay up through a node replacement), but nothing is wrong."""
+    w, budget = world(name), _budget(name)
+    phases = budget.scenarios["replaced_node"]
+    length = 10 + _minutes(budget.expected_seconds("replaced_node")) + 40
+    tl = Timeline(w, length, {})
+    old, new = w.pods
+    tl.series[w.pod(m.KSM_POD_INFO, old)] = tl.const(1, 0, 10)
+    tl.series[w.pod(m.KSM_POD_CREATED, old)] = tl.const(-100_000, 0, 10)
+    tl.series[w.pod(m.KSM_POD_STATUS_READY, old, condition="true")] = tl.const(1, 0, 10)
+    tl.series[w.pod(m.KSM_POD_STATUS_READY, old, condition="false")] = tl.const(0, 0, 10)
+    assert tl.pod(new, 10, phases) is not None
+    if w.worker_pod:
+        tl.pod(f"{new}-1", 10, phases, serving=False)
+    run_case(tmp_path, w, "healthy-node-replacement", tl.series, _quiet_checks(w, length))
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_a_stalled_node_copy_fires_the_stall_then_the_startup_alerts(name, tmp_path):
+    """The same first pod, but its node-local copy never finishes: the stall warning fires once
+    the copy runs past its threshold, then (no replica ready past the pod's budget) the startup
+    and outage alerts; not before."""
+    w, budget = world(name), _budget(name)
+    run = observed(name)
+    stall = obs.init_copy_stall_seconds(budget)
+    assert stall is not None
+    created = 1
+    length = created + _minutes(budget.budget_seconds) + 15
+    tl = Timeline(w, length, {})
+    assert _first_pods(w, tl, budget.scenarios["first_deploy"], created, stall_copy=True) is None
+    stalled = init_rule(w, "KimiWeightSyncStalled")
+    labels = {"namespace": w.namespace, "pod": w.pods[0], "job": "kube-state-metrics"}
+    # the pod starts at once (no node wait on a first deploy); the rule compares with its start
+    stall_minute = created + math.ceil(stall / MINUTE)
+    over = created + math.ceil(budget.budget_seconds / MINUTE)
+    (no_ready,) = rules_by_alert(w)["KimiVllmNoReadyReplica"]
+    (over_budget,) = rules_by_alert(w)["KimiVllmStartupOverBudget"]
+    expected_stalled = [expect(stalled, labels)]
+    if w.worker_pod:
+        expected_stalled.append(expect(stalled, {**labels, "pod": w.worker_pod}))
+    checks = [
+        (stall_minute - 2, stalled["alert"], []),
+        (stall_minute + 2, stalled["alert"], expected_stalled),
+        (over - 1, no_ready["alert"], []), (over - 1, over_budget["alert"], []),
+        (over + 7, no_ready["alert"], [expect(no_ready, {})]),
+        (over + 7, over_budget["alert"], [expect(over_budget, labels)]),
+    ]
+    run_case(tmp_path, w, "stalled-copy", tl.series, checks)
+    del run
 
 
 def test_alert_unit_tests_can_fail(tmp_path):
@@ -507,3 +781,13 @@ def test_keda_reading_mirrors_the_scaler():
     assert promtool.keda_reading({"data": {"result": [{"metric": {}, "value": [0, "2.5"]}]}}, False) == 2.5
     with pytest.raises(promtool.KedaError):
         promtool.keda_reading({"result": [{"value": [0, "NaN"]}]}, False)
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_without_promtool_the_rule_tests_fail_under_ci_and_skip_elsewhere(ci, outcome, monkeypatch, tmp_path):
+    """The XID rule's changes(), the budgets and every alert above are held by promtool: where it
+    is missing, CI=true must fail the test (never a silent skip); a laptop skips with the hint."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no promtool on it
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="promtool is not installed"):
+        promtool.check_rules([], tmp_path)

@@ -21,7 +21,9 @@ from tests.conftest import DEPLOYER_ONLY_OVERLAY, FIXED_NOW, STACKS, TEST_SECRET
 GPU_RESOURCE_NAMES = {t.gpu_resource_name for t in TARGETS.values()}
 GPU_INSTANCE_TYPES = set(INSTANCES) | {t for target in TARGETS.values() for t in target.platforms.values()}
 # On an existing cluster the stage needs a mirror the operator owns (config/phase.py).
-EXISTING_MIRROR = {"enabled": True, "create": False, "bucketName": "team-weight-mirror"}
+EXISTING_MIRROR = {"enabled": True, "create": False, "bucketName": "team-weight-mirror", "region": "us-east-1"}
+# ... and the credentials of the pods that publish to it (kubernetes.mirrorCredentials).
+MIRROR_SECRET = {"secret": {"name": "team-mirror-keys"}}
 
 
 def _config(stack: str, phase: str) -> dict[str, Any]:
@@ -29,6 +31,7 @@ def _config(stack: str, phase: str) -> dict[str, Any]:
     config["kimi-deploy:phase"] = phase
     if not load_stack(stack, now=FIXED_NOW).profile.provisions_aws:
         config["kimi-deploy:storage"] = {**config["kimi-deploy:storage"], "mirror": EXISTING_MIRROR}
+        config["kimi-deploy:kubernetes"] = {**config["kimi-deploy:kubernetes"], "mirrorCredentials": MIRROR_SECRET}
     return config
 
 

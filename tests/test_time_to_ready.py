@@ -147,7 +147,9 @@ def test_kubernetes_platform_starts_cold_and_shows_the_cached_start_beside():
     """On the kubernetes platform the pods do not restore the caches (nothing is granted the right
     to save there): cold in the scenarios, cached as an alternative where a mirror exists."""
     ns, _ = namespace_config(read_stack_config("mi355x"))
-    ns["storage"] = {**ns["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "existing-mirror"}}
+    ns["storage"] = {**ns["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "existing-mirror",
+                                                 "region": "us-east-1"}}
+    ns["kubernetes"] = {**ns["kubernetes"], "mirrorCredentials": {"secret": {"name": "mirror-keys"}}}
     model = _model(parse_spec(ns, stack="t", now=FIXED_NOW))
     assert all("(cached)" not in p.name for p in model.scenarios["repeat_trial"].phases)
     alt = model.engine_cache_repeat_trial
@@ -266,3 +268,36 @@ def test_the_ec2_boot_estimate_cites_what_the_vm_tier_measured(tmp_path):
     bad.write_text(json.dumps({"recorded_at": "x", "accel": "tcg", "guest_cpu_slowdown": 1, "boots": {}}))
     with pytest.raises(ValueError, match="tests.vm.record"):
         ttr.vm_boot_measurement(bad)
+
+
+@pytest.mark.parametrize("stack", ["b300-prod", "gb300", "mi355x"])
+def test_a_pods_budget_follows_the_phases_its_platform_runs(stack):
+    """One number per stack, from the model's phases: the alerts' budget is the Deployment's
+    progress deadline and Pulumi's timeout, and it covers the init containers' copy (mi355x: the
+    hub download onto the node) and, on a new node, the node's launch and boot."""
+    from components.core.sizing import sync_budget_seconds
+    from components.core.time_to_ready import NODE_WAIT_PHASE, pod_ready_budget
+    from components.core.weights import SHAPE_BUCKET, sync_steps
+    from tests.test_k8s_workloads import of_kind, run_with_timeouts, seconds
+
+    run, timeouts = run_with_timeouts(stack)
+    spec, sizing = run.context.spec, run.context.sizing
+    budget = pod_ready_budget(spec, sizing)
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+    copy = next(s for s in steps if s.name == "node-copy" and s.per_node)
+    replaced = budget.scenarios["replaced_node"]
+    assert replaced[0].name == NODE_WAIT_PHASE and replaced[0].expected_seconds > 0
+    assert all(p.name != NODE_WAIT_PHASE for p in budget.scenarios["first_deploy"])
+    copies = [p for p in budget.phases if p.init_container and p.name != "engine cache restore"]
+    assert [p.budget_seconds for p in copies] == [sync_budget_seconds(spec, sizing, copy)]
+    assert budget.budget_seconds > sizing.startup_budget_seconds + sync_budget_seconds(spec, sizing, copy)
+    # every scenario's pod runs at least as long as the model says and stays inside the budget
+    for name in budget.scenarios:
+        assert 0 < budget.expected_seconds(name) < budget.budget_seconds
+    workload = "vllm-leaderworkerset" if spec.nodes_per_copy > 1 else "vllm-deployment"
+    assert seconds(timeouts[workload].create) == budget.budget_seconds
+    for dep in of_kind(run, "Deployment"):
+        assert dep["spec"]["progressDeadlineSeconds"] == budget.budget_seconds
+    if stack == "mi355x":
+        assert copies[0].name == "hub download -> node" and copies[0].expected_seconds >= 15_000
+        assert budget.budget_seconds > 5_700 + copies[0].budget_seconds

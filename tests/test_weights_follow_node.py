@@ -3,11 +3,15 @@ node added or replaced after `pulumi up` gets its copy from its own pod, with no
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from components.core import time_to_ready as ttr
 from components.core.config import read_stack_config
 from components.core.engine_cache import restored_at_start
 from components.core.sizing import sync_budget_seconds
+from components.core.time_to_ready import stack_time_to_ready
 from components.core.weights import sync_steps
 from components.k8s import engine_cache, vllm_service
 from tests.conftest import plan_for
@@ -40,8 +44,11 @@ def test_pulumi_waits_and_progress_deadline_include_the_copy(stack):
     copy = next(s for s in sync_steps(spec, "b" if spec.config.storage.mirror.enabled else None) if s.name == "node-copy")
     # The engine caches' restore (an init container after the copy) where the pods restore them.
     restore = engine_cache.RESTORE_TIMEOUT_SECONDS if restored_at_start(spec) else 0
-    per_pod = (sizing.startup_budget_seconds + vllm_service.ENGINE_TIMEOUT_MARGIN_SECONDS + vllm_service.IMAGE_PULL_BUDGET_SECONDS
-               + sync_budget_seconds(spec, sizing, copy) + restore)
+    # A replaced node (or a scale-up onto a new one): the pod waits for the node's launch and boot.
+    replaced = {p.name: p.seconds for p in stack_time_to_ready(spec).scenarios["replaced_node"].phases}
+    node_wait = math.ceil(ttr.NODE_WAIT_SAFETY_FACTOR * (replaced["instance launch"] + replaced["instance boot"]) / 60) * 60
+    per_pod = (node_wait + ttr.IMAGE_PULL_BUDGET_SECONDS + sync_budget_seconds(spec, sizing, copy) + restore
+               + sizing.startup_budget_seconds + ttr.ENGINE_TIMEOUT_MARGIN_SECONDS)
     workload = "vllm-leaderworkerset" if spec.nodes_per_copy > 1 else "vllm-deployment"
     assert seconds(timeouts[workload].create) == per_pod
     # a rolling update may touch every copy up to the autoscaler's maximum

@@ -71,18 +71,20 @@ SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
 SYSTEM_NODES = {"min_size": 2, "desired_size": 2, "max_size": 3}
 SYSTEM_ROOT_VOLUME_GIB = 100
 # IMDSv2 response hop limit of every node: 1. The node itself and host-network pods (vpc-cni,
-# kube-proxy, the Pod Identity agent, the FSx CSI node plugin) still reach the instance metadata
-# service; a pod in its own network namespace is one hop further and gets no answer, so it cannot
-# take the node role (EKS user guide, "Amazon EKS security best practices", "Restricting access to
-# the IMDS and Amazon EC2 instance profile credentials": block IMDSv2 "for all containers that don't
-# use host networking" when no pod needs IMDS, e.g. for its Region). None of ours does. System
-# nodes: the cluster autoscaler gets credentials from EKS Pod Identity and its region from its
-# values; the FSx CSI controller falls back to the Kubernetes API for its instance data when IMDS
-# does not answer and makes no AWS call for a static volume (kubernetes-sigs/aws-fsx-csi-driver
-# v1.9.0 pkg/cloud/metadata.go NewMetadataService, pkg/driver/controller.go); CoreDNS, KEDA, the LWS
-# and DRA controllers never read IMDS; the in-tree load-balancer controller runs in the EKS control
-# plane. GPU nodes: the weight and engine-cache pods use Pod Identity, the device plugins and
-# exporters call no AWS API.
+# kube-proxy, the Pod Identity agent) still reach the instance metadata service; a pod in its own
+# network namespace is one hop further and gets no answer, so it cannot take the node role (EKS
+# user guide, "Amazon EKS security best practices", "Restricting access to the IMDS and Amazon EC2
+# instance profile credentials": block IMDSv2 "for all containers that don't use host networking"
+# when no pod needs IMDS, e.g. for its Region). None of ours does. The FSx CSI driver's pods, the
+# controller on the system nodes and the node plugin on the GPU nodes that mount FSx, are not
+# host-network (the chart dropped hostNetwork from the node DaemonSet in v1.6.1): when IMDS does
+# not answer they take the instance's id, type and zone from the Kubernetes API (their node object;
+# kubernetes-sigs/aws-fsx-csi-driver pkg/cloud/metadata.go NewMetadataService, metadata_k8s.go), and
+# mounting a static volume makes no AWS call (pkg/driver/controller.go, node.go), so hop limit 1
+# holds on the FSx stacks too. System nodes: the cluster autoscaler gets credentials from EKS Pod
+# Identity and its region from its values; CoreDNS, KEDA, the LWS and DRA controllers never read
+# IMDS; the in-tree load-balancer controller runs in the EKS control plane. GPU nodes: the weight
+# and engine-cache pods use Pod Identity, the device plugins and exporters call no AWS API.
 SYSTEM_IMDS_HOP_LIMIT = 1
 GPU_IMDS_HOP_LIMIT = 1
 # Service CIDR, set explicitly so a custom-AMI NodeConfig can name it.

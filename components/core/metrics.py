@@ -69,6 +69,10 @@ GPU_EXPORTER_METRICS: dict[str, frozenset[str]] = {
 KSM_POD_CREATED = "kube_pod_created"
 KSM_POD_STATUS_READY = "kube_pod_status_ready"
 KSM_POD_INFO = "kube_pod_info"
+KSM_POD_START_TIME = "kube_pod_start_time"  # when the kubelet acknowledged the pod (after scheduling)
+KSM_INIT_CONTAINER_RUNNING = "kube_pod_init_container_status_running"
+KSM_INIT_CONTAINER_RESTARTS = "kube_pod_init_container_status_restarts_total"
+KSM_INIT_CONTAINER_TERMINATED_REASON = "kube_pod_init_container_status_terminated_reason"  # label reason
 KSM_JOB_STATUS_FAILED = "kube_job_status_failed"  # failed pods so far (retries included)
 KSM_JOB_FAILED_CONDITION = "kube_job_failed"  # the Job's Failed condition (label condition=true|false|unknown)
 KSM_JOB_ACTIVE = "kube_job_status_active"
@@ -76,7 +80,9 @@ KSM_JOB_START_TIME = "kube_job_status_start_time"
 KSM_DEPLOYMENT_SPEC_REPLICAS = "kube_deployment_spec_replicas"
 KSM_STATEFULSET_REPLICAS = "kube_statefulset_replicas"
 KSM_METRICS = frozenset({
-    KSM_POD_CREATED, KSM_POD_STATUS_READY, KSM_POD_INFO, KSM_JOB_STATUS_FAILED, KSM_JOB_FAILED_CONDITION, KSM_JOB_ACTIVE,
+    KSM_POD_CREATED, KSM_POD_STATUS_READY, KSM_POD_INFO, KSM_POD_START_TIME, KSM_INIT_CONTAINER_RUNNING,
+    KSM_INIT_CONTAINER_RESTARTS, KSM_INIT_CONTAINER_TERMINATED_REASON, KSM_JOB_STATUS_FAILED, KSM_JOB_FAILED_CONDITION,
+    KSM_JOB_ACTIVE,
     KSM_JOB_START_TIME, KSM_DEPLOYMENT_SPEC_REPLICAS, KSM_STATEFULSET_REPLICAS,
 })
 
@@ -104,6 +110,12 @@ def serving_pod_regex(workload_name: str, multi_node: bool) -> str:
     ``<name>-<group>`` (workers are ``<name>-<group>-<index>``); Deployment pods
     ``<name>-<replicaset hash>-<suffix>``."""
     return f"{workload_name}-[0-9]+" if multi_node else f"{workload_name}-[a-z0-9]+-[a-z0-9]+"
+
+
+def vllm_pod_regex(workload_name: str, multi_node: bool) -> str:
+    """Pod names of every vLLM pod of the workload: the serving pods (``serving_pod_regex``) and,
+    for a LeaderWorkerSet, its workers ``<name>-<group>-<index>`` (each runs the node-local copy)."""
+    return f"{workload_name}-[0-9]+(-[0-9]+)?" if multi_node else serving_pod_regex(workload_name, False)
 
 
 def workload_replicas_selector(namespace: str, workload_name: str, multi_node: bool) -> str:

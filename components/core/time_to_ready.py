@@ -573,6 +573,146 @@ def stack_time_to_ready(spec: DeploymentSpec) -> TimeToReady:
     return time_to_ready(spec, compute_sizing(spec), steps)
 
 
+# --- a serving pod, from its creation until ready (Kubernetes platforms) ---------------------------
+# What each of a serving pod's phases may take before something gives up: the startup probe and
+# ``progressDeadlineSeconds``, Pulumi's custom timeouts, and the alerts that watch a pod's start
+# (``components/k8s``) all read ``pod_ready_budget``. The phases themselves are the model's.
+# Pulling the ~12.6 GB compressed image onto a node (the model expects about two minutes; a
+# registry or a node's disk can be far slower).
+IMAGE_PULL_BUDGET_SECONDS = 1_800
+# The startup probe's window outlasts VLLM_ENGINE_READY_TIMEOUT_S (the startup budget) by this
+# much, so vLLM's own "engine not ready within N s" error is logged and exits the container
+# before the kubelet kills it for a failed probe (which would leave only "Startup probe failed").
+ENGINE_TIMEOUT_MARGIN_SECONDS = 300
+# The engine-cache restore init container gives up (and vLLM starts cold) after this long.
+ENGINE_CACHE_RESTORE_BUDGET_SECONDS = 1_800
+# A pod waiting for a node (a replaced node, a scale-up onto a new one) may wait this multiple of
+# the model's launch + boot, rounded up to whole minutes.
+NODE_WAIT_SAFETY_FACTOR = 2.0
+NODE_WAIT_PHASE = "node wait (launch + boot)"
+VLLM_START_PHASE = "vLLM start (weight load + engine init)"
+
+
+@dataclass(frozen=True)
+class PodPhase:
+    """One phase of a serving pod's start, as the time-to-ready model schedules it.
+
+    Attributes:
+        name: the model's phase name (``image pull``, ``hub download -> node``, ...), or
+            ``NODE_WAIT_PHASE`` / ``VLLM_START_PHASE`` for the model's phases they join.
+        expected_seconds: the model's duration of the phase in this scenario.
+        budget_seconds: how long it may take before its own timeout gives up (a budget, not an
+            estimate: the sync budget of a copy, the startup budget of vLLM's start, ...).
+        budget_source: where ``budget_seconds`` comes from.
+        init_container: the phase runs in an init container (the node-local copy, the cache restore).
+    """
+
+    name: str
+    expected_seconds: int
+    budget_seconds: int
+    budget_source: str
+    init_container: bool = False
+
+
+@dataclass(frozen=True)
+class PodReadyBudget:
+    """How long a serving pod takes, and may take, from its creation until it is ready.
+
+    On a Kubernetes platform a vLLM pod runs, after it is created: a wait for a node (only where
+    a node is added or replaced for it), the image pull, the node-local weight copy (an init
+    container), the engine-cache restore (an init container), then vLLM's load and engine start.
+    Which of these run depends on the platform and storage (the model's scenarios say it).
+
+    Attributes:
+        scenarios: ``SCENARIOS`` name -> the pod's phases in that scenario, in order.
+        scenario: the scenario whose phases add up to the largest budget (``budget_seconds``).
+    """
+
+    scenarios: dict[str, tuple[PodPhase, ...]]
+    scenario: str
+
+    @property
+    def phases(self) -> tuple[PodPhase, ...]:
+        """The phases of ``scenario``."""
+        return self.scenarios[self.scenario]
+
+    @property
+    def budget_seconds(self) -> int:
+        """Creation-to-ready budget of one pod: the budgets of ``scenario``'s phases added up.
+        The startup alerts, ``progressDeadlineSeconds`` and Pulumi's timeouts use it."""
+        return sum(p.budget_seconds for p in self.phases)
+
+    def expected_seconds(self, scenario: str) -> int:
+        """The model's creation-to-ready time of a pod in ``scenario``.
+
+        Raises:
+            KeyError: no such scenario.
+        """
+        return sum(p.expected_seconds for p in self.scenarios[scenario])
+
+    def init_budget_seconds(self) -> int:
+        """What the init containers may add to a pod's start (their budgets added up)."""
+        return sum(p.budget_seconds for p in self.phases if p.init_container)
+
+
+def _minutes_up(seconds: float) -> int:
+    return int(math.ceil(seconds / 60) * 60)
+
+
+def pod_ready_budget(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...] | None = None) -> PodReadyBudget:
+    """The phases of a serving pod's start in each scenario of ``time_to_ready(spec, sizing, steps)``,
+    with each phase's budget.
+
+    In ``first_deploy`` and ``repeat_trial`` the pods are created on nodes that exist (the workload
+    is declared after the node groups; on an existing cluster the nodes are there); in
+    ``replaced_node`` (also a scale-up onto a new node) a pod waits for the node's launch and boot.
+    The publish to the mirror runs before the workload exists (a Job the workload depends on) and
+    is not a pod phase. Budgets: ``NODE_WAIT_SAFETY_FACTOR`` x the wait, ``IMAGE_PULL_BUDGET_SECONDS``,
+    the copy's ``sizing.sync_budget_seconds``, ``ENGINE_CACHE_RESTORE_BUDGET_SECONDS``, and
+    ``sizing.startup_budget_seconds + ENGINE_TIMEOUT_MARGIN_SECONDS`` for vLLM's load and start.
+
+    Args:
+        spec, sizing: as ``time_to_ready``.
+        steps: ``weights.sync_steps(spec, bucket)``; default: with ``SHAPE_BUCKET`` when the
+            mirror is enabled (as ``stack_time_to_ready``).
+    """
+    from .engine_cache import restored_at_start
+    from .sizing import sync_budget_seconds
+    from .weights import SHAPE_BUCKET, sync_steps
+
+    if steps is None:
+        steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+    model = time_to_ready(spec, sizing, steps)
+    copies = {_sync_phase(spec, sizing, s, cached_mirror=False)[0]: s for s in steps if s.per_node}
+    start_budget = sizing.startup_budget_seconds + ENGINE_TIMEOUT_MARGIN_SECONDS
+    scenarios: dict[str, tuple[PodPhase, ...]] = {}
+    for name in SCENARIOS:
+        by_name = {p.name: p for p in model.scenarios[name].phases}
+        out: list[PodPhase] = []
+        if name == "replaced_node":
+            wait = sum(by_name[n].seconds for n in ("instance launch", "instance boot") if n in by_name)
+            out.append(PodPhase(NODE_WAIT_PHASE, wait, _minutes_up(NODE_WAIT_SAFETY_FACTOR * wait),
+                                f"{NODE_WAIT_SAFETY_FACTOR:g} x the model's instance launch + boot"))
+        out.append(PodPhase("image pull", by_name["image pull"].seconds, IMAGE_PULL_BUDGET_SECONDS,
+                            "IMAGE_PULL_BUDGET_SECONDS"))
+        for phase_name, step in copies.items():
+            if phase_name in by_name:
+                out.append(PodPhase(phase_name, by_name[phase_name].seconds, sync_budget_seconds(spec, sizing, step),
+                                    f"the {step.name} step's sync budget (sizing.sync_budget_seconds)", True))
+        if restored_at_start(spec):
+            # The restore init container runs in every pod (on a first deploy it finds nothing).
+            restore = by_name.get("engine cache restore")
+            out.append(PodPhase("engine cache restore", restore.seconds if restore else 0,
+                                ENGINE_CACHE_RESTORE_BUDGET_SECONDS, "ENGINE_CACHE_RESTORE_BUDGET_SECONDS", True))
+        load = next(p for p in model.scenarios[name].phases if p.name == "weight load")
+        init = next(p for p in model.scenarios[name].phases if p.name.startswith("engine init"))
+        out.append(PodPhase(VLLM_START_PHASE, load.seconds + init.seconds, start_budget,
+                            "the startup budget (sizing.startup_budget_seconds) + ENGINE_TIMEOUT_MARGIN_SECONDS"))
+        scenarios[name] = tuple(out)
+    worst = max(SCENARIOS, key=lambda n: (sum(p.budget_seconds for p in scenarios[n]), n == "replaced_node"))
+    return PodReadyBudget(scenarios, worst)
+
+
 def pulumi_up_seconds(spec: DeploymentSpec, model: TimeToReady) -> tuple[int, str]:
     """``(seconds, how)``: the modelled duration of the first `pulumi up` of ``spec``, which the
     deploying credentials must outlive.

@@ -209,10 +209,15 @@ class KimiWorkloads(pulumi.ComponentResource):
         them by name); no API token is mounted, the pods never call the Kubernetes API."""
         spec = self._ctx.spec
         names = self._service_account_names(publish)
+        # kubernetes.mirrorCredentials.serviceAccountAnnotations: the cluster's workload identity
+        # (e.g. IRSA's role ARN) on the accounts whose pods publish to or read the mirror.
+        creds = spec.config.kubernetes.mirror_credentials
+        identity = dict(creds.service_account_annotations) if creds is not None else {}
         return {
             key: k8s.core.v1.ServiceAccount(
                 f"sa-{name}",
-                metadata=metadata(spec, name, "service-account"),
+                metadata=metadata(spec, name, "service-account",
+                                  annotations=identity if identity and key in ("weight_sync", "mirror_publish") else None),
                 automount_service_account_token=False,
                 opts=self._opts(self.namespace_resource),
             )

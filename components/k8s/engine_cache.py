@@ -56,6 +56,8 @@ import pulumi_kubernetes as k8s
 
 from components.core import engine_cache as ec
 from components.core.config import REPO_ROOT, DeploymentSpec
+from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limit
+from components.core.time_to_ready import ENGINE_CACHE_RESTORE_BUDGET_SECONDS
 from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
 
 from .common import hardened_container_security, metadata, plain_env, spec_hash
@@ -75,8 +77,9 @@ RESTORE_CONTAINER = "engine-cache-restore"
 SAVE_CONTAINER = "engine-cache-save"
 VLLM_CONTAINER = "vllm"
 # An init container has no timeout of its own: the runner bounds the restore (the EC2 unit's
-# TimeoutStartSec). 5 GB at the mirror copy rate take seconds.
-RESTORE_TIMEOUT_SECONDS = 1_800
+# TimeoutStartSec). 5 GB at the mirror copy rate take seconds. The number is the pod budget's
+# (time_to_ready.pod_ready_budget), so the startup alerts and timeouts allow for it.
+RESTORE_TIMEOUT_SECONDS = ENGINE_CACHE_RESTORE_BUDGET_SECONDS
 # The save itself waits up to 4 h for /health (scripts/node/engine_cache.py --wait-seconds), then
 # archives; a failed attempt (S3 error, vLLM not up) is retried after SAVE_RETRY_SECONDS.
 SAVE_ATTEMPTS = 3
@@ -232,8 +235,9 @@ def engine_cache_pods(
         }
 
     restore = container(RESTORE_CONTAINER, restore_argv,
-                        {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}})
-    save = container(SAVE_CONTAINER, save_argv, {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}})
+                        {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"cpu": helper_cpu_limit(spec), "memory": "8Gi"}})
+    save = container(SAVE_CONTAINER, save_argv, {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                                 "limits": {"cpu": SMALL_HELPER_CPU_LIMIT, "memory": "4Gi"}})
     save["restartPolicy"] = "Always"
     # $(VAR) in the path (the worker index) needs subPathExpr; a literal path stays subPath.
     vllm_mount = {"name": cache_volume, "mountPath": ec.ENGINE_CACHE_CONTAINER_PATH,

@@ -32,9 +32,11 @@ import pulumi_kubernetes as k8s
 from components.core import metrics as m
 from components.core.config import DeploymentSpec
 from components.core.sizing import Sizing, sync_budget_seconds, sync_expected_seconds
-from components.core.weights import SHAPE_BUCKET, sync_steps
+from components.core.time_to_ready import PodReadyBudget
+from components.core.weights import SHAPE_BUCKET, SyncStep, sync_steps
 
 from .common import VLLM_NAME, labels, metadata
+from .weight_sync import NODE_COPY_CONTAINER, SYNC_RETRIES_PER_COMPLETION
 
 DASHBOARD_PATH = Path(__file__).resolve().parent / "dashboards" / "kimi-vllm.json"
 DASHBOARD_CONFIGMAP = "kimi-vllm-dashboard"
@@ -59,17 +61,44 @@ def serving_pod_regex(multi_node: bool) -> str:
     return m.serving_pod_regex(VLLM_NAME, multi_node)
 
 
-def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_budget_seconds: int) -> list[dict[str, Any]]:
+def vllm_pod_regex(multi_node: bool) -> str:
+    """Pod names of every vLLM pod (serving pods and LeaderWorkerSet workers): ``metrics.vllm_pod_regex``."""
+    return m.vllm_pod_regex(VLLM_NAME, multi_node)
+
+
+def runs_in_pod(step: SyncStep) -> bool:
+    """Whether a sync step runs as the ``weight-sync`` init container of every vLLM pod (the
+    node-local copy) rather than as a Job (``weight_sync.declare_weight_sync`` makes the same cut)."""
+    return step.name == "node-copy" and step.per_node
+
+
+def init_copy_stall_seconds(budget: PodReadyBudget) -> int | None:
+    """Seconds after a pod's start (``kube_pod_start_time``: the kubelet took it, before the image
+    pull) at which a still-running node-local copy counts as stalled: the image pull's budget plus
+    ``SYNC_STALL_FACTOR`` x the copy's expected time (the model's ``first_deploy`` copy). None
+    without a node-local copy."""
+    first = budget.scenarios["first_deploy"]
+    copy = next((p for p in first if p.init_container and p.name != "engine cache restore"), None)
+    if copy is None:
+        return None
+    pull = next(p for p in first if p.name == "image pull")
+    return pull.budget_seconds + int(SYNC_STALL_FACTOR * copy.expected_seconds)
+
+
+def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, budget: PodReadyBudget) -> list[dict[str, Any]]:
     """The alerting rules (prometheus-operator ``Rule`` objects) of the deployment.
 
-    ``per_pod_budget_seconds``: creation-to-ready budget of one vLLM pod (image pull + startup
-    budget; ``vllm_service.per_pod_budget_seconds``).
+    ``budget``: the creation-to-ready budget of one vLLM pod (``time_to_ready.pod_ready_budget``:
+    the phases that run on this platform, the init containers' copy and restore included), the
+    same number as the Deployment's progress deadline and Pulumi's timeouts. Sync alerts watch
+    what runs: Jobs for the steps that are Jobs (``runs_in_pod`` false), the ``weight-sync`` init
+    container of the vLLM pods for the node-local copy; a rule with nothing to feed it is not rendered.
     """
     ns = spec.config.kubernetes.namespace
     obs = spec.config.observability
     sel = m.vllm_selector(ns, spec.served_model_name)
     pods = f'namespace="{ns}",pod=~"{serving_pod_regex(multi_node)}"'
-    budget = per_pod_budget_seconds
+    budget_s = budget.budget_seconds
     queue_minutes = obs.queue_alert_minutes
     rules: list[dict[str, Any]] = [
         {
@@ -77,25 +106,25 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
             "expr": (
                 f"(count({m.KSM_POD_INFO}{{{pods}}}) > 0)"
                 f" unless on() (count({m.KSM_POD_STATUS_READY}{{{pods},condition=\"true\"}} == 1) > 0)"
-                f" unless on() (count((time() - {m.KSM_POD_CREATED}{{{pods}}}) < {budget}) > 0)"
+                f" unless on() (count((time() - {m.KSM_POD_CREATED}{{{pods}}}) < {budget_s}) > 0)"
             ),
             "for": f"{NO_READY_ALERT_MINUTES}m",
             "labels": {"severity": "critical"},
             "annotations": {
-                "summary": f"No vLLM replica of {spec.stack} is ready and none is still within its {budget} s startup budget",
+                "summary": f"No vLLM replica of {spec.stack} is ready and none is still within its {budget_s} s startup budget",
                 "description": f"Pods exist in namespace {ns} but none serves the model: the endpoint is down.",
             },
         },
         {
             "alert": "KimiVllmStartupOverBudget",
             "expr": (
-                f"((time() - {m.KSM_POD_CREATED}{{{pods}}}) > {budget})"
+                f"((time() - {m.KSM_POD_CREATED}{{{pods}}}) > {budget_s})"
                 f" and on(namespace, pod) ({m.KSM_POD_STATUS_READY}{{{pods},condition=\"false\"}} == 1)"
             ),
             "for": "5m",
             "labels": {"severity": "warning"},
             "annotations": {
-                "summary": "vLLM pod {{ $labels.pod }} is not ready " + f"{budget} s after creation (its startup budget)",
+                "summary": "vLLM pod {{ $labels.pod }} is not ready " + f"{budget_s} s after creation (its startup budget)",
                 "description": "The startup probe will restart it; check the weight copy, the load and `kubectl logs`.",
             },
         },
@@ -122,10 +151,15 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
                 "description": "Requests are preempted or queued; add replicas or lower max-model-len.",
             },
         },
-        {
-            # The Job's Failed condition (retries exhausted or deadline passed), not its failed-pod
-            # count: a pod that failed and was retried successfully leaves kube_job_status_failed > 0
-            # on a Job that completed.
+    ]
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+    job_steps = [s for s in steps if not runs_in_pod(s)]
+    in_pod = [s for s in steps if runs_in_pod(s)]
+    if job_steps:
+        # The Job's Failed condition (retries exhausted or deadline passed), not its failed-pod
+        # count: a pod that failed and was retried successfully leaves kube_job_status_failed > 0
+        # on a Job that completed.
+        rules.append({
             "alert": "KimiWeightSyncFailed",
             "expr": (
                 f"max by (namespace, job_name) ({m.KSM_JOB_FAILED_CONDITION}"
@@ -137,10 +171,8 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
                 "summary": "Weight-sync Job {{ $labels.job_name }} failed (retries exhausted or deadline passed)",
                 "description": "Replicas wait for the weight-complete marker; `kubectl logs job/{{ $labels.job_name }}`.",
             },
-        },
-    ]
-    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
-    for step in steps:
+        })
+    for step in job_steps:
         stall = int(SYNC_STALL_FACTOR * sync_expected_seconds(spec, sizing, step))
         jobs = f'namespace="{ns}",job_name=~"{WEIGHT_SYNC_JOB_PREFIX}{step.name}-.*"'
         rules.append({
@@ -154,6 +186,47 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
                 "summary": f"Weight sync {step.name} is still running after {stall} s "
                 f"({SYNC_STALL_FACTOR:g}x its expected time; the Job gives up at {sync_budget_seconds(spec, sizing, step)} s)",
                 "description": "Check the source's throughput and the Job's progress log.",
+            },
+        })
+    stall_after = init_copy_stall_seconds(budget)
+    if in_pod and stall_after is not None:
+        step = in_pod[0]
+        all_pods = f'namespace="{ns}",pod=~"{vllm_pod_regex(multi_node)}"'
+        init = f'{all_pods},container="{NODE_COPY_CONTAINER}"'
+        rules.append({
+            # Every vLLM pod copies onto its own node before vLLM starts (weights follow the node):
+            # a first deploy, a scale-up onto a new node, a replaced node. kube-state-metrics has no
+            # start time of an init container; the pod's start time precedes it by the image pull.
+            "alert": "KimiWeightSyncStalled",
+            "expr": (
+                f"((time() - {m.KSM_POD_START_TIME}{{{all_pods}}}) > {stall_after})"
+                f" and on(namespace, pod) ({m.KSM_INIT_CONTAINER_RUNNING}{{{init}}} == 1)"
+            ),
+            "labels": {"severity": "warning", "step": step.name},
+            "annotations": {
+                "summary": "The node-local weight copy of pod {{ $labels.pod }} is still running " + f"{stall_after} s after "
+                f"the pod started (image pull budget + {SYNC_STALL_FACTOR:g}x the copy's expected time; "
+                f"the pod's budget is {budget_s} s)",
+                "description": "Check the source's throughput: `kubectl logs {{ $labels.pod }} -c "
+                f"{NODE_COPY_CONTAINER} -f`.",
+            },
+        })
+        rules.append({
+            # An init container that fails is restarted in place (the copy resumes from its journal);
+            # as many failures as a Job allows before it gives up is a failed copy. Resolves when
+            # the copy completes or the pod is replaced.
+            "alert": "KimiWeightSyncFailed",
+            "expr": (
+                f"(max by (namespace, pod) ({m.KSM_INIT_CONTAINER_RESTARTS}{{{init}}}) >= {SYNC_RETRIES_PER_COMPLETION})"
+                f" unless on(namespace, pod) ({m.KSM_INIT_CONTAINER_TERMINATED_REASON}{{{init},reason=\"Completed\"}} == 1)"
+            ),
+            "for": "1m",
+            "labels": {"severity": "critical", "step": step.name},
+            "annotations": {
+                "summary": "The node-local weight copy of pod {{ $labels.pod }} failed "
+                f"{SYNC_RETRIES_PER_COMPLETION} times (a Job would have given up)",
+                "description": "vLLM cannot start on this node; `kubectl logs {{ $labels.pod }} -c "
+                f"{NODE_COPY_CONTAINER} --previous`.",
             },
         })
     window = f"{GPU_ERROR_WINDOW_MINUTES}m"
@@ -189,11 +262,9 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_
     return rules
 
 
-def prometheus_rule_spec(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, per_pod_budget_seconds: int) -> dict[str, Any]:
+def prometheus_rule_spec(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, budget: PodReadyBudget) -> dict[str, Any]:
     """The PrometheusRule ``spec``: one group of the deployment's alerts."""
-    return {
-        "groups": [{"name": f"kimi-vllm-{spec.stack}", "rules": alert_rules(spec, sizing, multi_node, per_pod_budget_seconds)}]
-    }
+    return {"groups": [{"name": f"kimi-vllm-{spec.stack}", "rules": alert_rules(spec, sizing, multi_node, budget)}]}
 
 
 # -- dashboard -------------------------------------------------------------------------------------
@@ -396,7 +467,7 @@ def declare_observability(
     spec: DeploymentSpec,
     sizing: Sizing,
     multi_node: bool,
-    per_pod_budget_seconds: int,
+    budget: PodReadyBudget,
     provider: k8s.Provider,
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource],
@@ -425,7 +496,7 @@ def declare_observability(
                 **metadata(spec, VLLM_NAME, "alerts"),
                 "labels": {**labels(spec, "alerts"), **spec.config.observability.monitor_labels},
             },
-            spec=prometheus_rule_spec(spec, sizing, multi_node, per_pod_budget_seconds),
+            spec=prometheus_rule_spec(spec, sizing, multi_node, budget),
             opts=opts,
         )
     return out

@@ -11,11 +11,11 @@ import pulumi_kubernetes as k8s
 from components.core.config import DeploymentSpec
 from components.core.scaling import scaling_plan
 from components.core.sizing import Sizing
+from components.core.time_to_ready import pod_ready_budget
 from components.core.vllm import VllmCommand
 
 from .autoscaling import declare_autoscaling
 from .observability import declare_observability
-from .vllm_service import per_pod_budget_seconds
 
 
 def declare_scaling_and_observability(
@@ -38,6 +38,6 @@ def declare_scaling_and_observability(
         deps = [vllm["workload"], *([addons["keda"]] if "keda" in addons else [])]
         out["autoscaler"] = declare_autoscaling(spec, sizing, plan, multi_node, provider, parent, deps)
     out.update(
-        declare_observability(spec, sizing, multi_node, per_pod_budget_seconds(sizing), provider, parent, list(prereqs))
+        declare_observability(spec, sizing, multi_node, pod_ready_budget(spec, sizing), provider, parent, list(prereqs))
     )
     return out

@@ -43,9 +43,11 @@ import pulumi_kubernetes as k8s
 from components.core.config import DeploymentSpec
 from components.core.controller_objects import LWS_LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
 from components.core.naming import VLLM_CLIENT_SERVICE, VLLM_SERVICE_ACCOUNT
+from components.core.pod_security import vllm_capabilities, vllm_memory_limit_gib, vllm_seccomp_profile
 from components.core.scaling import autoscaling_enabled, max_replicas
 from components.core.scraping import ANNOTATIONS, POD_MONITOR, scrape_path
 from components.core.sizing import Sizing
+from components.core.time_to_ready import ENGINE_TIMEOUT_MARGIN_SECONDS, pod_ready_budget
 from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME, API_GUARD_SOURCE, VllmCommand, VllmRole
 from components.platform import GpuPlacement, ServiceAccess
 
@@ -62,19 +64,13 @@ from .common import (
     selector_labels,
     spec_hash,
 )
-from .engine_cache import EngineCachePods, engine_cache_budget_seconds, with_engine_cache
+from .engine_cache import EngineCachePods, with_engine_cache
 from .storage import serving_volume
 from .weight_sync import NodeCopyInit, weights_ready_init
 
-# Time to pull the ~25 GB vLLM image and schedule, added to the startup budget per pod.
-IMAGE_PULL_BUDGET_SECONDS = 1_800
 # Time for the cloud provider to provision an internal NLB and publish its hostname, added to
 # the Service's timeouts when it is a LoadBalancer.
 LOAD_BALANCER_BUDGET_SECONDS = 900
-# The startup probe's window outlasts VLLM_ENGINE_READY_TIMEOUT_S by this much, so vLLM's own
-# "engine not ready within N s" error is logged and exits the container before the kubelet
-# kills it for a failed probe (which would leave only "Startup probe failed" behind).
-ENGINE_TIMEOUT_MARGIN_SECONDS = 300
 # Probe timing (seconds).
 STARTUP_PERIOD_SECONDS = 10
 PROBE_TIMEOUT_SECONDS = 5
@@ -100,16 +96,18 @@ sys.exit(0 if name in ids else 1)
 """
 
 
-def per_pod_budget_seconds(sizing: Sizing, node_copy_seconds: int = 0) -> int:
-    """Seconds one vLLM pod may take from creation to ready: image pull + the node-local copy
-    of its init container (``node_copy_seconds``, its sync budget; 0 without one) + the startup budget."""
-    return sizing.startup_budget_seconds + ENGINE_TIMEOUT_MARGIN_SECONDS + IMAGE_PULL_BUDGET_SECONDS + node_copy_seconds
+def per_pod_budget_seconds(spec: DeploymentSpec, sizing: Sizing) -> int:
+    """Seconds one vLLM pod may take from creation to ready: the time-to-ready model's pod phases
+    (a wait for a node, the image pull, the init containers' node-local copy and cache restore,
+    vLLM's load and start), each at its budget (``time_to_ready.pod_ready_budget``). The
+    Deployment's progress deadline, Pulumi's timeouts and the startup alerts use this one number."""
+    return pod_ready_budget(spec, sizing).budget_seconds
 
 
-def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: int = 0) -> tuple[int, int]:
+def rollout_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
     """``(create_seconds, update_seconds)`` for Pulumi's custom timeouts: copies start together
     on create; a rolling update replaces one copy at a time (``maxUnavailable: 1``)."""
-    per_pod = per_pod_budget_seconds(sizing, node_copy_seconds)
+    per_pod = per_pod_budget_seconds(spec, sizing)
     return per_pod, per_pod * max_replicas(spec)
 
 
@@ -188,10 +186,11 @@ def pod_template(
         "cpu": str(instance.vcpus // 2),
         "memory": f"{instance.memory_gib // 2}Gi",
     }
-    # No CPU or memory limit: one vLLM pod owns the node, and an OOM kill in the middle of a
-    # 1.5 TB load costs the whole startup budget.
-    limits: dict[str, str] = {target.gpu_resource_name: gpus}
-    if spec.profile.efa_to_pods and spec.efa_enabled:
+    # No CPU limit: one vLLM pod owns the node (pod_security.CHECKOV_ALLOWED says why). Memory is
+    # limited below the node's, so a runaway host allocation ends vLLM, not the node's agents.
+    limits: dict[str, str] = {target.gpu_resource_name: gpus, "memory": f"{vllm_memory_limit_gib(spec)}Gi"}
+    efa_in_pod = spec.profile.efa_to_pods and spec.efa_enabled
+    if efa_in_pod:
         efa = str(instance.efa_interfaces)
         requests["vpc.amazonaws.com/efa"] = efa
         limits["vpc.amazonaws.com/efa"] = efa
@@ -211,7 +210,9 @@ def pod_template(
             {"name": volume["name"], "mountPath": mount_path, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        # components/core/pod_security.py: no privilege escalation, every capability dropped (IPC_LOCK
+        # back with EFA); root and a writable root file system are its written exceptions.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": vllm_capabilities(efa_in_pod)},
     }
     volumes = [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
     if role.serves_http:
@@ -239,6 +240,9 @@ def pod_template(
         "automountServiceAccountToken": False,
         # Service links would inject *_PORT variables; vLLM reads VLLM_PORT from the env.
         "enableServiceLinks": False,
+        # The vLLM container's profile (RuntimeDefault; Unconfined on ROCm); the helper containers
+        # set RuntimeDefault on their own.
+        "securityContext": {"seccompProfile": {"type": vllm_seccomp_profile(spec)}},
         "terminationGracePeriodSeconds": 60,
         "nodeSelector": placement.node_selector_dict(),
         "tolerations": placement.tolerations_list(),
@@ -284,9 +288,7 @@ def deployment_spec(
         "replicas": spec.replicas,
         "selector": {"matchLabels": selector_labels(spec, role_component(role))},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-        "progressDeadlineSeconds": per_pod_budget_seconds(
-            sizing, (node_copy.budget_seconds if node_copy else 0) + engine_cache_budget_seconds(engine_cache)
-        ),
+        "progressDeadlineSeconds": per_pod_budget_seconds(spec, sizing),
         "revisionHistoryLimit": 3,
         "template": pod_template(
             spec, sizing, command, role, marker_wait_seconds, scrape, placement, node_copy, engine_cache
@@ -491,10 +493,10 @@ def replicas_owned_by_scaler(spec: DeploymentSpec) -> list[str]:
     return ["spec.replicas"] if autoscaling_enabled(spec) else []
 
 
-def service_timeouts(spec: DeploymentSpec, sizing: Sizing, node_copy_seconds: int = 0) -> tuple[int, int]:
+def service_timeouts(spec: DeploymentSpec, sizing: Sizing) -> tuple[int, int]:
     """``(create_seconds, update_seconds)`` of the Service: the workload's rollout timeouts, plus
     the load balancer provisioning budget for an internal NLB."""
-    create_s, update_s = rollout_timeouts(spec, sizing, node_copy_seconds)
+    create_s, update_s = rollout_timeouts(spec, sizing)
     extra = LOAD_BALANCER_BUDGET_SECONDS if spec.config.kubernetes.service_type == "internal-nlb" else 0
     return create_s + extra, update_s + extra
 
@@ -537,8 +539,7 @@ def declare_vllm(
     out: dict[str, pulumi.Resource] = {}
     # PodMonitor for a Prometheus Operator, annotations only for a Prometheus that reads them, else neither.
     scrape = scrape_path(spec)
-    copy_s = (node_copy.budget_seconds if node_copy is not None else 0) + engine_cache_budget_seconds(engine_cache)
-    create_s, update_s = rollout_timeouts(spec, sizing, copy_s)
+    create_s, update_s = rollout_timeouts(spec, sizing)
     timeouts = pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s")
     multi_node = len(command.roles) > 1
     guard = api_guard_text()
@@ -595,7 +596,7 @@ def declare_vllm(
     # pods are reloading (a replaced Service, a restarted copy). Not ``pulumi.com/skipAwait``:
     # that would report "ready" with no ready endpoint and no NLB hostname
     # (the ``loadBalancerHostname`` output reads the Service's status).
-    svc_create_s, svc_update_s = service_timeouts(spec, sizing, copy_s)
+    svc_create_s, svc_update_s = service_timeouts(spec, sizing)
     out["service"] = k8s.core.v1.Service(
         "vllm-service",
         # Its own name: the LeaderWorkerSet controller creates a headless Service named VLLM_NAME.

@@ -30,6 +30,7 @@ import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
+from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limit
 from components.core.sizing import Sizing, sync_budget_seconds
 from components.core.weights import (
     FSX_MOUNT_PATH,
@@ -72,12 +73,14 @@ SYNC_PROGRAM_KEY = Path(SYNC_SCRIPT_PATH).name
 SYNC_PROGRAM_DIR = str(Path(SYNC_SCRIPT_PATH).parent)
 # Retries of a failed sync container (it resumes from its journal) per completion.
 SYNC_RETRIES_PER_COMPLETION = 6
+# The node-local copy's init container in every vLLM pod (and the Jobs' container).
+NODE_COPY_CONTAINER = "weight-sync"
 # A stage on the EKS system nodes (cluster.SYSTEM_INSTANCE_TYPE m7i.xlarge: 4 vCPU, 16 GiB, a
 # 100 GiB root that also holds the ~28.6 GB vLLM image): fewer files in flight, staged in an emptyDir
 # of workers x the mean shard x 1.5 (real shards are within about +-15 % of the mean).
 STAGE_SYSTEM_NODE_WORKERS = 3
 STAGE_SHARD_HEADROOM = 1.5
-STAGE_SYSTEM_NODE_RESOURCES = {"requests": {"cpu": "2", "memory": "6Gi"}, "limits": {"memory": "12Gi"}}
+STAGE_SYSTEM_NODE_RESOURCES = {"requests": {"cpu": "2", "memory": "6Gi"}, "limits": {"cpu": "4", "memory": "12Gi"}}
 GIB = 1024**3
 
 
@@ -136,6 +139,39 @@ def _volumes(
     return volumes, mounts
 
 
+def touches_mirror(step: SyncStep) -> bool:
+    """Whether a sync step publishes to or reads the S3 mirror."""
+    return step.source.startswith("s3://") or step.dest.startswith("s3://")
+
+
+def mirror_region(spec: DeploymentSpec) -> str | None:
+    """The mirror's AWS region: ``aws:region`` on the AWS platforms, ``storage.mirror.region`` on
+    the kubernetes platform (config requires it there with a mirror)."""
+    return spec.region or spec.config.storage.mirror.region
+
+
+def mirror_credentials_env(spec: DeploymentSpec) -> list[dict[str, Any]]:
+    """AWS credentials from ``kubernetes.mirrorCredentials.secret`` as env read through
+    secretKeyRef (the values stay in the cluster's Secret); empty without one."""
+    creds = spec.config.kubernetes.mirror_credentials
+    if creds is None or creds.secret is None:
+        return []
+    secret = creds.secret
+    keys = {"AWS_ACCESS_KEY_ID": secret.access_key_id_key, "AWS_SECRET_ACCESS_KEY": secret.secret_access_key_key,
+            "AWS_SESSION_TOKEN": secret.session_token_key}
+    return [{"name": env, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}}
+            for env, key in keys.items() if key is not None]
+
+
+def sync_service_account(spec: DeploymentSpec, step: SyncStep) -> str:
+    """The service account a sync step's pod runs as: the mirror publisher's or the weight sync's,
+    or ``kubernetes.mirrorCredentials.serviceAccountName`` for a step that touches the mirror."""
+    creds = spec.config.kubernetes.mirror_credentials
+    if creds is not None and creds.service_account_name and touches_mirror(step):
+        return creds.service_account_name
+    return MIRROR_PUBLISH_SERVICE_ACCOUNT if step.name == "publish-mirror" else WEIGHT_SYNC_SERVICE_ACCOUNT
+
+
 def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict[str, Any]]:
     plain = {
         "PYTHONUNBUFFERED": "1",
@@ -144,12 +180,15 @@ def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict
         "MODELSCOPE_CACHE": "/tmp/modelscope",
         "HF_XET_HIGH_PERFORMANCE": "1",
     }
-    if spec.region:
-        plain["AWS_REGION"] = spec.region
-        plain["AWS_DEFAULT_REGION"] = spec.region
+    region = mirror_region(spec) if (spec.region or touches_mirror(step)) else None
+    if region:
+        plain["AWS_REGION"] = region
+        plain["AWS_DEFAULT_REGION"] = region
     if spec.config.storage.mirror.endpoint_url:
         plain["AWS_ENDPOINT_URL_S3"] = spec.config.storage.mirror.endpoint_url
     env = plain_env(plain)
+    if touches_mirror(step):
+        env += mirror_credentials_env(spec)
     if step.needs_hub_token and hub_token_set:
         env.append(secret_env(HUB_TOKEN_ENV[spec.model_source], spec.hub_token_key))
     return env
@@ -167,7 +206,7 @@ def job_spec(
     budget = sync_budget_seconds(spec, sizing, step)
     completions = spec.gpu_nodes if step.per_node else 1
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": MIRROR_PUBLISH_SERVICE_ACCOUNT if step.name == "publish-mirror" else WEIGHT_SYNC_SERVICE_ACCOUNT,
+        "serviceAccountName": sync_service_account(spec, step),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # Retry in place: a node-local copy must resume on the node it belongs to.
@@ -177,7 +216,7 @@ def job_spec(
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [
             {
-                "name": "weight-sync",
+                "name": NODE_COPY_CONTAINER,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": argv,
@@ -209,9 +248,15 @@ def job_spec(
     return job
 
 
+def sync_resources(spec: DeploymentSpec) -> dict[str, Any]:
+    """Requests and limits of a weight sync on a GPU node (the publish Job, the node-local copy):
+    CPU limited to ``pod_security.helper_cpu_limit`` (half the node: vLLM is not running yet)."""
+    return {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"cpu": helper_cpu_limit(spec), "memory": "64Gi"}}
+
+
 def _resources(spec: DeploymentSpec, system_nodes: bool) -> dict[str, Any]:
     if not system_nodes:
-        return {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "64Gi"}}
+        return sync_resources(spec)
     scratch = f"{stage_scratch_gib(spec)}Gi"
     return {"requests": {**STAGE_SYSTEM_NODE_RESOURCES["requests"], "ephemeral-storage": scratch},
             "limits": {**STAGE_SYSTEM_NODE_RESOURCES["limits"], "ephemeral-storage": scratch}}
@@ -270,7 +315,8 @@ def weights_ready_init(
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-c", READY_RUNNER, SYNC_SCRIPT_PATH, weights_dir, str(budget_seconds)],
         "env": plain_env({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}),
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                      "limits": {"cpu": SMALL_HELPER_CPU_LIMIT, "memory": "256Mi"}},
         "volumeMounts": [dict(volume_mount), {"name": "sync-program", "mountPath": SYNC_PROGRAM_DIR, "readOnly": True}],
         "securityContext": hardened_container_security(),
     }
@@ -317,17 +363,17 @@ def node_copy_init(
     argv: Any = bucket.apply(lambda b: step_argv(sync_steps(spec, b)[index])) if bucket is not None else step_argv(step)
     volumes, mounts = _volumes(spec, step, sync_program_configmap_name(), nvme_host_path)
     container = {
-        "name": "weight-sync",
+        "name": NODE_COPY_CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": argv,
         "env": _env(spec, step, hub_token_set),
-        "resources": {"requests": {"cpu": "8", "memory": "16Gi"}, "limits": {"memory": "64Gi"}},
+        "resources": sync_resources(spec),
         "volumeMounts": mounts,
         "securityContext": hardened_container_security(),
     }
     extra = tuple(v for v in volumes if v["name"] != WEIGHTS_VOLUME)
-    return NodeCopyInit(container, extra, WEIGHT_SYNC_SERVICE_ACCOUNT, sync_budget_seconds(spec, sizing, step))
+    return NodeCopyInit(container, extra, sync_service_account(spec, step), sync_budget_seconds(spec, sizing, step))
 
 
 def _step_argv_with_bucket(spec: DeploymentSpec, index: int, bucket: str, workers: int | None = None) -> list[str]:

@@ -421,6 +421,10 @@ _EKS = ("b300-prod", "gb300")
 _ENGINE_IMAGES = ("vllm/vllm-openai:nightly-" + SAMPLE_COMMIT, "vllm/vllm-openai-rocm:nightly-" + SAMPLE_COMMIT)
 _CUSTOM_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/vllm-efa:nightly-" + SAMPLE_COMMIT
 
+_EXISTING_MIRROR = {"storage.mirror.enabled": True, "storage.mirror.create": False,
+                    "storage.mirror.bucketName": "team-weight-mirror", "storage.mirror.region": "us-east-1"}
+_IRSA = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/kimi-mirror"}
+
 # Settings a probe's change is made in (set in both renders), by the name the page shows.
 SETTINGS: Mapping[str, Mapping[str, Any]] = {
     "pinned": {"model.revision": SAMPLE_COMMIT},
@@ -436,6 +440,8 @@ SETTINGS: Mapping[str, Mapping[str, Any]] = {
     "autoscaling + adapter": {**_SCALING, "kubernetes.installedAddons": ["prometheus-operator", "prometheus-adapter"]},
     "adapter": {"kubernetes.installedAddons": [*_MI355X_ADDONS, "prometheus-adapter"]},
     "window": {**_SCALING, "autoscaling.schedule": [_WINDOW]},
+    "existing mirror": {**_EXISTING_MIRROR, "kubernetes.mirrorCredentials.secret.name": "mirror-keys"},
+    "existing mirror, IRSA": {**_EXISTING_MIRROR, "kubernetes.mirrorCredentials.serviceAccountAnnotations": _IRSA},
 }
 
 # Keys with no other valid value on any stack here: what a change forces cannot be derived.
@@ -513,6 +519,18 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
     "storage.mirror.create": (Probe((False,), also={"storage.mirror.bucketName": "kimi-weights-mirror-example"}),),
     "storage.mirror.prefix": (Probe(("weights",)),),
     "storage.mirror.endpointUrl": (Probe(("http://minio.storage.svc:9000",)),),
+    "storage.mirror.region": (Probe(("eu-west-1",), base="existing mirror", stacks=("mi355x",)),),
+    "kubernetes.mirrorCredentials.secret.name": (Probe(("team-mirror-keys",), base="existing mirror", stacks=("mi355x",)),),
+    "kubernetes.mirrorCredentials.secret.accessKeyIdKey": (Probe(("id",), base="existing mirror", stacks=("mi355x",)),),
+    "kubernetes.mirrorCredentials.secret.secretAccessKeyKey": (
+        Probe(("secret",), base="existing mirror", stacks=("mi355x",)),),
+    "kubernetes.mirrorCredentials.secret.sessionTokenKey": (Probe(("token",), base="existing mirror", stacks=("mi355x",)),),
+    "kubernetes.mirrorCredentials.serviceAccountAnnotations": (
+        Probe(({"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/kimi-mirror-2"},),
+              base="existing mirror, IRSA", stacks=("mi355x",)),),
+    "kubernetes.mirrorCredentials.serviceAccountName": (
+        Probe(("team-mirror-reader",), also={"kubernetes.mirrorCredentials.serviceAccountAnnotations": {}},
+              base="existing mirror, IRSA", stacks=("mi355x",)),),
     "storage.fsx.deploymentType": (Probe(("SCRATCH_2",), base="FSx"),),
     "storage.fsx.throughputPerTib": (Probe((500,), base="FSx"),),
     "storage.fsx.capacityGib": (

@@ -175,3 +175,84 @@ def check_node_selector_hardware(raw: RawConfig, target: TargetProfile) -> None:
         why = hardware_label_mismatch(key, value, target)
         if why:
             raise ConfigError(f"kubernetes.nodeSelector.{key}", value, why)
+
+
+# IRSA (EKS's IAM roles for service accounts) reads the role from this service account annotation.
+IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+_SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret's data key (Kubernetes API validation)
+_AWS_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_IAM_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+MIRROR_CREDENTIAL_KINDS = ("secret", "serviceAccountAnnotations", "serviceAccountName")
+
+
+def uses_existing_mirror(raw: RawConfig) -> bool:
+    """Whether the stack publishes to or reads an existing S3 mirror bucket it does not create
+    (``storage.mirror.enabled`` with ``bucketName`` and ``create: false``)."""
+    mirror = raw.storage.mirror
+    return mirror.enabled and bool(mirror.bucket_name) and not mirror.create
+
+
+def check_mirror_access(raw: RawConfig) -> None:
+    """``kubernetes.mirrorCredentials`` and ``storage.mirror.region``: on the kubernetes platform
+    the pods that publish to or read an existing mirror (the publish Job, the node-local copy)
+    need AWS credentials and a region from config: a Secret read through secretKeyRef, or the
+    cluster's workload identity (annotations on the stack's service accounts, or a service
+    account of the namespace). A mirror with neither is refused; on the AWS platforms (EKS Pod
+    Identity, the instance role; ``aws:region``) both keys are refused.
+
+    Raises:
+        ConfigError: the first invalid value, one line.
+    """
+    creds, region = raw.kubernetes.mirror_credentials, raw.storage.mirror.region
+    if platform_profile(raw.platform).provisions_aws:
+        if creds is not None:
+            raise ConfigError("kubernetes.mirrorCredentials", creds.model_dump(by_alias=True, exclude_defaults=True),
+                              f"is only for the kubernetes platform ({raw.platform} grants the mirror through IAM): remove it")
+        if region is not None:
+            raise ConfigError("storage.mirror.region", region, f"is only for the kubernetes platform ({raw.platform} uses "
+                              "aws:region): remove it")
+        return
+    if not uses_existing_mirror(raw):
+        if creds is not None:
+            raise ConfigError("kubernetes.mirrorCredentials", creds.model_dump(by_alias=True, exclude_defaults=True),
+                              "names credentials for a mirror the stack does not use (storage.mirror.enabled with bucketName "
+                              "and create: false): remove it")
+        if region is not None:
+            raise ConfigError("storage.mirror.region", region, "is only read with an existing mirror "
+                              "(storage.mirror.enabled with bucketName and create: false): remove it")
+        return
+    bucket = f"s3://{raw.storage.mirror.bucket_name}"
+    if creds is None:
+        raise ConfigError(
+            "kubernetes.mirrorCredentials", None,
+            f"is required on the kubernetes platform to publish to or read {bucket}: secret: {{name: <Secret with "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY>}, or the cluster's workload identity "
+            f"(serviceAccountAnnotations: {{{IRSA_ROLE_ANNOTATION}: <role ARN>}}, or serviceAccountName)",
+        )
+    chosen = [k for k, v in zip(MIRROR_CREDENTIAL_KINDS, (creds.secret, creds.service_account_annotations,
+                                                           creds.service_account_name), strict=True) if v]
+    if len(chosen) != 1:
+        raise ConfigError("kubernetes.mirrorCredentials", chosen, f"must set exactly one of {', '.join(MIRROR_CREDENTIAL_KINDS)}")
+    from ..limits import dns1123_subdomain_problem
+
+    if creds.secret is not None:
+        if why := dns1123_subdomain_problem(creds.secret.name):
+            raise ConfigError("kubernetes.mirrorCredentials.secret.name", creds.secret.name, f"{why} (a Secret name)")
+        keys = {"accessKeyIdKey": creds.secret.access_key_id_key, "secretAccessKeyKey": creds.secret.secret_access_key_key,
+                "sessionTokenKey": creds.secret.session_token_key}
+        for field, key in keys.items():
+            if key is not None and not _SECRET_KEY_RE.match(key):
+                raise ConfigError(f"kubernetes.mirrorCredentials.secret.{field}", key,
+                                  "is not a Secret key (letters, digits, '-', '_', '.')")
+    if creds.service_account_name is not None and (why := dns1123_subdomain_problem(creds.service_account_name)):
+        raise ConfigError("kubernetes.mirrorCredentials.serviceAccountName", creds.service_account_name,
+                          f"{why} (a ServiceAccount name)")
+    role = creds.service_account_annotations.get(IRSA_ROLE_ANNOTATION)
+    if role is not None and not _IAM_ROLE_ARN_RE.match(role):
+        raise ConfigError(f"kubernetes.mirrorCredentials.serviceAccountAnnotations.{IRSA_ROLE_ANNOTATION}", role,
+                          "is not an IAM role ARN (arn:aws:iam::123456789012:role/NAME)")
+    if region is None:
+        raise ConfigError("storage.mirror.region", None,
+                          f"is required on the kubernetes platform with the mirror {bucket} (its AWS region, e.g. us-east-1)")
+    if not _AWS_REGION_RE.match(region):
+        raise ConfigError("storage.mirror.region", region, "is not an AWS region name (e.g. us-east-1)")

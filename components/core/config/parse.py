@@ -69,6 +69,7 @@ def parse_spec(
     phase.check_phase(raw)
     vllm.check_vllm(raw, profile, model_profile, warnings)
     kubernetes.check_kubernetes(raw, stack, project, now, secrets_set, warnings)
+    kubernetes.check_mirror_access(raw)
     kubernetes.check_node_selector_hardware(raw, profile)
     scaling.check_autoscaling_and_observability(raw, warnings)
     revision = model.check_revision_and_license(raw, model_profile, warnings)

@@ -213,6 +213,9 @@ class MirrorConfig(_Raw):
     endpoint_url: str | None = Field(None, alias="endpointUrl")
     """Kubernetes platforms: an S3-compatible endpoint the weight sync and engine cache use for the mirror
     (AWS_ENDPOINT_URL_S3)."""
+    region: str | None = None
+    """kubernetes platform: the AWS region of the existing mirror bucket (AWS_REGION of the pods that publish to or read
+    it); required there with a mirror. The AWS platforms use aws:region."""
 
 
 class FsxConfig(_Raw):
@@ -297,6 +300,33 @@ class VllmConfig(_Raw):
     """More vLLM arguments after the recipe's; flags the toolkit owns (--port, --model, ...) are refused."""
 
 
+class MirrorSecretConfig(_Raw):
+    """``kimi-deploy:kubernetes.mirrorCredentials.secret``: a Secret (in kubernetes.namespace) holding the keys."""
+
+    name: str
+    """The Secret's name; the pods read its keys through secretKeyRef (the values never enter the stack)."""
+    access_key_id_key: str = Field("AWS_ACCESS_KEY_ID", alias="accessKeyIdKey")
+    """The Secret's key holding the access key id."""
+    secret_access_key_key: str = Field("AWS_SECRET_ACCESS_KEY", alias="secretAccessKeyKey")
+    """The Secret's key holding the secret access key."""
+    session_token_key: str | None = Field(None, alias="sessionTokenKey")
+    """The Secret's key holding a session token (temporary credentials), if any."""
+
+
+class MirrorCredentialsConfig(_Raw):
+    """``kimi-deploy:kubernetes.mirrorCredentials``: how the pods that publish to or read the S3 mirror get AWS
+    credentials on the kubernetes platform (exactly one of the three)."""
+
+    secret: MirrorSecretConfig | None = None
+    """Access keys from a Secret of the namespace (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY[, AWS_SESSION_TOKEN])."""
+    service_account_annotations: dict[str, str] = Field(default_factory=dict, alias="serviceAccountAnnotations")
+    """The cluster's workload identity: annotations put on the stack's weight-sync and mirror-publish service accounts
+    (e.g. IRSA's eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/NAME)."""
+    service_account_name: str | None = Field(None, alias="serviceAccountName")
+    """A service account of the namespace, bound to an identity outside this stack, that the pods touching the mirror
+    run as."""
+
+
 class KubernetesConfig(_Raw):
     """``kimi-deploy:kubernetes``: the workload side (EKS or an existing cluster)."""
 
@@ -323,6 +353,9 @@ class KubernetesConfig(_Raw):
     (aws-eks uses its own mount)."""
     context: str | None = None
     """kubernetes platform: the kubeconfig context to use (default: the kubeconfig's current context)."""
+    mirror_credentials: MirrorCredentialsConfig | None = Field(None, alias="mirrorCredentials")
+    """kubernetes platform: the AWS credentials of the pods that publish to or read an existing S3 mirror (a Secret, or
+    the cluster's workload identity); required there with a mirror. The AWS platforms use EKS Pod Identity."""
     admin_role_arns: tuple[str, ...] = Field((), alias="adminRoleArns")
     """aws-eks: IAM roles or users granted cluster admin (EKS access entries), besides the creator."""
     eks_version: str | None = Field(None, alias="eksVersion", json_schema_extra=_derived("versions.EKS_VERSION"))
