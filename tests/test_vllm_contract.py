@@ -594,6 +594,7 @@ def test_the_python_frontend_of_the_pinned_vllm_puts_the_api_guard_before_every_
     the guard outermost, and every route the app serves answers 401 without the key except /health
     and /metrics; with the key no route answers 401."""
     import json
+    import os
     import subprocess
 
     from components.core.vllm import API_GUARD_SOURCE, API_OPEN_PATHS
@@ -601,8 +602,10 @@ def test_the_python_frontend_of_the_pinned_vllm_puts_the_api_guard_before_every_
 
     python = require_vllm_python()
     _, [(_, _, argv, _)] = _everything()[2]["b300"]
-    request = {"argv": list(argv[2:]), "guard_dir": str(API_GUARD_SOURCE.parent), "key": "sk-frontend-probe"}
+    request = {"argv": list(argv[2:]), "key": "sk-frontend-probe"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([str(python), str(REPO_ROOT / "tests" / "vllm_frontend_probe.py")], input=json.dumps(request),
+                          env={**env, "PYTHONPATH": str(API_GUARD_SOURCE.parent)},  # as the node: the guard's directory
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)

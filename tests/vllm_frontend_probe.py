@@ -2,9 +2,9 @@
 """Helper (not a test module), run with the vLLM parser venv's python: does the pinned vLLM's Python
 API frontend put the API guard in front of every route it serves?
 
-stdin: ``{"argv": [MODEL, FLAG, ...], "guard_dir": DIR, "key": KEY}``: a role's ``vllm serve`` argv
-(its ``--middleware`` included) and the directory holding ``kimi_vllm_api_guard.py`` (the node's
-``PYTHONPATH``). The app is vLLM's own: ``vllm.entrypoints.launchers.app.build_app`` over the argv
+stdin: ``{"argv": [MODEL, FLAG, ...], "key": KEY}``: a role's ``vllm serve`` argv (its ``--middleware``
+included); the caller puts the directory holding ``kimi_vllm_api_guard.py`` on ``PYTHONPATH``, as the
+node's env does. The app is vLLM's own: ``vllm.entrypoints.launchers.app.build_app`` over the argv
 parsed by vLLM's parser, with ``VLLM_API_KEY`` set, as ``vllm serve`` builds it before the engine is
 attached. Every route of that app is called through the whole middleware stack (ASGI, in process,
 no socket, no engine) without a key and with the key; a route whose handler then fails for want of
@@ -50,7 +50,6 @@ def main() -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # vLLM logs on import: stdout carries the JSON alone
     os.environ.update({"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "VLLM_API_KEY": request["key"]})
-    sys.path.insert(0, request["guard_dir"])
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.entrypoints.launchers.app import build_app
     from vllm.utils.argparse_utils import FlexibleArgumentParser

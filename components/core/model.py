@@ -295,6 +295,13 @@ KIMI_K3_1_PRO = ModelProfile(
             "cuda": VendorRecipe(
                 load_format="fastsafetensors",
                 kv_cache_dtype="fp8",
+                # --attention-config, re-read against 0.34.0 for DSA layers (config/attention.py,
+                # model_executor/layers/attention/mla_attention.py): FLASHINFER_MLA_SPARSE keeps the
+                # dense-MHA prefill path, so the layer builds the named mla_prefill_backend (FLASHINFER
+                # here, TRTLLM_RAGGED with DCP; both SM10 only and made for K3.1's 128/64/128 q/k/v dims:
+                # prefill/flashinfer.py, prefill/trtllm_ragged.py); a named one that does not fit raises
+                # at start. use_prefill_query_quantization gives FP8 prefill queries with the FP8 KV cache
+                # on SM10x with those two backends (backend_supports_prefill_query_quantization).
                 flags=(
                     (
                         "--attention-config",
