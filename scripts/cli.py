@@ -72,7 +72,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "scripts.ops.deploy_policy", "IAM policy the deploying identity needs for a stack (from its resource types)"
     ),
     "vllm-argv": Subcommand(
-        "scripts.ops.vllm_parser", "parse `vllm serve` argvs (JSON on stdin) with the pinned vLLM's own parser (.venv-vllm)"
+        "scripts.ops.vllm_parser", "check `vllm serve` argvs (JSON on stdin) with the pinned vLLM's own code (.venv-vllm)"
     ),
 }
 

@@ -30,11 +30,11 @@ TEST_SECRETS = {
 
 STACKS = stack_names()
 
-# No vLLM release serves K3.1 Pro yet, so every shipped stack is refused until its owner sets
-# kimi-deploy:vllm.image (components/core/engine.py). Tests of everything else plan the stacks
-# with this stand-in engine: an immutable nightly-by-commit tag (test data, not a real commit),
-# given the way a user gives one (config), through the offline overlay. Tests of the refusal
-# itself clear it (tests/test_engine.py).
+# The pinned release serves K3.1 Pro on NVIDIA but not on ROCm, so mi355x is refused until its
+# owner sets kimi-deploy:vllm.image (components/core/engine.py). Tests of everything else plan the
+# stacks with this stand-in engine: an immutable nightly-by-commit tag (test data, not a real
+# commit), given the way a user gives one (config), through the offline overlay, so every stack
+# plans the same way whatever the pin. Tests of the default pin clear it (tests/test_engine.py).
 TEST_ENGINE_TAG = "nightly-" + "0" * 40
 # Likewise the EKS stacks ship a documentation range as the only source of their public API endpoint
 # (`pulumi up` refuses it: config/network.py api_server_blockers); the tests plan them with this

@@ -176,7 +176,8 @@ def test_vllm_alone():
     vllm.check_vllm(raw_of(), TARGETS["b300"], KIMI, warnings)
     msg = raises(vllm.check_vllm, raw_of(vllm={"decodeContextParallelSize": 3}), TARGETS["b300"], KIMI, [])
     assert msg.startswith("kimi-deploy:vllm.decodeContextParallelSize: 3 must divide the tensor-parallel size 8")
-    blocker = vllm.engine_blocker_of(raw_of(), TARGETS["b300"], KIMI, [])
+    assert vllm.engine_blocker_of(raw_of(), TARGETS["b300"], KIMI, []) is None  # the pin serves CUDA
+    blocker = vllm.engine_blocker_of(raw_of(), TARGETS["mi355x"], KIMI, [])
     assert isinstance(blocker, ConfigError) and "cannot serve" in str(blocker)
 
 

@@ -1,7 +1,8 @@
 """Engine support is data and is enforced (components/core/engine.py, model.engine_requirements).
 
-The shipped stacks are checked WITHOUT the test overlay of conftest.py: no vLLM release serves
-K3.1 Pro, so each must stop with one line naming the key, the minimum and the source.
+The shipped stacks are checked WITHOUT the test overlay of conftest.py: the pinned release serves
+K3.1 Pro on NVIDIA, so the CUDA stacks plan deployable; it lacks the sparse indexer on ROCm, so
+mi355x must stop with one line naming the key, the cause and the way out.
 """
 
 from __future__ import annotations
@@ -52,11 +53,38 @@ def test_a_release_below_the_minimum_is_refused_naming_key_minimum_and_source(fa
     from components.core.versions import vllm_image
 
     with pytest.raises(ConfigError) as err:
-        check_engine(vllm_image(family, f"v{VLLM_VERSION}"), "vllm.imageTag", family, KIMI_K3_1_PRO)
+        check_engine(vllm_image(family, "v0.33.0"), "vllm.imageTag", family, KIMI_K3_1_PRO)
     msg = str(err.value)
     assert msg.startswith("kimi-deploy:vllm.imageTag: ") and "\n" not in msg
-    assert ">= 0.34.0" in msg and "model card" in msg and SPARSE_INDEXER_MLA in msg
-    assert "nightly-<40-hex commit>" in msg and "sha256" in msg
+    assert "older than the model's minimum" in msg and ">= 0.34.0" in msg and "model card" in msg
+    assert "nightly-<40-hex commit>" in msg and "sha256" in msg and "kimi-deploy engine verify" in msg
+
+
+def test_the_pinned_release_serves_cuda_and_is_refused_on_rocm_with_the_cause_and_the_way_out():
+    from components.core.versions import VLLM_RELEASE_GAPS, vllm_image
+
+    assert VLLM_VERSION in VLLM_RELEASE_GAPS and set(VLLM_RELEASE_GAPS[VLLM_VERSION]) == {"rocm"}
+    assert check_engine(vllm_image("cuda"), "vllm.image", "cuda", KIMI_K3_1_PRO).version == VLLM_VERSION
+    with pytest.raises(ConfigError) as err:
+        check_engine(vllm_image("rocm"), "vllm.image", "rocm", KIMI_K3_1_PRO)
+    msg = str(err.value)
+    assert msg.startswith("kimi-deploy:vllm.image: 'vllm/vllm-openai-rocm:v") and "\n" not in msg
+    assert "(the toolkit's default pin)" in msg and "AMD (ROCm)" in msg and SPARSE_INDEXER_MLA in msg
+    # The cause, from the release's own source, and the way out: a pinned ROCm build engine verify passes.
+    assert "vllm/models/kimi_k3/amd/linear.py: indexer=None, is_sparse=False" in msg
+    assert "vllm/vllm-openai-rocm:nightly-<40-hex commit>" in msg and "vllm/vllm-openai-rocm@sha256:<64 hex>" in msg
+    assert "`kimi-deploy engine verify --image IMAGE` passes" in msg
+    assert "imageTag" not in msg  # no release to wait for is promised
+
+
+def test_every_recorded_gap_names_the_source_file_that_shows_it():
+    from components.core.versions import VLLM_RELEASE_GAPS
+
+    for version, families in VLLM_RELEASE_GAPS.items():
+        for family, gaps in families.items():
+            for feature, cause in gaps.items():
+                assert feature in KIMI_K3_1_PRO.engine_requirements[family].features, (version, family, feature)
+                assert f"vLLM {version}" in cause and "vllm/models/kimi_k3/" in cause, (version, family, cause)
 
 
 def test_a_mutable_tag_is_refused():
@@ -72,17 +100,24 @@ def test_immutable_builds_that_are_not_known_to_lack_support_pass(image):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_shipped_stacks_are_refused_by_pulumi_up_until_an_engine_is_set(stack, monkeypatch):
+def test_shipped_stacks_plan_with_the_default_pin_where_it_serves_and_are_refused_where_it_does_not(stack, monkeypatch):
     # The shipped stacks with the stand-in EKS API source alone (tests/conftest.py): the EKS stacks'
     # example source is a blocker of its own (tests/test_config.py).
     monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", DEPLOYER_ONLY_OVERLAY)
-    [blocker] = load_stack(stack, now=FIXED_NOW).blockers
-    assert isinstance(blocker, ConfigError)
-    assert blocker.key == "kimi-deploy:vllm.image" and "0.34.0" in str(blocker)
-    # The program as `pulumi up` runs it raises the blocker before any resource is declared.
     from components.core.config import read_stack_config
     from components.plan_engine import run_program
 
+    spec = load_stack(stack, now=FIXED_NOW)
+    assert spec.config.phase == "serve" and spec.config.vllm.image is None and spec.config.vllm.image_tag is None
+    if spec.target.image_family == "cuda":
+        assert spec.blockers == ()
+        run = run_program(read_stack_config(stack), stack=stack, now=FIXED_NOW)
+        assert run.resources and run.context.vllm.image.endswith(f":v{VLLM_VERSION}")
+        return
+    [blocker] = spec.blockers
+    assert isinstance(blocker, ConfigError)
+    assert blocker.key == "kimi-deploy:vllm.image" and "ROCm" in str(blocker) and "engine verify" in str(blocker)
+    # The program as `pulumi up` runs it raises the blocker before any resource is declared.
     with pytest.raises(ConfigError) as err:
         run_program(read_stack_config(stack), stack=stack, now=FIXED_NOW)
     assert err.value.key == "kimi-deploy:vllm.image"
@@ -93,7 +128,7 @@ def test_shipped_stacks_are_refused_by_pulumi_up_until_an_engine_is_set(stack, m
 
 def test_plan_cli_shows_the_blocker_and_strict_exits_2_with_one_line(monkeypatch):
     env = {k: v for k, v in __import__("os").environ.items() if k != "KIMI_DEPLOY_CONFIG_OVERLAY"}
-    base = [sys.executable, "scripts/ops/plan.py", "--stack", "b300", "--now", FIXED_NOW.isoformat()]
+    base = [sys.executable, "scripts/ops/plan.py", "--stack", "mi355x", "--now", FIXED_NOW.isoformat()]
     shown = subprocess.run(base + ["--format", "json"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     doc = __import__("json").loads(shown.stdout)
@@ -103,6 +138,11 @@ def test_plan_cli_shows_the_blocker_and_strict_exits_2_with_one_line(monkeypatch
     strict = subprocess.run(base + ["--strict"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert strict.returncode == 2 and strict.stderr.count("\n") == 1, strict.stderr
     assert "kimi-deploy:vllm.image" in strict.stderr and "Traceback" not in strict.stderr
+    # b300 with the default pin: deployable, nothing on stderr about a blocker.
+    b300 = subprocess.run(base[:3] + ["b300", *base[4:], "--strict", "--format", "json"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert b300.returncode == 0 and "blocked" not in b300.stderr, b300.stderr
+    assert __import__("json").loads(b300.stdout)["deployable"] is True
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -133,7 +173,7 @@ def test_the_blocker_names_the_targets_own_image_repository():
 
     _, blocker = engine_blocker("vllm/vllm-openai-rocm:v0.33.0", "vllm.image", "rocm", KIMI_K3_1_PRO)
     assert "vllm/vllm-openai-rocm:nightly-<40-hex commit>" in str(blocker)
-    assert str(blocker).count("0.34.0") <= 2  # the minimum once in the source, once in the fix
+    assert str(blocker).count("0.34.0") <= 3  # the minimum in the source, in the fix, and the release that lacks it
 
 
 def test_long_values_are_cut_in_config_errors():

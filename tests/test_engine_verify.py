@@ -1,6 +1,6 @@
-"""`kimi-deploy engine verify`: the check program (scripts/node/engine_check.py) against the REAL vLLM 0.33.0
-wheel and against a stand-in package tree that has the feature, and the runner (scripts/ops/engine_verify.py):
-its commands, digest resolution and errors.
+"""`kimi-deploy engine verify`: the check program (scripts/node/engine_check.py) against the REAL vLLM wheels
+(the pinned 0.34.0 installed in the parser venv; the 0.33.0 wheel's files) and a stand-in tree for the commit
+checks, and the runner (scripts/ops/engine_verify.py): its commands, digest resolution and errors.
 
 No container runtime runs here: the runner is driven through a stand-in ``docker`` on PATH whose
 ``run`` executes the mounted check program with the vLLM parser venv's python (the image's python
@@ -25,7 +25,7 @@ from components.core.vllm import build_vllm_command
 from scripts import cli
 from scripts.ops import engine_verify
 from tests.conftest import FIXED_NOW
-from tests.vllm_contract import installed_site_packages, require_vllm_python
+from tests.vllm_contract import installed_site_packages, release_tree, require_vllm_python
 
 REPO = Path(__file__).resolve().parents[1]
 CHECK = REPO / "scripts" / "node" / "engine_check.py"
@@ -56,13 +56,17 @@ def _by_name(report: dict) -> dict[str, dict]:
 def test_request_carries_the_vendor_probe_parsers_and_every_env_name(stack, family):
     request = _request(stack)
     probe = FEATURE_PROBES[SPARSE_INDEXER_MLA][family]
-    assert request["features"] == {SPARSE_INDEXER_MLA: {"path": probe.path, "lacking_markers": list(probe.lacking_markers)}}
+    assert request["features"] == {SPARSE_INDEXER_MLA: probe.as_request()}
+    assert all(m["path"] and m["text"] and m["means"] for m in probe.as_request()["requires"])
     assert request["min_version"] == "0.34.0"
     assert (request["tool_parser"], request["reasoning_parser"]) == ("kimi_k3", "kimi_k3")
     spec = load_stack(stack, now=FIXED_NOW)
     roles = build_vllm_command(spec, compute_sizing(spec)).roles
     assert {n for r in roles for n in [*r.env, *r.secret_env]} <= set(request["env_names"])
     assert "VLLM_API_KEY" in request["env_names"] and len(request["argvs"]) == len(roles)
+    # The attention layers go with every argv on CUDA (the argv check validates the backends); none on ROCm.
+    assert len(request["attention"]) == len(roles)
+    assert all((facts is not None) is (family == "cuda") for facts in request["attention"])
 
 
 def test_a_nightly_tag_asks_for_its_commit_and_a_release_for_none():
@@ -73,74 +77,69 @@ def test_a_nightly_tag_asks_for_its_commit_and_a_release_for_none():
 # --- the check program on the real wheel and on a stand-in -------------------------------------
 
 
-def test_rocm_probe_refuses_the_real_0_33_0_wheel_naming_the_feature():
+# (release, stack) -> (version check, feature check, text of the feature verdict: the file and the marker).
+WHEEL_VERDICTS = {
+    ("0.33.0", "b300"): (False, False, "vllm/models/kimi_k3/nvidia/dsa.py is missing"),
+    ("0.33.0", "mi355x"): (False, False, "no *.py under vllm/models/kimi_k3/amd/ has `is_dsa_layer(`"),
+    ("0.34.0", "b300"): (True, True, "vllm/models/kimi_k3/nvidia/dsa.py, vllm/models/kimi_k3/nvidia/model.py hold all"),
+    ("0.34.0", "mi355x"): (True, False, "no *.py under vllm/models/kimi_k3/amd/ has `is_dsa_layer(`"),
+}
+
+
+@pytest.mark.parametrize(("version", "stack"), sorted(WHEEL_VERDICTS))
+def test_the_check_program_gives_each_real_wheel_its_verdict(version, stack):
+    """engine_check.py over a site-packages tree of each release: the pinned one as the parser venv
+    installed it, 0.33.0 as its wheel ships the files the probe reads."""
+    from components.core.versions import VLLM_VERSION
+
     python = require_vllm_python()
-    request = {k: v for k, v in _request("mi355x").items() if k in ("min_version", "features")}
-    code, report = _run_check(python, request)
-    assert code == 1 and report["ok"] is False and report["vllm_version"] == "0.33.0"
-    feature = _by_name(report)[f"feature:{SPARSE_INDEXER_MLA}"]
-    assert not feature["ok"] and "vllm/models/kimi_k3/amd/linear.py has indexer=None, is_sparse=False" in feature["detail"]
+    site = installed_site_packages() if version == VLLM_VERSION else release_tree(version)
+    fast = {k: _request(stack)[k] for k in ("min_version", "features")}
+    code, report = _run_check(python, {**fast, "site_packages": str(site)})
+    version_ok, feature_ok, needle = WHEEL_VERDICTS[(version, stack)]
+    checks = _by_name(report)
+    assert report["vllm_version"] == version and report["site_packages"] == str(site)
+    assert checks["version"]["ok"] is version_ok, checks["version"]
+    feature = checks[f"feature:{SPARSE_INDEXER_MLA}"]
+    assert feature["ok"] is feature_ok and needle in feature["detail"], feature
+    assert code == (0 if version_ok and feature_ok else 1) and report["ok"] is (code == 0)
 
 
 def _stand_in_tree(tmp_path: Path, site: Path, *, commit_id: str) -> Path:
-    """A package tree equal to the installed one (symlinks) except: vLLM 0.34.0 at ``commit_id``, and a
-    Kimi-K3 MLA (CUDA) and linear layer (ROCm) that build the sparse indexer."""
+    """A package tree equal to the installed one (symlinks) but for ``vllm/_version.py``, which records
+    ``commit_id`` as the build's commit."""
     root = tmp_path / "site"
     root.mkdir()
     for entry in site.iterdir():
         if entry.name != "vllm":
             (root / entry.name).symlink_to(entry)
-
-    def overlay(rel: Path) -> Path:
-        """Make ``root/rel`` a real directory whose entries link to the installed ones."""
-        target = root / rel
-        if target.is_symlink():  # linked by the parent's overlay: never write through it
-            target.unlink()
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in (site / rel).iterdir():
-            link = target / entry.name
-            if not link.exists() and not link.is_symlink():
-                link.symlink_to(entry)
-        return target
-
-    for rel in (Path("vllm"), Path("vllm/models"), Path("vllm/models/kimi_k3"), Path("vllm/models/kimi_k3/nvidia"),
-                Path("vllm/models/kimi_k3/amd")):
-        assert not overlay(rel).is_symlink()
-    for family in ("cuda", "rocm"):
-        probe = FEATURE_PROBES[SPARSE_INDEXER_MLA][family]
-        text = (site / probe.path).read_text()
-        for marker in probe.lacking_markers:
-            assert marker in text, (probe.path, marker)  # the stand-in changes exactly what 0.33.0 lacks
-        text = text.replace("use_sparse=False", "use_sparse=True").replace("is_sparse=False", "is_sparse=True")
-        text = text.replace("indexer=None", "indexer=self.indexer")
-        (root / probe.path).unlink()
-        (root / probe.path).write_text(text)
-    version = root / "vllm" / "_version.py"
-    version.unlink()
-    version.write_text(
+    (root / "vllm").mkdir()
+    for entry in (site / "vllm").iterdir():
+        if entry.name != "_version.py":
+            (root / "vllm" / entry.name).symlink_to(entry)
+    (root / "vllm" / "_version.py").write_text(
         "__version__ = version = '0.34.0'\n__version_tuple__ = version_tuple = (0, 34, 0)\n"
         f"__commit_id__ = commit_id = '{commit_id}'\n"
     )
     return root
 
 
-def test_stand_in_with_the_feature_passes_every_check_but_a_made_up_commit_is_refused(tmp_path):
+def test_the_pinned_wheel_passes_every_check_for_b300_and_a_made_up_commit_is_refused():
     python = require_vllm_python()
     site = installed_site_packages()
-    root = _stand_in_tree(tmp_path, site, commit_id="g4ba787ec9")
-    request = {k: v for k, v in _request("b300", "vllm/vllm-openai:v0.34.0").items() if k not in ("argvs", "envs")}
-    code, report = _run_check(python, {**request, "site_packages": str(root)}, pythonpath=str(root))
+    request = _request("b300", "vllm/vllm-openai:v0.34.0")
+    code, report = _run_check(python, request)
     checks = _by_name(report)
     assert code == 0 and report["ok"], report["checks"]
-    assert report["vllm_version"] == "0.34.0" and report["site_packages"] == str(root)
-    assert checks[f"feature:{SPARSE_INDEXER_MLA}"]["ok"] and checks["tool-parser"]["ok"] and checks["reasoning-parser"]["ok"]
-    assert checks["env"]["ok"]
-    # A nightly tag whose commit is not the build's: refused, naming both.
+    assert report["vllm_version"] == "0.34.0" and report["commit_id"] == "g62d4bc3c7"
+    # (argv runs where vllm_argv_check.py lies beside the program, as the runner mounts them: next tests)
+    assert set(checks) == {"version", f"feature:{SPARSE_INDEXER_MLA}", "tool-parser", "reasoning-parser", "env"}
+    # A nightly tag whose commit is not the build's: refused, naming both; the build's own commit passes.
     fast = {k: request[k] for k in ("min_version", "features")}
-    code, report = _run_check(python, {**fast, "expected_commit": MADE_UP_COMMIT, "site_packages": str(root)})
+    code, report = _run_check(python, {**fast, "expected_commit": MADE_UP_COMMIT, "site_packages": str(site)})
     commit = _by_name(report)["commit"]
-    assert code == 1 and not commit["ok"] and "4ba787ec9" in commit["detail"] and MADE_UP_COMMIT in commit["detail"]
-    code, report = _run_check(python, {**fast, "expected_commit": "4ba787ec9" + "0" * 31, "site_packages": str(root)})
+    assert code == 1 and not commit["ok"] and "62d4bc3c7" in commit["detail"] and MADE_UP_COMMIT in commit["detail"]
+    code, report = _run_check(python, {**fast, "expected_commit": "62d4bc3c7" + "0" * 31, "site_packages": str(site)})
     assert code == 0 and _by_name(report)["commit"]["ok"]
 
 
@@ -277,19 +276,24 @@ def test_a_made_up_nightly_commit_is_not_proven(monkeypatch, tmp_path, capsys):
     assert "cannot be pulled" in out["refusals"][0] and "manifest unknown" in out["refusals"][0]
 
 
-def test_verify_refuses_the_real_0_33_0_naming_the_missing_feature(monkeypatch, tmp_path, capsys):
-    """End to end through the runner: the check program runs on the installed vLLM 0.33.0 wheel."""
+def test_verify_proves_the_real_0_34_0_for_b300_and_refuses_it_for_mi355x(monkeypatch, tmp_path, capsys):
+    """End to end through the runner: the check program runs on the installed vLLM 0.34.0 wheel, as
+    it would inside the release's CUDA image and its ROCm image (same Python sources)."""
     python = require_vllm_python()
-    image = "vllm/vllm-openai:v0.33.0"
-    _fake_runtime(tmp_path, monkeypatch, pullable=[image], vllm_python=python)
-    assert cli.main(["engine", "verify", "--image", image, "--stack", "b300"]) == 1
+    cuda, rocm = "vllm/vllm-openai:v0.34.0", "vllm/vllm-openai-rocm:v0.34.0"
+    _fake_runtime(tmp_path, monkeypatch, pullable=[cuda, rocm], vllm_python=python)
+    assert cli.main(["engine", "verify", "--image", cuda, "--stack", "b300"]) == 0
     out = capsys.readouterr().out
-    assert "  vLLM 0.33.0 (commit g4ba787ec9)" in out
-    assert "FAIL  feature:sparse-indexer-mla" in out and "mla.py has use_sparse=False, indexer=None" in out
-    assert "FAIL  version" in out and "pass  tool-parser" in out and "pass  reasoning-parser" in out
-    assert "pass  env" in out and "pass  argv" in out
-    assert out.strip().splitlines()[-1].startswith("refused: version: vLLM 0.33.0 (needs 0.34.0 or later); "
-                                                   "feature:sparse-indexer-mla: lacks sparse-indexer-mla")
+    assert "  vLLM 0.34.0 (commit g62d4bc3c7)" in out
+    for check in ("version", f"feature:{SPARSE_INDEXER_MLA}", "tool-parser", "reasoning-parser", "env", "argv"):
+        assert f"pass  {check}" in out, (check, out)
+    assert "pulumi config set --stack b300 --path kimi-deploy:vllm.image vllm/vllm-openai@sha256:" in out
+    assert cli.main(["engine", "verify", "--image", rocm, "--stack", "mi355x"]) == 1
+    out = capsys.readouterr().out
+    assert "pass  version" in out and f"FAIL  feature:{SPARSE_INDEXER_MLA}" in out
+    assert out.strip().splitlines()[-1].startswith(
+        f"refused: feature:{SPARSE_INDEXER_MLA}: lacks {SPARSE_INDEXER_MLA}: no *.py under vllm/models/kimi_k3/amd/ has "
+        "`is_dsa_layer(`")
     assert "pulumi config set" not in out
 
 

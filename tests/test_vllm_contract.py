@@ -1,8 +1,10 @@
-"""Contract with the REAL vLLM 0.33.0 argument parser (CPU, offline; tests/vllm_contract.py).
+"""Contract with the REAL vLLM of the pinned release (CPU, offline; tests/vllm_contract.py).
 
-Every ``vllm serve`` command line the project generates must parse with vLLM's own parser,
-and the tool/reasoning parser names it uses must be registered in that vLLM. All argvs of
-this module go to the parser in ONE subprocess (importing vLLM takes seconds).
+Every ``vllm serve`` command line the project generates must pass vLLM's own code: its parser,
+the tool/reasoning parser registries, its environment check (``Platform.validate_environ``), the
+attention backend classes for the model's DSA layers on the target's GPU, and the frontend the
+role's environment selects (the wheel's ``vllm-rs`` binary when that is the Rust one). All argvs of
+this module go to vLLM in ONE subprocess (importing vLLM takes seconds).
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from typing import Any
 import pytest
 
 from components.core.engine import LIBRARY_ENV_SOURCES as ENGINE_LIBRARY_ENV_SOURCES
+from components.core.model import SPARSE_INDEXER_MLA
 from tests.conftest import FIXED_NOW, STACKS
 from tests.vllm_contract import (
     REQUIREMENTS_VLLM,
     check_argvs,
+    feature_verdict,
     format_failures,
     installed_site_packages,
     names_in_installed_source,
+    release_tree,
+    require_vllm_python,
     version_disagreements,
     wheel_features,
 )
@@ -68,48 +74,101 @@ BAD = {
 LIBRARY_ENV_SOURCES = dict(ENGINE_LIBRARY_ENV_SOURCES)
 
 
+# The Blackwell recipe's env that the command no longer sets (components/core/model.py says why):
+# "today's env" of the probes below, to prove the checks can fail.
+RECIPE_DROPPED_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_USE_RUST_FRONTEND": "1"}
+
+
 def _stack_roles() -> dict[str, Any]:
-    """stack -> (VllmCommand, [(label, role, argv), ...]) or the exception that stack raised."""
-    from components.core.config import load_stack
+    """variant -> (VllmCommand, [(label, role, argv, attention facts), ...]) or the exception it raised.
+
+    Variants: every stack, and DCP 8 on every stack (``_variants``)."""
+    from components.core.engine import attention_facts
     from components.core.vllm import build_vllm_command
 
     out: dict[str, Any] = {}
-    for stack in STACKS:
+    for name, spec in _variants().items():
         try:
-            cmd = build_vllm_command(load_stack(stack, now=FIXED_NOW))
+            cmd = build_vllm_command(spec)
+            facts = attention_facts(spec.model, spec.target.gpu.compute_capability)
             roles = []
             for role in cmd.roles:
                 concrete = getattr(role, "concrete_argv", None)  # $(LWS_*) references -> examples
                 argv = tuple(concrete() if callable(concrete) else role.argv)
-                roles.append((f"{stack}/{role.name}", role, argv))
-            out[stack] = (cmd, roles)
+                roles.append((f"{name}/{role.name}", role, argv, facts))
+            out[name] = (cmd, roles)
         except Exception as err:  # noqa: BLE001 - reported by that stack's test
-            out[stack] = err
+            out[name] = err
     return out
+
+
+def _removed_env_names(site: Any) -> list[str]:
+    """The names in ``vllm.envs.removed_environment_variables``, read from the installed source (no import)."""
+    import ast
+
+    tree = ast.parse((site / "vllm/envs.py").read_text())
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == "removed_environment_variables" and isinstance(node.value, ast.Dict):
+            return [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+    raise AssertionError("vllm/envs.py has no removed_environment_variables dict")
+
+
+def _probes(stacks: dict[str, Any]) -> dict[str, tuple[list[str], dict[str, str] | None, dict[str, Any] | None]]:
+    """Command lines built to fail (or pass) one check each, from the stacks' own roles."""
+    from components.core.vllm import API_GUARD_MIDDLEWARE
+
+    _, [(_, server, argv, facts)] = stacks["b300"]
+    serve = list(argv[2:])
+    without_guard = [a for a in serve if a not in ("--middleware", API_GUARD_MIDDLEWARE)]
+    _, [(_, prod_server, prod_argv, prod_facts)] = stacks["b300-prod"]
+    tokenspeed = list(prod_argv[2:])
+    tokenspeed[tokenspeed.index("--attention-backend") + 1] = "TOKENSPEED_MLA"
+    probes: dict[str, tuple[list[str], dict[str, str] | None, dict[str, Any] | None]] = {
+        # Today's env: the recipe's Rust frontend and V2 runner, with the API guard, and without it.
+        "today/b300/server": (serve, {**server.env, **RECIPE_DROPPED_ENV}, facts),
+        "today-no-guard/b300/server": (without_guard, {**server.env, **RECIPE_DROPPED_ENV}, facts),
+        "tokenspeed/b300-prod/server": (tokenspeed, dict(prod_server.env), prod_facts),
+        "hopper/b300-prod/server": (list(prod_argv[2:]), dict(prod_server.env), {**prod_facts, "device_capability": [9, 0]}),
+        "env:v2-runner-1": (serve, {"VLLM_USE_V2_MODEL_RUNNER": "1"}, None),
+        "env:v2-runner-0": (serve, {"VLLM_USE_V2_MODEL_RUNNER": "0"}, None),
+        "env:unknown": (serve, {"VLLM_NOT_A_VARIABLE_OF_ANY_RELEASE": "1"}, None),
+    }
+    for name in _removed_env_names(installed_site_packages()):
+        probes[f"env:removed:{name}"] = (serve, {name: "1"}, None)
+    return probes
 
 
 @functools.lru_cache(maxsize=1)
 def _everything() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]:
-    """(report, label -> result, stack roles): every argv of this module in one parser run."""
+    """(report, label -> result, variant roles): every argv of this module in one vLLM run."""
     stacks = _stack_roles()
     labels: list[str] = []
     argvs: list[list[str]] = []
     envs: list[dict[str, str] | None] = []
+    facts: list[dict[str, Any] | None] = []
     for name, argv in {**KNOWN, **BAD}.items():
         labels.append(name)
         argvs.append(list(argv))
         envs.append(None)
+        facts.append(None)
     for entry in stacks.values():
         if isinstance(entry, Exception):
             continue
-        for label, role, argv in entry[1]:
+        for label, role, argv, role_facts in entry[1]:
             if argv[:2] != ("vllm", "serve"):
                 continue  # reported by the stack's test
             labels.append(label)
             argvs.append(list(argv[2:]))
             envs.append(dict(role.env))
-    report = check_argvs(argvs, envs)
-    return report, dict(zip(labels, report["results"], strict=False)), stacks
+            facts.append(role_facts)
+    for label, (argv, env, probe_facts) in _probes(stacks).items():
+        labels.append(label)
+        argvs.append(argv)
+        envs.append(env)
+        facts.append(probe_facts)
+    report = check_argvs(argvs, envs, facts)
+    return report, dict(zip(labels, report["results"], strict=True)), stacks
 
 
 def _result(label: str) -> dict[str, Any]:
@@ -213,13 +272,13 @@ def test_stack_argv_parses_with_real_vllm(stack):
         raise entry
     cmd, roles = entry
     assert roles, f"{stack}: no vLLM roles"
-    for label, _, argv in roles:
+    for label, _, argv, _ in roles:
         assert argv[:2] == ("vllm", "serve") and len(argv) > 2, f"{label}: argv must be 'vllm serve MODEL ...': {argv[:3]}"
-    failures = format_failures([label for label, _, _ in roles], {"results": [results[label] for label, _, _ in roles]})
-    assert not failures, f"vLLM 0.33.0 rejects the generated command:\n{failures}"
+    failures = format_failures([r[0] for r in roles], {"results": [results[r[0]] for r in roles]})
+    assert not failures, f"vLLM {report['vllm_version']} rejects the generated command:\n{failures}"
 
-    total_nodes = sum(role.nodes for _, role, _ in roles)
-    for label, role, argv in roles:
+    total_nodes = sum(r[1].nodes for r in roles)
+    for label, role, argv, _ in roles:
         p = results[label]["parsed"]
         assert p["model_tag"] == argv[2] == cmd.model_path, label
         assert p["tensor_parallel_size"] == cmd.tensor_parallel_size, label
@@ -239,32 +298,72 @@ def test_stack_argv_parses_with_real_vllm(stack):
 # --- Engine features: what versions.py claims about the pinned release vs the installed wheel ---
 
 
-@pytest.mark.parametrize("family", ["cuda", "rocm"])
-def test_pinned_release_claims_only_features_its_wheel_has(family):
-    """versions.VLLM_RELEASE_GAPS must record every required feature the installed wheel lacks."""
-    from components.core.engine import release_gaps
-    from components.core.model import MODELS
+def _release_site(version: str) -> Any:
+    """The vLLM tree of ``version``: the parser venv's own install for the pinned release, else the
+    release wheel's probe files (tests/vllm_contract.py release_tree)."""
     from components.core.versions import VLLM_VERSION
 
-    site = installed_site_packages()
-    has = wheel_features(site, family)
+    if version == VLLM_VERSION:
+        site = installed_site_packages()
+        assert f"'{version}'" in (site / "vllm/_version.py").read_text()
+        return site
+    return release_tree(version)
+
+
+# (release, image family) -> (has the feature, text the verdict must name: the file and the marker).
+PROBE_VERDICTS = {
+    ("0.33.0", "cuda"): (False, "vllm/models/kimi_k3/nvidia/dsa.py is missing (needs `class KimiK3DSAAttention(`"),
+    ("0.33.0", "rocm"): (False, "no *.py under vllm/models/kimi_k3/amd/ has `is_dsa_layer(`"),
+    ("0.34.0", "cuda"): (True, "vllm/models/kimi_k3/nvidia/dsa.py, vllm/models/kimi_k3/nvidia/model.py hold all 6 markers"),
+    ("0.34.0", "rocm"): (False, "no *.py under vllm/models/kimi_k3/amd/ has `is_dsa_layer(`"),
+}
+
+
+@pytest.mark.parametrize(("version", "family"), sorted(PROBE_VERDICTS))
+def test_the_feature_probe_proves_presence_on_each_real_wheel(version, family):
+    """0.33.0 refused, 0.34.0 accepted on CUDA and refused on ROCm, each naming the file and marker
+    (the probe that only looked for markers of absence in nvidia/mla.py refused 0.34.0 on CUDA)."""
+    present, why = feature_verdict(_release_site(version), SPARSE_INDEXER_MLA, family)
+    expected, needle = PROBE_VERDICTS[(version, family)]
+    assert present is expected and needle in why, why
+
+
+@pytest.mark.parametrize("version", sorted({v for v, _ in PROBE_VERDICTS}))
+@pytest.mark.parametrize("family", ["cuda", "rocm"])
+def test_release_gaps_record_exactly_what_each_wheel_lacks(version, family):
+    """versions.VLLM_RELEASE_GAPS (what `pulumi up` refuses) agrees with the probe (what `engine
+    verify` refuses) on every release the toolkit knows, in both directions."""
+    from components.core.engine import release_gaps
+    from components.core.model import MODELS
+
+    has = wheel_features(_release_site(version), family)
     for model in MODELS.values():
-        requirement = model.engine_requirements.get(family)
-        if requirement is None:
-            continue
-        gaps = set(release_gaps(VLLM_VERSION, family, requirement))
-        for feature in requirement.features:
-            assert feature in has, f"no probe for {feature} on {family} in tests/vllm_contract.py FEATURE_PROBES"
-            if not has[feature]:
-                assert feature in gaps, f"vLLM {VLLM_VERSION} lacks {feature} on {family} but versions.py claims it"
+        requirement = model.engine_requirements[family]
+        gaps = set(release_gaps(version, family, requirement))
+        assert {f for f in requirement.features if not has[f]} == gaps, (version, family, has, gaps)
 
 
-def test_the_feature_probe_sees_the_lack_in_0_33_0_source():
-    """The probe is not vacuous: in the installed 0.33.0 source the markers are present."""
-    site = installed_site_packages()
+def test_markers_of_absence_in_the_dense_class_say_nothing_about_the_release():
+    """0.34.0 keeps nvidia/mla.py's dense class (use_sparse=False, indexer=None) beside the DSA class:
+    the old probe's markers are there in a build that has the feature."""
+    site = _release_site("0.34.0")
     text = (site / "vllm/models/kimi_k3/nvidia/mla.py").read_text()
     assert "use_sparse=False" in text and "indexer=None" in text
-    assert wheel_features(site, "cuda")["sparse-indexer-mla"] is False
+    assert wheel_features(site, "cuda") == {SPARSE_INDEXER_MLA: True}
+
+
+def test_a_dsa_class_wired_dense_is_refused_by_its_own_markers_of_absence(tmp_path):
+    """The CUDA probe's markers of absence are in the DSA file itself: a dsa.py that builds its MLA
+    dense is refused even with every required marker present."""
+    site = _release_site("0.34.0")
+    for rel in ("vllm/models/kimi_k3/nvidia/dsa.py", "vllm/models/kimi_k3/nvidia/model.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((site / rel).read_text())
+    assert feature_verdict(tmp_path, SPARSE_INDEXER_MLA, "cuda")[0] is True
+    dsa = tmp_path / "vllm/models/kimi_k3/nvidia/dsa.py"
+    dsa.write_text(dsa.read_text() + "\n# fallback: MLAModules(indexer=None)\n")
+    present, why = feature_verdict(tmp_path, SPARSE_INDEXER_MLA, "cuda")
+    assert not present and why.startswith("vllm/models/kimi_k3/nvidia/dsa.py has `indexer=None`"), why
 
 
 # --- Every env name we set is read by the pinned engine or a named library ----------------------
@@ -370,16 +469,182 @@ def test_mi355x_selects_the_a8w4_moe_path_by_a_value_vllm_accepts():
     assert '"a8w4"' in text[start:start + 400]
 
 
-def test_dcp_stack_carries_the_recipe_dcp_settings_as_vllm_parses_them():
-    """b300-prod runs DCP8: vLLM's own parser must see the recipe's DCP backends."""
+def test_dcp_stack_carries_the_dcp_settings_as_vllm_parses_them():
+    """b300-prod runs DCP8: vLLM's own parser sees the sparse decode backend and the recipe's prefill."""
     _, results, stacks = _everything()
     cmd, roles = stacks["b300-prod"]
     assert cmd.decode_context_parallel_size == 8
     p = results["b300-prod/server"]["parsed"]
     assert p["decode_context_parallel_size"] == 8 and p["dcp_comm_backend"] == "a2a"
-    assert "TOKENSPEED_MLA" in str(p["attention_backend"]).upper()
+    assert "FLASHINFER_MLA_SPARSE" in str(p["attention_backend"]).upper()
     assert "TRTLLM_RAGGED" in str(p["attention_config"]["mla_prefill_backend"]).upper()
     assert int(roles[0][1].env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]) > 1_611_661_312  # vllm#50781
+
+
+# --- Attention backends: validated by vLLM's own classes for K3.1's DSA layers on the target GPU ----
+
+
+def _cuda_roles() -> list[tuple[str, Any, Any]]:
+    """(label, role, facts) of every CUDA role of every variant (stacks and their DCP 8)."""
+    out = []
+    for entry in _everything()[2].values():
+        if isinstance(entry, Exception):
+            raise entry
+        for label, role, _, facts in entry[1]:
+            if facts is not None:
+                out.append((label, role, facts))
+    return out
+
+
+def test_every_named_attention_backend_passes_vllms_own_validation_for_dsa_layers():
+    _, results, _ = _everything()
+    roles = _cuda_roles()
+    assert {label.split("/")[0] for label, _, _ in roles} >= {"b300", "b300-prod", "gb300", "b300+dcp8", "gb300+dcp8"}
+    named = set()
+    for label, _, facts in roles:
+        assert facts["use_sparse"] is True and facts["device_capability"] == [10, 3], (label, facts)
+        attention = results[label]["attention"]
+        assert attention is not None and attention["ok"], (label, attention)
+        for backend in attention["backends"]:
+            # Checked in full here (the class imports on this CPU): no reason, none set aside.
+            assert backend["ok"] and backend["checked"], (label, backend)
+            named.add(backend["name"])
+        prefill = attention["prefill"]
+        assert prefill is not None and prefill["reasons"] == [], (label, prefill)
+        # FlashInfer is not installed here; the class's own checks (SM10, dims 128/64/128, bf16) passed.
+        assert prefill["environment_reasons"] in ([], ["required dependencies not available"]), prefill
+    assert named == {"FLASHINFER_MLA_SPARSE"}  # named with DCP; without it vLLM picks (next test)
+
+
+def test_without_a_named_backend_vllm_picks_a_sparse_backend_for_the_dsa_layers():
+    """What model.py's comment says vLLM selects for sparse MLA on SM10x with FP8 KV: the first of
+    platforms/cuda.py's priorities that validates is FLASHINFER_MLA_SPARSE; every dense backend before
+    it is refused for sparse layers or cannot be imported on this CPU."""
+    _, results, _ = _everything()
+    auto = results["b300/server"]["attention"]["auto"]
+    assert auto["selected"] == "FLASHINFER_MLA_SPARSE", auto
+    before = auto["priorities"][: auto["priorities"].index("FLASHINFER_MLA_SPARSE")]
+    assert before and "TOKENSPEED_MLA" in before
+    for entry in auto["tried"][: len(before)]:
+        assert "sparse not supported" in entry["reasons"] or not entry["checked"], entry
+    assert any("sparse not supported" in e["reasons"] for e in auto["tried"][: len(before)])
+
+
+def test_a_non_sparse_backend_is_refused_by_the_same_check():
+    """The recipe's TOKENSPEED_MLA for K3's dense MLA: vLLM's own class refuses K3.1's DSA layers."""
+    _, results, _ = _everything()
+    result = results["tokenspeed/b300-prod/server"]
+    assert not result["ok"] and result["stage"] == "attention", result
+    [backend] = result["attention"]["backends"]
+    assert backend["name"] == "TOKENSPEED_MLA" and "sparse not supported" in backend["reasons"]
+    assert "TOKENSPEED_MLA: sparse not supported" in result["error"]
+
+
+def test_the_backend_check_reads_the_targets_compute_capability():
+    """The same command on an SM 9.0 GPU: FlashInfer's sparse MLA and both MLA prefill backends are SM10 only."""
+    _, results, _ = _everything()
+    result = results["hopper/b300-prod/server"]
+    assert not result["ok"] and result["stage"] == "attention"
+    [backend] = result["attention"]["backends"]
+    assert "compute capability not supported" in backend["reasons"]
+    assert "compute capability 9.0 not supported" in result["attention"]["prefill"]["reasons"]
+
+
+def test_the_targets_compute_capability_is_sm_10_3_on_b300_and_gb300():
+    from components.core.targets import GPUS
+
+    assert GPUS["B300"].compute_capability == GPUS["GB300"].compute_capability == (10, 3)
+    assert GPUS["MI355X"].compute_capability is None
+
+
+# --- The frontend: the one the role's env selects, as vLLM decides and runs it --------------------
+
+
+def test_every_cuda_role_passes_the_frontend_its_env_selects():
+    """For every CUDA role, vLLM's own env reader picks the frontend; where that is the Rust one, the
+    wheel's vllm-rs must accept the arguments vLLM hands it. The toolkit's env selects the Python
+    frontend for every serving role (workers run headless)."""
+    _, results, _ = _everything()
+    for label, role, _ in _cuda_roles():
+        frontend = results[label]["frontend"]
+        assert frontend is not None, label
+        if frontend["selected"] == "rust":
+            assert frontend["accepted"] is True, (label, frontend)
+        assert frontend["selected"] == ("python" if role.serves_http else "none"), (label, frontend)
+
+
+def test_the_rust_frontend_refuses_todays_env_with_the_api_guard():
+    """The check can fail: the recipe's VLLM_USE_RUST_FRONTEND=1 with --middleware makes the real
+    vllm-rs exit 2 naming middleware, over the arguments vLLM's RustFrontendProcessManager builds."""
+    _, results, _ = _everything()
+    result = results["today/b300/server"]
+    frontend = result["frontend"]
+    assert frontend["selected"] == "rust" and frontend["binary"].endswith("/vllm/vllm-rs")
+    assert frontend["accepted"] is False and frontend["exit_code"] == 2, frontend
+    assert "not implemented in Rust frontend yet" in frontend["error"] and "middleware" in frontend["error"]
+    assert not result["ok"]
+    # Without the guard the same env gets past the binary's argument checks to the engine connection.
+    plain = results["today-no-guard/b300/server"]["frontend"]
+    assert plain["selected"] == "rust" and plain["accepted"] is True, plain
+    assert "enable_auto_tool_choice" in plain["ignored"]  # what vllm-rs says it would ignore
+
+
+def test_the_python_frontend_of_the_pinned_vllm_puts_the_api_guard_before_every_route():
+    """The frontend chosen, proven on its own code: vLLM's build_app over the b300 server argv loads
+    the guard outermost, and every route the app serves answers 401 without the key except /health
+    and /metrics; with the key no route answers 401."""
+    import json
+    import os
+    import subprocess
+
+    from components.core.vllm import API_GUARD_SOURCE, API_OPEN_PATHS
+    from tests.conftest import REPO_ROOT
+
+    python = require_vllm_python()
+    _, [(_, _, argv, _)] = _everything()[2]["b300"]
+    request = {"argv": list(argv[2:]), "key": "sk-frontend-probe"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([str(python), str(REPO_ROOT / "tests" / "vllm_frontend_probe.py")], input=json.dumps(request),
+                          env={**env, "PYTHONPATH": str(API_GUARD_SOURCE.parent)},  # as the node: the guard's directory
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["middleware"][0] == "RequireApiKey", report["middleware"]
+    paths = {r["path"] for r in report["routes"]}
+    assert {"/v1/chat/completions", "/tokenize", "/detokenize", "/invocations", "/health", "/metrics"} <= paths
+    for route in report["routes"]:
+        if route["path"] in API_OPEN_PATHS:
+            assert route["without_key"] != 401, route
+        else:
+            assert route["without_key"] == 401, route
+        assert route["with_key"] != 401, route
+
+
+# --- The env: read by the pinned vLLM, neither removed, refused nor called redundant --------------
+
+
+def test_no_role_env_is_removed_refused_unknown_or_redundant_to_the_pinned_vllm():
+    """vLLM's own Platform.validate_environ (strict) over every role's env, of every variant."""
+    _, results, stacks = _everything()
+    for entry in stacks.values():
+        for label, _, _, _ in entry[1]:
+            assert results[label]["environ"] == {"errors": [], "warnings": []}, (label, results[label]["environ"])
+
+
+def test_the_environ_check_reads_the_wheels_own_lists():
+    """The check can fail: the V2 runner variable (redundant at 1, refused otherwise), an unknown
+    VLLM_ name, and every name in the wheel's removed_environment_variables."""
+    report, results, _ = _everything()
+    assert report["removed_env_vars"] and set(report["removed_env_vars"]) == set(_removed_env_names(installed_site_packages()))
+    assert any("VLLM_USE_V2_MODEL_RUNNER=1 is redundant" in w for w in results["env:v2-runner-1"]["environ"]["warnings"])
+    assert any("VLLM_USE_V2_MODEL_RUNNER=0 is no longer supported" in e for e in results["env:v2-runner-0"]["environ"]["errors"])
+    assert any("Unknown vLLM environment variable" in e for e in results["env:unknown"]["environ"]["errors"])
+    for name in report["removed_env_vars"]:
+        result = results[f"env:removed:{name}"]
+        assert not result["ok"] and result["stage"] == "environ" and f"{name} has been removed" in result["error"]
+    # Today's env: the V2 runner variable is called redundant.
+    assert not results["today/b300/server"]["ok"]
+    assert any("redundant" in w for w in results["today/b300/server"]["environ"]["warnings"])
 
 
 def test_the_installer_reads_the_version_constant(tmp_path):

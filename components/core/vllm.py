@@ -31,7 +31,7 @@ MNNVL_NCCL_ENV: Mapping[str, str] = MappingProxyType(
 )
 
 # vLLM's --api-key (VLLM_API_KEY) guards only paths under /v1, /v2, /inference and /cohere (vLLM 0.33.0
-# vllm/entrypoints/serve/middleware/authenticate.py GUARDED_PREFIX); /invocations serves the same
+# and 0.34.0 vllm/entrypoints/serve/middleware/authenticate.py GUARDED_PREFIX); /invocations serves the same
 # inference without it (its --api-key help says so), and /tokenize, /detokenize, /scale_elastic_ep
 # and others stay open too. vLLM loads extra ASGI middleware by import path (--middleware, same file
 # set): this one answers 401 on every path but /health and /metrics without the key. It ships to the

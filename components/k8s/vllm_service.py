@@ -437,7 +437,7 @@ def network_policy_spec(
     multi-node group (torch.distributed and NCCL); the scrape of ``/metrics`` from the Prometheus
     pods of ``observability.prometheusNamespace``.
 
-    vLLM 0.33.0 serves ``/metrics`` on the API port (``entrypoints/serve/instrumentator/metrics.py``
+    vLLM 0.33.0 and 0.34.0 serve ``/metrics`` on the API port (``entrypoints/serve/instrumentator/metrics.py``
     mounts it on the API app; the arg parser has no separate metrics port) and a NetworkPolicy
     cannot filter by path. The narrowest rule: the serving pods' API port only, only from pods
     labelled ``observability.prometheusPodLabels`` in that namespace (namespace AND pod selector

@@ -7,18 +7,20 @@ environment-variable registries).
         /kimi-engine-check/engine_check.py < request.json
 
 ``kimi-deploy engine verify`` (scripts/ops/engine_verify.py) builds the request and the command; the
-contract tests (tests/test_engine_verify.py) run this file with the vLLM 0.33.0 parser venv's
-python against the installed wheel and against a stand-in package tree.
+contract tests (tests/test_engine_verify.py) run this file with the vLLM parser venv's python
+against the installed wheel (the pinned release), the 0.33.0 wheel's files and a stand-in tree.
 
 stdin, one JSON object (every key but ``min_version`` optional)::
 
-    {"min_version": "0.34.0",                 # model.EngineRequirement.min_version
+    {"min_version": "X.Y.Z",                  # model.EngineRequirement.min_version
      "expected_commit": "<40 hex>" | null,    # the nightly tag's commit: the build must be it
-     "features": {NAME: {"path": "vllm/...py", "lacking_markers": [str, ...]}},
+     "features": {NAME: {"requires": [MARKER, ...], "lacks": [MARKER, ...]}},
+                                              # MARKER: {"path": "vllm/...py" or "vllm/dir/", "text", "means"}
      "tool_parser": "kimi_k3", "reasoning_parser": "kimi_k3",
      "env_names": [str, ...],                 # every variable the deployment sets for vLLM
      "library_env_names": [str, ...],         # read by C libraries (documented elsewhere)
-     "argvs": [[...]], "envs": [{...}]}       # `vllm serve` argvs, parsed by vllm_argv_check.py
+     "argvs": [[...]], "envs": [{...}],       # `vllm serve` argvs and role envs, and per argv the
+     "attention": [{...} | null]}             # attention layers: checked by vllm_argv_check.py
 
 stdout, one JSON object::
 
@@ -28,12 +30,14 @@ stdout, one JSON object::
 Checks, in order: ``version`` (the release part of vLLM's version is at least ``min_version``; a
 dev build of X.Y.Z counts as X.Y.Z), ``commit`` (with ``expected_commit``: the build's own commit
 id, from ``vllm/_version.py``, is a prefix of it; a tag whose commit is not the build's is refused),
-``feature:NAME`` (the file exists and contains none of the markers that say the feature is not
-wired: e.g. 0.33.0's ``vllm/models/kimi_k3/nvidia/mla.py`` builds MLA with ``use_sparse=False,
-indexer=None``), ``tool-parser`` / ``reasoning-parser`` (registered in vLLM's managers), ``env``
+``feature:NAME`` (every ``requires`` text is in its file, or in some ``*.py`` under its directory,
+and no ``lacks`` text is: e.g. 0.34.0's ``vllm/models/kimi_k3/nvidia/dsa.py`` holds the DSA class
+built sparse with the indexer, which 0.33.0 lacks, and nothing under 0.34.0's
+``vllm/models/kimi_k3/amd/`` chooses DSA layers), ``tool-parser`` / ``reasoning-parser`` (registered in vLLM's managers), ``env``
 (every name is in ``vllm.envs.environment_variables``, occurs in some ``*.py`` of the installed
 packages, or is a library variable), ``argv`` (``vllm_argv_check.py`` beside this file, when
-present, accepts every argv).
+present, accepts every argv: vLLM's parser, its environment check, the attention backends against
+the model's layers, and the frontend the role's environment selects, the Rust one run for real).
 
 Exit codes: 0 every check passed; 1 a check failed (the report says which); 2 bad request;
 3 no vLLM package is installed for this python.
@@ -89,18 +93,54 @@ def read_version(site_packages: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def feature_present(site_packages: str, path: str, lacking_markers: list[str]) -> tuple[bool, str]:
-    """Whether the file ``path`` (relative to site-packages) implements a feature: it exists and
-    holds none of ``lacking_markers``. Returns ``(present, why)``."""
+def _marker_files(site_packages: str, path: str, cache: dict[str, str]) -> list[str] | None:
+    """The files a marker's ``path`` covers (relative to site-packages), read into ``cache``: the
+    file, or every ``*.py`` under a directory ``path`` ending in ``/``. None when it does not exist."""
     full = os.path.join(site_packages, path)
-    if not os.path.isfile(full):
-        return False, f"{path} is missing"
-    with open(full, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    found = [m for m in lacking_markers if m in text]
-    if found:
-        return False, f"{path} has {', '.join(found)}"
-    return True, f"{path} has none of {', '.join(lacking_markers) or '(no markers)'}"
+    if path.endswith("/"):
+        if not os.path.isdir(full):
+            return None
+        files = sorted(os.path.relpath(os.path.join(d, n), site_packages)
+                       for d, _, names in os.walk(full) for n in names if n.endswith(".py"))
+    elif os.path.isfile(full):
+        files = [path]
+    else:
+        return None
+    for rel in files:
+        if rel not in cache:
+            try:
+                with open(os.path.join(site_packages, rel), encoding="utf-8", errors="replace") as f:
+                    cache[rel] = f.read()
+            except OSError:
+                cache[rel] = ""
+    return files
+
+
+def feature_present(site_packages: str, probe: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the vLLM tree at ``site_packages`` has a feature, by its probe
+    (``{"requires": [MARKER, ...], "lacks": [MARKER, ...]}``, each MARKER ``{"path", "text", "means"}``;
+    ``components.core.engine.FEATURE_PROBES``): every ``requires`` text is found in its file (or in
+    some ``*.py`` under its directory) and no ``lacks`` text is. Returns ``(present, why)``: why
+    names the file and the text that decided."""
+    cache: dict[str, str] = {}
+    requires = list(probe.get("requires") or ())
+    lacks = list(probe.get("lacks") or ())
+    for marker in requires:
+        path, text, means = marker["path"], marker["text"], marker.get("means") or "required"
+        files = _marker_files(site_packages, path, cache)
+        if files is None:
+            return False, f"{path} is missing (needs `{text}`: {means})"
+        if not any(text in cache[rel] for rel in files):
+            where = f"no *.py under {path} has" if path.endswith("/") else f"{path} has no"
+            return False, f"{where} `{text}` ({means})"
+    for marker in lacks:
+        path, text, means = marker["path"], marker["text"], marker.get("means") or "absent"
+        for rel in _marker_files(site_packages, path, cache) or ():
+            if text in cache[rel]:
+                return False, f"{rel} has `{text}` ({means})"
+    files = sorted({m["path"] for m in requires})
+    return True, (f"{', '.join(files)} hold all {len(requires)} markers"
+                  + (f" and none of {len(lacks)} marker(s) of absence" if lacks else ""))
 
 
 def names_in_sources(site_packages: str, names: list[str]) -> set[str]:
@@ -172,7 +212,7 @@ def run_checks(request: dict[str, Any], site_packages: str) -> dict[str, Any]:
             add("commit", len(short) >= 7 and expected.lower().startswith(short),
                 f"the build is commit {short}; the tag names {expected}")
     for feature, probe in sorted((request.get("features") or {}).items()):
-        present, why = feature_present(site_packages, probe["path"], list(probe.get("lacking_markers") or ()))
+        present, why = feature_present(site_packages, probe)
         add(f"feature:{feature}", present, ("has " if present else "lacks ") + f"{feature}: {why}")
     for kind, key in (("tool", "tool_parser"), ("reasoning", "reasoning_parser")):
         wanted = request.get(key)
@@ -197,7 +237,8 @@ def run_checks(request: dict[str, Any], site_packages: str) -> dict[str, Any]:
     argvs = request.get("argvs") or []
     argv_check = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_argv_check.py")
     if argvs and os.path.isfile(argv_check):
-        payload = json.dumps({"argvs": argvs, "envs": request.get("envs") or [None] * len(argvs)})
+        payload = json.dumps({"argvs": argvs, "envs": request.get("envs") or [None] * len(argvs),
+                              "attention": request.get("attention") or [None] * len(argvs)})
         proc = subprocess.run([sys.executable, argv_check], input=payload, capture_output=True, text=True, check=False)
         try:
             report = json.loads(proc.stdout.strip().splitlines()[-1])

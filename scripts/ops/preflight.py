@@ -34,7 +34,8 @@ Checks (each pass / warn / fail / unknown / skip with a one-line reason):
   mirror                the S3 mirror exists and its manifest.json is complete
   cluster, gpu-nodes    (Kubernetes, with --check-cluster) the kubeconfig reaches the API server
                         and enough nodes advertise the GPU resource
-  vllm-argv             the stack's serve commands parse with the real vLLM parser (.venv-vllm)
+  vllm-argv             the stack's serve commands pass the real vLLM (.venv-vllm): its parser,
+                        env check, attention backends and the frontend the env selects
   engine-image          (where docker or podman answers; --runtime to force one or none) `kimi-deploy
                         engine verify` of the stack's engine image: version, required features,
                         parsers, env names
@@ -1307,12 +1308,14 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
     """
     if vllm_python is None:
         return Check("vllm-argv", SKIP, f"vLLM parser not installed ({VLLM_PARSER_INSTALL_HINT}) to check the command")
-    from components.core.engine import parse_engine_image
+    from components.core.engine import attention_facts, parse_engine_image
     from components.core.sizing import compute_sizing
     from components.core.vllm import build_vllm_command
 
     command = build_vllm_command(spec, compute_sizing(spec))
-    request = argv_check_request((role.concrete_argv() for role in command.roles), (role.env for role in command.roles))
+    facts = attention_facts(spec.model, spec.target.gpu.compute_capability)
+    request = argv_check_request((role.concrete_argv() for role in command.roles), (role.env for role in command.roles),
+                                 (facts for _ in command.roles))
     try:
         report = run_argv_check(vllm_python, request, timeout_seconds=300)
     except VllmParserError as err:

