@@ -26,6 +26,10 @@ class GpuFacts:
         memory_bytes: HBM per GPU in bytes.
         fp4_native: whether the GPU has native FP4 (MXFP4) tensor units.
         architecture: GPU architecture family (``blackwell``, ``hopper``, ``cdna4``).
+        compute_capability: CUDA compute capability ``(major, minor)`` (NVIDIA's CUDA GPU list,
+            developer.nvidia.com/cuda-gpus: B200/GB200 10.0, B300/GB300 10.3, H100/H200 9.0);
+            None for GPUs that CUDA does not run (AMD). vLLM gates kernels by it: "SM10x" is
+            major 10 (``current_platform.is_device_capability_family(100)``).
     """
 
     name: str
@@ -33,6 +37,7 @@ class GpuFacts:
     memory_bytes: int
     fp4_native: bool
     architecture: str
+    compute_capability: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,18 +172,18 @@ class TargetProfile:
 GPUS: Mapping[str, GpuFacts] = MappingProxyType(
     {
         # 275,040 MiB per GPU: EC2 DescribeInstanceTypes for p6-b300.48xlarge (moto 5.2 data).
-        "B300": GpuFacts("B300", "nvidia", 275_040 * MIB, True, "blackwell"),
+        "B300": GpuFacts("B300", "nvidia", 275_040 * MIB, True, "blackwell", (10, 3)),
         # About 288 GB HBM3e per GB300 GPU (NVIDIA GB300 NVL72 datasheet).
-        "GB300": GpuFacts("GB300", "nvidia", 288 * GB, True, "blackwell"),
+        "GB300": GpuFacts("GB300", "nvidia", 288 * GB, True, "blackwell", (10, 3)),
         # 288 GB HBM3E per MI355X (AMD Instinct MI355X datasheet; OCI BM.GPU.MI355X.8 shape).
         "MI355X": GpuFacts("MI355X", "amd", 288 * GB, True, "cdna4"),
         # 183,359 MiB per GPU: EC2 DescribeInstanceTypes for p6-b200.48xlarge (moto 5.2 data).
-        "B200": GpuFacts("B200", "nvidia", 183_359 * MIB, True, "blackwell"),
+        "B200": GpuFacts("B200", "nvidia", 183_359 * MIB, True, "blackwell", (10, 0)),
         # Up to 186 GB HBM3e per GB200 GPU (NVIDIA GB200 NVL72: 13.4 TB over 72 GPUs).
-        "GB200": GpuFacts("GB200", "nvidia", 186 * GB, True, "blackwell"),
+        "GB200": GpuFacts("GB200", "nvidia", 186 * GB, True, "blackwell", (10, 0)),
         # Kept to explain rejections: 80 GB (H100 SXM) and 141 GB (H200), no native FP4.
-        "H100": GpuFacts("H100", "nvidia", 80 * GB, False, "hopper"),
-        "H200": GpuFacts("H200", "nvidia", 141 * GB, False, "hopper"),
+        "H100": GpuFacts("H100", "nvidia", 80 * GB, False, "hopper", (9, 0)),
+        "H200": GpuFacts("H200", "nvidia", 141 * GB, False, "hopper", (9, 0)),
     }
 )
 
