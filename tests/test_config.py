@@ -8,6 +8,8 @@ from datetime import timedelta
 import pytest
 
 from components.core.config import ConfigError, api_server_access, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.kv_layout import mxfp4_indexer_supported
+from components.core.targets import GPUS
 from tests.conftest import FIXED_NOW, STACKS
 
 
@@ -690,3 +692,44 @@ def test_a_measured_engine_init_reaches_the_rendered_env_only_within_its_range()
     spec = parse_spec(cfg, stack="test", now=FIXED_NOW)
     env = build_vllm_command(spec, compute_sizing(spec)).roles[0].env
     assert int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) >= 2 * MAX_MEASURED_PHASE_SECONDS
+
+
+# --- the KV cache keys (components/core/kv_layout.py; tests/test_kv_layout.py has their figures) ---
+
+
+def _with_vllm(stack: str = "b300", **keys) -> dict:
+    cfg = base(stack)
+    cfg["vllm"] = {**cfg.get("vllm", {}), **keys}
+    return cfg
+
+
+def _spec_of(cfg: dict):
+    return parse_spec(cfg, stack="test", now=FIXED_NOW, secrets_set=frozenset())
+
+
+def test_measured_kv_tokens_range():
+    reject(_with_vllm(kvCacheTokens=0), "vllm.kvCacheTokens", "0")
+    reject(_with_vllm(kvCacheTokens="2000000"), "vllm.kvCacheTokens")
+
+
+def test_mxfp4_indexer_is_refused_where_vllm_does_not_write_it():
+    reject(_with_vllm("mi355x", indexerCacheDtype="mxfp4"), "vllm.indexerCacheDtype", "'mxfp4'", "SM10x", "MI355X",
+           "(allowed: fp8)")
+    reject(_with_vllm(indexerCacheDtype="nvfp4"), "vllm.indexerCacheDtype", "'nvfp4'")
+    assert [name for name, gpu in GPUS.items() if mxfp4_indexer_supported(gpu)] == ["B300", "GB300", "B200", "GB200"]
+    for stack in ("b300", "gb300"):
+        assert _spec_of(_with_vllm(stack, indexerCacheDtype="mxfp4")).config.vllm.indexer_cache_dtype == "mxfp4"
+
+
+def test_indexer_dtype_only_through_its_key():
+    reject(_with_vllm(extraArgs=["--attention-config", '{"indexer_kv_dtype":"mxfp4"}']), "vllm.extraArgs",
+           "indexer_kv_dtype", "vllm.indexerCacheDtype")
+    reject(_with_vllm(indexerCacheDtype="mxfp4", extraArgs=["--attention-config", "fast"]), "vllm.extraArgs", "'fast'",
+           "not a JSON object")
+
+
+def test_a_kv_dtype_no_sparse_backend_stores_is_refused():
+    msg = reject(_with_vllm(kvCacheDtype="fp8_e5m2"), "vllm.kvCacheDtype", "'fp8_e5m2'", "FLASHINFER_MLA_SPARSE: fp8, fp8_e4m3",
+                 "FLASHMLA_SPARSE: fp8")
+    assert "(allowed: auto, bfloat16, fp8, fp8_e4m3)" in msg
+    _spec_of(_with_vllm(kvCacheDtype="fp8_e4m3"))

@@ -120,17 +120,66 @@ class ApiPrice:
 
 
 @dataclass(frozen=True)
-class FittedKvModel:
-    """How the KV-cache figures of the plan are obtained: a model whose free constants were fitted
-    to public figures, not a measurement. The plan shows it beside the KV figures.
+class CacheGeometry:
+    """What a checkpoint's config gives the engine to size its KV cache from (``kv_layout.py``
+    turns it into bytes per token with the engine's formats).
 
     Attributes:
-        label: one line for the plan, e.g. ``"estimate: fitted to 2 recipe figures"``.
+        dsa_layers: sparse-attention (DSA) layers; each caches an MLA latent row and an indexer
+            key per token.
+        state_layers: linear-attention (KDA) layers; each keeps a constant state per sequence.
+        mla_head_size: latent values per token per DSA layer (``kv_lora_rank + qk_rope_head_dim``).
+        index_head_dim: indexer key values per token per DSA layer (``dsa_config.index_head_dim``).
+        source: where the figures come from.
+    """
+
+    dsa_layers: int
+    state_layers: int
+    mla_head_size: int
+    index_head_dim: int
+    source: str
+
+
+@dataclass(frozen=True)
+class PublishedKvClaim:
+    """A published KV-capacity figure for a model, shown beside the figure from the engine's cache
+    layout (it is a claim, not an input of the sizing).
+
+    Attributes:
+        gpu: the GPU model it is for (``targets.GPUS`` key); ``gpus``: GPUs of the copy.
+        kv_cache_dtype: ``--kv-cache-dtype``; ``gpu_memory_utilization``: ``--gpu-memory-utilization``.
+        tokens_tp: the claimed KV tokens at plain tensor parallelism.
+        decode_context_parallel_size, tokens_dcp: the claimed KV tokens with that DCP size.
+        implied_bytes_per_token: bytes per token per GPU the claim was read with.
+        implied_by: what that byte count covers, in words.
+        source: where the claim is published.
+    """
+
+    gpu: str
+    gpus: int
+    kv_cache_dtype: str
+    gpu_memory_utilization: float
+    tokens_tp: int
+    decode_context_parallel_size: int
+    tokens_dcp: int
+    implied_bytes_per_token: int
+    implied_by: str
+    source: str
+
+
+@dataclass(frozen=True)
+class FittedKvModel:
+    """How the KV-cache figures of the plan are obtained where they are not measured: the engine's
+    cache layout for the bytes per token, and a fitted constant for the memory they get. The plan
+    shows it beside the KV figures.
+
+    Attributes:
+        label: one line for the plan, e.g. ``"estimate: ..."``.
         formula: the model, in words.
         figures: the public figures the constants were fitted to (one line each, with source).
         fitted: constant name -> fitted value (units in the name).
-        independent_check: a third public figure the fit was tested against, or None when none
-            is published (then the fit is exact on its own figures and unchecked elsewhere).
+        independent_check: a further public figure the fit was tested against and how it
+            compares, or None when none is published.
     """
 
     label: str
@@ -191,18 +240,17 @@ class ModelProfile:
         chat_markup: the chat-format markup those parsers consume (must never reach API text).
         trust_remote_code: whether the repository ships code vLLM must run.
         min_vllm_version: the version the model card asks for.
-        kv_bytes_per_token_fp8, kv_bytes_per_token_bf16: KV cache bytes one token occupies on
-            each GPU at plain tensor parallelism (the MLA-style latent is replicated over TP ranks).
+        cache_geometry: the layers and dimensions the engine sizes the KV cache from
+            (``kv_layout.py`` gives the bytes per token).
         runtime_reserved_bytes_per_gpu: memory vLLM keeps per GPU for everything that is
-            neither weights nor KV (activations, CUDA graphs, linear-attention state, MoE buffers).
-        dcp_kv_efficiency: the fraction of the ideal DCP-size-fold KV gain that DCP delivers.
+            neither weights nor KV (activations, CUDA graphs, MoE buffers); fitted (``kv_fit``).
         recipes: image family (``cuda``/``rocm``) -> vendor recipe.
         api_price: the vendor API price, for cost comparisons.
         license_summary: the commercial conditions users must acknowledge.
         engine_requirements: image family (``cuda``/``rocm``) -> what the engine must implement
             (``engine.check_engine`` enforces it).
-        kv_fit: how ``runtime_reserved_bytes_per_gpu`` and ``dcp_kv_efficiency`` were obtained
-            (None: measured or not fitted).
+        kv_fit: how ``runtime_reserved_bytes_per_gpu`` was obtained (None: measured or not fitted).
+        kv_claim: a published KV-capacity figure, shown beside the engine-layout one (or None).
         attention: its MLA attention layers, for checking the attention backends the command
             names (None: not checked).
     """
@@ -220,29 +268,32 @@ class ModelProfile:
     chat_markup: ChatMarkup
     trust_remote_code: bool
     min_vllm_version: str
-    kv_bytes_per_token_fp8: int
-    kv_bytes_per_token_bf16: int
+    cache_geometry: CacheGeometry
     runtime_reserved_bytes_per_gpu: int
-    dcp_kv_efficiency: float
     recipes: Mapping[str, VendorRecipe]
     api_price: ApiPrice
     license_summary: str
     engine_requirements: Mapping[str, EngineRequirement] = field(default_factory=lambda: MappingProxyType({}))
     kv_fit: FittedKvModel | None = None
+    kv_claim: PublishedKvClaim | None = None
     attention: MlaAttention | None = None
 
-    def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
-        """KV bytes per token per GPU for ``kv_cache_dtype`` (``fp8*`` or ``auto``/``bfloat16``)."""
-        return self.kv_bytes_per_token_fp8 if kv_cache_dtype.startswith("fp8") else self.kv_bytes_per_token_bf16
 
-
-# Kimi K3.1 Pro: 93 layers = 69 Kimi Delta Attention (constant state per sequence, no KV
-# growth) + 24 Gated DSA layers with an MLA-style latent KV. Per token and layer the latent
-# is 512 values + 64 RoPE values; in vLLM's FP8 MLA layout that is 512 B + 16 B scales +
-# 128 B BF16 RoPE = 656 B (BF16: 576 x 2 = 1,152 B). 24 layers -> 15,744 B (FP8) per token.
-_KIMI_KV_LAYERS = 24
-_KIMI_KV_FP8 = _KIMI_KV_LAYERS * 656
-_KIMI_KV_BF16 = _KIMI_KV_LAYERS * 1_152
+# Kimi K3.1 Pro: 93 layers = 69 Kimi Delta Attention (constant state per sequence, no KV growth)
+# + 24 Gated DSA layers (model card). Per DSA layer and token the engine caches a 576-value MLA
+# latent (kv_lora_rank 512 + qk_rope_head_dim 64: the "kv_a 576" of vLLM 0.34.0's
+# models/kimi_k3/nvidia/specialized_decode/cutedsl/dsa/prepared.py:30) and a 128-value indexer key
+# ("wk 128" there; dsa_cache.py:30-31 gives its entry as 132 B FP8, 68 B MXFP4).
+KIMI_K3_1_CACHE_GEOMETRY = CacheGeometry(
+    dsa_layers=24,
+    state_layers=69,
+    mla_head_size=KIMI_K3_1_ATTENTION.head_size,  # 512 latent + 64 RoPE: one fact, in KIMI_K3_1_ATTENTION
+    index_head_dim=128,
+    source=(
+        "model card (24 Gated DSA + 69 KDA layers); vLLM 0.34.0 models/kimi_k3/nvidia/specialized_decode/cutedsl/dsa/"
+        "prepared.py:30 (kv_a 576, wk 128) and models/kimi_k3/common/dsa_cache.py:30-31 (132 B / 68 B index entries)"
+    ),
+)
 
 # FlashInfer's trtllm-gen MLA decode carves a softmax-stats slab out of vLLM's FlashInfer workspace
 # when DCP needs the LSE; at DCP8 that alone took 1,611,661,312 B against the 413,138,944 B
@@ -250,26 +301,43 @@ _KIMI_KV_BF16 = _KIMI_KV_LAYERS * 1_152
 # 2 GiB covers it with about a third to spare (estimate; the slab grows with heads x batch).
 DCP_FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
 
-# Calibration against the vLLM recipe: 8x B300 (275,040 MiB each) with FP8 KV and
-# --gpu-memory-utilization 0.95 holds about 2.6M tokens at TP8 and about 18.5M with DCP8.
-# 0.95 x 288.40 GB - 195.0 GB weights/GPU - 2.6M x 15,744 B = 38.0 GB per GPU left for the
-# runtime, and 18.5M / (8 x 2.6M) = 0.89 of the ideal DCP8 gain.
+# The seed article (the Chinese one; it cites the vLLM recipe): 8x B300 with FP8 KV holds about
+# 2.6M tokens at plain TP8 and about 18.5M with DCP8. Read with 24 x 656 B = 15,744 B per token
+# (the fp8_ds_mla MLA latent alone), as this toolkit did before it read the engine's layout.
+KIMI_K3_1_KV_CLAIM = PublishedKvClaim(
+    gpu="B300",
+    gpus=8,
+    kv_cache_dtype="fp8",
+    gpu_memory_utilization=0.95,
+    tokens_tp=2_600_000,
+    decode_context_parallel_size=8,
+    tokens_dcp=18_500_000,
+    implied_bytes_per_token=24 * 656,
+    implied_by="24 x 656 B: the fp8_ds_mla MLA latent alone",
+    source="seed article (Chinese), citing the vLLM recipe (vllm-project/recipes, Kimi-K3.yaml)",
+)
+
+# The memory KV gets is not published. The one figure that fixes it is the article's: its 2.6M
+# tokens x 15,744 B = 40.9 GB of KV per GPU, so 0.95 x 288.40 GB - 195.0 GB weights/GPU - 40.9 GB
+# = 38.0 GB per GPU left for the runtime (activations, CUDA graphs, MoE buffers). The bytes per
+# token then come from the engine's layout (kv_layout.py), not from the article; DCP divides the
+# caches it shards (both DSA caches), so no DCP efficiency is fitted.
 _KIMI_RUNTIME_RESERVED = 38_000_000_000
-_KIMI_DCP_EFFICIENCY = 0.89
 _KIMI_KV_FIT = FittedKvModel(
-    label="estimate: fitted to 2 recipe figures",
+    label="estimate: KV memory fitted to the article's TP8 figure; bytes per token from vLLM's cache layout",
     formula=(
-        "tokens at TP = (gpu_memory_utilization x GPU memory - weights/TP - runtime_reserved_bytes_per_gpu)"
-        " / KV bytes per token; with DCP: x DCP size x dcp_kv_efficiency"
+        "tokens = (gpu_memory_utilization x GPU memory - weights/TP - runtime_reserved_bytes_per_gpu) / bytes per token "
+        "per GPU (the engine's cache layout; with DCP the caches it shards count 1/DCP)"
     ),
     figures=(
-        "8x B300, FP8 KV, --gpu-memory-utilization 0.95: about 2.6M tokens at TP8 (vLLM recipe, Kimi-K3.yaml)",
-        "the same with DCP8: about 18.5M tokens (vLLM recipe, Kimi-K3.yaml)",
+        "8x B300, FP8 KV, --gpu-memory-utilization 0.95: about 2.6M tokens at TP8, read as 15,744 B/token "
+        "(seed article, citing the vLLM recipe)",
     ),
-    fitted=MappingProxyType(
-        {"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED, "dcp_kv_efficiency": _KIMI_DCP_EFFICIENCY}
+    fitted=MappingProxyType({"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED}),
+    independent_check=(
+        "the article's DCP8 figure, 18.5M = 0.89 x 8 x 2.6M, is not reproduced: both DSA caches shard over DCP ranks "
+        "(8x); memory that only DCP takes (the FlashInfer workspace, all-to-all buffers) is not in the fitted reserve"
     ),
-    independent_check=None,  # no third public figure (other GPU, dtype or DCP size) found
 )
 
 KIMI_K3_1_PRO = ModelProfile(
@@ -286,10 +354,8 @@ KIMI_K3_1_PRO = ModelProfile(
     chat_markup=KIMI_K3_MARKUP,
     trust_remote_code=True,
     min_vllm_version=KIMI_K3_1_MIN_VLLM_VERSION,
-    kv_bytes_per_token_fp8=_KIMI_KV_FP8,
-    kv_bytes_per_token_bf16=_KIMI_KV_BF16,
+    cache_geometry=KIMI_K3_1_CACHE_GEOMETRY,
     runtime_reserved_bytes_per_gpu=_KIMI_RUNTIME_RESERVED,
-    dcp_kv_efficiency=_KIMI_DCP_EFFICIENCY,
     recipes=MappingProxyType(
         {
             "cuda": VendorRecipe(
@@ -407,6 +473,7 @@ KIMI_K3_1_PRO = ModelProfile(
         }
     ),
     kv_fit=_KIMI_KV_FIT,
+    kv_claim=KIMI_K3_1_KV_CLAIM,
     attention=KIMI_K3_1_ATTENTION,
 )
 

@@ -1,8 +1,9 @@
 """Sizing: storage, weight-load time, the startup budget every timeout uses, KV-cache capacity
 and download time. Pure functions over the spec; units are in every name.
 
-Sources: FSx facts in ``fsx.py``; GPU and NVMe facts in ``targets.py``; KV constants and their
-calibration in ``model.py``; the recipe's 3,600 s engine-ready timeout in ``versions.py``.
+Sources: FSx facts in ``fsx.py``; GPU and NVMe facts in ``targets.py``; KV bytes per token from
+the engine's cache layout in ``kv_layout.py``, the fitted memory reserve and the article's claim in
+``model.py``; the recipe's 3,600 s engine-ready timeout in ``versions.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 
 from . import fsx
 from .config import ConfigError, DeploymentSpec, block_instances
+from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
-from .targets import GB, GpuFacts
+from .targets import GB, GPUS, GpuFacts
 from .time_to_ready import ENGINE_INIT_COLD_SECONDS, engine_init_cold_seconds, mirror_copy_rate
 from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
 from .weights import SyncStep
@@ -92,9 +94,14 @@ class Sizing:
         load_seconds: expected time for one model copy to read its weights into GPU memory.
         startup_budget_seconds: the budget every startup timeout uses (startup probe,
             ``VLLM_ENGINE_READY_TIMEOUT_S``, Pulumi custom timeouts).
-        kv_cache_tokens: KV-cache capacity of one model copy at the configured parallelism.
+        kv_cache_tokens: KV-cache capacity of one model copy at the configured parallelism
+            (``vllm.kvCacheTokens`` when measured).
         kv_cache_tokens_tp: capacity at plain tensor parallelism (DCP 1).
         kv_cache_tokens_dcp: capacity at the configured DCP size (equals ``kv_cache_tokens``).
+        kv_cache_source: where ``kv_cache_tokens`` comes from (``estimate: ...`` or measured).
+        kv_layout: the caches of a copy as the engine lays them out (bytes per token per term).
+        kv_bytes_per_gpu: memory per GPU left for the KV cache (the estimate's budget).
+        kv_claim: the published claim beside the engine-layout figure, or None.
         max_model_len: the served context length, tokens.
         full_context_sequences: how many sequences of ``max_model_len`` fit in the KV cache.
         download_seconds_at_100MBps: hub download time of the checkpoint at 100 MB/s.
@@ -110,6 +117,10 @@ class Sizing:
     kv_cache_tokens: int
     kv_cache_tokens_tp: int
     kv_cache_tokens_dcp: int
+    kv_cache_source: str
+    kv_layout: KvCacheLayout
+    kv_bytes_per_gpu: int
+    kv_claim: KvClaimComparison | None
     max_model_len: int
     full_context_sequences: int
     download_seconds_at_100MBps: int
@@ -164,26 +175,109 @@ def kv_cache_tokens(
     gpu_memory_utilization: float,
     kv_cache_dtype: str,
     decode_context_parallel_size: int = 1,
+    *,
+    indexer_cache_dtype: str = DEFAULT_INDEXER_CACHE_DTYPE,
+    argv: tuple[str, ...] = (),
 ) -> int:
-    """KV-cache capacity in tokens of one model copy.
-
-    At plain TP the MLA-style latent KV is replicated on every rank, so capacity is the
-    per-GPU budget over the per-token bytes. DCP shards the KV across ``dcp`` ranks, giving
-    ``dcp x dcp_kv_efficiency`` times that (8x B300, FP8: about 2.6M tokens at TP8, about
-    18.5M with DCP8, per the vLLM recipe; constants in ``model.py``).
+    """KV-cache capacity in tokens of one model copy: the per-GPU budget
+    (``kv_budget_bytes_per_gpu``) over the bytes a token takes on each GPU in the engine's cache
+    layout (``kv_layout.model_layout``; ``argv``: the command's flags, which may name the attention
+    backend and so the latent format). The caches are replicated over TP ranks; DCP shards the
+    ones the layout marks sharded (both DSA caches: DCP8 holds 8x the tokens).
 
     Raises:
-        ValueError: DCP does not divide TP.
+        ValueError: DCP does not divide TP; an unknown KV or indexer dtype.
     """
     if tensor_parallel_size % decode_context_parallel_size:
         raise ValueError(
             f"decode context parallel size {decode_context_parallel_size} must divide TP {tensor_parallel_size}"
         )
     budget = kv_budget_bytes_per_gpu(model, gpu, tensor_parallel_size, gpu_memory_utilization)
-    tokens_tp = max(0, budget) // model.kv_bytes_per_token(kv_cache_dtype)
-    if decode_context_parallel_size == 1:
-        return int(tokens_tp)
-    return int(tokens_tp * decode_context_parallel_size * model.dcp_kv_efficiency)
+    layout = model_layout(model, kv_cache_dtype, gpu, indexer_cache_dtype=indexer_cache_dtype, argv=argv)
+    return layout.tokens(budget, decode_context_parallel_size)
+
+
+@dataclass(frozen=True)
+class KvClaimComparison:
+    """A published KV claim (``model.PublishedKvClaim``) beside the engine-layout figures for the
+    claim's own setting (its GPU, TP, KV dtype, utilization and DCP size, the vendor recipe's flags).
+
+    Attributes:
+        claim_tokens_tp, claim_tokens_dcp, decode_context_parallel_size: what is claimed.
+        claim_bytes_per_token: bytes per token per GPU the claim was read with.
+        engine_tokens_tp, engine_tokens_dcp: the same setting under the engine's layout and the
+            fitted memory (estimate).
+        engine_bytes_per_token: bytes per token per GPU in the engine's layout at TP.
+        difference: one line saying why the two differ.
+        source: where the claim is published.
+    """
+
+    claim_tokens_tp: int
+    claim_tokens_dcp: int
+    decode_context_parallel_size: int
+    claim_bytes_per_token: int
+    engine_tokens_tp: int
+    engine_tokens_dcp: int
+    engine_bytes_per_token: int
+    difference: str
+    source: str
+
+
+def _millions(tokens: int) -> str:
+    return f"{tokens / 1e6:.2f}M"
+
+
+def kv_claim_comparison(model: ModelProfile) -> KvClaimComparison | None:
+    """The model's published KV claim beside the engine-layout figures for the claim's setting,
+    with the difference in one line; None when the model has no claim."""
+    claim = model.kv_claim
+    if claim is None:
+        return None
+    gpu, family = GPUS[claim.gpu], "cuda" if GPUS[claim.gpu].vendor == "nvidia" else "rocm"
+    recipe = model.recipes[family]
+    dcp = claim.decode_context_parallel_size
+    budget = kv_budget_bytes_per_gpu(model, gpu, claim.gpus, claim.gpu_memory_utilization)
+    tp_layout = model_layout(model, claim.kv_cache_dtype, gpu, argv=recipe_argv(recipe, 1))
+    dcp_layout = model_layout(model, claim.kv_cache_dtype, gpu, argv=recipe_argv(recipe, dcp))
+    tokens_tp, tokens_dcp = tp_layout.tokens(budget, 1), dcp_layout.tokens(budget, dcp)
+    mla, index = tp_layout.terms[0], tp_layout.terms[1]
+    latent = (
+        f"the MLA latent as {mla.format} ({mla.bytes_per_token_per_layer:,} B per layer"
+        + (f", {tp_layout.attention_backend}" if tp_layout.attention_backend else "") + ")"
+    )
+    difference = (
+        f"the article's {_millions(claim.tokens_tp)} (TP{claim.gpus}) and {_millions(claim.tokens_dcp)} (DCP{dcp}) assume "
+        f"{claim.implied_bytes_per_token:,} B/token ({claim.implied_by}); the engine also caches indexer keys "
+        f"({index.layers} x {index.bytes_per_token_per_layer} B) and stores {latent}: "
+        f"{tp_layout.bytes_per_token_per_gpu:,} B/token, {_millions(tokens_tp)} and {_millions(tokens_dcp)} in the same memory"
+    )
+    return KvClaimComparison(
+        claim_tokens_tp=claim.tokens_tp,
+        claim_tokens_dcp=claim.tokens_dcp,
+        decode_context_parallel_size=dcp,
+        claim_bytes_per_token=claim.implied_bytes_per_token,
+        engine_tokens_tp=tokens_tp,
+        engine_tokens_dcp=tokens_dcp,
+        engine_bytes_per_token=tp_layout.bytes_per_token_per_gpu,
+        difference=difference,
+        source=claim.source,
+    )
+
+
+def serving_argv(spec: DeploymentSpec, decode_context_parallel_size: int) -> tuple[str, ...]:
+    """The flags of the serving command that can choose the attention backend: the recipe's (with
+    its DCP flags when DCP > 1) then ``vllm.extraArgs``, in the command's order."""
+    recipe = spec.model.recipes[spec.target.image_family]
+    return recipe_argv(recipe, decode_context_parallel_size) + tuple(spec.config.vllm.extra_args)
+
+
+def kv_layout(spec: DeploymentSpec) -> KvCacheLayout:
+    """The caches of one copy of ``spec`` as the engine lays them out (configured DCP's flags)."""
+    vcfg = spec.config.vllm
+    return model_layout(
+        spec.model, kv_cache_dtype(spec), spec.target.gpu, indexer_cache_dtype=vcfg.indexer_cache_dtype,
+        argv=serving_argv(spec, vcfg.decode_context_parallel_size),
+    )
 
 
 def startup_budget_seconds(load_seconds: int, engine_init_seconds: float = ENGINE_WARMUP_SECONDS) -> int:
@@ -298,9 +392,24 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
             f"leaves no memory for the KV cache on {tp}x {target.gpu.name} (need more than "
             f"{(model.weights_bytes / tp + model.runtime_reserved_bytes_per_gpu) / target.gpu.memory_bytes:.2f})",
         )
-    tokens_tp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, 1)
     dcp = vcfg.decode_context_parallel_size
-    tokens_dcp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, dcp)
+    indexer = vcfg.indexer_cache_dtype
+    tokens_tp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, 1,
+                                indexer_cache_dtype=indexer, argv=serving_argv(spec, 1))
+    tokens_dcp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, dcp,
+                                 indexer_cache_dtype=indexer, argv=serving_argv(spec, dcp))
+    layout = kv_layout(spec)
+    kv_source = (
+        (model.kv_fit.label if model.kv_fit else "estimate: the engine's cache layout")
+        + f"; {layout.bytes_per_token_per_gpu:,} B per token per GPU"
+    )
+    if vcfg.kv_cache_tokens is not None:
+        # Measured at the configured parallelism: it replaces that figure (the other stays an estimate).
+        kv_source = "vllm.kvCacheTokens (measured: vLLM's 'GPU KV cache size' log line)"
+        if dcp > 1:
+            tokens_dcp = vcfg.kv_cache_tokens
+        else:
+            tokens_tp = tokens_dcp = vcfg.kv_cache_tokens
     storage = storage_plan(spec)
     bytes_per_node = model.weights_bytes / spec.nodes_per_copy
     load = math.ceil(bytes_per_node / storage.read_bytes_per_second)
@@ -315,6 +424,10 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         kv_cache_tokens=tokens_dcp,
         kv_cache_tokens_tp=tokens_tp,
         kv_cache_tokens_dcp=tokens_dcp,
+        kv_cache_source=kv_source,
+        kv_layout=layout,
+        kv_bytes_per_gpu=budget,
+        kv_claim=kv_claim_comparison(model),
         max_model_len=max_len,
         full_context_sequences=tokens_dcp // max_len,
         download_seconds_at_100MBps=download_seconds(model.weights_bytes, HUB_DOWNLOAD_MEGABYTES_PER_SECOND),

@@ -26,8 +26,10 @@ class GpuFacts:
         memory_bytes: HBM per GPU in bytes.
         fp4_native: whether the GPU has native FP4 (MXFP4) tensor units.
         architecture: GPU architecture family (``blackwell``, ``hopper``, ``cdna4``).
-        compute_capability: CUDA compute capability ``(major, minor)`` (``(10, 3)`` = SM 10.3), which
-            vLLM's attention backends check (``supports_compute_capability``); None off CUDA.
+        compute_capability: CUDA compute capability ``(major, minor)`` (NVIDIA's CUDA GPU list,
+            developer.nvidia.com/cuda-gpus: B200/GB200 10.0, B300/GB300 10.3, H100/H200 9.0);
+            None for GPUs that CUDA does not run (AMD). vLLM gates kernels by it: "SM10x" is
+            major 10 (``current_platform.is_device_capability_family(100)``).
     """
 
     name: str

@@ -7,12 +7,14 @@ which deployments fill from a secret (``secret_env``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from .config import DeploymentSpec
+from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, INDEXER_KV_DTYPE_KEY
 from .sizing import Sizing, compute_sizing, kv_cache_dtype
 from .versions import VLLM_MASTER_PORT, vllm_image
 from .weights import serving_path
@@ -166,6 +168,50 @@ def _common_argv(spec: DeploymentSpec, sizing: Sizing) -> list[str]:
     return argv
 
 
+def attention_config_keys(spec: DeploymentSpec) -> dict[str, str]:
+    """Keys the toolkit merges into the ``--attention-config`` JSON: ``indexer_kv_dtype`` when
+    ``vllm.indexerCacheDtype`` is not the default (vLLM 0.34.0 config/attention.py:101)."""
+    dtype = spec.config.vllm.indexer_cache_dtype
+    return {} if dtype == DEFAULT_INDEXER_CACHE_DTYPE else {INDEXER_KV_DTYPE_KEY: dtype}
+
+
+def merge_attention_config(argv: Sequence[str], keys: Mapping[str, str]) -> list[str]:
+    """``argv`` with ``keys`` merged into every ``--attention-config`` JSON object (``X`` or ``=X``;
+    argparse keeps the last, so each carries them), or one ``--attention-config`` appended when
+    there is none. Compact JSON, the recipe's keys first in their order. No keys: ``argv`` as is.
+
+    Raises:
+        ValueError: an ``--attention-config`` value that is not a JSON object.
+    """
+    if not keys:
+        return list(argv)
+
+    def merged(text: str) -> str:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError(f"--attention-config {text!r} is not a JSON object")
+        return json.dumps({**value, **keys}, separators=(",", ":"))
+
+    out: list[str] = []
+    found = False
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--attention-config" and i + 1 < len(argv):
+            out += [arg, merged(argv[i + 1])]
+            found, i = True, i + 2
+            continue
+        if arg.startswith("--attention-config="):
+            out.append("--attention-config=" + merged(arg.split("=", 1)[1]))
+            found = True
+        else:
+            out.append(arg)
+        i += 1
+    if not found:
+        out += ["--attention-config", json.dumps(dict(keys), separators=(",", ":"))]
+    return out
+
+
 def _served_names(spec: DeploymentSpec) -> tuple[str, ...]:
     names = [spec.served_model_name]
     if spec.hub_repo not in names:
@@ -214,14 +260,17 @@ def build_vllm_command(spec: DeploymentSpec, sizing: Sizing | None = None) -> Vl
     http_env = {**env, "PYTHONPATH": API_GUARD_CONTAINER_DIR}
     secret_env = {"VLLM_API_KEY": "apiKey"}
     extra = list(cfg.extra_args)
+    # vllm.indexerCacheDtype rides in the recipe's --attention-config (one flag, merged JSON).
+    attention_keys = attention_config_keys(spec)
     nodes = spec.nodes_per_copy
     roles: tuple[VllmRole, ...]
     if nodes == 1:
-        roles = (VllmRole("server", 1, tuple(base + http + extra), http_env, secret_env),)
+        server = merge_attention_config(base + http + extra, attention_keys)
+        roles = (VllmRole("server", 1, tuple(server), http_env, secret_env),)
     else:
         multi = ["--nnodes", str(nodes), "--master-addr", LEADER_ADDRESS_REF, "--master-port", str(VLLM_MASTER_PORT)]
-        leader = base + multi + ["--node-rank", "0"] + http + extra
-        worker = base + multi + ["--node-rank", WORKER_INDEX_REF, "--headless"] + extra
+        leader = merge_attention_config(base + multi + ["--node-rank", "0"] + http + extra, attention_keys)
+        worker = merge_attention_config(base + multi + ["--node-rank", WORKER_INDEX_REF, "--headless"] + extra, attention_keys)
         roles = (
             VllmRole("leader", 1, tuple(leader), http_env, secret_env),
             VllmRole("worker", nodes - 1, tuple(worker), dict(env), {}, serves_http=False),

@@ -260,6 +260,7 @@ def rules() -> dict[str, str]:
     from components.core.config.network import MIN_CLIENT_PREFIX_LENGTH
     from components.core.config.target import supported_targets
     from components.core.config.vllm import TOOLKIT_FLAGS
+    from components.core.kv_layout import mxfp4_indexer_supported
     from components.core.model import MODELS
     from components.core.targets import PLATFORMS, TARGETS, instance_types_of
     from components.core.versions import EKS_VERSIONS, KNOWN_ADDONS
@@ -333,10 +334,15 @@ def rules() -> dict[str, str]:
         "model is refused (engine.py)",
         "vllm.decodeContextParallelSize": "divides the tensor-parallel size (config/vllm.py)",
         "vllm.maxModelLen": "at most the model's context (config/vllm.py)",
-        "vllm.kvCacheDtype": "ROCm targets: auto or bfloat16 (config/vllm.py)",
+        "vllm.kvCacheDtype": "ROCm targets: auto or bfloat16; CUDA targets: a dtype a sparse MLA backend stores "
+        "(not fp8_e5m2) (config/vllm.py, kv_layout.py)",
+        "vllm.indexerCacheDtype": "mxfp4 on NVIDIA SM10x GPUs only ("
+        + ", ".join(name for name in supported if mxfp4_indexer_supported(TARGETS[name].gpu))
+        + ") (config/vllm.py, kv_layout.py)",
         "vllm.gpuMemoryUtilization": "leaves memory for the KV cache; with DCP, twice the DCP workspace outside "
         "(config/vllm.py, sizing.py)",
-        "vllm.extraArgs": f"none of {', '.join(sorted(TOOLKIT_FLAGS))} (config/vllm.py)",
+        "vllm.extraArgs": f"none of {', '.join(sorted(TOOLKIT_FLAGS))}; no indexer_kv_dtype (vllm.indexerCacheDtype); "
+        "with indexerCacheDtype mxfp4 every --attention-config a JSON object (config/vllm.py)",
         "kubernetes.namespace": "a DNS label; not on aws-ec2 (config/kubernetes.py)",
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
         "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "
@@ -547,6 +553,8 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
     "vllm.decodeContextParallelSize": (Probe((8, 1)),),
     "vllm.maxModelLen": (Probe((262144,)),),
     "vllm.kvCacheDtype": (Probe(("fp8_e4m3", "bfloat16")),),
+    "vllm.indexerCacheDtype": (Probe(("mxfp4",), stacks=("b300", "b300-prod", "gb300")),),
+    "vllm.kvCacheTokens": (Probe((2_250_000,)),),
     "vllm.gpuMemoryUtilization": (Probe((0.9,)),),
     "vllm.enablePrefixCaching": (Probe((False,)),),
     "vllm.extraArgs": (Probe((["--max-num-seqs", "64"],)),),

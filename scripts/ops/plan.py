@@ -21,6 +21,7 @@ Exit codes: 0 ok; 1 the plan found a problem (a secret in a plain input); 2 usag
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -93,6 +94,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     gpus_per_node, replicas, instance_type}, ``sizing`` {storage_kind, storage_capacity_gib,
     fsx_capacity_gib, fsx_throughput_per_tib_mbps, read_bytes_per_second, load_seconds,
     startup_budget_seconds, kv_cache_tokens, kv_cache_tokens_tp, kv_cache_tokens_dcp,
+    kv_cache_source, kv_cache_layout {terms [{name, layers, format, bytes_per_token_per_layer,
+    bytes_per_token_per_gpu, dcp_sharded, per_sequence, source}], budget, ...}, kv_cache_claim,
     max_model_len, download_seconds_at_100MBps, usd_per_hour, price_source}, ``vllm``
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
@@ -165,7 +168,10 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "kv_cache_tokens": sizing.kv_cache_tokens,
             "kv_cache_tokens_tp": sizing.kv_cache_tokens_tp,
             "kv_cache_tokens_dcp": sizing.kv_cache_tokens_dcp,
+            "kv_cache_source": sizing.kv_cache_source,
             "kv_cache_model": _kv_cache_model(spec.model),
+            "kv_cache_layout": _kv_cache_layout(spec, sizing),
+            "kv_cache_claim": _kv_cache_claim(sizing),
             "max_model_len": sizing.max_model_len,
             "full_context_sequences": sizing.full_context_sequences,
             "download_seconds_at_100MBps": sizing.download_seconds_at_100MBps,
@@ -474,7 +480,7 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
              "load, engine init; see time to ready)")
     ttl = doc["expires_at"] and not doc["expires_rule"].startswith("explicit")
     expires = doc["expires_rule"] + (f" -> {doc['expires_at']} if created now" if ttl else "")
-    kv_label = sz["kv_cache_model"]["label"] if sz.get("kv_cache_model") else None
+    kv_source = sz["kv_cache_source"]
 
     def source(text: str | None) -> str:
         """``  (text)`` with --details; ``  (estimate)`` for an estimate without; else nothing."""
@@ -513,8 +519,10 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         (
             "KV cache",
             f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
-            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences" + source(kv_label),
+            f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences"
+            + (source(kv_source) if details or kv_source.startswith("estimate") else "  (measured)"),
         ),
+        *(kv_detail_rows(sz) if details else []),
         *([("hub download", download), ("first deploy", first)] if details else []),
         ("cost", price),
         ("expires", expires),
@@ -525,6 +533,40 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         rows += [("API path", line) for line in api["path"]] if details else []
     rows += [row for row in scaling_rows(doc) if details or row[0] != "scaling note"]
     return rows + ([("scraping", doc["scraping"])] if doc.get("scraping") else [])
+
+
+def kv_detail_rows(sz: dict[str, Any]) -> list[tuple[str, str]]:
+    """The KV figure's derivation for ``--details``: bytes per token per cache (the engine's
+    layout, ``sizing.kv_cache_layout``), the memory they get, and the published claim beside them."""
+    layout = sz["kv_cache_layout"]
+    dcp = layout["decode_context_parallel_size"]
+    per_token = [t for t in layout["terms"] if not t["per_sequence"]]
+    parts = [
+        f"{t['name']} {t['layers']} x {t['bytes_per_token_per_layer']:,} B {t['format']}"
+        + (", sharded over DCP" if t["dcp_sharded"] else "")
+        for t in per_token
+    ]
+    states = [f"{t['name']} ({t['layers']} layers) per sequence, not in the token figure" for t in layout["terms"]
+              if t["per_sequence"]]
+    at_dcp = f" (DCP {dcp}: {layout['bytes_per_token_per_gpu_at_dcp']:,.0f} B)" if dcp > 1 else ""
+    backend = (f"; latent format of {layout['attention_backend']} ({layout['backend_source']})"
+               if layout["attention_backend"] else "")
+    rows = [(
+        "KV per token",
+        f"{layout['bytes_per_token_per_gpu']:,} B per GPU{at_dcp} = " + " + ".join(parts)
+        + "".join(f"; {s}" for s in states) + backend + f" ({layout['source']})",
+    )]
+    budget = layout["budget"]
+    rows.append((
+        "KV memory",
+        f"{budget['kv_bytes_per_gpu'] / 1e9:,.2f} GB per GPU = {budget['gpu_memory_utilization']:g} x "
+        f"{budget['gpu_memory_bytes'] / 1e9:,.2f} GB - {budget['weights_bytes_per_gpu'] / 1e9:,.2f} GB weights - "
+        f"{budget['runtime_reserved_bytes_per_gpu'] / 1e9:,.2f} GB runtime reserve ({budget['source']})",
+    ))
+    claim = sz.get("kv_cache_claim")
+    if claim:
+        rows.append(("article's claim", f"{claim['difference']} ({claim['source']})"))
+    return rows
 
 
 # Code blocks in Markdown are laid out for this many columns (a pull-request page shows about 120).
@@ -1048,6 +1090,52 @@ def _open_output(path: str | None):
         return open(path, "w", encoding="utf-8")
     except OSError as err:
         raise ConfigError("--output", path, f"cannot be written: {err.strerror}") from None
+
+
+def _kv_cache_layout(spec: Any, sizing: Any) -> dict[str, Any]:
+    """The caches of one copy as the engine lays them out (``sizing.kv_layout``), one term each,
+    and the memory per GPU they get (``kv_budget``)."""
+    layout = sizing.kv_layout
+    dcp = spec.config.vllm.decode_context_parallel_size
+    model = spec.model
+    fit = model.kv_fit
+    return {
+        "kv_cache_dtype": layout.kv_cache_dtype,
+        "indexer_cache_dtype": layout.indexer_cache_dtype,
+        "attention_backend": layout.attention_backend,
+        "backend_source": layout.backend_source,
+        "decode_context_parallel_size": dcp,
+        "bytes_per_token_per_gpu": layout.bytes_per_token_per_gpu,
+        "bytes_per_token_per_gpu_at_dcp": layout.bytes_per_token_per_gpu_at(dcp),
+        "source": "vLLM's cache layout, kv_layout.py",
+        "terms": [
+            {
+                "name": t.name,
+                "layers": t.layers,
+                "format": t.format,
+                "bytes_per_token_per_layer": t.bytes_per_token_per_layer,
+                "bytes_per_token_per_gpu": t.bytes_per_token_per_gpu,
+                "dcp_sharded": t.dcp_sharded,
+                "per_sequence": t.per_sequence,
+                "source": t.source,
+            }
+            for t in layout.terms
+        ],
+        "budget": {
+            "kv_bytes_per_gpu": sizing.kv_bytes_per_gpu,
+            "gpu_memory_utilization": spec.config.vllm.gpu_memory_utilization,
+            "gpu_memory_bytes": spec.target.gpu.memory_bytes,
+            "weights_bytes_per_gpu": model.weights_bytes / spec.target.gpus_per_copy,
+            "runtime_reserved_bytes_per_gpu": model.runtime_reserved_bytes_per_gpu,
+            "source": fit.label if fit else "estimate",
+        },
+    }
+
+
+def _kv_cache_claim(sizing: Any) -> dict[str, Any] | None:
+    """The published KV claim beside the engine-layout figures for its setting, or None."""
+    claim = sizing.kv_claim
+    return None if claim is None else dataclasses.asdict(claim)
 
 
 def _kv_cache_model(model: Any) -> dict[str, Any] | None:

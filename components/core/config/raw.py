@@ -56,6 +56,9 @@ MAX_MEASURED_PHASE_SECONDS = 86_400.0
 # Decode context parallelism divides the tensor-parallel group: at most the largest group of a
 # target (gb200: 16 GPUs; the vllm check then requires it to divide the stack's TP).
 MAX_DECODE_CONTEXT_PARALLEL_SIZE = 16
+# A measured KV capacity: 10 billion tokens, hundreds of times what a copy of any profile holds
+# (Kimi K3.1 Pro on 8x B300 at DCP8: about 19M), a typo guard.
+MAX_KV_CACHE_TOKENS = 10_000_000_000
 # The longest context of a model profile (Kimi K3.1 Pro: 1,048,576 tokens; model.py).
 MAX_MODEL_LEN_TOKENS = max(m.max_context_tokens for m in MODELS.values())
 
@@ -291,6 +294,15 @@ class VllmConfig(_Raw):
         None, alias="kvCacheDtype", json_schema_extra=_derived("the recipe's (fp8 on CUDA, auto on ROCm)")
     )
     """The KV-cache data type (vLLM --kv-cache-dtype)."""
+    indexer_cache_dtype: Literal["fp8", "mxfp4"] = Field("fp8", alias="indexerCacheDtype")
+    """The DSA indexer's key cache: fp8 (132 B per token and DSA layer) or mxfp4 (68 B; NVIDIA SM10x GPUs only), merged into
+    the recipe's --attention-config as indexer_kv_dtype; the plan's KV figure follows it."""
+    kv_cache_tokens: StrictInt | None = Field(
+        None, alias="kvCacheTokens", ge=1, le=MAX_KV_CACHE_TOKENS,
+        json_schema_extra=_derived("an estimate from the engine's cache layout (labelled so in the plan)"),
+    )
+    """Measured KV-cache capacity of one model copy, tokens: the N of vLLM's startup log line "GPU KV cache size: N
+    tokens" at this stack's parallelism and maxModelLen; replaces the estimate in the plan."""
     gpu_memory_utilization: float = Field(0.95, alias="gpuMemoryUtilization", gt=0.5, le=0.99)
     """Share of each GPU's memory vLLM may use (weights, activations, KV cache); the rest is left to the runtime (and the
     DCP workspace)."""

@@ -3,6 +3,14 @@ the image reference, and whether the engine build can serve the model."""
 
 from __future__ import annotations
 
+import json
+
+from ..kv_layout import (
+    INDEXER_KV_DTYPE_KEY,
+    SPARSE_BACKEND_KV_DTYPES,
+    model_layout,
+    mxfp4_indexer_supported,
+)
 from ..model import ModelProfile
 from ..targets import TargetProfile
 from .errors import ConfigError
@@ -15,9 +23,17 @@ TOOLKIT_FLAGS: frozenset[str] = frozenset(
 )
 
 
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
 def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> None:
     """``vllm.decodeContextParallelSize`` (divides TP; room for the DCP workspace, a warning),
-    ``maxModelLen``, ``kvCacheDtype`` on ROCm, ``extraArgs``, ``imageTag`` and ``image``.
+    ``maxModelLen``, ``kvCacheDtype`` (ROCm; a dtype no sparse MLA backend stores),
+    ``indexerCacheDtype`` (mxfp4 on SM10x only), ``extraArgs``, ``imageTag`` and ``image``.
 
     Raises:
         ConfigError: the first invalid value, one line.
@@ -42,8 +58,11 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
                 f"leaves {outside / 1024**3:.1f} GiB per GPU outside vLLM's pool; DCP {dcp} needs room for a "
                 f"{workspace / 1024**3:.0f} GiB FlashInfer workspace twice over (at most {most:.3f})",
             )
+        recipe_dtype = model.recipes[target.image_family].kv_cache_dtype
+        layout = model_layout(model, raw.vllm.kv_cache_dtype or recipe_dtype, target.gpu)
+        gain = layout.bytes_per_token_per_gpu / layout.bytes_per_token_per_gpu_at(dcp)
         warnings.append(
-            f"DCP {dcp}: about {dcp * model.dcp_kv_efficiency:.1f}x the KV tokens of plain TP (long sessions, "
+            f"DCP {dcp}: {gain:g}x the KV tokens of plain TP (both DSA caches shard over DCP ranks; long sessions, "
             f"bigger prefix cache) for decode steps about 7-25% slower, a {workspace / 1024**3:.0f} GiB "
             "FlashInfer workspace per GPU (default 394 MiB; vllm#50781) and the DCP backends "
             "(--dcp-comm-backend a2a, FLASHINFER_MLA_SPARSE decode for the DSA layers, TRTLLM_RAGGED prefill)"
@@ -57,7 +76,37 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         raise ConfigError(
             "vllm.kvCacheDtype", raw.vllm.kv_cache_dtype, "is not part of the MI355X recipe (allowed: auto, bfloat16)"
         )
-    for arg in raw.vllm.extra_args:
+    sparse_dtypes = sorted({d for dtypes in SPARSE_BACKEND_KV_DTYPES.values() for d in dtypes})
+    if (target.image_family == "cuda" and model.cache_geometry.dsa_layers and raw.vllm.kv_cache_dtype
+            and raw.vllm.kv_cache_dtype.startswith("fp8") and raw.vllm.kv_cache_dtype not in sparse_dtypes):
+        # DSA layers need a sparse MLA backend; each lists the quantized dtypes it stores.
+        backends = "; ".join(f"{b}: {', '.join(d)}" for b, d in SPARSE_BACKEND_KV_DTYPES.items())
+        raise ConfigError(
+            "vllm.kvCacheDtype", raw.vllm.kv_cache_dtype,
+            f"is stored by no sparse MLA backend of vLLM for the DSA layers ({backends}) (allowed: auto, bfloat16, "
+            f"{', '.join(sparse_dtypes)})",
+        )
+    if raw.vllm.indexer_cache_dtype == "mxfp4" and not mxfp4_indexer_supported(target.gpu):
+        raise ConfigError(
+            "vllm.indexerCacheDtype", "mxfp4",
+            f"needs an NVIDIA SM10x GPU (vLLM writes this model's MXFP4 indexer keys only there); target {target.name} "
+            f"has {target.gpu.name} (allowed: fp8)",
+        )
+    extra = raw.vllm.extra_args
+    for i, arg in enumerate(extra):
+        if INDEXER_KV_DTYPE_KEY in arg:
+            raise ConfigError(
+                "vllm.extraArgs", arg,
+                f"sets {INDEXER_KV_DTYPE_KEY}: use vllm.indexerCacheDtype (the plan's KV figure follows it)",
+            )
+        # vllm.indexerCacheDtype is merged into every --attention-config JSON object of the command.
+        flag, eq, inline = arg.partition("=")
+        value = inline if eq else (extra[i + 1] if i + 1 < len(extra) else "")
+        if flag == "--attention-config" and raw.vllm.indexer_cache_dtype != "fp8" and not _is_json_object(value):
+            raise ConfigError(
+                "vllm.extraArgs", value, "is not a JSON object: --attention-config must be one for vllm.indexerCacheDtype "
+                "to be merged into it"
+            )
         if arg.split("=", 1)[0] in TOOLKIT_FLAGS:
             raise ConfigError(
                 "vllm.extraArgs",
