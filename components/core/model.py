@@ -157,6 +157,10 @@ class ModelProfile:
             (``engine.check_engine`` enforces it).
         kv_fit: how ``runtime_reserved_bytes_per_gpu`` and ``dcp_kv_efficiency`` were obtained
             (None: measured or not fitted).
+        reasoning_efforts: the ``reasoning_effort`` values the pinned engine accepts for this model,
+            lowest to highest (``()``: the field is not supported).
+        sparse_attention_tokens: how many past tokens a sparse-attention layer attends to per query
+            (its top-k), None for dense attention; facts beyond this window test the selection.
     """
 
     name: str
@@ -181,6 +185,8 @@ class ModelProfile:
     license_summary: str
     engine_requirements: Mapping[str, EngineRequirement] = field(default_factory=lambda: MappingProxyType({}))
     kv_fit: FittedKvModel | None = None
+    reasoning_efforts: tuple[str, ...] = ()
+    sparse_attention_tokens: int | None = None
 
     def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
         """KV bytes per token per GPU for ``kv_cache_dtype`` (``fp8*`` or ``auto``/``bfloat16``)."""
@@ -334,6 +340,11 @@ KIMI_K3_1_PRO = ModelProfile(
         }
     ),
     kv_fit=_KIMI_KV_FIT,
+    # vLLM 0.34.0 renderers/kimi_k3.py: _K31_THINKING_EFFORTS for model_type kimi_k31 (K3 takes low,
+    # high, max); the renderer maps reasoning_effort to the template's thinking_effort.
+    reasoning_efforts=("low", "medium", "high", "max"),
+    # The 24 Gated DSA layers attend to the top 2,048 tokens the indexer selects (model card).
+    sparse_attention_tokens=2_048,
 )
 
 MODELS: Mapping[str, ModelProfile] = MappingProxyType({KIMI_K3_1_PRO.name: KIMI_K3_1_PRO})
