@@ -51,7 +51,9 @@ Front faults (``FRONT_FAULTS``): not OpenAI's shape, or methods refused before t
                     http.server does this for methods it does not implement)
   refuse-methods-405  the same with 405 (a proxy that forwards only GET and POST)
 Options: ``hold_seconds`` (hold-tool-calls), ``keep_alive_seconds`` (send ``: keep-alive`` SSE
-comments while a stream is silent, as vLLM's --sse-keep-alive-interval does), ``efforts``.
+comments while a stream is silent, as vLLM's --sse-keep-alive-interval does),
+``finish_with_last_call`` (the finish reason on the last call's delta, as vLLM 0.34.0 sends it
+when the call's close marker and the end arrive in one step).
 Bound to 127.0.0.1 on a free port; ``with OpenAITestServer() as server: server.base_url``.
 """
 
@@ -107,6 +109,7 @@ class OpenAITestServer:
         token_delay_seconds: float = 0.001,
         hold_seconds: float = 1.5,
         keep_alive_seconds: float | None = None,
+        finish_with_last_call: bool = False,
     ):
         unknown = set(misbehave) - set(MISBEHAVIOURS) - set(FRONT_FAULTS)
         if unknown:
@@ -114,6 +117,7 @@ class OpenAITestServer:
         self.model, self.api_key, self.misbehave = model, api_key, frozenset(misbehave)
         self.max_model_len, self.token_delay_seconds = max_model_len, token_delay_seconds
         self.hold_seconds, self.keep_alive_seconds = hold_seconds, keep_alive_seconds
+        self.finish_with_last_call = finish_with_last_call
         self.efforts = K3_EFFORTS if "k3-efforts" in self.misbehave else K31_EFFORTS
         self._agent_calls = 0
         self.requests: list[dict[str, Any]] = []
@@ -456,12 +460,14 @@ class OpenAITestServer:
                     whole = {"id": call["id"], "type": "function", "index": index,
                              "function": {"name": fn["name"], "arguments": fn["arguments"]}}
                     pieces.append({"content": None, "tool_calls": [whole]})
-                for delta in pieces:
+                merge_finish = server.finish_with_last_call and bool(pieces) and bool(pieces[-1].get("tool_calls"))
+                for n, delta in enumerate(pieces):
                     if delta.get("tool_calls") and "hold-tool-calls" in server.misbehave:
                         self._hold(server.hold_seconds)
                     time.sleep(server.token_delay_seconds)
-                    send(choice(delta))
-                send(choice({}, finish))
+                    send(choice(delta, finish if merge_finish and n == len(pieces) - 1 else None))
+                if not merge_finish:
+                    send(choice({}, finish))
                 if (body.get("stream_options") or {}).get("include_usage"):
                     send({**base, "choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")

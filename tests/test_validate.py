@@ -107,6 +107,9 @@ def test_a_needle_the_served_context_cannot_hold_fails_naming_max_model_len():
         result = run(server, checks=("needle",), needle_tokens=validate.DEFAULT_NEEDLE_TOKENS)["needle"]
         sent = list(server.requests)
     assert result.status == "fail" and "--max-model-len" in result.reason and "--needle-tokens 14,336" in result.reason
+    with OpenAITestServer(max_model_len=4_096) as server:  # too short for any haystack outside the window
+        short = run(server, checks=("needle",))["needle"]
+    assert short.status == "fail" and "--needle-tokens" not in short.reason and "needs 6,656" in short.reason
     assert sent == []  # decided from /v1/models, nothing sent
 
 
@@ -473,3 +476,12 @@ def test_statistics_against_known_values():
     assert median([3, 1, 2]) == 2 and median([4, 1, 2, 3]) == 2.5
     with pytest.raises(ValueError):
         wilson_interval(3, 2)
+
+
+def test_a_finish_reason_on_the_last_call_delta_is_read():
+    """vLLM 0.34.0 may send the last tool call and the finish reason in one chunk (no empty finish delta)."""
+    with OpenAITestServer(finish_with_last_call=True) as server:
+        results = run(server, checks=("stream-tools", "stream-silence", "concurrent-tools", "tool-reliability"))
+    assert {n: results[n].status for n in ("stream-tools", "stream-silence", "concurrent-tools", "tool-reliability")} == {
+        "stream-tools": "pass", "stream-silence": "pass", "concurrent-tools": "pass", "tool-reliability": "pass"}, {
+        n: r.reason for n, r in results.items()}

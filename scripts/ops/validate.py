@@ -759,15 +759,18 @@ def check_needle(client: Any, opts: Options) -> CheckResult:
     rng = random.Random(opts.seed + 2)
     target = opts.needle_tokens
     limit = opts.facts.max_model_len
+    window = (opts.model_profile.sparse_attention_tokens or 0) + NEEDLE_WINDOW_MARGIN_TOKENS
     if limit is not None and target + NEEDLE_ANSWER_TOKENS > limit:
+        fits = limit - NEEDLE_ANSWER_TOKENS
+        other = (f"or pass --needle-tokens {fits:,}" if fits >= 2 * window else
+                 f"the smallest haystack that keeps every fact outside the {window:,}-token window needs "
+                 f"{2 * window + NEEDLE_ANSWER_TOKENS:,}")
         return CheckResult(
             name, FAIL,
             f"the served max_model_len is {limit:,} tokens, below the {target:,}-token haystack + {NEEDLE_ANSWER_TOKENS:,} for "
-            f"the answer: is the server's --max-model-len the planned one? (or pass --needle-tokens "
-            f"{max(1024, limit - NEEDLE_ANSWER_TOKENS):,})",
+            f"the answer: is the server's --max-model-len the planned one? ({other})",
             {"target_tokens": target, "max_model_len": limit},
         )
-    window = (opts.model_profile.sparse_attention_tokens or 0) + NEEDLE_WINDOW_MARGIN_TOKENS
     depths = needle_depths(target, opts.needle_facts, window)
     if target < 2 * window or not depths:
         return CheckResult(name, FAIL, f"--needle-tokens {target:,} leaves no room for a fact outside the last "
