@@ -107,7 +107,7 @@ class OpenAITestServer:
         misbehave: set[str] | frozenset[str] = frozenset(),
         max_model_len: int = 1_048_576,
         token_delay_seconds: float = 0.001,
-        hold_seconds: float = 1.5,
+        hold_seconds: float = 3.0,
         keep_alive_seconds: float | None = None,
         finish_with_last_call: bool = False,
     ):

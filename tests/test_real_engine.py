@@ -259,9 +259,10 @@ def test_validate_passes_against_the_pinned_release_parsing_the_real_engine(pinn
     assert effort["levels"] == ["low", "medium", "high", "max"] and effort["unit"] == "reasoning tokens"
     medians = [effort["medians"][level] for level in effort["levels"]]
     assert medians == sorted(medians) and len(set(medians)) == 4 and effort["p_value"] <= 0.01
-    # A call is streamed when its close marker arrives: the long note's call came whole after a silence.
-    silence = results["stream-silence"]
-    assert "which then arrived whole" in silence["reason"] and silence["metrics"]["longest_silence_seconds"] > 0
+    # A call is streamed when its close marker arrives: the long note's call came whole, in one delta,
+    # after a silence while the model wrote it (which silence is the longest depends on the load).
+    silence = results["stream-silence"]["metrics"]
+    assert silence["call_deltas"] == 1 and silence["argument_chars"] > 300 and silence["silence_before_call_seconds"] > 0
     assert results["round-trip"]["metrics"]["reasoning_field"] == "reasoning"
     assert results["tool-choice"]["metrics"]["replies"]["named get_time"]["calls"] == ["get_time"]
     assert results["tool-reliability"]["metrics"]["outcomes"]["ok"] == 8

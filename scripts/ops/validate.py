@@ -1119,12 +1119,13 @@ def check_stream_silence(client: Any, opts: Options) -> CheckResult:
                          timeout_seconds=opts.timeout_seconds)
     if record.status != 200:
         raise CheckFailed(record.error or f"HTTP {record.status}")
-    arguments, call_event, usage = "", None, None
+    arguments, call_event, usage, call_deltas = "", None, None, 0
     for index, event in enumerate(record.events):
         usage = event.get("usage") or usage
         for choice in event.get("choices") or []:
             for tc in (choice.get("delta") or {}).get("tool_calls") or []:
                 arguments += (tc.get("function") or {}).get("arguments") or ""
+                call_deltas += 1
                 call_event = index if call_event is None else call_event
     silence = record.longest_silence_seconds
     after = record.silence_before_event
@@ -1132,6 +1133,10 @@ def check_stream_silence(client: Any, opts: Options) -> CheckResult:
         "longest_silence_seconds": round(silence, 3), "first_byte_seconds": round(record.first_byte_seconds or 0, 3),
         "limit_seconds": opts.max_stream_silence_seconds, "events": len(record.events), "keep_alive_comments": record.comments,
         "note_tokens": opts.silence_probe_tokens, "completion_tokens": (usage or {}).get("completion_tokens"),
+        # How the call came: in how many deltas, and after how long a wait since the event before it.
+        "call_deltas": call_deltas, "argument_chars": len(arguments),
+        "silence_before_call_seconds": round(record.event_seconds[call_event] - record.event_seconds[call_event - 1], 3)
+        if call_event else None,
     }
     if record.error:
         metrics["error"] = record.error
