@@ -109,6 +109,18 @@ def require_real_engine() -> None:
     pytest.skip(reason)
 
 
+def require_pinned_frontend() -> None:
+    """Skip (locally) or fail (``CI=true``) when the pinned release's parser venv or the engine is missing."""
+    from tests.real_vllm import frontend_missing_reason
+
+    reason = frontend_missing_reason()
+    if reason is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true and the pinned-frontend tests cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def real_vllm_server():
     """The good real server: the b300 command our code renders, on the CPU engine, on 127.0.0.1.
@@ -175,3 +187,14 @@ def sync_s3(moto_server, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)
     monkeypatch.setattr(retry, "RETRY_BASE_SECONDS", 0.01)
     return boto3.client("s3", endpoint_url=moto_server.endpoint)
+
+
+@pytest.fixture(scope="session")
+def pinned_frontend_server(real_vllm_server):
+    """The pinned vLLM release's own frontend (its parsers, renderer and serving) over the good real
+    server's engine: ``tests.real_vllm.PinnedFrontendServer``, started once per session."""
+    require_pinned_frontend()
+    from tests.real_vllm import PinnedFrontendServer
+
+    with PinnedFrontendServer(real_vllm_server) as server:
+        yield server

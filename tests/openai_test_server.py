@@ -6,27 +6,54 @@ tests/test_real_engine.py keeps it so): the reasoning in ``reasoning``; non-stre
 ``role, content, refusal, annotations, audio, function_call, [tool_calls], reasoning``; streams that
 open with ``{"role": "assistant", "content": ""}``, then reasoning deltas, then content deltas or
 each tool call WHOLE in one delta (``content: null``, id, type, index, name and complete
-arguments), then an empty delta with ``finish_reason``, then a usage chunk with
-``completion_tokens_details.reasoning_tokens``. Every route but ``/health`` and ``/metrics``
-needs the API key (as behind the API guard). Replies: ``tool_calls`` for each city named in the
-last user message, the tool result quoted after a tool turn, the needle's value when the haystack
-holds one, longer reasoning for a higher ``reasoning_effort``. Token counts are characters / 4.
+arguments; vLLM 0.34.0's K3 parser emits a call when its close marker arrives), then an empty
+delta with ``finish_reason``, then a usage chunk with ``completion_tokens_details.reasoning_tokens``.
+Every route but ``/health`` and ``/metrics`` needs the API key (as behind the API guard). Replies:
+``tool_calls`` for each city named in the last user message (of the function ``tool_choice``
+names, else the one the message names, else the first; none for ``tool_choice: none``), a note
+("Note: ...") saved whole, the tool result quoted after a tool turn, every vault code the needle
+check's haystack states, longer reasoning for a higher ``reasoning_effort`` (K3.1's low < medium
+< high < max). Token counts are characters / 4.
 
 Misbehaviours (``OpenAITestServer(misbehave={...})``), each a public report the real engine here
-cannot reproduce:
+cannot reproduce; each fails one check of validate:
   merge-tool-calls  several calls come back as one call with concatenated arguments (non-streamed)
   stream-merge-tool-calls  streamed: every call's delta carries index 0, so a client rebuilds one
                     call with the ids overwritten and the arguments concatenated
+  hold-tool-calls   streamed: a tool call is held back ``hold_seconds`` after the reasoning, then
+                    sent whole (vLLM PR #50628/#50604; a proxy's idle timeout cuts such a stream)
   concurrent-mixup  streamed tool requests that overlap in time get the city of another request
+                    (not in agent conversations, which carry a system message)
+  ignore-tool-choice  tool_choice none and a named function are treated as auto
+  unforced-required tool_choice required is answered without a call when the prompt names no tool
   repeat-tool-ids   tool-call ids restart in every reply (``functions.get_weather:0``), so a later
                     turn repeats an earlier turn's id
+  lose-tool-calls   in agent conversations (requests with a system message) every 10th call goes
+                    into the content (raw XTML) or the reasoning instead of tool_calls, alternately
   drop-reasoning    the ``reasoning`` of a returned assistant message is ignored
   drop-short-reasoning  the same, only when the reasoning is shorter than 400 characters (what a
                     prompt-size heuristic misses: the tool results hide it)
   ignore-effort     ``reasoning_effort`` is accepted and has no effect on the reasoning
-  miss-needle       the needle is never found
+  noisy-effort      the reasoning's length is random (seeded by the request) and does not depend on
+                    ``reasoning_effort``: one sample per level happens to order low < max
+  k3-efforts        only K3's levels low, high, max are accepted (K3.1's medium is refused, as
+                    vLLM before 0.34.0 does)
   reject-effort     ``reasoning_effort: max`` is answered with HTTP 400
+  miss-needle       no fact of the needle check is ever found
+  recall-recent-only  only facts in the last 2,048 tokens (8,192 characters) before the question
+                    are found, as a sparse attention that never selects far tokens would
   error-stream      streaming requests without tools are answered with HTTP 503
+Front faults (``FRONT_FAULTS``): not OpenAI's shape, or methods refused before the key is checked:
+  html-models       GET /v1/models and /models answer 200 with an HTML page (a web UI on that port)
+  models-without-data  GET /v1/models and /models answer 200 with JSON without ``data`` (another API)
+  empty-choices     chat completions answer 200 with ``{"choices": []}``
+  refuse-methods-501  DELETE, PUT and PATCH are answered 501 before the key is checked (Python's
+                    http.server does this for methods it does not implement)
+  refuse-methods-405  the same with 405 (a proxy that forwards only GET and POST)
+Options: ``hold_seconds`` (hold-tool-calls), ``keep_alive_seconds`` (send ``: keep-alive`` SSE
+comments while a stream is silent, as vLLM's --sse-keep-alive-interval does),
+``finish_with_last_call`` (the finish reason on the last call's delta, as vLLM 0.34.0 sends it
+when the call's close marker and the end arrive in one step).
 Bound to 127.0.0.1 on a free port; ``with OpenAITestServer() as server: server.base_url``.
 """
 
@@ -34,6 +61,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import threading
 import time
@@ -41,14 +69,23 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MISBEHAVIOURS = ("merge-tool-calls", "stream-merge-tool-calls", "concurrent-mixup", "repeat-tool-ids", "drop-reasoning",
-                 "drop-short-reasoning", "ignore-effort", "miss-needle", "reject-effort", "error-stream")
+MISBEHAVIOURS = ("merge-tool-calls", "stream-merge-tool-calls", "hold-tool-calls", "concurrent-mixup", "ignore-tool-choice",
+                 "unforced-required", "repeat-tool-ids", "lose-tool-calls", "drop-reasoning", "drop-short-reasoning",
+                 "ignore-effort", "noisy-effort", "k3-efforts", "reject-effort", "miss-needle", "recall-recent-only",
+                 "error-stream")
+FRONT_FAULTS = ("html-models", "models-without-data", "empty-choices", "refuse-methods-501", "refuse-methods-405")
 SHORT_REASONING_CHARS = 400
 CITIES = ("Paris", "Tokyo", "Berlin", "Lima")
 REASONING = "The user wants weather data; I should call the weather tool for each city mentioned, then report. " * 2
-EFFORT_REASONING = {"low": "Quick.", "high": "Let me think this through with some care first.",
+K31_EFFORTS = ("low", "medium", "high", "max")
+K3_EFFORTS = ("low", "high", "max")
+EFFORT_REASONING = {"low": "Quick.", "medium": "Let me think this through.",
+                    "high": "Let me think this through with some care first.",
                     "max": "Let me think this through with great care, step by step, checking each part twice."}
-NEEDLE_RE = re.compile(r"The secret passphrase for the vault is ([A-Za-z0-9-]+)\.")
+FACT_RE = re.compile(r"The code for vault (\w+) is ([A-Za-z0-9-]+)\.")
+# recall-recent-only: what a sparse attention that selects only recent tokens would still see.
+RECENT_CHARS = 2_048 * 4
+LOSE_EVERY = 10
 DEFAULT_API_KEY = "sk-fake-server-key"
 OPEN_PATHS = ("/health", "/metrics")
 # The keys of vLLM's non-streamed chat message (vllm/entrypoints/openai/chat_completion/protocol.py ChatMessage).
@@ -70,12 +107,19 @@ class OpenAITestServer:
         misbehave: set[str] | frozenset[str] = frozenset(),
         max_model_len: int = 1_048_576,
         token_delay_seconds: float = 0.001,
+        hold_seconds: float = 3.0,
+        keep_alive_seconds: float | None = None,
+        finish_with_last_call: bool = False,
     ):
-        unknown = set(misbehave) - set(MISBEHAVIOURS)
+        unknown = set(misbehave) - set(MISBEHAVIOURS) - set(FRONT_FAULTS)
         if unknown:
-            raise ValueError(f"unknown misbehaviour {sorted(unknown)} (known: {', '.join(MISBEHAVIOURS)})")
+            raise ValueError(f"unknown misbehaviour {sorted(unknown)} (known: {', '.join(MISBEHAVIOURS + FRONT_FAULTS)})")
         self.model, self.api_key, self.misbehave = model, api_key, frozenset(misbehave)
         self.max_model_len, self.token_delay_seconds = max_model_len, token_delay_seconds
+        self.hold_seconds, self.keep_alive_seconds = hold_seconds, keep_alive_seconds
+        self.finish_with_last_call = finish_with_last_call
+        self.efforts = K3_EFFORTS if "k3-efforts" in self.misbehave else K31_EFFORTS
+        self._agent_calls = 0
         self.requests: list[dict[str, Any]] = []
         self.hits: list[tuple[str, str, bool]] = []  # (method, path, with the key) of every request
         self._tool_streams_in_flight = 0
@@ -119,11 +163,24 @@ class OpenAITestServer:
             return f"functions.get_weather:{index}"
         return f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
 
+    def _function(self, body: dict[str, Any], text: str) -> str | None:
+        """The function a tool request calls: the one tool_choice names, else one the text names, else
+        the first tool; None for tool_choice none (or when ignore-tool-choice takes it as auto)."""
+        tools = [t["function"]["name"] for t in body.get("tools") or []]
+        choice = body.get("tool_choice") or "auto"
+        if "ignore-tool-choice" in self.misbehave:
+            choice = "auto"
+        if not tools or choice == "none":
+            return None
+        if isinstance(choice, dict):
+            return choice["function"]["name"]
+        return next((t for t in tools if t in text), tools[0])
+
     def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """(HTTP status, message dict or error) for a chat request."""
         effort = body.get("reasoning_effort")
-        if effort is not None and effort not in ("low", "high", "max"):
-            return 400, {"error": {"message": f"Kimi K3 supports thinking_effort values: low, high, max ({effort!r})",
+        if effort is not None and effort not in self.efforts:
+            return 400, {"error": {"message": f"This model supports thinking_effort values: {', '.join(self.efforts)}",
                                    "type": "BadRequestError", "param": "thinking_effort", "code": 400}}
         if effort == "max" and "reject-effort" in self.misbehave:
             return 400, {"error": {"message": "reasoning_effort must be one of low, medium, high", "type": "BadRequestError",
@@ -135,27 +192,54 @@ class OpenAITestServer:
             return 200, {"role": "assistant", "reasoning": "I have the tool result; answer with it.",
                          "content": "Here is what the tool said: " + " | ".join(results)}
         text = last.get("content") if isinstance(last.get("content"), str) else ""
-        needle = NEEDLE_RE.search(text)
-        if needle or "passphrase" in text:
-            if needle and "miss-needle" not in self.misbehave:
-                return 200, {"role": "assistant", "reasoning": "Found it in the text.", "content": needle.group(1)}
-            return 200, {"role": "assistant", "reasoning": "Searching.", "content": "I could not find a passphrase."}
+        facts = list(FACT_RE.finditer(text))
+        if facts:
+            if "miss-needle" in self.misbehave:
+                facts = []
+            elif "recall-recent-only" in self.misbehave:
+                facts = [f for f in facts if len(text) - f.start() <= RECENT_CHARS]
+            answer = "\n".join(f"{f.group(1)}: {f.group(2)}" for f in facts) or "I could not find the codes."
+            return 200, {"role": "assistant", "reasoning": "Looking for the vault codes.", "content": answer}
         cities = sorted((c for c in CITIES if c in text), key=text.find)
-        if body.get("tools") and cities:
+        function = self._function(body, text)
+        if function and "Note: " in text:
+            key = next(t for t in body["tools"] if t["function"]["name"] == function)["function"]["parameters"]["required"][0]
+            call = {"id": self._call_id(0), "type": "function",
+                    "function": {"name": function, "arguments": json.dumps({key: text.split("Note: ", 1)[1]})}}
+            return 200, {"role": "assistant", "reasoning": "I save the note.", "content": None, "tool_calls": [call]}
+        unforced = ("unforced-required" in self.misbehave and body.get("tool_choice") == "required"
+                    and not any(t["function"]["name"] in text for t in body.get("tools") or []))
+        if function and cities and not unforced:
             calls = [
                 {"id": self._call_id(i), "type": "function",
-                 "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}}
+                 "function": {"name": function, "arguments": json.dumps({"city": c})}}
                 for i, c in enumerate(cities)
             ]
             if "merge-tool-calls" in self.misbehave and len(calls) > 1 and not body.get("stream"):
                 calls = [
                     {**calls[0],
-                     "function": {"name": "get_weather", "arguments": "".join(c["function"]["arguments"] for c in calls)}}
+                     "function": {"name": function, "arguments": "".join(c["function"]["arguments"] for c in calls)}}
                 ]
+            if "lose-tool-calls" in self.misbehave and messages and messages[0].get("role") == "system":
+                with self._lock:
+                    self._agent_calls += 1
+                    count = self._agent_calls
+                if count % LOSE_EVERY == 0:
+                    raw = (f'<|open|>tools<|sep|><|open|>call tool="{function}" index="1"<|sep|>'
+                           f'<|open|>argument key="city" type="string"<|sep|>{cities[0]}<|close|>argument<|sep|>'
+                           "<|close|>call<|sep|><|close|>tools<|sep|>")
+                    if (count // LOSE_EVERY) % 2:
+                        return 200, {"role": "assistant", "reasoning": REASONING, "content": raw}
+                    return 200, {"role": "assistant", "reasoning": REASONING + raw, "content": None}
             return 200, {"role": "assistant", "reasoning": REASONING, "content": None, "tool_calls": calls}
-        if effort is not None or "17 times 23" in text:
+        if body.get("tools") and cities:
+            return 200, {"role": "assistant", "reasoning": "No tool this time.", "content": "I cannot look that up."}
+        if effort is not None or " times " in text:
             level = "max" if "ignore-effort" in self.misbehave else (effort or "max")
-            return 200, {"role": "assistant", "reasoning": EFFORT_REASONING[level], "content": "391"}
+            reasoning = EFFORT_REASONING[level]
+            if "noisy-effort" in self.misbehave:  # the same noise for the same request, whatever the order
+                reasoning = "Hmm. " * random.Random(f"{effort}|{text}").randint(1, 30)
+            return 200, {"role": "assistant", "reasoning": reasoning, "content": "391"}
         words = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
         return 200, {"role": "assistant", "reasoning": "Thinking briefly.", "content": " ".join(["word"] * words)}
 
@@ -222,14 +306,28 @@ class OpenAITestServer:
             def do_GET(self) -> None:  # noqa: N802
                 self._dispatch("GET")
 
+            def _refused_before_auth(self) -> bool:
+                """refuse-methods-501/405: methods other than GET and POST refused before the key is read."""
+                for fault, status in (("refuse-methods-501", 501), ("refuse-methods-405", 405)):
+                    if fault in server.misbehave:
+                        length = int(self.headers.get("Content-Length", "0"))
+                        if length:
+                            self.rfile.read(length)
+                        self._json(status, {"error": "Unsupported method"})
+                        return True
+                return False
+
             def do_DELETE(self) -> None:  # noqa: N802
-                self._dispatch("DELETE")
+                if not self._refused_before_auth():
+                    self._dispatch("DELETE")
 
             def do_PUT(self) -> None:  # noqa: N802
-                self._dispatch("PUT")
+                if not self._refused_before_auth():
+                    self._dispatch("PUT")
 
             def do_PATCH(self) -> None:  # noqa: N802
-                self._dispatch("PATCH")
+                if not self._refused_before_auth():
+                    self._dispatch("PATCH")
 
             def do_POST(self) -> None:  # noqa: N802
                 self._dispatch("POST")
@@ -239,6 +337,8 @@ class OpenAITestServer:
                 raw = self.rfile.read(length) if length else b""
                 with server._lock:
                     server.hits.append((method, self.path, bool(self.headers.get("Authorization"))))
+                if method == "GET" and self.path.split("?")[0].rstrip("/") in ("/models", "/v1/models") and self._other_service():
+                    return
                 if not self._authorized():
                     return
                 path = self._route(method)
@@ -251,7 +351,37 @@ class OpenAITestServer:
                 if path in ("/health", "/metrics"):
                     self._json(200, {})
                     return
-                self._chat(json.loads(raw or b"{}"))
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    self._json(400, {"error": {"message": "JSON decode error", "type": "BadRequestError"}})
+                    return
+                self._chat(body)
+
+            def _other_service(self) -> bool:
+                """html-models / models-without-data: another service answers the model list (with and
+                without /v1, no key needed), as a web UI or a different API on that port would."""
+                if "html-models" in server.misbehave:
+                    page = b"<!doctype html><html><head><title>Grafana</title></head><body>Sign in</body></html>"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return True
+                if "models-without-data" in server.misbehave:
+                    self._json(200, {"status": "ok", "version": "1.2.3"})
+                    return True
+                return False
+
+            def _hold(self, seconds: float) -> None:
+                """Stay silent for ``seconds``, or send ``: keep-alive`` comments every keep_alive_seconds."""
+                deadline = time.monotonic() + seconds
+                while (left := deadline - time.monotonic()) > 0:
+                    time.sleep(min(left, server.keep_alive_seconds or left))
+                    if server.keep_alive_seconds and deadline - time.monotonic() > 0:
+                        self.wfile.write(b": keep-alive\n\n")
+                        self.wfile.flush()
 
             def _chat(self, body: dict[str, Any]) -> None:
                 with server._lock:
@@ -264,12 +394,17 @@ class OpenAITestServer:
                 if body.get("stream") and not body.get("tools") and "error-stream" in server.misbehave:
                     self._json(503, {"error": {"message": "overloaded", "type": "ServiceUnavailableError"}})
                     return
-                if body.get("stream") and body.get("tools") and "concurrent-mixup" in server.misbehave:
+                agent = bool(body.get("messages")) and body["messages"][0].get("role") == "system"
+                if body.get("stream") and body.get("tools") and not agent and "concurrent-mixup" in server.misbehave:
                     body = server.mix_up(body)
                 wanted = body.get("max_tokens") or body.get("max_completion_tokens")
                 if wanted and int(wanted) > server.max_model_len:  # vLLM's check (renderers/params.py)
                     self._json(400, {"error": {"message": f"max_tokens ({wanted}) cannot be greater than the model's maximum "
                                                f"context length ({server.max_model_len})", "type": "BadRequestError"}})
+                    return
+                if "empty-choices" in server.misbehave:
+                    self._json(200, {"id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": server.model,
+                                     "choices": []})
                     return
                 status, message = server.reply(body)
                 if status != 200:
@@ -325,10 +460,14 @@ class OpenAITestServer:
                     whole = {"id": call["id"], "type": "function", "index": index,
                              "function": {"name": fn["name"], "arguments": fn["arguments"]}}
                     pieces.append({"content": None, "tool_calls": [whole]})
-                for delta in pieces:
+                merge_finish = server.finish_with_last_call and bool(pieces) and bool(pieces[-1].get("tool_calls"))
+                for n, delta in enumerate(pieces):
+                    if delta.get("tool_calls") and "hold-tool-calls" in server.misbehave:
+                        self._hold(server.hold_seconds)
                     time.sleep(server.token_delay_seconds)
-                    send(choice(delta))
-                send(choice({}, finish))
+                    send(choice(delta, finish if merge_finish and n == len(pieces) - 1 else None))
+                if not merge_finish:
+                    send(choice({}, finish))
                 if (body.get("stream_options") or {}).get("include_usage"):
                     send({**base, "choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")

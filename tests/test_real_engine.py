@@ -3,6 +3,10 @@ check; the real server misconfigured on purpose fails the checks its faults brea
 one-line cause naming the server flag; the fake server (tests/openai_test_server.py) speaks the
 real wire format. Plus the static rules of the real-engine command (exclusions with reasons).
 
+The CPU engine's own K3 parsers are older than the pinned release's, so validate also runs against
+the pinned release's frontend (its parsers, renderer and serving, ``tests/real_vllm/pinned_frontend.py``)
+over the good server's token stream (fixture ``pinned_frontend_server``).
+
 Server starts cost minutes on 2 cores, so they are few: the good server (session fixture
 ``real_vllm_server``, shared with other real-engine tests) and two misconfigured ones, each
 carrying faults that do not mask each other:
@@ -16,7 +20,6 @@ carrying faults that do not mask each other:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -26,12 +29,13 @@ import time
 import pytest
 
 from scripts.ops.validate import CHECKS
-from tests.conftest import REPO_ROOT, in_ci, require_real_engine
+from tests.conftest import REPO_ROOT, require_real_engine
 from tests.real_vllm import (
     CPU_ADDITIONS,
     CPU_EXCLUSIONS,
     LOCAL_SUBSTITUTIONS,
     Misconfiguration,
+    PinnedFrontendServer,
     RealVllmServer,
     rendered_command,
     server_command,
@@ -45,17 +49,21 @@ PINNED_EXCLUSIONS = {"--tensor-parallel-size", "--load-format", "--kv-cache-dtyp
 PINNED_ADDITIONS = {"--enforce-eager", "--tokenizer-mode", "VLLM_CPU_KVCACHE_SPACE"}
 PINNED_SUBSTITUTIONS = {"MODEL", "--host", "--port", "PYTHONPATH"}
 
-# Small but real request sizes (a 2-core CPU serves the tiny model).
-NEEDLE_TOKENS = 4096
+# Small but real request sizes (a 2-core CPU serves the tiny model): the shortest haystack that keeps
+# K3.1's 2,048-token window (+ margin) between every fact and the question, 8 agent turns, a
+# 300-token note for the silence probe.
+NEEDLE_TOKENS = 4608
 VALIDATE_ARGS = ("--needle-tokens", str(NEEDLE_TOKENS), "--concurrency", "4", "--requests", "4", "--max-tokens", "32",
-                 "--prompt-tokens", "256", "--json")
+                 "--prompt-tokens", "256", "--tool-turns", "8", "--silence-probe-tokens", "300", "--json")
 EXPECTED_MODEL = "kimi-k3.1-pro"
 
 # B: no reasoning parser, no API key, a context too short for the needle.
 MISCONFIGURED_B = Misconfiguration("no-reasoning-parser,no-api-key,short-context",
                                    flags={"--reasoning-parser": None, "--max-model-len": "4096"}, api_key=False)
+# A K3 reply keeps an empty response channel before its calls, so the tool parser still finds the calls
+# without the reasoning parser: the plain tool checks pass, the reasoning is lost (round-trip) and the
+# think markup reaches streamed content (stream-tools, concurrent-tools).
 B_FAILS = {  # check -> what its one-line cause must name
-    "tools": "--reasoning-parser kimi_k3", "parallel-tools": "--reasoning-parser kimi_k3",
     "stream-tools": "--reasoning-parser kimi_k3", "concurrent-tools": "--reasoning-parser kimi_k3",
     "round-trip": "--reasoning-parser kimi_k3", "reasoning-effort": "--reasoning-parser kimi_k3",
     "needle": "--max-model-len", "auth": "VLLM_API_KEY",
@@ -111,26 +119,26 @@ def test_fake_and_real_faults_together_cover_every_check():
     assert real | set(FAKE_ONLY_FAILURES.values()) == set(CHECKS)
 
 
-def test_the_k3_parsers_and_renderer_are_the_same_files_in_the_pinned_engine():
-    """The version skew (vllm-cpu 0.32.0 here, 0.33.0 pinned) does not touch what validate reads."""
-    engine = REPO_ROOT / ".venv-vllm-engine"
-    parser = REPO_ROOT / ".venv-vllm"
-    sites = [next(p.glob("lib/python3*/site-packages/vllm"), None) for p in (engine, parser)]
-    if None in sites:
-        message = "needs both the engine venv (make vllm-engine) and the parser venv (make vllm-parser)"
-        if in_ci():
-            pytest.fail(f"CI=true: {message}", pytrace=False)
-        pytest.skip(message)
-    for rel in ("tool_parsers/kimi_k3_tool_parser.py", "reasoning/kimi_k3_reasoning_parser.py", "parser/kimi_k3.py",
-                "renderers/kimi_k3.py", "entrypoints/serve/middleware/authenticate.py"):
-        a, b = (hashlib.sha256((site / rel).read_bytes()).hexdigest() for site in sites if site is not None)
-        assert a == b, f"vllm/{rel} differs between the CPU engine and the pinned {parser.name}"
+def test_the_pinned_frontend_replaces_nothing_validate_reads():
+    """The CPU engine (vllm-cpu 0.32.0) has older K3 parsers and renderer than the pinned release
+    (0.34.0); the pinned-frontend tier runs the pinned release's own, so what it substitutes must
+    stay outside them: the engine core, the platform's engine configuration, the model type."""
+    from tests.real_vllm.pinned_frontend import MODEL_TYPE, SUBSTITUTIONS
+
+    targets = [sub.target for sub in SUBSTITUTIONS]
+    assert len(targets) == 3 and any("core_client" in t for t in targets) and MODEL_TYPE == "kimi_k31"
+    for target in targets:
+        for consumer in ("tool_parsers", "reasoning", "vllm.parser", "renderers", "entrypoints", "detokenizer",
+                         "output_processor"):
+            assert consumer not in target, (target, consumer)
+    for sub in SUBSTITUTIONS:
+        assert "vllm/" in sub.reason and len(sub.reason) >= 80, sub  # each names the source that says why
 
 
 # -- the real engine -------------------------------------------------------------------------------
 
 
-def run_validate(server: RealVllmServer, model: str) -> tuple[int, dict[str, dict]]:
+def run_validate(server: RealVllmServer | PinnedFrontendServer, model: str) -> tuple[int, dict[str, dict]]:
     """``scripts/ops/validate.py --json`` against ``server`` (the key from the environment, as users run it)."""
     env = {**os.environ, "VLLM_API_KEY": server.api_key or "sk-not-configured-on-the-server"}
     proc = subprocess.run([sys.executable, "scripts/ops/validate.py", "--base-url", server.base_url, "--model", model,
@@ -139,7 +147,8 @@ def run_validate(server: RealVllmServer, model: str) -> tuple[int, dict[str, dic
     return proc.returncode, {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
 
 
-def _report(request, name: str, server: RealVllmServer, results: dict[str, dict], seconds: float) -> None:
+def _report(request, name: str, server: RealVllmServer | PinnedFrontendServer, results: dict[str, dict],
+            seconds: float) -> None:
     """Per-check times for the record (``pytest --cache-show 'real_engine/*'``)."""
     request.config.cache.set(f"real_engine/{name}", {
         "startup_seconds": server.startup_seconds, "validate_seconds": round(seconds, 1),
@@ -165,17 +174,32 @@ def test_the_tiny_model_is_built_deterministically(tmp_path):
     assert {"<|open|>", "<|close|>", "<|sep|>"} <= {t["content"] for t in vocab["added_tokens"]}
 
 
+def engine_knows_k31_efforts() -> bool:
+    """Whether the CPU engine's renderer takes K3.1's reasoning_effort levels (vLLM >= 0.34.0)."""
+    from components.core.versions import VLLM_CPU_ENGINE_VERSION
+
+    return tuple(int(x) for x in VLLM_CPU_ENGINE_VERSION.split(".")[:2]) >= (0, 34)
+
+
 @pytest.mark.real_engine
 def test_the_good_server_passes_every_check(real_vllm_server, request):
+    """Every check passes on the CPU engine's own frontend, but reasoning-effort while that engine
+    predates K3.1's levels (vllm-cpu 0.32.0 refuses medium): validate then names the version gap,
+    which is what it must say of a server older than the pin (the pinned frontend's test passes it)."""
     started = time.monotonic()
     code, results = run_validate(real_vllm_server, real_vllm_server.served_model_name)
     _report(request, "good", real_vllm_server, results, time.monotonic() - started)
-    assert code == 0 and {n: c["status"] for n, c in results.items()} == {n: "pass" for n in CHECKS}, {
-        n: c["reason"] for n, c in results.items() if c["status"] != "pass"}
+    expected = {n: "pass" for n in CHECKS}
+    if not engine_knows_k31_efforts():
+        expected["reasoning-effort"] = "fail"
+        reason = results["reasoning-effort"]["reason"]
+        assert reason.startswith("reasoning_effort 'medium' rejected: HTTP 400") and "from 0.34.0 on" in reason, reason
+    assert code == (0 if set(expected.values()) == {"pass"} else 1)
+    assert {n: c["status"] for n, c in results.items()} == expected, {
+        n: c["reason"] for n, c in results.items() if c["status"] != expected[n]}
     # What the real engine says, which the fake must say the same way.
     assert results["round-trip"]["metrics"]["reasoning_field"] == "reasoning"
-    effort = results["reasoning-effort"]["metrics"]["reasoning"]
-    assert effort["max"]["reasoning_tokens"] > effort["high"]["reasoning_tokens"] > effort["low"]["reasoning_tokens"]
+    assert results["tool-choice"]["metrics"]["replies"]["named get_time"]["calls"] == ["get_time"]
     assert results["auth"]["metrics"]["routes_probed"] >= 20 and "/openapi.json" in results["auth"]["metrics"]["source"]
 
 
@@ -188,10 +212,14 @@ def test_misconfigured_b_fails_the_broken_checks_naming_the_flag(request):
         _report(request, "misconfigured-b", server, results, time.monotonic() - started)
     failed = {n for n, c in results.items() if c["status"] == "fail"}
     assert code == 1 and failed == set(B_FAILS), {n: c["reason"] for n, c in results.items()}
-    for name, flag in B_FAILS.items():
+    causes = dict(B_FAILS)
+    if not engine_knows_k31_efforts():  # the engine refuses K3.1's medium before the reasoning is read
+        causes["reasoning-effort"] = "from 0.34.0 on"
+    for name, flag in causes.items():
         reason = results[name]["reason"]
         assert flag in reason and "\n" not in reason, (name, reason)
-    assert "HTTP 400" not in json.dumps(results)  # every request fitted the 4,096-token context
+    # Every request fitted the 4,096-token context (the refused effort level aside).
+    assert "HTTP 400" not in json.dumps({n: c for n, c in results.items() if n != "reasoning-effort"})
 
 
 @pytest.mark.real_engine
@@ -213,6 +241,50 @@ def test_misconfigured_c_fails_on_the_name_then_on_the_parsers_and_the_guard(req
     assert "/invocations" in as_served["auth"]["reason"]
 
 
+# -- the pinned release's frontend over the real engine ----------------------------------------------
+
+
+@pytest.mark.real_engine
+def test_validate_passes_against_the_pinned_release_parsing_the_real_engine(pinned_frontend_server, request):
+    """Every check against the pinned release's own frontend (tool and reasoning parsers, renderer,
+    serving) over the real model's token stream, and the shape of what it sends as validate reads it."""
+    server = pinned_frontend_server
+    started = time.monotonic()
+    code, results = run_validate(server, server.served_model_name)
+    _report(request, "pinned-frontend", server, results, time.monotonic() - started)
+    assert code == 0 and {n: c["status"] for n, c in results.items()} == {n: "pass" for n in CHECKS}, {
+        n: c["reason"] for n, c in results.items() if c["status"] != "pass"}
+    # K3.1's four reasoning_effort levels are accepted and ordered (the renderer of model_type kimi_k31).
+    effort = results["reasoning-effort"]["metrics"]
+    assert effort["levels"] == ["low", "medium", "high", "max"] and effort["unit"] == "reasoning tokens"
+    medians = [effort["medians"][level] for level in effort["levels"]]
+    assert medians == sorted(medians) and len(set(medians)) == 4 and effort["p_value"] <= 0.01
+    # A call is streamed when its close marker arrives: the long note's call came whole, in one delta,
+    # after a silence while the model wrote it (which silence is the longest depends on the load).
+    silence = results["stream-silence"]["metrics"]
+    assert silence["call_deltas"] == 1 and silence["argument_chars"] > 300 and silence["silence_before_call_seconds"] > 0
+    assert results["round-trip"]["metrics"]["reasoning_field"] == "reasoning"
+    assert results["tool-choice"]["metrics"]["replies"]["named get_time"]["calls"] == ["get_time"]
+    assert results["tool-reliability"]["metrics"]["outcomes"]["ok"] == 8
+    assert results["auth"]["metrics"]["open_routes"] == [] and results["auth"]["metrics"]["routes_probed"] >= 20
+
+
+@pytest.mark.real_engine
+def test_the_pinned_frontend_streams_each_call_whole_and_the_fake_server_matches_it(pinned_frontend_server):
+    """The pinned parsers' wire format (each tool call whole in one delta, the reasoning in
+    ``reasoning``) is what the fake server sends, field for field where validate reads them."""
+    from tests.openai_test_server import OpenAITestServer
+
+    pinned = wire_shapes(pinned_frontend_server.root_url, pinned_frontend_server.api_key,
+                         pinned_frontend_server.served_model_name)
+    assert pinned_frontend_server.vllm_version
+    assert pinned["tools/stream"]["calls"] == ["function,id,index,type|arguments,name"] * 2  # each call whole, once
+    assert pinned["tools/message"] == ["content", "reasoning", "role", "tool_calls"] and pinned["tools/finish"] == "tool_calls"
+    with OpenAITestServer(model=pinned_frontend_server.served_model_name) as fake:
+        shapes = wire_shapes(fake.base_url.removesuffix("/v1"), fake.api_key, fake.model)
+    assert shapes == pinned
+
+
 # -- the fake server's wire format -----------------------------------------------------------------
 
 WIRE_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather of one city.",
@@ -229,12 +301,19 @@ def _post(root: str, key: str, body: dict) -> bytes:
         return resp.read()
 
 
-def wire_shapes(root: str, key: str, model: str) -> dict[str, object]:
-    """The field names and streaming shape of a text and a two-call tool reply, plain and streamed.
+# The fields of a reply validate reads (scripts/ops/validate.py reasoning_of, stream_tool_calls).
+READ_MESSAGE_KEYS = frozenset({"role", "content", "reasoning", "reasoning_content", "tool_calls"})
 
-    A stream's shape is the sequence of chunk kinds (the delta's keys, ``finish``, ``usage``), runs
-    of the same kind collapsed; a streamed tool call must arrive whole (id, name, complete JSON
-    arguments in one delta)."""
+
+def wire_shapes(root: str, key: str, model: str) -> dict[str, object]:
+    """What validate reads of a text and a two-call tool reply, plain and streamed.
+
+    Plain: the message's read keys, a call's keys, the usage's reasoning_tokens. Streamed: the delta
+    keys that carry a value over the whole stream, every tool-call delta's keys (each must hold one
+    WHOLE call: id, name and complete JSON arguments), the finish reason and the usage chunk. How
+    deltas are cut into chunks is left out: vLLM merges a request's outputs into one chunk when the
+    server falls behind, so the cut depends on the load (a 0.34.0 stream may carry the last call
+    and the finish reason in one chunk, or reasoning and content)."""
     out: dict[str, object] = {}
     cases = {"text": {"messages": [{"role": "user", "content": "Say ok."}]},
              "tools": {"messages": [{"role": "user", "content": "Compare the weather in Paris and in Tokyo."}],
@@ -243,31 +322,29 @@ def wire_shapes(root: str, key: str, model: str) -> dict[str, object]:
         reply = json.loads(_post(root, key, {"model": model, **body}))
         choice = reply["choices"][0]
         message = choice["message"]
-        out[f"{name}/response"] = sorted(reply)
-        out[f"{name}/choice"] = sorted(choice)
-        out[f"{name}/message"] = sorted(message)
-        out[f"{name}/usage"] = sorted(reply["usage"]), sorted(reply["usage"]["completion_tokens_details"])
+        out[f"{name}/message"] = sorted(set(message) & READ_MESSAGE_KEYS)
+        out[f"{name}/finish"] = choice["finish_reason"]
+        out[f"{name}/usage"] = sorted(reply["usage"]["completion_tokens_details"] or {})
         if message.get("tool_calls"):
-            call = message["tool_calls"][0]
-            out[f"{name}/tool_call"] = sorted(call), sorted(call["function"])
+            out[f"{name}/tool_call"] = [(sorted(c), sorted(c["function"])) for c in message["tool_calls"]]
         raw = _post(root, key, {"model": model, "stream": True, "stream_options": {"include_usage": True}, **body})
-        kinds: list[str] = []
+        keys: set[str] = set()
+        calls: list[str] = []
+        finish = usage = None
         for line in raw.decode().splitlines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[len("data: "):])
             if not chunk["choices"]:
-                kind = "usage:" + ",".join(sorted(chunk["usage"]))
-            else:
-                delta, finish = chunk["choices"][0]["delta"], chunk["choices"][0]["finish_reason"]
-                kind = ",".join(f"{k}={'null' if v is None else type(v).__name__}" for k, v in sorted(delta.items()))
-                for tc in delta.get("tool_calls") or []:
-                    json.loads(tc["function"]["arguments"])  # whole: complete JSON in this one delta
-                    kind += f"[{','.join(sorted(tc))}|{','.join(sorted(tc['function']))}]"
-                kind += f"|finish={finish}" if finish else ""
-            if not kinds or kinds[-1] != kind:
-                kinds.append(kind)
-        out[f"{name}/stream"] = kinds
+                usage = sorted(chunk["usage"])
+                continue
+            delta = chunk["choices"][0]["delta"]
+            finish = chunk["choices"][0]["finish_reason"] or finish
+            keys |= {k for k, v in delta.items() if v not in (None, "", [])}
+            for tc in delta.get("tool_calls") or []:
+                json.loads(tc["function"]["arguments"])  # whole: complete JSON in this one delta
+                calls.append(f"{','.join(sorted(tc))}|{','.join(sorted(tc['function']))}")
+        out[f"{name}/stream"] = {"keys": sorted(keys), "calls": calls, "finish": finish, "usage": usage}
     return out
 
 
@@ -279,7 +356,9 @@ def test_the_fake_server_speaks_the_real_wire_format(real_vllm_server):
     with OpenAITestServer(model=real_vllm_server.served_model_name) as fake:
         shapes = wire_shapes(fake.base_url.removesuffix("/v1"), fake.api_key, fake.model)
     assert shapes == real
-    assert real["tools/stream"][1:3] == ["reasoning=str", "content=null,tool_calls=list[function,id,index,type|arguments,name]"]
+    assert real["tools/stream"] == {
+        "keys": ["reasoning", "role", "tool_calls"], "calls": ["function,id,index,type|arguments,name"] * 2,
+        "finish": "tool_calls", "usage": ["completion_tokens", "completion_tokens_details", "prompt_tokens", "total_tokens"]}
 
 
 def test_the_engine_installer_reads_the_version_constant(tmp_path):

@@ -253,6 +253,10 @@ class ModelProfile:
         kv_claim: a published KV-capacity figure, shown beside the engine-layout one (or None).
         attention: its MLA attention layers, for checking the attention backends the command
             names (None: not checked).
+        reasoning_efforts: the ``reasoning_effort`` values the pinned engine accepts for this model,
+            lowest to highest (``()``: the field is not supported).
+        sparse_attention_tokens: how many past tokens a sparse-attention layer attends to per query
+            (its top-k), None for dense attention; facts beyond this window test the selection.
     """
 
     name: str
@@ -277,6 +281,8 @@ class ModelProfile:
     kv_fit: FittedKvModel | None = None
     kv_claim: PublishedKvClaim | None = None
     attention: MlaAttention | None = None
+    reasoning_efforts: tuple[str, ...] = ()
+    sparse_attention_tokens: int | None = None
 
 
 # Kimi K3.1 Pro: 93 layers = 69 Kimi Delta Attention (constant state per sequence, no KV growth)
@@ -475,6 +481,11 @@ KIMI_K3_1_PRO = ModelProfile(
     kv_fit=_KIMI_KV_FIT,
     kv_claim=KIMI_K3_1_KV_CLAIM,
     attention=KIMI_K3_1_ATTENTION,
+    # vLLM 0.34.0 renderers/kimi_k3.py: _K31_THINKING_EFFORTS for model_type kimi_k31 (K3 takes low,
+    # high, max); the renderer maps reasoning_effort to the template's thinking_effort.
+    reasoning_efforts=("low", "medium", "high", "max"),
+    # The 24 Gated DSA layers attend to the top 2,048 tokens the indexer selects (model card).
+    sparse_attention_tokens=2_048,
 )
 
 MODELS: Mapping[str, ModelProfile] = MappingProxyType({KIMI_K3_1_PRO.name: KIMI_K3_1_PRO})

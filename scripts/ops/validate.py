@@ -9,31 +9,51 @@ Checks (``--checks`` picks some; all by default), built on the official ``openai
   parallel-tools    a request that needs two calls gets two separate calls
   stream-tools      the same two requests streamed (as agents send them): tool_calls rebuilt from
                     the deltas are complete, separate, valid JSON, with no raw markup in the text
+  stream-silence    a streamed call with a long argument (--silence-probe-tokens), read byte by
+                    byte: the longest time without a byte must stay under --max-stream-silence-
+                    seconds (a proxy's idle timeout; a parser that holds a call back until it
+                    closes is silent for the whole argument)
   concurrent-tools  --concurrency streams with tools at once, one city each: every stream gets a
                     complete call for its own city
+  tool-choice       tool_choice none gets no call, required gets at least one valid call, a named
+                    function gets a call of that function (vLLM decides these outside the parser)
   round-trip        the complete assistant message (content, reasoning, tool_calls) goes back with
                     the tool results; the next turn succeeds and uses them; the same turn 2 sent
                     without the reasoning must count fewer prompt tokens (else the server drops it)
   tool-ids          a second tool turn in the same conversation gets ids that differ from the
                     first turn's (agents key tool results by id)
-  reasoning-effort  reasoning_effort low, high and max are accepted as a top-level field, and max
-                    reasons more than low (else the server ignores the field)
-  needle            one fact retrieved from a long haystack (default 128k tokens); fails when the
-                    served max_model_len cannot hold it
+  tool-reliability  --tool-turns agent-style turns (conversations that grow with each tool result,
+                    half of them streamed), each needing a call: the rate of turns whose call was
+                    lost (into the reasoning, the content, or nowhere) with its 95% Wilson
+                    interval; fails above --max-tool-loss-rate
+  reasoning-effort  every reasoning_effort level of the model profile is accepted as a top-level
+                    field, and over --effort-samples prompts per level the highest level reasons
+                    more than the lowest by a one-sided rank test at p <= 0.01 (a server that
+                    ignores the field passes with probability at most 1%)
+  needle            --needle-facts facts spread through a long haystack (default 128k tokens), all
+                    farther from the question than the model's sparse-attention window (K3.1's
+                    top 2,048 tokens), asked for together: every one must come back; fails when
+                    the served max_model_len cannot hold the haystack
   throughput        N concurrent streams: time to first token p50/p95, inter-token latency,
                     output tokens per second
   auth              without the API key, every route the server serves is refused (401/403) except
                     /health and /metrics: /v1, /invocations, /tokenize and the rest. Routes come from
                     the server's /openapi.json (read with the key), else a list of vLLM's; each is
-                    probed with a method it does not accept, so nothing runs even where it is open
+                    probed with a method it does not accept, so nothing runs even where it is open;
+                    an answer that cannot tell (405 or 501: a server may refuse a method before it
+                    checks the key) is confirmed with the route's own method and a body that cannot
+                    run (malformed JSON)
 Request sizes follow the server: output budgets fit the max_model_len that /v1/models reports, and
 prompt sizes in tokens use the server's own count (usage.prompt_tokens of two short probes).
 Chat markup comes from the model profile (--model-profile; components/core/model.py), and each
 failure names the server flag that most likely causes it.
 Only the given base URL's server is contacted: first one GET /v1/models, so an endpoint that cannot
-be reached fails at once with the reason (exit 1), a 404 there says in one line that --base-url
-should probably end in /v1, and a model name the server does not serve fails every check with the
-names it does serve. A password in the URL is shown as ***.
+be reached fails at once with the reason (exit 1), a 404 there, or a 200 that is not OpenAI's model
+list (an HTML page, JSON without ``data``: a proxy, a web UI, the wrong port), says in one line what
+came back and that --base-url should probably end in /v1, and a model name the server does not
+serve fails every check with the names it does serve. A reply that is not in OpenAI's shape (no
+``choices``) fails its check in one line; nothing ends in a traceback. A password in the URL is
+shown as ***.
 Exit codes: 0 all passed, 1 a check failed or the endpoint cannot be reached, 2 usage error.
 """
 
@@ -80,10 +100,9 @@ from scripts.ops._cli import (
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CHECKS: tuple[str, ...] = (
-    "tools", "parallel-tools", "stream-tools", "concurrent-tools", "round-trip", "tool-ids", "reasoning-effort", "needle",
-    "throughput", "auth",
+    "tools", "parallel-tools", "stream-tools", "stream-silence", "concurrent-tools", "tool-choice", "round-trip",
+    "tool-ids", "tool-reliability", "reasoning-effort", "needle", "throughput", "auth",
 )
-EFFORTS: tuple[str, ...] = ("low", "high", "max")
 DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
 DEFAULT_PROFILE = "kimi-k3.1-pro"
 DEFAULT_NEEDLE_TOKENS = 128 * 1024
@@ -92,8 +111,26 @@ CHARS_PER_TOKEN = 4
 # Output budget of the functional checks: room for the reasoning at the default effort (max),
 # never more than the server's max_model_len leaves (fit_output_tokens).
 CHECK_MAX_TOKENS = 8192
-# Room the needle's answer (reasoning + passphrase) needs besides the haystack.
+# Room the needle's answer (reasoning + the facts) needs besides the haystack.
 NEEDLE_ANSWER_TOKENS = 2048
+DEFAULT_NEEDLE_FACTS = 4
+# No fact lies in the last sparse-attention window (ModelProfile.sparse_attention_tokens) plus this
+# margin before the question (the question and the chat template's tail are in it too).
+NEEDLE_WINDOW_MARGIN_TOKENS = 256
+# A proxy's idle timeout: 60 s is the default of an AWS ALB (idle_timeout.timeout_seconds) and of
+# nginx's proxy_read_timeout; a stream silent that long is cut.
+DEFAULT_MAX_STREAM_SILENCE_SECONDS = 60.0
+# The long argument of the stream-silence probe, in the server's tokens.
+DEFAULT_SILENCE_PROBE_TOKENS = 1000
+# Agent-style turns of the tool-reliability check and the loss rate it tolerates: at a 5% loss rate
+# (public reports on K3 tool parsers) 100 turns lose at least 2 calls with probability 0.96.
+DEFAULT_TOOL_TURNS = 100
+DEFAULT_MAX_TOOL_LOSS_RATE = 0.01
+TOOL_LOSS_CONFIDENCE = 0.95
+# reasoning-effort: prompts per level, and the one-sided significance the lowest-vs-highest rank
+# test must reach (five samples each: at least 24 of the 25 pairs ordered, p = 2/252).
+DEFAULT_EFFORT_SAMPLES = 5
+EFFORT_ALPHA = 0.01
 # What the chat template adds around the messages, at most (estimate; vLLM clamps max_tokens to
 # what the context leaves, vllm/entrypoints/serve/utils/api_utils.py get_max_tokens).
 TEMPLATE_ALLOWANCE_TOKENS = 256
@@ -110,6 +147,19 @@ WEATHER_SCHEMA: dict[str, Any] = {
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {"name": "get_weather", "description": "Current weather of one city.", "parameters": WEATHER_SCHEMA},
+}
+TIME_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "Current local time of one city.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "description": "City name, e.g. Paris"}},
+        "required": ["city"], "additionalProperties": False}},
+}
+# The stream-silence probe's tool: one long string argument, copied from the prompt.
+NOTE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "save_note", "description": "Save a note verbatim.", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string", "description": "The note, verbatim"}},
+        "required": ["text"], "additionalProperties": False}},
 }
 
 # Routes reachable without the key in a kimi-deploy server: the probes' health and Prometheus' scrape
@@ -167,13 +217,18 @@ class Options:
     checks: tuple[str, ...] = CHECKS
     profile: str = DEFAULT_PROFILE
     needle_tokens: int = DEFAULT_NEEDLE_TOKENS
-    needle_depth: float = 0.5
+    needle_facts: int = DEFAULT_NEEDLE_FACTS
     concurrency: int = 8
     requests: int = 16
     max_tokens: int = 256
     prompt_tokens: int = 1024
     min_output_tps: float | None = None
     max_ttft_p95_seconds: float | None = None
+    max_stream_silence_seconds: float = DEFAULT_MAX_STREAM_SILENCE_SECONDS
+    silence_probe_tokens: int = DEFAULT_SILENCE_PROBE_TOKENS
+    tool_turns: int = DEFAULT_TOOL_TURNS
+    max_tool_loss_rate: float = DEFAULT_MAX_TOOL_LOSS_RATE
+    effort_samples: int = DEFAULT_EFFORT_SAMPLES
     seed: int = 0
     api_key: str | None = None
     base_url: str | None = None
@@ -283,27 +338,60 @@ def fit_output_tokens(opts: Options, prompt_chars: int, wanted: int = CHECK_MAX_
     return max(16, min(wanted, limit - prompt_tokens))
 
 
+def _excerpt(value: Any) -> str:
+    """A short one-line view of what a server sent (a JSON body's keys, an HTML page's title)."""
+    if isinstance(value, dict):
+        return "JSON with keys " + (", ".join(sorted(str(k) for k in value)[:8]) or "(none)")
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode(errors="replace")
+    text = str(value)
+    title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+    if title or re.match(r"\s*<(!doctype|html)", text, re.IGNORECASE):
+        return f"an HTML page ({one_line(title.group(1))[:60]!r})" if title else "an HTML page"
+    return repr(one_line(text)[:80])
+
+
+def _reply_problem(resp: Any, url: str) -> str | None:
+    """One line when a chat reply is not an OpenAI chat completion (no ``choices`` with a
+    ``message``), naming the URL, what came back and the likely cause; else None."""
+    choices = getattr(resp, "choices", None)
+    if isinstance(choices, list) and choices and getattr(choices[0], "message", None) is not None:
+        return None
+    if isinstance(choices, list):
+        what = "an empty choices list" if not choices else "choices without a message"
+    else:
+        extra = getattr(resp, "model_extra", None)
+        what = _excerpt(extra if isinstance(extra, dict) and extra else resp)
+    return (f"POST {url} answered 200 with {what}, not an OpenAI chat completion: is --base-url the vLLM server "
+            "(its port, ending in /v1), not a proxy or another service?")
+
+
 def _chat(client: Any, opts: Options, **kwargs: Any) -> Any:
+    """One chat completion; a failed request or a reply that is not OpenAI's shape raises CheckFailed
+    with the one-line reason (so every check can read ``resp.choices[0].message``)."""
     import openai
 
     if "max_tokens" not in kwargs:
         kwargs["max_tokens"] = fit_output_tokens(opts, _prompt_chars(kwargs))
     try:
-        return client.chat.completions.create(model=opts.model, **kwargs)
+        resp = client.chat.completions.create(model=opts.model, **kwargs)
     except openai.OpenAIError as err:
         raise CheckFailed(_describe_error(err)) from None
+    problem = _reply_problem(resp, f"{mask_url(str(client.base_url)).rstrip('/')}/chat/completions")
+    if problem:
+        raise CheckFailed(problem)
+    return resp
 
 
 def served_models(client: Any) -> dict[str, int | None] | None:
     """``{model id: max_model_len or None}`` from ``/v1/models``, or None when it cannot be read."""
-    try:
-        data = client.models.list().data
-    except Exception:  # noqa: BLE001 - an endpoint without /v1/models (or a 401): the checks say why
-        return None
     out: dict[str, int | None] = {}
-    for item in data:
-        value = (item.model_extra or {}).get("max_model_len")
-        out[item.id] = int(value) if value else None
+    try:
+        for item in client.models.list().data:
+            value = (item.model_extra or {}).get("max_model_len")
+            out[str(item.id)] = int(value) if value else None
+    except Exception:  # noqa: BLE001 - no /v1/models, a 401, or not OpenAI's shape: the checks say why
+        return None
     return out
 
 
@@ -343,14 +431,17 @@ def reasoning_of(message: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _validate_calls(calls: Sequence[Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Parse and schema-check tool calls: (argument dicts, problems)."""
+def _validate_calls(calls: Sequence[Any],
+                    tools: Sequence[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parse and schema-check tool calls against ``tools`` (default: the weather tool alone):
+    (argument dicts, problems)."""
     import jsonschema
 
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (tools or [WEATHER_TOOL])}
     parsed, problems = [], []
     for call in calls:
         fn = call.function
-        if fn.name != "get_weather":
+        if fn.name not in schemas:
             problems.append(f"unknown function {fn.name!r}")
             continue
         try:
@@ -359,7 +450,7 @@ def _validate_calls(calls: Sequence[Any]) -> tuple[list[dict[str, Any]], list[st
             problems.append(f"arguments are not JSON: {one_line(fn.arguments)[:80]!r}")
             continue
         try:
-            jsonschema.validate(args, WEATHER_SCHEMA)
+            jsonschema.validate(args, schemas[fn.name])
         except jsonschema.ValidationError as err:
             problems.append(f"arguments {one_line(json.dumps(args))[:80]} do not match the schema: {one_line(err.message)[:80]}")
             continue
@@ -524,47 +615,91 @@ def check_tool_ids(client: Any, opts: Options) -> CheckResult:
     return CheckResult(name, PASS, f"ids differ across turns ({before[0]} then {after[0]})")
 
 
-EFFORT_PROMPT = "What is 17 times 23? Reply with the number only."
+# Prompts of the reasoning-effort samples: the same set at every level (sample i of each level is
+# prompt i), so the levels differ in the field alone.
+EFFORT_PROMPTS: tuple[str, ...] = tuple(
+    f"What is {a} times {b}? Reply with the number only."
+    for a, b in ((17, 23), (29, 31), (43, 47), (53, 59), (61, 67), (71, 73), (79, 83), (89, 97), (101, 103), (107, 109),
+                 (113, 127), (131, 137), (139, 149), (151, 157), (163, 167), (173, 179))
+)
+
+
+def _effort_sample(client: Any, opts: Options, effort: str, prompt: str) -> tuple[int | None, int]:
+    """(reasoning tokens from usage or None, reasoning characters) of one reply at ``effort``.
+
+    Raises:
+        CheckFailed: the request failed (its one-line reason) or raw chat markup reached the text.
+    """
+    resp = _chat(client, opts, messages=[{"role": "user", "content": prompt}], reasoning_effort=effort)
+    msg = resp.choices[0].message
+    leak = markup_leak(opts.model_profile, msg.content, reasoning_of(msg)[1])
+    if leak:
+        raise CheckFailed(leak)
+    details = getattr(resp.usage, "completion_tokens_details", None) if resp.usage else None
+    tokens = getattr(details, "reasoning_tokens", None) if details else None
+    return (int(tokens) if tokens is not None else None), len(reasoning_of(msg)[1] or "")
 
 
 def check_reasoning_effort(client: Any, opts: Options) -> CheckResult:
+    """Every level of the profile's ``reasoning_efforts`` accepted, and the highest reasoning more
+    than the lowest over ``opts.effort_samples`` prompts each (``stats.rank_sum_test``, one-sided,
+    p <= ``EFFORT_ALPHA``): a server that ignores the field passes with probability <= 1%."""
+    from scripts.ops.validating.stats import median, rank_sum_test
+
     name = "reasoning-effort"
-    failures, seconds, reasoning = [], {}, {}
-    for effort in EFFORTS:
-        started = time.monotonic()
-        try:
-            resp = _chat(client, opts, messages=[{"role": "user", "content": EFFORT_PROMPT}], reasoning_effort=effort)
-            if not resp.choices:
-                failures.append(f"{effort}: no choices")
-            else:
-                msg = resp.choices[0].message
-                leak = markup_leak(opts.model_profile, msg.content, reasoning_of(msg)[1])
-                if leak:
-                    return CheckResult(name, FAIL, f"{effort}: {leak}")
-                details = getattr(resp.usage, "completion_tokens_details", None) if resp.usage else None
-                tokens = getattr(details, "reasoning_tokens", None) if details else None
-                text = reasoning_of(msg)[1] or ""
-                reasoning[effort] = {"reasoning_tokens": tokens, "reasoning_chars": len(text)}
-        except CheckFailed as err:
-            failures.append(f"{effort}: {err}")
-        seconds[effort] = round(time.monotonic() - started, 2)
-    metrics = {"seconds": seconds, "reasoning": reasoning}
-    if failures:
-        return CheckResult(name, FAIL, "rejected " + "; ".join(failures), metrics)
-    if not any(r["reasoning_chars"] for r in reasoning.values()):
-        return CheckResult(name, FAIL, f"no reasoning at any effort: {no_reasoning_cause(opts.model_profile)}", metrics)
-    unit = "reasoning_tokens" if all(r["reasoning_tokens"] for r in reasoning.values()) else "reasoning_chars"
-    low, high = int(reasoning["low"][unit] or 0), int(reasoning["max"][unit] or 0)
-    label = unit.replace("_", " ")
-    if high <= low:
+    profile = opts.model_profile
+    levels = profile.reasoning_efforts
+    if len(levels) < 2:
+        return CheckResult(name, SKIP, f"the {profile.display_name} profile lists no reasoning_effort levels")
+    prompts = [EFFORT_PROMPTS[i % len(EFFORT_PROMPTS)] for i in range(opts.effort_samples)]
+    samples: dict[str, list[tuple[int | None, int]]] = {level: [(None, 0)] * len(prompts) for level in levels}
+    rejected: dict[str, str] = {}
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, opts.concurrency)) as pool:
+        futures = {pool.submit(_effort_sample, client, opts, level, prompt): (level, i)
+                   for level in levels for i, prompt in enumerate(prompts)}
+        for future in as_completed(futures):
+            level, i = futures[future]
+            try:
+                samples[level][i] = future.result()  # in prompt order: sample i of each level is prompt i
+            except CheckFailed as err:
+                rejected.setdefault(level, str(err))
+    metrics: dict[str, Any] = {"levels": list(levels), "samples_per_level": opts.effort_samples,
+                               "seconds": round(time.monotonic() - started, 2)}
+    if rejected:
+        first = next(level for level in levels if level in rejected)
+        cause = ""
+        if first not in ("low", "high", "max") and set(rejected) == {first}:
+            cause = (f": {first!r} is a {profile.display_name} level that vLLM's renderer accepts from 0.34.0 on "
+                     "(renderers/kimi_k3.py): is the server's vLLM older than the pin?")
+        metrics["rejected"] = rejected
+        return CheckResult(name, FAIL, f"reasoning_effort {first!r} rejected: {rejected[first]}{cause}", metrics)
+    by_tokens = all(t is not None for level in levels for t, _ in samples[level])
+    unit = "reasoning tokens" if by_tokens else "reasoning characters"
+    values = {level: [float(t if by_tokens and t is not None else c) for t, c in samples[level]] for level in levels}
+    medians = {level: median(values[level]) for level in levels}
+    metrics["unit"] = unit
+    metrics["medians"] = medians
+    metrics["values"] = values
+    if not any(any(v) for v in values.values()):
+        return CheckResult(name, FAIL, f"no reasoning at any effort: {no_reasoning_cause(profile)}", metrics)
+    low, high = levels[0], levels[-1]
+    test = rank_sum_test(values[high], values[low])
+    metrics["p_value"] = round(test.p_value, 5)
+    metrics["u_statistic"] = test.u_statistic
+    shown = ", ".join(f"{level} {medians[level]:g}" for level in levels)
+    summary = f"median {unit} over {opts.effort_samples} prompts per level: {shown}"
+    if test.p_value > EFFORT_ALPHA or medians[high] <= medians[low]:
         return CheckResult(
             name, FAIL,
-            f"reasoning_effort has no effect ({low} {label} at low, {high} at max): the server ignores the field "
-            "(for Kimi K3 vLLM maps it to thinking_effort in tokenizer mode kimi_k3, which the checkpoint's "
-            "architecture selects; is --tokenizer-mode overridden?)",
+            f"reasoning_effort {high} does not reason more than {low} beyond chance ({summary}; one-sided rank test "
+            f"p = {test.p_value:.3g}, needs <= {EFFORT_ALPHA}): the server ignores the field (for Kimi K3 vLLM maps it "
+            "to thinking_effort in tokenizer mode kimi_k3, which the checkpoint's architecture selects; is "
+            "--tokenizer-mode overridden?) or --effort-samples is too small to tell",
             metrics,
         )
-    return CheckResult(name, PASS, f"{', '.join(EFFORTS)} accepted; max reasons more than low ({high} vs {low} {label})", metrics)
+    return CheckResult(name, PASS, f"{', '.join(levels)} accepted; {summary}; {high} > {low} at p = {test.p_value:.3g}",
+                       metrics)
 
 
 _WORDS = (
@@ -575,8 +710,19 @@ _WORDS = (
 ).split()
 
 
+# Names of the needle check's facts (none is a filler word, so the filler never mentions a vault).
+VAULT_NAMES: tuple[str, ...] = ("Amber", "Birch", "Cedar", "Dune", "Ember", "Fjord", "Garnet", "Heron", "Iris", "Juniper",
+                                "Kestrel", "Lotus")
+
+
 def haystack(chars: int, needle: str, depth: float, seed: int) -> str:
     """About ``chars`` characters of filler prose with ``needle`` at ``depth`` (0 start, 1 end)."""
+    return haystack_with_facts(chars, [(depth, needle)] if needle else [], seed)[0]
+
+
+def haystack_with_facts(chars: int, facts: Sequence[tuple[float, str]], seed: int) -> tuple[str, list[int]]:
+    """About ``chars`` characters of filler prose with each ``(depth, sentence)`` of ``facts`` at its
+    depth (0 start, 1 end): the text and the character offset where each fact starts."""
     rng = random.Random(seed)
     sentences, size = [], 0
     while size < chars:
@@ -584,45 +730,90 @@ def haystack(chars: int, needle: str, depth: float, seed: int) -> str:
         sentence = " ".join(words).capitalize() + ". "
         sentences.append(sentence)
         size += len(sentence)
-    if needle:
-        sentences.insert(int(len(sentences) * depth), needle + " ")
-    return "".join(sentences)
+    slots = [int(len(sentences) * depth) for depth, _ in facts]
+    for slot, (_, sentence) in sorted(zip(slots, facts, strict=True), key=lambda pair: pair[0], reverse=True):
+        sentences.insert(slot, sentence + " ")
+    text = "".join(sentences)
+    offsets = [text.index(sentence) for _, sentence in facts]
+    return text, offsets
+
+
+def needle_depths(target_tokens: int, facts: int, window_tokens: int) -> list[float]:
+    """Where the needle check's ``facts`` sit (fractions of the haystack, evenly spaced from 2% to
+    the last point that keeps ``window_tokens`` between a fact and the question); empty when the
+    haystack is too short to hold any fact outside the window (the check asks for at least twice
+    the window, so the facts spread over half the haystack or more)."""
+    usable = 1 - window_tokens / target_tokens
+    if usable <= 0.02 or facts < 1:
+        return []
+    if facts == 1:
+        return [round(usable / 2, 4)]
+    return [round(0.02 + (usable - 0.02) * i / (facts - 1), 4) for i in range(facts)]
 
 
 def check_needle(client: Any, opts: Options) -> CheckResult:
+    """``opts.needle_facts`` facts spread through an ``opts.needle_tokens`` haystack, every one
+    farther from the question than the profile's sparse-attention window, asked for together: all
+    must come back (the sparse top-k must select each from far context, not only the last tokens)."""
     name = "needle"
     rng = random.Random(opts.seed + 2)
-    code = f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}-{rng.randrange(1000, 9999)}"
-    needle = f"The secret passphrase for the vault is {code}."
     target = opts.needle_tokens
     limit = opts.facts.max_model_len
+    window = (opts.model_profile.sparse_attention_tokens or 0) + NEEDLE_WINDOW_MARGIN_TOKENS
     if limit is not None and target + NEEDLE_ANSWER_TOKENS > limit:
+        fits = limit - NEEDLE_ANSWER_TOKENS
+        other = (f"or pass --needle-tokens {fits:,}" if fits >= 2 * window else
+                 f"the smallest haystack that keeps every fact outside the {window:,}-token window needs "
+                 f"{2 * window + NEEDLE_ANSWER_TOKENS:,}")
         return CheckResult(
             name, FAIL,
-            f"the served max_model_len is {limit:,} tokens, below the {target:,}-token needle + {NEEDLE_ANSWER_TOKENS:,} for "
-            f"the answer: is the server's --max-model-len the planned one? (or pass --needle-tokens "
-            f"{max(1024, limit - NEEDLE_ANSWER_TOKENS):,})",
+            f"the served max_model_len is {limit:,} tokens, below the {target:,}-token haystack + {NEEDLE_ANSWER_TOKENS:,} for "
+            f"the answer: is the server's --max-model-len the planned one? ({other})",
             {"target_tokens": target, "max_model_len": limit},
         )
+    depths = needle_depths(target, opts.needle_facts, window)
+    if target < 2 * window or not depths:
+        return CheckResult(name, FAIL, f"--needle-tokens {target:,} leaves no room for a fact outside the last "
+                                       f"{window:,} tokens before the question (pass at least {2 * window:,})")
+    names = [VAULT_NAMES[i % len(VAULT_NAMES)] + ("" if i < len(VAULT_NAMES) else str(i)) for i in range(len(depths))]
+    codes = [f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}-{rng.randrange(1000, 9999)}" for _ in names]
     cpt = measure_chars_per_token(client, opts)
-    text = haystack(int(target * cpt), needle, opts.needle_depth, opts.seed)
-    question = "\n\nWhat is the secret passphrase for the vault mentioned in the text above? Reply with the passphrase only."
+    text, offsets = haystack_with_facts(
+        int(target * cpt), [(d, f"The code for vault {n} is {c}.") for d, n, c in zip(depths, names, codes, strict=True)],
+        opts.seed)
+    question = (f"\n\nThe text above gives the codes of the vaults {', '.join(names)}. What is the code of each vault? "
+                "Reply with one line per vault: NAME: CODE.")
     started = time.monotonic()
     resp = _chat(client, opts, messages=[{"role": "user", "content": text + question}],
                  max_tokens=fit_output_tokens(opts, len(text), CHECK_MAX_TOKENS))
     seconds = round(time.monotonic() - started, 2)
     msg = resp.choices[0].message
-    answer = msg.content or ""
+    answer = (msg.content or "").lower()
     prompt_tokens = resp.usage.prompt_tokens if resp.usage else None
-    metrics = {"target_tokens": target, "prompt_tokens": prompt_tokens, "chars_per_token": cpt, "depth": opts.needle_depth,
-               "seconds": seconds}
-    leak = markup_leak(opts.model_profile, answer, reasoning_of(msg)[1])
+    before_question = [round((len(text) - offset) / cpt) for offset in offsets]
+    found = [code.lower() in answer for code in codes]
+    metrics = {"target_tokens": target, "prompt_tokens": prompt_tokens, "chars_per_token": cpt, "depths": depths,
+               "tokens_before_question": before_question, "found": found, "window_tokens": window, "seconds": seconds}
+    leak = markup_leak(opts.model_profile, msg.content, reasoning_of(msg)[1])
     if leak:
         return CheckResult(name, FAIL, leak, metrics)
     size = f"{prompt_tokens:,} prompt tokens" if prompt_tokens else f"~{target:,} tokens"
-    if code.lower() not in answer.lower():
-        return CheckResult(name, FAIL, f"needle not found in {size}: answered {one_line(answer)[:60]!r}", metrics)
-    return CheckResult(name, PASS, f"needle found in {size} at depth {opts.needle_depth:.0%} ({seconds:.1f} s)", metrics)
+    missing = [f"{n} ({d:,} tokens before the question)" for n, d, ok in zip(names, before_question, found, strict=True)
+               if not ok]
+    if missing:
+        return CheckResult(
+            name, FAIL,
+            f"{len(missing)} of {len(names)} facts not recalled from {size}: {', '.join(missing)}; answered "
+            f"{one_line(msg.content or '')[:60]!r} (every fact lies outside the last {window:,} tokens, where the "
+            "sparse attention's top-k must select it)",
+            metrics,
+        )
+    return CheckResult(
+        name, PASS,
+        f"all {len(names)} facts recalled from {size}, {min(before_question):,} to {max(before_question):,} tokens before "
+        f"the question ({seconds:.1f} s)",
+        metrics,
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -717,8 +908,9 @@ def check_throughput(client: Any, opts: Options, progress: Callable[[int, int], 
     return CheckResult(name, PASS, summary, metrics)
 
 
-def stream_tool_calls(client: Any, opts: Options, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """One streamed chat request with the weather tool; the reply rebuilt from its deltas.
+def stream_tool_calls(client: Any, opts: Options, messages: list[dict[str, Any]],
+                      tools: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One streamed chat request with ``tools`` (default the weather tool); the reply rebuilt from its deltas.
 
     Returns:
         ``{"calls": [{"id", "name", "arguments"}] (by delta index), "content": str,
@@ -732,9 +924,10 @@ def stream_tool_calls(client: Any, opts: Options, messages: list[dict[str, Any]]
     calls: dict[int, dict[str, str]] = {}
     content, reasoning, finish = [], [], None
     try:
+        tool_list = list(tools or [WEATHER_TOOL])
         stream = client.chat.completions.create(
-            model=opts.model, messages=messages, tools=[WEATHER_TOOL], tool_choice="auto", stream=True,
-            max_tokens=fit_output_tokens(opts, _prompt_chars({"messages": messages, "tools": [WEATHER_TOOL]})),
+            model=opts.model, messages=messages, tools=tool_list, tool_choice="auto", stream=True,
+            max_tokens=fit_output_tokens(opts, _prompt_chars({"messages": messages, "tools": tool_list})),
         )
         for chunk in stream:
             for choice in chunk.choices:
@@ -836,6 +1029,291 @@ def check_concurrent_tools(client: Any, opts: Options) -> CheckResult:
     return CheckResult(name, PASS, f"{n} concurrent tool streams, each a complete call for its own city", {"streams": n})
 
 
+# -- tool_choice, stream silence, tool-call reliability ----------------------------------------------
+
+
+def _named(function: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": function}}
+
+
+def check_tool_choice(client: Any, opts: Options) -> CheckResult:
+    """tool_choice ``none``: no call although the prompt asks for one; ``required``: at least one
+    valid call although the prompt does not ask; a named function: calls of that function only,
+    although the prompt asks for the other tool. vLLM decides these outside the K3 tool parser (it
+    parses them like ``auto``; the structural tag of VLLM_ENFORCE_STRICT_TOOL_CALLING forces the
+    call), so a parser check says nothing about them."""
+    name = "tool-choice"
+    profile = opts.model_profile
+    tools = [WEATHER_TOOL, TIME_TOOL]
+    problems: list[str] = []
+    seen: dict[str, Any] = {}
+    strict = ("is VLLM_ENFORCE_STRICT_TOOL_CALLING (default on) unset or 1 in the server's environment, and "
+              f"--enable-auto-tool-choice --tool-call-parser {profile.tool_call_parser} set?")
+    cases: tuple[tuple[str, str, Any], ...] = (
+        ("none", "What is the weather in Paris right now? Use the get_weather tool.", "none"),
+        ("required", "I am flying to Lima tomorrow.", "required"),
+        ("named get_time", "What is the weather in Paris right now?", _named("get_time")),
+    )
+    for label, prompt, choice in cases:
+        try:
+            resp = _chat(client, opts, messages=[{"role": "user", "content": prompt}], tools=tools, tool_choice=choice)
+        except CheckFailed as err:
+            cause = f": {strict}" if "strict" in str(err).lower() or "tool_choice" in str(err) else ""
+            problems.append(f"{label}: {err}{cause}")
+            continue
+        choice0 = resp.choices[0]
+        msg = choice0.message
+        calls = msg.tool_calls or []
+        seen[label] = {"finish_reason": choice0.finish_reason, "calls": [c.function.name for c in calls]}
+        leak = markup_leak(profile, msg.content, reasoning_of(msg)[1])
+        if leak:
+            problems.append(f"{label}: {leak}")
+            continue
+        if label == "none":
+            if calls:
+                problems.append(f"none: {len(calls)} tool call(s) ({calls[0].function.name}) where tool_choice none allows "
+                                "none: the server ignores tool_choice none")
+            continue
+        if not calls:
+            problems.append(f"{label}: no tool_calls (finish_reason {choice0.finish_reason}, content "
+                            f"{one_line(msg.content or '')[:60]!r}): the server does not force the call; {strict}")
+            continue
+        parsed, bad = _validate_calls(calls, tools)
+        if bad:
+            problems.append(f"{label}: {bad[0]}")
+            continue
+        if label.startswith("named") and {c.function.name for c in calls} != {"get_time"}:
+            problems.append(f"named get_time: called {', '.join(c.function.name for c in calls)}: the server does not "
+                            f"honour a named tool_choice; {strict}")
+    metrics = {"replies": seen}
+    if problems:
+        return CheckResult(name, FAIL, f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                           metrics | {"problems": problems})
+    return CheckResult(name, PASS, "tool_choice none: no call; required: a valid call unasked; named get_time: only get_time",
+                       metrics)
+
+
+def _note_text(tokens: int, cpt: float, seed: int) -> str:
+    """Filler prose of about ``tokens`` tokens at ``cpt`` characters per token (the note to save)."""
+    return haystack(max(40, int(tokens * cpt)), "", 0, seed).strip()
+
+
+def check_stream_silence(client: Any, opts: Options) -> CheckResult:
+    """A streamed call whose argument is long (``opts.silence_probe_tokens``), read byte by byte
+    (``validating.sse``): the longest time without a byte, the wait for the first included, must
+    stay at most ``opts.max_stream_silence_seconds``, the idle timeout of a proxy in front of the
+    server. A tool parser that holds a call back until its close marker (vLLM's K3 parser does) is
+    silent for the whole argument; SSE keep-alive comments (``--sse-keep-alive-interval``) count as
+    bytes, as they do for a proxy."""
+    from scripts.ops.validating.sse import post_stream
+
+    name = "stream-silence"
+    cpt = measure_chars_per_token(client, opts)
+    note = _note_text(opts.silence_probe_tokens, cpt, opts.seed + 5)
+    messages = [{"role": "user", "content": "Save the following note verbatim with the save_note tool. Note: " + note}]
+    body = {"model": opts.model, "messages": messages, "tools": [NOTE_TOOL], "tool_choice": "auto", "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": fit_output_tokens(opts, _prompt_chars({"messages": messages, "tools": [NOTE_TOOL]}))}
+    url = f"{(opts.base_url or str(client.base_url)).rstrip('/')}/chat/completions"
+    record = post_stream(url, body, api_key=opts.api_key if opts.api_key != "EMPTY" else None,
+                         timeout_seconds=opts.timeout_seconds)
+    if record.status != 200:
+        raise CheckFailed(record.error or f"HTTP {record.status}")
+    arguments, call_event, usage, call_deltas = "", None, None, 0
+    for index, event in enumerate(record.events):
+        usage = event.get("usage") or usage
+        for choice in event.get("choices") or []:
+            for tc in (choice.get("delta") or {}).get("tool_calls") or []:
+                arguments += (tc.get("function") or {}).get("arguments") or ""
+                call_deltas += 1
+                call_event = index if call_event is None else call_event
+    silence = record.longest_silence_seconds
+    after = record.silence_before_event
+    metrics: dict[str, Any] = {
+        "longest_silence_seconds": round(silence, 3), "first_byte_seconds": round(record.first_byte_seconds or 0, 3),
+        "limit_seconds": opts.max_stream_silence_seconds, "events": len(record.events), "keep_alive_comments": record.comments,
+        "note_tokens": opts.silence_probe_tokens, "completion_tokens": (usage or {}).get("completion_tokens"),
+        # How the call came: in how many deltas, and after how long a wait since the event before it.
+        "call_deltas": call_deltas, "argument_chars": len(arguments),
+        "silence_before_call_seconds": round(record.event_seconds[call_event] - record.event_seconds[call_event - 1], 3)
+        if call_event else None,
+    }
+    if record.error:
+        metrics["error"] = record.error
+    if after is None:
+        where = "before the first byte (queueing and prefill)"
+    elif after == call_event:
+        where = (f"before the save_note call, which then arrived whole ({len(arguments):,} characters of arguments in "
+                 "one delta): the tool parser holds a call back until its close marker")
+    else:
+        where = f"between stream events {after} and {after + 1}"
+    held = None
+    if after is not None and after == call_event and usage and usage.get("completion_tokens"):
+        held = round(silence / max(1, usage["completion_tokens"]) * 1000, 2)
+        metrics["silence_seconds_per_1k_tokens"] = held
+    summary = f"longest silence {silence:.1f} s {where}"
+    if record.comments:
+        summary += f"; {record.comments} keep-alive comment(s) received"
+    if silence > opts.max_stream_silence_seconds or record.error:
+        return CheckResult(
+            name, FAIL,
+            f"{summary}{': ' + record.error if record.error else ''}: a proxy with a {opts.max_stream_silence_seconds:g} s idle "
+            "timeout (--max-stream-silence-seconds) cuts this stream; set vLLM's --sse-keep-alive-interval (e.g. 15) "
+            "or raise the proxy's idle timeout",
+            metrics,
+        )
+    if not arguments:
+        return CheckResult(name, FAIL, f"no save_note call in the stream ({summary}): "
+                                       f"{_no_calls(opts.model_profile, None, '')}", metrics)
+    projection = ""
+    if held:
+        projection = (f"; at {held:g} s per 1,000 tokens a {opts.max_stream_silence_seconds:g} s idle timeout cuts calls "
+                      f"longer than about {int(opts.max_stream_silence_seconds / held * 1000):,} tokens")
+    return CheckResult(name, PASS, f"{summary} (limit {opts.max_stream_silence_seconds:g} s){projection}", metrics)
+
+
+# Markup or a call spelled out in text: a call that went into the reasoning or the content instead
+# of tool_calls (raw XTML, or the function and its arguments as JSON or as a call).
+def _call_text_pattern(function: str) -> re.Pattern[str]:
+    name = re.escape(function)
+    return re.compile(rf'tool="{name}"|"name"\s*:\s*"{name}"|\b{name}\s*\(\s*[{{"\w]|<\|open\|>\s*(tools|call)\b')
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """One agent-style turn of ``check_tool_reliability``.
+
+    Attributes:
+        kind: ``ok`` (a valid call of the expected function for the city), ``wrong`` (calls, but
+            not that one or not valid), ``in-reasoning`` / ``in-content`` (no call; the call's
+            text is in that field), ``missing`` (no call anywhere).
+        streamed: whether the turn was streamed.
+        detail: one line for the report.
+    """
+
+    kind: str
+    streamed: bool
+    detail: str = ""
+
+
+def classify_turn(reply: dict[str, Any], function: str, city: str, streamed: bool) -> TurnOutcome:
+    """What happened to the call one turn needed (``reply`` as ``stream_tool_calls`` returns it)."""
+    from types import SimpleNamespace
+
+    calls = reply["calls"]
+    if calls:
+        parsed, problems = _validate_calls(
+            [SimpleNamespace(function=SimpleNamespace(name=c["name"], arguments=c["arguments"])) for c in calls],
+            [WEATHER_TOOL, TIME_TOOL])
+        if not problems and any(c["name"] == function for c in calls) and any(
+                a.get("city", "").lower() == city.lower() for a in parsed):
+            return TurnOutcome("ok", streamed)
+        return TurnOutcome("wrong", streamed, problems[0] if problems else
+                           f"called {[c['name'] for c in calls]} for {[a.get('city') for a in parsed]}, "
+                           f"not {function} for {city}")
+    pattern = _call_text_pattern(function)
+    for kind, text in (("in-reasoning", reply["reasoning"]), ("in-content", reply["content"])):
+        found = pattern.search(text or "")
+        if found:
+            return TurnOutcome(kind, streamed, one_line((text or "")[max(0, found.start() - 10): found.start() + 60]))
+    return TurnOutcome("missing", streamed, f"finish_reason {reply['finish_reason']}, content "
+                                            f"{one_line(reply['content'] or '')[:40]!r}")
+
+
+def _plain_reply(client: Any, opts: Options, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A non-streamed request with both tools, in ``stream_tool_calls``' shape."""
+    resp = _chat(client, opts, messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="auto")
+    msg = resp.choices[0].message
+    return {"calls": [{"id": c.id or "", "name": c.function.name, "arguments": c.function.arguments}
+                      for c in msg.tool_calls or []],
+            "content": msg.content or "", "reasoning": reasoning_of(msg)[1] or "",
+            "finish_reason": resp.choices[0].finish_reason}
+
+
+AGENT_SYSTEM_PROMPT = ("You are a travel assistant with two tools. Answer every question with a tool call: get_weather for "
+                       "the weather, get_time for the local time.")
+
+
+def _agent_conversation(client: Any, opts: Options, index: int, turns: int) -> list[TurnOutcome]:
+    """``turns`` turns of one agent conversation: each asks about a city, gets (or not) a call, and
+    the call's result goes back before the next question, so the context grows as an agent's does.
+    Odd-numbered conversations stream."""
+    streamed = index % 2 == 1
+    messages: list[dict[str, Any]] = [{"role": "system", "content": AGENT_SYSTEM_PROMPT}]
+    outcomes = []
+    for turn in range(turns):
+        city = CONCURRENT_CITIES[(index + turn) % len(CONCURRENT_CITIES)]
+        function = ("get_weather", "get_time")[(index + turn) % 2]
+        what = "weather" if function == "get_weather" else "local time"
+        messages.append({"role": "user", "content": f"What is the {what} in {city} right now? Use the {function} tool."})
+        try:
+            if streamed:
+                reply = stream_tool_calls(client, opts, messages, [WEATHER_TOOL, TIME_TOOL])
+            else:
+                reply = _plain_reply(client, opts, messages)
+        except CheckFailed as err:
+            outcomes.append(TurnOutcome("missing", streamed, f"request failed: {err}"))
+            break
+        outcomes.append(classify_turn(reply, function, city, streamed))
+        assistant: dict[str, Any] = {"role": "assistant", "content": reply["content"]}
+        if reply["reasoning"]:
+            assistant["reasoning_content"] = reply["reasoning"]
+        if reply["calls"]:
+            assistant["tool_calls"] = [{"id": c["id"] or f"call-{index}-{turn}-{i}", "type": "function",
+                                        "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                       for i, c in enumerate(reply["calls"])]
+        messages.append(assistant)
+        for call in assistant.get("tool_calls", []):
+            result = {"city": city, "temperature_c": 17.5} if call["function"]["name"] == "get_weather" else {
+                "city": city, "local_time": "14:05"}
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)})
+    return outcomes
+
+
+def check_tool_reliability(client: Any, opts: Options) -> CheckResult:
+    """``opts.tool_turns`` agent-style turns that each need a call, over ``opts.concurrency``
+    conversations at once (half streamed): the share of turns whose call was lost, with its 95%
+    Wilson interval (``validating.stats``); fails when the share exceeds ``opts.max_tool_loss_rate``.
+    At a 5% loss rate (public reports on K3 tool parsers) 100 turns lose at least 2 calls with
+    probability 0.96."""
+    from scripts.ops.validating.stats import wilson_interval
+
+    name = "tool-reliability"
+    conversations = max(1, min(opts.concurrency, opts.tool_turns))
+    per_conversation = [opts.tool_turns // conversations + (1 if i < opts.tool_turns % conversations else 0)
+                        for i in range(conversations)]
+    outcomes: list[TurnOutcome] = []
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=conversations) as pool:
+        for result in pool.map(lambda i: _agent_conversation(client, opts, i, per_conversation[i]), range(conversations)):
+            outcomes.extend(result)
+    kinds = {kind: sum(1 for o in outcomes if o.kind == kind) for kind in ("ok", "wrong", "in-reasoning", "in-content",
+                                                                          "missing")}
+    turns = len(outcomes)
+    lost = turns - kinds["ok"]
+    low, high = wilson_interval(lost, turns, TOOL_LOSS_CONFIDENCE) if turns else (0.0, 1.0)
+    rate = lost / turns if turns else 1.0
+    streamed_lost = sum(1 for o in outcomes if o.kind != "ok" and o.streamed)
+    examples = [f"{o.kind}{' (streamed)' if o.streamed else ''}: {o.detail}" for o in outcomes if o.kind != "ok"]
+    metrics: dict[str, Any] = {"turns": turns, "conversations": conversations, "outcomes": kinds, "loss_rate": round(rate, 4),
+               "loss_rate_ci95": [round(low, 4), round(high, 4)], "lost_streamed": streamed_lost,
+               "lost_not_streamed": lost - streamed_lost, "threshold": opts.max_tool_loss_rate,
+               "seconds": round(time.monotonic() - started, 2), "examples": examples[:5]}
+    interval = f"{rate:.1%} lost (95% CI {low:.1%}-{high:.1%})"
+    where = ", ".join(f"{kinds[k]} {k}" for k in ("in-reasoning", "in-content", "missing", "wrong") if kinds[k])
+    if turns < opts.tool_turns:
+        return CheckResult(name, FAIL, f"only {turns} of {opts.tool_turns} turns ran: {examples[-1]}", metrics)
+    if rate > opts.max_tool_loss_rate:
+        return CheckResult(
+            name, FAIL,
+            f"{lost} of {turns} agent turns lost their call ({where}; {streamed_lost} streamed): {interval}, above "
+            f"--max-tool-loss-rate {opts.max_tool_loss_rate:g}; first: {examples[0]}",
+            metrics,
+        )
+    return CheckResult(name, PASS, f"{kinds['ok']} of {turns} agent turns got their call: {interval}"
+                                   + (f" ({where})" if where else ""), metrics)
+
+
 # -- auth ------------------------------------------------------------------------------------------
 
 
@@ -845,10 +1323,11 @@ def root_url(base_url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def _http(method: str, url: str, *, api_key: str | None = None, body: dict[str, Any] | None = None,
+def _http(method: str, url: str, *, api_key: str | None = None, body: dict[str, Any] | bytes | None = None,
           timeout_seconds: float = 30) -> tuple[int, bytes]:
-    """(status, body) of one request; 0 when the connection failed."""
-    data = json.dumps(body).encode() if body is not None else None
+    """(status, body) of one request (``body``: a dict sent as JSON, or raw bytes sent as
+    ``application/json``); 0 when the connection failed."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, method=method, data=data)
     if data is not None:
         request.add_header("Content-Type", "application/json")
@@ -881,30 +1360,78 @@ def served_routes(opts: Options) -> tuple[dict[str, tuple[str, ...]], str]:
     return routes, source
 
 
+# Answers to a method a route does not accept that cannot tell a guard from an open route: the
+# router's 405 (the route exists, the method does not) and a 501 from a server that refuses a method
+# it does not implement before anything else (Python's http.server, some proxies), maybe before auth.
+UNDECIDED_METHOD_STATUSES = frozenset({405, 501})
+# The body of the confirming request: malformed JSON, which a route rejects (400/422) before it runs.
+MALFORMED_JSON = b"{"
+
+
+def probe_route(url: str, methods: Sequence[str], timeout_seconds: float) -> tuple[str, list[str]]:
+    """Whether the route at ``url`` (accepting ``methods``) answers without the API key.
+
+    First a method the route does not accept: a guard answers 401/403 before routing (``guarded``),
+    a 404 means no such route (``absent``), any other answer but 405/501 means the request got past
+    the guard (``open``); nothing runs either way. A 405 or 501 cannot tell, so the route's own
+    method confirms it: GET as is, any other with a body that is not JSON, which an open route
+    refuses (400/422) before its handler runs. 401/403 then means ``guarded``, 404 ``absent``,
+    another 405/501 ``undecided`` (counted as not open), anything else ``open``.
+
+    Returns:
+        ``(verdict, evidence)``: the verdict and ``"METHOD status"`` of each request sent.
+
+    Raises:
+        CheckFailed: the server cannot be reached.
+    """
+    evidence: list[str] = []
+
+    def ask(method: str, body: bytes | None = None) -> int:
+        status, _ = _http(method, url, body=body, timeout_seconds=timeout_seconds)
+        if status == 0:
+            raise CheckFailed(f"cannot connect to {url} for the route probes")
+        evidence.append(f"{method} {status}")
+        return status
+
+    def verdict(status: int) -> str | None:
+        if status in (401, 403):
+            return "guarded"
+        if status == 404:
+            return "absent"
+        return None if status in UNDECIDED_METHOD_STATUSES else "open"
+
+    probe_method = next(m for m in ("DELETE", "PUT", "PATCH", "GET", "POST") if m not in methods)
+    first = verdict(ask(probe_method))
+    if first is not None:
+        return first, evidence
+    own = next((m for m in ("GET", "POST", "PUT", "PATCH", "DELETE") if m in methods), "POST")
+    second = verdict(ask(own, None if own == "GET" else MALFORMED_JSON))
+    return second or "undecided", evidence
+
+
 def check_auth(client: Any, opts: Options) -> CheckResult:  # noqa: ARG001 - plain HTTP, no OpenAI client
     name = "auth"
     root = root_url(opts.base_url or "")
     routes, source = served_routes(opts)
     open_routes: list[str] = []
     probed = 0
+    confirmed: list[str] = []
     for path, methods in sorted(routes.items()):
         if path in OPEN_PATHS:
             continue
-        # A method the route does not accept: a guard answers 401 before routing; an open route
-        # answers 405 from the router, so nothing runs either way.
-        method = next(m for m in ("DELETE", "PUT", "PATCH", "GET", "POST") if m not in methods)
-        status, _ = _http(method, root + re.sub(r"\{[^}]+\}", "validate-probe", path),
-                          timeout_seconds=min(opts.timeout_seconds, 30))
-        if status == 0:
-            raise CheckFailed(f"cannot connect to {root} for the route probes")
+        verdict, evidence = probe_route(root + re.sub(r"\{[^}]+\}", "validate-probe", path), methods,
+                                        min(opts.timeout_seconds, 30))
         probed += 1
-        if status not in (401, 403, 404):
+        if len(evidence) > 1:
+            confirmed.append(f"{path} ({', '.join(evidence)})")
+        if verdict == "open":
             open_routes.append(path)
     # And inference itself, without the key, on the two routes that serve chat.
     chat = {"model": opts.model, "messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 1}
     served = [path for path in ("/v1/chat/completions", "/invocations")
               if _http("POST", root + path, body=chat, timeout_seconds=opts.timeout_seconds)[0] == 200]
-    metrics = {"routes_probed": probed, "open_routes": open_routes, "served_without_key": served, "source": source}
+    metrics = {"routes_probed": probed, "open_routes": open_routes, "served_without_key": served, "source": source,
+               "confirmed_with_own_method": confirmed}
     if served or open_routes:
         if "/v1/chat/completions" in served:
             cause = ("the server has no API key: is VLLM_API_KEY (the stack's apiKey secret) in the server's environment? "
@@ -928,22 +1455,37 @@ def check_auth(client: Any, opts: Options) -> CheckResult:  # noqa: ARG001 - pla
 
 
 def base_url_problem(client: Any, shown_url: str) -> str | None:
-    """One line when ``GET <base-url>/models`` answers 404 (a base URL without ``/v1`` is the
-    usual cause), else None. Other answers are left to the checks."""
+    """One line when ``GET <base-url>/models`` shows that the base URL is not an OpenAI server's:
+    a 404 (a base URL without ``/v1`` is the usual cause) or a 200 whose body is not OpenAI's model
+    list (an HTML page, JSON without a ``data`` list: a web UI, a proxy's page, another service on
+    that port). The line names the URL, what came back and the likely cause. Else None: other
+    answers (401, 5xx) are left to the checks."""
     import openai
 
+    url = f"{shown_url.rstrip('/')}/models"
+    hint = ("should --base-url end in /v1? (e.g. http://HOST:8000/v1)" if not shown_url.rstrip("/").endswith("/v1")
+            else "is this the vLLM server's port, not a proxy or another service? (e.g. http://HOST:8000/v1)")
     try:
-        client.models.list()
+        raw = client.models.with_raw_response.list()
     except openai.NotFoundError:
-        hint = (
-            "should --base-url end in /v1?"
-            if not shown_url.rstrip("/").endswith("/v1")
-            else "is this an OpenAI-compatible server?"
-        )
-        return f"GET {shown_url.rstrip('/')}/models answered 404: {hint} (e.g. http://HOST:8000/v1)"
+        return f"GET {url} answered 404: {hint}"
     except openai.OpenAIError:
         return None
-    return None
+    text = raw.http_response.text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("data"), list) and all(
+            isinstance(item, dict) and "id" in item for item in body["data"]):
+        return None
+    if isinstance(body, dict):
+        what = f"{_excerpt(body)} but no `data` list of models"
+    elif body is not None:
+        what = f"JSON that is not an object ({one_line(text)[:40]!r})"
+    else:
+        what = _excerpt(text) if text.strip() else "an empty body"
+    return f"GET {url} answered {raw.http_response.status_code} with {what}, not OpenAI's model list: {hint}"
 
 
 def model_problem(models: dict[str, int | None] | None, model: str) -> str | None:
@@ -958,9 +1500,12 @@ RUNNERS: dict[str, Callable[..., CheckResult]] = {
     "tools": check_tools,
     "parallel-tools": check_parallel_tools,
     "stream-tools": check_stream_tools,
+    "stream-silence": check_stream_silence,
     "concurrent-tools": check_concurrent_tools,
+    "tool-choice": check_tool_choice,
     "round-trip": check_round_trip,
     "tool-ids": check_tool_ids,
+    "tool-reliability": check_tool_reliability,
     "reasoning-effort": check_reasoning_effort,
     "needle": check_needle,
     "throughput": check_throughput,
@@ -974,6 +1519,8 @@ def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int]
     First reads ``/v1/models`` once: a model name the server does not serve fails every selected
     check with that one reason; its ``max_model_len`` sizes the requests (``opts.facts``).
     """
+    import openai
+
     models = served_models(client)
     if models is not None and opts.model in models:
         opts.facts.max_model_len = models[opts.model]
@@ -998,6 +1545,12 @@ def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int]
                 result = RUNNERS[name](client, opts)
         except CheckFailed as err:
             result = CheckResult(name, FAIL, str(err))
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError, openai.OpenAIError) as err:
+            # A reply whose shape the check did not expect (a stream of something else, a field
+            # missing): one line, never a traceback.
+            result = CheckResult(name, FAIL, f"the server's reply is not in OpenAI's shape ({type(err).__name__}: "
+                                             f"{one_line(err)[:120]}): is --base-url the vLLM server (its port, ending "
+                                             "in /v1), not a proxy or another service?")
         result.metrics.setdefault("check_seconds", round(time.monotonic() - started, 2))
         results.append(result)
     return results
@@ -1053,8 +1606,8 @@ def probe(client: Any, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> str | 
     wrong), else the one-line reason it cannot be reached (refused, DNS, timeout)."""
     import openai
 
-    try:
-        client.with_options(timeout=timeout_seconds).models.list()
+    try:  # the raw response: a 200 whose body is not OpenAI's is still an answer (base_url_problem says why)
+        client.with_options(timeout=timeout_seconds).models.with_raw_response.list()
     except openai.APITimeoutError:
         return f"no answer within {timeout_seconds:g} s"
     except openai.APIConnectionError as err:
@@ -1086,9 +1639,11 @@ def _positive(kind: type, low: float, high: float) -> Callable[[str], Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(
         prog=prog_name("scripts/ops/validate.py"),
-        description="Validate a deployed OpenAI-compatible endpoint: tool calls (single, parallel, streamed, concurrent), "
-        "the multi-turn reasoning round trip, tool-call ids across turns, reasoning_effort, a long-context needle, "
-        "throughput and latency, and that every route but /health and /metrics needs the API key.",
+        description="Validate a deployed OpenAI-compatible endpoint: tool calls (single, parallel, streamed, concurrent, "
+        "tool_choice none/required/named), the longest silence in a stream, the multi-turn reasoning round trip, tool-call "
+        "ids across turns, the rate of tool calls lost over agent-style turns, reasoning_effort over repeated samples, "
+        "facts recalled from far in a long context, throughput and latency, and that every route but /health and /metrics "
+        "needs the API key.",
         epilog="Exit codes: 0 all selected checks passed, 1 a check failed or the endpoint cannot be reached "
         "(one GET /v1/models is tried first), 2 usage error. "
         "Example: kimi-deploy validate --base-url http://10.0.1.23:8000/v1 --model kimi-k3.1-pro "
@@ -1127,11 +1682,54 @@ def build_parser() -> argparse.ArgumentParser:
              f"check fails when the served max_model_len cannot hold it plus {NEEDLE_ANSWER_TOKENS:,} for the answer",
     )
     parser.add_argument(
-        "--needle-depth",
+        "--needle-facts",
+        type=_positive(int, 1, len(VAULT_NAMES)),
+        default=DEFAULT_NEEDLE_FACTS,
+        metavar="N",
+        help=f"facts spread through the haystack and asked for together, all outside the model's sparse-attention "
+             f"window before the question (default {DEFAULT_NEEDLE_FACTS}); every one must come back",
+    )
+    parser.add_argument(
+        "--effort-samples",
+        type=_positive(int, 3, len(EFFORT_PROMPTS)),
+        default=DEFAULT_EFFORT_SAMPLES,
+        metavar="N",
+        help=f"prompts per reasoning_effort level (default {DEFAULT_EFFORT_SAMPLES}); the highest level must reason more "
+             f"than the lowest at p <= {EFFORT_ALPHA} (one-sided rank test), so fewer than 5 cannot pass",
+    )
+    parser.add_argument(
+        "--tool-turns",
+        type=_positive(int, 1, 10_000),
+        default=DEFAULT_TOOL_TURNS,
+        metavar="N",
+        help=f"agent-style turns of the tool-reliability check, over --concurrency conversations (default "
+             f"{DEFAULT_TOOL_TURNS}: a 5%% loss rate shows as 2 or more lost calls with probability 0.96)",
+    )
+    parser.add_argument(
+        "--max-tool-loss-rate",
         type=_positive(float, 0, 1),
-        default=0.5,
-        metavar="F",
-        help="where the needle sits, 0 = start, 1 = end (default 0.5)",
+        default=DEFAULT_MAX_TOOL_LOSS_RATE,
+        metavar="R",
+        help=f"fail the tool-reliability check when more than this share of turns lose their call (default "
+             f"{DEFAULT_MAX_TOOL_LOSS_RATE:g}); the report gives the rate and its 95%% Wilson interval",
+    )
+    parser.add_argument(
+        "--max-stream-silence-seconds",
+        type=_positive(float, 0.01, 86_400),
+        default=DEFAULT_MAX_STREAM_SILENCE_SECONDS,
+        metavar="S",
+        help=f"fail the stream-silence check when a stream is silent (no byte) longer than this: the idle timeout of "
+             f"the proxy or load balancer in front of the server (default {DEFAULT_MAX_STREAM_SILENCE_SECONDS:g}, an "
+             "AWS ALB's and nginx's default)",
+    )
+    parser.add_argument(
+        "--silence-probe-tokens",
+        type=_positive(int, 16, 65_536),
+        default=DEFAULT_SILENCE_PROBE_TOKENS,
+        metavar="N",
+        help=f"length of the note the stream-silence check asks the model to save with a tool call, in the server's "
+             f"tokens (default {DEFAULT_SILENCE_PROBE_TOKENS:,}); a parser that holds a call back is silent while the "
+             "model writes it",
     )
     parser.add_argument(
         "--concurrency",
@@ -1196,6 +1794,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(
             f"--checks: {args.checks!r} names no known check or an unknown one {unknown} (allowed: {', '.join(CHECKS)})"
         )
+    window = (MODELS[args.model_profile].sparse_attention_tokens or 0) + NEEDLE_WINDOW_MARGIN_TOKENS
+    if "needle" in checks and args.needle_tokens < 2 * window:
+        raise UsageError(f"--needle-tokens: {args.needle_tokens:,} leaves no room for a fact outside the last {window:,} "
+                         f"tokens before the question ({args.model_profile}'s sparse-attention window and a margin); "
+                         f"pass at least {2 * window:,}")
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
@@ -1204,7 +1807,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key = os.environ.get(DEFAULT_API_KEY_ENV) or "EMPTY"
     opts = Options(
         model=args.model, checks=checks, profile=args.model_profile, api_key=api_key, base_url=args.base_url,
-        timeout_seconds=args.timeout_seconds, needle_tokens=args.needle_tokens, needle_depth=args.needle_depth,
+        timeout_seconds=args.timeout_seconds, needle_tokens=args.needle_tokens, needle_facts=args.needle_facts,
+        effort_samples=args.effort_samples, tool_turns=args.tool_turns, max_tool_loss_rate=args.max_tool_loss_rate,
+        max_stream_silence_seconds=args.max_stream_silence_seconds, silence_probe_tokens=args.silence_probe_tokens,
         concurrency=args.concurrency, requests=args.requests, max_tokens=args.max_tokens, prompt_tokens=args.prompt_tokens,
         min_output_tps=args.min_output_tps, max_ttft_p95_seconds=args.max_ttft_p95_seconds,
     )

@@ -467,6 +467,134 @@ class RealVllmServer:
                 "env": dict(self.env), "startup_seconds": self.startup_seconds, "log": str(self.log_path)}
 
 
+# -- the pinned release's frontend over this engine ----------------------------------------------
+
+PARSER_PYTHON_ENV = "KIMI_VLLM_PYTHON"
+DEFAULT_PARSER_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+# The frontend imports vLLM and builds its config (a cold import is 30-60 s on 2 busy cores), then
+# serves at once: no model to load.
+FRONTEND_STARTUP_TIMEOUT_SECONDS = 600.0
+
+
+def parser_python() -> Path:
+    """The pinned release's parser venv python: ``$KIMI_VLLM_PYTHON`` or ``.venv-vllm/bin/python``."""
+    return Path(os.environ.get(PARSER_PYTHON_ENV) or DEFAULT_PARSER_PYTHON)
+
+
+def frontend_missing_reason() -> str | None:
+    """Why the pinned frontend cannot run here (one line), or None when it can."""
+    python = parser_python()
+    if not python.exists():
+        return f"the pinned vLLM's parser venv is missing at {python} (run `make vllm-parser`)"
+    return engine_missing_reason()
+
+
+class PinnedFrontendServer:
+    """The pinned release's ``vllm serve`` frontend (``tests/real_vllm/pinned_frontend.py``) on
+    127.0.0.1, over ``engine``'s token stream: the same rendered command, the same API guard, its
+    own key. A context manager, like ``RealVllmServer``, with the same attributes (``base_url``,
+    ``root_url``, ``api_key``, ``served_model_name``, ``argv``, ``env``, ``startup_seconds``,
+    ``log_path``) plus ``engine`` and ``vllm_version`` (read from ``/version``).
+
+    Args:
+        engine: a started ``RealVllmServer`` whose engine generates the tokens.
+        log_dir: where ``frontend-<port>.log`` goes (default: a temporary directory).
+    """
+
+    def __init__(self, engine: RealVllmServer, *, log_dir: Path | None = None) -> None:
+        reason = frontend_missing_reason()
+        if reason:
+            raise RuntimeError(reason)
+        if not engine.api_key:
+            raise RuntimeError("the pinned frontend forwards to an engine with an API key")
+        self.engine = engine
+        self.port = free_port()
+        self.command = server_command(engine.model_dir, self.port, stack=engine.stack)
+        self.api_key = f"sk-pinned-frontend-{secrets.token_hex(16)}"
+        self.served_model_name = engine.served_model_name
+        self.root_url = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"{self.root_url}/v1"
+        self.argv = (str(parser_python()), "-m", "tests.real_vllm.pinned_frontend", *self.command.argv)
+        self.env: Mapping[str, str] = self.command.env
+        self._own_log_dir = log_dir is None
+        self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="pinned-frontend-"))
+        self.log_path = self._log_dir / f"frontend-{self.port}.log"
+        self.startup_seconds: float | None = None
+        self.vllm_version: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_seconds: float = FRONTEND_STARTUP_TIMEOUT_SECONDS) -> PinnedFrontendServer:
+        """Start the frontend and wait for ``/health``.
+
+        Raises:
+            RuntimeError: it exited or did not answer in time (the log's tail in the message).
+        """
+        argv_file = self._log_dir / "argv.json"
+        argv_file.write_text(json.dumps(list(self.command.argv)))
+        # The stack's env as the CPU engine runs it (the API guard's PYTHONPATH extended by this
+        # checkout, so ``-m tests.real_vllm.pinned_frontend`` imports), the keys only in the environment.
+        pythonpath = os.pathsep.join([str(REPO_ROOT), self.env.get("PYTHONPATH", str(REPO_ROOT / "scripts" / "node"))])
+        env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "XDG_CACHE_HOME": str(_cache_root().parent),
+               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_TARGET_DEVICE": "cpu", **self.env,
+               "PYTHONPATH": pythonpath, "VLLM_API_KEY": self.api_key, "KIMI_ENGINE_URL": self.engine.base_url,
+               "KIMI_ENGINE_API_KEY": self.engine.api_key or ""}
+        started = time.monotonic()
+        log = self.log_path.open("wb")
+        self._proc = subprocess.Popen([self.argv[0], "-m", "tests.real_vllm.pinned_frontend", str(argv_file)], env=env,
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self._log_dir,
+                                      start_new_session=True)
+        log.close()
+        while time.monotonic() - started < timeout_seconds:
+            if self._proc.poll() is not None:
+                self._own_log_dir = False
+                raise RuntimeError(f"the pinned frontend exited with {self._proc.returncode} (log: {self.log_path}): "
+                                   f"{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.root_url}/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        self.startup_seconds = round(time.monotonic() - started, 1)
+                        version = urllib.request.Request(f"{self.root_url}/version",
+                                                         headers={"Authorization": f"Bearer {self.api_key}"})
+                        with urllib.request.urlopen(version, timeout=5) as resp_version:
+                            self.vllm_version = json.loads(resp_version.read()).get("version")
+                        return self
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(2)
+        self._own_log_dir = False
+        self.stop()
+        raise RuntimeError(f"the pinned frontend did not answer /health within {timeout_seconds:.0f} s "
+                           f"(log: {self.log_path}): {self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the frontend's log (for failure messages)."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM the frontend's process group, SIGKILL after ``STOP_TIMEOUT_SECONDS``."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(STOP_TIMEOUT_SECONDS)
+            except ProcessLookupError:
+                pass
+        if self._own_log_dir and proc is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    def __enter__(self) -> PinnedFrontendServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tests.real_vllm [--print]``: start the good server, print its facts as JSON, serve
     until Ctrl-C (a manual check against the real engine); ``--print`` only prints the command."""

@@ -12,9 +12,12 @@ What it is, and why it works:
 - **Chat template** (Jinja, rendered by vLLM): the conversation in K3's XTML layout (messages,
   tools, reasoning of earlier turns, tool results), then a *scripted reply*: the template derives
   the reply from the conversation (``CHAT_TEMPLATE`` below says how: one tool call per city named,
-  the tool result quoted, the passphrase found in the text, else "ok"; the reasoning is longer for
-  a higher ``reasoning_effort``) and writes it, padded, into the last ``COPY_PERIOD_TOKENS`` tokens
-  of the prompt, which end with the generation prompt.
+  of the function ``tool_choice`` names and none when it is ``none``; a note ("Note: ...") saved
+  verbatim as one long argument; the tool result quoted; every vault code the text states, else
+  "ok"; the reasoning is longer for a higher ``reasoning_effort``, low < medium < high < max) and
+  writes it, padded, into the last ``COPY_PERIOD_TOKENS`` tokens of the prompt, which end with the
+  generation prompt. The reply keeps K3's channel order: think, response (empty before a call),
+  tools, as the structural tag that forces a ``tool_choice`` requires.
 - **Weights**: 3 layers; only layer 0's attention does anything. Its one head attends from
   position p to position p + 1 - COPY_PERIOD_TOKENS (RoPE with rope_theta = 2**32 and head_dim
   64 gives the frequencies 2**-j, j = 0..31; the query holds the phase of that offset, so the
@@ -112,7 +115,7 @@ CHAT_TEMPLATE = r"""
 {%- set think = thinking is not defined or thinking is none or thinking -%}
 {%- set last = messages[-1] if messages else {'role': 'user', 'content': ''} -%}
 {%- set text = last.content if last.content is string else '' -%}
-{%- set ns = namespace(found=[], results=[], body='', why='') -%}
+{%- set ns = namespace(found=[], results=[], body='', why='', fn=none, codes=[]) -%}
 {%- if last.role == 'tool' -%}
 {%- for m in messages -%}
 {%- if m.role == 'tool' -%}{%- set ns.results = ns.results + [text_of(m.content)] -%}
@@ -126,30 +129,62 @@ CHAT_TEMPLATE = r"""
 {%- for city in [__CITIES__] -%}
 {%- if city in text -%}{%- set ns.found = ns.found + [[text.find(city), city]] -%}{%- endif -%}
 {%- endfor -%}
-{%- if tools and ns.found -%}
-{%- set fn = tools[0].function if tools[0].function is defined else tools[0] -%}
+{#- tool_choice reaches the template when it is neither unset nor auto (renderers/kimi_k3.py):
+    'none' -> no call; {'type': 'function', 'function': {'name': N}} -> a call of N; 'required' -> a call. -#}
+{%- set choice = tool_choice if tool_choice is defined and tool_choice is not none else 'auto' -%}
+{%- set ns.fn = none -%}
+{#- The function: the one tool_choice names, else one the text names, else the first tool. -#}
+{%- if tools and choice != 'none' -%}
+{%- for t in tools -%}
+{%- set f = t.function if t.function is defined else t -%}
+{%- if ns.fn is none and ((choice is mapping and f.name == choice.function.name)
+    or (choice is not mapping and f.name in text)) -%}{%- set ns.fn = f -%}{%- endif -%}
+{%- endfor -%}
+{%- if ns.fn is none and choice is not mapping -%}
+{%- set ns.fn = tools[0].function if tools[0].function is defined else tools[0] -%}
+{%- endif -%}
+{%- endif -%}
+{%- if ns.fn is not none and ('Note: ' in text or ns.found) -%}
+{%- set fn = ns.fn -%}
 {%- set params = fn.parameters if fn.parameters is defined else {} -%}
 {%- set required = (params.required if params.required is defined else []) or ['city'] -%}
+{%- if 'Note: ' in text -%}
+{%- set ns.why = 'The user wants the note saved verbatim; I call ' ~ fn.name ~ ' with it.' -%}
+{%- set pairs = [[0, text.split('Note: ')[1]]] -%}
+{%- else -%}
 {%- set ns.why = 'The user asks about ' ~ (ns.found | sort | map(attribute=1) | join(' and '))
     ~ '; I call ' ~ fn.name ~ ' once per city.' -%}
-{%- set ns.body = '<|open|>tools<|sep|>' -%}
-{%- for pair in ns.found | sort -%}
+{%- set pairs = ns.found | sort -%}
+{%- endif -%}
+{#- K3 always writes the response channel before the tools channel (its structural tag requires it). -#}
+{%- set ns.body = '<|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>' -%}
+{%- for pair in pairs -%}
 {%- set ns.body = ns.body ~ '<|open|>call tool="' ~ fn.name ~ '" index="' ~ loop.index ~ '"<|sep|>'
     ~ '<|open|>argument key="' ~ required[0] ~ '" type="string"<|sep|>' ~ pair[1]
     ~ '<|close|>argument<|sep|><|close|>call<|sep|>' -%}
 {%- endfor -%}
 {%- set ns.body = ns.body ~ '<|close|>tools<|sep|>' -%}
-{%- elif 'passphrase for the vault is ' in text -%}
-{%- set ns.why = 'The text states the passphrase; I quote it.' -%}
-{%- set ns.body = '<|open|>response<|sep|>' ~ text.split('passphrase for the vault is ')[1].split('.')[0]
-    ~ '<|close|>response<|sep|>' -%}
+{%- elif 'The code for vault ' in text -%}
+{#- The recall probe: every "The code for vault NAME is CODE." in the text, in order. -#}
+{%- set ns.why = 'The text states the vault codes; I list them.' -%}
+{%- set ns.codes = [] -%}
+{%- for piece in text.split('The code for vault ')[1:] -%}
+{%- set ns.codes = ns.codes + [piece.split(' is ')[0] ~ ': ' ~ piece.split(' is ')[1].split('.')[0]] -%}
+{%- endfor -%}
+{%- set ns.body = '<|open|>response<|sep|>' ~ ns.codes | join('; ') ~ '<|close|>response<|sep|>' -%}
+{%- elif tools and ns.found -%}
+{%- set ns.why = 'The user asks about ' ~ (ns.found | sort | map(attribute=1) | join(' and '))
+    ~ ', but tool_choice is none: I answer without a tool.' -%}
+{%- set ns.body = '<|open|>response<|sep|>I cannot look that up without a tool.<|close|>response<|sep|>' -%}
 {%- else -%}
 {%- set ns.why = 'A short direct answer is enough.' -%}
 {%- set ns.body = '<|open|>response<|sep|>ok<|close|>response<|sep|>' -%}
 {%- endif -%}
 {%- endif -%}
+{#- Longer reasoning for a higher effort: low < medium < high < max (K3.1's levels; K3 has no medium). -#}
 {%- set more = ' I check the request once more before answering.' -%}
 {%- if effort == 'low' -%}{%- set more = '' -%}
+{%- elif effort == 'medium' -%}{%- set more = ' I check it.' -%}
 {%- elif effort != 'high' -%}
 {%- set more = more ~ ' Nothing in it is ambiguous. The answer format is the one asked for. Done thinking.' -%}
 {%- endif -%}
