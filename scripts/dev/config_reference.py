@@ -259,10 +259,10 @@ def rules() -> dict[str, str]:
     from components.core.config.lifecycle import ENVIRONMENTS, MAX_TRIAL_HOURS
     from components.core.config.network import MIN_CLIENT_PREFIX_LENGTH
     from components.core.config.target import supported_targets
-    from components.core.config.vllm import TOOLKIT_FLAGS
     from components.core.model import MODELS
     from components.core.targets import PLATFORMS, TARGETS, instance_types_of
     from components.core.versions import EKS_VERSIONS, KNOWN_ADDONS
+    from components.core.vllm_options import OWNED_DESTS
 
     model = MODELS[RawConfig.model_fields["model"].get_default().profile]
     supported = supported_targets(model)
@@ -332,7 +332,9 @@ def rules() -> dict[str, str]:
         "vllm.kvCacheDtype": "ROCm targets: auto or bfloat16 (config/vllm.py)",
         "vllm.gpuMemoryUtilization": "leaves memory for the KV cache; with DCP, twice the DCP workspace outside "
         "(config/vllm.py, sizing.py)",
-        "vllm.extraArgs": f"none of {', '.join(sorted(TOOLKIT_FLAGS))} (config/vllm.py)",
+        "vllm.extraArgs": "no spelling vLLM's parser reads as an option the toolkit sets (aliases, `_` for `-`, "
+        f"`=value`, unique prefixes): {', '.join(OWNED_DESTS[dest].options[0] for dest in sorted(OWNED_DESTS))} "
+        "(vllm_options.py, config/vllm.py)",
         "kubernetes.namespace": "a DNS label; not on aws-ec2 (config/kubernetes.py)",
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
         "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "
