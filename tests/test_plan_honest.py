@@ -90,7 +90,7 @@ def test_summary_wording(docs):
 
 def test_booleans_in_messages_are_yaml_booleans():
     with pytest.raises(ConfigError) as info:
-        parse_spec({"target": "b300", "platform": "aws-ec2", "environment": "trial", "owner": "me", "region": "us-east-1",
+        parse_spec({"target": "b300", "platform": "aws-eks", "environment": "trial", "owner": "me", "region": "us-east-1",
                     "network": {"apiServerPrivateOnly": True, "apiServerPublicCidrs": ["203.0.113.0/24"]},
                     "model": {"licenseAcknowledged": True}}, stack="t", now=FIXED_NOW)
     assert ": true turns the public EKS endpoint off" in str(info.value)

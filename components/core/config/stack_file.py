@@ -61,8 +61,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return int(text, 10)
 
     def construct_mapping(self, node, deep=False):
+        # A key written twice in one map is refused; YAML merge keys (`<<: *anchor`, which the
+        # Pulumi CLI's go-yaml v3 reads) are not keys: the merged map's keys come first and a key
+        # written beside the merge overrides them, as in go-yaml (PyYAML's flatten_mapping).
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -163,20 +168,38 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
 CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
 
 
-def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
+def config_overlay() -> dict[str, Any] | None:
+    """The offline overlay in ``KIMI_DEPLOY_CONFIG_OVERLAY`` (a JSON object of full keys), or None
+    when the variable is unset or blank.
+
+    Raises:
+        StackFileError: not JSON, or not a JSON object.
+    """
     import json
     import os
 
     text = os.environ.get(CONFIG_OVERLAY_ENV, "").strip()
     if not text:
-        return config
+        return None
     try:
         extra = json.loads(text)
     except json.JSONDecodeError as err:
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
     if not isinstance(extra, dict):
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
-    return overlay_config(config, extra)
+    return extra
+
+
+def overlay_keys(extra: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys an overlay sets, as ``pulumi config set --path`` names them
+    (``kimi-deploy:vllm.image``), in the overlay's order: what the commands that read config name
+    in their first line while it is active."""
+    return tuple(".".join((key, *path)) for key, value in extra.items() for path, _ in _leaves(value))
+
+
+def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
+    extra = config_overlay()
+    return config if extra is None else overlay_config(config, extra)
 
 
 def _leaves(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
