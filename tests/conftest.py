@@ -37,6 +37,20 @@ STACKS = stack_names()
 TEST_ENGINE_TAG = "nightly-" + "0" * 40
 TEST_ENGINE_OVERLAY = '{"kimi-deploy:vllm": {"imageTag": "' + TEST_ENGINE_TAG + '"}}'
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
+# The first line every config-reading command prints while that overlay is set (scripts/ops/_cli.py
+# overlay_notice); tests of a command's own stderr look past it with ``without_overlay_notice``.
+OVERLAY_NOTICE_PREFIX = "note: KIMI_DEPLOY_CONFIG_OVERLAY is active: "
+
+
+def without_overlay_notice(proc):
+    """``proc`` (a CompletedProcess) with the overlay notice taken off the start of its stderr;
+    the notice must be there while the overlay is set (and not otherwise)."""
+    import subprocess
+
+    first, _, rest = proc.stderr.partition("\n")
+    if first.startswith(OVERLAY_NOTICE_PREFIX):
+        return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, rest)
+    return proc
 _PLAN_CACHE: dict[tuple, object] = {}
 
 
