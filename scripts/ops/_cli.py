@@ -168,8 +168,17 @@ def overlay_notice(where: str = "over every stack file") -> str | None:
             "the stack file alone)")
 
 
-def print_overlay_notice(where: str = "over every stack file", file: TextIO | None = None) -> None:
-    """``overlay_notice`` on standard error (``file``), when there is one."""
+def print_overlay_notice(where: str = "over every stack file", *, stack: str | None = None,
+                         file: TextIO | None = None) -> None:
+    """``overlay_notice`` on standard error (``file``), when there is one; with ``stack``, said
+    ``over stacks/Pulumi.<stack>.yaml`` and only when that file exists (a wrong ``--stack`` is
+    the command's one-line error alone: nothing is read over it)."""
+    if stack is not None:
+        from components.core.config import STACKS_DIR
+
+        if not (STACKS_DIR / f"Pulumi.{stack}.yaml").is_file():
+            return
+        where = f"over stacks/Pulumi.{stack}.yaml"
     notice = overlay_notice(where)
     if notice:
         print(notice, file=file or sys.stderr, flush=True)

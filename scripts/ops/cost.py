@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report is still printed, with one line on stderr saying what to set.
     """
     args = build_parser().parse_args(argv)
-    print_overlay_notice(f"over stacks/Pulumi.{args.stack}.yaml")
+    print_overlay_notice(stack=args.stack)
     spec = load_stack(args.stack)
     report = estimate(spec, args)
     if args.json:

@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.stack not in stack_names():
         raise ConfigError("--stack", args.stack, f"is not a stack (allowed: {', '.join(stack_names())})")
-    print_overlay_notice(f"over stacks/Pulumi.{args.stack}.yaml")  # stderr: stdout is the policy alone
+    print_overlay_notice(stack=args.stack)  # stderr: stdout is the policy alone
     types, invokes = declared(args.stack)
     try:
         document = policy_document(types, invokes)

@@ -1133,7 +1133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return plan_diff.main_diff(args.stack, args.diff_against, fmt=args.format, now=now, output=args.output)
         if args.format == "json" or args.output:  # a table or Markdown on stdout says it in its first line
-            print_overlay_notice(f"over stacks/Pulumi.{args.stack}.yaml")
+            print_overlay_notice(stack=args.stack)
         doc = build_plan_document(args.stack, now=now)
         out = _open_output(args.output)
     except ConfigError as err:

@@ -1172,7 +1172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.region is not None and not args.region.replace("-", "").isalnum():
         raise UsageError(f"--region: {args.region!r} is not a region name (e.g. us-east-1)")
     now = datetime.now(UTC)
-    print_overlay_notice(f"over stacks/Pulumi.{args.stack}.yaml")
+    print_overlay_notice(stack=args.stack)
     spec = load_stack(args.stack, now=now)
     region = args.region or spec.region
     clients = AwsClients(aws_region(spec, args.region)) if spec.profile.provisions_aws else None
