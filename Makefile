@@ -11,13 +11,16 @@ STACK  ?= b300
 FORMAT ?= table
 # The real vLLM argument parser (CPU) lives in its own venv: tests parse every generated argv.
 VLLM_VENV ?= .venv-vllm
-# Pinned upstream CRDs for the schema tests (scripts/dev/crds.py); KIMI_CRDS_DIR overrides.
-CRDS_DIR ?= .crds
+# Pinned upstream CRDs for the schema tests (scripts/dev/crds.py): $KIMI_CRDS_DIR, else a local copy
+# at ../shared/crds beside the clone (as .ci/run uses), else .crds (`make crds` downloads it there;
+# `make test` does when no copy exists).
+CRDS_DOWNLOAD ?= .crds
+CRDS_DIR ?= $(or $(KIMI_CRDS_DIR),$(wildcard ../shared/crds),$(CRDS_DOWNLOAD))
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 # The VM tier's images (tests/vm/image.py), cached by content hash.
 VM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kimi-deploy/vm
 
-.PHONY: help setup setup-dev vllm-parser vllm-engine checkov crds plan plan-all iam-policy test test-vm vm-image vm-image-background ruff mypy lint policy-venv bench-sync clean
+.PHONY: help setup setup-dev system-packages vllm-parser vllm-engine checkov crds crds-ready plan plan-all iam-policy test test-vm vm-image vm-image-background ruff mypy lint policy-venv bench-sync clean
 
 help: ## this list
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -63,8 +66,19 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 
 checkov: $(CHECKOV_VENV)/.installed ## checkov (PyPI) in .venv-checkov for the pod security test
 
+system-packages: ## install the missing Debian packages of .ci/apt-packages.txt (as root or with sudo; make test runs it)
+	@bash scripts/dev/system_packages.sh
+
 crds: ## download the pinned upstream CRDs into .crds (needs internet; else set KIMI_CRDS_DIR)
-	$(PYTHON) scripts/dev/crds.py --dest $(CRDS_DIR)
+	$(PYTHON) scripts/dev/crds.py --dest $(CRDS_DOWNLOAD)
+
+crds-ready: ## the CRD schemas the tests read (KIMI_CRDS_DIR, a local copy beside the clone, else .crds) checked against the pins; downloaded when none exists
+	@if [ -d "$(CRDS_DIR)" ]; then \
+	  $(PYTHON) scripts/dev/crds.py --verify "$(CRDS_DIR)" >/dev/null || \
+	    echo "make: $(CRDS_DIR) does not match the pins in scripts/dev/crds.py: the schema tests will say which file"; \
+	elif ! $(MAKE) --no-print-directory crds; then \
+	  echo "make: no CRDs for the schema tests and the download failed: set KIMI_CRDS_DIR to a local copy of the pinned"; \
+	  echo "      files (scripts/dev/crds.py lists them); without one those tests skip (under CI=true they fail)"; fi
 
 plan: setup ## offline plan of a stack: STACK=b300 FORMAT=table|json|markdown
 	@$(VENV)/bin/kimi-deploy plan --stack $(STACK) --format $(FORMAT)
@@ -75,10 +89,8 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
-test: setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, two VM boots (installs what it needs; CRDs from KIMI_CRDS_DIR or make crds)
-	@if [ -z "$${KIMI_CRDS_DIR:-}" ] && [ ! -d "$(CRDS_DIR)" ]; then \
-	  echo "make: no CRDs for the schema tests: run 'make crds' (internet) or set KIMI_CRDS_DIR to a local copy (they are skipped; under CI=true they fail)"; fi
-	KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
+test: system-packages setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov crds-ready ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, two VM boots (installs what it needs, Debian packages and CRDs included)
+	KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
 
 test-vm: setup-dev ## every VM boot scenario: the b300 user data in a QEMU guest (first boot, retries, reboots, outages, no instance store)
 	KIMI_VM_ALL=1 $(PY) -m pytest -q tests/test_vm_boot.py
@@ -106,13 +118,14 @@ lint: ruff mypy ## ruff + mypy (pydantic plugin); configuration in pyproject.tom
 
 # The CrossGuard pack's own venv (Pulumi creates policy/venv from policy/requirements.txt); the
 # rules import components.core, so the project goes in too (no dependencies: stdlib modules only).
-policy-venv: setup ## the CrossGuard pack's venv (policy/venv) with the project installed
-	$(PYTHON) -m venv policy/venv
-	policy/venv/bin/pip install --quiet --disable-pip-version-check -r policy/requirements.txt
-	policy/venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
+POLICY_VENV ?= policy/venv
+policy-venv: setup ## the CrossGuard pack's venv (policy/venv) with the project installed: run once before `pulumi preview --policy-pack policy`
+	$(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/pip install --quiet --disable-pip-version-check -r policy/requirements.txt
+	$(POLICY_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
 
 bench-sync: setup-dev ## weight-sync benchmark (figures, not a test)
 	$(PY) scripts/dev/bench_sync.py
 
 clean: ## remove the virtualenvs, the downloaded CRDs and caches
-	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm-engine $(CHECKOV_VENV) $(CRDS_DIR) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm-engine $(CHECKOV_VENV) $(CRDS_DOWNLOAD) .pytest_cache

@@ -15,7 +15,8 @@ from __future__ import annotations
 # Pulumi's policy runtime (pulumi.policy.__main__) runs this pack with runpy.run_path(<pack dir>),
 # which puts the pack directory first on sys.path: `import rules` finds policy/rules.py. The rules
 # import components.core, so the pack's venv has the project installed (`make policy-venv`:
-# pip install --no-deps -e .); no sys.path edits.
+# pip install --no-deps -e .); no sys.path edits. A venv made from policy/requirements.txt alone
+# (what Pulumi makes when policy/venv does not exist) lacks it: one line says what to run.
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -25,7 +26,18 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-import rules
+MISSING_PROJECT = (
+    "kimi-deploy policy pack: its virtualenv (policy/venv) lacks the kimi-deploy project the rules import "
+    "(No module named 'components'): run `make policy-venv` once in the repository root, then the pulumi "
+    "command again"
+)
+
+try:
+    import rules
+except ModuleNotFoundError as err:
+    if (err.name or "").split(".")[0] != "components":
+        raise
+    raise SystemExit(MISSING_PROJECT) from None
 
 PACK_NAME = "kimi-deploy-guardrails"
 API_PORT_SCHEMA = PolicyConfigSchema(

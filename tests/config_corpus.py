@@ -53,6 +53,8 @@ HARVEST_TESTS = (
     "tests/test_time_to_ready.py",
     "tests/test_sizing.py",
     "tests/test_engine.py",
+    "tests/test_config_inputs.py",
+    "tests/test_platform_keys.py",
 )
 DEFAULT_NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"

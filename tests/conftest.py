@@ -41,16 +41,33 @@ TEST_ENGINE_TAG = "nightly-" + "0" * 40
 # stand-in egress address (a public address, test data), given the same way. The other platforms
 # do not read the key.
 TEST_DEPLOYER_CIDR = "1.2.3.4/32"
-TEST_ENGINE_OVERLAY = json.dumps({
-    "kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG},
-    "kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]},
-})
+# Scoped to the stacks whose platform reads the key (a key a platform does not read is refused:
+# components/core/config/platform_keys.py).
+_DEPLOYER_BY_STACK = {
+    stack: {"kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}}
+    for stack in STACKS if read_stack_config(stack).get("kimi-deploy:platform") == "aws-eks"
+}
+TEST_ENGINE_OVERLAY = json.dumps({"kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG}, "stacks": _DEPLOYER_BY_STACK})
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
-# The stand-in source alone: the shipped engine pin (refused) with a reachable EKS API.
-DEPLOYER_ONLY_OVERLAY = json.dumps({"kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}})
+# The stand-in source alone: the shipped engine pin with a reachable EKS API.
+DEPLOYER_ONLY_OVERLAY = json.dumps({"stacks": _DEPLOYER_BY_STACK})
 # Preflight's egress look-up (kubernetes-api) never leaves this machine in a test: empty = do not
 # look up; tests that exercise it pass a URL on 127.0.0.1.
 os.environ.setdefault("KIMI_DEPLOY_CHECKIP_URL", "")
+# The first line every config-reading command prints while that overlay is set (scripts/ops/_cli.py
+# overlay_notice); tests of a command's own stderr look past it with ``without_overlay_notice``.
+OVERLAY_NOTICE_PREFIX = "note: KIMI_DEPLOY_CONFIG_OVERLAY is active: "
+
+
+def without_overlay_notice(proc):
+    """``proc`` (a CompletedProcess) with the overlay notice taken off the start of its stderr;
+    the notice must be there while the overlay is set (and not otherwise)."""
+    import subprocess
+
+    first, _, rest = proc.stderr.partition("\n")
+    if first.startswith(OVERLAY_NOTICE_PREFIX):
+        return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, rest)
+    return proc
 _PLAN_CACHE: dict[tuple, object] = {}
 
 

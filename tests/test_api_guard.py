@@ -26,8 +26,9 @@ KEY = "sk-guard-test"
 
 
 def call(path: str, *, method: str = "POST", key: str | None = None, kind: str = "http", root_path: str = "",
-         api_key: str | None = KEY) -> tuple[int | str, bool]:
-    """(status or websocket close, whether the wrapped app ran) of one request through the guard."""
+         api_key: str | None = KEY, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int | str, bool]:
+    """(status or websocket close, whether the wrapped app ran) of one request through the guard;
+    ``headers`` (raw ASGI header pairs) replace the ``Authorization: Bearer <key>`` one."""
     ran = []
 
     async def app(scope, receive, send):
@@ -42,7 +43,8 @@ def call(path: str, *, method: str = "POST", key: str | None = None, kind: str =
     async def receive():
         return {"type": "http.request", "body": b""}
 
-    headers = [(b"authorization", f"Bearer {key}".encode())] if key is not None else []
+    if headers is None:
+        headers = [(b"authorization", f"Bearer {key}".encode())] if key is not None else []
     scope = {"type": kind, "path": path, "method": method, "headers": headers, "root_path": root_path}
     loop = asyncio.new_event_loop()  # not asyncio.run: it clears the thread's loop, which Pulumi's mocks use
     try:
@@ -59,6 +61,53 @@ def test_every_route_needs_the_key(path):
     assert call(path) == (401, False)
     assert call(path, key="wrong") == (401, False)
     assert call(path, key=KEY) == (200, True)
+
+
+def _auth(*values: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", v.encode("latin-1")) for v in values]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param(_auth(f"Bearer {KEY}xyz"), id="key-then-more"),
+        pytest.param(_auth(f"Bearer {KEY[:-1]}"), id="key-minus-last-char"),
+        pytest.param(_auth(f"Bearer {KEY[:1]}"), id="first-char-only"),
+        pytest.param(_auth(f"Bearer x{KEY}"), id="more-then-key"),
+        pytest.param(_auth(f"Bearer {KEY.upper()}"), id="key-in-upper-case"),
+        pytest.param(_auth(f"Bearer {KEY} {KEY}"), id="key-twice"),
+        pytest.param(_auth(f"Bearer {KEY} extra"), id="key-then-a-word"),
+        pytest.param(_auth(f"Bearer\t{KEY}"), id="tab-not-space"),
+        pytest.param(_auth(f"Bearer{KEY}"), id="no-space"),
+        pytest.param(_auth(f"Basic {KEY}"), id="basic-scheme"),
+        pytest.param(_auth(f"Token {KEY}"), id="token-scheme"),
+        pytest.param(_auth(f"Bearer-{KEY}"), id="scheme-glued"),
+        pytest.param(_auth(KEY), id="key-without-scheme"),
+        pytest.param(_auth("Bearer "), id="empty-token"),
+        pytest.param(_auth("Bearer"), id="scheme-only"),
+        pytest.param(_auth(""), id="empty-header"),
+        pytest.param([(b"x-api-key", KEY.encode())], id="key-in-another-header"),
+        pytest.param([(b"authorization-x", f"Bearer {KEY}".encode())], id="header-name-with-a-suffix"),
+        pytest.param(_auth("Bearer wrong", f"Bearer {KEY}"), id="first-of-two-headers-wrong"),
+    ],
+)
+def test_near_misses_of_the_key_are_refused(headers):
+    """Anything but the key itself after the Bearer scheme is refused: a prefix, a suffix, another
+    case, another scheme or header, nothing at all (a guard that compared prefixes, ignored case or
+    took the last header would pass one of these)."""
+    assert call("/v1/chat/completions", headers=headers) == (401, False)
+    assert call("/invocations", headers=headers) == (401, False)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [f"Bearer {KEY}", f"bearer {KEY}", f"BEARER {KEY}", f"Bearer  {KEY}", f"Bearer {KEY} "],
+    ids=["exact", "scheme-lower-case", "scheme-upper-case", "two-spaces", "trailing-space"],
+)
+def test_the_key_is_accepted_as_http_allows_writing_it(value):
+    """RFC 7235 section 2.1: the scheme is case-insensitive; RFC 6750 section 2.1: ``Bearer 1*SP
+    token``; header values lose surrounding whitespace (RFC 9110 section 5.5)."""
+    assert call("/v1/chat/completions", headers=_auth(value)) == (200, True)
 
 
 def test_health_and_metrics_are_open_and_nothing_else():

@@ -127,7 +127,7 @@ def test_the_default_follows_the_clock_unknown_and_unsupported_versions_are_refu
         _eks_spec(eksVersion="1.32", eksSupportType="EXTENDED")
     ns, _ = namespace_config(read_stack_config("b300"))
     ns["kubernetes"] = {"eksVersion": "1.35"}
-    with pytest.raises(ConfigError, match="only for aws-eks"):
+    with pytest.raises(ConfigError, match="is read only on aws-eks"):
         parse_spec(ns, stack="b300", now=FIXED_NOW)
 
 

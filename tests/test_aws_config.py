@@ -130,7 +130,7 @@ def test_region_without_the_instance_type_is_rejected():
 def test_efa_on_a_type_without_efa_is_rejected():
     values = _ns("mi355x")
     _set(values, "compute.efa", True)
-    with pytest.raises(ConfigError, match="compute.efa: true is not supported by BM.GPU.MI355X.8"):
+    with pytest.raises(ConfigError, match="compute.efa: true is read only on aws-ec2, aws-eks"):
         _parse(values, "mi355x")
 
 
@@ -156,7 +156,7 @@ def test_existing_subnets_outside_the_reservation_az_stop_the_program(monkeypatc
     overrides = {
         "kimi-deploy:network": {
             "vpcId": "vpc-0123456789abcdef0",
-            "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"],
+            "privateSubnetIds": ["subnet-0aaaaaaaaaaaaaaa0", "subnet-0bbbbbbbbbbbbbbb0"],
             "allowedCidrs": ["10.0.0.0/8"],
             "apiServerPublicCidrs": [TEST_DEPLOYER_CIDR],
         }
@@ -171,7 +171,7 @@ def test_existing_vpc_is_reused_with_subnets_in_the_gpu_az():
     overrides = {
         "kimi-deploy:network": {
             "vpcId": "vpc-0123456789abcdef0",
-            "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"],
+            "privateSubnetIds": ["subnet-0aaaaaaaaaaaaaaa0", "subnet-0bbbbbbbbbbbbbbb0"],
             "allowedCidrs": ["10.0.0.0/8"],
         }
     }
@@ -181,7 +181,7 @@ def test_existing_vpc_is_reused_with_subnets_in_the_gpu_az():
     endpoint = run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")[0]
     assert endpoint.inputs["vpcId"] == "vpc-0123456789abcdef0"
     assert endpoint.inputs["routeTableIds"] == ["rtb-0mockprivate00001"]
-    assert run.named("gpu-instance").inputs["subnetId"] == "subnet-0aaa"
+    assert run.named("gpu-instance").inputs["subnetId"] == "subnet-0aaaaaaaaaaaaaaa0"
     sg = run.named("net-gpu-sg")
     assert sg.inputs["vpcId"] == "vpc-0123456789abcdef0"
     # s3GatewayEndpoint: false leaves an existing VPC's routing alone.

@@ -116,11 +116,12 @@ def test_no_ingress_from_the_internet_and_api_port_only_from_allowed_sources(sta
 
 def test_allowed_security_groups_reach_the_api_port():
     run = plan_for(
-        "b300", overrides={"kimi-deploy:network": {"allowedSecurityGroupIds": ["sg-0client"], "vpcCidr": "10.42.0.0/16"}}
+        "b300",
+        overrides={"kimi-deploy:network": {"allowedSecurityGroupIds": ["sg-0123456789abcdef1"], "vpcCidr": "10.42.0.0/16"}},
     )
     rules = [r.inputs for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")]
     assert rules == [
-        {**rules[0], "referencedSecurityGroupId": "sg-0client", "fromPort": 8000, "toPort": 8000, "ipProtocol": "tcp"}
+        {**rules[0], "referencedSecurityGroupId": "sg-0123456789abcdef1", "fromPort": 8000, "toPort": 8000, "ipProtocol": "tcp"}
     ]
     assert "cidrIpv4" not in rules[0]
 

@@ -12,7 +12,7 @@ import tomllib
 import pytest
 
 from scripts import cli
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, without_overlay_notice
 
 SUBCOMMANDS = ["plan", "diff", "preflight", "validate", "cost", "sweep", "sync", "bench", "engine", "iam-policy", "vllm-argv"]
 
@@ -58,8 +58,8 @@ def test_subcommand_calls_the_scripts_main_with_the_rest_of_argv(monkeypatch):
 
 
 def test_config_error_is_exit_2_one_line():
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "cost", "--stack", "no-such-stack"],
-                          capture_output=True, text=True, timeout=120)
+    proc = without_overlay_notice(subprocess.run([sys.executable, "-m", "scripts.cli", "cost", "--stack", "no-such-stack"],
+                                                 capture_output=True, text=True, timeout=120))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 

@@ -89,44 +89,44 @@ def test_dcp_must_divide_tp():
 
 @pytest.mark.parametrize("throughput", [200, 50])
 def test_fsx_throughput_must_match_deployment_type(throughput):
-    cfg = base()
+    cfg = base("b300-prod")
     cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_2", "throughputPerTib": throughput}}
     reject(cfg, "storage.fsx.throughputPerTib", str(throughput), "PERSISTENT_2", "125, 250, 500, 1000")
 
 
 def test_fsx_throughput_outside_the_apis_range_is_out_of_range():
-    cfg = base()
+    cfg = base("b300-prod")
     cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_2", "throughputPerTib": 2000}}
     reject(cfg, "storage.fsx.throughputPerTib", "2000 is out of range (allowed: 12 to 1000)")
 
 
 def test_persistent_1_throughput_tiers():
-    cfg = base()
+    cfg = base("b300-prod")
     cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_1", "throughputPerTib": 1000}}
     reject(cfg, "storage.fsx.throughputPerTib", "PERSISTENT_1", "50, 100, 200")
 
 
 @pytest.mark.parametrize("capacity", [1560, 3600, 1000])
 def test_fsx_capacity_must_be_a_valid_size(capacity):
-    cfg = base()
+    cfg = base("b300-prod")
     cfg["storage"] = {"kind": "fsx", "fsx": {"capacityGib": capacity}}
     reject(cfg, "storage.fsx.capacityGib", str(capacity), "1200, 2400, then multiples of 2400")
 
 
 def test_fsx_capacity_must_hold_the_weights():
-    cfg = base()
+    cfg = base("b300-prod")
     cfg["storage"] = {"kind": "fsx", "fsx": {"capacityGib": 1200}}
     reject(cfg, "storage.fsx.capacityGib", "1200", "cannot hold")
 
 
 def test_fsx_efa_needs_persistent_2():
-    cfg = base()
+    cfg = base("b300-prod")
     cfg["storage"] = {"kind": "fsx", "fsx": {"deploymentType": "PERSISTENT_1", "throughputPerTib": 200, "efa": True}}
     reject(cfg, "storage.fsx.efa", "PERSISTENT_2")
 
 
 def test_fsx_metadata_iops():
-    cfg = base()
+    cfg = base("b300-prod")
     cfg["storage"] = {"kind": "fsx", "fsx": {"metadataIops": 5000}}
     reject(cfg, "storage.fsx.metadataIops", "5000", "1500, 3000, 6000, 12000")
 
@@ -211,10 +211,10 @@ def test_gb300_is_capacity_block_only():
     reject(cfg, "compute.capacity.type", "on-demand", "capacity blocks")
 
 
-def test_efa_on_a_type_without_efa():
+def test_efa_off_aws_is_a_key_the_platform_does_not_read():
     cfg = base("mi355x")
     cfg["compute"] = {"efa": True}
-    reject(cfg, "compute.efa", "BM.GPU.MI355X.8", "no EFA")
+    reject(cfg, "compute.efa", "true is read only on aws-ec2, aws-eks", "not kubernetes")
 
 
 def test_ami_architecture_must_match():
@@ -238,7 +238,7 @@ def test_bad_cidr():
 def test_fsx_on_kubernetes_platform():
     cfg = base("mi355x")
     cfg["storage"] = {"kind": "fsx"}
-    reject(cfg, "storage.kind", "fsx", "AWS platform")
+    reject(cfg, "storage.kind", "'fsx' needs aws-eks", "not kubernetes")
 
 
 def test_extra_args_cannot_carry_the_api_key():
@@ -590,7 +590,7 @@ def test_admin_role_arns_must_be_iam_role_or_user_arns(arn):
 def test_admin_role_arns_only_on_eks():
     cfg = base("b300")
     cfg["kubernetes"] = {"adminRoleArns": ["arn:aws:iam::123456789012:role/platform-admins"]}
-    reject(cfg, "kubernetes.adminRoleArns", "only for aws-eks")
+    reject(cfg, "kubernetes.adminRoleArns", "is read only on aws-eks", "not aws-ec2")
 
 
 def test_admin_role_arns_without_duplicates():

@@ -189,9 +189,19 @@ def test_kubernetes_alone():
 
 
 def test_scaling_alone():
-    raw = raw_of(autoscaling={"enabled": True})
+    raw = raw_of("mi355x", observability={"prometheusNamespace": "Monitoring"})
     msg = raises(scaling.check_autoscaling_and_observability, raw, [])
-    assert msg.startswith("kimi-deploy:autoscaling.enabled: true is only for the aws-eks and kubernetes platforms")
+    assert msg == ("kimi-deploy:observability.prometheusNamespace: 'Monitoring' is not a valid namespace name "
+                   "(lowercase DNS label)")
+
+
+def test_platform_keys_alone():
+    from components.core.config import platform_keys
+
+    raw = raw_of(autoscaling={"enabled": True})
+    msg = raises(platform_keys.check_platform_keys, raw)
+    assert msg.startswith("kimi-deploy:autoscaling.enabled: true is read only on aws-eks, kubernetes")
+    platform_keys.check_platform_keys(raw_of("gb300"))
 
 
 def test_lifecycle_alone():
@@ -253,8 +263,8 @@ def decode_base(name: str) -> dict:
 def test_kubernetes_namespace_on_aws_ec2_is_refused_like_other_platform_keys():
     msg = parse_error(kubernetes={"namespace": "team-a"})
     assert msg == (
-        "kimi-deploy:kubernetes.namespace: 'team-a' is only for the aws-eks and kubernetes platforms, not aws-ec2 "
-        "(vLLM runs under systemd on the instance, in no namespace): remove it"
+        "kimi-deploy:kubernetes.namespace: 'team-a' is read only on aws-eks, kubernetes (the Kubernetes workloads; on "
+        "aws-ec2 vLLM runs under systemd), not aws-ec2: remove it"
     )
     # The same key on EKS is read (the workload namespace), and other aws-ec2 keys stay untouched.
     raw = raw_of("gb300", kubernetes={**decode_base("gb300").get("kubernetes", {}), "namespace": "team-a"})

@@ -22,7 +22,7 @@ from components.core.config_reader import (
 )
 from components.plan_engine import run_program
 from scripts.ops import plan as plan_script  # noqa: E402
-from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, without_overlay_notice
 
 SITE = Path(yaml.__file__).resolve().parents[1]
 
@@ -513,8 +513,8 @@ def test_commands_refuse_unreadable_inputs_in_one_line(command, bad_stack_files,
     import sys
 
     for kind, name in bad_stack_files.items():
-        out = subprocess.run([sys.executable, *command, "--stack", name], cwd=REPO_ROOT, capture_output=True, text=True,
-                             timeout=120)
+        out = without_overlay_notice(subprocess.run([sys.executable, *command, "--stack", name], cwd=REPO_ROOT,
+                                                    capture_output=True, text=True, timeout=120))
         assert out.returncode == 2 and out.stderr.count("\n") == 1, (kind, out.stderr)
         assert out.stderr.startswith(f"error: --stack: '{name}' file stacks/Pulumi.{name}.yaml ")
         assert ("is not UTF-8 text: byte 0xe9" if kind == "latin1" else "cannot be read") in out.stderr
@@ -541,9 +541,9 @@ def test_cost_refuses_a_non_utf8_throughput_file_in_one_line(tmp_path):
     import sys
 
     (tmp_path / "t.json").write_bytes(b"\xff\xfe{}")
-    out = subprocess.run([sys.executable, "scripts/ops/cost.py", "--stack", "b300", "--throughput-json",
-                          str(tmp_path / "t.json")],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    out = without_overlay_notice(subprocess.run([sys.executable, "scripts/ops/cost.py", "--stack", "b300", "--throughput-json",
+                                                 str(tmp_path / "t.json")],
+                                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=120))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "is not UTF-8 text: byte 0xff at line 1, column 1" in out.stderr
 

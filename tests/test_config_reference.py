@@ -69,11 +69,12 @@ def test_the_page_tells_what_changes_force_from_the_derivation():
     derived, _ = ref.read_forces()
     vpc = {c["stack"]: c["forces"] for c in derived["network.vpcCidr"]}
     assert "aws:ec2/vpc:Vpc net-vpc" in vpc["b300"]["replaces"]  # a new address range is a new VPC
-    assert vpc["mi355x"] == {}  # an existing cluster has no VPC of ours
+    assert "mi355x" not in vpc  # an existing cluster has no VPC of ours: the key is refused there
     # What pulumi up leaves alone is not a change (the trial's expiry is fixed at its first up).
     assert all(c["forces"] == {} for c in derived["trialTtlHours"])
     [line] = [ln for ln in page.splitlines() if ln.startswith("| `network.vpcCidr` |")]
-    assert "`10.50.0.0/16`: b300: **replaces** `Subnet net-private-gpu`" in line and "mi355x: no resource change" in line
+    assert "`10.50.0.0/16`: b300: **replaces** `Subnet net-private-gpu`" in line and "mi355x" not in line
+    assert "read on aws-ec2, aws-eks (config/platform_keys.py)" in line
     assert len(ref.replacing_keys(derived)) >= 20
 
 

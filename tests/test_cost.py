@@ -4,6 +4,7 @@ prices in the core (never re-typed here: read from MODELS / INSTANCES / compute_
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from components.core.config import load_stack
 from components.core.model import MODELS
 from components.core.sizing import billed_gpu_nodes, compute_sizing
 from components.core.targets import INSTANCES
-from tests.conftest import FIXED_NOW, STACKS
+from tests.conftest import FIXED_NOW, STACKS, without_overlay_notice
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRICE = MODELS["kimi-k3.1-pro"].api_price
@@ -47,9 +48,11 @@ def test_conversion_break_even_and_capacity():
         cost.TaskProfile(100, 1.5, 0.5)
 
 
-def _cost(*args):
-    return subprocess.run([sys.executable, "scripts/ops/cost.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=60)
+def _cost(*args, columns: int | None = None):
+    # The overlay notice (the suite's engine overlay is set) is the first line: tests/test_operator_inputs.py.
+    env = {**os.environ, **({"COLUMNS": str(columns)} if columns else {})}
+    return without_overlay_notice(subprocess.run([sys.executable, "scripts/ops/cost.py", *args], cwd=REPO_ROOT,
+                                                 capture_output=True, text=True, timeout=60, env=env))
 
 
 def test_b300_json_against_the_core():
@@ -180,7 +183,7 @@ def test_throughput_json_names_the_missing_or_wrong_metric(tmp_path, metrics, ne
 def test_price_source_cites_the_price_list_not_a_file_outside_the_repo():
     assert PRICE.source.startswith("Kimi open platform price list")
     report = json.loads(_cost("--stack", "b300", "--json").stdout)
-    table = _cost("--stack", "b300").stdout
+    table = _cost("--stack", "b300", columns=250).stdout  # the table follows COLUMNS: wide enough for one line a cell
     assert report["api_price_source"].startswith("Kimi open platform price list")
     for text in (report["api_price_source"], table):
         assert "DESIGN.md" not in text

@@ -193,6 +193,7 @@ def test_config_set_line_is_exact():
 
 
 def test_no_container_runtime_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)  # its notice: tests/test_operator_inputs.py
     monkeypatch.setenv("PATH", str(tmp_path))
     assert cli.main(["engine", "verify", "--image", "vllm/vllm-openai:v0.33.0"]) == 2
     err = capsys.readouterr().err
@@ -205,6 +206,7 @@ def test_no_container_runtime_is_one_line_and_exit_2(monkeypatch, tmp_path, caps
 ])
 def test_the_image_and_the_stack_are_checked_before_the_runtime(monkeypatch, tmp_path, capsys, args, needle):
     """A wrong name is said offline, not hidden behind 'no container runtime'."""
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)  # its notice: tests/test_operator_inputs.py
     monkeypatch.setenv("PATH", str(tmp_path))
     assert cli.main(["engine", "verify", *args]) == 2
     err = capsys.readouterr().err
@@ -212,6 +214,7 @@ def test_the_image_and_the_stack_are_checked_before_the_runtime(monkeypatch, tmp
 
 
 def test_a_docker_cli_without_its_daemon_is_no_runtime(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)  # its notice: tests/test_operator_inputs.py
     from scripts.ops import preflight
 
     _fake_runtime(tmp_path, monkeypatch, pullable=[])

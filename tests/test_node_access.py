@@ -154,8 +154,8 @@ def test_a_client_block_inside_the_cluster_ranges_is_left_out():
 
 
 def test_existing_vpc_blocks_except_the_looked_up_subnets():
-    net = {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0aaa", "subnet-0bbb"], "allowedCidrs": ["10.0.0.0/8"],
-           "apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}
+    net = {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0aaaaaaaaaaaaaaa0", "subnet-0bbbbbbbbbbbbbbb0"],
+           "allowedCidrs": ["10.0.0.0/8"], "apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}
     run = plan_for("b300-prod", overrides={"kimi-deploy:network": net})
     assert "aws:ec2/getSubnet:getSubnet" in run.calls
     block = next(p["ipBlock"] for p in one(run, "NetworkPolicy")["spec"]["ingress"][0]["from"] if "ipBlock" in p)
@@ -176,7 +176,7 @@ def test_existing_cluster_blocks_except_its_pod_and_node_ranges():
 
 def test_cluster_cidrs_are_refused_where_the_stack_knows_its_subnets():
     k8s = {**read_stack_config("gb300")["kimi-deploy:kubernetes"], "clusterCidrs": ["10.244.0.0/16"]}
-    with pytest.raises(ConfigError, match=r"kubernetes.clusterCidrs: \['10.244.0.0/16'\] is only for the kubernetes platform"):
+    with pytest.raises(ConfigError, match=r"kubernetes.clusterCidrs: \['10.244.0.0/16'\] is read only on kubernetes"):
         plan_for("gb300", overrides={"kimi-deploy:kubernetes": k8s})
 
 

@@ -11,16 +11,18 @@ import pytest
 
 from components.plan_engine import PLACEHOLDER_PREFIX, SECRET_MASK
 from scripts.ops import plan as plan_script
-from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for
+from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, TEST_SECRETS, plan_for, without_overlay_notice
 
 NOW = FIXED_NOW.isoformat()
 
 
 def run_plan(*args, cwd=REPO_ROOT):
-    return subprocess.run(
+    # The suite's engine overlay is set: plan names it first (stderr for JSON and files, the first
+    # line of a table or Markdown: tests/test_operator_inputs.py); these tests look past it.
+    return without_overlay_notice(subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "ops" / "plan.py"), *args], capture_output=True, text=True, cwd=cwd,
         timeout=120,
-    )
+    ))
 
 
 @pytest.mark.parametrize("name", STACKS)
@@ -66,7 +68,8 @@ def test_default_stack_table_renders():
 def test_markdown_renders():
     proc = run_plan("--stack", "mi355x", "--format", "markdown", "--now", NOW)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("### Plan: `mi355x`") and "```sh" in proc.stdout
+    assert proc.stdout.startswith("> overlay: KIMI_DEPLOY_CONFIG_OVERLAY sets kimi-deploy:vllm.imageTag over stacks/")
+    assert proc.stdout.split("\n", 2)[2].startswith("### Plan: `mi355x`") and "```sh" in proc.stdout
 
 
 @pytest.mark.parametrize("name", STACKS)

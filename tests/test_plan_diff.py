@@ -180,8 +180,8 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def two_commits(tmp_path_factory):
-    """This repository's tree committed twice; the second commit changes the b300 stack (AZ,
-    storage kind, a vLLM flag, the root volume) and deletes the mi355x stack."""
+    """This repository's tree committed twice; the second commit changes the b300 stack (AZ, a
+    client security group, a vLLM flag, the root volume) and deletes the mi355x stack."""
     repo = tmp_path_factory.mktemp("repo") / "kimi-deploy"
     shutil.copytree(REPO_ROOT, repo, ignore=_COPY_IGNORE)
     _git(repo, "init", "-q", "-b", "main")
@@ -192,7 +192,7 @@ def two_commits(tmp_path_factory):
     for old, new in (
         ("gpuMemoryUtilization: 0.95", "gpuMemoryUtilization: 0.9"),
         ("availabilityZone: us-east-1a", "availabilityZone: us-east-1c"),
-        ("kind: nvme  ", "kind: nvme-from-fsx  "),
+        ("      - 10.0.0.0/8\n", "      - 10.0.0.0/8\n    allowedSecurityGroupIds: [sg-0123456789abcdef0]\n"),
         ("rootVolumeGib: 500", "rootVolumeGib: 600"),
     ):
         assert old in text, old
@@ -204,18 +204,22 @@ def two_commits(tmp_path_factory):
 
 
 def _tree_env(tree: Path) -> dict[str, str]:
-    """Run a copied checkout's own scripts: its root on PYTHONPATH (as `pip install -e` of that copy would)."""
-    return {**os.environ, "PYTHONPATH": str(tree)}
+    """Run a copied checkout's own scripts: its root on PYTHONPATH (as `pip install -e` of that copy would).
+    Without the suite's engine overlay: a diff applies an overlay to the working tree's side only
+    (tests/test_operator_inputs.py), and these tests compare the stack files as committed."""
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_DEPLOY_CONFIG_OVERLAY"}
+    return {**env, "PYTHONPATH": str(tree)}
 
 
-def test_end_to_end_diff_between_two_commits(two_commits):
+def test_end_to_end_diff_between_two_commits(two_commits, monkeypatch):
     if not (REPO_ROOT / "scripts" / "ops" / "plan.py").is_file():
         pytest.skip("scripts/ops/plan.py not present")
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY")  # the stack files as committed, both sides (_tree_env)
     d = plan_diff.diff_against("b300", "HEAD~1", two_commits, FIXED_NOW)
     s = d["summary"]
     assert s["added"] > 0 and s["changed"] > 0 and s["replaced"] > 0
     added_types = {r["type"] for r in d["added"]}
-    assert FSX in added_types  # nvme-from-fsx adds the file system
+    assert "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule" in added_types  # the client group's rule
     replaced = [c for c in d["changed"] if c["action"] == "replace"]
     assert any(f["path"] == "availabilityZone" and f["replaces"] for c in replaced for f in c["fields"])
     [role] = [r for r in d["vllm"]["roles"] if r["status"] == "changed"]
@@ -376,6 +380,7 @@ def test_base_renders_with_only_its_own_tree(history, monkeypatch):
     # Even with the working tree on PYTHONPATH, the base imports only the old tree: no
     # trial_probe there, and the old stack file (0.95) is what it renders.
     monkeypatch.setenv("PYTHONPATH", str(history))
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY")  # the stack files as committed, both sides (_tree_env)
     d = plan_diff.diff_against("b300", "HEAD~1", history, FIXED_NOW)
     assert d["base_error"] is None and d["stack_status"] == "present"
     [role] = [r for r in d["vllm"]["roles"] if r["status"] == "changed"]

@@ -98,8 +98,8 @@ def test_summary_wording(docs):
 
 def test_booleans_in_messages_are_yaml_booleans():
     with pytest.raises(ConfigError) as info:
-        parse_spec({"target": "b300", "platform": "aws-ec2", "environment": "trial", "owner": "me", "region": "us-east-1",
-                    "network": {"s3GatewayEndpoint": True, "apiServerPrivateOnly": True},
+        parse_spec({"target": "b300", "platform": "aws-eks", "environment": "trial", "owner": "me", "region": "us-east-1",
+                    "network": {"apiServerPrivateOnly": True},
                     "model": {"licenseAcknowledged": True}}, stack="t", now=FIXED_NOW)
     assert ": true was replaced by network.apiServerAccess" in str(info.value)
 

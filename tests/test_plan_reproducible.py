@@ -78,6 +78,8 @@ def test_diff_against_head_of_an_unchanged_tree_is_empty(committed_copy):
     proc = subprocess.run(
         [sys.executable, "scripts/ops/plan_diff.py", "--against", "HEAD", "--format", "json", "--now", NOW],
         cwd=committed_copy, capture_output=True, text=True, timeout=900,
+        # The stacks as committed on both sides: an overlay applies to the working tree's side only.
+        env={k: v for k, v in os.environ.items() if k != "KIMI_DEPLOY_CONFIG_OVERLAY"},
     )
     assert proc.returncode == 0, proc.stderr
     diffs = json.loads(proc.stdout)

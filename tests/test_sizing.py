@@ -100,8 +100,9 @@ def test_every_timeout_covers_the_load(name):
 
 
 def test_fsx_serving_load_time_and_budget():
-    ns, _ = namespace_config(read_stack_config("b300"))
+    ns, _ = namespace_config(read_stack_config("b300-prod"))
     ns["storage"] = {"kind": "fsx", "fsx": {"throughputPerTib": 125}}
+    ns["compute"] = {**ns["compute"], "replicas": 1}  # one node reads the file system
     sizing = compute_sizing(parse_spec(ns, stack="t", now=FIXED_NOW))
     assert sizing.storage.fsx_capacity_gib == 2400
     assert within(sizing.load_seconds / 60, 89, 0.02)

@@ -166,7 +166,10 @@ def test_stage_without_a_mirror_is_refused_with_what_to_set():
     with pytest.raises(ConfigError, match=r"kimi-deploy:phase: 'stage' needs the S3 mirror \(storage.mirror.enabled is false\)"):
         parse_spec({**ns, "phase": "stage"}, stack="mi355x", now=FIXED_NOW, secrets_set=secrets)
     created = {**ns["storage"], "mirror": {"enabled": True}}
-    with pytest.raises(ConfigError, match="on platform kubernetes needs an existing mirror: set storage.mirror.bucketName"):
+    with pytest.raises(ConfigError, match="storage.mirror.enabled: true needs an existing bucket on kubernetes"):
+        parse_spec({**ns, "phase": "stage", "storage": created}, stack="mi355x", now=FIXED_NOW, secrets_set=secrets)
+    created = {**ns["storage"], "mirror": {"enabled": True, "bucketName": "team-mirror"}}
+    with pytest.raises(ConfigError, match="storage.mirror.bucketName: 'team-mirror' is a bucket kubernetes cannot create"):
         parse_spec({**ns, "phase": "stage", "storage": created}, stack="mi355x", now=FIXED_NOW, secrets_set=secrets)
     with pytest.raises(ConfigError, match="kimi-deploy:phase: 'later' is not allowed"):
         parse_spec({**ns, "phase": "later"}, stack="mi355x", now=FIXED_NOW, secrets_set=secrets)
@@ -366,3 +369,27 @@ def test_a_measured_stager_boot_replaces_the_estimate():
     model = stage_then_serve(spec, compute_sizing(spec), sync_steps(spec, SHAPE_BUCKET))
     boot = next(p for p in model.stage.phases if p.name == "stager boot")
     assert boot.seconds == 95 and boot.source == "measured (kimi-deploy:timeToReady.stagerBootSeconds)"
+
+
+@pytest.mark.parametrize("stack", ["b300", "gb300", "b300-prod"])
+def test_a_stage_plans_summary_shows_what_the_stage_creates_and_costs(stack, monkeypatch):
+    """phase: stage creates no GPU node and no vLLM server: the summary says so, prices what the
+    stage runs on (the stager, or the EKS system nodes), and marks the serve figures as such."""
+    from scripts.ops.plan import build_plan_document, summary_rows, table_lines
+
+    serve = dict(summary_rows(build_plan_document(stack, now=FIXED_NOW)))
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", json.dumps({"kimi-deploy:phase": "stage",
+                                                                  "kimi-deploy:vllm": {"imageTag": "nightly-" + "0" * 40}}))
+    doc = build_plan_document(stack, now=FIXED_NOW)
+    rows = dict(summary_rows(doc, details=False))
+    sts = doc["stage_then_serve"]
+    assert rows["GPU nodes"] == f"none in this phase (serve adds {serve['GPU nodes']})"
+    assert rows["phase"].startswith(f"stage: the weights (hub -> S3 mirror) on {sts['staging_compute']}")
+    assert rows["cost"].startswith(f"USD {sts['staging_usd_per_hour']:.2f}/h for {sts['staging_compute']}; no GPU node")
+    assert f"(serve: {serve['cost']}" in rows["cost"] or f"(serve: {serve['cost'].split('  (')[0]}" in rows["cost"]
+    assert all(rows[k].startswith("at serve: ") for k in ("weight load", "startup budget", "KV cache"))
+    text = "\n".join(line.plain for line in table_lines(doc, 200))
+    assert "at phase: serve (not created by this stage)" in text
+    if stack == "b300":
+        assert rows["cost"].startswith(f"USD {STAGING_INSTANCE.usd_per_hour:.2f}/h for c6id.2xlarge stager")
+        assert "USD 142.42/h" not in rows["cost"].split("(serve:")[0]

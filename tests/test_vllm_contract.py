@@ -67,6 +67,8 @@ BAD = {
     "bad-int": [MODEL, "--tensor-parallel-size", "eight"],
     "unknown-tool-parser": [MODEL, "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k9"],
     "unknown-reasoning-parser": [MODEL, "--reasoning-parser", "kimi_k9"],
+    # One list item holding a flag and its value (vllm.extraArgs refuses it: config/vllm.py).
+    "flag-and-value-in-one-item": [MODEL, "--max-num-seqs 64"],
 }
 
 # Environment variables read by C libraries (no Python source to grep), each with the public
@@ -252,6 +254,7 @@ def test_amd_recipe_parses_with_the_right_values():
         ("bad-int", "argparse", "eight"),
         ("unknown-tool-parser", "registry", "kimi_k9"),
         ("unknown-reasoning-parser", "registry", "kimi_k9"),
+        ("flag-and-value-in-one-item", "argparse", "--max-num-seqs 64"),
     ],
 )
 def test_bad_command_lines_are_rejected(label, stage, needle):
@@ -671,3 +674,103 @@ def test_the_installer_reads_the_version_constant(tmp_path):
     )
     assert proc.returncode == 1 and "does not pin vllm==99.0.0" in proc.stderr, proc.stderr
     assert not (tmp_path / "venv").exists()
+
+
+# --- vllm.extraArgs: the owned destinations, from the real parser ------------------------------
+
+
+def _spellings(option: str) -> list[str]:
+    """Ways a user may write ``option`` that vLLM's parser may read as it: with a value after
+    ``=``, dotted, with ``_`` for ``-``, every shorter prefix, a value attached to a short option."""
+    out = [option, f"{option}=1", f"{option}.key"]
+    if option.startswith("--"):
+        out.append("--" + option[2:].replace("-", "_"))
+        out += [option[:n] for n in range(3, len(option))]
+        out += ["--" + option[2:n].replace("-", "_") + "=1" for n in range(3, len(option))]
+    else:
+        out += [option[:n] for n in range(2, len(option))]
+        out += [f"{option}2", f"{option}x"]
+    return out
+
+
+def _owned_report() -> tuple[dict[str, Any], list[str]]:
+    from components.core.vllm_options import OWNED_OPTIONS
+    from tests.vllm_contract import parser_options
+
+    candidates = sorted({s for option in OWNED_OPTIONS for s in _spellings(option)})
+    return parser_options(candidates), candidates
+
+
+def test_every_option_string_vllm_maps_to_an_owned_dest_is_in_the_table():
+    """The table the config check refuses by (components/core/vllm_options.py) holds every option
+    string the installed parser maps to an owned destination: an alias vLLM adds (like
+    ``--device-memory-utilization`` for gpu_memory_utilization) fails here until it is listed.
+    No other option string of the parser is refused (``-dc`` is not ``-dcp``)."""
+    from components.core.vllm_options import OWNED_DESTS, VLLM_ALLOWS_ABBREVIATIONS, owned_option
+
+    report, _ = _owned_report()
+    option_dests = report["option_dests"]
+    assert report["allow_abbrev"] is VLLM_ALLOWS_ABBREVIATIONS
+    missing = sorted(f"{option} ({dest})" for option, dest in option_dests.items()
+                     if dest in OWNED_DESTS and option not in OWNED_DESTS[dest].options)
+    assert not missing, f"vLLM {report['vllm_version']} maps these to owned destinations; add them: {missing}"
+    stale = sorted(set(OWNED_DESTS) - set(option_dests.values()))
+    assert not stale, f"owned destinations vLLM {report['vllm_version']} does not have: {stale}"
+    for option, dest in option_dests.items():
+        owned = owned_option(option)
+        if dest in OWNED_DESTS:
+            assert owned is not None and owned.dest == dest, option
+        else:
+            assert owned is None, f"{option} ({dest}) is refused as {owned}"
+    assert option_dests["-tp"] == "tensor_parallel_size"  # the spelling that slipped through before
+
+
+def test_the_config_check_reads_every_spelling_as_vllms_parser_does():
+    """Every spelling of every owned option (``=value``, dotted, ``_``, each prefix, an attached
+    value) goes through the real parser: where it sets an owned destination the config check
+    refuses it naming that destination; where it sets another destination the check accepts it.
+    (Where the parser refuses it, ambiguous or unknown, vLLM fails at start: preflight's
+    vllm-argv check reports it; the config check may refuse it too.)"""
+    from components.core.vllm_options import OWNED_DESTS, owned_option
+
+    report, candidates = _owned_report()
+    resolved = {r["arg"]: r for r in report["resolved"]}
+    assert set(resolved) == set(candidates)
+    slipped, over = [], []
+    for arg, r in resolved.items():
+        ours = owned_option(arg)
+        if r["dest"] in OWNED_DESTS and (ours is None or ours.dest != r["dest"]):
+            slipped.append(f"{arg} -> {r['dest']} (config check: {ours})")
+        elif r["dest"] is not None and r["dest"] not in OWNED_DESTS and ours is not None:
+            over.append(f"{arg} -> {r['dest']} (config check refuses it as {ours.dest})")
+    assert not slipped, (f"{len(slipped)} spellings vLLM {report['vllm_version']} reads as owned that the config accepts, "
+                         f"e.g. {slipped[:12]}")
+    assert not over, f"{len(over)} spellings of other options the config refuses, e.g. {over[:12]}"
+    by_dest = {r["dest"] for r in resolved.values()}
+    assert {"tensor_parallel_size", "nnodes", "gpu_memory_utilization"} <= by_dest
+    assert resolved["--tensor-parallel"]["dest"] == "tensor_parallel_size"  # abbreviations are live
+    assert resolved["-n2"]["dest"] == "nnodes"
+
+
+def test_kimi_deploy_vllm_argv_exits_1_when_the_parser_refuses_an_argv():
+    """`kimi-deploy vllm-argv` is a check: a misspelt flag exits 1 (the report on stdout, the
+    first refusal on stderr); argvs that parse exit 0."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+    from tests.vllm_contract import require_vllm_python
+
+    env = {**__import__("os").environ, "KIMI_VLLM_PYTHON": str(require_vllm_python())}
+
+    def run(argvs):
+        return subprocess.run([sys.executable, "-m", "scripts.cli", "vllm-argv"], input=json.dumps({"argvs": argvs}),
+                              capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=600)
+
+    bad = run([[MODEL, "--max-num-seqs", "64"], [MODEL, "--max-num-seqz", "64"]])
+    assert bad.returncode == 1, bad.stderr
+    assert "refused 1 of 2" in bad.stderr and "argv 1" in bad.stderr and "--max-num-seqz" in bad.stderr
+    assert [r["ok"] for r in json.loads(bad.stdout)["results"]] == [True, False]
+    good = run([[MODEL, "--max-num-seqs", "64"]])
+    assert good.returncode == 0, good.stderr

@@ -148,6 +148,30 @@ def test_a_size_short_of_the_manifest_is_not_ready(published):
     )
 
 
+def test_every_listed_file_missing_or_of_another_size_keeps_the_gate_closed(published):
+    """Each file the manifest lists, the first and the last included and not only a .safetensors
+    shard (config, tokenizer, index): taken away, cut short by a byte or grown by one, it alone keeps
+    the gate closed and is named; put back, the copy is complete again. (The gate checks names and
+    sizes, what an import produces at once; the content is the copy's sha256 verification.)"""
+    root, files = published
+    listed = [e["path"] for e in json.loads((root / ws.MANIFEST_NAME).read_text())["files"]]
+    assert sorted(listed) == sorted(files) and len(listed) >= 3
+    assert {listed[0], listed[-1]} - {n for n in listed if n.endswith(".safetensors")}  # not only shards at the ends
+    assert ws.ready.completeness_problem(str(root)) is None
+    for name in listed:
+        path = root / name
+        data = path.read_bytes()
+        path.unlink()
+        assert ws.ready.completeness_problem(str(root)) == f"1 of {len(listed)} listed files not there yet: {name} (missing)"
+        for wrong in (data[:-1], data + b"\0"):
+            path.write_bytes(wrong)
+            problem = ws.ready.completeness_problem(str(root))
+            assert problem == (f"1 of {len(listed)} listed files not there yet: {name} ({len(wrong)} bytes, the manifest "
+                               f"lists {len(data)})"), (name, problem)
+        path.write_bytes(data)
+        assert ws.ready.completeness_problem(str(root)) is None, name
+
+
 # -- the node copy from the imported file system (nvme-from-fsx) ------------------------------------------
 
 

@@ -31,7 +31,7 @@ from scripts.ops.vllm_parser import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-__all__ = ["CHECK_SCRIPT", "check_argvs", "find_vllm_python", "format_failures", "require_vllm_python"]
+__all__ = ["CHECK_SCRIPT", "check_argvs", "find_vllm_python", "format_failures", "parser_options", "require_vllm_python"]
 
 REQUIREMENTS_VLLM = REPO_ROOT / "requirements-vllm.txt"
 
@@ -101,6 +101,21 @@ def check_argvs(
     report = run_argv_check(require_vllm_python(), request)
     _CACHE[key] = report
     return report
+
+
+def parser_options(resolve: Sequence[str] = ()) -> dict[str, Any]:
+    """The serve parser's option strings and destinations (``option_dests``, ``allow_abbrev``)
+    and how it reads each argument of ``resolve`` (``resolved``), from the real parser in one
+    subprocess (``vllm_argv_check.py``, requests ``options`` and ``resolve``). Cached.
+
+    Raises:
+        as ``check_argvs``.
+    """
+    request = argv_check_request([], options=True, resolve=resolve)
+    key = json.dumps(request, sort_keys=True)
+    if key not in _CACHE:
+        _CACHE[key] = run_argv_check(require_vllm_python(), request)
+    return _CACHE[key]
 
 
 def format_failures(labels: Sequence[str], report: Mapping[str, Any]) -> str:

@@ -225,7 +225,7 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
         ConfigError: over ``USER_DATA_LIMIT_BYTES`` (16 KB raw, before base64; "User data is
             limited to 16 KB, in raw form, before it is base64-encoded", EC2 User Guide, "Run
             commands when you launch an EC2 instance with user data input"). Names
-            ``vllm.extraArgs`` when the extra flags push it over, else ``vllm``.
+            the longest config value the user data carries (``_largest_user_data_input``).
     """
     from components.core.config import ConfigError
 
@@ -235,8 +235,7 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
     total = len(text.encode())
     if total <= USER_DATA_LIMIT_BYTES:
         return total
-    extra = list(spec.config.vllm.extra_args)
-    key, value = ("vllm.extraArgs", extra) if extra else ("vllm", "(the serving command)")
+    key, value = _largest_user_data_input(spec)
     raise ConfigError(
         key,
         value,
@@ -244,6 +243,19 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
         "base64); "
         "shorten it or use aws-eks",
     )
+
+
+def _largest_user_data_input(spec: DeploymentSpec) -> tuple[str, Any]:
+    """The config key (and value) of the longest value the user data carries from config:
+    ``vllm.extraArgs``, ``vllm.image`` or ``model.servedModelName``; ``vllm`` when none is set."""
+    cfg = spec.config
+    candidates = [
+        ("vllm.extraArgs", list(cfg.vllm.extra_args), len(" ".join(cfg.vllm.extra_args))),
+        ("vllm.image", cfg.vllm.image, len(cfg.vllm.image or "")),
+        ("model.servedModelName", cfg.model.served_model_name, len(cfg.model.served_model_name or "")),
+    ]
+    key, value, size = max(candidates, key=lambda c: c[2])
+    return (key, value) if size else ("vllm", "(the serving command)")
 
 
 @dataclass

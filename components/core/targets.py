@@ -594,6 +594,20 @@ def hardware_label_mismatch(key: str, value: str, target: TargetProfile) -> str 
 
 PLATFORMS: tuple[str, ...] = ("aws-ec2", "aws-eks", "kubernetes")
 
+# AWS regions with EC2, every partition: botocore 1.44.8 ``data/endpoints.json`` as
+# ``Session.get_available_regions("ec2", partition_name=p)`` lists them (tests/test_config_inputs.py
+# compares with the installed botocore). A region AWS opens later is added here.
+AWS_REGIONS: tuple[str, ...] = (
+    "af-south-1", "ap-east-1", "ap-east-2", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1",
+    "ap-south-2", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5",
+    "ap-southeast-6", "ap-southeast-7", "ca-central-1", "ca-west-1", "eu-central-1", "eu-central-2", "eu-north-1",
+    "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3", "il-central-1", "me-central-1", "me-south-1",
+    "mx-central-1", "sa-east-1", "us-east-1", "us-east-2", "us-west-1", "us-west-2",
+    "cn-north-1", "cn-northwest-1", "us-gov-east-1", "us-gov-west-1",
+    "us-iso-east-1", "us-iso-west-1", "us-isob-east-1", "us-isob-west-1", "eu-isoe-west-1", "us-isof-east-1",
+    "us-isof-south-1", "eusc-de-east-1",
+)
+
 # EC2 On-Demand vCPU quotas (Service Quotas, service code "ec2"), keyed by the instance family
 # letter the quota covers. Instances launched into an ODCR count against these quotas.
 # Source: AWS Service Quotas console, "Running On-Demand P instances" (L-417A185B).

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import resource
@@ -60,6 +61,10 @@ BLOCK_BYTES = 64 << 20
 # scripts/node/weight_sync/model.py), the path the real ~14 GB shards take; "small": the file count of
 # Kimi K3.1 Pro at ~27 MB a shard (many files, the boto3 path).
 PROFILES = {"small": (3.0, 112), "shards": (6.0, 10)}
+# Bounds of --total-gb and --files: the checkpoint is built on this machine's scratch disk (three
+# copies of it exist at once: source, S3 server, destination), so a typo must not fill the disk.
+MAX_TOTAL_GB = 200.0
+MAX_FILES = 100_000
 # The publish section's hub repo (served by tests/hub_server.py).
 HUB_REPO = "bench/ckpt"
 # The mirror prefix ends in the revision, as a deployment's does (components/core/weights.py).
@@ -222,6 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     profile_gb, profile_files = PROFILES[args.profile]
     args.total_gb = profile_gb if args.total_gb is None else args.total_gb
     args.files = profile_files if args.files is None else args.files
+    # Sizes and counts are checked, not clamped: `--repeat 0` or `--total-gb 0` measuring something
+    # else than asked would print figures that look like an answer.
+    if not (math.isfinite(args.total_gb) and 0 < args.total_gb <= MAX_TOTAL_GB):
+        p.error(f"--total-gb: {args.total_gb:g} must be more than 0 and at most {MAX_TOTAL_GB:g} (GB of scratch disk)")
+    for flag, value, low, high in (("--files", args.files, 1, MAX_FILES), ("--workers", args.workers, 1, 256),
+                                   ("--repeat", args.repeat, 1, 100)):
+        if not low <= value <= high:
+            p.error(f"{flag}: {value} must be between {low} and {high}")
+    if args.total_gb * 1e9 < args.files:
+        p.error(f"--total-gb {args.total_gb:g} cannot hold {args.files} files of at least one byte")
     if args.build_only:
         json.dump(build_checkpoint(args.build_only, int(args.total_gb * 1e9), args.files), sys.stdout)
         return 0
@@ -249,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         moto = subprocess.Popen([moto_server or "moto_server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
     rows = []
-    reps = max(args.repeat, 1)
+    reps = args.repeat
     try:
         if moto:
             for _ in range(100):

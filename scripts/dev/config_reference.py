@@ -235,8 +235,9 @@ def _literal_choices(annotation: Any) -> tuple[Any, ...]:
 
 
 def allowed_text(row: ConfigKey, rules: Mapping[str, str]) -> str:
-    """The allowed column: ``Literal`` choices, ``Field`` bounds (the words of the range errors)
-    and the checks modules' rule for the key (``RULES``)."""
+    """The allowed column: ``Literal`` choices, ``Field`` bounds (the words of the range errors),
+    the checks modules' rule for the key (``RULES``) and the platforms (and settings) that read it
+    (``readers_text``)."""
     parts = []
     choices = _literal_choices(row.info.annotation)
     if choices:
@@ -246,7 +247,27 @@ def allowed_text(row: ConfigKey, rules: Mapping[str, str]) -> str:
         parts.append(bounds)
     if row.key in rules:
         parts.append(rules[row.key])
+    readers = readers_text(row.key.replace("[]", ""))
+    if readers:
+        parts.append(readers)
     return "; ".join(parts)
+
+
+def readers_text(key: str) -> str:
+    """Where ``key`` is read, from the one table (config/platform_keys.py ``KEY_READERS``): the
+    rule about any value and those about single values; ``""`` when every platform reads it."""
+    from components.core.config.platform_keys import ANY_VALUE, KEY_READERS, readers_of
+
+    out = []
+    rule = readers_of(key)
+    if rule is not None and (rule.reads or rule.when):
+        where = f"read on {', '.join(rule.platforms())}" if rule.reads else "read"
+        when = " and ".join(f"{other} {' or '.join(str(v).lower() for v in values)}" for other, values in rule.when)
+        out.append(where + (f" with {when}" if when else ""))
+    for value_rule in (r for r in KEY_READERS if r.key == key and r.value is not ANY_VALUE):
+        values = value_rule.value if isinstance(value_rule.value, tuple) else (value_rule.value,)
+        out.append(f"{' and '.join(f'`{v}`' for v in values)} on {', '.join(value_rule.platforms())} only")
+    return "; ".join(out) + " (config/platform_keys.py)" if out else ""
 
 
 # --- rules the checks modules enforce (choice lists from the constants the checks read) ------------
@@ -259,11 +280,11 @@ def rules() -> dict[str, str]:
     from components.core.config.lifecycle import ENVIRONMENTS, MAX_TRIAL_HOURS
     from components.core.config.network import MIN_CLIENT_PREFIX_LENGTH
     from components.core.config.target import supported_targets
-    from components.core.config.vllm import TOOLKIT_FLAGS
     from components.core.kv_layout import mxfp4_indexer_supported
     from components.core.model import MODELS
     from components.core.targets import PLATFORMS, TARGETS, instance_types_of
     from components.core.versions import EKS_VERSIONS, KNOWN_ADDONS
+    from components.core.vllm_options import OWNED_DESTS
 
     model = MODELS[RawConfig.model_fields["model"].get_default().profile]
     supported = supported_targets(model)
@@ -287,6 +308,8 @@ def rules() -> dict[str, str]:
         "model.profile": f"{', '.join(MODELS)} (config/model.py)",
         "model.revision": "a lower-case 40-hex commit; a branch or tag only in a trial (config/model.py)",
         "model.licenseAcknowledged": "`true` (config/model.py)",
+        "model.servedModelName": "1-128 letters, digits, '.', '_', ':', '/', '-', starting with a letter or digit; not "
+        "empty (config/model.py)",
         "compute.instanceType": "the target's GPU model, GPU count and memory: "
         + "; ".join(f"{name}: {', '.join(instance_types_of(TARGETS[name]))}" for name in supported)
         + " (config/compute.py)",
@@ -295,7 +318,7 @@ def rules() -> dict[str, str]:
         "compute.replicas": "1 on aws-ec2; with autoscaling within minReplicas..maxReplicas (config/compute.py, "
         "config/scaling.py)",
         "compute.efa": "an instance type with EFA interfaces and a vllm.image that is not the stock one (config/compute.py)",
-        "compute.capacity.type": f"odcr and capacity-block need an AWS platform; {block_only}: capacity-block only "
+        "compute.capacity.type": f"{block_only}: capacity-block only "
         "(config/compute.py)",
         "compute.capacity.reservationId": "cr- and 8 to 17 hex digits; required for odcr and capacity-block, refused "
         "for on-demand (config/compute.py)",
@@ -313,15 +336,19 @@ def rules() -> dict[str, str]:
         "range blocks `pulumi up`), no broader than /8, at most 40 (config/network.py)",
         "network.apiServerPrivateCidrs": "IPv4 blocks no broader than /8 (config/network.py)",
         "network.apiServerPrivateSecurityGroupIds": "security group ids, sg- and 8 or 17 hex digits (config/network.py)",
-        "network.privateSubnetIds": "required with vpcId, and only with it (config/network.py)",
-        "storage.kind": "fsx and nvme-from-fsx need an AWS platform, pvc a Kubernetes one and existingClaim, nvme "
-        "local NVMe that holds the weights (config/storage.py)",
+        "network.vpcId": "vpc- and 8 or 17 hex digits (config/network.py)",
+        "network.privateSubnetIds": "subnet- and 8 or 17 hex digits, each once; required with vpcId, and only with it "
+        "(config/network.py)",
+        "network.allowedSecurityGroupIds": "sg- and 8 or 17 hex digits, each once (config/network.py)",
+        "storage.kind": "fsx and nvme-from-fsx need an AWS platform that mounts them (aws-eks), pvc a Kubernetes one and "
+        "existingClaim, nvme local NVMe that holds the weights (config/storage.py)",
         "storage.readGBps": "at most what storage.kind delivers to one node (config/storage.py read_gbps_ceiling)",
         "storage.existingClaim": "a PersistentVolumeClaim name; required with kind pvc (config/storage.py)",
         "storage.mirror.enabled": "true on aws-ec2 and with the FSx kinds (config/storage.py)",
         "storage.mirror.bucketName": "an S3 bucket name (3-63 lowercase letters, digits, dots, hyphens); required with "
         "create false (config/storage.py)",
         "storage.mirror.prefix": "relative, without '..' (config/storage.py)",
+        "storage.mirror.endpointUrl": "http(s)://host[:port][/path], no credentials, query or fragment (config/storage.py)",
         "storage.fsx.deploymentType": f"{', '.join(fsx.DEPLOYMENT_TYPES)} (config/storage.py)",
         "storage.fsx.throughputPerTib": f"per deployment type: {tiers} (config/storage.py)",
         "storage.fsx.capacityGib": f"{first_sizes}, then multiples of {fsx.CAPACITY_STEP_GIB}; holds the weights "
@@ -341,16 +368,18 @@ def rules() -> dict[str, str]:
         + ") (config/vllm.py, kv_layout.py)",
         "vllm.gpuMemoryUtilization": "leaves memory for the KV cache; with DCP, twice the DCP workspace outside "
         "(config/vllm.py, sizing.py)",
-        "vllm.extraArgs": f"none of {', '.join(sorted(TOOLKIT_FLAGS))}; no indexer_kv_dtype (vllm.indexerCacheDtype); "
-        "with indexerCacheDtype mxfp4 every --attention-config a JSON object (config/vllm.py)",
-        "kubernetes.namespace": "a DNS label; not on aws-ec2 (config/kubernetes.py)",
+        "vllm.extraArgs": "no spelling vLLM's parser reads as an option the toolkit sets (aliases, `_` for `-`, "
+        f"`=value`, unique prefixes): {', '.join(OWNED_DESTS[dest].options[0] for dest in sorted(OWNED_DESTS))}; no "
+        "indexer_kv_dtype (vllm.indexerCacheDtype); with indexerCacheDtype mxfp4 every --attention-config a JSON object "
+        "(vllm_options.py, config/vllm.py)",
+        "kubernetes.namespace": "a DNS label (config/kubernetes.py)",
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
         "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "
         "(config/kubernetes.py, k8s_schema.py)",
         "kubernetes.tolerations": "Kubernetes Toleration objects (k8s_schema.py)",
         "kubernetes.allowedNamespaces": "DNS labels (config/kubernetes.py)",
         "kubernetes.allowedCidrs": f"{client}; on the kubernetes platform with clusterCidrs (config/network.py)",
-        "kubernetes.clusterCidrs": "CIDR blocks; kubernetes platform only (config/network.py)",
+        "kubernetes.clusterCidrs": "CIDR blocks; required with kubernetes.allowedCidrs (config/network.py)",
         "kubernetes.nvmeHostPath": "absolute, without '..', outside the node's own state (kubelet, runtime, logs) "
         "(config/kubernetes.py)",
         "kubernetes.adminRoleArns": "IAM role or user ARNs, each once; aws-eks only (config/kubernetes.py)",

@@ -96,11 +96,14 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     """Run ``main(argv)`` and map user mistakes to exit 2 with one line on stderr.
 
     ``UsageError`` and the core's ``ConfigError`` print ``error: <message>``; Ctrl-C exits 130;
-    ``SystemExit`` from argparse (``--help``, bad flags) passes its code through. Any other
+    ``SystemExit`` from argparse (``--help``, bad flags) passes its code through. A reader that
+    stops reading (``kimi-deploy plan | head``) ends the run quietly with exit 0, as ``git log |
+    head`` does: standard output then points at /dev/null so no later flush fails. Any other
     exception is a bug and keeps its traceback.
     """
     from components.core.config import ConfigError
 
+    _rich_broken_pipe_raises()
     try:
         return int(main(argv) or 0)
     except (UsageError, ConfigError) as err:
@@ -115,7 +118,70 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        _stdout_to_devnull()
         return EXIT_OK
+
+
+def _stdout_to_devnull() -> None:
+    """Point file descriptor 1 at /dev/null: what is still buffered for a closed pipe is dropped at
+    the next flush instead of raising again (the Python docs' advice for SIGPIPE, "Note on SIGPIPE")."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing to redirect
+        pass
+
+
+def _rich_broken_pipe_raises() -> None:
+    """rich's ``Console.on_broken_pipe`` ends the process with ``SystemExit(1)``; make it raise
+    ``BrokenPipeError`` so ``run_cli`` treats a closed pipe alike for rich and ``print`` (exit 0)."""
+    try:
+        from rich.console import Console
+    except ModuleNotFoundError:  # rich is a runtime requirement; without it no table is drawn
+        return
+
+    def on_broken_pipe(self: Any) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
+
+
+def overlay_notice(where: str = "over every stack file") -> str | None:
+    """The line a command that reads stack config prints first while ``KIMI_DEPLOY_CONFIG_OVERLAY``
+    is set: which keys it sets and that `pulumi up` never reads it; None when unset, or when it is
+    not valid JSON (the command then refuses it in one line of its own)."""
+    from components.core.config import ConfigError, config_overlay
+    from components.core.config.stack_file import CONFIG_OVERLAY_ENV, overlay_keys
+
+    try:
+        extra = config_overlay()
+    except ConfigError:
+        return None
+    if extra is None:
+        return None
+    keys = ", ".join(overlay_keys(extra)) or "nothing (an empty object)"
+    return (f"note: {CONFIG_OVERLAY_ENV} is active: {keys} set {where} (offline commands only; `pulumi up` reads "
+            "the stack file alone)")
+
+
+def print_overlay_notice(where: str = "over every stack file", *, stack: str | None = None,
+                         file: TextIO | None = None) -> None:
+    """``overlay_notice`` on standard error (``file``), when there is one; with ``stack``, said
+    ``over stacks/Pulumi.<stack>.yaml`` and only when that file exists (a wrong ``--stack`` is
+    the command's one-line error alone: nothing is read over it)."""
+    if stack is not None:
+        from components.core.config import STACKS_DIR
+
+        if not (STACKS_DIR / f"Pulumi.{stack}.yaml").is_file():
+            return
+        where = f"over stacks/Pulumi.{stack}.yaml"
+    notice = overlay_notice(where)
+    if notice:
+        print(notice, file=file or sys.stderr, flush=True)
 
 
 def exit_code(statuses: Iterable[str]) -> int:
@@ -154,12 +220,36 @@ def print_table(
         if status_column is not None:
             cells[status_column] = styled_status(cells[status_column])
         table.add_row(*cells)
-    Console(file=file or sys.stdout, width=_width()).print(table)
+    Console(file=file or sys.stdout, width=terminal_width(file or sys.stdout)).print(table)
 
 
-def _width() -> int | None:
-    """Terminal width, or 120 columns when stdout is not a terminal (logs, pipes)."""
-    return None if sys.stdout.isatty() else 120
+def terminal_width(stream: TextIO | None = None, default: int = 120) -> int:
+    """Columns to lay text out in for ``stream`` (default standard output): ``COLUMNS`` when set (as
+    rich and ``shutil.get_terminal_size`` read it), else the terminal's width when ``stream`` is one,
+    else ``default`` (logs, pipes)."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = stream or sys.stdout
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        pass
+    return default
+
+
+def print_note(text: str, *, label: str = "note", file: TextIO | None = None) -> None:
+    """``label: text`` on ``file`` (default standard error), wrapped to its ``terminal_width`` with
+    the continuation lines indented two spaces."""
+    import textwrap
+
+    stream = file or sys.stderr
+    lines = textwrap.wrap(f"{label}: {one_line(text)}", width=max(40, terminal_width(stream)), subsequent_indent="  ",
+                          break_long_words=False, break_on_hyphens=False)
+    print("\n".join(lines), file=stream)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,16 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 from components.core import cost as costmodel
 from components.core.config import DeploymentSpec, load_stack, stack_names
 from components.core.sizing import billed_gpu_nodes, compute_sizing
-from scripts.ops._cli import EXIT_USAGE, CliParser, UsageError, print_json, print_table, prog_name, run_cli
+from scripts.ops._cli import (
+    EXIT_USAGE,
+    CliParser,
+    UsageError,
+    print_json,
+    print_overlay_notice,
+    print_table,
+    prog_name,
+    run_cli,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +47,9 @@ USD_PER_HOUR_RANGE = (0.01, 100_000.0)
 RMB_PER_USD_RANGE = (0.01, 1_000.0)
 MAX_TASKS_PER_MONTH = 10**12
 
+
+# The JSON report's note for a stack without a price (the table leaves it to the stderr line).
+PRICE_UNKNOWN_NOTE = "self-hosted price unknown"
 
 def _number(kind: type, low: float, high: float, *, low_open: bool = False) -> Any:
     """An argparse ``type``: a finite ``kind`` in ``[low, high]`` (``(low, high]`` with
@@ -184,7 +196,7 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
     api_month_rmb = api_task_rmb * args.tasks_per_month
     cheaper = None
     if month_rmb is None:
-        notes.append(f"self-hosted price unknown ({price_source}); or pass --usd-per-hour")
+        notes.append(f"{PRICE_UNKNOWN_NOTE} ({price_source}); or pass --usd-per-hour")
     else:
         cheaper = "self-hosted" if month_rmb < api_month_rmb else "api"
         if spec.config.compute.capacity.type == "capacity-block":
@@ -278,7 +290,7 @@ def volume_verdict(
     """
     if month_rmb is None:
         return {"deployments_needed": None, "self_hosted_cost_at_volume_rmb": None,
-                "verdict": "unknown: the self-hosted price is unknown (pass --usd-per-hour)"}
+                "verdict": "unknown: the comparison needs a self-hosted price"}
     per_deployment = capacity["tasks_per_month_capacity"] if capacity else None
     if not per_deployment:
         cheaper = "self-hosted" if month_rmb < api_month_rmb else "api"
@@ -328,15 +340,16 @@ def print_report(report: dict[str, Any]) -> None:
         (
             "Self-hosted per hour",
             _money(per_hour, "USD"),
-            (f"{nodes}x {report['instance_type']} x {_money(per_hour / nodes, 'USD')}/h; " if per_hour is not None else "")
-            + report["price_source"],
+            f"{nodes}x {report['instance_type']} x {_money(per_hour / nodes, 'USD')}/h; {report['price_source']}"
+            # Without a price the why stays here and what to set is said once, on stderr (main).
+            if per_hour is not None else report["price_source"].split("; set ", 1)[0],
         ),
         (
             "Self-hosted per month",
             _money(report["self_hosted_cost_per_month_usd"], "USD"),
-            (f"{_money(per_hour, 'USD')}/h x " if per_hour is not None else "")
-            + f"{report['hours_per_month']:,.0f} h; {_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at "
-              f"{report['rmb_per_usd']} RMB/USD",
+            f"{_money(per_hour, 'USD')}/h x {report['hours_per_month']:,.0f} h; "
+            f"{_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD"
+            if per_hour is not None else f"{report['hours_per_month']:,.0f} h at {report['rmb_per_usd']} RMB/USD",
         ),
         (
             "Break-even",
@@ -358,11 +371,13 @@ def print_report(report: dict[str, Any]) -> None:
             )
         )
     rows.append(("Verdict", report["cheaper_at_this_volume"] or "unknown", report["verdict"]))
+    # The missing price is a note of the JSON report; here main says it once, on stderr, with the fix.
+    notes = [n for n in report["notes"] if not n.startswith(PRICE_UNKNOWN_NOTE)]
     print_table(
         f"Cost: stack {report['stack']} ({report['gpu_nodes']}x {report['instance_type']})",
         ("item", "value", "how"),
         rows,
-        caption="; ".join(report["notes"]) or None,
+        caption="; ".join(notes) or None,
     )
 
 
@@ -374,6 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report is still printed, with one line on stderr saying what to set.
     """
     args = build_parser().parse_args(argv)
+    print_overlay_notice(stack=args.stack)
     spec = load_stack(args.stack)
     report = estimate(spec, args)
     if args.json:
@@ -381,9 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print_report(report)
     if report["self_hosted_cost_per_hour_usd"] is None:
+        # compute.capacity.* is read on AWS platforms only (config/platform_keys.py).
+        also = " (or compute.capacity.usdPerHour)" if spec.profile.provisions_aws else ""
         print(
             f"error: stack {spec.stack}: no self-hosted price, so no comparison; set "
-            "kimi-deploy:compute.usdPerHour (or compute.capacity.usdPerHour) or pass --usd-per-hour",
+            f"kimi-deploy:compute.usdPerHour{also} or pass --usd-per-hour",
             file=sys.stderr,
         )
         return EXIT_USAGE

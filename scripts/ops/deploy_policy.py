@@ -36,7 +36,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.core.config import ConfigError, read_stack_config, stack_names
-from scripts.ops._cli import CliParser, UsageError, print_json, prog_name, run_cli
+from scripts.ops._cli import CliParser, UsageError, print_json, print_overlay_notice, prog_name, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -290,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.stack not in stack_names():
         raise ConfigError("--stack", args.stack, f"is not a stack (allowed: {', '.join(stack_names())})")
+    print_overlay_notice(stack=args.stack)  # stderr: stdout is the policy alone
     types, invokes = declared(args.stack)
     try:
         document = policy_document(types, invokes)

@@ -34,7 +34,16 @@ from typing import Any
 if not __package__:  # run as a file
     import _cli  # noqa: F401
 
-from scripts.ops._cli import EXIT_CHECK_FAILED, EXIT_OK, CliParser, UsageError, one_line, print_json, prog_name
+from scripts.ops._cli import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    CliParser,
+    UsageError,
+    one_line,
+    print_json,
+    print_overlay_notice,
+    prog_name,
+)
 
 RUNTIMES: tuple[str, ...] = ("docker", "podman")
 # Where the check programs are mounted (read-only) inside the image.
@@ -393,7 +402,8 @@ def render(result: Verification, selection: RuntimeSelection | None = None) -> s
 
 
 def build_parser() -> CliParser:
-    parser = CliParser(prog=prog_name("scripts/ops/engine_verify.py"), description=__doc__.split("\n\n")[0])
+    # The module docstring is RST for readers of the code; --help shows plain backquotes.
+    parser = CliParser(prog=prog_name("scripts/ops/engine_verify.py"), description=__doc__.split("\n\n")[0].replace("``", "`"))
     sub = parser.add_subparsers(dest="command", required=True, metavar="verify")
     verify_parser = sub.add_parser(
         "verify", help="check a candidate vLLM image against the model's engine requirements",
@@ -414,6 +424,7 @@ def build_parser() -> CliParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_image_reference(args.image)
+    print_overlay_notice()
     stacks_for_image(args.image, args.stack)  # the image name and the stack first: offline, before any runtime
     selection = find_runtime(args.runtime)
     assert selection.chosen is not None and selection.chosen.path is not None

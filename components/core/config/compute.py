@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 
 from ..platforms import platform_profile
-from ..targets import InstanceFacts, TargetProfile
+from ..targets import AWS_REGIONS, InstanceFacts, TargetProfile
 from .errors import ConfigError
 from .patterns import AZ_RE, REGION_RE, RESERVATION_RE
 from .raw import RawConfig
@@ -71,6 +71,15 @@ def check_region(raw: RawConfig, instance: InstanceFacts, instance_type: str) ->
     if region is not None and not REGION_RE.match(region):
         # Checked on every platform and target, with or without offering facts (preflight asks AWS).
         raise ConfigError("aws:region", region, "is not an AWS region name (e.g. us-east-1)")
+    if region is not None and region not in AWS_REGIONS:
+        # Before any zone is compared with it: a region that does not exist is the region's error.
+        from ..config_reader import did_you_mean
+
+        raise ConfigError(
+            "aws:region", region,
+            f"is not an AWS region (botocore's list of {len(AWS_REGIONS)}, targets.AWS_REGIONS)"
+            + (did_you_mean(region, AWS_REGIONS) or "; e.g. us-east-1"),
+        )
     if provisions_aws and not region:
         raise ConfigError("aws:region", None, "is required for AWS platforms (pulumi config set aws:region us-east-1)")
     if provisions_aws and instance.cloud != "aws":
@@ -93,6 +102,10 @@ def check_placement_and_capacity(
     az = raw.compute.availability_zone
     if az is not None and not AZ_RE.match(az):
         raise ConfigError("compute.availabilityZone", az, "is not an availability zone name (e.g. us-east-1a)")
+    if provisions_aws and instance.offered_azs and region and region not in instance.offered_azs:
+        # The region first: a zone of another region is a symptom when the region itself offers none.
+        regions = ", ".join(sorted(instance.offered_azs))
+        raise ConfigError("aws:region", region, f"does not offer {instance_type} (offered in: {regions})")
     if provisions_aws and az and region and not az.startswith(region):
         raise ConfigError("compute.availabilityZone", az, f"is not in region {region}")
     if provisions_aws and instance.offered_azs:
@@ -110,9 +123,7 @@ def check_placement_and_capacity(
         )
     if provisions_aws and cap.availability_zone and region and not cap.availability_zone.startswith(region):
         raise ConfigError("compute.capacity.availabilityZone", cap.availability_zone, f"is not in region {region}")
-    if cap.type in ("odcr", "capacity-block"):
-        if not provisions_aws:
-            raise ConfigError("compute.capacity.type", cap.type, "needs an AWS platform (aws-ec2, aws-eks)")
+    if cap.type in ("odcr", "capacity-block"):  # off AWS refused by config/platform_keys.py
         if not cap.reservation_id:
             raise ConfigError("compute.capacity.reservationId", None, f"is required for {cap.type} (format cr-0123456789abcdef0)")
         if not RESERVATION_RE.match(cap.reservation_id):

@@ -48,14 +48,6 @@ def check_kubernetes(
             raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
     if not DNS_LABEL_RE.match(raw.kubernetes.namespace):
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
-    if not platform_profile(raw.platform).runs_kubernetes and "namespace" in raw.kubernetes.model_fields_set:
-        # Like kubernetes.adminRoleArns and observability.prometheusNamespace off their platforms:
-        # a key the stack's platform never reads is an error, not silently ignored.
-        raise ConfigError(
-            "kubernetes.namespace", raw.kubernetes.namespace,
-            "is only for the aws-eks and kubernetes platforms, not aws-ec2 (vLLM runs under systemd on the instance, "
-            "in no namespace): remove it",
-        )
     for arn in raw.kubernetes.admin_role_arns:
         if not IAM_PRINCIPAL_ARN_RE.match(arn):
             raise ConfigError(
@@ -65,12 +57,6 @@ def check_kubernetes(
             )
     if len(set(raw.kubernetes.admin_role_arns)) != len(raw.kubernetes.admin_role_arns):
         raise ConfigError("kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), "names an ARN twice")
-    if raw.kubernetes.admin_role_arns and not platform_profile(raw.platform).creates_cluster:
-        raise ConfigError(
-            "kubernetes.adminRoleArns",
-            list(raw.kubernetes.admin_role_arns),
-            f"is only for aws-eks (EKS access entries), not {raw.platform}",
-        )
     check_eks_version(raw, now, warnings)
     from ..versions import KNOWN_ADDONS
 
@@ -107,9 +93,7 @@ def check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> Non
     from ..versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_STANDARD_USD_PER_CLUSTER_HOUR, EKS_VERSIONS, eks_support_status
 
     k8s = raw.kubernetes
-    if not platform_profile(raw.platform).creates_cluster:
-        if k8s.eks_version is not None:
-            raise ConfigError("kubernetes.eksVersion", k8s.eks_version, f"is only for aws-eks, not {raw.platform}")
+    if not platform_profile(raw.platform).creates_cluster:  # eksVersion elsewhere: config/platform_keys.py
         return
     version = eks_version_of(raw)
     if version not in EKS_VERSIONS:
@@ -204,13 +188,8 @@ def check_mirror_access(raw: RawConfig) -> None:
         ConfigError: the first invalid value, one line.
     """
     creds, region = raw.kubernetes.mirror_credentials, raw.storage.mirror.region
+    # On the AWS platforms both keys are refused by the one platform rule (config/platform_keys.py).
     if platform_profile(raw.platform).provisions_aws:
-        if creds is not None:
-            raise ConfigError("kubernetes.mirrorCredentials", creds.model_dump(by_alias=True, exclude_defaults=True),
-                              f"is only for the kubernetes platform ({raw.platform} grants the mirror through IAM): remove it")
-        if region is not None:
-            raise ConfigError("storage.mirror.region", region, f"is only for the kubernetes platform ({raw.platform} uses "
-                              "aws:region): remove it")
         return
     if not uses_existing_mirror(raw):
         if creds is not None:

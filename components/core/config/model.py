@@ -6,7 +6,7 @@ import re
 
 from ..model import MODELS, ModelProfile
 from .errors import ConfigError
-from .patterns import COMMIT_RE, REVISION_RE
+from .patterns import COMMIT_RE, REVISION_RE, SERVED_MODEL_NAME_RE
 from .raw import RawConfig
 
 
@@ -20,6 +20,30 @@ def check_profile(raw: RawConfig) -> ModelProfile:
     if model is None:
         raise ConfigError("model.profile", raw.model.profile, f"is not a known model (allowed: {', '.join(MODELS)})")
     return model
+
+
+def check_served_model_name(raw: RawConfig, model: ModelProfile) -> None:
+    """``model.servedModelName``, when set: a name (``patterns.SERVED_MODEL_NAME_RE``: 1-128
+    letters, digits, ``. _ : / -``, starting with a letter or digit). An empty one is refused, not
+    replaced by the profile's name behind the user's back.
+
+    Raises:
+        ConfigError: empty, or not such a name.
+    """
+    name = raw.model.served_model_name
+    if name is None:
+        return
+    if not name.strip():
+        raise ConfigError(
+            "model.servedModelName", name,
+            f"is empty: remove the key to serve the profile's name ({model.name}), or give the name clients send",
+        )
+    if not SERVED_MODEL_NAME_RE.match(name):
+        raise ConfigError(
+            "model.servedModelName", name,
+            "is not a model name (1-128 letters, digits, '.', '_', ':', '/', '-', starting with a letter or digit; "
+            "clients send it as `model`)",
+        )
 
 
 def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: list[str]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..platforms import platform_profile
 from .errors import ConfigError
+from .patterns import SECURITY_GROUP_ID_RE, SUBNET_ID_RE, VPC_ID_RE
 from .raw import RawConfig
 
 # Client CIDRs broader than this are "the internet" for practical purposes.
@@ -60,6 +61,7 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
             "network.allowedCidrs and network.allowedSecurityGroupIds are empty: no client outside the "
             "deployment can reach the API port"
         )
+    check_resource_ids(raw)
     if raw.network.vpc_id and not raw.network.private_subnet_ids:
         raise ConfigError("network.privateSubnetIds", [], "is required with network.vpcId (the private subnets to use)")
     if raw.network.private_subnet_ids and not raw.network.vpc_id:
@@ -79,6 +81,33 @@ EGRESS_LOOKUP_HINT = "curl https://checkip.amazonaws.com, then <address>/32"
 # placeholder), never a deployer's egress. EKS refuses reserved ranges in publicAccessCidrs ("The block
 # cannot include reserved addresses": EKS user guide, config-cluster-endpoint).
 DOCUMENTATION_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
+
+
+# (key, attribute of NetworkConfig, format, what it is): the ids network.* names.
+_RESOURCE_IDS = (
+    ("network.vpcId", "vpc_id", VPC_ID_RE, "a VPC id (vpc- and 8 or 17 hex digits, e.g. vpc-0123456789abcdef0)"),
+    ("network.privateSubnetIds", "private_subnet_ids", SUBNET_ID_RE, "a subnet id (subnet- and 8 or 17 hex digits)"),
+    ("network.allowedSecurityGroupIds", "allowed_security_group_ids", SECURITY_GROUP_ID_RE,
+     "a security group id (sg- and 8 or 17 hex digits; client address ranges go in network.allowedCidrs)"),
+)
+
+
+def check_resource_ids(raw: RawConfig) -> None:
+    """``network.vpcId``, ``privateSubnetIds`` and ``allowedSecurityGroupIds`` are ids of their kind
+    (``patterns.VPC_ID_RE``, ...), each named once: a CIDR or a name where an id goes would reach
+    the EC2 API only at `pulumi up`.
+
+    Raises:
+        ConfigError: the first value that is not an id of its kind, or an id given twice.
+    """
+    for key, attribute, pattern, what in _RESOURCE_IDS:
+        value = getattr(raw.network, attribute)
+        items = [value] if isinstance(value, str) else list(value or ())
+        for item in items:
+            if not pattern.match(item):
+                raise ConfigError(key, item, f"is not {what}")
+        if len(set(items)) != len(items):
+            raise ConfigError(key, items, "names an id twice")
 
 
 @dataclass(frozen=True)
@@ -329,12 +358,7 @@ def check_cluster_cidrs(raw: RawConfig) -> None:
             ipaddress.ip_network(cidr, strict=True)
         except ValueError:
             raise ConfigError("kubernetes.clusterCidrs", cidr, "is not a CIDR block (e.g. 10.244.0.0/16)") from None
-    profile = platform_profile(raw.platform)
-    if k8s_cfg.cluster_cidrs and (profile.provisions_aws or not profile.runs_kubernetes):
-        raise ConfigError(
-            "kubernetes.clusterCidrs", list(k8s_cfg.cluster_cidrs),
-            f"is only for the kubernetes platform (on {raw.platform} the stack knows its own node subnets): remove it",
-        )
+    profile = platform_profile(raw.platform)  # clusterCidrs off an existing cluster: config/platform_keys.py
     if profile.runs_kubernetes and not profile.provisions_aws and k8s_cfg.allowed_cidrs and not k8s_cfg.cluster_cidrs:
         raise ConfigError(
             "kubernetes.clusterCidrs", [],

@@ -12,7 +12,21 @@ from typing import Any
 
 from ..model import MODELS
 from ..platforms import platform_profile
-from . import compute, kubernetes, lifecycle, model, network, phase, plain_secrets, scaling, storage, tags, target, vllm
+from . import (
+    compute,
+    kubernetes,
+    lifecycle,
+    model,
+    network,
+    phase,
+    plain_secrets,
+    platform_keys,
+    scaling,
+    storage,
+    tags,
+    target,
+    vllm,
+)
 from .errors import NAMESPACE
 from .raw import validate_raw
 from .spec import DeploymentSpec
@@ -55,8 +69,11 @@ def parse_spec(
     tags.check_owner(raw)
     profile = target.target_of(raw)
     model_profile = model.check_profile(raw)
+    model.check_served_model_name(raw, model_profile)
     target.check_holds_model(raw, profile, model_profile, supported)
     target.check_platform(raw, profile)
+    # One rule for every key: a key the platform never reads is an error (config/platform_keys.py).
+    platform_keys.check_platform_keys(raw)
 
     # Compute: instance, replicas, region, zones and capacity, EFA, AMI.
     instance_type, instance = compute.resolve_instance(raw, profile)

@@ -64,7 +64,10 @@ MAX_MODEL_LEN_TOKENS = max(m.max_context_tokens for m in MODELS.values())
 
 
 class _Raw(BaseModel):
-    # No coercion of numbers to strings: `revision: 1234` is an error, not "1234" (the engine hands
+    # Booleans are StrictBool everywhere: true or false, as Pulumi's config reads them (Config.get_bool:
+    # true/True/false/False at the top level, where config_reader decodes the text; JSON booleans
+    # inside a map): `yes`, `on`, `1` are refused by every key alike, never taken by one and refused
+    # by another. No coercion of numbers to strings: `revision: 1234` is an error, not "1234" (the engine hands
     # top-level values as strings already; config_reader decodes them by type). Each field's
     # docstring is its description (``use_attribute_docstrings``): the configuration reference
     # (docs/configuration.md, scripts/dev/config_reference.py) prints it.
@@ -178,7 +181,7 @@ class NetworkConfig(_Raw):
     """Client networks admitted to the vLLM API port (security group; on EKS also the NetworkPolicy)."""
     allowed_security_group_ids: tuple[str, ...] = Field((), alias="allowedSecurityGroupIds")
     """Security groups whose members are admitted to the vLLM API port."""
-    s3_gateway_endpoint: bool = Field(True, alias="s3GatewayEndpoint")
+    s3_gateway_endpoint: StrictBool = Field(True, alias="s3GatewayEndpoint")
     """Create an S3 gateway endpoint on the private route tables; set false in an existing VPC that already routes S3
     through one (a second one fails)."""
     api_server_access: Literal["public-cidrs", "private"] | None = Field(
@@ -203,13 +206,13 @@ class NetworkConfig(_Raw):
 class MirrorConfig(_Raw):
     """``kimi-deploy:storage.mirror``: the in-region S3 mirror of the checkpoint."""
 
-    enabled: bool = True
+    enabled: StrictBool = True
     """Keep an in-region S3 mirror of the checkpoint: the hub is read once, nodes copy from the mirror."""
     bucket_name: str | None = Field(
         None, alias="bucketName", json_schema_extra=_derived("a name Pulumi generates for the created bucket")
     )
     """The mirror bucket's name: the bucket to create, or (with create false) the existing mirror to use."""
-    create: bool = True
+    create: StrictBool = True
     """Create the mirror bucket in this stack (retained on `pulumi destroy`); false reuses the one named by bucketName."""
     prefix: str = "models"
     """Key prefix of the checkpoints in the bucket: s3://<bucket>/<prefix>/<repo>/<revision>/."""
@@ -237,7 +240,7 @@ class FsxConfig(_Raw):
     """Storage capacity of the file system, GiB."""
     headroom_fraction: float = Field(0.10, alias="headroomFraction", ge=0, le=2)
     """Room above the weights when the capacity is derived (0.10 = 10%)."""
-    efa: bool = False
+    efa: StrictBool = False
     """An EFA-enabled file system (PERSISTENT_2 only; set at creation)."""
     metadata_iops: StrictInt | None = Field(
         None, alias="metadataIops", ge=FSX_METADATA_IOPS_RANGE[0], le=FSX_METADATA_IOPS_RANGE[1],
@@ -306,7 +309,7 @@ class VllmConfig(_Raw):
     gpu_memory_utilization: float = Field(0.95, alias="gpuMemoryUtilization", gt=0.5, le=0.99)
     """Share of each GPU's memory vLLM may use (weights, activations, KV cache); the rest is left to the runtime (and the
     DCP workspace)."""
-    enable_prefix_caching: bool = Field(True, alias="enablePrefixCaching")
+    enable_prefix_caching: StrictBool = Field(True, alias="enablePrefixCaching")
     """Reuse the KV cache of shared prompt prefixes (vLLM --enable-prefix-caching)."""
     extra_args: tuple[str, ...] = Field((), alias="extraArgs")
     """More vLLM arguments after the recipe's; flags the toolkit owns (--port, --model, ...) are refused."""
@@ -492,7 +495,7 @@ class RawConfig(_Raw):
     """When the stack expires (ISO 8601; no zone means UTC): tagged expires-at for the sweeper; not on prod."""
     trial_ttl_hours: StrictInt = Field(DEFAULT_TRIAL_TTL_HOURS, alias="trialTtlHours", ge=1, le=24 * 30)
     """A trial's time to live without expiresAt, hours from its first `pulumi up` (the expiry is fixed then)."""
-    protect: bool | None = Field(None, json_schema_extra=_derived("true in prod, else false"))
+    protect: StrictBool | None = Field(None, json_schema_extra=_derived("true in prod, else false"))
     """Protect the resources holding data (mirror bucket, file system) from deletion."""
     phase: Literal["stage", "serve"] = "serve"
     """stage: create everything the weights need (network, S3 mirror, storage, the hub -> mirror publish on compute

@@ -27,10 +27,8 @@ def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> 
         ("observability.prometheusNamespace", obs.prometheus_namespace),
         ("observability.grafanaNamespace", obs.grafana_namespace),
     ):
-        if ns is None:
+        if ns is None:  # off Kubernetes refused by config/platform_keys.py
             continue
-        if not on_k8s:
-            raise ConfigError(key, ns, f"is only for the aws-eks and kubernetes platforms, not {raw.platform}")
         if not DNS_LABEL_RE.match(ns):
             raise ConfigError(key, ns, "is not a valid namespace name (lowercase DNS label)")
     for label_key, label_value in {**obs.monitor_labels, **obs.prometheus_pod_labels}.items():
@@ -43,6 +41,14 @@ def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> 
                 {label_key: label_value},
                 "is not a valid Kubernetes label (key [prefix/]name, value 1-63 of letters, digits, '-', '_', '.')",
             )
+    if obs.prometheus_url is not None:
+        from .storage import check_http_url
+
+        check_http_url(
+            "observability.prometheusUrl", obs.prometheus_url, "http://prometheus-operated.monitoring.svc:9090",
+            where="the scaler's objects (KEDA ScaledObject metadata)",
+            instead="point it at a Prometheus the scaler reaches without credentials in the URL",
+        )
     if obs.prometheus_url is not None and not _URL_RE.match(obs.prometheus_url):
         raise ConfigError("observability.prometheusUrl", obs.prometheus_url, "is not an http(s) URL without credentials (e.g. http://prometheus-operated.monitoring.svc:9090)")
     scrapers = "prometheus-operator" in k8s_cfg.installed_addons or obs.prometheus_url is not None
@@ -51,15 +57,8 @@ def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> 
             "a Prometheus is configured (prometheus-operator in kubernetes.installedAddons or observability.prometheusUrl) but "
             "observability.prometheusNamespace is not: the NetworkPolicy blocks its scrape of vLLM's /metrics; name its namespace"
         )
-    if not asc.enabled:
+    if not asc.enabled or not on_k8s:  # enabled off Kubernetes: refused by config/platform_keys.py
         return
-    if not on_k8s:
-        raise ConfigError(
-            "autoscaling.enabled",
-            True,
-            f"is only for the aws-eks and kubernetes platforms (allowed there), not {raw.platform}: one EC2 instance serves one "
-            "copy",
-        )
     max_replicas = asc.max_replicas if asc.max_replicas is not None else raw.compute.replicas
     if max_replicas < max(asc.min_replicas, 1):
         raise ConfigError(

@@ -188,8 +188,11 @@ def parse_clock(text: str, key: str) -> datetime:
     """``parse_utc`` of a clock (``--now``), at or after ``CLOCK_MIN`` and before ``CLOCK_MAX``.
 
     Raises:
-        ConfigError: not a time, or out of that range (one line naming ``key``).
+        ConfigError: empty, not a time, or out of that range (one line naming ``key``).
     """
+    if not text.strip():
+        # An empty flag (`--now "$UNSET_VAR"`) is a mistake, not "use the clock".
+        raise ConfigError(key, text, "is empty: give an ISO 8601 time (e.g. 2026-12-01T00:00:00Z) or leave the flag out")
     moment = parse_utc(text, key)
     if not CLOCK_MIN <= moment < CLOCK_MAX:
         raise ConfigError(

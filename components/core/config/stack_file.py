@@ -61,8 +61,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return int(text, 10)
 
     def construct_mapping(self, node, deep=False):
+        # A key written twice in one map is refused; YAML merge keys (`<<: *anchor`, which the
+        # Pulumi CLI's go-yaml v3 reads) are not keys: the merged map's keys come first and a key
+        # written beside the merge overrides them, as in go-yaml (PyYAML's flatten_mapping).
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -160,23 +165,65 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
 # Offline runs only (scripts/ops/plan.py, preflight, tests; `pulumi up` reads config through Pulumi):
 # JSON config applied over every stack file, each leaf as `pulumi config set --path` would set it
 # (``overlay_config``): e.g. {"kimi-deploy:vllm": {"image": "vllm/vllm-openai:nightly-<commit>"}}.
+# Under the top-level key "stacks", full keys for named stacks only, applied after the rest:
+# {"stacks": {"gb300": {"kimi-deploy:network": {"apiServerPublicCidrs": ["198.51.100.7/32"]}}}}, so one
+# overlay can try a key that only some platforms read across `plan --all` ("stacks" is no config key:
+# every full key holds a namespace, "kimi-deploy:...").
 CONFIG_OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
+OVERLAY_STACKS_KEY = "stacks"
 
 
-def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
+def config_overlay() -> dict[str, Any] | None:
+    """The offline overlay in ``KIMI_DEPLOY_CONFIG_OVERLAY`` (a JSON object of full keys), or None
+    when the variable is unset or blank.
+
+    Raises:
+        StackFileError: not JSON, or not a JSON object.
+    """
     import json
     import os
 
     text = os.environ.get(CONFIG_OVERLAY_ENV, "").strip()
     if not text:
-        return config
+        return None
     try:
         extra = json.loads(text)
     except json.JSONDecodeError as err:
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
     if not isinstance(extra, dict):
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
-    return overlay_config(config, extra)
+    scoped = extra.get(OVERLAY_STACKS_KEY, {})
+    if not isinstance(scoped, dict) or not all(isinstance(v, dict) for v in scoped.values()):
+        raise StackFileError(CONFIG_OVERLAY_ENV, OVERLAY_STACKS_KEY,
+                             'must map stack names to JSON objects of full config keys ({"gb300": {"kimi-deploy:...": ...}})')
+    return extra
+
+
+def overlay_for_stack(extra: Mapping[str, Any], stack: str) -> dict[str, Any]:
+    """The part of an overlay that applies to ``stack``: its full keys, then (set after them) the
+    full keys under ``"stacks"`` for that stack. ``{"stacks": {...}}`` alone is ``{}`` for a stack
+    it does not name."""
+    general = {key: value for key, value in extra.items() if key != OVERLAY_STACKS_KEY}
+    return overlay_config(general, extra.get(OVERLAY_STACKS_KEY, {}).get(stack, {}))
+
+
+def overlay_keys(extra: Mapping[str, Any], stack: str | None = None) -> tuple[str, ...]:
+    """The keys an overlay sets, as ``pulumi config set --path`` names them
+    (``kimi-deploy:vllm.image``), in the overlay's order: what the commands that read config name
+    in their first line while it is active. With ``stack``, what it sets for that stack; without,
+    every key, a stack-scoped one followed by ``(stack NAME)``."""
+    if stack is not None:
+        return tuple(".".join((key, *path)) for key, value in overlay_for_stack(extra, stack).items()
+                     for path, _ in _leaves(value))
+    names = [".".join((key, *path)) for key, value in extra.items() if key != OVERLAY_STACKS_KEY for path, _ in _leaves(value)]
+    for name, scoped in extra.get(OVERLAY_STACKS_KEY, {}).items():
+        names += [f"{'.'.join((key, *path))} (stack {name})" for key, value in scoped.items() for path, _ in _leaves(value)]
+    return tuple(names)
+
+
+def _overlay(config: dict[str, Any], stack: str) -> dict[str, Any]:
+    extra = config_overlay()
+    return config if extra is None else overlay_config(config, overlay_for_stack(extra, stack))
 
 
 def _leaves(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:

@@ -19,11 +19,8 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
     """
     profile = platform_profile(raw.platform)
     st = raw.storage
-    if st.kind in ("fsx", "nvme-from-fsx") and not profile.provisions_aws:
-        raise ConfigError("storage.kind", st.kind, "needs an AWS platform (allowed on kubernetes: nvme, pvc)")
+    # storage.kind fsx / nvme-from-fsx / pvc off the platforms that mount them: config/platform_keys.py.
     if st.kind == "pvc":
-        if not profile.runs_kubernetes:
-            raise ConfigError("storage.kind", st.kind, "needs a Kubernetes platform (aws-eks, kubernetes)")
         if not st.existing_claim:
             raise ConfigError("storage.existingClaim", None, "is required when storage.kind is pvc")
         from ..limits import dns1123_subdomain_problem
@@ -79,6 +76,21 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
         raise ConfigError(
             "storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)"
         )
+    if not profile.provisions_aws and mirror.enabled and mirror.model_fields_set & {"enabled", "bucket_name"}:
+        # A platform that creates no AWS resource reads a mirror only as an existing bucket
+        # (components/k8s/existing_cluster.py existing_mirror_bucket); anything else was ignored.
+        if not mirror.bucket_name:
+            raise ConfigError(
+                "storage.mirror.enabled", True,
+                f"needs an existing bucket on {raw.platform} (the stack creates no AWS resource there): set "
+                "storage.mirror.bucketName and storage.mirror.create: false, or enabled: false to sync from the hub",
+            )
+        if mirror.create:
+            raise ConfigError(
+                "storage.mirror.bucketName", mirror.bucket_name,
+                f"is a bucket {raw.platform} cannot create: set storage.mirror.create: false to read it as an existing "
+                "mirror",
+            )
     if profile.serves_under_systemd and not mirror.enabled:
         raise ConfigError(
             "storage.mirror.enabled",
@@ -91,7 +103,55 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
         )
     if not mirror.prefix or mirror.prefix.startswith("/") or ".." in mirror.prefix.split("/"):
         raise ConfigError("storage.mirror.prefix", mirror.prefix, "must be a relative S3 key prefix without '..'")
+    if mirror.endpoint_url is not None:
+        check_endpoint_url(mirror.endpoint_url)
     check_read_gbps(raw, instance, instance_type, needed)
+
+
+def check_endpoint_url(url: str) -> None:
+    """``storage.mirror.endpointUrl``: an ``http(s)://host[:port][/path]`` URL, as botocore takes
+    ``AWS_ENDPOINT_URL_S3`` (AWS SDKs and tools reference guide, "Service-specific endpoints"),
+    without credentials: the URL is a plain environment variable of the sync and engine-cache pods
+    (components/k8s/weight_sync.py), readable by anyone who can read the pod spec.
+
+    Raises:
+        ConfigError: not such a URL, or ``user:password@`` in it (the message says where
+            credentials go instead, and never echoes them).
+    """
+    check_http_url(
+        "storage.mirror.endpointUrl", url, "http://minio.storage.svc:9000",
+        where="the pods' environment (AWS_ENDPOINT_URL_S3)",
+        instead="the sync pods reach the bucket through their service accounts (kimi-weight-sync, kimi-mirror-publish) "
+        "and the cluster's workload identity, never through config",
+    )
+
+
+def check_http_url(key: str, url: str, example: str, *, where: str, instead: str) -> None:
+    """``url`` is ``http(s)://host[:port][/path]`` with no credentials, query or fragment.
+
+    Raises:
+        ConfigError: naming ``key``; a URL with ``user[:password]@`` is shown as
+            ``[URL with credentials]`` and the message says they would reach ``where`` in plain
+            text, and ``instead``.
+    """
+    from urllib.parse import urlsplit
+
+    authority = url.split("://", 1)[-1].split("/", 1)[0]
+    if "@" in authority:
+        raise ConfigError(
+            key, "[URL with credentials]",
+            f"holds credentials (user:password@), which would reach {where} in plain text: write the URL without them; "
+            f"{instead}",
+        )
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ConfigError(key, url, f"is not a URL (http(s)://host[:port][/path], e.g. {example})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise ConfigError(key, url, f"is not an http(s) URL with a host (e.g. {example})")
+    if parts.query or parts.fragment or port == 0:
+        raise ConfigError(key, url, "must be http(s)://host[:port][/path], without a query, fragment or port 0")
 
 
 # The fastest an NVMe device can deliver: its PCIe 5.0 x4 link, 32 GT/s per lane with 128b/130b

@@ -13,14 +13,10 @@ from ..kv_layout import (
 )
 from ..model import ModelProfile
 from ..targets import TargetProfile
+from ..vllm_options import OWNED_DESTS, owned_option
 from .errors import ConfigError
 from .patterns import IMAGE_RE, IMAGE_TAG_RE
 from .raw import RawConfig
-
-# vLLM flags the toolkit sets from config and secrets: vllm.extraArgs may not set them.
-TOOLKIT_FLAGS: frozenset[str] = frozenset(
-    {"--api-key", "--hf-token", "--tensor-parallel-size", "--port", "--host", "--served-model-name", "--model"}
-)
 
 
 def _is_json_object(text: str) -> bool:
@@ -107,12 +103,7 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
                 "vllm.extraArgs", value, "is not a JSON object: --attention-config must be one for vllm.indexerCacheDtype "
                 "to be merged into it"
             )
-        if arg.split("=", 1)[0] in TOOLKIT_FLAGS:
-            raise ConfigError(
-                "vllm.extraArgs",
-                arg,
-                f"sets a flag the toolkit owns ({', '.join(sorted(TOOLKIT_FLAGS))}); use the matching config key",
-            )
+    check_extra_args(raw.vllm.extra_args)
     if raw.vllm.image_tag is not None and not IMAGE_TAG_RE.match(raw.vllm.image_tag):
         raise ConfigError(
             "vllm.imageTag", raw.vllm.image_tag, "is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)"
@@ -123,6 +114,32 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         )
     if raw.vllm.image and raw.vllm.image_tag:
         raise ConfigError("vllm.image", raw.vllm.image, "and vllm.imageTag are both set (set one)")
+
+
+def check_extra_args(extra_args: tuple[str, ...] | list[str]) -> None:
+    """``vllm.extraArgs``: no item that vLLM's parser reads as an option the toolkit owns, in any
+    spelling (``vllm_options.owned_option``: ``-tp 4``, ``--tensor_parallel_size=4``,
+    ``--tensor-parallel 4``, ``-n2``), and no item holding a flag and its value in one string
+    (vLLM's parser takes ``'--max-num-seqs 64'`` as one unknown argument and the server does not
+    start).
+
+    Raises:
+        ConfigError: the first such item, naming the owned option and where its value comes from.
+    """
+    for arg in extra_args:
+        owned = owned_option(arg)
+        if owned is not None:
+            how = {"exact": "", "attached": " with its value attached",
+                   "abbreviation": " abbreviated (vLLM's parser takes unique prefixes)"}[owned.how]
+            raise ConfigError(
+                "vllm.extraArgs", arg,
+                f"sets {owned.option}{how}, vLLM's {owned.dest}, which the toolkit owns: {OWNED_DESTS[owned.dest].instead}",
+            )
+        if arg.startswith("--") and " " in arg.split("=", 1)[0]:
+            raise ConfigError(
+                "vllm.extraArgs", arg,
+                "holds a flag and its value in one item: give each its own list item ('--flag', 'value') or write --flag=value",
+            )
 
 
 def engine_blocker_of(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> Exception | None:

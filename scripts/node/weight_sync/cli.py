@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> Summary:
     verify.THROUGHPUT_WINDOW_SECONDS = args.throughput_window_seconds
     if args.source_wait_seconds < 0:
         raise UsageError(f"--source-wait-seconds {args.source_wait_seconds:g}: must be >= 0")
+    check_not_nested(args.source, args.dest)
     source = make_source(args.source, args.s3_client, args.workers, args.source_wait_seconds)
 
     def log(message: str) -> None:
@@ -126,6 +127,39 @@ def run(args: argparse.Namespace) -> Summary:
     summary = dest.run()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _tree(uri: str) -> tuple[str, tuple[str, ...]] | None:
+    """``(where, path parts)`` of a local or S3 location (``s3`` + bucket, or ``file``), parts
+    normalized (``.``/``..`` and symlinks of existing local directories resolved); None for a hub."""
+    if uri.startswith("s3://"):
+        bucket, _, prefix = uri[5:].partition("/")
+        return f"s3://{bucket}", tuple(p for p in prefix.split("/") if p)
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    path = os.path.realpath(uri[7:] if uri.startswith("file://") else uri)
+    return "file", tuple(p for p in path.split(os.sep) if p)
+
+
+def check_not_nested(source: str, dest: str) -> None:
+    """``--dest`` is neither ``--source`` nor inside it, nor its parent: a copy into its own source
+    would list and read the files it is writing (and its marker and partial files would land in the
+    source's listing); a copy into the source's parent mixes the two trees.
+
+    Raises:
+        UsageError: the two locations overlap (one line naming both).
+    """
+    a, b = _tree(source), _tree(dest)
+    if a is None or b is None or a[0] != b[0]:
+        return
+    (_, src), (_, dst) = a, b
+    if dst[:len(src)] == src:
+        where = "is --source itself" if dst == src else "is inside --source"
+        raise UsageError(f"--dest {dest!r} {where} {source!r}: the copy would read what it writes; give a destination "
+                         "outside the source")
+    if src[:len(dst)] == dst:
+        raise UsageError(f"--dest {dest!r} holds --source {source!r}: the copy would write beside the files it reads; "
+                         "give a destination outside the source")
 
 
 class IncompleteCopy(SyncError):

@@ -20,7 +20,8 @@ from scripts.ops.diff.rules import (
 )
 
 # Document keys that are not part of what gets deployed (never diffed).
-IGNORED_DOC_KEYS = frozenset({"generated_at", "resources", "vllm", "warnings", "secret_leaks", "stack"})
+# config_overlay: the diff states the overlay once (plan_diff.py: the working tree's side only).
+IGNORED_DOC_KEYS = frozenset({"generated_at", "resources", "vllm", "warnings", "secret_leaks", "stack", "config_overlay"})
 
 
 def propagate_template_versions(changed: list[dict[str, Any]], n_idx: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:

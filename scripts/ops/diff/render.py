@@ -145,6 +145,13 @@ def _long_text_diffs(diff: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def overlay_text(diff: Mapping[str, Any]) -> str:
+    """What the overlay did to a diff: set on the working tree's side only (worktree.diff_against)."""
+    keys = ", ".join(diff.get("config_overlay") or [])
+    return (f"KIMI_DEPLOY_CONFIG_OVERLAY sets {keys} on the working tree's side only; the base at "
+            f"{diff.get('ref') or 'the ref'} is the stack file as committed")
+
+
 def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None) -> str:
     """A pull-request comment section for one stack's diff (GitHub-flavoured Markdown).
 
@@ -157,6 +164,8 @@ def render_markdown(diff: Mapping[str, Any], stack: str, ref: str | None = None)
     against = f" vs `{_cell(ref)}`" if ref else ""
     lines: list[str] = []
     banner = []
+    if diff.get("config_overlay"):
+        lines += [f"> {overlay_text(diff)}", ""]
     if diff.get("base_error"):
         banner = [f"> ⚠ **{_cell(redact(diff['base_error']))}** — everything below is the whole new plan, shown as added", ""]
     if not has_changes(diff):
@@ -287,6 +296,10 @@ def render_table(diff: Mapping[str, Any]) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 150)
     s = diff["summary"]
+    if diff.get("config_overlay"):
+        from rich.markup import escape
+
+        console.print(f"[bold yellow]overlay: {escape(overlay_text(diff))}[/bold yellow]", highlight=False)
     console.print(
         f"[bold]{diff.get('stack')}[/bold] vs {diff.get('ref')}: {s['added']} to add, {s['removed']} to remove, {s['changed']} "
         f"to change, {s['replaced']} replaced, {s.get('recycled', 0)} node group(s) recycled",

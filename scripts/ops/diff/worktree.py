@@ -93,7 +93,14 @@ def _now_iso(now: datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def render_tree(stack: str, tree: Path, now: datetime | None = None, python: str | None = None) -> dict[str, Any]:
+# The offline config overlay (components.core.config.stack_file.CONFIG_OVERLAY_ENV): a diff applies
+# it to the working tree's side only (``diff_against``).
+OVERLAY_ENV = "KIMI_DEPLOY_CONFIG_OVERLAY"
+
+
+def render_tree(
+    stack: str, tree: Path, now: datetime | None = None, python: str | None = None, *, overlay: bool = True
+) -> dict[str, Any]:
     """The plan document of ``stack`` as the code and stack files in directory ``tree`` render it.
 
     Runs the tree's plan program (``PLAN_SCRIPTS``: ``tree/scripts/ops/plan.py``, or
@@ -101,7 +108,8 @@ def render_tree(stack: str, tree: Path, now: datetime | None = None, python: str
     in an isolated subprocess (``_ISOLATED_PLAN``:
     cwd ``tree``, ``python -I``, no PYTHONPATH), so that tree's own program is imported and
     nothing of this checkout, with ``--now`` and ``KIMI_DEPLOY_NOW`` fixed. A tree without the
-    stack file renders as ``{}`` (the stack is new or deleted).
+    stack file renders as ``{}`` (the stack is new or deleted). ``overlay`` False renders without
+    ``KIMI_DEPLOY_CONFIG_OVERLAY`` (the stack files as committed).
 
     Raises:
         RenderError: the tree has no plan program (``PLAN_SCRIPTS``), or its plan failed (its last error line).
@@ -112,7 +120,7 @@ def render_tree(stack: str, tree: Path, now: datetime | None = None, python: str
     if script is None:
         raise RenderError(f"it has no {PLAN_SCRIPTS[0]} (nor {PLAN_SCRIPTS[1]})")
     iso = _now_iso(now)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and (overlay or k != OVERLAY_ENV)}
     env[NOW_ENV] = iso
     python = python or sys.executable
     cmd = [python, "-I", "-B", "-c", _ISOLATED_PLAN, str(tree), script, "--stack", stack, "--format", "json", "--now", iso]
@@ -128,7 +136,8 @@ def render_tree(stack: str, tree: Path, now: datetime | None = None, python: str
 
 
 def render_at_ref(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: datetime | None = None) -> dict[str, Any]:
-    """The plan document of ``stack`` at git ``ref`` (``{}`` when the stack file does not exist there).
+    """The plan document of ``stack`` at git ``ref`` (``{}`` when the stack file does not exist there),
+    as committed: without ``KIMI_DEPLOY_CONFIG_OVERLAY``.
 
     Checks ``ref`` out with ``git worktree add --detach`` into a temporary directory, renders
     there (``render_tree``) and removes the worktree again, also on errors.
@@ -144,7 +153,7 @@ def render_at_ref(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: dateti
     try:
         _git(repo_root, "worktree", "add", "--detach", "--quiet", str(tree), commit)
         try:
-            return render_tree(stack, tree, now=now)
+            return render_tree(stack, tree, now=now, overlay=False)  # the ref as committed
         finally:
             subprocess.run(["git", "-C", str(repo_root), "worktree", "remove", "--force", str(tree)], capture_output=True)
     finally:
@@ -154,7 +163,12 @@ def render_at_ref(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: dateti
 
 def diff_against(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: datetime | None = None) -> dict[str, Any]:
     """``diff_documents(plan at ref, plan of the working tree)`` with ``stack``, ``ref``,
-    ``stack_status`` and ``base_error`` added.
+    ``stack_status``, ``base_error`` and ``config_overlay`` added.
+
+    ``KIMI_DEPLOY_CONFIG_OVERLAY`` applies to the working tree's side only (``config_overlay``: the
+    keys it set there, ``[]`` when unset): the base is the ref as committed, so the diff shows what
+    the overlay (an engine build to try, say) would change if it were written into the stack file.
+    Applied to both sides it would cancel out and report no change.
 
     When the base cannot be rendered (no plan program at ``ref``, or old code that fails on
     this stack) the diff is against nothing: the whole new plan shows as added, ``base_error``
@@ -179,6 +193,7 @@ def diff_against(stack: str, ref: str, repo_root: Path = REPO_ROOT, now: datetim
     diff = diff_documents(old, new)
     diff["stack"], diff["ref"] = stack, ref
     diff["base_error"] = base_error
+    diff["config_overlay"] = list(new.get("config_overlay") or [])
     diff["stack_status"] = "base-unrendered" if base_error else ("added" if not old else ("removed" if not new else "present"))
     return diff
 

@@ -1,0 +1,348 @@
+"""Inputs a new user gets wrong, each refused in one line that names the key, the value and what is
+allowed (or, where valid, accepted): spellings of owned vLLM flags in ``vllm.extraArgs``, keys
+the stack's platform does not read, resource ids, URLs, empty strings and booleans.
+
+Every ``parse_spec`` call here is harvested into the recorded corpus (tests/config_corpus.py).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from components.core.config import ConfigError, namespace_config, parse_spec, read_stack_config
+from components.core.vllm_options import OWNED_DESTS, OWNED_OPTIONS, owned_option
+from tests.conftest import FIXED_NOW
+
+
+def base(stack: str = "b300") -> dict:
+    ns, _ = namespace_config(read_stack_config(stack))
+    return copy.deepcopy(ns)
+
+
+def reject(config: dict, key: str, *fragments: str, stack: str = "test") -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_spec(config, stack=stack, now=FIXED_NOW)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"kimi-deploy:{key}:") or message.startswith(f"{key}:"), message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def accept(config: dict, stack: str = "test"):
+    return parse_spec(config, stack=stack, now=FIXED_NOW)
+
+
+def with_extra(args: list[str], stack: str = "b300") -> dict:
+    cfg = base(stack)
+    cfg["vllm"] = {**cfg.get("vllm", {}), "extraArgs": args}
+    return cfg
+
+
+# --- vllm.extraArgs: by the destination vLLM's parser maps a spelling to --------------------------
+
+
+@pytest.mark.parametrize(
+    "args,option,how",
+    [
+        (["-tp", "4"], "-tp", ""),  # the short alias: vLLM reads TP 4, the plan sizes TP 8
+        (["-tp=4"], "-tp", ""),
+        (["--tensor_parallel_size", "4"], "--tensor-parallel-size", ""),  # `_` read as `-`
+        (["--tensor-parallel=4"], "--tensor-parallel-size", "abbreviated"),  # argparse allow_abbrev
+        (["--tensor-par", "4"], "--tensor-parallel-size", "abbreviated"),
+        (["-t", "4"], "-tp", "abbreviated"),
+        (["-pp", "2"], "-pp", ""),  # twice the GPUs of the copy the plan sizes
+        (["-dp", "2"], "-dp", ""),
+        (["-pcp", "2"], "-pcp", ""),
+        (["-dcp", "8"], "-dcp", ""),
+        (["--device-memory-utilization", "0.8"], "--device-memory-utilization", ""),  # an alias of --gpu-memory-...
+        (["--max-model-len", "4096"], "--max-model-len", ""),
+        (["--max_model_len=4096"], "--max-model-len", ""),
+        (["--disable-prefix-caching"], "--disable-prefix-caching", ""),
+        (["--no-enable-prefix-caching"], "--no-enable-prefix-caching", ""),
+        (["--kv-cache-dtype", "auto"], "--kv-cache-dtype", ""),
+        (["-n2"], "-n", "with its value attached"),  # --nnodes 2
+        (["-r", "1"], "-r", ""),
+        (["--port.x", "1"], "--port", ""),  # a dotted JSON argument is its option
+        (["--served-model", "other"], "--served-model-name", "abbreviated"),
+        (["--config", "/etc/vllm.yaml"], "--config", ""),
+        (["--hf-token", "x"], "--hf-token", ""),
+    ],
+)
+def test_extra_args_refuse_every_spelling_of_an_owned_flag(args, option, how):
+    msg = reject(with_extra(["--max-num-seqs", "64", *args]), "vllm.extraArgs", f"sets {option}", "toolkit owns", how)
+    assert repr(args[0]) in msg
+    assert OWNED_DESTS[owned_option(args[0]).dest].instead in msg  # type: ignore[union-attr]
+
+
+def test_extra_args_tp_names_where_the_layout_comes_from():
+    msg = reject(with_extra(["-tp", "4"]), "vllm.extraArgs")
+    assert msg == (
+        "kimi-deploy:vllm.extraArgs: '-tp' sets -tp, vLLM's tensor_parallel_size, which the toolkit owns: the parallel "
+        "layout is the target's (TP = GPUs per copy); more copies: compute.replicas"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-num-seqs", "64"],
+        ["--max-num-batched-tokens=8192"],
+        ["--enable-chunked-prefill"],
+        ["-dc", "{}"],  # --diffusion-config: an exact option wins over being a prefix of -dcp
+        ["-q", "fp8"],  # --quantization
+        ["--compilation-config.mode", "3"],
+        ["--override-generation-config", '{"temperature": 0.6}'],
+        ["--middleware", "my.Extra"],  # appended after the API guard, not in place of it
+    ],
+)
+def test_extra_args_accept_options_the_toolkit_does_not_own(args):
+    spec = accept(with_extra(args))
+    assert spec.config.vllm.extra_args == tuple(args)
+
+
+def test_extra_args_refuse_a_flag_and_value_in_one_item():
+    reject(with_extra(["--max-num-seqs 64"]), "vllm.extraArgs", "'--max-num-seqs 64'", "its own list item")
+
+
+def test_every_owned_option_string_is_refused_exactly():
+    for option, dest in OWNED_OPTIONS.items():
+        owned = owned_option(option)
+        assert owned is not None and owned.dest == dest and owned.how == "exact", option
+        assert owned_option(option + "=1") == owned
+
+
+# --- resource ids, URLs, names: checked where they are given ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "network,key,fragment",
+    [
+        ({"allowedSecurityGroupIds": ["10.0.0.0/8"]}, "network.allowedSecurityGroupIds", "network.allowedCidrs"),
+        ({"allowedSecurityGroupIds": ["sg-123"]}, "network.allowedSecurityGroupIds", "sg- and 8 or 17 hex digits"),
+        ({"allowedSecurityGroupIds": ["sg-0123456789abcdef0", "sg-0123456789abcdef0"]},
+         "network.allowedSecurityGroupIds", "twice"),
+        ({"vpcId": "my-vpc", "privateSubnetIds": ["subnet-0123456789abcdef0"]}, "network.vpcId", "vpc- and 8 or 17"),
+        ({"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["10.42.0.0/20"]}, "network.privateSubnetIds", "subnet-"),
+        ({"vpcId": "vpc-0123456789ABCDEF0", "privateSubnetIds": ["subnet-0123456789abcdef0"]}, "network.vpcId", "hex"),
+    ],
+)
+def test_resource_ids_are_ids_of_their_kind(network, key, fragment):
+    cfg = base()
+    cfg["network"] = {**cfg["network"], **network}
+    reject(cfg, key, fragment)
+
+
+def test_valid_resource_ids_pass():
+    cfg = base()
+    cfg["network"] = {**cfg["network"], "vpcId": "vpc-0123abcd", "privateSubnetIds": ["subnet-0123456789abcdef0"],
+                      "allowedSecurityGroupIds": ["sg-0123456789abcdef0", "sg-89abcdef"]}
+    assert accept(cfg).config.network.vpc_id == "vpc-0123abcd"
+
+
+@pytest.mark.parametrize(
+    "url,fragment",
+    [
+        ("minio.storage.svc:9000", "http(s)"),
+        ("ftp://minio.storage.svc", "http(s)"),
+        ("http://", "with a host"),
+        ("http://minio:99999", "is not a URL"),
+        ("http://minio:9000/?versioning", "without a query"),
+        ("http://minio.storage .svc:9000", "with a host"),
+    ],
+)
+def test_mirror_endpoint_url_must_be_an_http_url(url, fragment):
+    cfg = base("mi355x")
+    cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights",
+                                                   "endpointUrl": url}}
+    reject(cfg, "storage.mirror.endpointUrl", fragment, stack="mi355x")
+
+
+@pytest.mark.parametrize("url", ["http://admin:s3cr3t@minio:9000", "https://key@minio.storage.svc", "http://a:b@minio:99999"])
+def test_mirror_endpoint_url_with_credentials_is_refused_without_echoing_them(url):
+    cfg = base("mi355x")
+    cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights",
+                                                   "endpointUrl": url}}
+    msg = reject(cfg, "storage.mirror.endpointUrl", "[URL with credentials]", "plain text", "service accounts",
+                 stack="mi355x")
+    assert "s3cr3t" not in msg and "key@" not in msg and "a:b" not in msg
+
+
+def test_a_valid_endpoint_url_reaches_the_pods():
+    cfg = base("mi355x")
+    cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights",
+                                                   "endpointUrl": "https://minio.storage.svc:9000/s3"}}
+    assert accept(cfg).config.storage.mirror.endpoint_url == "https://minio.storage.svc:9000/s3"
+
+
+def test_prometheus_url_with_credentials_is_not_echoed():
+    cfg = base("mi355x")
+    cfg["observability"] = {**cfg["observability"], "prometheusUrl": "http://user:hunter2@prometheus:9090"}
+    msg = reject(cfg, "observability.prometheusUrl", "[URL with credentials]", stack="mi355x")
+    assert "hunter2" not in msg
+
+
+@pytest.mark.parametrize(
+    "mirror,key,fragment",
+    [
+        ({"enabled": True}, "storage.mirror.enabled", "needs an existing bucket"),
+        ({"enabled": True, "bucketName": "kimi-weights"}, "storage.mirror.bucketName", "create: false"),
+        ({"enabled": True, "bucketName": "kimi-weights", "create": True}, "storage.mirror.bucketName", "create: false"),
+        ({"enabled": False, "bucketName": "kimi-weights"}, "storage.mirror.bucketName", "storage.mirror.enabled true"),
+    ],
+)
+def test_a_mirror_an_existing_cluster_would_not_read_is_refused(mirror, key, fragment):
+    cfg = base("mi355x")
+    cfg["storage"] = {**cfg["storage"], "mirror": mirror}
+    reject(cfg, key, fragment, stack="mi355x")
+
+
+def test_an_existing_bucket_on_an_existing_cluster_is_read():
+    cfg = base("mi355x")
+    cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights"}}
+    assert accept(cfg).config.storage.mirror.bucket_name == "kimi-weights"
+
+
+@pytest.mark.parametrize("name,fragment", [("", "is empty"), ("   ", "is empty"), ("kimi k3", "not a model name"),
+                                            ("-kimi", "not a model name"), ("k" * 129, "1-128"), ('kimi"', "not a model name")])
+def test_served_model_name_is_a_name_not_replaced_behind_the_users_back(name, fragment):
+    cfg = base()
+    cfg["model"] = {**cfg["model"], "servedModelName": name}
+    reject(cfg, "model.servedModelName", fragment)
+
+
+@pytest.mark.parametrize("name", ["kimi-k3.1-pro", "moonshotai/Kimi-K3.1-Pro", "team:kimi_v2"])
+def test_served_model_names_clients_send_pass(name):
+    cfg = base()
+    cfg["model"] = {**cfg["model"], "servedModelName": name}
+    assert accept(cfg).served_model_name == name
+
+
+# --- booleans: one rule for every key, Pulumi's ------------------------------------------------------
+
+
+def _boolean_keys() -> list[tuple[str, ...]]:
+    """(camelCase path) of every boolean key of the model."""
+    from pydantic import BaseModel
+
+    from components.core.config import RawConfig
+
+    out: list[tuple[str, ...]] = []
+
+    def walk(model, prefix):
+        for name, info in model.model_fields.items():
+            key = (*prefix, info.alias or name)
+            args = [info.annotation, *getattr(info.annotation, "__args__", ())]
+            sub = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            if sub is not None:
+                walk(sub, key)
+            elif "bool" in str(info.annotation):  # bool, StrictBool, StrictBool | None
+                out.append(key)
+
+    walk(RawConfig, ())
+    return out
+
+
+BOOLEAN_KEYS = _boolean_keys()
+
+
+def test_the_boolean_keys_are_found():
+    assert len(BOOLEAN_KEYS) >= 10
+    assert ("network", "s3GatewayEndpoint") in BOOLEAN_KEYS and ("storage", "mirror", "enabled") in BOOLEAN_KEYS
+    assert ("protect",) in BOOLEAN_KEYS and ("model", "licenseAcknowledged") in BOOLEAN_KEYS
+
+
+@pytest.mark.parametrize("path", BOOLEAN_KEYS, ids=".".join)
+@pytest.mark.parametrize("value", ["yes", "on", "no", "off", "1", "0", "true", 1, 0, "y"])
+def test_every_boolean_key_takes_true_or_false_only(path, value):
+    """Pulumi's rule (Config.get_bool: true/True/false/False as text; a JSON boolean inside a map):
+    yes/on/no/0, and a boolean written as text inside a map, are refused by every key alike."""
+    from tests.config_corpus import _set_path
+
+    cfg = _set_path(base("mi355x" if path[0] in ("autoscaling", "observability") else "b300"), path, value)
+    reject(cfg, ".".join(path), "is not a boolean (allowed: true, false)")
+
+
+def test_top_level_booleans_read_as_pulumi_reads_them():
+    from components.core.config_reader import read_config_strings
+
+    ns, _ = read_config_strings({"kimi-deploy:protect": "True"})
+    assert ns["protect"] is True
+    with pytest.raises(ConfigError, match="kimi-deploy:protect: 'yes' is not a boolean"):
+        read_config_strings({"kimi-deploy:protect": "yes"})
+
+
+# --- messages that name the right key ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["b300", "gb300", "b300-prod"])
+def test_a_region_that_does_not_exist_is_the_regions_error_not_the_zones(stack):
+    cfg = base(stack)
+    cfg["region"] = "us-east-9"
+    reject(cfg, "aws:region", "'us-east-9' is not an AWS region", "did you mean us-east-")
+
+
+def test_a_region_that_does_not_offer_the_instance_is_named_before_its_zone():
+    cfg = base()
+    cfg["region"] = "eu-west-1"  # b300's AZ us-east-1a stays: the region is what changed
+    reject(cfg, "aws:region", "does not offer p6-b300.48xlarge", "offered in:")
+
+
+def test_a_zone_of_another_offering_region_is_the_zones_error():
+    cfg = base()
+    cfg["region"] = "us-west-2"
+    reject(cfg, "compute.availabilityZone", "'us-east-1a' is not in region us-west-2")
+
+
+def test_aws_regions_are_botocores():
+    import botocore.session
+
+    from components.core.targets import AWS_REGIONS
+
+    session = botocore.session.get_session()
+    known = {r for p in session.get_available_partitions() for r in session.get_available_regions("ec2", partition_name=p)}
+    assert set(AWS_REGIONS) == known
+
+
+def test_an_oversized_user_data_names_the_value_that_makes_it_so():
+    """aws-ec2's user data is limited to 16 KB: the error names the longest value it carries."""
+    from components.aws.compute import USER_DATA_LIMIT_BYTES, check_ec2_user_data
+    from components.core.sizing import compute_sizing
+    from components.core.vllm import build_vllm_command
+
+    cfg = base()
+    vllm = {k: v for k, v in cfg["vllm"].items() if k != "imageTag"}
+    cfg["vllm"] = {**vllm, "image": "registry.example.com/" + "a" * 17_000 + ":nightly-" + "0" * 40}
+    spec = accept(cfg)
+    sizing = compute_sizing(spec)
+    with pytest.raises(ConfigError) as err:
+        check_ec2_user_data(spec, build_vllm_command(spec, sizing), sizing, hub_token_set=True)
+    assert str(err.value).startswith("kimi-deploy:vllm.image: ") and f"{USER_DATA_LIMIT_BYTES:,}" in str(err.value)
+
+
+# --- YAML as the Pulumi CLI reads it -------------------------------------------------------------------
+
+
+def test_yaml_merge_keys_are_read_as_the_pulumi_cli_reads_them(tmp_path):
+    """go-yaml v3 (the Pulumi CLI) reads `<<: *anchor` merge keys; a key written beside the merge
+    wins over the merged one; a key written twice in one map is still refused."""
+    from components.core.config import load_stack
+
+    text = (REPO_STACKS / "Pulumi.b300.yaml").read_text()
+    text = text.replace("  kimi-deploy:vllm:\n", "  kimi-deploy:vllm:\n    <<: {port: 9000, maxModelLen: 262144}\n", 1)
+    text = text.replace("    gpuMemoryUtilization: 0.95", "    gpuMemoryUtilization: 0.95\n    port: 8000", 1)
+    (tmp_path / "Pulumi.m.yaml").write_text(text)
+    spec = load_stack("m", stacks_dir=tmp_path, now=FIXED_NOW)
+    assert spec.config.vllm.port == 8000 and spec.config.vllm.max_model_len == 262_144
+    anchored = text.replace("  kimi-deploy:network:\n", "  kimi-deploy:network: &net\n", 1)
+    (tmp_path / "Pulumi.a.yaml").write_text(anchored + "  kimi-deploy:timeToReady:\n    <<: {copyGBps: 2.0}\n")
+    assert load_stack("a", stacks_dir=tmp_path, now=FIXED_NOW).config.time_to_ready.copy_gbps == 2.0
+    (tmp_path / "Pulumi.d.yaml").write_text(text.replace("    port: 8000", "    port: 8000\n    port: 8001", 1))
+    with pytest.raises(ConfigError, match="duplicate key 'port'"):
+        load_stack("d", stacks_dir=tmp_path, now=FIXED_NOW)
+
+
+REPO_STACKS = __import__("pathlib").Path(__file__).resolve().parents[1] / "stacks"
