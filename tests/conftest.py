@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from components.core.config import read_stack_config, stack_names
+from components.core.versions import VLLM_RELEASE_GAPS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Scripts the tests start as subprocesses (`python scripts/ops/plan.py`, `python -c ...`) import the
@@ -51,6 +52,11 @@ TEST_ENGINE_OVERLAY = json.dumps({"kimi-deploy:vllm": {"imageTag": TEST_ENGINE_T
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
 # The stand-in source alone: the shipped engine pin with a reachable EKS API.
 DEPLOYER_ONLY_OVERLAY = json.dumps({"stacks": _DEPLOYER_BY_STACK})
+# A release known not to serve the model on any vendor (versions.VLLM_RELEASE_GAPS), for tests of
+# what a refused engine does (a stage is allowed, serve is not); the EKS API reachable.
+REFUSED_RELEASE = next(v for v, gaps in VLLM_RELEASE_GAPS.items() if all(gaps.get(f) for f in ("cuda", "rocm")))
+REFUSED_ENGINE_CONFIG = {"kimi-deploy:vllm": {"imageTag": f"v{REFUSED_RELEASE}"}}
+REFUSED_ENGINE_OVERLAY = json.dumps({**REFUSED_ENGINE_CONFIG, "stacks": _DEPLOYER_BY_STACK})
 # Preflight's egress look-up (kubernetes-api) never leaves this machine in a test: empty = do not
 # look up; tests that exercise it pass a URL on 127.0.0.1.
 os.environ.setdefault("KIMI_DEPLOY_CHECKIP_URL", "")

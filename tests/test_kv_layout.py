@@ -1,6 +1,6 @@
 """KV capacity from the engine's own cache layout (components/core/kv_layout.py): one term per cache
 with its bytes per token per GPU and DCP sharding, checked against the installed vLLM's own code
-(tests/vllm_kv_probe.py), the sizing and plan built on it, the article's claim beside it, the
+(tests/vllm_kv_probe.py), the sizing and plan built on it, the recipe's claim beside it, the
 measured override (vllm.kvCacheTokens) and the MXFP4 indexer key (vllm.indexerCacheDtype) from
 config to argv to the plan's figure."""
 
@@ -94,7 +94,7 @@ def test_bytes_per_token_by_dtype(dtype, indexer, expected):
 
 def test_dcp_divides_every_sharded_cache():
     """Both DSA caches shard over DCP ranks: DCP8 holds 8x the tokens of TP8 in the same memory
-    (not the 0.89 x 8 the article's figures implied)."""
+    (not the 0.89 x 8 the recipe's figures implied)."""
     budget = kv_budget_bytes_per_gpu(KIMI_K3_1_PRO, B300, 8, 0.95)
     layout = model_layout(KIMI_K3_1_PRO, "fp8", B300)
     assert layout.tokens(budget, 8) == budget * 8 // layout.bytes_per_token_per_gpu
@@ -134,7 +134,7 @@ def test_b300_plan_figure_includes_the_indexer_keys():
     assert sizing.kv_cache_source.startswith("estimate: ") and "16,992 B per token" in sizing.kv_cache_source
 
 
-def test_the_article_claim_is_shown_beside_with_the_difference():
+def test_the_recipe_claim_is_shown_beside_with_the_difference():
     claim = compute_sizing(spec_of(base("b300"))).kv_claim
     assert claim is not None
     assert (claim.claim_tokens_tp, claim.claim_tokens_dcp, claim.claim_bytes_per_token) == (2_600_000, 18_500_000, 15_744)
@@ -143,7 +143,7 @@ def test_the_article_claim_is_shown_beside_with_the_difference():
     assert "16,992 B/token" in claim.difference and "\n" not in claim.difference
 
 
-def test_the_fitted_reserve_reproduces_the_article_memory():
+def test_the_fitted_reserve_reproduces_the_recipe_memory():
     """The one fitted constant: 2.6M tokens x 15,744 B fill what 0.95 x B300 leaves after the
     weights and the reserve (within 0.2%)."""
     budget = kv_budget_bytes_per_gpu(KIMI_K3_1_PRO, B300, 8, 0.95)
@@ -167,7 +167,7 @@ def test_plan_document_and_details_show_the_layout_and_the_claim():
     plan_script.render_table(doc, file=out, details=True, width=160)
     text = out.getvalue()
     assert "KV per token" in text and "16,992 B per GPU" in text and "DSA indexer keys 24 x 132 B" in text
-    assert "article's claim" in text and "15,744 B/token" in text
+    assert "recipe's claim" in text and "15,744 B/token" in text
     short = io.StringIO()
     plan_script.render_table(doc, file=short, width=160)
     assert "(estimate)" in next(line for line in short.getvalue().splitlines() if "KV cache" in line)

@@ -17,7 +17,7 @@ from rich.text import Text
 from components.core.versions import VLLM_VERSION
 from scripts.ops import plan as plan_script
 from scripts.ops._text import fold_word, shell_command, wrap, wrap_items
-from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS
+from tests.conftest import DEPLOYER_ONLY_OVERLAY, FIXED_NOW, REPO_ROOT, STACKS
 
 NOW = "2026-12-01T00:00:00Z"
 WIDTHS = (80, 120)
@@ -31,11 +31,15 @@ def default_docs():
     """Every stack's plan as a user gets it with the default engine pin, without the test suite's
     stand-in engine (tests/conftest.py): the CUDA stacks deployable, mi355x refused by `pulumi up`
     (the pinned release lacks the sparse indexer on ROCm)."""
-    saved = os.environ.pop("KIMI_DEPLOY_CONFIG_OVERLAY", None)
+    saved = os.environ.get("KIMI_DEPLOY_CONFIG_OVERLAY")
+    # The stand-in egress address alone (the shipped EKS stacks' example range is a blocker of its own).
+    os.environ["KIMI_DEPLOY_CONFIG_OVERLAY"] = DEPLOYER_ONLY_OVERLAY
     try:
         return {name: plan_script.build_plan_document(name, now=FIXED_NOW) for name in STACKS}
     finally:
-        if saved is not None:
+        if saved is None:
+            os.environ.pop("KIMI_DEPLOY_CONFIG_OVERLAY", None)
+        else:
             os.environ["KIMI_DEPLOY_CONFIG_OVERLAY"] = saved
 
 

@@ -149,8 +149,12 @@ def run_validate(server: RealVllmServer | PinnedFrontendServer, model: str) -> t
 
 def _report(request, name: str, server: RealVllmServer | PinnedFrontendServer, results: dict[str, dict],
             seconds: float) -> None:
-    """Per-check times for the record (``pytest --cache-show 'real_engine/*'``)."""
-    request.config.cache.set(f"real_engine/{name}", {
+    """Per-check times for the record (``pytest --cache-show 'real_engine/*'``; nothing with ``-p
+    no:cacheprovider``)."""
+    cache = getattr(request.config, "cache", None)
+    if cache is None:
+        return
+    cache.set(f"real_engine/{name}", {
         "startup_seconds": server.startup_seconds, "validate_seconds": round(seconds, 1),
         "checks": {n: [c["status"], c["metrics"].get("check_seconds")] for n, c in results.items()}})
 

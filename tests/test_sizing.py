@@ -56,8 +56,8 @@ def test_fsx_read_time_matches_design():
 
 def test_kv_tokens_b300_tp8_and_dcp8():
     """8x B300, FP8 KV, 0.95, no backend named: 24 x (576 B FlashInfer latent + 132 B indexer key)
-    = 16,992 B per token in the memory the article's 2.6M x 15,744 B implies: about 2.41M tokens,
-    and DCP8 shards both caches: 8x (the article's 2.6M / 18.5M read only the latent)."""
+    = 16,992 B per token in the memory the recipe's 2.6M x 15,744 B implies: about 2.41M tokens,
+    and DCP8 shards both caches: 8x (the recipe's 2.6M / 18.5M read only the latent)."""
     b300 = GPUS["B300"]
     tp = kv_cache_tokens(KIMI_K3_1_PRO, b300, 8, 0.95, "fp8", 1)
     dcp = kv_cache_tokens(KIMI_K3_1_PRO, b300, 8, 0.95, "fp8", 8)

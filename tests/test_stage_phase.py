@@ -16,7 +16,7 @@ from components.core.config import ConfigError, load_stack, read_stack_config
 from components.core.naming import SYSTEM_NODE_LABEL, SYSTEM_NODE_ROLE
 from components.core.targets import INSTANCES, STAGING_INSTANCE, TARGETS
 from components.plan_engine import run_program
-from tests.conftest import DEPLOYER_ONLY_OVERLAY, FIXED_NOW, STACKS, TEST_SECRETS
+from tests.conftest import FIXED_NOW, REFUSED_ENGINE_CONFIG, REFUSED_ENGINE_OVERLAY, STACKS, TEST_SECRETS
 
 GPU_RESOURCE_NAMES = {t.gpu_resource_name for t in TARGETS.values()}
 GPU_INSTANCE_TYPES = set(INSTANCES) | {t for target in TARGETS.values() for t in target.platforms.values()}
@@ -149,9 +149,9 @@ def test_the_switch_to_serve_keeps_every_staged_resource(stack, monkeypatch):
 
 
 def test_stage_is_allowed_while_the_engine_build_is_blocked_and_serve_is_not(monkeypatch):
-    # The shipped stacks' default engine, refused; the EKS API source replaced (the shipped example blocks
+    # A release known not to serve the model; the EKS API source replaced (the shipped example blocks
     # a stage too: tests/test_config.py).
-    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", DEPLOYER_ONLY_OVERLAY)
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", REFUSED_ENGINE_OVERLAY)
     for stack in STACKS:
         run = _run(stack, "stage")  # as `pulumi up` runs it: no allow_blockers
         assert run.context.spec.blockers, stack
@@ -314,7 +314,7 @@ def test_plan_document_carries_the_comparison_and_a_stage_is_deployable_while_bl
     assert rows[2][2] == f"{sts['gpu_usd_saved']:,.2f}"
     assert "mirrorCompleteMarker" in render_markdown(doc)
     monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)
-    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:phase": "stage"}')
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", json.dumps({**REFUSED_ENGINE_CONFIG, "kimi-deploy:phase": "stage"}))
     staged = build_plan_document("b300", now=FIXED_NOW)
     assert staged["phase"] == "stage" and staged["blockers"] and staged["deployable"] is True
 
@@ -328,7 +328,7 @@ def test_a_blocked_stack_in_stage_reads_as_deployable_everywhere(monkeypatch):
     from scripts.ops import plan
     from scripts.ops.preflight import check_deployable
 
-    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", '{"kimi-deploy:phase": "stage"}')
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", json.dumps({**REFUSED_ENGINE_CONFIG, "kimi-deploy:phase": "stage"}))
     cmd = [sys.executable, "-m", "scripts.cli", "plan", "--stack", "b300", "--strict", "--now", "2026-12-01T00:00:00Z"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "100"})
     assert run.returncode == 0, run.stderr
@@ -338,7 +338,7 @@ def test_a_blocked_stack_in_stage_reads_as_deployable_everywhere(monkeypatch):
     assert "refuses the serve phase" in plan.render_markdown(doc)
     check = check_deployable(load_stack("b300", now=FIXED_NOW))
     assert check.status == "pass" and "serve is refused" in check.reason
-    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY")
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", json.dumps(REFUSED_ENGINE_CONFIG))
     assert check_deployable(load_stack("b300", now=FIXED_NOW)).status == "fail"
 
 

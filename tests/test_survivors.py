@@ -124,15 +124,15 @@ def test_plan_shows_the_kv_figures_as_a_fitted_model():
     from scripts.ops.plan import _kv_cache_model
 
     fit = _kv_cache_model(load_stack("b300", now=FIXED_NOW).model)
-    assert fit is not None and fit["label"].startswith("estimate: KV memory fitted to the article's TP8 figure")
+    assert fit is not None and fit["label"].startswith("estimate: KV memory fitted to the recipe's TP8 figure")
     assert len(fit["figures"]) == 1 and "2.6M" in fit["figures"][0] and "15,744 B/token" in fit["figures"][0]
     assert fit["fitted"] == {"runtime_reserved_bytes_per_gpu": KIMI_K3_1_PRO.runtime_reserved_bytes_per_gpu}
-    # The article's DCP8 figure is the check the fit does not pass: said, not hidden.
+    # The recipe's DCP8 figure is the check the fit does not pass: said, not hidden.
     assert fit["independent_check"] is not None and "18.5M" in fit["independent_check"]
 
 
 def test_the_fit_reproduces_its_memory_figure():
-    """The fitted reserve gives back the memory the article's TP8 figure implies (2.6M x 15,744 B on
+    """The fitted reserve gives back the memory the recipe's TP8 figure implies (2.6M x 15,744 B on
     8x B300, FP8, 0.95); the tokens then follow the engine's layout, so they differ from 2.6M."""
     from components.core.model import KIMI_K3_1_PRO
     from components.core.sizing import kv_budget_bytes_per_gpu, kv_cache_tokens

@@ -307,7 +307,7 @@ KIMI_K3_1_CACHE_GEOMETRY = CacheGeometry(
 # 2 GiB covers it with about a third to spare (estimate; the slab grows with heads x batch).
 DCP_FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
 
-# The seed article (the Chinese one; it cites the vLLM recipe): 8x B300 with FP8 KV holds about
+# The vLLM recipe (vllm-project/recipes, Kimi-K3.yaml), as quoted for K3.1 Pro at its release: 8x B300 with FP8 KV holds about
 # 2.6M tokens at plain TP8 and about 18.5M with DCP8. Read with 24 x 656 B = 15,744 B per token
 # (the fp8_ds_mla MLA latent alone), as this toolkit did before it read the engine's layout.
 KIMI_K3_1_KV_CLAIM = PublishedKvClaim(
@@ -320,28 +320,31 @@ KIMI_K3_1_KV_CLAIM = PublishedKvClaim(
     tokens_dcp=18_500_000,
     implied_bytes_per_token=24 * 656,
     implied_by="24 x 656 B: the fp8_ds_mla MLA latent alone",
-    source="seed article (Chinese), citing the vLLM recipe (vllm-project/recipes, Kimi-K3.yaml)",
+    source=(
+        "the vLLM recipe for Kimi K3 (vllm-project/recipes, models/moonshotai/Kimi-K3.yaml), as quoted for K3.1 Pro "
+        "at its release"
+    ),
 )
 
-# The memory KV gets is not published. The one figure that fixes it is the article's: its 2.6M
+# The memory KV gets is not published. The one figure that fixes it is the recipe's: its 2.6M
 # tokens x 15,744 B = 40.9 GB of KV per GPU, so 0.95 x 288.40 GB - 195.0 GB weights/GPU - 40.9 GB
 # = 38.0 GB per GPU left for the runtime (activations, CUDA graphs, MoE buffers). The bytes per
-# token then come from the engine's layout (kv_layout.py), not from the article; DCP divides the
+# token then come from the engine's layout (kv_layout.py), not from the recipe; DCP divides the
 # caches it shards (both DSA caches), so no DCP efficiency is fitted.
 _KIMI_RUNTIME_RESERVED = 38_000_000_000
 _KIMI_KV_FIT = FittedKvModel(
-    label="estimate: KV memory fitted to the article's TP8 figure; bytes per token from vLLM's cache layout",
+    label="estimate: KV memory fitted to the recipe's TP8 figure; bytes per token from vLLM's cache layout",
     formula=(
         "tokens = (gpu_memory_utilization x GPU memory - weights/TP - runtime_reserved_bytes_per_gpu) / bytes per token "
         "per GPU (the engine's cache layout; with DCP the caches it shards count 1/DCP)"
     ),
     figures=(
         "8x B300, FP8 KV, --gpu-memory-utilization 0.95: about 2.6M tokens at TP8, read as 15,744 B/token "
-        "(seed article, citing the vLLM recipe)",
+        "(vLLM recipe, Kimi-K3.yaml)",
     ),
     fitted=MappingProxyType({"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED}),
     independent_check=(
-        "the article's DCP8 figure, 18.5M = 0.89 x 8 x 2.6M, is not reproduced: both DSA caches shard over DCP ranks "
+        "the recipe's DCP8 figure, 18.5M = 0.89 x 8 x 2.6M, is not reproduced: both DSA caches shard over DCP ranks "
         "(8x); memory that only DCP takes (the FlashInfer workspace, all-to-all buffers) is not in the fitted reserve"
     ),
 )

@@ -2,7 +2,7 @@
 and download time. Pure functions over the spec; units are in every name.
 
 Sources: FSx facts in ``fsx.py``; GPU and NVMe facts in ``targets.py``; KV bytes per token from
-the engine's cache layout in ``kv_layout.py``, the fitted memory reserve and the article's claim in
+the engine's cache layout in ``kv_layout.py``, the fitted memory reserve and the recipe's claim in
 ``model.py``; the recipe's 3,600 s engine-ready timeout in ``versions.py``.
 """
 
@@ -246,7 +246,7 @@ def kv_claim_comparison(model: ModelProfile) -> KvClaimComparison | None:
         + (f", {tp_layout.attention_backend}" if tp_layout.attention_backend else "") + ")"
     )
     difference = (
-        f"the article's {_millions(claim.tokens_tp)} (TP{claim.gpus}) and {_millions(claim.tokens_dcp)} (DCP{dcp}) assume "
+        f"the recipe's {_millions(claim.tokens_tp)} (TP{claim.gpus}) and {_millions(claim.tokens_dcp)} (DCP{dcp}) assume "
         f"{claim.implied_bytes_per_token:,} B/token ({claim.implied_by}); the engine also caches indexer keys "
         f"({index.layers} x {index.bytes_per_token_per_layer} B) and stores {latent}: "
         f"{tp_layout.bytes_per_token_per_gpu:,} B/token, {_millions(tokens_tp)} and {_millions(tokens_dcp)} in the same memory"

@@ -313,7 +313,7 @@ def check_image_reference(image: str) -> None:
 
     Raises:
         UsageError: empty, blank, holding whitespace or control characters, or without a repository
-            name (``:v0.34.0``); one line naming ``--image`` and the forms allowed.
+            name (``:vX.Y.Z``); one line naming ``--image`` and the forms allowed.
     """
     if not image.strip():
         raise UsageError(f"--image: {image!r} is empty; give the image to check: {IMAGE_FORMS}")

@@ -581,7 +581,7 @@ def kv_detail_rows(sz: dict[str, Any]) -> list[tuple[str, str]]:
     ))
     claim = sz.get("kv_cache_claim")
     if claim:
-        rows.append(("article's claim", f"{claim['difference']} ({claim['source']})"))
+        rows.append(("recipe's claim", f"{claim['difference']} ({claim['source']})"))
     return rows
 
 
