@@ -53,9 +53,11 @@ def published(tmp_path) -> tuple[Path, dict[str, bytes]]:
     return copy, files
 
 
-def _import_late(root: Path, names: list[str], stash: Path, delay_seconds: float = DELAY_SECONDS) -> threading.Thread:
+def _import_late(root: Path, names: list[str], stash: Path, delay_seconds: float = DELAY_SECONDS,
+                 release: threading.Event | None = None) -> threading.Thread:
     """Take ``names`` out of ``root`` now; a thread puts them back one by one, in shuffled order,
-    after ``delay_seconds`` (the import producing them late)."""
+    after ``delay_seconds`` (the import producing them late), or once ``release`` is set when one is given
+    (event-based: a loaded machine cannot reorder it)."""
     for name in names:
         target = stash / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +66,10 @@ def _import_late(root: Path, names: list[str], stash: Path, delay_seconds: float
     random.Random(7).shuffle(order)
 
     def bring_back():
-        time.sleep(delay_seconds)
+        if release is None:
+            time.sleep(delay_seconds)
+        else:
+            release.wait(timeout=120)
         for name in order:
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             # A new file appears whole (the import brings its metadata at once): write aside, rename.
@@ -102,16 +107,22 @@ def _gate_argv(zipapp: Path, root: Path, budget_seconds: int) -> list[str]:
 def test_readiness_gate_waits_for_every_listed_file_not_only_the_marker(zipapp, published, tmp_path):
     root, files = published
     shards = sorted(n for n in files if n.endswith(".safetensors"))[:3]
-    argv = _gate_argv(zipapp, root, 60)  # before the clock starts: a first plan run takes seconds
-    thread = _import_late(root, shards, tmp_path / "stash")
+    argv = _gate_argv(zipapp, root, 60)
+    release = threading.Event()
+    thread = _import_late(root, shards, tmp_path / "stash", release=release)
     assert (root / ws.MARKER_NAME).exists()  # the marker is there, the shards are not
-    started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - started
+    gate = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    while not any("listed files not there yet" in line for line in seen):  # the gate has looked and waits
+        line = gate.stderr.readline()
+        assert line, f"the gate ended without waiting: {''.join(seen)}"
+        seen.append(line)
+    assert gate.poll() is None  # the marker alone did not open it
+    release.set()  # now the import produces the shards
+    out, rest = gate.communicate(timeout=120)
     thread.join()
-    assert done.returncode == 0, done.stderr
-    assert elapsed >= DELAY_SECONDS
-    assert "weights complete" in done.stdout and "listed files not there yet" in done.stderr
+    assert gate.returncode == 0, "".join(seen) + rest
+    assert "weights complete" in out
     assert read_tree(str(root)) == files  # when the gate opened, everything listed was there
 
 
