@@ -377,7 +377,8 @@ def test_the_plan_says_which_commit_serve_will_load(stack):
         assert commit["commit"] is None and spec.config.storage.mirror.enabled
         marker = f"s3://<known after pulumi up>/models/{spec.hub_repo}/{spec.revision}/.weights-complete.json"
         assert commit["marker"] == marker
-        assert row == f"the commit staging resolved: read from {marker} at serve time"
+        key = f"models/{spec.hub_repo}/{spec.revision}/.weights-complete.json"
+        assert row == f"the commit staging resolved: read from the mirror's {key} at serve time"
         assert any("is a branch, not a commit" in w for w in doc["warnings"])  # the warning stays
     assert f"| weights commit | {row.replace('<', '&lt;')} |" in render_markdown(doc)
 

@@ -151,7 +151,7 @@ class ServeCommit:
         commit: the 40-hex commit when ``model.revision`` pins one, else None (a branch or tag).
         marker: the completion marker serve reads the commit from (a branch with a mirror:
             ``s3://<bucket>/<prefix>/<org>/<repo>/<branch>/.weights-complete.json``), else None.
-        summary: one line for the plan.
+        summary: one line for the plan (the marker by its key in the mirror).
     """
 
     commit: str | None
@@ -176,6 +176,7 @@ def serve_commit(spec: DeploymentSpec, mirror_bucket: str | None) -> ServeCommit
         return ServeCommit(spec.revision, None, f"{spec.revision} (model.revision pins it)")
     if spec.config.storage.mirror.enabled and mirror_bucket is not None:
         marker = f"{mirror_uri(spec, mirror_bucket)}/{MARKER_NAME}"
-        return ServeCommit(None, marker, f"the commit staging resolved: read from {marker} at serve time")
+        return ServeCommit(None, marker, f"the commit staging resolved: read from the mirror's "
+                                         f"{mirror_key_prefix(spec)}/{MARKER_NAME} at serve time")
     return ServeCommit(None, None, f"the commit '{spec.revision}' points to when each node copies from the hub "
                                    "(no mirror records one)")
