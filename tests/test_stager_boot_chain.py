@@ -2,7 +2,7 @@
 ``stage_cloud_config_text``), unit-level rules cheap enough for every run: its user data writes
 every program its units run (its own AMI contract included), and a failing RAID or sync attempt is
 retried rather than failing the stage for good (systemd 252, as on AL2023: a start that
-``Requires=`` a failing one-shot fails with "dependency" and is never retried: DESIGN.md section 9).
+``Requires=`` a failing one-shot fails with "dependency" and is never retried: systemd.unit(5)).
 The real tools check it too: ``systemd-analyze verify`` and ``shellcheck``. The chain itself is
 booted in the VM tier (tests/test_vm_boot.py: the stager boots, fills the mirror and powers off).
 """

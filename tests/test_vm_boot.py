@@ -169,8 +169,13 @@ def test_the_stager_boots_fills_the_mirror_from_the_hub_and_powers_off(machine_a
         def first_attempt_over() -> str | None:
             if "kimi-weights: attempt failed" in stager.journal("kimi-stage.service"):
                 return "retried"
-            stage = stager.unit("kimi-stage.service")  # failed with no restart pending: it would idle
-            return "failed for good" if stage.active == "failed" else None
+            # cloud-init's runcmd started it, yet it is not running, waiting, nor queued: it would idle
+            # ("dependency failed" leaves it inactive; a failure with no restart left, failed).
+            stage, final = stager.unit("kimi-stage.service"), stager.unit("cloud-final.service")
+            queued = stager.sh("systemctl list-jobs --no-legend kimi-stage.service").strip()
+            if final.active in ("active", "failed") and stage.active in ("inactive", "failed") and not queued:
+                return f"idle ({stage.active}/{stage.sub})"
+            return None
 
         outcome = wait_for(first_attempt_over, budget(1800, vm_image), poll_seconds=10)
         assert outcome == "retried", (f"{outcome}: " + "; ".join(

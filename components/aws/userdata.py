@@ -591,7 +591,7 @@ def stage_unit(cfg: Ec2BootConfig) -> str:
     unit that failed (its contract's dnf install, the array) runs again on the next attempt, and
     the weights script checks the mount and names that unit. No ``Requires=`` on the RAID unit: on
     systemd 252 (AL2023) a start that ``Requires=`` a failing one-shot fails with "dependency" and
-    is never retried, which left the stager idle until the trial expired (DESIGN.md section 9).
+    is never retried (systemd.unit(5), Requires=), which left the stager idle until the trial expired.
     A failed attempt is retried like the weights unit's (``compute.weightsRetry``); after the last
     one the instance stays up for ``journalctl -u kimi-stage`` (the trial's expiry and the sweeper
     still end it). ``DefaultDependencies=no``: ``multi-user.target`` does not wait for the publish."""
