@@ -1,7 +1,7 @@
 # kimi-deploy: two commands on a fresh machine.
 #   make plan            offline plan of the default stack (no cloud account, no Pulumi CLI)
-#   make test            the whole test suite (installs everything it needs first), with two VM boots
-#   make test-vm         every VM boot scenario (the EC2 user data in a QEMU guest)
+#   make test            the whole test suite (installs everything it needs first), with three VM boots
+#   make test-vm         every VM boot scenario (the stager's and the GPU instance's EC2 user data in QEMU guests)
 # `make help` lists every target (the `## ` comments below).
 
 PYTHON ?= python3
@@ -89,10 +89,10 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
-test: system-packages setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov crds-ready ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, two VM boots (installs what it needs, Debian packages and CRDs included)
+test: system-packages setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov crds-ready ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, three VM boots: stager, serve from its mirror, stop/start (installs what it needs, Debian packages and CRDs included)
 	KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
 
-test-vm: setup-dev ## every VM boot scenario: the b300 user data in a QEMU guest (first boot, retries, reboots, outages, no instance store)
+test-vm: setup-dev ## every VM boot scenario: the b300 stager's and GPU instance's user data in QEMU guests (stage, first boots, retries, reboots, outages, no instance store)
 	KIMI_VM_ALL=1 $(PY) -m pytest -q tests/test_vm_boot.py
 
 vm-image: setup-dev ## build the VM tier's guest and stand-in images now (cached by content hash; 10-25 min the first time)

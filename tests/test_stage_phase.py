@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.core.config import ConfigError, load_stack, read_stack_config
+from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
 from components.core.naming import SYSTEM_NODE_LABEL, SYSTEM_NODE_ROLE
 from components.core.targets import INSTANCES, STAGING_INSTANCE, TARGETS
 from components.plan_engine import run_program
@@ -160,7 +160,6 @@ def test_stage_is_allowed_while_the_engine_build_is_blocked_and_serve_is_not(mon
 
 
 def test_stage_without_a_mirror_is_refused_with_what_to_set():
-    from components.core.config import namespace_config, parse_spec
 
     ns, secrets = namespace_config(read_stack_config("mi355x"))
     with pytest.raises(ConfigError, match=r"kimi-deploy:phase: 'stage' needs the S3 mirror \(storage.mirror.enabled is false\)"):
@@ -217,7 +216,7 @@ def test_ec2_stager_publishes_then_terminates_itself():
     assert "kimi-weights: publish-mirror" in weights and "kimi-weights: node-copy" not in weights
     assert "--staging-dir" in weights and "kimi-weight-sync-node-copy" not in weights
     assert "/kimi-deploy/b300/stage-hub-token" in weights  # its own parameter: serve's GPU instance makes another
-    assert doc["packages"] == ["docker", "mdadm"]
+    assert "packages" not in doc  # its AMI contract installs docker and mdadm inside the retried chain
     policy = json.loads(next(r for r in run.resources if r.name == "stage-role-weight-mirror").inputs["policy"])
     writes = [s for s in policy["Statement"] if any("PutObject" in a for a in s["Action"] if isinstance(s["Action"], list))
               or s["Action"] == "s3:PutObject"]
@@ -236,7 +235,6 @@ def test_stager_user_data_passes_cloud_init_schema(tmp_path):
 def test_preflight_mirror_check_says_when_to_switch(moto_aws):
     import boto3
 
-    from components.core.config import namespace_config, parse_spec
     from scripts.ops import preflight
     from scripts.ops._cli import PASS, WARN
 
@@ -358,7 +356,6 @@ def test_a_stage_plan_passes_the_guardrails_and_none_of_it_is_gpu_capacity(stack
 
 
 def test_a_measured_stager_boot_replaces_the_estimate():
-    from components.core.config import namespace_config, parse_spec
     from components.core.sizing import compute_sizing
     from components.core.time_to_ready import stage_then_serve
     from components.core.weights import SHAPE_BUCKET, sync_steps
@@ -393,3 +390,37 @@ def test_a_stage_plans_summary_shows_what_the_stage_creates_and_costs(stack, mon
     if stack == "b300":
         assert rows["cost"].startswith(f"USD {STAGING_INSTANCE.usd_per_hour:.2f}/h for c6id.2xlarge stager")
         assert "USD 142.42/h" not in rows["cost"].split("(serve:")[0]
+
+
+# --- which commit serve loads (model.revision: a branch is resolved once, by staging) --------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_plan_says_which_commit_serve_will_load(stack):
+    from scripts.ops.plan import build_plan_document, render_markdown, summary_rows
+
+    doc = build_plan_document(stack, now=FIXED_NOW)
+    spec = load_stack(stack, now=FIXED_NOW)
+    commit = doc["model"]["serve_commit"]
+    row = dict(summary_rows(doc))["weights commit"]
+    if spec.revision_is_commit:
+        assert commit["commit"] == spec.revision and commit["marker"] is None
+        assert row == f"{spec.revision} (model.revision pins it)"
+    else:  # b300 and gb300 ship `main`: staging resolves it, serve reads the commit from the mirror's marker
+        assert commit["commit"] is None and spec.config.storage.mirror.enabled
+        marker = f"s3://<known after pulumi up>/models/{spec.hub_repo}/{spec.revision}/.weights-complete.json"
+        assert commit["marker"] == marker
+        key = f"models/{spec.hub_repo}/{spec.revision}/.weights-complete.json"
+        assert row == f"the commit staging resolved: read from the mirror's {key} at serve time"
+        assert any("is a branch, not a commit" in w for w in doc["warnings"])  # the warning stays
+    assert f"| weights commit | {row.replace('<', '&lt;')} |" in render_markdown(doc)
+
+
+def test_a_branch_without_a_mirror_is_resolved_by_every_node_copy():
+    from components.core.weights import serve_commit
+
+    ns, secrets = namespace_config(read_stack_config("mi355x"))
+    ns["model"] = {**ns["model"], "revision": "main"}
+    spec = parse_spec({**ns, "environment": "trial"}, stack="mi355x", now=FIXED_NOW, secrets_set=secrets)
+    assert not spec.config.storage.mirror.enabled
+    assert serve_commit(spec, None).summary == ("the commit 'main' points to when each node copies from the hub "
+                                                "(no mirror records one)")

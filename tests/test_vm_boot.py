@@ -1,16 +1,20 @@
 """The ``b300`` stack boots for real: its EC2 user data, byte for byte, in a QEMU guest (Debian 12,
-systemd 252 as on AL2023) with four NVMe disks as instance store; instance metadata, S3 and SSM
+systemd 252 as on AL2023) with NVMe disks as instance store; instance metadata, S3 and SSM
 (moto), the hub and the image registry stood in on the host's 127.0.0.1 (tests/vm/). Every
 assertion reads the guest: unit states, journal lines, files, the server's answers.
 
-Two machines, each a sequence of boots (a scenario's state is the previous one's end, as on a
+Three machines, each a sequence of boots (a scenario's state is the previous one's end, as on a
 real instance):
 
-- A: first boot serves (array, mirror published, copy verified, stand-in vLLM healthy, caches
-  saved); an EC2 stop/start (blank instance store) with S3 unreachable at first: the array is
-  rebuilt, the failed attempt is retried and the copy made again, vLLM started once. `make test`.
-  Then (`make test-vm`): a reboot serves without copying; a reboot with the hub and the registry
-  down still serves; a weight file corrupted on the array is fetched again before vLLM starts.
+- A (`make test`): first the stager of ``phase: stage`` (its own user data and AMI contract, no
+  instance store until its first attempt has failed: the RAID unit runs again at the next attempt)
+  fills the mirror from the hub and powers itself off; the hub's ``main`` then moves. The serving
+  instance's first boot serves the commit staged, from the mirror, asking the hub nothing; then an
+  EC2 stop/start (blank instance store) with S3 unreachable at first: the array is rebuilt, the
+  failed attempt is retried and the copy made again, vLLM started once. Then (`make test-vm`): a
+  reboot serves without copying; a reboot with the hub and the registry down still serves; a
+  weight file corrupted on the array is fetched again before vLLM starts.
+- C (`make test-vm`): a first boot from an empty mirror publishes from the hub, copies and serves.
 - B (`make test-vm`): S3 unreachable for good on a first boot: the weights unit fails after its
   attempts, vLLM never starts, the status says why and how to retry, and the documented retry
   works; then an instance with no instance store: the RAID unit fails and the weights unit fails
@@ -75,10 +79,11 @@ def budget(seconds: float, image) -> float:
     return seconds / KVM_SPEEDUP if accelerator(str(image.kernel)) == "kvm" else seconds
 
 
-def report(machine, scenario: str, **extra) -> dict:
-    """Record this boot's phase times (seconds from the guest kernel's start) for the session's
-    summary and for ``python -m tests.vm.record`` (what the plan cites)."""
-    doc = {"scenario": scenario, "accel": machine.guest.accel, "phases": machine.phases(),
+def report(machine, scenario: str, phases: dict | None = None, **extra) -> dict:
+    """Record this boot's phase times (seconds from the guest kernel's start; ``machine.phases()``
+    unless given) for the session's summary and for ``python -m tests.vm.record`` (what the plan
+    cites)."""
+    doc = {"scenario": scenario, "accel": machine.guest.accel, "phases": machine.phases() if phases is None else phases,
            "recorded_at": time.strftime("%Y-%m-%d"), **extra}
     REPORTS.append(doc)
     out = cache_root() / "reports"
@@ -121,58 +126,183 @@ def machine_b(vm_image) -> Iterator:
         machine.close()
 
 
+@pytest.fixture(scope="module")
+def machine_c(vm_image) -> Iterator:
+    from tests.vm.machine import Machine
+
+    machine = Machine("c", vm_image)
+    try:
+        yield machine
+    finally:
+        machine.close()
+
+
 def _journal_count(machine, unit: str, needle: str) -> int:
     return machine.journal(unit).count(needle)
 
 
 # --- machine A -------------------------------------------------------------------------------------
 
-def test_first_boot_builds_the_array_publishes_copies_and_serves(machine_a, vm_image):
+STAGER_POWEROFF_SECONDS = 3600
+STAGER_ATTEMPTS = 5  # compute.weightsRetry.attempts of the stage plan: the first fails, the hotplug may take two
+
+
+def test_the_stager_boots_fills_the_mirror_from_the_hub_and_powers_off(machine_a, vm_image):
+    """``phase: stage``: the stager's user data, byte for byte, with its own AMI contract (no GPU
+    item), on an instance whose instance store is not there at first: the RAID unit fails, the
+    stage attempt fails naming it, and the next attempt runs the RAID unit again once the disk is
+    there (a transient RAID failure is retried, not fatal). Then the publish (hub -> mirror,
+    verified), the marker, and the guest powers itself off (the stager's shutdown behaviour is
+    terminate: this ends its billing)."""
+    import hashlib
+
+    from tests.vm.guest import GuestError
+    from tests.vm.machine import STAGER_INSTANCE_ID, Stager
+    from tests.vm.services import wait_for
+
     m = machine_a
+    stager = Stager(m, nvme_disks=0, attempts=STAGER_ATTEMPTS, hotplug_slots=1)
+    m.stager = stager
+    try:
+        stager.start(budget(FIRST_BOOT_AGENT_SECONDS, vm_image))
+
+        def first_attempt_over() -> str | None:
+            if "kimi-weights: attempt failed" in stager.journal("kimi-stage.service"):
+                return "retried"
+            # cloud-init's runcmd started it, yet it is not running, waiting, nor queued: it would idle
+            # ("dependency failed" leaves it inactive; a failure with no restart left, failed).
+            stage, final = stager.unit("kimi-stage.service"), stager.unit("cloud-final.service")
+            queued = stager.sh("systemctl list-jobs --no-legend kimi-stage.service").strip()
+            if final.active in ("active", "failed") and stage.active in ("inactive", "failed") and not queued:
+                return f"idle ({stage.active}/{stage.sub})"
+            return None
+
+        outcome = wait_for(first_attempt_over, budget(1800, vm_image), poll_seconds=10)
+        assert outcome == "retried", (f"{outcome}: " + "; ".join(
+            f"{u.name} {u.active}/{u.sub} result={u.result}" for u in map(stager.unit, ("kimi-nvme-raid0.service",
+                                                                                       "kimi-stage.service")))
+            + "\n" + stager.journal("kimi-nvme-raid0.service")[-1500:] + stager.journal("kimi-stage.service")[-1500:])
+        assert "kimi-nvme: no instance-store NVMe device found" in stager.journal("kimi-nvme-raid0.service")
+        stager.guest.hotplug_nvme()  # the instance store appears: the next attempt must use it
+        assert wait_for(lambda: stager.guest.exec("ls /sys/class/nvme/nvme0/model", 60).exit_code == 0,
+                        budget(300, vm_image), poll_seconds=5)
+        stager.sh("/usr/local/sbin/kimi-vm-env")  # its model string, as at boot (guest_env.DIFFERENCES)
+        polls = {"at": 0.0}
+
+        def failed_for_good() -> None:
+            if time.monotonic() - polls["at"] < 60:
+                return
+            polls["at"] = time.monotonic()
+            try:
+                failed = stager.guest.exec("systemctl is-failed --quiet kimi-stage.service", 20).exit_code == 0
+            except GuestError:  # shutting down: the agent is gone
+                return
+            assert not failed, stager.journal("kimi-stage.service")[-3000:]  # failed for good: it would idle
+
+        waited = stager.guest.wait_exit(budget(STAGER_POWEROFF_SECONDS, vm_image), poll=failed_for_good)
+        assert waited is not None, "the stager did not power off"
+    finally:
+        stager.guest.kill()
+    console = (stager.guest.run_dir / "console.log").read_text(errors="replace")
+    assert "reboot: Power down" in console  # it powered off (QEMU exits: -no-shutdown is not set)
+    # What ran is the stage plan's rendering, byte for byte, and cloud-init reported no error.
+    files = stager.guest.offline_files(["/var/lib/cloud/data/result.json",
+                                        f"/var/lib/cloud/instances/{STAGER_INSTANCE_ID}/user-data.txt"])
+    assert files[f"/var/lib/cloud/instances/{STAGER_INSTANCE_ID}/user-data.txt"] == stager.user_data
+    assert json.loads(files["/var/lib/cloud/data/result.json"] or b"{}")["v1"]["errors"] == []
+    raid = stager.offline_journal("kimi-nvme-raid0.service")
+    assert "kimi-deploy: AMI contract (stage): every item present" in raid  # its own contract, checked at boot
+    assert "kimi-nvme: no instance-store NVMe device found" in raid and "kimi-nvme: /dev/md/kimi-nvme mounted" in raid
+    log = stager.offline_journal("kimi-stage.service")
+    assert "/mnt/k8s-disks/0 is not mounted: systemctl status kimi-nvme-raid0.service" in log  # the first attempt
+    assert "kimi-weights: publish-mirror:" in log
+    publish = json.loads(_last_json(log, '"dest": "s3://'))
+    assert publish["revision"] == m.commit and publish["files_transferred"] == len(m.files)
+    # The mirror: every file as the hub has it, the manifest, the marker naming the commit resolved.
+    prefix = f"models/{m.spec.hub_repo}/{m.spec.revision}"
+    s3 = m.services.s3
+    for path, data in m.files.items():
+        assert hashlib.sha256(s3.get_object(Bucket=m.bucket, Key=f"{prefix}/{path}")["Body"].read()).digest() == \
+            hashlib.sha256(data).digest(), path
+    marker = json.loads(s3.get_object(Bucket=m.bucket, Key=f"{prefix}/.weights-complete.json")["Body"].read())
+    assert marker["revision"] == m.commit and marker["file_count"] == len(m.files)
+    report(stager, "stager", phases=stager_phases(stager), powered_off_seconds=round(waited),
+           stage_attempts=log.count("kimi-weights: attempt failed") + 1)
+    # Between stage and serve, the hub's main moves to a new commit.
+    moved = {**m.files, "model-00002-of-00002.safetensors": hashlib.sha256(b"moved").digest() * 8192}
+    m.moved_commit = m.services.hub.state.add_repo(m.spec.hub_repo, moved)
+    assert m.moved_commit != m.commit
+
+
+def stager_phases(stager) -> dict[str, float | None]:
+    """Seconds from the stager's kernel start (its journal's monotonic clock): cloud-init done, the
+    array mounted, the mirror published, powered off (the journal's last entry)."""
+    entries = [json.loads(line) for line in stager.offline_journal(output="json").splitlines() if line.startswith("{")]
+
+    def first(predicate) -> float | None:
+        found = [int(e["__MONOTONIC_TIMESTAMP"]) / 1e6 for e in entries if predicate(e)]
+        return round(min(found), 1) if found else None
+
+    def message(e) -> str:
+        return str(e.get("MESSAGE", ""))
+
+    return {
+        "cloud_init_done": first(lambda e: "Cloud-init" in message(e) and "finished" in message(e)),
+        "array_mounted": first(lambda e: "kimi-nvme: /dev/md/kimi-nvme mounted" in message(e)),
+        "mirror_published": first(lambda e: message(e).startswith("{") and '"dest": "s3://' in message(e)),
+        "powered_off": round(max(int(e["__MONOTONIC_TIMESTAMP"]) for e in entries) / 1e6, 1) if entries else None,
+    }
+
+
+def test_the_first_boot_serves_the_staged_commit_and_asks_nothing_of_the_hub(machine_a, vm_image):
+    """After the stage: the serving instance's first boot (its own user data and AMI contract)
+    builds its array, finds the mirror complete (its publish step keeps the staged commit without
+    the hub, although ``main`` moved), copies it, verifies it and serves it. No request reaches the
+    hub stand-in."""
+    import hashlib
+
+    m = machine_a
+    assert getattr(m, "moved_commit", None), "needs the stager's scenario first"
+    hub_forwarded, hub_requests = m.services.front.count("hub"), len(m.services.hub.state.requests)
     m.start(budget(FIRST_BOOT_AGENT_SECONDS, vm_image))
     waited = m.wait_serving(budget(FIRST_BOOT_SERVING_SECONDS, vm_image))
-    # cloud-init ran the user data without an error.
     result = json.loads(m.sh("cat /run/cloud-init/result.json"))
     assert result["v1"]["errors"] == [], result
-    seed = m.sh("cat /var/lib/cloud/instance/user-data.txt")
-    assert seed.encode() == m.user_data  # what ran is the plan's rendering, byte for byte
-    # The array: RAID0 over every instance-store disk, XFS, mounted where the units expect it.
+    assert m.sh("cat /var/lib/cloud/instance/user-data.txt").encode() == m.user_data  # byte for byte
     raid = m.unit("kimi-nvme-raid0.service")
     assert (raid.active, raid.result) == ("active", "success")
+    assert "kimi-deploy: AMI contract (serve): every item present" in m.journal("kimi-nvme-raid0.service")
     mdstat = m.sh("cat /proc/mdstat")
     assert "raid0" in mdstat and all(f"nvme{i}n1" in mdstat for i in range(4)), mdstat
     assert m.sh("findmnt -n -o FSTYPE /mnt/k8s-disks/0").strip() == "xfs"
-    # The weights: published to the mirror, copied, verified; every file as the hub has it.
     weights = m.unit("kimi-weights.service")
     assert (weights.active, weights.sub, weights.result, weights.restarts) == ("active", "exited", "success", 0)
     log = m.journal("kimi-weights.service")
-    assert "kimi-weights: publish-mirror:" in log and "kimi-weights: node-copy:" in log
+    assert f"commit {m.commit}; kept without asking the hub" in log
+    publish = json.loads(_last_json(log, '"dest": "s3://'))
+    assert publish["revision"] == m.commit and publish["files_transferred"] == 0
+    copy = json.loads(_last_json(log, '"dest": "/models'))
+    assert copy["revision"] == m.commit and copy["files_transferred"] == len(m.files)
     marker = json.loads(m.sh(f"cat {m.host_model_dir()}/.weights-complete.json"))
-    assert marker["revision"] == m.commit and marker["file_count"] == len(m.files)
-    import hashlib
-
+    assert marker["revision"] == m.commit != m.moved_commit  # the staged commit, not what main became
     for path, data in m.files.items():
         assert m.sha256_in_guest(path) == hashlib.sha256(data).hexdigest(), path
-    prefix = f"models/{m.spec.hub_repo}/{m.spec.revision}"
-    mirror_marker = json.loads(m.services.s3.get_object(Bucket=m.bucket, Key=f"{prefix}/.weights-complete.json")["Body"].read())
-    assert mirror_marker["revision"] == m.commit
-    # The server: the stand-in read the copy and answers with the API key from SSM only.
+    # The hub was asked nothing: no request reached its stand-in, through the front or at all.
+    assert m.services.front.count("hub") == hub_forwarded and len(m.services.hub.state.requests) == hub_requests
     status, body = m.models(TEST_SECRETS["apiKey"])
     assert status == 200 and body["data"][0]["id"] == m.spec.served_model_name, body
     assert m.models(None)[0] == 401
     vllm = m.unit("kimi-vllm.service")
     assert (vllm.active, vllm.restarts) == ("active", 0)
     assert _journal_count(m, "kimi-vllm.service", "Application startup complete.") == 1
-    # The API guard: fetched from the mirror's _tools/, verified, mounted, importable by the server.
     from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_MIDDLEWARE
 
     assert f"middleware {API_GUARD_MIDDLEWARE} loaded from {API_GUARD_CONTAINER_DIR}/" in m.journal("kimi-vllm.service")
-    # The engine's caches: restored (cold: none yet), then saved after the first healthy start.
     from components.core.engine_cache import engine_cache_key
 
     key = engine_cache_key(m.spec, m.vllm).digest
     assert _wait_archive(m, key, budget(600, vm_image)), m.journal("kimi-engine-cache-save.service")
-    report(m, "first-boot", waited_seconds=round(waited), guest_cpu_slowdown=round(cpu_slowdown(m), 1))
+    report(m, "first-boot-from-staged-mirror", waited_seconds=round(waited), guest_cpu_slowdown=round(cpu_slowdown(m), 1))
 
 
 CPU_PROBE = "import time; t = time.perf_counter(); sum(i * i for i in range(1_000_000)); print(time.perf_counter() - t)"
@@ -206,6 +336,7 @@ def test_stop_start_with_s3_unreachable_at_first_rebuilds_the_array_retries_and_
     m = machine_a
     m.services.front.down.add("s3")
     refused_before = m.services.front.refused.get("s3", 0)
+    hub_forwarded = m.services.front.count("hub")
     m.stop_start(budget(FIRST_BOOT_AGENT_SECONDS, vm_image))
     from tests.vm.services import wait_for
 
@@ -214,10 +345,6 @@ def test_stop_start_with_s3_unreachable_at_first_rebuilds_the_array_retries_and_
     assert failed_once, m.describe()
     log = m.journal("kimi-weights.service")
     assert m.services.front.refused.get("s3", 0) > refused_before, log[-4000:]  # it was S3 that failed it
-    def hub_downloads() -> int:
-        return m.services.front.count("hub", lambda method, path: "/resolve/" in path)
-
-    downloads = hub_downloads()
     m.services.front.down.discard("s3")
     m.wait_serving(budget(BOOT_SERVING_SECONDS, vm_image))
     weights = m.unit("kimi-weights.service")
@@ -230,7 +357,8 @@ def test_stop_start_with_s3_unreachable_at_first_rebuilds_the_array_retries_and_
     assert copy["files_transferred"] == len(m.files)  # copied again onto the blank array
     publish = json.loads(_last_json(log, '"dest": "s3://'))
     assert publish["files_transferred"] == 0 and publish["files_skipped"] == len(m.files)  # the mirror untouched
-    assert hub_downloads() == downloads  # the hub was asked for the branch's commit only, no file
+    assert publish["revision"] == m.commit  # the staged commit, although main moved
+    assert m.services.front.count("hub") == hub_forwarded  # the hub was asked nothing
     report(m, "stop-start-s3-outage-cleared", weights_restarts=weights.restarts)
 
 
@@ -340,3 +468,54 @@ def test_no_instance_store_fails_the_raid_unit_and_the_weights_unit_visibly(mach
            'kimi-nvme-raid0.service"' in status, status
     assert m.unit("kimi-vllm.service").active_enter_seconds is None
     report(m, "no-instance-store")
+
+
+# --- machine C -------------------------------------------------------------------------------------
+
+@vm_all
+def test_first_boot_from_an_empty_mirror_publishes_copies_and_serves(machine_c, vm_image):
+    m = machine_c
+    m.start(budget(FIRST_BOOT_AGENT_SECONDS, vm_image))
+    waited = m.wait_serving(budget(FIRST_BOOT_SERVING_SECONDS, vm_image))
+    # cloud-init ran the user data without an error.
+    result = json.loads(m.sh("cat /run/cloud-init/result.json"))
+    assert result["v1"]["errors"] == [], result
+    seed = m.sh("cat /var/lib/cloud/instance/user-data.txt")
+    assert seed.encode() == m.user_data  # what ran is the plan's rendering, byte for byte
+    # The array: RAID0 over every instance-store disk, XFS, mounted where the units expect it.
+    raid = m.unit("kimi-nvme-raid0.service")
+    assert (raid.active, raid.result) == ("active", "success")
+    mdstat = m.sh("cat /proc/mdstat")
+    assert "raid0" in mdstat and all(f"nvme{i}n1" in mdstat for i in range(4)), mdstat
+    assert m.sh("findmnt -n -o FSTYPE /mnt/k8s-disks/0").strip() == "xfs"
+    # The weights: published to the mirror, copied, verified; every file as the hub has it.
+    weights = m.unit("kimi-weights.service")
+    assert (weights.active, weights.sub, weights.result, weights.restarts) == ("active", "exited", "success", 0)
+    log = m.journal("kimi-weights.service")
+    assert "kimi-weights: publish-mirror:" in log and "kimi-weights: node-copy:" in log
+    marker = json.loads(m.sh(f"cat {m.host_model_dir()}/.weights-complete.json"))
+    assert marker["revision"] == m.commit and marker["file_count"] == len(m.files)
+    import hashlib
+
+    for path, data in m.files.items():
+        assert m.sha256_in_guest(path) == hashlib.sha256(data).hexdigest(), path
+    prefix = f"models/{m.spec.hub_repo}/{m.spec.revision}"
+    mirror_marker = json.loads(m.services.s3.get_object(Bucket=m.bucket, Key=f"{prefix}/.weights-complete.json")["Body"].read())
+    assert mirror_marker["revision"] == m.commit
+    # The server: the stand-in read the copy and answers with the API key from SSM only.
+    status, body = m.models(TEST_SECRETS["apiKey"])
+    assert status == 200 and body["data"][0]["id"] == m.spec.served_model_name, body
+    assert m.models(None)[0] == 401
+    vllm = m.unit("kimi-vllm.service")
+    assert (vllm.active, vllm.restarts) == ("active", 0)
+    assert _journal_count(m, "kimi-vllm.service", "Application startup complete.") == 1
+    # The API guard: fetched from the mirror's _tools/, verified, mounted, importable by the server.
+    from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_MIDDLEWARE
+
+    assert f"middleware {API_GUARD_MIDDLEWARE} loaded from {API_GUARD_CONTAINER_DIR}/" in m.journal("kimi-vllm.service")
+    # The engine's caches: restored (cold: none yet), then saved after the first healthy start.
+    from components.core.engine_cache import engine_cache_key
+
+    key = engine_cache_key(m.spec, m.vllm).digest
+    assert _wait_archive(m, key, budget(600, vm_image)), m.journal("kimi-engine-cache-save.service")
+    report(m, "first-boot", waited_seconds=round(waited), guest_cpu_slowdown=round(cpu_slowdown(m), 1))

@@ -97,9 +97,13 @@ def test_a_mirror_published_before_blob_ids_were_recorded_is_repaired_once(hub, 
         f.pop("git_sha1", None)
     sync_s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(doc).encode())
     plain = sum(1 for p, d in files.items() if not is_lfs(p, d))
-    repair = sync(hub, moto_server, tmp_path, f"hf://{HF_REPO}@main", uri)
+    # Without --follow-branch the complete mirror keeps its commit without the hub (no repair needed:
+    # nothing compares blob ids then); following the branch compares them with the hub's.
+    kept = sync(hub, moto_server, tmp_path, f"hf://{HF_REPO}@main", uri)
+    assert kept.returncode == 0 and json.loads(kept.stdout)["files_transferred"] == 0
+    repair = sync(hub, moto_server, tmp_path, f"hf://{HF_REPO}@main", uri, "--follow-branch")
     assert repair.returncode == 0 and json.loads(repair.stdout)["files_transferred"] == plain
-    again = sync(hub, moto_server, tmp_path, f"hf://{HF_REPO}@main", uri)
+    again = sync(hub, moto_server, tmp_path, f"hf://{HF_REPO}@main", uri, "--follow-branch")
     assert json.loads(again.stdout)["files_transferred"] == 0
     # Written, withdrawn while the repair ran, written again: once. S3 stamps LastModified to the second here, so
     # the delete and a put may share a stamp; the order is checked as "the delete lies between the two puts".
@@ -178,3 +182,65 @@ def test_check_local_proves_a_complete_copy_without_contacting_anything(hub, mot
     r = subprocess.run([*SYNC, "--source", f"hf://{HF_REPO}@main", "--dest", mirror, "--check-local"],
                        capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert r.returncode == 2 and "--check-local needs a local --dest" in r.stderr
+
+
+def _plan_step_args(step, bucket: str, models_dir) -> list[str]:
+    """A plan step's arguments after the program (``python3 weight_sync.pyz``), with the node's
+    ``/models`` mount at ``models_dir`` (the bucket is the test's own)."""
+    from components.core.weights import SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH
+
+    args = list(step.argv[step.argv.index(SYNC_SCRIPT_PATH) + 1:])
+    return [a.replace(WEIGHTS_MOUNT_PATH + "/", f"{models_dir}/", 1) if a.startswith(WEIGHTS_MOUNT_PATH + "/") else a
+            for a in args]
+
+
+def test_serve_loads_the_commit_staging_resolved_whatever_the_branch_has_become(hub, moto_server, sync_s3, bucket, tmp_path):
+    """b300 ships ``model.revision: main``. The stage's publish resolves main and records the commit
+    in the mirror's marker; main then moves; serve's publish and node copy (the plan's own argv) ask
+    the hub nothing and load the staged commit. ``--follow-branch`` publishes the new one."""
+    from components.core.config import load_stack
+    from components.core.weights import sync_steps
+    from tests.conftest import FIXED_NOW
+
+    spec = load_stack("b300", now=FIXED_NOW)
+    assert spec.revision == "main" and spec.hub_repo == HF_REPO
+    publish, node_copy = sync_steps(spec, bucket)
+    staged_files = checkpoint_files(seed=36)
+    staged = hub.state.add_repo(HF_REPO, staged_files)
+    models = tmp_path / "models"
+
+    def step(s, *extra: str) -> subprocess.CompletedProcess:
+        args = _plan_step_args(s, bucket, models)
+        source, dest = args[args.index("--source") + 1], args[args.index("--dest") + 1]
+        rest = [a for i, a in enumerate(args) if a not in ("--source", "--dest", "--json") and args[i - 1] not in
+                ("--source", "--dest")]
+        return sync(hub, moto_server, tmp_path, source, dest, *rest, *extra)
+
+    stage = step(publish)  # phase: stage
+    assert stage.returncode == 0, stage.stderr
+    assert json.loads(stage.stdout)["revision"] == staged
+    marker_key = f"models/{HF_REPO}/main/.weights-complete.json"
+    assert json.loads(sync_s3.get_object(Bucket=bucket, Key=marker_key)["Body"].read())["revision"] == staged
+
+    moved_files = {**staged_files, "model-00002-of-00006.safetensors": b"a new commit on main" * 5000}
+    moved = hub.state.add_repo(HF_REPO, moved_files)
+    assert moved != staged
+    requests = len(hub.state.requests)
+    serve = step(publish)  # phase: serve, on the GPU node
+    assert serve.returncode == 0, serve.stderr
+    summary = json.loads(serve.stdout)
+    assert summary["revision"] == staged and summary["files_transferred"] == 0
+    assert f"commit {staged}; kept without asking the hub" in serve.stderr
+    copy = step(node_copy)
+    assert copy.returncode == 0, copy.stderr
+    assert len(hub.state.requests) == requests  # the hub was asked nothing at serve
+    served = models / spec.model.name / "main"
+    assert read_tree(str(served)) == staged_files
+    assert json.loads((served / ".weights-complete.json").read_text())["revision"] == staged
+
+    follow = step(publish, "--follow-branch")
+    assert follow.returncode == 0, follow.stderr
+    assert json.loads(follow.stdout)["revision"] == moved and json.loads(follow.stdout)["files_transferred"] == 1
+    assert json.loads(sync_s3.get_object(Bucket=bucket, Key=marker_key)["Body"].read())["revision"] == moved
+    wrong = sync(hub, moto_server, tmp_path, f"hf://{HF_REPO}@main", str(tmp_path / "local"), "--follow-branch")
+    assert wrong.returncode == 2 and "--follow-branch applies to an s3:// --dest" in wrong.stderr

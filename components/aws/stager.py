@@ -4,7 +4,9 @@ S3, verified), then terminates itself.
 It runs exactly the ``publish-mirror`` step of ``components/core/weights.py sync_steps`` (the same
 argv, program and image as the GPU instance's weights unit: ``userdata.stage_cloud_config_text``)
 on ``targets.STAGING_INSTANCE`` (a c6id.2xlarge: network for the hub download and the upload, an
-instance store for the staging files), from the Amazon Linux 2023 AMI with docker installed at boot.
+instance store for the staging files), from the standard Amazon Linux 2023 AMI, with its own AMI
+contract (``ami_contract.CONTRACTS["stage"]``: no GPU item; docker and mdadm installed at boot by
+its check, inside the retried chain).
 ``kimi-stage.service`` powers the instance off when the mirror is complete, and the instance is
 launched with ``instance_initiated_shutdown_behavior="terminate"``: the power-off ends its billing.
 A later ``pulumi up --refresh`` of the stage sees it gone and starts another, which finds the

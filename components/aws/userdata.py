@@ -29,6 +29,11 @@
   unless they opt out: systemd.target(5)); it only ``Wants=`` the RAID unit and checks the
   mount itself, so a failed RAID unit fails it visibly instead of leaving it "inactive (dead)"
   with a dependency result (systemd.unit(5), ``Requires=``).
+- ``stage_cloud_config_text``: the stager's (``phase: stage``, ``stager.py``) ``#cloud-config``: its
+  own AMI contract (``check_script("stage")``: the standard Amazon Linux 2023 AMI, no GPU items,
+  docker and mdadm installed at boot), the same RAID0 and weights scripts with only the
+  ``publish-mirror`` step, run by ``kimi-stage.service``, which powers the instance off (so
+  terminates it) once the mirror is complete, and retries a failed attempt, RAID unit included.
 - ``eks_node_user_data``: the MIME multi-part user data of EKS GPU nodes: a nodeadm
   ``NodeConfig`` with ``localStorage: RAID0`` (plus the cluster details for a custom AMI).
 
@@ -48,7 +53,14 @@ from components.core.naming import NVME_RAID0_HOST_PATH
 from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME
 from components.core.weights import STAGING_DIR, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
 
-from .ami_contract import DLAMI_NVME_PATH, DLAMI_NVME_UNIT, INSTANCE_STORE_MODEL, INSTANCE_STORE_MODEL_MATCH, check_script
+from .ami_contract import (
+    DLAMI_NVME_PATH,
+    DLAMI_NVME_UNIT,
+    INSTANCE_STORE_MODEL,
+    INSTANCE_STORE_MODEL_MATCH,
+    Role,
+    check_script,
+)
 from .common import HOST_TOOLS_DIR
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -66,6 +78,8 @@ API_ENV_FILE = f"{RUN_SECRETS_DIR}/api.env"
 WEIGHTS_STEP_LOG = f"{RUN_SECRETS_DIR}/weights-step.log"
 WEIGHTS_FAILURE_FILE = f"{RUN_SECRETS_DIR}/weights-failure.txt"
 UNITS = ("kimi-nvme-raid0.service", "kimi-weights.service", "kimi-vllm.service")
+# The stager's (phase: stage) unit in place of the weights and vLLM units.
+STAGE_UNIT = "kimi-stage.service"
 # The Deep Learning AMI's own RAID0 of the instance store: ami_contract.DLAMI_NVME_PATH / _UNIT.
 VLLM_CONTAINER = "kimi-vllm"
 MD_NAME = "kimi-nvme"
@@ -413,33 +427,46 @@ def _start_limit_interval(cfg: Ec2BootConfig) -> str:
 README_BOOT_FAILURE = "docs/operations.md: When the EC2 boot fails"
 
 
-def attempt_failed_line(cfg: Ec2BootConfig) -> str:
-    """What the weights unit logs after every failed attempt (``ExecStopPost=``, so it is the last
-    line ``systemctl status`` shows): the retry policy and how to retry after the last attempt."""
+def attempt_failed_line(cfg: Ec2BootConfig, unit: str = UNITS[1]) -> str:
+    """What the weights unit (or the stager's ``unit``) logs after every failed attempt
+    (``ExecStopPost=``, so it is the last line ``systemctl status`` shows): the retry policy and how
+    to retry after the last attempt."""
     return (f"kimi-weights: attempt failed ($SERVICE_RESULT): $(cat {WEIGHTS_FAILURE_FILE} 2>/dev/null || echo killed). "
             f"{cfg.weights_attempts} attempts, {cfg.weights_retry_seconds} s apart, then failed until: systemctl reset-failed "
-            f"{UNITS[1]} && systemctl start {UNITS[1]} ({README_BOOT_FAILURE})")
+            f"{unit} && systemctl start {unit} ({README_BOOT_FAILURE})")
 
 
-def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
-    """The units by file name: RAID0, weights, vLLM, plus the engine-cache restore and save when
-    ``cfg.engine_cache`` is set (see the module docstring for how they chain)."""
-    raid = f"""[Unit]
+def raid_unit(role: Role) -> str:
+    """``kimi-nvme-raid0.service`` of ``role``: that role's AMI contract (``ami_contract.check_script``,
+    written by the same user data at ``AMI_CHECK_SCRIPT``) checked first, then the RAID0. The stager's
+    contract installs packages with dnf, so its unit also waits for the network."""
+    before, after, wants = "kimi-weights.service", f"local-fs.target {DLAMI_NVME_UNIT}", ""
+    comment = "# On the Deep Learning AMI, after its own RAID0 is mounted (no such unit elsewhere: no-op)."
+    if role == "stage":
+        before, after, wants = STAGE_UNIT, "local-fs.target network-online.target", "Wants=network-online.target\n"
+        comment = "# The stager's contract installs what its AMI lacks (dnf) first: after the network."
+    return f"""[Unit]
 Description=kimi-deploy: RAID0 of the instance-store NVMe at {NVME_RAID0_HOST_PATH}
-# On the Deep Learning AMI, after its own RAID0 is mounted (no such unit elsewhere: no-op).
-After=local-fs.target {DLAMI_NVME_UNIT}
-Before=kimi-weights.service
+{comment}
+{wants}After={after}
+Before={before}
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-# What the boot needs from the AMI (components/aws/ami_contract.py): one line naming what is missing.
+# What the {role} boot needs from the AMI (components/aws/ami_contract.py): one line naming what is missing.
 ExecStartPre={AMI_CHECK_SCRIPT}
 ExecStart={RAID_SCRIPT}
 
 [Install]
 WantedBy=multi-user.target
 """
+
+
+def systemd_units(cfg: Ec2BootConfig) -> dict[str, str]:
+    """The units by file name: RAID0, weights, vLLM, plus the engine-cache restore and save when
+    ``cfg.engine_cache`` is set (see the module docstring for how they chain)."""
+    raid = raid_unit("serve")
     timeout = "infinity" if cfg.weights_timeout_seconds is None else str(cfg.weights_timeout_seconds)
     # $$: systemd passes a literal $ to the shell, which reads SERVICE_RESULT from the environment.
     failed = attempt_failed_line(cfg).replace("$", "$$")
@@ -532,7 +559,7 @@ def ec2_cloud_config(cfg: Ec2BootConfig) -> str:
 def cloud_config_text(cfg: Ec2BootConfig) -> str:
     """The ``#cloud-config`` text of ``cfg`` without the size check (UTF-8 bytes = raw size)."""
     files = [
-        (AMI_CHECK_SCRIPT, check_script(cfg.efa), "0755"),
+        (AMI_CHECK_SCRIPT, check_script("serve", cfg.efa), "0755"),
         (RAID_SCRIPT, raid0_script(cfg.nvme_devices), "0755"),
         (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
         (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
@@ -555,32 +582,48 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
 
 # -- stage (phase: stage) --------------------------------------------------------------------
 
-STAGE_UNIT = "kimi-stage.service"
-
-
 def stage_unit(cfg: Ec2BootConfig) -> str:
     """``kimi-stage.service``: the publish (the weights script with only the ``publish-mirror``
     step), then power off. The stager instance is launched with shutdown behaviour ``terminate``,
-    so a complete mirror ends its billing; a failed attempt is retried like the weights unit's, and
-    after the last one the instance stays up for ``journalctl -u kimi-stage`` (the trial's expiry
-    and the sweeper still end it)."""
+    so a complete mirror ends its billing.
+
+    Every attempt starts the RAID unit and docker itself (``ExecStartPre=-systemctl start``): a RAID
+    unit that failed (its contract's dnf install, the array) runs again on the next attempt, and
+    the weights script checks the mount and names that unit. No ``Requires=`` on the RAID unit: on
+    systemd 252 (AL2023) a start that ``Requires=`` a failing one-shot fails with "dependency" and
+    is never retried (systemd.unit(5), Requires=), which left the stager idle until the trial expired.
+    A failed attempt is retried like the weights unit's (``compute.weightsRetry``); after the last
+    one the instance stays up for ``journalctl -u kimi-stage`` (the trial's expiry and the sweeper
+    still end it). ``DefaultDependencies=no``: ``multi-user.target`` does not wait for the publish."""
     timeout = "infinity" if cfg.weights_timeout_seconds is None else str(cfg.weights_timeout_seconds)
+    failed = attempt_failed_line(cfg, STAGE_UNIT).replace("$", "$$")
     return f"""[Unit]
 Description=kimi-deploy: stage the weights (hub -> S3 mirror, verified), then power off (terminates)
-Requires=docker.service kimi-nvme-raid0.service
-After=docker.service kimi-nvme-raid0.service network-online.target
-Wants=network-online.target
+# Wanted, never Requires= (see ExecStartPre=): a failed RAID unit must not fail this start for good.
+DefaultDependencies=no
+Requires=sysinit.target
+Wants={UNITS[0]} network-online.target
+After=sysinit.target basic.target network-online.target {UNITS[0]} docker.service
+Conflicts=shutdown.target
+Before=shutdown.target
 StartLimitIntervalSec={_start_limit_interval(cfg)}
 StartLimitBurst={cfg.weights_attempts}
 
 [Service]
 Type=oneshot
+# The script's systemd-notify --status: the step now, or why the last attempt failed.
+NotifyAccess=all
+# At every attempt: the array (again, after a failure) and docker (installed by the RAID unit's
+# contract step on the standard AMI, which does not start it); weights.sh names what is missing.
+ExecStartPre=-/usr/bin/systemctl start {UNITS[0]}
+ExecStartPre=-/usr/bin/systemctl start docker.service
 ExecStart={WEIGHTS_SCRIPT}
 # The mirror is complete (manifest and marker written): nothing left for this instance to do.
 ExecStartPost=/usr/bin/systemctl poweroff
 TimeoutStartSec={timeout}
 Restart=on-failure
 RestartSec={cfg.weights_retry_seconds}
+ExecStopPost=/bin/sh -c '[ "$$SERVICE_RESULT" = success ] || echo "{failed}" >&2'
 
 [Install]
 WantedBy=multi-user.target
@@ -588,9 +631,11 @@ WantedBy=multi-user.target
 
 
 def stage_cloud_config_text(cfg: Ec2BootConfig) -> str:
-    """The ``#cloud-config`` of the stager (a CPU instance on the Amazon Linux 2023 AMI): docker and
-    mdadm from the distribution, the instance store as the staging RAID0, the hub token from SSM,
-    and ``kimi-stage.service`` running ``cfg.sync_steps`` (the publish) in ``cfg.image``.
+    """The ``#cloud-config`` of the stager (a CPU instance on the standard Amazon Linux 2023 AMI):
+    the stager's AMI contract (``ami_contract.check_script("stage")``: docker and mdadm installed with
+    dnf where missing, then every item checked), the instance store as the staging RAID0, the hub
+    token from SSM, and ``kimi-stage.service`` running ``cfg.sync_steps`` (the publish) in
+    ``cfg.image``, then powering off.
 
     Raises:
         ValueError: a step other than ``publish-mirror`` (a stage copies to no node), or over
@@ -599,19 +644,20 @@ def stage_cloud_config_text(cfg: Ec2BootConfig) -> str:
     if any(step.name != "publish-mirror" for step in cfg.sync_steps):
         raise ValueError(f"a stage runs only the publish-mirror step, not {[s.name for s in cfg.sync_steps]}")
     files = [
+        (AMI_CHECK_SCRIPT, check_script("stage"), "0755"),
         (RAID_SCRIPT, raid0_script(cfg.nvme_devices), "0755"),
         (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
         (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
-        (f"/etc/systemd/system/{UNITS[0]}", systemd_units(cfg)[UNITS[0]], "0644"),
+        (f"/etc/systemd/system/{UNITS[0]}", raid_unit("stage"), "0644"),
         (f"/etc/systemd/system/{STAGE_UNIT}", stage_unit(cfg), "0644"),
     ]
     doc = {
-        "packages": ["docker", "mdadm"],
         "write_files": [{"path": p, "owner": "root:root", "permissions": m, "content": c} for p, c, m in files],
         "runcmd": [
             ["systemctl", "daemon-reload"],
-            ["systemctl", "enable", "--now", "docker.service"],
-            ["systemctl", "enable", UNITS[0], STAGE_UNIT],
+            # The stage unit pulls in the RAID unit (and starts docker) at every attempt.
+            ["systemctl", "enable", STAGE_UNIT],
+            # --no-block: the publish takes hours; cloud-init must not wait for it.
             ["systemctl", "start", "--no-block", STAGE_UNIT],
         ],
     }

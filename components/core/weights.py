@@ -141,3 +141,42 @@ def sync_steps(spec: DeploymentSpec, mirror_bucket: str | None) -> tuple[SyncSte
         )
     )
     return tuple(steps)
+
+
+@dataclass(frozen=True)
+class ServeCommit:
+    """Which commit of the model serve loads.
+
+    Attributes:
+        commit: the 40-hex commit when ``model.revision`` pins one, else None (a branch or tag).
+        marker: the completion marker serve reads the commit from (a branch with a mirror:
+            ``s3://<bucket>/<prefix>/<org>/<repo>/<branch>/.weights-complete.json``), else None.
+        summary: one line for the plan (the marker by its key in the mirror).
+    """
+
+    commit: str | None
+    marker: str | None
+    summary: str
+
+
+def serve_commit(spec: DeploymentSpec, mirror_bucket: str | None) -> ServeCommit:
+    """Which commit serve loads (the plan's ``weights commit`` row).
+
+    A pinned commit is itself. A branch with a mirror is resolved once, by the publish that fills
+    the mirror (``phase: stage``, or the first serve's ``publish-mirror``): the weight sync records
+    the commit in the mirror's marker and every later publish and node copy keeps it without asking
+    the hub (``scripts/node/weight_sync`` ``S3Destination``; ``--follow-branch`` moves it). Without
+    a mirror each node copy resolves the branch at the hub when it runs.
+
+    Args:
+        spec: the deployment spec.
+        mirror_bucket: the mirror bucket's name when a mirror is used, else None.
+    """
+    if spec.revision_is_commit:
+        return ServeCommit(spec.revision, None, f"{spec.revision} (model.revision pins it)")
+    if spec.config.storage.mirror.enabled and mirror_bucket is not None:
+        marker = f"{mirror_uri(spec, mirror_bucket)}/{MARKER_NAME}"
+        return ServeCommit(None, marker, f"the commit staging resolved: read from the mirror's "
+                                         f"{mirror_key_prefix(spec)}/{MARKER_NAME} at serve time")
+    return ServeCommit(None, None, f"the commit '{spec.revision}' points to when each node copies from the hub "
+                                   "(no mirror records one)")

@@ -92,7 +92,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     """The offline plan of ``stack`` as one JSON-serializable document.
 
     Keys: ``stack``, ``target``, ``platform``, ``environment``, ``model`` {id, revision,
-    revision_is_commit, source, weights_bytes, files}, ``nodes`` {gpu_nodes, nodes_per_copy,
+    revision_is_commit, serve_commit {commit, marker, summary}: which commit serve loads, source,
+    weights_bytes, files}, ``nodes`` {gpu_nodes, nodes_per_copy,
     gpus_per_node, replicas, instance_type}, ``sizing`` {storage_kind, storage_capacity_gib,
     fsx_capacity_gib, fsx_throughput_per_tib_mbps, read_bytes_per_second, load_seconds,
     startup_budget_seconds, kv_cache_tokens, kv_cache_tokens_tp, kv_cache_tokens_dcp,
@@ -113,7 +114,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     """
     from components.core.sizing import compute_sizing, first_deploy_seconds, sync_expected_seconds
     from components.core.vllm import build_vllm_command
-    from components.core.weights import sync_steps
+    from components.core.weights import serve_commit, sync_steps
     from components.plan_engine import run_program
 
     now = now or datetime.now(UTC).replace(microsecond=0)
@@ -145,6 +146,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "profile": spec.model.name,
             "revision": spec.revision,
             "revision_is_commit": spec.revision_is_commit,
+            # Which commit serve loads: pinned, or the one staging resolved (read from the mirror's marker).
+            "serve_commit": run.mark_computed(dataclasses.asdict(
+                serve_commit(spec, mirror_bucket if spec.config.storage.mirror.enabled else None))),
             "source": spec.model_source,
             "weights_bytes": spec.model.weights_bytes,
             "files": spec.model.file_count,
@@ -522,6 +526,7 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
             f"{model['id']} @ {model['revision']}  ({model['weights_bytes'] / 1e12:.2f} TB, {_plural(model['files'], 'file')}, "
             f"from {model['source']})",
         ),
+        ("weights commit", model["serve_commit"]["summary"]),
         ("storage", storage),
         (
             "weight load",

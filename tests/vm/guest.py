@@ -11,6 +11,12 @@
 - The guest agent (qemu-guest-agent on a virtio-serial port; QEMU Guest Agent Protocol,
   https://www.qemu.org/docs/master/interop/qemu-ga-ref.html): ``guest-sync`` then ``guest-exec``
   with captured output, which the scenarios use to read unit states, journals and files.
+- QMP (QEMU Machine Protocol, https://www.qemu.org/docs/master/interop/qmp-spec.html) on a unix
+  socket: ``hotplug_nvme`` adds an instance-store disk to a running guest through a PCIe root port
+  left empty at start (``hotplug_slots``): ``blockdev-add`` then ``device_add``.
+- A guest that powered itself off (the stager) is read from its root disk afterwards
+  (``offline_files``, ``offline_journal``: ``qemu-img convert`` to raw, e2fsprogs' ``debugfs``, the
+  host's ``journalctl --directory``); the scenario makes its journal persistent first.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,10 +160,11 @@ class Guest:
     """
 
     def __init__(self, image: GuestImage, run_dir: Path, user_data: bytes, forwards: dict[tuple[str, int], int],
-                 hosts: str, instance_id: str, nvme_disks: int = 4, nvme_gib: int = 2):
+                 hosts: str, instance_id: str, nvme_disks: int = 4, nvme_gib: int = 2, hotplug_slots: int = 0):
         self.image, self.run_dir, self.user_data = image, run_dir, user_data
         self.forwards, self.hosts, self.instance_id = forwards, hosts, instance_id
-        self.nvme_disks, self.nvme_gib = nvme_disks, nvme_gib
+        self.nvme_disks, self.nvme_gib, self.hotplug_slots = nvme_disks, nvme_gib, hotplug_slots
+        self.hotplugged = 0
         self.process: subprocess.Popen | None = None
         self.started_at = 0.0  # time.time() of the last QEMU start
         self.agent = GuestAgent(run_dir / "qga.sock")
@@ -214,6 +222,9 @@ class Guest:
         for i in range(self.nvme_disks):
             cmd += ["-drive", f"file={r / f'nvme{i}.qcow2'},if=none,id=nvme{i},format=qcow2",
                     "-device", f"nvme,serial=kimi-instance-store-{i},drive=nvme{i}"]
+        cmd += ["-qmp", f"unix:{r / 'qmp.sock'},server=on,wait=off"]
+        for i in range(self.hotplug_slots):  # empty PCIe root ports: hotplug_nvme fills them
+            cmd += ["-device", f"pcie-root-port,id=hotplug{i},chassis={10 + i},slot={10 + i}"]
         return cmd
 
     def start(self) -> None:
@@ -221,7 +232,9 @@ class Guest:
         if self.process is not None and self.process.poll() is None:
             raise GuestError("QEMU is already running")
         self.agent.close()
+        self.hotplugged = 0
         (self.run_dir / "qga.sock").unlink(missing_ok=True)
+        (self.run_dir / "qmp.sock").unlink(missing_ok=True)
         log = open(self.run_dir / "qemu.log", "a")
         self.started_at = time.time()
         self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -315,6 +328,109 @@ class Guest:
         except subprocess.TimeoutExpired:
             self.kill()
         self.process = None
+
+    # -- QMP and the powered-off disk -------------------------------------------------------------
+
+    def qmp(self, command: str, arguments: dict | None = None, timeout_seconds: float = 30) -> object:
+        """One QMP command (after the greeting and ``qmp_capabilities``) on a fresh connection.
+
+        Raises:
+            GuestError: QEMU answered with an error, or not in time.
+        """
+        deadline = time.monotonic() + timeout_seconds
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_seconds)
+            sock.connect(str(self.run_dir / "qmp.sock"))
+            reader = sock.makefile("rb")
+
+            def reply() -> dict:
+                while time.monotonic() < deadline:
+                    message = json.loads(reader.readline() or b"{}")
+                    if "return" in message or "error" in message or "QMP" in message:
+                        return message
+                raise GuestError(f"QMP {command}: no reply within {timeout_seconds:.0f} s")
+
+            reply()  # the greeting
+            for name, args in (("qmp_capabilities", None), (command, arguments)):
+                sock.sendall(json.dumps({"execute": name, **({"arguments": args} if args else {})}).encode() + b"\n")
+                answer = reply()
+                if "error" in answer:
+                    raise GuestError(f"QMP {name}: {answer['error']}")
+            return answer.get("return")
+
+    def hotplug_nvme(self) -> str:
+        """Add a blank instance-store NVMe disk to the running guest in the next empty root port
+        (``hotplug_slots``); returns its serial. The guest's kernel sees a new NVMe controller."""
+        i = self.hotplugged
+        if i >= self.hotplug_slots:
+            raise GuestError(f"no empty hotplug slot left ({self.hotplug_slots})")
+        path = self.run_dir / f"hotplug-nvme{i}.qcow2"
+        path.unlink(missing_ok=True)
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(path), f"{self.nvme_gib}G"], check=True)
+        self.qmp("blockdev-add", {"driver": "qcow2", "node-name": f"hotplug-disk{i}",
+                                  "file": {"driver": "file", "filename": str(path)}})
+        serial = f"kimi-instance-store-hotplug-{i}"
+        self.qmp("device_add", {"driver": "nvme", "id": f"hotplug-nvme{i}", "drive": f"hotplug-disk{i}",
+                                "serial": serial, "bus": f"hotplug{i}"})
+        self.hotplugged += 1
+        return serial
+
+    def wait_exit(self, timeout_seconds: float, poll: Callable[[], None] | None = None) -> float | None:
+        """Wait for QEMU to exit by itself (the guest powered off); ``poll()`` is called between
+        checks (it may raise to stop waiting). Returns the seconds since QEMU started, or None
+        after the timeout (QEMU still running)."""
+        deadline = time.monotonic() + timeout_seconds
+        assert self.process is not None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.agent.close()
+                return time.time() - self.started_at
+            if poll is not None:
+                poll()
+            time.sleep(5)
+        return None
+
+    @contextlib.contextmanager
+    def _raw_root(self) -> Iterator[Path]:
+        """The root overlay (with its backing image) as a sparse raw file, while QEMU is stopped."""
+        if self.running():
+            raise GuestError("the guest is running: its disk can be read only once it is off")
+        raw = self.run_dir / "root-offline.raw"
+        subprocess.run(["qemu-img", "convert", "-O", "raw", str(self.run_dir / "root.qcow2"), str(raw)], check=True,
+                       timeout=600)
+        try:
+            yield raw
+        finally:
+            raw.unlink(missing_ok=True)
+
+    def offline_files(self, paths: list[str]) -> dict[str, bytes | None]:
+        """The bytes of each absolute path on the powered-off guest's root file system (None when
+        missing): e2fsprogs' ``debugfs -R 'dump PATH OUT'`` on a raw copy."""
+        out: dict[str, bytes | None] = {}
+        with self._raw_root() as raw:
+            for i, path in enumerate(paths):
+                target = self.run_dir / f"offline-{i}"
+                target.unlink(missing_ok=True)
+                subprocess.run(["debugfs", "-R", f"dump {path} {target}", str(raw)], capture_output=True, timeout=120)
+                out[path] = target.read_bytes() if target.is_file() and target.stat().st_size else None
+                target.unlink(missing_ok=True)
+        return out
+
+    def offline_journal(self, args: list[str]) -> str:
+        """``journalctl --directory=<the guest's /var/log/journal> ARGS`` on the host, on the
+        powered-off guest's persistent journal (copied out with ``debugfs rdump``)."""
+        directory = self.run_dir / "journal-offline"
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir()
+        with self._raw_root() as raw:
+            subprocess.run(["debugfs", "-R", f"rdump /var/log/journal {directory}", str(raw)], capture_output=True,
+                           check=True, timeout=300)
+        journal_dirs = [p for p in (directory / "journal").glob("*") if p.is_dir()]
+        if not journal_dirs:
+            raise GuestError(f"no persistent journal on the guest's disk ({directory})")
+        proc = subprocess.run(["journalctl", f"--directory={journal_dirs[0]}", "--no-pager", *args], capture_output=True,
+                              text=True, timeout=300)
+        return proc.stdout
 
 
 def _die_with_parent() -> None:

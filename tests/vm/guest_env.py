@@ -111,6 +111,21 @@ DIFFERENCES: tuple[Difference, ...] = (
                "no Docker Hub here; a mirror is how a site points Docker at another registry"),
     Difference("operator access", "Session Manager (SSM agent)", "QEMU guest agent (qemu-guest-agent) for the test",
                "the scenarios read unit states, journals and files from inside the guest"),
+    # The stager (phase: stage), booted from the same guest image:
+    Difference("stager AMI", "the standard Amazon Linux 2023 AMI: no docker, no NVIDIA Container Toolkit; the stage "
+               "contract installs docker and mdadm with dnf at boot",
+               "the same Debian guest: docker.io and mdadm are there, so the contract's install step is skipped (the "
+               "no-op NVIDIA hook is there too; the stage contract does not ask for it)",
+               "one guest image for both roles; the install step runs on a stand-in PATH in "
+               "tests/test_ami_contract.py"),
+    Difference("stager instance store", "a c6id.2xlarge's one NVMe disk, there from the start",
+               "no disk at first; one QEMU NVMe disk hot-plugged (QMP device_add into an empty PCIe root port) "
+               "after the first stage attempt failed, its model overlaid by kimi-vm-env run again",
+               "the scenario proves a failed RAID unit runs again at the next attempt"),
+    Difference("stager journal", "persistent (/var/log/journal), lost when the instance terminates",
+               "made persistent by the test as soon as the guest agent answers, read from the disk after the "
+               "power-off (debugfs, journalctl --directory)",
+               "the stager powers itself off: there is nothing to ask afterwards"),
 )
 
 # Packages the guest needs beyond the AMI contract, each with its reason.

@@ -1,7 +1,8 @@
 """One ``b300`` EC2 instance stood in by a VM: the plan's user data, the stand-ins seeded with what
 ``pulumi up`` creates (the mirror bucket with the two tool objects, the SSM SecureString
 parameters), a small checkpoint on the hub stand-in, and the guest. The scenarios
-(tests/test_vm_boot.py) drive it and read its state from inside the guest.
+(tests/test_vm_boot.py) drive it and read its state from inside the guest. ``Stager`` is the
+``phase: stage`` stager of the same stack on the same stand-ins (the same mirror), booted before it.
 
 The plan is the real program under the mock engine (``tests/conftest.plan_for``), with one config
 change a user could make the same way: ``compute.weightsRetry.delaySeconds`` (the boot's retry
@@ -16,6 +17,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from tests.vm.standin_image import standin_image
 STACK = "b300"
 RETRY_DELAY_SECONDS = 15
 INSTANCE_ID = "i-0kimivmtier000001"
+STAGER_INSTANCE_ID = "i-0kimivmstager0001"
 UNITS = ("cloud-final.service", "multi-user.target", "kimi-nvme-raid0.service", "kimi-weights.service",
          "kimi-vllm.service", "kimi-engine-cache-restore.service", "kimi-engine-cache-save.service")
 READY_LINE = "Application startup complete."
@@ -66,6 +69,17 @@ class UnitState:
     restarts: int
     active_enter_seconds: float | None
     exec_main_status: int
+
+
+def unit_state(sh: Callable[[str], str], name: str) -> UnitState:
+    """``systemctl show`` of ``name`` through ``sh`` (a command run in the guest, its stdout)."""
+    out = sh(f"systemctl show {name} -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestampMonotonic,"
+             "ExecMainStatus")
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    enter = int(props.get("ActiveEnterTimestampMonotonic") or 0)
+    return UnitState(name, props.get("ActiveState", ""), props.get("SubState", ""), props.get("Result", ""),
+                     int(props.get("NRestarts") or 0), enter / 1e6 if enter else None,
+                     int(props.get("ExecMainStatus") or 0))
 
 
 @dataclass
@@ -129,7 +143,8 @@ class Machine:
             body = base64.b64decode(obj["contentBase64"]) if "contentBase64" in obj else obj["content"].encode()
             extra = {"ContentType": obj["contentType"]} if obj.get("contentType") else {}
             s3.put_object(Bucket=self.bucket, Key=key, Body=body, Metadata=dict(obj.get("metadata") or {}), **extra)
-        values = {"vllm-api-key": TEST_SECRETS["apiKey"], "hub-token": TEST_SECRETS["hfToken"]}
+        values = {"vllm-api-key": TEST_SECRETS["apiKey"], "hub-token": TEST_SECRETS["hfToken"],
+                  "stage-hub-token": TEST_SECRETS["hfToken"]}
         for param in self.plan.of_type("aws:ssm/parameter:Parameter"):
             name = param.inputs["name"]
             self.services.ssm.put_parameter(Name=name, Type="SecureString", Value=values[name.rsplit("/", 1)[1]])
@@ -182,13 +197,7 @@ class Machine:
 
     def unit(self, name: str) -> UnitState:
         """The unit's state as systemd reports it."""
-        out = self.sh(f"systemctl show {name} -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestampMonotonic,"
-                      "ExecMainStatus")
-        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        enter = int(props.get("ActiveEnterTimestampMonotonic") or 0)
-        return UnitState(name, props.get("ActiveState", ""), props.get("SubState", ""), props.get("Result", ""),
-                         int(props.get("NRestarts") or 0), enter / 1e6 if enter else None,
-                         int(props.get("ExecMainStatus") or 0))
+        return unit_state(self.sh, name)
 
     def journal(self, unit: str) -> str:
         """This boot's journal of ``unit``, message text only."""
@@ -278,3 +287,65 @@ class Machine:
     def blob_ids(self) -> dict[str, str]:
         """Git blob ids of the checkpoint's files (what the hub reports)."""
         return {p: git_blob_sha1(d) for p, d in self.files.items()}
+
+
+class Stager:
+    """The stager of ``phase: stage`` for ``machine``'s stack, on its stand-ins: the stage plan's
+    user data (the ``Ec2Stager`` instance's, byte for byte) in its own guest, with its own instance
+    id and instance store (a ``c6id.2xlarge`` has one NVMe disk), filling ``machine``'s mirror.
+
+    The plan is the same stack as ``machine``'s with ``phase: stage`` and
+    ``compute.weightsRetry`` set as ``machine``'s, except ``attempts`` (the scenario's retry may
+    need more than the default 3 under emulation). The guest powers itself off when the mirror is
+    complete, so the scenario reads it afterwards from its disk (``Guest.offline_*``); the journal
+    is made persistent as soon as the guest agent answers (``/var/log/journal``, as on Amazon Linux
+    2023, where it is persistent by default).
+    """
+
+    def __init__(self, machine: Machine, *, nvme_disks: int = 1, attempts: int = 3, hotplug_slots: int = 0):
+        self.machine = machine
+        compute = dict(read_stack_config(STACK)["kimi-deploy:compute"])
+        compute["weightsRetry"] = {"attempts": attempts, "delaySeconds": RETRY_DELAY_SECONDS}
+        self.plan = plan_for(STACK, overrides={"kimi-deploy:compute": compute, "kimi-deploy:phase": "stage"})
+        self.instance = next(r for r in self.plan.resources if r.type == "aws:ec2/instance:Instance")
+        self.user_data = base64.b64decode(self.instance.inputs["userDataBase64"])
+        objects = {r.inputs["key"]: r.inputs for r in self.plan.of_type("aws:s3/bucketObjectv2:BucketObjectv2")}
+        assert objects and {o["bucket"] for o in objects.values()} == {machine.bucket}  # the same mirror
+        s3 = machine.services.s3
+        for key, obj in objects.items():  # what the stage uploads is what serve uploads (seeded already)
+            body = base64.b64decode(obj["contentBase64"]) if "contentBase64" in obj else obj["content"].encode()
+            assert s3.get_object(Bucket=machine.bucket, Key=key)["Body"].read() == body, key
+        names = [p.inputs["name"] for p in self.plan.of_type("aws:ssm/parameter:Parameter")]
+        assert any(n.endswith("/stage-hub-token") for n in names), names
+        for name in names:
+            machine.services.ssm.put_parameter(Name=name, Type="SecureString", Value=TEST_SECRETS["hfToken"],
+                                               Overwrite=True)
+        self.guest = Guest(machine.image, machine.run_dir / "stager", self.user_data, machine.services.forwards,
+                           guest_env.hosts_lines(machine.bucket, machine.spec.region), STAGER_INSTANCE_ID,
+                           nvme_disks=nvme_disks, hotplug_slots=hotplug_slots)
+        self.guest.create_disks()
+
+    def start(self, budget_seconds: float) -> None:
+        """Start QEMU, wait for the guest agent, make the journal persistent (kept for ``journal``)."""
+        self.guest.start()
+        self.guest.wait_agent(budget_seconds)
+        self.sh("mkdir -p /var/log/journal && journalctl --flush")
+
+    def sh(self, command: str, timeout_seconds: float = 120) -> str:
+        """stdout of a command that must succeed in the running guest (GuestError otherwise)."""
+        result = self.guest.exec(command, timeout_seconds)
+        if result.exit_code != 0:
+            raise GuestError(f"{command!r} exited {result.exit_code}: {result.stderr.strip()[-2000:]}")
+        return result.stdout
+
+    def unit(self, name: str) -> UnitState:
+        """The unit's state while the guest runs (``Machine.unit`` on this guest)."""
+        return unit_state(self.sh, name)
+
+    def journal(self, unit: str) -> str:
+        """This boot's journal of ``unit`` (running guest; ``offline_journal`` once it is off)."""
+        return self.sh(f"journalctl -b --no-pager -o cat -u {unit}", timeout_seconds=180)
+
+    def offline_journal(self, unit: str | None = None, output: str = "cat") -> str:
+        """The powered-off guest's last boot journal (of ``unit``, or all), in ``journalctl -o OUTPUT``."""
+        return self.guest.offline_journal(["-b", "-o", output, *(["-u", unit] if unit else [])])

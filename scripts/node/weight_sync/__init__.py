@@ -25,6 +25,9 @@ Design for speed (docs/weight-sync.md, "Design for speed"):
   uses ``os.copy_file_range`` without hashing; other directories are hashed while copied.
 - One retry layer (``retry.py``): no client below it retries.
 - The completion marker is still written last, after one syncfs: vLLM never starts on partial weights.
+- A hub branch (``hf://ORG/REPO@main``) is resolved once, by the publish that fills the mirror; its
+  marker records the commit and later publishes over that complete mirror keep it without asking
+  the hub (``S3Destination``; ``--follow-branch`` asks again), so serve loads what staging resolved.
 
 Only the standard library is imported at package import (boto3, botocore, huggingface_hub,
 modelscope and awscrt are imported where used), so ``import scripts.node.weight_sync`` is cheap and

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "repository association, whose files appear asynchronously and in any order): wait up to S "
                         "seconds in all for its marker, manifest.json and each listed file at its listed size, then "
                         "fail naming the file not imported (default 0: a missing file fails at once)")
+    p.add_argument("--follow-branch", action="store_true",
+                   help="with a branch in an hf:// or modelscope:// --source (ORG/REPO@main) and an s3:// --dest: ask "
+                        "the hub what the branch points to now and publish that commit if it moved. By default a "
+                        "branch is resolved once, by the run that fills the mirror, whose marker records the commit; "
+                        "later runs over that complete mirror keep it without asking the hub, so serve loads the "
+                        "commit staging resolved")
     p.add_argument("--quiet", action="store_true", help="no progress output (errors are still printed)")
     p.add_argument("--check-local", action="store_true",
                    help="only check, from local evidence, that the local --dest holds a complete copy made "
@@ -115,9 +121,12 @@ def run(args: argparse.Namespace) -> Summary:
     if args.dest.startswith("s3://"):
         if args.check_local:
             raise UsageError(f"--check-local needs a local --dest, not {args.dest!r}")
-        dest: S3Destination | LocalDestination = S3Destination(args.dest, args.staging_dir, **common)
+        dest: S3Destination | LocalDestination = S3Destination(args.dest, args.staging_dir, follow_branch=args.follow_branch,
+                                                               **common)
     elif "://" in args.dest:
         raise UsageError(f"--dest {args.dest!r}: expected a local directory or s3://BUCKET/PREFIX")
+    elif args.follow_branch:
+        raise UsageError(f"--follow-branch applies to an s3:// --dest (a mirror), not {args.dest!r}")
     else:
         dest = LocalDestination(args.dest, **common)
     if args.check_local:

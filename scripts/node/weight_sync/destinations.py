@@ -13,6 +13,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from .fsio import fsync_dir, syncfs, write_json_atomic
 from .model import (
+    HEX40,
     JOURNAL_NAME,
     MANIFEST_NAME,
     MARKER_NAME,
@@ -461,13 +462,20 @@ def marker_document(source: str, revision: str, entries: list[FileEntry]) -> dic
 class S3Destination(Destination):
     """Publish a mirror: objects at s3://BUCKET/PREFIX/<path> (user metadata sha256), then
     manifest.json, then the marker. Files from hubs or S3 are staged in a local temporary
-    directory and verified before upload; file:// sources are uploaded from where they are."""
+    directory and verified before upload; file:// sources are uploaded from where they are.
 
-    def __init__(self, uri: str, staging_dir: str | None, *args, **kwargs):
+    A branch of a hub (``hf://ORG/REPO@main``) is resolved once, by the run that fills the
+    mirror, and its marker records the commit: a later run over a complete mirror whose marker
+    names the same source keeps that commit without asking the hub (``_complete_pinned_mirror``),
+    so serve loads what staging resolved whatever the branch has become. ``follow_branch`` asks
+    the hub again and publishes what the branch points to now."""
+
+    def __init__(self, uri: str, staging_dir: str | None, *args, follow_branch: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.uri = uri
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.staging_root = staging_dir
+        self.follow_branch = follow_branch
 
     def run(self) -> Summary:
         from boto3.s3.transfer import TransferConfig
@@ -623,16 +631,26 @@ class S3Destination(Destination):
 
     def _complete_pinned_mirror(self, summary: Summary, existing: dict[str, int], marker: dict | None,
                                 mirror_entries: dict[str, FileEntry]) -> Summary | None:
-        """A complete mirror of a pinned source (a commit in the URI: its content cannot change),
-        recognised without contacting the source: the marker names this URI and that commit, the
-        manifest matches the marker, and every object it lists has its size. Returns the summary
-        (everything skipped), or None to take the normal path."""
+        """A complete mirror recognised without contacting the source: the marker names this URI
+        and a commit (the URI's own when it pins one: its content cannot change; for a hub branch,
+        the commit the run that filled the mirror resolved, unless ``follow_branch``), the manifest
+        matches the marker, and every object it lists has its size. Returns the summary (everything
+        skipped), or None to take the normal path."""
+        if not marker or marker.get("source") != self.source.uri or not mirror_entries:
+            return None
         pinned = pinned_revision(self.source.uri)
-        if (pinned is None or not marker or marker.get("source") != self.source.uri
-                or marker.get("revision") != pinned or not mirror_entries):
+        if pinned is None:
+            recorded = str(marker.get("revision", ""))
+            if self.follow_branch or not isinstance(self.source, (HfSource, ModelScopeSource)) or not HEX40.match(recorded):
+                return None
+            pinned = recorded
+        if marker.get("revision") != pinned:
             return None
         if any(existing.get(s3_key(self.prefix, e.path)) != e.size_bytes for e in mirror_entries.values()):
             return None
+        if pinned_revision(self.source.uri) is None:
+            self.log(f"{self.uri} holds {self.source.uri} as resolved when it was filled: commit {pinned}; kept "
+                     "without asking the hub (--follow-branch publishes what the branch points to now)")
         summary.revision, summary.files_total = pinned, len(mirror_entries)
         summary.files_skipped = len(mirror_entries)
         summary.bytes_total = sum(e.size_bytes for e in mirror_entries.values())
