@@ -550,12 +550,12 @@ def test_the_shipped_eks_stacks_plan_but_pulumi_up_refuses_their_example_source(
         ]
 
 
-def test_the_api_keys_are_formats_only_off_eks():
+def test_the_api_keys_are_refused_off_eks_naming_the_platform_that_reads_them():
     cfg = base("b300")  # aws-ec2: no cluster, nothing is required
     cfg["network"] = {k: v for k, v in cfg["network"].items() if not k.startswith("apiServer")}
     assert not parse_spec(cfg, stack="t", now=FIXED_NOW).blockers
     cfg["network"]["apiServerPublicCidrs"] = ["203.0.113.0/24"]
-    assert not parse_spec(cfg, stack="t", now=FIXED_NOW).every_phase_blockers
+    reject(cfg, "network.apiServerPublicCidrs", "is read only on aws-eks")
 
 
 def test_the_replaced_private_only_key_names_its_successor():

@@ -174,7 +174,9 @@ def test_mirror_endpoint_url_with_credentials_is_refused_without_echoing_them(ur
 def test_a_valid_endpoint_url_reaches_the_pods():
     cfg = base("mi355x")
     cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights",
-                                                   "endpointUrl": "https://minio.storage.svc:9000/s3"}}
+                                                   "endpointUrl": "https://minio.storage.svc:9000/s3",
+                                                   "region": "us-east-1"}}
+    cfg["kubernetes"] = {**cfg["kubernetes"], "mirrorCredentials": {"secret": {"name": "minio-keys"}}}
     assert accept(cfg).config.storage.mirror.endpoint_url == "https://minio.storage.svc:9000/s3"
 
 
@@ -202,7 +204,9 @@ def test_a_mirror_an_existing_cluster_would_not_read_is_refused(mirror, key, fra
 
 def test_an_existing_bucket_on_an_existing_cluster_is_read():
     cfg = base("mi355x")
-    cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights"}}
+    cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights",
+                                                   "region": "eu-west-1"}}
+    cfg["kubernetes"] = {**cfg["kubernetes"], "mirrorCredentials": {"serviceAccountName": "mirror-reader"}}
     assert accept(cfg).config.storage.mirror.bucket_name == "kimi-weights"
 
 

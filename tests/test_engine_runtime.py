@@ -39,6 +39,7 @@ def bindir(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "bin"
     path.mkdir()
     monkeypatch.setenv("PATH", str(path))
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY", raising=False)  # its notice: tests/test_operator_inputs.py
     return path
 
 

@@ -91,7 +91,8 @@ def test_malformed_credentials_are_refused(creds, key, fragment):
 
 
 def test_credentials_off_the_kubernetes_platform_or_without_a_mirror_are_refused():
-    reject(ns_config("gb300", mirror=None), "kubernetes.mirrorCredentials", "only for the kubernetes platform")
+    reject(ns_config("gb300", mirror=None), "kubernetes.mirrorCredentials.secret.name", "is read only on kubernetes",
+           "not aws-eks", "IAM grants the mirror")
     reject(ns_config("gb300", mirror={"enabled": True, "region": "us-east-1"}, creds=None), "storage.mirror.region",
            "aws:region")
     reject(ns_config(mirror=None), "kubernetes.mirrorCredentials", "does not use")

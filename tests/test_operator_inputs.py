@@ -105,7 +105,9 @@ def test_diff_applies_the_overlay_to_the_working_trees_side_only():
     diff = json.loads(out.stdout)
     assert diff["config_overlay"] == ["kimi-deploy:vllm.image"]
     # The overlay's build is the working tree's, not the base's: the diff shows the image change.
-    assert {"path": "image", "old": "vllm/vllm-openai:v0.33.0", "new": image} in diff["vllm"]["fields"]
+    from components.core.versions import VLLM_VERSION
+
+    assert {"path": "image", "old": f"vllm/vllm-openai:v{VLLM_VERSION}", "new": image} in diff["vllm"]["fields"]
     assert diff["summary"]["changed"] > 0
     from scripts.ops.diff.render import render_markdown
 

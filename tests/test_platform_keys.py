@@ -45,6 +45,7 @@ FIGURES_ONLY: dict[str, str] = {
     "timeToReady.copyGBps": "the plan's time to ready",
     "timeToReady.engineInitCachedSeconds": "the plan's time to ready",
     "timeToReady.stagerBootSeconds": "the plan's stage-then-serve figures",
+    "vllm.kvCacheTokens": "the plan's KV cache capacity (a measured count replaces the engine-layout estimate)",
 }
 
 
@@ -53,12 +54,20 @@ def base(stack: str) -> dict:
     return copy.deepcopy(ns)
 
 
+# A section whose leaves are only valid beside a required sibling: a probe of one leaf sets the sibling too,
+# so the config is well-formed and only the platform decides.
+REQUIRED_SIBLINGS: dict[str, tuple[str, Any]] = {"kubernetes.mirrorCredentials.secret": ("name", "mirror-keys")}
+
+
 def put(config: dict, key: str, value: Any) -> dict:
     node = config
     *parents, last = key.split(".")
     for part in parents:
         node = node.setdefault(part, {})
     node[last] = value
+    sibling = REQUIRED_SIBLINGS.get(".".join(parents))
+    if sibling is not None:
+        node.setdefault(*sibling)
     return config
 
 
@@ -153,7 +162,9 @@ def test_every_key_on_a_stack_of_every_platform(key):
                 assert rule is not None and rule.when
             continue
         assert err is not None, f"{key}={value!r} on {stack} ({platform}) was accepted; the table says nothing reads it"
-        assert err.key == f"kimi-deploy:{key}", str(err)
+        section = key.rsplit(".", 1)[0]
+        sibling = [f"kimi-deploy:{section}.{REQUIRED_SIBLINGS[section][0]}"] if section in REQUIRED_SIBLINGS else []
+        assert err.key in [f"kimi-deploy:{key}", *sibling], str(err)  # the first leaf of the section set, in field order
         assert all(name in str(err) for name in rule.platforms()), str(err)  # type: ignore[union-attr]
 
 

@@ -23,7 +23,7 @@ from components.core.targets import ec2_vcpu_quota
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts.ops import preflight
 from scripts.ops.preflight import AwsClients, run_checks
-from tests.conftest import FIXED_NOW, STACKS
+from tests.conftest import FIXED_NOW, STACKS, without_overlay_notice
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUOTA_CODE = ec2_vcpu_quota("p6-b300.48xlarge")[0]
@@ -375,8 +375,8 @@ def _cli(*args, env=None, runtime: str | None = "none"):
     full_env["KIMI_VLLM_PYTHON"] = str(REPO_ROOT / "no-vllm-parser-here")
     full_env.update(env or {})
     flags = ["--runtime", runtime] if runtime and "--help" not in args else []
-    return subprocess.run([sys.executable, "scripts/ops/preflight.py", *args, *flags], cwd=REPO_ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=120)
+    return without_overlay_notice(subprocess.run([sys.executable, "scripts/ops/preflight.py", *args, *flags],
+                                                 cwd=REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=120))
 
 
 def _engine_image(out) -> dict:

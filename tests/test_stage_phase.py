@@ -332,7 +332,7 @@ def test_a_blocked_stack_in_stage_reads_as_deployable_everywhere(monkeypatch):
     assert run.returncode == 0, run.stderr
     assert "BLOCKED" not in run.stdout and "phase: stage: `pulumi up` stages the weights; serve is refused" in run.stdout
     doc = plan.build_plan_document("b300", now=FIXED_NOW)
-    assert plan.verdict(doc) == "deployable (phase: stage; serve refused: kimi-deploy:vllm.image)"
+    assert plan.verdict(doc) == "deployable (phase: stage; serve refused: kimi-deploy:vllm.imageTag)"
     assert "refuses the serve phase" in plan.render_markdown(doc)
     check = check_deployable(load_stack("b300", now=FIXED_NOW))
     assert check.status == "pass" and "serve is refused" in check.reason

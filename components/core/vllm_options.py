@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-# The vLLM release the table was read from (tests/test_vllm_contract.py reads the installed one).
-OPTIONS_READ_FROM_VLLM = "0.34.0"
+# The table is read from the pinned release (components/core/versions.py VLLM_VERSION):
+# tests/test_vllm_contract.py compares it with that release's installed parser.
 # vLLM's serve parser accepts unique prefixes of long options (argparse's default allow_abbrev).
 VLLM_ALLOWS_ABBREVIATIONS = True
 

@@ -94,6 +94,10 @@ def blocks_in(path: Path, text: str) -> Iterator[Block]:
                     match.end(), end, line)
 
 
+# bash's line for a command it cannot find (exit 127), which a pipeline's last command hides.
+_NOT_FOUND = re.compile(r"^bash: (?:line \d+: )?\S+: command not found$", re.M)
+
+
 def run_command(block: Block, root: Path = REPO_ROOT) -> tuple[int, str]:
     """``(exit status, stdout+stderr)`` of the block's command, run as the module docstring says."""
     env = {k: v for k, v in os.environ.items() if k not in ("KIMI_DEPLOY_CONFIG_OVERLAY", "MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
@@ -124,6 +128,10 @@ def refresh(paths: Sequence[Path], *, write: bool, root: Path = REPO_ROOT) -> li
             if status != block.exit_status:
                 problems.append(f"{where}: `{block.command}` exited {status}, the marker expects {block.exit_status}: "
                                 + (output.strip().splitlines() or ["(no output)"])[-1])
+                continue
+            missing = _NOT_FOUND.search(output)
+            if missing:  # a pipeline's last command hides bash's 127: the output would document the error
+                problems.append(f"{where}: `{block.command}`: {missing.group(0).strip()} (is .venv set up? make setup)")
                 continue
             new = rendered(block, output)
             if text[block.start:block.end] != new:

@@ -150,10 +150,11 @@ def _rich_broken_pipe_raises() -> None:
     Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
 
 
-def overlay_notice(where: str = "over every stack file") -> str | None:
+def overlay_notice(where: str = "over every stack file", stack: str | None = None) -> str | None:
     """The line a command that reads stack config prints first while ``KIMI_DEPLOY_CONFIG_OVERLAY``
-    is set: which keys it sets and that `pulumi up` never reads it; None when unset, or when it is
-    not valid JSON (the command then refuses it in one line of its own)."""
+    is set: which keys it sets (with ``stack``, those it sets for that stack: keys scoped to other
+    stacks are not named) and that `pulumi up` never reads it; None when unset, or when it is not
+    valid JSON (the command then refuses it in one line of its own)."""
     from components.core.config import ConfigError, config_overlay
     from components.core.config.stack_file import CONFIG_OVERLAY_ENV, overlay_keys
 
@@ -163,7 +164,8 @@ def overlay_notice(where: str = "over every stack file") -> str | None:
         return None
     if extra is None:
         return None
-    keys = ", ".join(overlay_keys(extra)) or "nothing (an empty object)"
+    keys = ", ".join(overlay_keys(extra, stack)) or (
+        "nothing (an empty object)" if stack is None or not extra else "nothing for this stack (its keys name other stacks)")
     return (f"note: {CONFIG_OVERLAY_ENV} is active: {keys} set {where} (offline commands only; `pulumi up` reads "
             "the stack file alone)")
 
@@ -179,7 +181,7 @@ def print_overlay_notice(where: str = "over every stack file", *, stack: str | N
         if not (STACKS_DIR / f"Pulumi.{stack}.yaml").is_file():
             return
         where = f"over stacks/Pulumi.{stack}.yaml"
-    notice = overlay_notice(where)
+    notice = overlay_notice(where, stack)
     if notice:
         print(notice, file=file or sys.stderr, flush=True)
 

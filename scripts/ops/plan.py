@@ -239,7 +239,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "generated_at": format_utc(now),
         # The keys KIMI_DEPLOY_CONFIG_OVERLAY set over the stack file for this render ([] when
         # unset): the table and Markdown say so in their first line (``overlay_line``).
-        "config_overlay": list(overlay_keys(extra)) if (extra := config_overlay()) is not None else [],
+        "config_overlay": list(overlay_keys(extra, stack)) if (extra := config_overlay()) is not None else [],
         **scaling_section(spec, sizing),
         **_scraping_section(spec),
         **_time_to_ready_section(spec, sizing, steps),

@@ -584,8 +584,8 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
 REPLACED_KEYS: Mapping[str, str] = MappingProxyType(
     {
         "network.apiServerPrivateOnly": "was replaced by network.apiServerAccess: public-cidrs (with "
-        "network.apiServerPublicCidrs) or private (with network.vpcId and network.apiServerPrivateCidrs); docs/aws.md, "
-        "\"How pulumi reaches the cluster\"",
+        "network.apiServerPublicCidrs) or private (with network.vpcId and network.apiServerPrivateCidrs); "
+        'docs/aws.md, "How pulumi reaches the cluster"',
     }
 )
 
