@@ -326,3 +326,29 @@ def test_a_failed_step_is_named_with_its_error_in_the_last_line_and_kept_for_the
     assert result.stderr.strip().splitlines()[-1] == (
         f"kimi-weights: failed at: setup (exit 1): {NVME_RAID0_HOST_PATH} is not mounted: systemctl status "
         "kimi-nvme-raid0.service")
+
+
+def test_no_value_becomes_shell_syntax_in_the_weights_script(monkeypatch):
+    """Every message line of the weights script is one quoted word, whatever a source or path holds:
+    a step whose source carries a quote and a command substitution (values the config refuses today,
+    tests/test_config_inputs.py) stays text; `bash -n` accepts the script and nothing runs."""
+    import dataclasses
+
+    captured: list[userdata.Ec2BootConfig] = []
+    real = userdata.weights_script
+    monkeypatch.setattr(userdata, "weights_script", lambda cfg: captured.append(cfg) or real(cfg))
+    from components.core.config import read_stack_config
+    from components.plan_engine import run_program
+    from tests.conftest import FIXED_NOW
+
+    run_program(read_stack_config("b300"), stack="b300", secrets=TEST_SECRETS, now=FIXED_NOW)
+    cfg = captured[0]
+    hostile = "s3://b/m';echo INJECTED-$(id -un);'"
+    steps = [dataclasses.replace(s, source=hostile, dest=s.dest + "'$(id)") for s in cfg.sync_steps]
+    script = real(dataclasses.replace(cfg, sync_steps=steps))
+    assert subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True).returncode == 0
+    messages = [line for line in script.splitlines() if line.lstrip().startswith(("echo ", "st ")) and "kimi-weights:" in line]
+    assert any(hostile in shlex.split(line)[1] for line in messages)
+    for line in messages:
+        words = shlex.split(line)
+        assert len(words) == 2 and words[0] in ("echo", "st"), line  # one word: nothing is substituted or split

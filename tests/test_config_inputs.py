@@ -93,7 +93,6 @@ def test_extra_args_tp_names_where_the_layout_comes_from():
         ["--max-num-batched-tokens=8192"],
         ["--enable-chunked-prefill"],
         ["-dc", "{}"],  # --diffusion-config: an exact option wins over being a prefix of -dcp
-        ["-q", "fp8"],  # --quantization
         ["--compilation-config.mode", "3"],
         ["--override-generation-config", '{"temperature": 0.6}'],
         ["--middleware", "my.Extra"],  # appended after the API guard, not in place of it
@@ -102,6 +101,20 @@ def test_extra_args_tp_names_where_the_layout_comes_from():
 def test_extra_args_accept_options_the_toolkit_does_not_own(args):
     spec = accept(with_extra(args))
     assert spec.config.vllm.extra_args == tuple(args)
+
+
+@pytest.mark.parametrize("args,dest", [
+    (["--load-format", "dummy"], "load_format"), (["--uds", "/tmp/vllm.sock"], "uds"), (["-q", "fp8"], "quantization"),
+    (["--quantization=fp8"], "quantization"), (["--dtype", "float32"], "dtype"), (["--attention-config", "{}"],
+                                                                                  "attention_config"),
+    (["-ac.backend", "FLASHMLA_SPARSE"], "attention_config"), (["--attention-backend", "TRITON_MLA"], "attention_backend"),
+    (["--data-parallel-size-local", "2"], "data_parallel_size_local"), (["-dpl", "2"], "data_parallel_size_local"),
+    (["--dcp-comm-backend", "ag_rs"], "dcp_comm_backend"), (["--load_format", "dummy"], "load_format"),
+])
+def test_extra_args_that_replace_what_the_plan_sized_are_refused(args, dest):
+    """A loader, listener, number format or attention backend other than the one the plan sizes and
+    the probes reach (new-user trial: each was accepted and silently replaced the recipe's)."""
+    reject(with_extra(args), "vllm.extraArgs", f"vLLM's {dest}, which the toolkit owns")
 
 
 def test_extra_args_refuse_a_flag_and_value_in_one_item():
@@ -350,3 +363,74 @@ def test_yaml_merge_keys_are_read_as_the_pulumi_cli_reads_them(tmp_path):
 
 
 REPO_STACKS = __import__("pathlib").Path(__file__).resolve().parents[1] / "stacks"
+
+
+# --- S3 names that reach the node's shell and AWS's API --------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["m';echo INJECTED-$(id -un);'", "a$(id)x'y", "models/", "/models", "models//k3",
+                                    "models/../x", "mod els", "models;rm", "mödels", ""])
+def test_a_mirror_prefix_is_s3_safe_characters_only(prefix):
+    cfg = base("b300")
+    cfg["storage"] = {**cfg["storage"], "mirror": {**cfg["storage"]["mirror"], "prefix": prefix}}
+    reject(cfg, "storage.mirror.prefix", "letters, digits, '.', '_' and '-' joined by '/'")
+
+
+@pytest.mark.parametrize("prefix", ["models", "team-a/models_v2", "k3.1/weights"])
+def test_mirror_prefixes_people_use_pass(prefix):
+    cfg = base("b300")
+    cfg["storage"] = {**cfg["storage"], "mirror": {**cfg["storage"]["mirror"], "prefix": prefix}}
+    assert accept(cfg).config.storage.mirror.prefix == prefix
+
+
+@pytest.mark.parametrize("bucket,why", [("192.168.1.1", "IP address"), ("xn--bucket", "prefix xn--"),
+                                        ("bucket-s3alias", "suffix -s3alias"), ("my..bucket", "two adjacent periods"),
+                                        ("sthree-x", "prefix sthree-"), ("b--ol-s3", "suffix --ol-s3"),
+                                        ("Bucket", "lowercase"), ("ab", "3-63")])
+def test_bucket_names_s3_refuses_are_refused_naming_the_rule(bucket, why):
+    cfg = base("b300")
+    cfg["storage"] = {**cfg["storage"], "mirror": {**cfg["storage"]["mirror"], "create": False, "bucketName": bucket}}
+    reject(cfg, "storage.mirror.bucketName", why)
+
+
+def test_a_trial_ttl_outside_a_trial_is_refused_naming_the_environment():
+    cfg = base("b300")
+    cfg["environment"], cfg["trialTtlHours"] = "staging", 24  # 72, the default, is no setting
+    cfg["model"] = {**cfg["model"], "revision": "4f1e2d3c" * 5}
+    reject(cfg, "trialTtlHours", "is read only with environment trial", "this stack's environment is staging")
+
+
+def test_a_capacity_block_that_ends_before_the_trial_expires_is_said():
+    from datetime import UTC, datetime
+
+    cfg = base("gb300")  # a capacity block; the trial lives trialTtlHours after `pulumi up`
+    cfg["compute"] = {**cfg["compute"], "capacity": {**cfg["compute"]["capacity"], "endsAt": "2026-12-01T03:00:00Z"}}
+    spec = parse_spec(cfg, stack="t", now=datetime(2026, 12, 1, tzinfo=UTC))
+    assert any("terminated from 2026-12-01T02:30:00Z" in w and "before the trial expires (trialTtlHours 48 h" in w
+               for w in spec.warnings), spec.warnings
+
+
+def test_a_measured_kv_cache_smaller_than_one_sequence_is_refused():
+    """vLLM refuses to start when one max_model_len sequence does not fit (kv_cache_planning.py); a
+    measured count below it is a config error, not '0 x 1,048,576-token sequences (measured)'."""
+    from components.core.sizing import compute_sizing
+
+    cfg = base("b300")
+    cfg["vllm"] = {**cfg["vllm"], "kvCacheTokens": 1000}
+    with pytest.raises(ConfigError) as info:
+        compute_sizing(accept(cfg))
+    assert str(info.value).startswith("kimi-deploy:vllm.kvCacheTokens: 1000 holds fewer tokens than one ")
+    cfg["vllm"] = {**cfg["vllm"], "kvCacheTokens": 2_000_000}
+    assert compute_sizing(accept(cfg)).full_context_sequences >= 1
+
+
+@pytest.mark.parametrize("stack,key,value,fragment", [
+    ("b300", "network.allowedCidrs", ["1.2.3.4"], "write its prefix length (e.g. 1.2.3.4/32)"),
+    ("b300", "network.allowedCidrs", ["10.0.0.0/8", "10.0.0.0/8"], "is listed twice"),
+    ("gb300", "network.apiServerPublicCidrs", ["198.51.100.7"], "write its prefix length (e.g. 198.51.100.7/32)"),
+])
+def test_cidr_blocks_aws_would_refuse_are_refused_before_pulumi_up(stack, key, value, fragment):
+    cfg = base(stack)
+    section, name = key.split(".")
+    cfg[section] = {**cfg.get(section, {}), name: value}
+    reject(cfg, key, fragment)

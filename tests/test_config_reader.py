@@ -559,3 +559,23 @@ def test_load_stack_refuses_an_overlay_that_cannot_be_set(monkeypatch):
         "KIMI_DEPLOY_CONFIG_OVERLAY: 'kimi-deploy:compute.capacity.type.odcr' cannot be set: kimi-deploy:compute.capacity.type "
         "is the text 'odcr' in the stack file, not a map (`pulumi config set --path` refuses it too)"
     )
+
+
+@pytest.mark.parametrize("key,value", [("aws:secretKey", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+                                       ("aws:token", "FwoGZXIvYXdzEXAMPLE"),
+                                       ("kubernetes:kubeconfig", "apiVersion: v1\nkind: Config\nusers:\n- user: {token: abc}\n")])
+def test_a_provider_credential_in_plain_text_is_refused_without_its_value(key, value):
+    from components.core.config_reader import read_config_strings
+
+    with pytest.raises(ConfigError) as info:
+        read_config_strings({key: value}, frozenset())
+    message = str(info.value)
+    assert message.startswith(f"{key}: '[plaintext]' is a credential") and "--secret" in message and "\n" not in message
+    assert value.splitlines()[0] not in message
+    read_config_strings({key: value}, frozenset({key}))  # as a secret it is the provider's business
+
+
+def test_a_kubeconfig_path_is_not_a_credential():
+    from components.core.config_reader import read_config_strings
+
+    read_config_strings({"kubernetes:kubeconfig": "~/.kube/team-config"}, frozenset())

@@ -52,7 +52,8 @@ def test_check_names_a_stale_block_and_write_refreshes_it(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "exited 1, the marker expects 3" in run.stdout + run.stderr
     # A command missing from PATH behind a pipe (bash exits 127, the pipeline 0) is never written as output.
-    block = "<!-- output: no-such-kimi-command --help | cat -->\n```\n$ no-such-kimi-command --help | cat\n```\n<!-- end output -->\n"
+    block = ("<!-- output: no-such-kimi-command --help | cat -->\n```\n$ no-such-kimi-command --help | cat\n```\n"
+             "<!-- end output -->\n")
     page.write_text(block)
     run = subprocess.run([sys.executable, "scripts/dev/doc_blocks.py", "--write", str(page)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)

@@ -54,7 +54,7 @@ def test_a_docker_without_its_daemon_is_skipped_and_podman_is_used(bindir, capsy
     assert f"  runtime: podman ({podman}); skipped docker: {NO_DAEMON}" in out.splitlines()
     assert "cannot be pulled" in out.splitlines()[-1] and "manifest unknown" in out.splitlines()[-1]
     assert [c for c in fake_runtime.calls(bindir) if c[0] == "docker"] == [["docker", "info", "--format", "{{json .}}"]]
-    assert ["podman", "pull", "vllm/vllm-openai:v0.34.0"] in fake_runtime.calls(bindir)
+    assert ["podman", "pull", "docker.io/vllm/vllm-openai:v0.34.0"] in fake_runtime.calls(bindir)
     code, out, _ = _verify(capsys, "--image", "vllm/vllm-openai:v0.34.0", "--stack", "b300", "--json")
     runtime = json.loads(out)["runtime"]
     assert runtime == {"name": "podman", "path": str(podman), "skipped": [{"name": "docker", "why": NO_DAEMON}]}

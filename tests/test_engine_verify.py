@@ -172,8 +172,14 @@ def test_run_command_mounts_the_check_read_only_with_no_network_and_the_images_p
     assert cmd[:3] == ["/usr/bin/docker", "run", "--rm"] and "-i" in cmd
     assert cmd[cmd.index("--network") + 1] == "none" and cmd[cmd.index("--entrypoint") + 1] == "python3"
     assert cmd[cmd.index("-v") + 1] == f"/tmp/chk:{engine_verify.CHECK_MOUNT}:ro"
-    assert cmd[-2:] == ["vllm/vllm-openai:v0.33.0", f"{engine_verify.CHECK_MOUNT}/engine_check.py"]
-    assert engine_verify.pull_command("podman", "x:y") == ["podman", "pull", "x:y"]
+    assert cmd[-2:] == ["docker.io/vllm/vllm-openai:v0.33.0", f"{engine_verify.CHECK_MOUNT}/engine_check.py"]
+    assert engine_verify.pull_command("podman", "x:y") == ["podman", "pull", "docker.io/library/x:y"]
+    # podman refuses a short name without unqualified-search registries: every runtime gets the full one.
+    for short, full in [("vllm/vllm-openai:v0.34.0", "docker.io/vllm/vllm-openai:v0.34.0"),
+                        ("rocm/vllm@sha256:" + "a" * 64, "docker.io/rocm/vllm@sha256:" + "a" * 64),
+                        ("127.0.0.1:5000/vllm/vllm-openai:v0.34.0", "127.0.0.1:5000/vllm/vllm-openai:v0.34.0"),
+                        ("public.ecr.aws/x/y:1", "public.ecr.aws/x/y:1"), ("localhost/x:1", "localhost/x:1")]:
+        assert engine_verify.qualified(short) == full
     assert engine_verify.inspect_command("docker", "x:y")[:3] == ["docker", "image", "inspect"]
 
 
@@ -246,12 +252,13 @@ if args[0] == "info":
         sys.exit(1)
     sys.exit(0)
 if args[0] == "pull":
-    if args[1] in pullable:
+    if args[1].removeprefix("docker.io/") in pullable:
         sys.exit(0)
     print(f"Error response from daemon: manifest for {{args[1]}} not found: manifest unknown", file=sys.stderr)
     sys.exit(1)
 if args[:2] == ["image", "inspect"]:
-    print(json.dumps(["docker.io/" + args[-1].split(":")[0] + "@sha256:" + "ab" * 32]))
+    ref = args[-1] if args[-1].startswith("docker.io/") else "docker.io/" + args[-1]
+    print(json.dumps([ref.split(":")[0] + "@sha256:" + "ab" * 32]))
     sys.exit(0)
 if args[0] == "run":
     src, dst, _ = args[args.index("-v") + 1].split(":")

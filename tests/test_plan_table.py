@@ -271,6 +271,11 @@ def test_plan_all_says_deployable_or_refused_once_per_stack():
         else:
             assert line.split(None, 1)[1] == "deployable", line
     assert "plan ok" not in proc.stdout
+    # --strict gates a CI job on every stack as on one: the same lines, exit 2 naming the refused stacks.
+    strict = subprocess.run([sys.executable, "scripts/ops/plan.py", "--all", "--strict", "--now", NOW], cwd=REPO_ROOT,
+                            env=_env_without_overlay(), capture_output=True, text=True, timeout=600)
+    assert strict.returncode == 2 and strict.stdout == proc.stdout
+    assert strict.stderr == "error: `pulumi up` refuses b300-prod, gb300, mi355x; exit 2 (--strict)\n"
 
 
 def test_verdict_of_a_deployable_and_a_leaking_plan(default_docs):

@@ -391,11 +391,11 @@ def test_engine_image_with_podman_on_path_and_a_docker_without_its_daemon(tmp_pa
     podman = fake_runtime.install(tmp_path, "podman", "answers")
     out = _cli("--stack", "mi355x", "--json", env={"PATH": str(tmp_path)}, runtime=None)
     check = _engine_image(out)
-    assert check["status"] == "fail" and "cannot be pulled" in check["reason"] and "manifest unknown" in check["reason"]
+    assert check["status"] == "fail" and "cannot be pulled" in check["reason"] and "reading manifest" in check["reason"]
     assert check["reason"].endswith("(runtime podman; skipped docker: Cannot connect to the Docker daemon at unix:///var/run/do...)")
     assert podman.is_file()
     pulls = [c for c in fake_runtime.calls(tmp_path) if c[1] == "pull"]
-    assert len(pulls) == 1 and pulls[0][0] == "podman" and pulls[0][2].startswith("vllm/vllm-openai-rocm:")
+    assert len(pulls) == 1 and pulls[0][0] == "podman" and pulls[0][2].startswith("docker.io/vllm/vllm-openai-rocm:")
     forced = _cli("--stack", "mi355x", "--json", env={"PATH": str(tmp_path)}, runtime="docker")
     assert forced.returncode == 2 and forced.stdout == "" and forced.stderr.count("\n") == 1
     assert forced.stderr.startswith("error: --runtime: no container runtime (docker) answers (docker: Cannot connect")

@@ -375,8 +375,8 @@ def weights_script(cfg: Ec2BootConfig) -> str:
         lines += [
             "at 'local copy check'",
             f"if {_q(sync_docker_command(cfg, check))}; then",
-            f"  echo 'kimi-weights: {check.dest} is complete and unchanged since verified: nothing fetched'",
-            f"  st 'kimi-weights: {check.dest} verified (local copy)'",
+            "  echo " + shlex.quote(f"kimi-weights: {check.dest} is complete and unchanged since verified: nothing fetched"),
+            "  st " + shlex.quote(f"kimi-weights: {check.dest} verified (local copy)"),
             "  exit 0",
             "fi",
         ]
@@ -386,11 +386,12 @@ def weights_script(cfg: Ec2BootConfig) -> str:
     # The publish step's --staging-dir (weights.STAGING_DIR) as seen from the host.
     lines.append(f"mkdir -p {NVME_RAID0_HOST_PATH}/{PurePosixPath(STAGING_DIR).relative_to(WEIGHTS_MOUNT_PATH)}")
     for step in cfg.sync_steps:
-        lines.append(f"at {step.name}")
-        lines.append(f"echo 'kimi-weights: {step.name}: {step.source} -> {step.dest}'")
+        # Every message is quoted as a whole: a source or path never becomes shell syntax on the node.
+        lines.append("at " + shlex.quote(step.name))
+        lines.append("echo " + shlex.quote(f"kimi-weights: {step.name}: {step.source} -> {step.dest}"))
         lines.append("out " + _q(sync_docker_command(cfg, step)))
     if cfg.sync_steps:
-        lines.append(f"st 'kimi-weights: {cfg.sync_steps[-1].dest} verified'")
+        lines.append("st " + shlex.quote(f"kimi-weights: {cfg.sync_steps[-1].dest} verified"))
     return "\n".join(lines) + "\n"
 
 

@@ -65,6 +65,9 @@ PROVIDER_NAMESPACES: dict[str, tuple[str, ...] | None] = {
     "random": (),
     "pulumi": None,  # engine settings (pulumi:tags, pulumi:template, ...): not checked
 }
+# Provider keys that hold credentials: Pulumi's provider docs set them with ``--secret``
+# (aws: secretKey, token; kubernetes: kubeconfig when it holds the file's contents, not a path).
+PROVIDER_CREDENTIAL_KEYS: tuple[str, ...] = ("aws:secretKey", "aws:token", "kubernetes:kubeconfig")
 # Shown for a value given as ``{secure: ...}`` offline (only its presence matters there).
 SECURE_PLACEHOLDER = "[secure]"
 
@@ -235,6 +238,12 @@ def read_config_strings(
                     shown,
                     f"is not a key of the {namespace} provider" + (did_you_mean(name, keys) or f" (keys: {', '.join(keys)})"),
                 )
+            if full_key in PROVIDER_CREDENTIAL_KEYS and full_key not in secret_full_keys and text not in (None, ""):
+                is_path = full_key == "kubernetes:kubeconfig" and "\n" not in text and not text.lstrip().startswith("{")
+                if not is_path:
+                    raise ConfigError(full_key, "[plaintext]", "is a credential and must be set with `pulumi config set "
+                                      "--secret` (never in plain text), or left unset for the environment's own "
+                                      "(AWS_PROFILE, KUBECONFIG)")
             if full_key == "aws:region":
                 values["region"] = text
             continue

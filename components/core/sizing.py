@@ -414,6 +414,19 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
     bytes_per_node = model.weights_bytes / spec.nodes_per_copy
     load = math.ceil(bytes_per_node / storage.read_bytes_per_second)
     max_len = vcfg.max_model_len or model.max_context_tokens
+    if tokens_dcp < max_len:
+        # vLLM 0.34.0 refuses to start when one sequence of max_model_len does not fit its KV cache
+        # (vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory: "To serve at least one request
+        # with the model's max seq len ...").
+        measured = vcfg.kv_cache_tokens is not None
+        raise ConfigError(
+            "vllm.kvCacheTokens" if measured else "vllm.maxModelLen",
+            vcfg.kv_cache_tokens if measured else max_len,
+            (f"holds fewer tokens than one {max_len:,}-token sequence (vllm.maxModelLen): vLLM refuses to start; "
+             "lower vllm.maxModelLen or measure again" if measured else
+             f"is more than the KV cache holds ({tokens_dcp:,} tokens, {kv_source}): vLLM refuses to start; lower "
+             "it or raise vllm.gpuMemoryUtilization"),
+        )
     price, price_source = gpu_usd_per_hour(spec)
     return Sizing(
         weights_bytes=model.weights_bytes,

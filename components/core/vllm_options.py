@@ -84,6 +84,22 @@ OWNED_DESTS: Mapping[str, OwnedDest] = MappingProxyType({
     ),
     "tool_call_parser": OwnedDest(("--tool-call-parser",), _MODEL),
     "reasoning_parser": OwnedDest(("--reasoning-parser",), _MODEL),
+    # What the plan sizes and the probes reach: the loader the weight-load time models, the TCP listener,
+    # the checkpoint's own number formats, the attention backend the KV layout is computed for
+    # (components/core/kv_layout.py), DCP's all-to-all backend. (--middleware is appended to: the API guard stays.)
+    "load_format": OwnedDest(("--load-format",), "the plan models the recipe's loader (fastsafetensors) over the "
+                                                  "synced weights; another loader serves or times something else"),
+    "uds": OwnedDest(("--uds",), "the server listens on TCP vllm.port, which the probes, the Service and validate reach"),
+    "quantization": OwnedDest(("--quantization", "-q"), "the checkpoint's own quantization (MXFP4), read from its config"),
+    "dtype": OwnedDest(("--dtype",), "the checkpoint's own dtype, read from its config"),
+    "attention_config": OwnedDest(("--attention-config", "-ac"),
+                                  "the attention backend the KV cache is sized for (vllm.indexerCacheDtype, "
+                                  "vllm.decodeContextParallelSize)"),
+    "attention_backend": OwnedDest(("--attention-backend",), "the attention backend the KV cache is sized for "
+                                                             "(vllm.decodeContextParallelSize picks the DCP one)"),
+    "data_parallel_size_local": OwnedDest(("--data-parallel-size-local", "-dpl"), _LAYOUT),
+    "dcp_comm_backend": OwnedDest(("--dcp-comm-backend",), "use vllm.decodeContextParallelSize: the toolkit sets the "
+                                                           "backend decode context parallel needs"),
     # A YAML file of flags read when the server starts: its settings cannot be checked here.
     "config": OwnedDest(("--config",), "write the flags themselves in vllm.extraArgs, where they are checked"),
 })

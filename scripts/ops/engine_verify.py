@@ -170,14 +170,27 @@ def usable_runtime() -> str | None:
     return chosen.path if chosen else None
 
 
+def qualified(image: str) -> str:
+    """``image`` with its registry named: a reference whose first component is not a registry host
+    (no ``.`` or ``:``, not ``localhost``) is Docker Hub's, written out as ``docker.io/[library/]``.
+    docker reads a short name so by itself; podman refuses one unless its registries.conf lists
+    unqualified-search registries ("short-name did not resolve"), so every runtime is given the
+    full name (the distribution reference grammar, github.com/distribution/reference
+    ``normalize.go``)."""
+    first, slash, rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if slash else f"docker.io/library/{image}"
+
+
 def pull_command(runtime: str, image: str) -> list[str]:
-    """``<runtime> pull IMAGE``."""
-    return [runtime, "pull", image]
+    """``<runtime> pull IMAGE`` (``qualified``)."""
+    return [runtime, "pull", qualified(image)]
 
 
 def inspect_command(runtime: str, image: str) -> list[str]:
-    """``<runtime> image inspect`` printing the image's registry digests as JSON."""
-    return [runtime, "image", "inspect", "--format", "{{json .RepoDigests}}", image]
+    """``<runtime> image inspect`` printing the image's registry digests as JSON (``qualified``)."""
+    return [runtime, "image", "inspect", "--format", "{{json .RepoDigests}}", qualified(image)]
 
 
 def run_command(runtime: str, image: str, check_dir: str) -> list[str]:
@@ -188,7 +201,7 @@ def run_command(runtime: str, image: str, check_dir: str) -> list[str]:
         "--entrypoint", "python3",
         "-e", "VLLM_TARGET_DEVICE=cpu", "-e", "HF_HUB_OFFLINE=1", "-e", "CUDA_VISIBLE_DEVICES=",
         "-v", f"{check_dir}:{CHECK_MOUNT}:ro",
-        image, f"{CHECK_MOUNT}/{CHECK_PROGRAMS[0]}",
+        qualified(image), f"{CHECK_MOUNT}/{CHECK_PROGRAMS[0]}",
     ]
 
 

@@ -1208,11 +1208,11 @@ def blocker_keys(doc: dict[str, Any]) -> str:
     return ", ".join(dict.fromkeys(b.split(": ", 1)[0] for b in doc["blockers"]))
 
 
-def plan_all(now: datetime, fmt: str) -> int:
+def plan_all(now: datetime, fmt: str, *, strict: bool = False) -> int:
     """``--all``: every stack's plan built (and serialized), one verdict line each (``verdict``),
     or with ``fmt == "json"`` a list of ``{stack, deployable, blockers, secret_leaks}``.
-    Exit 2 if a stack's config is invalid (the others still run), else 1 if a plan leaks a
-    secret, else 0."""
+    Exit 2 if a stack's config is invalid (the others still run), or with ``strict`` if `pulumi up`
+    refuses a stack (as ``--strict`` on one stack); else 1 if a plan leaks a secret, else 0."""
     names = stack_names()
     width = max(len(n) for n in names)
     results: list[dict[str, Any]] = []
@@ -1235,6 +1235,10 @@ def plan_all(now: datetime, fmt: str) -> int:
             print(f"{name:<{width}}  {verdict(doc)}", flush=True)
     if fmt == "json":
         print(json.dumps(results, indent=2))
+    refused = [r["stack"] for r in results if "deployable" in r and not r["deployable"]]
+    if strict and refused and code != 2:
+        print(f"error: `pulumi up` refuses {', '.join(refused)}; exit 2 (--strict)", file=sys.stderr)
+        return 2
     return code
 
 
@@ -1248,7 +1252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "stack (see --help)", file=sys.stderr)
                 return 2
             print_overlay_notice()
-            return plan_all(now, args.format)
+            return plan_all(now, args.format, strict=args.strict)
         if args.diff_against:
             from scripts.ops import plan_diff
 

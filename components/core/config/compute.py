@@ -4,7 +4,7 @@ the capacity it comes from (on-demand, ODCR, capacity block, UltraServer blocks)
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ..platforms import platform_profile
 from ..targets import AWS_REGIONS, InstanceFacts, TargetProfile
@@ -235,6 +235,13 @@ def check_capacity_block_end(raw: RawConfig, now: datetime, expires_at: datetime
             warnings.append(
                 f"the capacity block's instances are terminated from {format_utc(usable)} ({window} {format_utc(ends)}), "
                 f"before the stack expires at {format_utc(expires_at)}"
+            )
+        elif expires_at is None and raw.environment == "trial" and usable < now + timedelta(hours=raw.trial_ttl_hours):
+            # A trial without expiresAt expires trialTtlHours after its first `pulumi up` (now, for a first deploy).
+            warnings.append(
+                f"the capacity block's instances are terminated from {format_utc(usable)} ({window} {format_utc(ends)}), "
+                f"before the trial expires (trialTtlHours {raw.trial_ttl_hours} h after a `pulumi up` now: "
+                f"{format_utc(now + timedelta(hours=raw.trial_ttl_hours))})"
             )
 
 

@@ -26,8 +26,13 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
         ConfigError: the first invalid value, one line.
     """
     provisions_aws = platform_profile(raw.platform).provisions_aws
+    seen: set[tuple[str, str]] = set()
     for i, cidr in enumerate(raw.network.allowed_cidrs + raw.kubernetes.allowed_cidrs):
         key = "network.allowedCidrs" if i < len(raw.network.allowed_cidrs) else "kubernetes.allowedCidrs"
+        check_block_notation(key, cidr)
+        if (key, cidr) in seen:  # one ingress rule per block: a second is a duplicate resource name
+            raise ConfigError(key, cidr, "is listed twice (each block once)")
+        seen.add((key, cidr))
         try:
             net = ipaddress.ip_network(cidr, strict=True)
         except ValueError:
@@ -223,6 +228,7 @@ def _ipv4_block(key: str, cidr: str) -> ipaddress.IPv4Network:
         ConfigError: not a CIDR block, IPv6 (the cluster and the VPC are IPv4; EKS accepts only
             IPv4 blocks in an IPv4 cluster's publicAccessCidrs), or broader than /8.
     """
+    check_block_notation(key, cidr)
     try:
         net = ipaddress.ip_network(cidr, strict=True)
     except ValueError:
@@ -365,3 +371,14 @@ def check_cluster_cidrs(raw: RawConfig) -> None:
             "is required with kubernetes.allowedCidrs: name the cluster's pod and node address ranges, which the "
             "NetworkPolicy excludes from those blocks (an ipBlock admits every pod whose address it covers)",
         )
+
+
+def check_block_notation(key: str, cidr: str) -> None:
+    """``cidr`` is written as a block, address and prefix length: Python reads a bare address as
+    its /32, AWS refuses it (``cidrIpv4`` and EKS's ``publicAccessCidrs`` take CIDR notation).
+
+    Raises:
+        ConfigError: no ``/`` in ``cidr``.
+    """
+    if isinstance(cidr, str) and "/" not in cidr:
+        raise ConfigError(key, cidr, f"is an address, not a CIDR block: write its prefix length (e.g. {cidr}/32)")

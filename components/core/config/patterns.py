@@ -16,6 +16,35 @@ AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|-[a-z]+-\d[a-z])$")
 # An EC2 security group id (sg- and 8 or 17 hex digits).
 SECURITY_GROUP_RE = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# S3's general purpose bucket naming rules beyond the characters (S3 User Guide, "General purpose bucket
+# naming rules"): no two adjacent periods, not an IP address, reserved prefixes and suffixes.
+BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+_IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+# One S3 key prefix: segments of the characters S3 calls safe for object keys, less the shell-hostile
+# ones (S3 User Guide, "Naming Amazon S3 objects": alphanumerics, - _ .), joined by '/'.
+S3_KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid general purpose S3 bucket name (one clause), or None.
+
+    Source: S3 User Guide, "General purpose bucket naming rules" (3-63 characters of lowercase
+    letters, digits, '.' and '-', starting and ending with a letter or digit; no '..'; not an IPv4
+    address; not the reserved prefixes and suffixes above)."""
+    if not BUCKET_RE.match(name):
+        return "is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens; a letter or digit first and last)"
+    if ".." in name:
+        return "is not a valid S3 bucket name (two adjacent periods)"
+    if _IPV4_RE.match(name):
+        return "is not a valid S3 bucket name (formatted as an IP address)"
+    for prefix in BUCKET_RESERVED_PREFIXES:
+        if name.startswith(prefix):
+            return f"is not a valid S3 bucket name (the prefix {prefix} is reserved)"
+    for suffix in BUCKET_RESERVED_SUFFIXES:
+        if name.endswith(suffix):
+            return f"is not a valid S3 bucket name (the suffix {suffix} is reserved)"
+    return None
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Kubernetes label values (also valid AWS tag values): the owner is both.
 LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")

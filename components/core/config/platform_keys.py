@@ -80,6 +80,9 @@ _FSX = ("fsx_available",)
 _FSX_KINDS = ("fsx", "nvme-from-fsx")
 
 KEY_READERS: tuple[KeyReaders, ...] = (
+    # lifecycle: only a trial expires (the sweeper tears it down); staging and prod live until destroyed.
+    KeyReaders("trialTtlHours", (), "the trial's expiry, which the sweeper acts on", when=(("environment", ("trial",)),),
+               instead="remove it (only a trial expires; expiresAt is refused outside trials too)"),
     # compute: the AWS instances, how they are bought and booted (components/aws).
     KeyReaders("compute.availabilityZone", _AWS, "the zone of the GPU subnets and FSx"),
     KeyReaders("compute.efa", _AWS, "EFA interfaces of the GPU instances"),

@@ -6,7 +6,7 @@ from .. import fsx
 from ..platforms import platform_profile
 from ..targets import InstanceFacts
 from .errors import ConfigError, check_choice
-from .patterns import BUCKET_RE
+from .patterns import S3_KEY_PREFIX_RE, bucket_name_problem
 from .raw import RawConfig
 
 
@@ -66,12 +66,9 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
                 "is not valid (1500, 3000, 6000, 12000, then multiples of 12000 up to 192000)",
             )
     mirror = st.mirror
-    if mirror.bucket_name is not None and not BUCKET_RE.match(mirror.bucket_name):
-        raise ConfigError(
-            "storage.mirror.bucketName",
-            mirror.bucket_name,
-            "is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)",
-        )
+    bucket_problem = None if mirror.bucket_name is None else bucket_name_problem(mirror.bucket_name)
+    if bucket_problem:
+        raise ConfigError("storage.mirror.bucketName", mirror.bucket_name, bucket_problem)
     if not mirror.create and mirror.enabled and not mirror.bucket_name:
         raise ConfigError(
             "storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)"
@@ -101,8 +98,11 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
         raise ConfigError(
             "storage.mirror.enabled", False, f"must be true for storage.kind {st.kind} (FSx imports the weights from the mirror)"
         )
-    if not mirror.prefix or mirror.prefix.startswith("/") or ".." in mirror.prefix.split("/"):
-        raise ConfigError("storage.mirror.prefix", mirror.prefix, "must be a relative S3 key prefix without '..'")
+    if not S3_KEY_PREFIX_RE.match(mirror.prefix or "") or ".." in mirror.prefix.split("/"):
+        # The prefix reaches the node's shell scripts and URIs: S3-safe characters only, no quoting needed anywhere.
+        raise ConfigError("storage.mirror.prefix", mirror.prefix,
+                          "must be a relative S3 key prefix: segments of letters, digits, '.', '_' and '-' joined by "
+                          "'/' (no leading, trailing or doubled '/', no '..')")
     if mirror.endpoint_url is not None:
         check_endpoint_url(mirror.endpoint_url)
     check_read_gbps(raw, instance, instance_type, needed)
