@@ -378,7 +378,13 @@ def check_block_notation(key: str, cidr: str) -> None:
     its /32, AWS refuses it (``cidrIpv4`` and EKS's ``publicAccessCidrs`` take CIDR notation).
 
     Raises:
-        ConfigError: no ``/`` in ``cidr``.
+        ConfigError: ``cidr`` is a bare IP address (anything else is the caller's to refuse).
     """
-    if isinstance(cidr, str) and "/" not in cidr:
-        raise ConfigError(key, cidr, f"is an address, not a CIDR block: write its prefix length (e.g. {cidr}/32)")
+    if not isinstance(cidr, str) or "/" in cidr:
+        return
+    try:
+        address = ipaddress.ip_address(cidr)
+    except ValueError:
+        return  # not an address either: the caller's "is not a CIDR block" says so
+    raise ConfigError(key, cidr, f"is an address, not a CIDR block: write its prefix length (e.g. {cidr}/"
+                                 f"{address.max_prefixlen})")
