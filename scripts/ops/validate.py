@@ -1786,6 +1786,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.model.strip():
+        raise UsageError(f"--model: {args.model!r} is empty; give the served model name clients send (model.servedModelName)")
     check_base_url(args.base_url)
     shown_url = mask_url(args.base_url)
     checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
