@@ -302,6 +302,21 @@ def test_plan_json_carries_scaling_and_the_table_rows(tmp_path):
             r"autoscaling.schedule.0.start: '8 \* \* 1-5' is not a 5-field cron expression",
         ),
         (
+            {"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3,
+                                         "schedule": [{"start": "61 8 * * 1-5", "end": "0 20 * * 1-5"}]}},
+            r"autoscaling.schedule.0.start: '61 8 \* \* 1-5' has minute 61, outside 0-59",
+        ),
+        (
+            {"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3,
+                                         "schedule": [{"start": "0 8 * * 1-7", "end": "0 20 * * 1-5"}]}},
+            r"autoscaling.schedule.0.start: '0 8 \* \* 1-7' has day-of-week 7, outside 0-6",
+        ),
+        (
+            {"kimi-deploy:autoscaling": {"enabled": True, "maxReplicas": 3,
+                                         "schedule": [{"start": "0 8 * * 1-5", "end": "0  8 * * 1-5"}]}},
+            r"autoscaling.schedule.0.end: '0  8 \* \* 1-5' equals its start",
+        ),
+        (
             {
                 "kimi-deploy:autoscaling": {
                     "enabled": True,

@@ -434,3 +434,36 @@ def test_cidr_blocks_aws_would_refuse_are_refused_before_pulumi_up(stack, key, v
     section, name = key.split(".")
     cfg[section] = {**cfg.get(section, {}), name: value}
     reject(cfg, key, fragment)
+
+
+@pytest.mark.parametrize("namespace", ["default", "kube-system", "kube-public", "kube-node-lease"])
+def test_a_namespace_the_cluster_owns_is_refused(namespace):
+    """The stack creates its namespace and deletes it on destroy (new-user trial: kube-system accepted)."""
+    cfg = base("mi355x")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "namespace": namespace}
+    reject(cfg, "kubernetes.namespace", "is one the cluster owns", "deletes it on `pulumi destroy`")
+
+
+@pytest.mark.parametrize("path", ["/etc", "/root/nvme", "/proc", "/usr/local/nvme", "/tmp/x", "/boot"])
+def test_an_nvme_host_path_in_a_system_directory_is_refused(path):
+    cfg = base("mi355x")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "nvmeHostPath": path}
+    reject(cfg, "kubernetes.nvmeHostPath", "lies in the host's system directory")
+
+
+@pytest.mark.parametrize("path", ["/mnt/nvme", "/local/nvme0", "/data", "/var/lib/nvme", "/opt/raid0"])
+def test_nvme_host_paths_people_use_pass(path):
+    cfg = base("mi355x")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "nvmeHostPath": path}
+    assert accept(cfg).config.kubernetes.nvme_host_path == path
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("usdPerHour", 100, "use compute.usdPerHour (on-demand and ODCR instances bill at the on-demand rate)"),
+    ("endsAt", "2026-12-10T00:00:00Z", "'2026-12-10T00:00:00Z' is read only with compute.capacity.type capacity-block"),
+])
+def test_capacity_block_keys_off_a_capacity_block_are_refused(key, value, fragment):
+    """New-user trial: a block price on an on-demand stack was used and labelled a capacity block price."""
+    cfg = base("b300")
+    cfg["compute"] = {**cfg.get("compute", {}), "capacity": {"type": "on-demand", key: value}}
+    reject(cfg, f"compute.capacity.{key}", fragment)

@@ -579,3 +579,18 @@ def test_a_kubeconfig_path_is_not_a_credential():
     from components.core.config_reader import read_config_strings
 
     read_config_strings({"kubernetes:kubeconfig": "~/.kube/team-config"}, frozenset())
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ('{"stacks": {"gb30": {"kimi-deploy:owner": "x"}}}', "'stacks.gb30' names no stack file in stacks/"),
+    ('{"kimi-deploy:owner": "a", "kimi-deploy:owner": "b"}', "'kimi-deploy:owner' is a key given twice"),
+])
+def test_an_overlay_that_would_apply_silently_wrong_is_one_line(monkeypatch, text, fragment):
+    """A misspelt stack in the overlay's "stacks" would set nothing; a key given twice, json keeps the last."""
+    from components.core.config.stack_file import config_overlay
+
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", text)
+    with pytest.raises(ConfigError) as info:
+        config_overlay()
+    assert str(info.value).startswith("KIMI_DEPLOY_CONFIG_OVERLAY: ") and fragment in str(info.value)
+    assert "\n" not in str(info.value)

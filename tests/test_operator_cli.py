@@ -321,3 +321,29 @@ def test_a_misspelt_flag_gets_the_nearest_and_a_bare_value_is_never_echoed():
     assert "did you mean" not in _cli.usage_message("unrecognized arguments: --zzzz x", options)
     out = _run([sys.executable, "-m", "scripts.cli", "plan", "gb300"])
     assert out.returncode == 2 and "gb300" not in out.stderr and "--stack NAME" in out.stderr
+
+
+@pytest.mark.parametrize("how", ["stdout", "--output", "json"])
+def test_an_output_that_cannot_be_written_is_one_line_not_a_traceback(how, tmp_path):
+    """A full disk (here /dev/full, which refuses every write with ENOSPC): one line and exit 1."""
+    argv = [sys.executable, "-m", "scripts.cli", "plan", "--stack", "b300", "--now", "2026-12-01T00:00:00Z"]
+    argv += {"stdout": [], "--output": ["--output", "/dev/full"], "json": ["--format", "json"]}[how]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(argv, cwd=REPO_ROOT, stdout=full if how != "--output" else subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    err = without_overlay_notice(subprocess.CompletedProcess(argv, proc.returncode, "", proc.stderr)).stderr
+    assert proc.returncode == 1 and err == "error: cannot write the output: No space left on device\n", err
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["plan", "--stack", "b300", "--diff-against", ""], "error: --diff-against: '' is empty"),
+    (["plan", "--stack", "b300", "--output", " "], "error: --output: ' ' is empty"),
+    (["validate", "--base-url", "http://127.0.0.1:9/v1", "--model", ""], "error: --model: '' is empty"),
+])
+def test_an_empty_flag_value_is_refused_not_read_as_unset(argv, fragment):
+    """New-user trial: --diff-against '' printed a plain plan, --output '' wrote to stdout, --model '' was sent."""
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "KIMI_API_KEY": "x"})
+    proc = without_overlay_notice(proc)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith(fragment), proc.stderr
+    assert proc.stderr.count("\n") == 1

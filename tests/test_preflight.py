@@ -904,3 +904,12 @@ def test_a_stack_pulumi_up_refuses_fails_preflight():
     assert report["result"].startswith("FAILED (1 failed")
     with_build = _cli("--stack", "mi355x", "--json")
     assert {c["name"]: c["status"] for c in json.loads(with_build.stdout)["checks"]}["deployable"] == "pass"
+
+
+def test_only_offline_checks_need_no_aws_credentials(no_credentials):
+    """--only deployable needs nothing of AWS: its pass is the verdict, not 'no AWS credentials'
+    (new-user trial: exit 2 after the one check it ran had passed)."""
+    out = _cli("--stack", "b300", "--json", "--only", "deployable", env=no_credentials)
+    doc = json.loads(out.stdout)
+    assert out.returncode == 0 and doc["error"] is None, out.stderr
+    assert [c["name"] for c in doc["checks"] if c["status"] != "skip"] == ["deployable"]

@@ -485,3 +485,89 @@ def test_a_finish_reason_on_the_last_call_delta_is_read():
     assert {n: results[n].status for n in ("stream-tools", "stream-silence", "concurrent-tools", "tool-reliability")} == {
         "stream-tools": "pass", "stream-silence": "pass", "concurrent-tools": "pass", "tool-reliability": "pass"}, {
         n: r.reason for n, r in results.items()}
+
+
+# --- redirects and error bodies ----------------------------------------------------------------------
+
+
+class _Recorder:
+    """Two plain HTTP servers on 127.0.0.1: ``front`` lists the model and answers every other request
+    with ``status`` (a redirect to ``elsewhere``, or an error with a body); ``elsewhere`` records
+    what reaches it (a redirect followed with the key would arrive there)."""
+
+    def __init__(self, status: int):
+        import http.server
+        import threading
+
+        self.elsewhere_hits: list[dict[str, str]] = []
+        recorder = self
+
+        class Elsewhere(http.server.BaseHTTPRequestHandler):
+            def _any(self):
+                recorder.elsewhere_hits.append(dict(self.headers))
+                self.send_response(200)
+                self.end_headers()
+
+            do_GET = do_POST = do_PUT = do_DELETE = _any
+
+            def log_message(self, *args):
+                pass
+
+        class Front(http.server.BaseHTTPRequestHandler):
+            def _any(self):
+                if self.command == "GET" and self.path == "/v1/models":
+                    body = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                elif status == 302:
+                    body = b""
+                    self.send_response(302)
+                    self.send_header("Location", f"http://127.0.0.1:{recorder.elsewhere.server_port}/steal")
+                else:
+                    body = b'{"error": "engine dead: CUDA error"}'
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _any
+
+            def log_message(self, *args):
+                pass
+
+        self.front = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Front)
+        self.elsewhere = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+        for server in (self.front, self.elsewhere):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.front.server_port}/v1"
+
+    def close(self):
+        for server in (self.front, self.elsewhere):
+            server.shutdown()
+            server.server_close()
+
+
+def test_a_redirect_is_reported_and_never_followed_with_the_key():
+    """New-user trial: a 302 was followed (the POST turned into a GET) and blamed on the server's
+    flags; urllib's auth probe would have sent the key to wherever it pointed."""
+    recorder = _Recorder(302)
+    try:
+        proc = _cli("--base-url", recorder.base_url, "--model", MODEL, "--checks", "auth,tools", "--json")
+    finally:
+        recorder.close()
+    assert "Traceback" not in proc.stderr, proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["tools"]["status"] == "fail" and "HTTP 302, a redirect to http://127.0.0.1:" in checks["tools"]["reason"]
+    assert "does not follow it" in checks["tools"]["reason"]
+    assert recorder.elsewhere_hits == []  # nothing followed the redirect, with or without the key
+
+
+def test_an_error_status_shows_the_start_of_the_servers_body():
+    recorder = _Recorder(500)
+    try:
+        proc = _cli("--base-url", recorder.base_url, "--model", MODEL, "--checks", "tools", "--json")
+    finally:
+        recorder.close()
+    tools = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}["tools"]
+    assert tools["status"] == "fail" and "HTTP 500: engine dead: CUDA error" in tools["reason"], tools

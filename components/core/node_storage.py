@@ -39,6 +39,10 @@ NODE_STATE_PATHS: tuple[str, ...] = (
     "/var/lib/kubelet", "/var/lib/containerd", "/var/lib/soci-snapshotter-grpc", "/run/containerd", "/var/log",
     "/etc/kubernetes", "/etc/eks",
 )
+# The host's own system directories (Filesystem Hierarchy Standard 3.0, "The Root Filesystem"; /proc and
+# /sys are kernel interfaces, /tmp is often tmpfs): never where a 1.56 TB array is mounted.
+SYSTEM_DIRS: tuple[str, ...] = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin",
+                                "/sys", "/tmp", "/usr")
 # The directory kimi-deploy owns below the NVMe root, and its parts.
 KIMI_NODE_DIR = "kimi-deploy"
 WEIGHTS_SUBDIR = "weights"
@@ -85,6 +89,12 @@ def state_containing(host_path: str) -> str | None:
     return next((state for state in NODE_STATE_PATHS if _within(path, PurePosixPath(state))), None)
 
 
+def system_dir_containing(host_path: str) -> str | None:
+    """The first of ``SYSTEM_DIRS`` that ``host_path`` lies in (or is), else None."""
+    path = PurePosixPath(host_path)
+    return next((d for d in SYSTEM_DIRS if _within(path, PurePosixPath(d))), None)
+
+
 def exposed_node_state(host_path: str, nvme_root: str) -> str | None:
     """The node state a hostPath volume of ``host_path`` would expose: the first of
     ``node_state_paths(nvme_root)`` that lies inside it (the volume holds it) or contains it (the
@@ -98,6 +108,8 @@ def exposed_node_state(host_path: str, nvme_root: str) -> str | None:
 
 
 __all__ = [
+    "SYSTEM_DIRS",
+    "system_dir_containing",
     "ENGINE_CACHE_SUBDIR", "KIMI_NODE_DIR", "NODE_STATE_PATHS", "RAID0_BIND_MOUNTS", "STAGING_SUBDIR", "WEIGHTS_SUBDIR",
     "NodeDirs", "exposed_node_state", "node_dirs", "node_state_paths", "state_containing",
 ]

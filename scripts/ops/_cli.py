@@ -16,6 +16,7 @@ Importing this module first (every script does, before any third-party import) i
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -92,6 +93,10 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+# errno values of a failed write to a file or terminal (errno(3)): reported in one line, not a traceback.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Run ``main(argv)`` and map user mistakes to exit 2 with one line on stderr.
 
@@ -120,6 +125,13 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     except BrokenPipeError:
         _stdout_to_devnull()
         return EXIT_OK
+    except OSError as err:
+        # The output could not be written (a full disk, a quota, /dev/full, a read-only file): one line.
+        if err.errno not in _WRITE_ERRNOS:
+            raise
+        _stdout_to_devnull()
+        print(f"error: cannot write the output: {err.strerror or err}", file=sys.stderr)
+        return 1
 
 
 def _stdout_to_devnull() -> None:

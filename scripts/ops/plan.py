@@ -1244,6 +1244,11 @@ def plan_all(now: datetime, fmt: str, *, strict: bool = False) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    for flag, value in (("--diff-against", args.diff_against), ("--output", args.output)):
+        if value is not None and not value.strip():  # read as unset it would silently do something else
+            print(f"error: {flag}: {value!r} is empty; give a {'git ref' if flag == '--diff-against' else 'file'} or "
+                  "leave the flag out", file=sys.stderr)
+            return 2
     try:
         now = _parse_now(args.now)
         if args.all:

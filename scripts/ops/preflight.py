@@ -1600,9 +1600,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = list(clients.notes) if clients else []
     # Nothing checked is no green light: no credentials or no endpoint is exit 2, not 0 (or 1).
     error = None
-    if clients is not None and not clients.has_credentials():
+    # Only a check left unknown needed AWS (--only deployable needs none: its pass is the verdict).
+    needed_aws = any(c.status == UNKNOWN for c in checks)
+    if clients is not None and not clients.has_credentials() and needed_aws:
         error = NO_CREDENTIALS
-    elif clients is not None and clients.unreachable:
+    elif clients is not None and clients.unreachable and needed_aws:
         error = f"{clients.unreachable}: check the network or AWS_ENDPOINT_URL"
     elif verdict_code == EXIT_USAGE:
         error = (f"nothing could be checked ({counts_text(counts)})"

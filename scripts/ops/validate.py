@@ -297,7 +297,10 @@ def _describe_error(err: Exception) -> str:
     import openai
 
     if isinstance(err, openai.APIStatusError):
-        message = ""
+        if 300 <= err.status_code < 400:
+            return status_error_reason(err)
+        # The client hands over the body's "error" member when there is one: a dict, or a plain string.
+        message = err.body if isinstance(err.body, str) else ""
         body = err.body if isinstance(err.body, dict) else {}
         if isinstance(body.get("error"), dict):
             message = body["error"].get("message", "")
@@ -305,6 +308,8 @@ def _describe_error(err: Exception) -> str:
             message = body["message"]
         elif isinstance(body.get("error"), str):
             message = body["error"]
+        if not message and not body and err.response is not None and err.response.text:
+            message = err.response.text
         text = f"HTTP {err.status_code}: {one_line(message or err.message)[:200]}"
         if err.status_code == 401:
             text += f" (the server wants an API key: set {DEFAULT_API_KEY_ENV} or --api-key-env)"
@@ -1334,7 +1339,7 @@ def _http(method: str, url: str, *, api_key: str | None = None, body: dict[str, 
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_seconds) as resp:
+        with _NO_REDIRECT_OPENER.open(request, timeout=timeout_seconds) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
@@ -1545,6 +1550,8 @@ def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int]
                 result = RUNNERS[name](client, opts)
         except CheckFailed as err:
             result = CheckResult(name, FAIL, str(err))
+        except openai.APIStatusError as err:
+            result = CheckResult(name, FAIL, status_error_reason(err))
         except (AttributeError, IndexError, KeyError, TypeError, ValueError, openai.OpenAIError) as err:
             # A reply whose shape the check did not expect (a stream of something else, a field
             # missing): one line, never a traceback.
@@ -1556,11 +1563,38 @@ def run_checks(client: Any, opts: Options, *, progress: Callable[[str, int, int]
     return results
 
 
-def make_client(base_url: str, api_key: str, timeout_seconds: float) -> Any:
-    """The official OpenAI client for ``base_url`` (no retries: a failure is the result)."""
-    from openai import OpenAI
+def status_error_reason(err: Any) -> str:
+    """One line for an HTTP error a check met that its own logic did not expect (``openai.APIStatusError``):
+    a redirect names where it pointed (validate contacts ``--base-url`` only and never follows one);
+    another status shows the start of the server's body, which usually says why."""
+    response = err.response
+    if 300 <= response.status_code < 400:
+        where = response.headers.get("location", "(no Location)")
+        return (f"the server answered HTTP {response.status_code}, a redirect to {mask_url(where)[:120]}: validate "
+                "contacts only --base-url and does not follow it (the key stays there); point --base-url at the vLLM "
+                "server itself")
+    body = " ".join(response.text.split())[:160] if response.text else "(empty body)"
+    return f"the server answered HTTP {response.status_code}: {body}"
 
-    return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_seconds)
+
+def make_client(base_url: str, api_key: str, timeout_seconds: float) -> Any:
+    """The official OpenAI client for ``base_url`` (no retries: a failure is the result; no
+    redirects followed: a redirect is reported, and the key is sent to ``base_url`` only)."""
+    from openai import DefaultHttpxClient, OpenAI
+
+    return OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_seconds,
+                  http_client=DefaultHttpxClient(follow_redirects=False, timeout=timeout_seconds))
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib follows a redirect by default and copies the Authorization header to wherever it points,
+    another host included (``HTTPRedirectHandler.redirect_request``); here a 3xx is the answer."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201 (urllib's signature)
+        return None
+
+
+_NO_REDIRECT_OPENER = urllib.request.build_opener(_RefuseRedirects)
 
 
 
@@ -1786,6 +1820,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.model.strip():
+        raise UsageError(f"--model: {args.model!r} is empty; give the served model name clients send (model.servedModelName)")
     check_base_url(args.base_url)
     shown_url = mask_url(args.base_url)
     checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())

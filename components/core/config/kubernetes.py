@@ -12,6 +12,9 @@ from .errors import ConfigError
 from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE
 from .raw import RawConfig
 
+# Namespaces every cluster creates for itself (Kubernetes docs, "Namespaces": initial namespaces).
+SYSTEM_NAMESPACES: tuple[str, ...] = ("default", "kube-node-lease", "kube-public", "kube-system")
+
 
 def check_kubernetes(
     raw: RawConfig, stack: str, project: str, now: datetime, secrets_set: frozenset[str] | set[str], warnings: list[str]
@@ -31,8 +34,14 @@ def check_kubernetes(
             host_path,
             "must be an absolute path below / without '..' (where the node's NVMe is mounted)",
         )
-    from ..node_storage import state_containing
+    from ..node_storage import state_containing, system_dir_containing
 
+    if (system := system_dir_containing(host_path)) is not None and state_containing(host_path) is None:
+        raise ConfigError(
+            "kubernetes.nvmeHostPath", host_path,
+            f"lies in the host's system directory {system}: name where the node's NVMe array is mounted (e.g. "
+            "/mnt/nvme, /local, /data)",
+        )
     if (state := state_containing(host_path)) is not None:
         raise ConfigError(
             "kubernetes.nvmeHostPath",
@@ -48,6 +57,11 @@ def check_kubernetes(
             raise ConfigError("kubernetes.allowedNamespaces", ns, "is not a valid namespace name (lowercase DNS label)")
     if not DNS_LABEL_RE.match(raw.kubernetes.namespace):
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace, "is not a valid namespace name (lowercase DNS label)")
+    if raw.kubernetes.namespace in SYSTEM_NAMESPACES:
+        # The stack creates its namespace and deletes it on destroy: never one the cluster owns.
+        raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace,
+                          f"is one the cluster owns ({', '.join(SYSTEM_NAMESPACES)}): the stack creates its namespace "
+                          "and deletes it on `pulumi destroy`; name one of its own")
     for arn in raw.kubernetes.admin_role_arns:
         if not IAM_PRINCIPAL_ARN_RE.match(arn):
             raise ConfigError(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -90,6 +91,11 @@ KEY_READERS: tuple[KeyReaders, ...] = (
     KeyReaders("compute.amiId", _AWS, "the GPU instances' launch template"),
     KeyReaders("compute.amiArchitecture", _AWS, "the GPU instances' launch template"),
     KeyReaders("compute.capacity", _AWS, "how the GPU instances are bought: on-demand, ODCR or capacity block"),
+    KeyReaders("compute.capacity.usdPerHour", _AWS, "the capacity block's price in the plan and cost",
+               when=(("compute.capacity.type", ("capacity-block",)),),
+               instead="use compute.usdPerHour (on-demand and ODCR instances bill at the on-demand rate)"),
+    KeyReaders("compute.capacity.endsAt", _AWS, "the capacity block's end, when AWS terminates its instances",
+               when=(("compute.capacity.type", ("capacity-block",)),)),
     KeyReaders("compute.weightsRetry", _EC2, "the boot's weights unit under systemd"),
     # network: the VPC the stack creates or uses, and the EKS API endpoint (components/aws/network.py).
     KeyReaders("network.vpcId", _AWS, "the VPC of the stack"),
@@ -190,6 +196,8 @@ def _shown(value: Any) -> Any:
         return value.model_dump(by_alias=True, exclude_unset=True)
     if isinstance(value, (tuple, list)):
         return [_shown(item) for item in value]
+    if isinstance(value, datetime):  # as ISO 8601, the way the stack file gives it
+        return value.isoformat().replace("+00:00", "Z")
     return value
 
 

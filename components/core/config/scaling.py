@@ -10,6 +10,23 @@ from .patterns import DNS_LABEL_RE, LABEL_VALUE_RE
 from .raw import RawConfig
 
 _CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,?-]+$")
+# Numeric ranges of the five fields as KEDA's cron scaler parses them (robfig/cron v3 standard parser,
+# parser.go: minutes 0-59, hours 0-23, day of month 1-31, month 1-12, day of week 0-6).
+_CRON_RANGES: tuple[tuple[str, int, int], ...] = (
+    ("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12), ("day-of-week", 0, 6),
+)
+
+
+def _cron_range_problem(fields: list[str]) -> str | None:
+    """The first number outside its field's range (``61`` as a minute), else None. Step values
+    (``*/15``) are not ranges and names (``MON``) are KEDA's to read."""
+    for text, (field, low, high) in zip(fields, _CRON_RANGES, strict=True):
+        for part in text.split(","):
+            span = part.split("/", 1)[0]
+            for number in span.split("-"):
+                if number.isdigit() and not low <= int(number) <= high:
+                    return f"has {field} {number}, outside {low}-{high}"
+    return None
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")
 
 
@@ -94,6 +111,12 @@ def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> 
                     expr,
                     "is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. '0 8 * * 1-5')",
                 )
+            if (problem := _cron_range_problem(fields)) is not None:
+                raise ConfigError(f"autoscaling.schedule.{i}.{name}", expr, f"{problem} (minute hour day-of-month month "
+                                                                            "day-of-week, e.g. '0 8 * * 1-5')")
+        if window.start.split() == window.end.split():
+            raise ConfigError(f"autoscaling.schedule.{i}.end", window.end,
+                              "equals its start: the window would open and close at once (a window needs two times)")
         try:
             zoneinfo.ZoneInfo(window.timezone)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):

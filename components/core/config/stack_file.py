@@ -186,8 +186,17 @@ def config_overlay() -> dict[str, Any] | None:
     text = os.environ.get(CONFIG_OVERLAY_ENV, "").strip()
     if not text:
         return None
+    from ..config_reader import did_you_mean
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        twice = next((key for key in keys if keys.count(key) > 1), None)
+        if twice is not None:  # json keeps the last silently; the stack files refuse a duplicate key too
+            raise StackFileError(CONFIG_OVERLAY_ENV, twice, "is a key given twice in one JSON object (each key once)")
+        return dict(pairs)
+
     try:
-        extra = json.loads(text)
+        extra = json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as err:
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
     if not isinstance(extra, dict):
@@ -196,6 +205,11 @@ def config_overlay() -> dict[str, Any] | None:
     if not isinstance(scoped, dict) or not all(isinstance(v, dict) for v in scoped.values()):
         raise StackFileError(CONFIG_OVERLAY_ENV, OVERLAY_STACKS_KEY,
                              'must map stack names to JSON objects of full config keys ({"gb300": {"kimi-deploy:...": ...}})')
+    known = stack_names()
+    for name in scoped:
+        if known and name not in known:  # a misspelt stack would apply to nothing, silently
+            raise StackFileError(CONFIG_OVERLAY_ENV, f"{OVERLAY_STACKS_KEY}.{name}",
+                                 f"names no stack file in stacks/ (stacks: {', '.join(known)})" + did_you_mean(name, known))
     return extra
 
 
