@@ -14,22 +14,12 @@ import pytest
 from components.core.config import ConfigError, namespace_config, parse_spec, read_stack_config
 from components.core.vllm_options import OWNED_DESTS, OWNED_OPTIONS, owned_option
 from tests.conftest import FIXED_NOW
+from tests.test_config import reject  # one line naming the key, every fragment in it
 
 
 def base(stack: str = "b300") -> dict:
     ns, _ = namespace_config(read_stack_config(stack))
     return copy.deepcopy(ns)
-
-
-def reject(config: dict, key: str, *fragments: str, stack: str = "test") -> str:
-    with pytest.raises(ConfigError) as info:
-        parse_spec(config, stack=stack, now=FIXED_NOW)
-    message = str(info.value)
-    assert "\n" not in message, message
-    assert message.startswith(f"kimi-deploy:{key}:") or message.startswith(f"{key}:"), message
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
 
 
 def accept(config: dict, stack: str = "test"):

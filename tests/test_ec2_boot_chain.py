@@ -11,10 +11,8 @@ tier (tests/test_vm_boot.py): these are the unit-level rules, cheap enough for e
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -131,39 +129,19 @@ def test_the_old_requires_chain_would_have_failed_the_retry(units):
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed (apt: systemd)")
 def test_units_pass_systemd_analyze_verify(units, tmp_path):
+    from tests.unit_verify import verify_units
+
     root = tmp_path / "root"
     unit_dir = root / "etc/systemd/system"
-    unit_dir.mkdir(parents=True)
-    for name, text in units.items():
-        (unit_dir / name).write_text(text)
-    # The distribution's own units (targets such as sysinit.target, multi-user.target).
-    host_units = Path("/usr/lib/systemd/system")
-    if not host_units.is_dir():
-        host_units = Path("/lib/systemd/system")
-    shutil.copytree(host_units, root / "usr/lib/systemd/system", symlinks=True)
-    # Stand-ins for what the AMI provides, so verify checks our units and not the host.
-    (unit_dir / "docker.service").write_text("[Service]\nExecStart=/usr/bin/true\n")
-    (unit_dir / "dlami-nvme.service").write_text("[Service]\nType=oneshot\nExecStart=/usr/bin/true\n")
-    for exe in (
-        userdata.AMI_CHECK_SCRIPT,
-        userdata.RAID_SCRIPT,
-        userdata.WEIGHTS_SCRIPT,
-        "/bin/sh",
-        userdata.VLLM_SCRIPT,
-        "/usr/bin/docker",
-        "/usr/bin/systemctl",
-        "/usr/bin/true",
-    ):
-        path = root / exe.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("#!/bin/sh\n")
-        path.chmod(0o755)
-    proc = subprocess.run(
-        # every unit we write: the chain and the engine-cache restore/save it pulls in
-        ["systemd-analyze", "verify", f"--root={root}", *[f"/etc/systemd/system/{n}" for n in units]],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "SYSTEMD_LOG_LEVEL": "notice"},
+    # Stand-ins for what the AMI provides, so verify checks our units and not the host; every unit we
+    # write: the chain and the engine-cache restore/save it pulls in.
+    proc, ours = verify_units(
+        units, root,
+        (userdata.AMI_CHECK_SCRIPT, userdata.RAID_SCRIPT, userdata.WEIGHTS_SCRIPT, "/bin/sh", userdata.VLLM_SCRIPT,
+         "/usr/bin/docker", "/usr/bin/systemctl", "/usr/bin/true"),
+        {"docker.service": "[Service]\nExecStart=/usr/bin/true\n",
+         "dlami-nvme.service": "[Service]\nType=oneshot\nExecStart=/usr/bin/true\n"},
     )
-    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "kimi-" in line]
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
     # Not vacuous: a bad key in our unit is reported.
     (unit_dir / "kimi-weights.service").write_text(units["kimi-weights.service"].replace("TimeoutStartSec=", "TimeoutStartSex="))

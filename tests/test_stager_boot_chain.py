@@ -10,10 +10,8 @@ booted in the VM tier (tests/test_vm_boot.py: the stager boots, fills the mirror
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -164,25 +162,14 @@ def test_the_old_requires_chain_left_the_stager_idle(units):
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed (apt: systemd)")
 def test_the_stagers_units_pass_systemd_analyze_verify(units, tmp_path):
-    root = tmp_path / "root"
-    unit_dir = root / "etc/systemd/system"
-    unit_dir.mkdir(parents=True)
-    for name, text in units.items():
-        (unit_dir / name).write_text(text)
-    host_units = Path("/usr/lib/systemd/system")
-    if not host_units.is_dir():
-        host_units = Path("/lib/systemd/system")
-    shutil.copytree(host_units, root / "usr/lib/systemd/system", symlinks=True)
-    (unit_dir / "docker.service").write_text("[Service]\nExecStart=/usr/bin/true\n")
-    for exe in (userdata.AMI_CHECK_SCRIPT, userdata.RAID_SCRIPT, userdata.WEIGHTS_SCRIPT, "/bin/sh", "/usr/bin/systemctl",
-                "/usr/bin/true"):
-        path = root / exe.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("#!/bin/sh\n")
-        path.chmod(0o755)
-    proc = subprocess.run(["systemd-analyze", "verify", f"--root={root}", *[f"/etc/systemd/system/{n}" for n in units]],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "SYSTEMD_LOG_LEVEL": "notice"})
-    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "kimi-" in line]
+    from tests.unit_verify import verify_units
+
+    proc, ours = verify_units(
+        units, tmp_path / "root",
+        (userdata.AMI_CHECK_SCRIPT, userdata.RAID_SCRIPT, userdata.WEIGHTS_SCRIPT, "/bin/sh", "/usr/bin/systemctl",
+         "/usr/bin/true"),
+        {"docker.service": "[Service]\nExecStart=/usr/bin/true\n"},
+    )
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
 
 

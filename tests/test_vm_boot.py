@@ -289,20 +289,26 @@ def test_the_first_boot_serves_the_staged_commit_and_asks_nothing_of_the_hub(mac
         assert m.sha256_in_guest(path) == hashlib.sha256(data).hexdigest(), path
     # The hub was asked nothing: no request reached its stand-in, through the front or at all.
     assert m.services.front.count("hub") == hub_forwarded and len(m.services.hub.state.requests) == hub_requests
+    _assert_serving_once(m, vm_image)
+    report(m, "first-boot-from-staged-mirror", waited_seconds=round(waited), guest_cpu_slowdown=round(cpu_slowdown(m), 1))
+
+
+def _assert_serving_once(m, vm_image) -> None:
+    """After a first boot: the stand-in server read the copy and answers with the API key from SSM
+    only; vLLM's unit started once; the API guard was fetched from the mirror's _tools/, verified,
+    mounted and imported by the server; the engine's caches were saved after the first healthy start."""
+    from components.core.engine_cache import engine_cache_key
+    from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_MIDDLEWARE
+
     status, body = m.models(TEST_SECRETS["apiKey"])
     assert status == 200 and body["data"][0]["id"] == m.spec.served_model_name, body
     assert m.models(None)[0] == 401
     vllm = m.unit("kimi-vllm.service")
     assert (vllm.active, vllm.restarts) == ("active", 0)
     assert _journal_count(m, "kimi-vllm.service", "Application startup complete.") == 1
-    from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_MIDDLEWARE
-
     assert f"middleware {API_GUARD_MIDDLEWARE} loaded from {API_GUARD_CONTAINER_DIR}/" in m.journal("kimi-vllm.service")
-    from components.core.engine_cache import engine_cache_key
-
     key = engine_cache_key(m.spec, m.vllm).digest
     assert _wait_archive(m, key, budget(600, vm_image)), m.journal("kimi-engine-cache-save.service")
-    report(m, "first-boot-from-staged-mirror", waited_seconds=round(waited), guest_cpu_slowdown=round(cpu_slowdown(m), 1))
 
 
 CPU_PROBE = "import time; t = time.perf_counter(); sum(i * i for i in range(1_000_000)); print(time.perf_counter() - t)"
@@ -502,20 +508,5 @@ def test_first_boot_from_an_empty_mirror_publishes_copies_and_serves(machine_c, 
     prefix = f"models/{m.spec.hub_repo}/{m.spec.revision}"
     mirror_marker = json.loads(m.services.s3.get_object(Bucket=m.bucket, Key=f"{prefix}/.weights-complete.json")["Body"].read())
     assert mirror_marker["revision"] == m.commit
-    # The server: the stand-in read the copy and answers with the API key from SSM only.
-    status, body = m.models(TEST_SECRETS["apiKey"])
-    assert status == 200 and body["data"][0]["id"] == m.spec.served_model_name, body
-    assert m.models(None)[0] == 401
-    vllm = m.unit("kimi-vllm.service")
-    assert (vllm.active, vllm.restarts) == ("active", 0)
-    assert _journal_count(m, "kimi-vllm.service", "Application startup complete.") == 1
-    # The API guard: fetched from the mirror's _tools/, verified, mounted, importable by the server.
-    from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_MIDDLEWARE
-
-    assert f"middleware {API_GUARD_MIDDLEWARE} loaded from {API_GUARD_CONTAINER_DIR}/" in m.journal("kimi-vllm.service")
-    # The engine's caches: restored (cold: none yet), then saved after the first healthy start.
-    from components.core.engine_cache import engine_cache_key
-
-    key = engine_cache_key(m.spec, m.vllm).digest
-    assert _wait_archive(m, key, budget(600, vm_image)), m.journal("kimi-engine-cache-save.service")
+    _assert_serving_once(m, vm_image)
     report(m, "first-boot", waited_seconds=round(waited), guest_cpu_slowdown=round(cpu_slowdown(m), 1))

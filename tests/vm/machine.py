@@ -82,8 +82,34 @@ def unit_state(sh: Callable[[str], str], name: str) -> UnitState:
                      int(props.get("ExecMainStatus") or 0))
 
 
+class GuestReads:
+    """What a scenario reads in a running guest (``self.guest``): a command's output, a unit's
+    state, a unit's journal of this boot. ``Machine`` and ``Stager`` both read their guests so."""
+
+    guest: Guest
+
+    def sh(self, command: str, timeout_seconds: float = 120) -> str:
+        """stdout of a command that must succeed in the running guest.
+
+        Raises:
+            GuestError: it exited non-zero (the message has its stderr).
+        """
+        result = self.guest.exec(command, timeout_seconds)
+        if result.exit_code != 0:
+            raise GuestError(f"{command!r} exited {result.exit_code}: {result.stderr.strip()[-2000:]}")
+        return result.stdout
+
+    def unit(self, name: str) -> UnitState:
+        """The unit's state as systemd reports it."""
+        return unit_state(self.sh, name)
+
+    def journal(self, unit: str) -> str:
+        """This boot's journal of ``unit``, message text only (a powered-off stager: ``offline_journal``)."""
+        return self.sh(f"journalctl -b --no-pager -o cat -u {unit}", timeout_seconds=180)
+
+
 @dataclass
-class Machine:
+class Machine(GuestReads):
     """The VM standing in for the instance, and its stand-ins.
 
     Attributes:
@@ -184,25 +210,6 @@ class Machine:
 
     # -- reading the guest ----------------------------------------------------------------------
 
-    def sh(self, command: str, timeout_seconds: float = 120) -> str:
-        """stdout of a command that must succeed in the guest.
-
-        Raises:
-            GuestError: it exited non-zero (the message has its stderr).
-        """
-        result = self.guest.exec(command, timeout_seconds)
-        if result.exit_code != 0:
-            raise GuestError(f"{command!r} exited {result.exit_code}: {result.stderr.strip()[-2000:]}")
-        return result.stdout
-
-    def unit(self, name: str) -> UnitState:
-        """The unit's state as systemd reports it."""
-        return unit_state(self.sh, name)
-
-    def journal(self, unit: str) -> str:
-        """This boot's journal of ``unit``, message text only."""
-        return self.sh(f"journalctl -b --no-pager -o cat -u {unit}", timeout_seconds=180)
-
     def status(self, unit: str) -> str:
         """``systemctl status`` as an operator reads it by default (its last journal lines)."""
         return self.guest.exec(f"SYSTEMD_COLORS=0 systemctl status --no-pager --full {unit}", 120).stdout
@@ -289,7 +296,7 @@ class Machine:
         return {p: git_blob_sha1(d) for p, d in self.files.items()}
 
 
-class Stager:
+class Stager(GuestReads):
     """The stager of ``phase: stage`` for ``machine``'s stack, on its stand-ins: the stage plan's
     user data (the ``Ec2Stager`` instance's, byte for byte) in its own guest, with its own instance
     id and instance store (a ``c6id.2xlarge`` has one NVMe disk), filling ``machine``'s mirror.
@@ -330,21 +337,6 @@ class Stager:
         self.guest.start()
         self.guest.wait_agent(budget_seconds)
         self.sh("mkdir -p /var/log/journal && journalctl --flush")
-
-    def sh(self, command: str, timeout_seconds: float = 120) -> str:
-        """stdout of a command that must succeed in the running guest (GuestError otherwise)."""
-        result = self.guest.exec(command, timeout_seconds)
-        if result.exit_code != 0:
-            raise GuestError(f"{command!r} exited {result.exit_code}: {result.stderr.strip()[-2000:]}")
-        return result.stdout
-
-    def unit(self, name: str) -> UnitState:
-        """The unit's state while the guest runs (``Machine.unit`` on this guest)."""
-        return unit_state(self.sh, name)
-
-    def journal(self, unit: str) -> str:
-        """This boot's journal of ``unit`` (running guest; ``offline_journal`` once it is off)."""
-        return self.sh(f"journalctl -b --no-pager -o cat -u {unit}", timeout_seconds=180)
 
     def offline_journal(self, unit: str | None = None, output: str = "cat") -> str:
         """The powered-off guest's last boot journal (of ``unit``, or all), in ``journalctl -o OUTPUT``."""
