@@ -103,38 +103,31 @@ def summary_lines() -> list[str]:
     return lines
 
 
-@pytest.fixture(scope="module")
-def machine_a(vm_image) -> Iterator:
+def _machine(name: str, vm_image, down: tuple[str, ...] = ()) -> Iterator:
+    """A scenario group's ``Machine``, its stand-ins in ``down`` unreachable from the first boot on."""
     from tests.vm.machine import Machine
 
-    machine = Machine("a", vm_image)
+    machine = Machine(name, vm_image)
+    machine.services.front.down.update(down)
     try:
         yield machine
     finally:
         machine.close()
+
+
+@pytest.fixture(scope="module")
+def machine_a(vm_image) -> Iterator:
+    yield from _machine("a", vm_image)
 
 
 @pytest.fixture(scope="module")
 def machine_b(vm_image) -> Iterator:
-    from tests.vm.machine import Machine
-
-    machine = Machine("b", vm_image)
-    machine.services.front.down.add("s3")  # unreachable from the first boot on
-    try:
-        yield machine
-    finally:
-        machine.close()
+    yield from _machine("b", vm_image, down=("s3",))
 
 
 @pytest.fixture(scope="module")
 def machine_c(vm_image) -> Iterator:
-    from tests.vm.machine import Machine
-
-    machine = Machine("c", vm_image)
-    try:
-        yield machine
-    finally:
-        machine.close()
+    yield from _machine("c", vm_image)
 
 
 def _journal_count(machine, unit: str, needle: str) -> int:
