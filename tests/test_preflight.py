@@ -913,3 +913,11 @@ def test_only_offline_checks_need_no_aws_credentials(no_credentials):
     doc = json.loads(out.stdout)
     assert out.returncode == 0 and doc["error"] is None, out.stderr
     assert [c["name"] for c in doc["checks"] if c["status"] != "skip"] == ["deployable"]
+
+
+@pytest.mark.parametrize("region,fragment", [("us-east-9", "is not an AWS region"), ("us-eats-1", "did you mean us-east-1")])
+def test_a_region_aws_does_not_have_is_one_line_not_missing_credentials(region, fragment):
+    """New-user trial: --region us-east-9 ended as 'no AWS credentials'."""
+    out = _cli("--stack", "b300", "--region", region)
+    assert out.returncode == 2 and out.stderr.startswith(f"error: --region: '{region}' ") and fragment in out.stderr
+    assert out.stderr.count("\n") == 1 and "credentials" not in out.stderr

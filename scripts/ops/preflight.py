@@ -1570,8 +1570,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.kubeconfig is not None and not args.kubeconfig.is_file():
         raise UsageError(f"--kubeconfig: {args.kubeconfig} is not a file")
-    if args.region is not None and not args.region.replace("-", "").isalnum():
-        raise UsageError(f"--region: {args.region!r} is not a region name (e.g. us-east-1)")
+    if args.region is not None:
+        from components.core.config_reader import did_you_mean
+        from components.core.targets import AWS_REGIONS
+
+        if args.region not in AWS_REGIONS:  # else every AWS check reports the endpoint, not the typo
+            raise UsageError(f"--region: {args.region!r} is not an AWS region"
+                             + (did_you_mean(args.region, AWS_REGIONS) or " (e.g. us-east-1)"))
     now = datetime.now(UTC)
     print_overlay_notice(stack=args.stack)
     spec = load_stack(args.stack, now=now)
