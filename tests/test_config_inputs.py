@@ -457,3 +457,17 @@ def test_capacity_block_keys_off_a_capacity_block_are_refused(key, value, fragme
     cfg = base("b300")
     cfg["compute"] = {**cfg.get("compute", {}), "capacity": {"type": "on-demand", key: value}}
     reject(cfg, f"compute.capacity.{key}", fragment)
+
+
+@pytest.mark.parametrize("stack,arch,ok", [("b300-prod", "arm64", False), ("b300-prod", "amd64", True),
+                                           ("gb300", "amd64", False), ("gb300", "arm64", True), ("mi355x", "arm64", False)])
+def test_a_node_selector_for_another_cpu_architecture_is_refused(stack, arch, ok):
+    """kubernetes.io/arch (the node's GOARCH) against the target's instances (EC2 x86_64 = amd64,
+    Grace = arm64): new-user trial, arm64 on x86 b300-prod planned pods no node would take."""
+    cfg = base(stack)
+    cfg["kubernetes"] = {**cfg["kubernetes"], "nodeSelector": {**cfg["kubernetes"].get("nodeSelector", {}),
+                                                               "kubernetes.io/arch": arch}}
+    if ok:
+        accept(cfg)
+    else:
+        reject(cfg, "kubernetes.nodeSelector.kubernetes.io/arch", "is not the CPU architecture of target")

@@ -549,7 +549,12 @@ HARDWARE_LABELS: tuple[HardwareLabel, ...] = (
             HardwareLabel(f"{prefix}/gpu.vram", "gpu-memory", GB, f"{_AMD_LABELLER}: per GPU, e.g. 192G"),
         )
     ),
+    HardwareLabel("kubernetes.io/arch", "cpu-arch",
+                  source="Kubernetes well-known label, the node's GOARCH (kubernetes.io/docs/reference/labels-annotations-"
+                         "taints/#kubernetes-io-arch)"),
 )
+# EC2's processor architecture (DescribeInstanceTypes) as Go, and so kubernetes.io/arch, names it.
+KUBERNETES_ARCH_OF_CPU = {"x86_64": "amd64", "arm64": "arm64"}
 # Reported and marketed GPU memory differ a little (H100: 80 GB sold, 81,559 MiB reported by the
 # driver, 81,920 MiB in EC2's catalog): a memory label within this fraction is the same GPU.
 GPU_MEMORY_LABEL_TOLERANCE = 0.05
@@ -572,6 +577,11 @@ def hardware_label_mismatch(key: str, value: str, target: TargetProfile) -> str 
                 f"(instance types of {target.name}: {', '.join(instance_types_of(target))})"
             )
         return hardware_mismatch(instance, target)
+    if label.names == "cpu-arch":
+        arches = sorted({KUBERNETES_ARCH_OF_CPU[INSTANCES[t].cpu_architecture] for t in instance_types_of(target)})
+        if not arches or text in arches:
+            return None
+        return f"is not the CPU architecture of target {target.name}'s nodes ({' or '.join(arches)}): no node would match"
     if label.names == "gpu-model":
         tokens = {t for t in re.split(r"[-_\s]+", text.upper()) if t}
         if target.gpu.name.upper() in tokens:
