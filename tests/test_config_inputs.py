@@ -471,3 +471,11 @@ def test_a_node_selector_for_another_cpu_architecture_is_refused(stack, arch, ok
         accept(cfg)
     else:
         reject(cfg, "kubernetes.nodeSelector.kubernetes.io/arch", "is not the CPU architecture of target")
+
+
+@pytest.mark.parametrize("stack,addon", [("b300-prod", "amd-gpu-operator"), ("mi355x", "nvidia-gpu-operator"),
+                                         ("mi355x", "nvidia-dra-driver")])
+def test_gpu_software_of_the_other_vendor_is_refused(stack, addon):
+    cfg = base(stack)
+    cfg["kubernetes"] = {**cfg["kubernetes"], "installedAddons": [addon]}
+    reject(cfg, "kubernetes.installedAddons", "GPU software; target")

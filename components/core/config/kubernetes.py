@@ -161,8 +161,9 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 def check_node_selector_hardware(raw: RawConfig, target: TargetProfile) -> None:
     """A ``kubernetes.nodeSelector`` label that names hardware (``targets.HARDWARE_LABELS``: an
-    instance type, a GPU model, count or memory) must name the target's: a selector for other
-    GPUs would plan and price the target while the pods land on (or wait for) something else.
+    instance type, a GPU model, count or memory, the CPU architecture) must name the target's: a
+    selector for other GPUs would plan and price the target while the pods land on (or wait for)
+    something else. Likewise ``kubernetes.installedAddons`` of the other GPU vendor.
 
     Raises:
         ConfigError: the first such label that does not match the target.
@@ -173,6 +174,14 @@ def check_node_selector_hardware(raw: RawConfig, target: TargetProfile) -> None:
         why = hardware_label_mismatch(key, value, target)
         if why:
             raise ConfigError(f"kubernetes.nodeSelector.{key}", value, why)
+    # GPU software of the other vendor said to be installed (an AMD operator on an NVIDIA target)
+    # would be taken as the device plugin the pods need, and none would serve the GPUs.
+    for addon in raw.kubernetes.installed_addons:
+        vendor = addon.split("-", 1)[0]
+        if vendor in ("nvidia", "amd") and vendor != target.gpu.vendor:
+            raise ConfigError("kubernetes.installedAddons", addon,
+                              f"is {vendor.upper() if vendor == 'amd' else 'NVIDIA'} GPU software; target {target.name} "
+                              f"has {target.gpu.vendor.upper() if target.gpu.vendor == 'amd' else 'NVIDIA'} GPUs")
 
 
 # IRSA (EKS's IAM roles for service accounts) reads the role from this service account annotation.
