@@ -25,8 +25,9 @@ import pulumi.runtime
 from pulumi.runtime import rpc
 from pulumi.runtime.sync_await import _sync_await
 
-from components.core.config import NAMESPACE, SECRET_KEYS
-from components.core.config_reader import cli_config_strings
+from components.core.config import SECRET_KEYS
+from components.core.config.reader import cli_config_strings
+from components.core.errors import NAMESPACE
 
 SECRET_MASK = "[secret]"
 # What the plan shows instead of a value the provider computes at `pulumi up` (ids, addresses,
@@ -334,7 +335,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 def pulumi_config_strings(stack_config: Mapping[str, Any]) -> dict[str, str]:
     """Stack-file config values as the strings the Pulumi CLI hands a program
-    (``config_reader.cli_config_strings``: top-level scalars as text, objects as JSON)."""
+    (``config.reader.cli_config_strings``: top-level scalars as text, objects as JSON)."""
     return cli_config_strings(stack_config)
 
 

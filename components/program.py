@@ -22,8 +22,10 @@ import pulumi_random as random
 
 from components.context import DeploymentContext
 from components.core import naming
-from components.core.config import NAMESPACE, ConfigError, DeploymentSpec, format_utc, parse_spec, parse_utc
-from components.core.config_reader import read_config_strings
+from components.core.config import DeploymentSpec, format_utc, parse_utc
+from components.core.config.reader import read_config_strings
+from components.core.errors import NAMESPACE, ConfigError
+from components.core.load import parse_spec
 from components.core.sizing import compute_sizing
 from components.core.vllm import build_vllm_command
 from components.platform import PlatformResult
@@ -47,7 +49,7 @@ def read_namespace_config() -> tuple[dict[str, Any], frozenset[str]]:
     the set of secret keys that are set.
 
     Reads every config key the engine handed the program (full key -> string) and decodes it with
-    ``config_reader.read_config_strings``: the same function the offline plan and the scripts use
+    ``config.reader.read_config_strings``: the same function the offline plan and the scripts use
     on a stack file (after converting it as the CLI does), so both accept and reject the same files.
 
     Raises:

@@ -104,7 +104,7 @@ def outcome_of_spec(spec: Any) -> dict[str, Any]:
 
 def run_case(case: dict[str, Any], bases: dict[str, Any]) -> dict[str, Any]:
     """Replay one case; ``{"error": "ConfigError: ..."}`` or ``{"ok": {"warnings": [...], ...}}``."""
-    from components.core import config as cfg
+    from components.core import load as cfg
 
     now = datetime.fromisoformat(case.get("now", DEFAULT_NOW.isoformat()))
     if case["kind"] == "parse":
@@ -177,21 +177,25 @@ _RECORDED: list[dict[str, Any]] = []
 
 def pytest_configure(config: Any) -> None:  # noqa: ARG001  pytest hook signature
     """Wrap ``parse_spec`` and ``load_stack`` before any test module imports them."""
-    from components.core import config as cfg
+    from components.core import load as cfg
+    from components.core.config import stack_file
 
     real_parse, real_load = cfg.parse_spec, cfg.load_stack
+    in_load = [False]  # load_stack's own call of parse_spec is the stack case, not a parse case of its own
 
     def parse_spec(config_map: Any, *, stack: str, project: str = cfg.NAMESPACE, now: Any = None,
                    secrets_set: Any = frozenset()) -> Any:
+        if in_load[0]:
+            return real_parse(config_map, stack=stack, project=project, now=now, secrets_set=secrets_set)
         _RECORDED.append({
             "kind": "parse", "config": encode(dict(config_map)), "stack": stack, "project": project,
             "now": (now or DEFAULT_NOW).isoformat(), "secrets": sorted(secrets_set),
         })
         return real_parse(config_map, stack=stack, project=project, now=now, secrets_set=secrets_set)
 
-    def load_stack(stack: str, *, stacks_dir: Path = cfg.STACKS_DIR, now: Any = None, project: str = cfg.NAMESPACE) -> Any:
+    def load_stack(stack: str, *, stacks_dir: Path = stack_file.STACKS_DIR, now: Any = None, project: str = cfg.NAMESPACE) -> Any:
         try:
-            full = cfg.read_stack_config(stack, stacks_dir)
+            full = stack_file.read_stack_config(stack, stacks_dir)
         except Exception:  # noqa: BLE001  a file-level error: recorded as the file's bytes when readable
             full = None
             try:
@@ -203,7 +207,11 @@ def pytest_configure(config: Any) -> None:  # noqa: ARG001  pytest hook signatur
                                   "overlay": os.environ.get(OVERLAY_ENV), "now": (now or DEFAULT_NOW).isoformat()})
         if full is not None:
             _RECORDED.append({"kind": "stack", "file": encode(full), "stack": stack, "now": (now or DEFAULT_NOW).isoformat()})
-        return real_load(stack, stacks_dir=stacks_dir, now=now, project=project)
+        in_load[0] = True
+        try:
+            return real_load(stack, stacks_dir=stacks_dir, now=now, project=project)
+        finally:
+            in_load[0] = False
 
     cfg.parse_spec = parse_spec  # type: ignore[assignment]  # a recording wrapper: Any-typed arguments
     cfg.load_stack = load_stack

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from components.core.config import load_stack
+from components.core.load import load_stack
 from components.core.vllm import (
     API_GUARD_CONTAINER_DIR,
     API_GUARD_FILENAME,

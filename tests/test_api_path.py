@@ -24,8 +24,8 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from components.core.config import load_stack
 from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+from components.core.load import load_stack
 from components.core.naming import eks_cluster_name
 from scripts.ops import preflight, sweep
 from scripts.ops.preflight import AwsClients, check_kubernetes_api
@@ -106,7 +106,8 @@ def vpc_client(vpc_id: str, cidr: str):
 
 def spec_with_network(stack: str = "gb300", **network):
     """``stack`` with its network's API keys replaced (the stand-in source of conftest.py dropped)."""
-    from components.core.config import namespace_config, parse_spec, read_stack_config
+    from components.core.config import namespace_config, read_stack_config
+    from components.core.load import parse_spec
 
     ns, _ = namespace_config(read_stack_config(stack))
     ns["network"] = {**{k: v for k, v in ns["network"].items() if not k.startswith("apiServer")}, **network}
@@ -362,7 +363,8 @@ def test_the_sweeper_runs_on_the_same_runner():
     ("serve", "198.51.100.0/24", "fail"),
 ])
 def test_deployable_fails_a_documentation_source_in_every_phase(phase, source, status):
-    from components.core.config import namespace_config, parse_spec, read_stack_config
+    from components.core.config import namespace_config, read_stack_config
+    from components.core.load import parse_spec
 
     ns, _ = namespace_config(read_stack_config("gb300"))
     ns["network"] = {**ns["network"], "apiServerPublicCidrs": [source]}

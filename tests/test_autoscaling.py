@@ -13,7 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
-from components.core.config import ConfigError, load_stack, read_stack_config
+from components.core.config import read_stack_config
+from components.core.errors import ConfigError
+from components.core.load import load_stack
 from components.core.scaling import (
     HPA_MAX_POLICY_PERIOD_SECONDS,
     HPA_MAX_STABILIZATION_SECONDS,
@@ -57,7 +59,8 @@ def autoscaled(name: str, extra: dict | None = None):
 
 
 def spec_with(name: str, extra: dict | None = None):
-    from components.core.config import namespace_config, parse_spec
+    from components.core.config import namespace_config
+    from components.core.load import parse_spec
 
     full = dict(read_stack_config(name))
     full.update(TURN_ON[name])
@@ -358,7 +361,8 @@ def test_autoscaling_config_errors_are_one_line(extra, message):
 
 
 def test_autoscaling_is_refused_on_aws_ec2():
-    from components.core.config import namespace_config, parse_spec
+    from components.core.config import namespace_config
+    from components.core.load import parse_spec
 
     full = dict(read_stack_config("b300"))
     full["kimi-deploy:autoscaling"] = {"enabled": True}

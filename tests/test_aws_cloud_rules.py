@@ -14,7 +14,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from components.core.config import ConfigError, eks_version_of, namespace_config, parse_spec, read_stack_config
+from components.core.config import eks_version_of, namespace_config, read_stack_config
+from components.core.errors import ConfigError
+from components.core.load import parse_spec
 from components.core.sizing import compute_sizing
 from components.core.targets import INSTANCES, is_local_zone
 from components.core.versions import (

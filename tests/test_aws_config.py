@@ -6,7 +6,9 @@ import copy
 
 import pytest
 
-from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.errors import ConfigError
+from components.core.load import load_stack, parse_spec
 from components.plan_engine import CALL_RESULTS
 from tests.conftest import FIXED_NOW, TEST_DEPLOYER_CIDR, plan_for
 

@@ -10,7 +10,8 @@ import json
 import pytest
 import yaml
 
-from components.core.config import ConfigError, read_stack_config
+from components.core.config import read_stack_config
+from components.core.errors import ConfigError
 from components.core.naming import (
     GPU_NODE_LABEL,
     GPU_TAINT_KEY,

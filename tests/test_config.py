@@ -7,8 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from components.core.config import ConfigError, api_server_access, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import api_server_access, namespace_config, read_stack_config
+from components.core.errors import ConfigError
 from components.core.kv_layout import mxfp4_indexer_supported
+from components.core.load import load_stack, parse_spec
 from components.core.targets import GPUS
 from tests.conftest import FIXED_NOW, STACKS
 

@@ -11,7 +11,9 @@ import copy
 
 import pytest
 
-from components.core.config import ConfigError, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.errors import ConfigError
+from components.core.load import parse_spec
 from components.core.vllm_options import OWNED_DESTS, OWNED_OPTIONS, owned_option
 from tests.conftest import FIXED_NOW
 from tests.test_config import reject  # one line naming the key, every fragment in it
@@ -274,7 +276,7 @@ def test_every_boolean_key_takes_true_or_false_only(path, value):
 
 
 def test_top_level_booleans_read_as_pulumi_reads_them():
-    from components.core.config_reader import read_config_strings
+    from components.core.config.reader import read_config_strings
 
     ns, _ = read_config_strings({"kimi-deploy:protect": "True"})
     assert ns["protect"] is True
@@ -336,7 +338,7 @@ def test_an_oversized_user_data_names_the_value_that_makes_it_so():
 def test_yaml_merge_keys_are_read_as_the_pulumi_cli_reads_them(tmp_path):
     """go-yaml v3 (the Pulumi CLI) reads `<<: *anchor` merge keys; a key written beside the merge
     wins over the merged one; a key written twice in one map is still refused."""
-    from components.core.config import load_stack
+    from components.core.load import load_stack
 
     text = (REPO_STACKS / "Pulumi.b300.yaml").read_text()
     text = text.replace("  kimi-deploy:vllm:\n", "  kimi-deploy:vllm:\n    <<: {port: 9000, maxModelLen: 262144}\n", 1)

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from components.core import checks
 from components.core.config import (
     compute,
     kubernetes,
@@ -22,8 +23,8 @@ from components.core.config import (
     target,
     vllm,
 )
-from components.core.config.errors import ConfigError, check_choice
 from components.core.config.raw import RawConfig, validate_raw
+from components.core.errors import ConfigError, check_choice
 from components.core.model import MODELS
 from components.core.targets import INSTANCES, TARGETS
 from tests.config_corpus import FIXTURE, OVERLAY_ENV, run_case
@@ -176,8 +177,11 @@ def test_vllm_alone():
     vllm.check_vllm(raw_of(), TARGETS["b300"], KIMI, warnings)
     msg = raises(vllm.check_vllm, raw_of(vllm={"decodeContextParallelSize": 3}), TARGETS["b300"], KIMI, [])
     assert msg.startswith("kimi-deploy:vllm.decodeContextParallelSize: 3 must divide the tensor-parallel size 8")
-    assert vllm.engine_blocker_of(raw_of(), TARGETS["b300"], KIMI, []) is None  # the pin serves CUDA
-    blocker = vllm.engine_blocker_of(raw_of(), TARGETS["mi355x"], KIMI, [])
+
+
+def test_the_engine_check_alone():
+    assert checks.engine_blocker_of(raw_of(), TARGETS["b300"], KIMI, []) is None  # the pin serves CUDA
+    blocker = checks.engine_blocker_of(raw_of(), TARGETS["mi355x"], KIMI, [])
     assert isinstance(blocker, ConfigError) and "cannot serve" in str(blocker)
 
 
@@ -219,7 +223,7 @@ def test_lifecycle_alone():
 
 def parse_error(base: str = "b300", **sections) -> str:
     """The one-line error of ``parse_spec`` over a recorded base with top-level keys replaced."""
-    from components.core.config import parse_spec
+    from components.core.load import parse_spec
     from tests.config_corpus import decode
 
     config = decode(CORPUS["bases"][base])

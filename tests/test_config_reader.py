@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.core.config import STACKS_DIR, ConfigError, load_stack, read_stack_config
-from components.core.config_reader import (
+from components.core.config import STACKS_DIR, read_stack_config
+from components.core.config.reader import (
     AWS_PROVIDER_CONFIG_KEYS,
     KUBERNETES_PROVIDER_CONFIG_KEYS,
     cli_config_strings,
     read_config_strings,
 )
+from components.core.errors import ConfigError
+from components.core.load import load_stack
 from components.plan_engine import run_program
 from scripts.ops import plan as plan_script  # noqa: E402
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, without_overlay_notice
@@ -138,7 +140,8 @@ def test_nested_unknown_keys_get_a_did_you_mean():
 
 
 def read_and_parse(overrides: dict, stack: str = "b300"):
-    from components.core.config import namespace_config, parse_spec
+    from components.core.config import namespace_config
+    from components.core.load import parse_spec
 
     full = {**read_stack_config(stack), **overrides}
     ns, secrets = namespace_config(full)
@@ -384,8 +387,9 @@ def test_stack_files_are_read_as_yaml_1_2_like_the_pulumi_cli(tmp_path):
     refuses (a fresh-user trial found `trialTtlHours: 1:12` planned as a 72 h expiry)."""
     import yaml as pyyaml
 
-    from components.core.config import ConfigError, load_stack
     from components.core.config.stack_file import _UniqueKeyLoader
+    from components.core.errors import ConfigError
+    from components.core.load import load_stack
 
     assert pyyaml.safe_load("a: 1:12")["a"] == 72  # the YAML 1.1 reading this guards against
     read = {text: pyyaml.load(f"a: {text}", Loader=_UniqueKeyLoader)["a"] for text in
@@ -565,7 +569,7 @@ def test_load_stack_refuses_an_overlay_that_cannot_be_set(monkeypatch):
                                        ("aws:token", "FwoGZXIvYXdzEXAMPLE"),
                                        ("kubernetes:kubeconfig", "apiVersion: v1\nkind: Config\nusers:\n- user: {token: abc}\n")])
 def test_a_provider_credential_in_plain_text_is_refused_without_its_value(key, value):
-    from components.core.config_reader import read_config_strings
+    from components.core.config.reader import read_config_strings
 
     with pytest.raises(ConfigError) as info:
         read_config_strings({key: value}, frozenset())
@@ -576,7 +580,7 @@ def test_a_provider_credential_in_plain_text_is_refused_without_its_value(key, v
 
 
 def test_a_kubeconfig_path_is_not_a_credential():
-    from components.core.config_reader import read_config_strings
+    from components.core.config.reader import read_config_strings
 
     read_config_strings({"kubernetes:kubeconfig": "~/.kube/team-config"}, frozenset())
 

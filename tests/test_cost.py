@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.core import cost
-from components.core.config import load_stack
+from components.core.load import load_stack
 from components.core.model import MODELS
 from components.core.sizing import billed_gpu_nodes, compute_sizing
 from components.core.targets import INSTANCES

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from components.core import credentials
-from components.core.config import ConfigError, parse_spec
+from components.core.errors import ConfigError
+from components.core.load import parse_spec
 from policy import rules
 from scripts.ops import plan_diff
 from tests.conftest import FIXED_NOW, TEST_SECRETS

@@ -25,8 +25,9 @@ import uuid
 import pytest
 
 import scripts.node.weight_sync as ws
-from components.core.config import STACKS_DIR, load_stack
+from components.core.config import STACKS_DIR
 from components.core.examples import SHIPPED_EXAMPLE_VALUES
+from components.core.load import load_stack
 from components.core.weights import MANIFEST_NAME, MARKER_NAME
 from tests.conftest import FIXED_NOW, REPO_ROOT, STACKS, plan_for
 from tests.sync_fixtures import checkpoint_files, write_tree

@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from components.core.config import ConfigError, load_stack
 from components.core.engine import check_engine, parse_engine_image
+from components.core.errors import ConfigError
+from components.core.load import load_stack
 from components.core.model import KIMI_K3_1_PRO, SPARSE_INDEXER_MLA
 from components.core.versions import VLLM_VERSION
 from tests.conftest import DEPLOYER_ONLY_OVERLAY, FIXED_NOW, REPO_ROOT, STACKS

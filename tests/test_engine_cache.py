@@ -11,7 +11,8 @@ import tarfile
 import pytest
 
 from components.core import engine_cache as ec
-from components.core.config import namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.load import parse_spec
 from components.core.node_storage import node_dirs
 from components.core.sizing import compute_sizing
 from components.core.vllm import build_vllm_command

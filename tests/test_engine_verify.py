@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from components.core.config import load_stack
 from components.core.engine import FEATURE_PROBES, verification_request
+from components.core.load import load_stack
 from components.core.model import SPARSE_INDEXER_MLA
 from components.core.sizing import compute_sizing
 from components.core.vllm import build_vllm_command

@@ -11,7 +11,9 @@ import kubernetes_validate
 import pytest
 
 from components.core import k8s_schema
-from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.errors import ConfigError
+from components.core.load import load_stack, parse_spec
 from components.core.versions import KUBERNETES_VERSION
 from tests.conftest import FIXED_NOW
 

@@ -19,8 +19,9 @@ import pytest
 
 from components import program
 from components.core import pod_security
-from components.core.config import ConfigError, read_stack_config
+from components.core.config import read_stack_config
 from components.core.engine_cache import restored_at_start
+from components.core.errors import ConfigError
 from components.core.naming import GPU_TAINT_KEY, VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.core.versions import HELM_CHARTS
 from components.core.weights import SYNC_SCRIPT_PATH

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from components.core.config import parse_spec
 from components.core.kv_layout import (
     DEFAULT_BACKEND_SOURCE,
     FLASHINFER_MLA_SPARSE,
@@ -29,6 +28,7 @@ from components.core.kv_layout import (
     named_attention_backend,
     recipe_argv,
 )
+from components.core.load import parse_spec
 from components.core.model import KIMI_K3_1_PRO
 from components.core.sizing import compute_sizing, kv_budget_bytes_per_gpu, kv_cache_tokens
 from components.core.targets import GPUS

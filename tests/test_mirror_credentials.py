@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from components.core.config import ConfigError, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
 from components.core.config.kubernetes import IRSA_ROLE_ANNOTATION
+from components.core.errors import ConfigError
+from components.core.load import parse_spec
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.plan_engine import run_program
 from tests.conftest import FIXED_NOW, TEST_SECRETS

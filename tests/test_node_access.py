@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from components.aws.network import subnet_cidrs
-from components.core.config import ConfigError, read_stack_config
+from components.core.config import read_stack_config
+from components.core.errors import ConfigError
 from components.core.node_storage import RAID0_BIND_MOUNTS, exposed_node_state, node_dirs, node_state_paths
 from tests.conftest import TEST_DEPLOYER_CIDR, plan_for
 from tests.test_k8s_workloads import of_kind, one, pod_templates

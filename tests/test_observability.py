@@ -15,7 +15,8 @@ import promql_parser
 import pytest
 
 from components.core import metrics as m
-from components.core.config import load_stack, read_stack_config
+from components.core.config import read_stack_config
+from components.core.load import load_stack
 from components.core.versions import HELM_CHARTS, VLLM_VERSION
 from components.k8s import observability as obs
 from components.k8s.addons import addon_values, addons_to_install
@@ -371,7 +372,8 @@ def test_network_policy_has_no_scrape_rule_without_a_prometheus_namespace():
 
 
 def test_plan_warns_when_a_configured_scraper_would_be_blocked():
-    from components.core.config import namespace_config, parse_spec
+    from components.core.config import namespace_config
+    from components.core.load import parse_spec
 
     full = dict(read_stack_config("mi355x"))
     full["kimi-deploy:observability"] = {"grafanaNamespace": "monitoring", "prometheusUrl": "http://prom.monitoring.svc:9090"}
@@ -445,7 +447,8 @@ def test_monitor_labels_reach_every_object_a_prometheus_selects(name):
 
 
 def test_the_plan_names_the_scrape_path():
-    from components.core.config import namespace_config, parse_spec
+    from components.core.config import namespace_config
+    from components.core.load import parse_spec
     from components.core.scraping import scraping_summary
 
     assert scraping_summary(load_stack("b300", now=FIXED_NOW)) is None  # EC2: no Kubernetes scrape
@@ -459,7 +462,7 @@ def test_the_plan_names_the_scrape_path():
 
 
 def test_bad_monitor_label_is_a_config_error():
-    from components.core.config import ConfigError
+    from components.core.errors import ConfigError
 
     observability = {**read_stack_config("mi355x")["kimi-deploy:observability"], "monitorLabels": {"release": "kube prometheus"}}
     with pytest.raises(

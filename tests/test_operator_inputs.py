@@ -64,7 +64,7 @@ def test_a_command_that_reads_config_names_the_overlay_in_its_first_line(args, s
 
 @pytest.mark.parametrize("command", ["preflight", "engine"])
 def test_preflight_and_engine_verify_name_the_overlay_before_reading_a_stack(command, monkeypatch, capsys):
-    from components.core.config import ConfigError
+    from components.core.errors import ConfigError
     from scripts.ops import engine_verify, preflight
 
     monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", json.dumps(OVERLAY))

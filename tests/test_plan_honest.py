@@ -8,8 +8,10 @@ import re
 
 import pytest
 
-from components.core.config import STACKS_DIR, ConfigError, parse_spec
+from components.core.config import STACKS_DIR
+from components.core.errors import ConfigError
 from components.core.examples import SHIPPED_EXAMPLE_VALUES, example_value_warnings
+from components.core.load import parse_spec
 from components.plan_engine import KNOWN_AFTER_UP, MOCK_ACCOUNT_ID
 from scripts.ops import plan as plan_script  # noqa: E402
 from tests.conftest import FIXED_NOW, STACKS

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from components.core.config import ConfigError, RawConfig, namespace_config, parse_spec, read_stack_config
+from components.core.config import RawConfig, namespace_config, read_stack_config
 from components.core.config.platform_keys import ANY_VALUE, KEY_READERS, explicit_settings, readers_of, setting
+from components.core.errors import ConfigError
+from components.core.load import parse_spec
 from components.core.platforms import PLATFORM_PROFILES, PlatformProfile
 from scripts.dev import config_reference as ref
 from tests.conftest import FIXED_NOW

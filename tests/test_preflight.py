@@ -17,8 +17,8 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from components.core.config import load_stack
 from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+from components.core.load import load_stack
 from components.core.targets import ec2_vcpu_quota
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts.ops import preflight
@@ -661,7 +661,7 @@ def test_the_termination_window_is_one_constant_for_config_and_preflight(moto, m
     monkeypatch.setattr(capacity, "CAPACITY_BLOCK_TERMINATION_SECONDS", 0)
     assert _gb300_reservation(**block)["capacity-end"].status == "pass"
     # The config check of compute.capacity.endsAt reads the same constant.
-    from components.core.config import load_stack as load
+    from components.core.load import load_stack as load
 
     spec = load("gb300", now=FIXED_NOW)
     assert not any("terminated from" in w for w in spec.warnings)

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.errors import ConfigError
+from components.core.load import load_stack, parse_spec
 from components.core.vllm import build_vllm_command
 from tests.conftest import FIXED_NOW, plan_for
 

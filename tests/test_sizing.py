@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from components.core import fsx
-from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.fsx import fsx_capacity_gib, fsx_read_bytes_per_second
+from components.core.load import load_stack, parse_spec
 from components.core.model import KIMI_K3_1_PRO
 from components.core.sizing import (
+    STORAGE_HEADROOM_FRACTION,
     compute_sizing,
     download_seconds,
-    fsx_capacity_gib,
-    fsx_read_bytes_per_second,
     kv_cache_tokens,
     startup_budget_seconds,
 )
@@ -31,7 +32,7 @@ def test_weights_are_1453_gib():
 
 
 def test_fsx_smallest_valid_size_is_2400_gib():
-    assert fsx_capacity_gib(WEIGHTS) == 2400
+    assert fsx_capacity_gib(WEIGHTS, headroom_fraction=STORAGE_HEADROOM_FRACTION) == 2400  # the default 10 %
     assert fsx_capacity_gib(WEIGHTS, headroom_fraction=0.0) == 2400
 
 
@@ -110,7 +111,7 @@ def test_fsx_serving_load_time_and_budget():
 
 
 def test_gpu_memory_utilization_too_low_is_a_config_error():
-    from components.core.config import ConfigError
+    from components.core.errors import ConfigError
 
     ns, _ = namespace_config(read_stack_config("b300"))
     ns["vllm"] = {**ns["vllm"], "gpuMemoryUtilization": 0.7}

@@ -12,7 +12,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.core.config import ConfigError, load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.errors import ConfigError
+from components.core.load import load_stack, parse_spec
 from components.core.naming import SYSTEM_NODE_LABEL, SYSTEM_NODE_ROLE
 from components.core.targets import INSTANCES, STAGING_INSTANCE, TARGETS
 from components.plan_engine import run_program

@@ -10,8 +10,8 @@ from types import MappingProxyType
 
 import pytest
 
-from components.core.config import parse_spec
 from components.core.config import target as config_module  # where parse_spec reads TARGETS
+from components.core.load import parse_spec
 from components.core.sizing import compute_sizing
 from components.core.targets import TARGETS
 from scripts.ops import sweep
@@ -119,7 +119,7 @@ def test_a_target_profile_with_no_platform_gives_its_error(monkeypatch):
 
 
 def test_plan_shows_the_kv_figures_as_a_fitted_model():
-    from components.core.config import load_stack
+    from components.core.load import load_stack
     from components.core.model import KIMI_K3_1_PRO
     from scripts.ops.plan import _kv_cache_model
 

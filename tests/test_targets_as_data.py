@@ -10,8 +10,8 @@ from types import MappingProxyType
 
 import pytest
 
-from components.core.config import parse_spec
 from components.core.config import target as config_module  # where parse_spec reads TARGETS
+from components.core.load import parse_spec
 from components.core.model import KIMI_K3_1_PRO
 from components.core.sizing import compute_sizing
 from components.core.targets import TARGETS

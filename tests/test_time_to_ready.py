@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from components.core import time_to_ready as ttr
-from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.load import load_stack, parse_spec
 from components.core.sizing import compute_sizing
 from components.core.targets import INSTANCES, TARGETS
 from components.core.weights import sync_steps
@@ -114,7 +115,7 @@ def test_overrides_replace_estimates():
 
 
 def test_override_must_be_positive():
-    from components.core.config import ConfigError
+    from components.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
         _spec_with("b300", copyGBps=0)

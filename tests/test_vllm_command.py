@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
+from components.core.config import namespace_config, read_stack_config
+from components.core.load import load_stack, parse_spec
 from components.core.sizing import compute_sizing
 from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, build_vllm_command
 from tests.conftest import FIXED_NOW, STACKS, TEST_ENGINE_TAG
@@ -136,7 +137,7 @@ def test_dcp_adds_the_recipe_settings_and_workspace_and_plain_tp_does_not():
 
 
 def test_dcp_needs_memory_outside_the_pool_for_its_workspace():
-    from components.core.config import ConfigError
+    from components.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="vllm.gpuMemoryUtilization.*FlashInfer workspace"):
         command("b300", decodeContextParallelSize=8, gpuMemoryUtilization=0.99)

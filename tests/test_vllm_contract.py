@@ -385,7 +385,8 @@ def _pod_specs(value: Any):
 
 def _variants() -> dict[str, Any]:
     """label -> spec: every stack, plus DCP on every stack that allows it."""
-    from components.core.config import load_stack, namespace_config, parse_spec, read_stack_config
+    from components.core.config import namespace_config, read_stack_config
+    from components.core.load import load_stack, parse_spec
 
     out: dict[str, Any] = {}
     for stack in STACKS:
@@ -462,7 +463,7 @@ def test_env_proof_is_not_vacuous():
 
 
 def test_mi355x_selects_the_a8w4_moe_path_by_a_value_vllm_accepts():
-    from components.core.config import load_stack
+    from components.core.load import load_stack
     from components.core.vllm import build_vllm_command
 
     env = build_vllm_command(load_stack("mi355x", now=FIXED_NOW)).role("server").env

@@ -198,7 +198,7 @@ def test_serve_loads_the_commit_staging_resolved_whatever_the_branch_has_become(
     """b300 ships ``model.revision: main``. The stage's publish resolves main and records the commit
     in the mirror's marker; main then moves; serve's publish and node copy (the plan's own argv) ask
     the hub nothing and load the staged commit. ``--follow-branch`` publishes the new one."""
-    from components.core.config import load_stack
+    from components.core.load import load_stack
     from components.core.weights import sync_steps
     from tests.conftest import FIXED_NOW
 

@@ -227,7 +227,7 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
             commands when you launch an EC2 instance with user data input"). Names
             the longest config value the user data carries (``_largest_user_data_input``).
     """
-    from components.core.config import ConfigError
+    from components.core.errors import ConfigError
 
     text = render_ec2_user_data(
         spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set

@@ -34,7 +34,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.core.config import ConfigError, DeploymentSpec
+from components.core.config import DeploymentSpec
+from components.core.errors import ConfigError
 from components.core.targets import is_local_zone
 from components.core.versions import VLLM_MASTER_PORT
 

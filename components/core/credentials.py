@@ -1,6 +1,6 @@
 """What a credential looks like: one list of shapes for every consumer.
 
-Used by the config check (``config.parse_spec``: a credential in plain config is rejected), the
+Used by the config check (``load.parse_spec``: a credential in plain config is rejected), the
 plan diff's second fence (``scripts/ops/plan_diff.redact``: nothing credential-shaped reaches a pull
 request comment) and the guardrails (``policy/rules.py``: under CrossGuard secrets arrive
 unwrapped, so values are judged by their shape). Standard library only (the policy pack's venv

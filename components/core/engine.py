@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from .errors import ConfigError
 from .model import SPARSE_INDEXER_MLA, EngineRequirement, ModelProfile
 from .versions import VLLM_RELEASE_GAPS, VLLM_VERSION
 
@@ -155,7 +156,6 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
     Raises:
         ConfigError: a mutable tag (a mistake in the config, not a missing engine).
     """
-    from .config import ConfigError  # config imports this module
     from .versions import VLLM_IMAGES
 
     build = parse_engine_image(image)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from .targets import GIB
+
 DEPLOYMENT_TYPES: tuple[str, ...] = ("SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 
 # SSD capacity: 1,200 GiB, 2,400 GiB, then steps of 2,400 GiB (SCRATCH_2, PERSISTENT_1/2).
@@ -71,3 +73,20 @@ def is_valid_metadata_iops(iops: int) -> bool:
     return iops in METADATA_IOPS_SMALL or (
         iops % METADATA_IOPS_STEP == 0 and METADATA_IOPS_STEP <= iops <= METADATA_IOPS_MAX
     )
+
+
+def fsx_capacity_gib(weights_bytes: int, headroom_fraction: float) -> int:
+    """Smallest valid FSx for Lustre capacity (GiB) holding the weights plus headroom.
+
+    1.56 TB = 1,453 GiB; with 10 % headroom 1,598 GiB -> 2,400 GiB (FSx for Lustre capacity steps:
+    https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html).
+    """
+    return round_up_capacity_gib(weights_bytes * (1 + headroom_fraction) / GIB)
+
+
+def fsx_read_bytes_per_second(capacity_gib: int, throughput_per_tib_mbps: int) -> int:
+    """Aggregate FSx read throughput in bytes/s: capacity (TiB) x tier (MB/s per TiB).
+
+    2,400 GiB at 1,000 MB/s/TiB = 2.34 GB/s (about 11 minutes for 1.56 TB).
+    """
+    return int(capacity_gib / 1024 * throughput_per_tib_mbps * 1e6)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 LABEL_VALUE_MAX_CHARS = 63
 QUALIFIED_NAME_MAX_CHARS = 63
@@ -95,36 +94,3 @@ def tags_problem(tags: Mapping[str, str], reserved: int = 0) -> tuple[str, str, 
         if len(value) > AWS_TAG_VALUE_MAX_CHARS:
             return (key, value, f"tag value is {len(value)} characters; AWS allows {AWS_TAG_VALUE_MAX_CHARS}")
     return None
-
-
-def check_kubernetes_fields_and_limits(raw: Any, stack: str, project: str) -> None:
-    """Free-form Kubernetes fields against the Kubernetes schema (``k8s_schema``) and the hard
-    limits above for what the stack's names and tags become (called by ``config.parse_spec``).
-
-    Args:
-        raw: the validated ``config.RawConfig``.
-        stack, project: the Pulumi stack and project names.
-
-    Raises:
-        ConfigError: naming the key (``kubernetes.tolerations[0].effect``), the value and the rule.
-    """
-    from . import k8s_schema, naming
-    from .config import ConfigError
-
-    found = k8s_schema.tolerations_problem(raw.kubernetes.tolerations)
-    if found:
-        raise ConfigError(f"kubernetes.tolerations{found[0]}", found[1], found[2])
-    found = k8s_schema.node_selector_problem(raw.kubernetes.node_selector)
-    if found:
-        raise ConfigError(f"kubernetes.nodeSelector{found[0]}", found[1], found[2])
-    # The stack name becomes the app.kubernetes.io/instance label and a tag value on everything.
-    if why := label_value_problem(stack):
-        raise ConfigError(
-            "--stack", stack, f"{why} (the stack name is the app.kubernetes.io/instance label); use a shorter stack name"
-        )
-    tags = {naming.TAG_STACK: stack, naming.TAG_ENVIRONMENT: raw.environment, naming.TAG_TARGET: raw.target,
-            naming.TAG_OWNER: raw.owner, naming.TAG_PROJECT: project, naming.TAG_EXPIRES_AT: "2026-12-01T00:00:00Z"}
-    broken = tags_problem(tags, reserved=1)  # + Name
-    if broken:
-        key = {naming.TAG_OWNER: "owner", naming.TAG_STACK: "--stack", naming.TAG_PROJECT: "--project"}.get(broken[0], "owner")
-        raise ConfigError(key, broken[1], broken[2])

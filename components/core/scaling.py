@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import DeploymentSpec
+from .errors import ConfigError
 from .naming import VLLM_WORKLOAD_NAME
 from .sizing import Sizing, gpu_usd_per_hour, sync_expected_seconds
 from .weights import SHAPE_BUCKET, sync_steps
@@ -142,8 +143,6 @@ def scale_down_delay_seconds(spec: DeploymentSpec, sizing: Sizing) -> int:
     if configured is None:
         return up + SCALE_DOWN_MARGIN_SECONDS
     if configured <= up:
-        from .config import ConfigError
-
         raise ConfigError(
             "autoscaling.scaleDownDelaySeconds",
             configured,

@@ -11,16 +11,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import fsx
-from .config import ConfigError, DeploymentSpec, block_instances
+from .config import DeploymentSpec, block_instances
+from .errors import ConfigError
+from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
 from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
-from .targets import GB, GPUS, GpuFacts
+from .targets import GB, GIB, GPUS, GpuFacts
 from .time_to_ready import ENGINE_INIT_COLD_SECONDS, engine_init_cold_seconds, mirror_copy_rate
 from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
 from .weights import SyncStep
 
-GIB = 2**30
 TIB = 2**40
 
 # Room kept beside the weights on any storage: partial downloads, the manifest, and a
@@ -137,23 +137,6 @@ def download_seconds(weights_bytes: int, megabytes_per_second: float) -> int:
     if megabytes_per_second <= 0:
         raise ValueError(f"bandwidth must be positive, got {megabytes_per_second} MB/s")
     return math.ceil(weights_bytes / (megabytes_per_second * 1e6))
-
-
-def fsx_capacity_gib(weights_bytes: int, headroom_fraction: float = STORAGE_HEADROOM_FRACTION) -> int:
-    """Smallest valid FSx for Lustre capacity (GiB) holding the weights plus headroom.
-
-    1.56 TB = 1,453 GiB; with 10 % headroom 1,598 GiB -> 2,400 GiB (FSx for Lustre capacity steps:
-    https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html).
-    """
-    return fsx.round_up_capacity_gib(weights_bytes * (1 + headroom_fraction) / GIB)
-
-
-def fsx_read_bytes_per_second(capacity_gib: int, throughput_per_tib_mbps: int) -> int:
-    """Aggregate FSx read throughput in bytes/s: capacity (TiB) x tier (MB/s per TiB).
-
-    2,400 GiB at 1,000 MB/s/TiB = 2.34 GB/s (about 11 minutes for 1.56 TB).
-    """
-    return int(capacity_gib / 1024 * throughput_per_tib_mbps * 1e6)
 
 
 def kv_budget_bytes_per_gpu(

@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 MIB = 1024**2
 GB = 10**9
+GIB = 2**30
 TB = 10**12
 
 

@@ -48,17 +48,10 @@ if not __package__:  # run as a file: the project may not be installed here; scr
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from components.core.config import (
-    CONFIG_OVERLAY_ENV,
-    NAMESPACE,
-    SECRETS,
-    ConfigError,
-    RawConfig,
-    format_utc,
-    load_stack,
-    stack_names,
-)
+from components.core.config import CONFIG_OVERLAY_ENV, SECRETS, RawConfig, format_utc, stack_names
 from components.core.config.raw import range_text
+from components.core.errors import NAMESPACE, ConfigError
+from components.core.load import load_stack
 from scripts.ops._cli import EXIT_CHECK_FAILED, EXIT_OK, CliParser, UsageError, prog_name, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +72,7 @@ CHECKED_KEYS: tuple[str, ...] = (
     "network.vpcCidr",
     "phase",
 )
-# Keys of other namespaces the reference lists (the program reads them; config_reader checks names).
+# Keys of other namespaces the reference lists (the program reads them; config.reader checks names).
 AWS_REGION = "aws:region"
 # A 40-hex commit that is not a real one (test data): a pinned model revision, an engine build.
 SAMPLE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -939,7 +932,7 @@ def _anchor(title: str) -> str:
 
 def render_page(derived: Mapping[str, Any]) -> str:
     """docs/configuration.md for the model and the stored derivation ``derived``."""
-    from components.core.config_reader import PROVIDER_NAMESPACES
+    from components.core.config.reader import PROVIDER_NAMESPACES
 
     rule_text = rules()
     rows = config_keys()
@@ -1008,7 +1001,7 @@ def render_page(derived: Mapping[str, Any]) -> str:
         "",
         "## Other namespaces",
         "",
-        "A stack file may also set these (`components/core/config_reader.py` checks the names; an unknown",
+        "A stack file may also set these (`components/core/config/reader.py` checks the names; an unknown",
         "namespace or provider key is refused with a suggestion).",
         "",
         "| key | what it is | a change forces |",

@@ -106,7 +106,7 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     head`` does: standard output then points at /dev/null so no later flush fails. Any other
     exception is a bug and keeps its traceback.
     """
-    from components.core.config import ConfigError
+    from components.core.errors import ConfigError
 
     _rich_broken_pipe_raises()
     try:
@@ -167,8 +167,9 @@ def overlay_notice(where: str = "over every stack file", stack: str | None = Non
     is set: which keys it sets (with ``stack``, those it sets for that stack: keys scoped to other
     stacks are not named) and that `pulumi up` never reads it; None when unset, or when it is not
     valid JSON (the command then refuses it in one line of its own)."""
-    from components.core.config import ConfigError, config_overlay
+    from components.core.config import config_overlay
     from components.core.config.stack_file import CONFIG_OVERLAY_ENV, overlay_keys
+    from components.core.errors import ConfigError
 
     try:
         extra = config_overlay()

@@ -24,7 +24,8 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.core import cost as costmodel
-from components.core.config import DeploymentSpec, load_stack, stack_names
+from components.core.config import DeploymentSpec, stack_names
+from components.core.load import load_stack
 from components.core.sizing import billed_gpu_nodes, compute_sizing
 from scripts.ops._cli import (
     EXIT_USAGE,

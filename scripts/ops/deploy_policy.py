@@ -35,7 +35,8 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.core.config import ConfigError, read_stack_config, stack_names
+from components.core.config import read_stack_config, stack_names
+from components.core.errors import ConfigError
 from scripts.ops._cli import CliParser, UsageError, print_json, print_overlay_notice, prog_name, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -343,8 +343,9 @@ def stacks_for_image(image: str, stack: str | None) -> list[Any]:
         ConfigError: the stack's config is invalid, or the image is the other vendor's build or a
             mutable tag (``engine.engine_blocker``).
     """
-    from components.core.config import load_stack, stack_names
+    from components.core.config import stack_names
     from components.core.engine import engine_blocker
+    from components.core.load import load_stack
     from components.core.versions import VLLM_IMAGES
 
     if stack is not None:

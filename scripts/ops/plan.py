@@ -40,16 +40,16 @@ from rich.text import Text
 
 from components.core.config import (
     STACKS_DIR,
-    ConfigError,
     DeploymentSpec,
     config_overlay,
     format_utc,
-    load_stack,
     parse_clock,
     read_stack_config,
     stack_names,
 )
 from components.core.config.stack_file import CONFIG_OVERLAY_ENV, overlay_keys
+from components.core.errors import ConfigError
+from components.core.load import load_stack
 from scripts.ops._cli import CliParser, print_overlay_notice, prog_name
 from scripts.ops._text import shell_command, shell_units, wrap_items
 from scripts.ops._text import wrap as _wrap_text

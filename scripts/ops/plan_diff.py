@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         now = None
         if args.now is not None:  # an empty --now is refused, not read as "now"
-            from components.core.config import ConfigError, parse_clock
+            from components.core.config import parse_clock
+            from components.core.errors import ConfigError
 
             try:
                 now = parse_clock(args.now, "--now")

@@ -66,8 +66,10 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.core.config import ConfigError, DeploymentSpec, format_utc, load_stack, stack_names
+from components.core.config import DeploymentSpec, format_utc, stack_names
 from components.core.config.phase import SWITCH_TO_SERVE
+from components.core.errors import ConfigError
+from components.core.load import load_stack
 from components.core.targets import MIB, GpuFacts, InstanceFacts, ec2_vcpu_quota, is_local_zone
 from components.core.versions import EKS_API_SERVER_PORT
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix

@@ -249,7 +249,7 @@ def rendered_command(stack: str = DEFAULT_STACK) -> tuple[tuple[str, ...], dict[
     Raises:
         ValueError: the stack's serving role is not a single-node ``server``.
     """
-    from components.core.config.stack_file import load_stack
+    from components.core.load import load_stack
     from components.core.vllm import build_vllm_command
 
     spec = load_stack(stack, now=datetime(2026, 11, 30, 12, tzinfo=UTC))

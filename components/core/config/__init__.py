@@ -1,13 +1,16 @@
-"""The typed deployment spec: parsed and validated from a stack's ``kimi-deploy:*`` config.
+"""The typed config: a stack's ``kimi-deploy:*`` config as pydantic models, its checks, and the
+frozen ``DeploymentSpec`` they build.
 
-``parse_spec`` turns the plain config mapping (as in ``stacks/Pulumi.<stack>.yaml``) into a
-frozen ``DeploymentSpec``, or raises ``ConfigError`` with one line naming the key, the value and
-what is allowed. Nothing is declared before the whole spec is valid. No Pulumi import here:
-``__main__.py`` reads the config through Pulumi and hands it in; scripts read the stack file.
+This package is the layer above the facts and ``errors`` and below the domain: it imports only
+those (tests/test_layout.py holds it). The entry that runs it, ``load.parse_spec`` (the plain config
+mapping -> ``DeploymentSpec``, or ``ConfigError`` with one line naming the key, the value and what
+is allowed) and ``load.load_stack`` (a stack file), sits above the domain, with the checks that need
+the domain (``checks``) between them. No Pulumi import here: ``__main__.py`` reads the config through
+Pulumi and hands it in; scripts read the stack file.
 
-In parts (each importable and testable alone; every name stays importable from here):
+In parts (each importable and testable alone; the names below are importable from here):
 
-- ``errors``: ``ConfigError`` (and ``NAMESPACE``); ``patterns``: value formats (regexes).
+- ``patterns``: value formats (regexes); ``ConfigError`` is ``components.core.errors``.
 - ``raw``: the pydantic models of the YAML (``RawConfig`` and one per section) and
   ``validate_raw`` (pydantic's first error as one line).
 - one module of checks per section, each function taking the raw config and what it needs:
@@ -16,18 +19,16 @@ In parts (each importable and testable alone; every name stays importable from h
   AMI), ``network``, ``storage`` (with the mirror and FSx), ``vllm`` (with the engine build),
   ``kubernetes`` (with EKS), ``scaling`` (autoscaling, observability), ``lifecycle``
   (environment, expiresAt, trialTtlHours, protect).
-- ``spec``: ``DeploymentSpec`` and its derived properties; ``parse``: ``parse_spec``, the fixed
-  order of the checks; ``stack_file``: stack files and ``load_stack``.
+- ``spec``: ``DeploymentSpec`` and its derived properties; ``stack_file``: stack files read and
+  decoded; ``reader``: the config strings decoded as the Pulumi engine hands them.
 """
 
 from __future__ import annotations
 
 from .compute import block_instances
-from .errors import MAX_SHOWN_VALUE_CHARS, NAMESPACE, ConfigError
 from .kubernetes import eks_version_of
 from .lifecycle import ENVIRONMENTS, MAX_TRIAL_HOURS
 from .network import MIN_CLIENT_PREFIX_LENGTH, ApiServerAccess, api_server_access
-from .parse import parse_spec
 from .raw import (
     DEFAULT_TRIAL_TTL_HOURS,
     SECRET_KEYS,
@@ -55,19 +56,17 @@ from .stack_file import (
     STACKS_DIR,
     StackFileError,
     config_overlay,
-    load_stack,
     namespace_config,
     read_stack_config,
     stack_names,
 )
 
 __all__ = [
-    "CLOCK_MAX", "CLOCK_MIN", "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_SHOWN_VALUE_CHARS",
-    "MAX_TRIAL_HOURS",
-    "MIN_CLIENT_PREFIX_LENGTH", "NAMESPACE", "REPO_ROOT", "SECRETS", "SECRET_KEYS", "STACKS_DIR", "STACK_FILE_KEYS",
-    "ApiServerAccess", "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "ConfigError", "DeploymentSpec", "FsxConfig",
+    "CLOCK_MAX", "CLOCK_MIN", "CONFIG_OVERLAY_ENV", "DEFAULT_TRIAL_TTL_HOURS", "ENVIRONMENTS", "MAX_TRIAL_HOURS",
+    "MIN_CLIENT_PREFIX_LENGTH", "REPO_ROOT", "SECRETS", "SECRET_KEYS", "STACKS_DIR", "STACK_FILE_KEYS",
+    "ApiServerAccess", "AutoscalingConfig", "CapacityConfig", "ComputeConfig", "DeploymentSpec", "FsxConfig",
     "KubernetesConfig", "MirrorConfig", "ModelConfig", "NetworkConfig", "ObservabilityConfig", "RawConfig",
     "ScheduleWindowConfig", "StackFileError", "StorageConfig", "TimeToReadyConfig", "VllmConfig", "api_server_access",
-    "block_instances", "config_overlay", "eks_version_of", "format_utc", "load_stack", "namespace_config", "parse_clock",
-    "parse_spec", "parse_utc", "read_stack_config", "stack_names",
+    "block_instances", "config_overlay", "eks_version_of", "format_utc", "namespace_config", "parse_clock",
+    "parse_utc", "read_stack_config", "stack_names",
 ]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from ..errors import ConfigError
 from ..platforms import platform_profile
 from ..targets import AWS_REGIONS, InstanceFacts, TargetProfile
-from .errors import ConfigError
 from .patterns import AZ_RE, REGION_RE, RESERVATION_RE
 from .raw import RawConfig
 from .spec import format_utc
@@ -73,7 +73,7 @@ def check_region(raw: RawConfig, instance: InstanceFacts, instance_type: str) ->
         raise ConfigError("aws:region", region, "is not an AWS region name (e.g. us-east-1)")
     if region is not None and region not in AWS_REGIONS:
         # Before any zone is compared with it: a region that does not exist is the region's error.
-        from ..config_reader import did_you_mean
+        from ..errors import did_you_mean
 
         raise ConfigError(
             "aws:region", region,

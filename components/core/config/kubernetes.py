@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from .. import k8s_schema, limits, naming
+from ..errors import ConfigError
 from ..platforms import platform_profile
 from ..targets import TargetProfile
-from .errors import ConfigError
 from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE
 from .raw import RawConfig
 
@@ -19,7 +20,7 @@ SYSTEM_NAMESPACES: tuple[str, ...] = ("default", "kube-node-lease", "kube-public
 def check_kubernetes(
     raw: RawConfig, stack: str, project: str, now: datetime, secrets_set: frozenset[str] | set[str], warnings: list[str]
 ) -> None:
-    """``kubernetes.*`` (``limits.check_kubernetes_fields_and_limits`` for the schema-checked
+    """``kubernetes.*`` (``check_kubernetes_fields_and_limits`` for the schema-checked
     fields and name lengths; ``namespace`` refused on aws-ec2, which never reads it), then
     ``check_eks_version``; a warning when the kubernetes platform
     has no ``kubeconfig`` secret.
@@ -49,8 +50,6 @@ def check_kubernetes(
             f"lies in the node's own state at {state} (kubelet, container runtime or logs): name where the NVMe "
             "is mounted (pods mount only <nvmeHostPath>/kimi-deploy/weights, /staging and /engine-cache)",
         )
-    from ..limits import check_kubernetes_fields_and_limits
-
     check_kubernetes_fields_and_limits(raw, stack, project)
     for ns in raw.kubernetes.allowed_namespaces:
         if not DNS_LABEL_RE.match(ns):
@@ -258,3 +257,33 @@ def check_mirror_access(raw: RawConfig) -> None:
                           f"is required on the kubernetes platform with the mirror {bucket} (its AWS region, e.g. us-east-1)")
     if not _AWS_REGION_RE.match(region):
         raise ConfigError("storage.mirror.region", region, "is not an AWS region name (e.g. us-east-1)")
+
+
+def check_kubernetes_fields_and_limits(raw: RawConfig, stack: str, project: str) -> None:
+    """Free-form Kubernetes fields against the Kubernetes schema (``k8s_schema``) and the hard
+    limits of ``limits`` for what the stack's names and tags become (called by ``check_kubernetes``).
+
+    Args:
+        raw: the validated ``config.RawConfig``.
+        stack, project: the Pulumi stack and project names.
+
+    Raises:
+        ConfigError: naming the key (``kubernetes.tolerations[0].effect``), the value and the rule.
+    """
+    found = k8s_schema.tolerations_problem(raw.kubernetes.tolerations)
+    if found:
+        raise ConfigError(f"kubernetes.tolerations{found[0]}", found[1], found[2])
+    found = k8s_schema.node_selector_problem(raw.kubernetes.node_selector)
+    if found:
+        raise ConfigError(f"kubernetes.nodeSelector{found[0]}", found[1], found[2])
+    # The stack name becomes the app.kubernetes.io/instance label and a tag value on everything.
+    if why := limits.label_value_problem(stack):
+        raise ConfigError(
+            "--stack", stack, f"{why} (the stack name is the app.kubernetes.io/instance label); use a shorter stack name"
+        )
+    tags = {naming.TAG_STACK: stack, naming.TAG_ENVIRONMENT: raw.environment, naming.TAG_TARGET: raw.target,
+            naming.TAG_OWNER: raw.owner, naming.TAG_PROJECT: project, naming.TAG_EXPIRES_AT: "2026-12-01T00:00:00Z"}
+    broken = limits.tags_problem(tags, reserved=1)  # + Name
+    if broken:
+        key = {naming.TAG_OWNER: "owner", naming.TAG_STACK: "--stack", naming.TAG_PROJECT: "--project"}.get(broken[0], "owner")
+        raise ConfigError(key, broken[1], broken[2])

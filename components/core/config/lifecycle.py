@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from .errors import ConfigError, check_choice
+from ..errors import ConfigError, check_choice
 from .raw import RawConfig
 from .spec import format_utc
 

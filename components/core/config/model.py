@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ..errors import ConfigError
 from ..model import MODELS, ModelProfile
-from .errors import ConfigError
 from .patterns import COMMIT_RE, REVISION_RE, SERVED_MODEL_NAME_RE
 from .raw import RawConfig
 

@@ -6,8 +6,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
 from ..platforms import platform_profile
-from .errors import ConfigError
 from .patterns import SECURITY_GROUP_ID_RE, SUBNET_ID_RE, VPC_ID_RE
 from .raw import RawConfig
 

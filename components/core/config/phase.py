@@ -10,8 +10,8 @@ An engine build known not to serve the model blocks ``serve`` only (``spec.block
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from ..platforms import platform_profile
-from .errors import ConfigError
 from .raw import RawConfig
 
 PHASES: tuple[str, ...] = ("stage", "serve")

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..credentials import find_credential
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # Credential kinds with no secret key here (``CredentialShape.secret_key == ""``), in words.
 _KIND_WORDS: dict[str, str] = {"aws-access-key-id": "an AWS access key id", "github-token": "a GitHub token"}

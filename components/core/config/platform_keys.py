@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..errors import ConfigError
 from ..platforms import PLATFORM_PROFILES, PlatformProfile, platform_profile
-from .errors import ConfigError
 from .raw import RawConfig
 
 # A rule with no value applies to every value of its key.

@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from ..errors import ConfigError
 from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
 from ..model import MODELS
 from ..versions import VLLM_PORT
-from .errors import ConfigError
 
 # Config keys that hold secrets, with what each is (the configuration reference prints it). Set only
 # with `pulumi config set --secret`; they never enter the spec: only whether they are set.
@@ -65,10 +65,10 @@ MAX_MODEL_LEN_TOKENS = max(m.max_context_tokens for m in MODELS.values())
 
 class _Raw(BaseModel):
     # Booleans are StrictBool everywhere: true or false, as Pulumi's config reads them (Config.get_bool:
-    # true/True/false/False at the top level, where config_reader decodes the text; JSON booleans
+    # true/True/false/False at the top level, where config.reader decodes the text; JSON booleans
     # inside a map): `yes`, `on`, `1` are refused by every key alike, never taken by one and refused
     # by another. No coercion of numbers to strings: `revision: 1234` is an error, not "1234" (the engine hands
-    # top-level values as strings already; config_reader decodes them by type). Each field's
+    # top-level values as strings already; config.reader decodes them by type). Each field's
     # docstring is its description (``use_attribute_docstrings``): the configuration reference
     # (docs/configuration.md, scripts/dev/config_reference.py) prints it.
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
@@ -554,7 +554,7 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
             break
     kind = first["type"]
     if kind == "extra_forbidden":
-        from ..config_reader import did_you_mean
+        from ..errors import did_you_mean
 
         if key in REPLACED_KEYS:
             return ConfigError(key, value, REPLACED_KEYS[key])

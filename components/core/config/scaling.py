@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ..errors import ConfigError
 from ..platforms import platform_profile
-from .errors import ConfigError
 from .patterns import DNS_LABEL_RE, LABEL_VALUE_RE
 from .raw import RawConfig
 

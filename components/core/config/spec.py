@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .. import naming
+from ..errors import ConfigError
 from ..model import ModelProfile
 from ..platforms import PlatformProfile, platform_profile
 from ..targets import InstanceFacts, TargetProfile
-from .errors import ConfigError
 from .patterns import COMMIT_RE
 from .raw import RawConfig
 

@@ -1,21 +1,18 @@
 """Stack files: ``stacks/Pulumi.<stack>.yaml`` read (duplicate keys rejected, the offline
-overlay applied), its namespace decoded by ``config_reader`` as the engine hands it, and
-``load_stack`` (file -> ``DeploymentSpec``)."""
+overlay applied) and its namespace decoded by ``config.reader`` as the engine hands it
+(``load.load_stack`` turns the result into a ``DeploymentSpec``)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .errors import NAMESPACE, ConfigError
-from .parse import parse_spec
-from .raw import SECRET_KEYS
-from .spec import DeploymentSpec
+from ..errors import ConfigError
+from .reader import cli_config_strings, read_config_strings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STACKS_DIR = REPO_ROOT / "stacks"
@@ -141,7 +138,7 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     if data is None:
         raise StackFileError("--stack", stack, f"file {shown} is empty (it needs a 'config:' map; see stacks/Pulumi.b300.yaml)")
     if isinstance(data, dict):
-        from ..config_reader import did_you_mean
+        from ..errors import did_you_mean
 
         for top in data:
             if top not in STACK_FILE_KEYS:
@@ -327,37 +324,11 @@ def namespace_config(full_config: Mapping[str, Any]) -> tuple[dict[str, Any], fr
     """The ``kimi-deploy`` namespace map (prefix removed, plus ``region`` from ``aws:region``) and
     the set of secret keys that have a value, read from a stack file's ``config:`` map exactly as
     ``pulumi up`` reads it: converted to the strings the CLI hands the program
-    (``config_reader.cli_config_strings``), then decoded by the program's reader
-    (``config_reader.read_config_strings``).
+    (``config.reader.cli_config_strings``), then decoded by the program's reader
+    (``config.reader.read_config_strings``).
 
     Raises:
         ConfigError: an unknown namespace or key, or a value not of its key's type.
     """
-    from ..config_reader import cli_config_strings, read_config_strings
-
     secure = {k for k, v in full_config.items() if isinstance(v, dict) and set(v) == {"secure"}}
     return read_config_strings(cli_config_strings(full_config), secure)
-
-
-def load_stack(
-    stack: str, *, stacks_dir: Path = STACKS_DIR, now: datetime | None = None, project: str = NAMESPACE
-) -> DeploymentSpec:
-    """Parse and validate ``stacks/Pulumi.<stack>.yaml`` into a ``DeploymentSpec``.
-
-    Raises:
-        ConfigError: the stack file is missing or a value is invalid (one line).
-    """
-    full = read_stack_config(stack, stacks_dir)
-    for key, value in full.items():
-        name = key.partition(":")[2]
-        is_secure = isinstance(value, dict) and set(value) == {"secure"}
-        if key.startswith(NAMESPACE + ":") and name in SECRET_KEYS and not is_secure:
-            raise ConfigError(
-                key, "[plaintext]", "is a secret and must be set with `pulumi config set --secret` (never in plain text)"
-            )
-        if key.startswith(NAMESPACE + ":") and name not in SECRET_KEYS and is_secure:
-            raise ConfigError(
-                key, "[secure value]", f"is not a secret key (secret keys: {', '.join(SECRET_KEYS)}); set it without --secret"
-            )
-    ns, secrets = namespace_config(full)
-    return parse_spec(ns, stack=stack, project=project, now=now, secrets_set=secrets)

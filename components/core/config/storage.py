@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from .. import fsx
+from ..errors import ConfigError, check_choice
 from ..platforms import platform_profile
 from ..targets import InstanceFacts
-from .errors import ConfigError, check_choice
 from .patterns import S3_KEY_PREFIX_RE, bucket_name_problem
 from .raw import RawConfig
 
@@ -166,7 +166,7 @@ def read_gbps_ceiling(raw: RawConfig, instance: InstanceFacts, needed: int) -> t
     - ``nvme`` and ``nvme-from-fsx`` (served from local NVMe): the node's devices x
       ``NVME_DEVICE_MAX_READ_BYTES_PER_SECOND`` (PCIe 5.0 x4 each).
     - ``fsx``: the whole file system's throughput (capacity x MB/s per TiB,
-      ``sizing.fsx_read_bytes_per_second``; FSx for Lustre user guide, "Performance"): one
+      ``fsx.fsx_read_bytes_per_second``; FSx for Lustre user guide, "Performance"): one
       client cannot read faster than the file system serves.
     - ``pvc``: local NVMe or the node's network (``InstanceFacts.network_gbps`` / 8), whichever is more.
     """
@@ -174,11 +174,9 @@ def read_gbps_ceiling(raw: RawConfig, instance: InstanceFacts, needed: int) -> t
     nvme_why = f"{instance.nvme_devices} NVMe devices x {NVME_DEVICE_MAX_READ_BYTES_PER_SECOND / 1e9:.2f} GB/s (PCIe 5.0 x4 each)"
     kind = raw.storage.kind
     if kind == "fsx":
-        from ..sizing import fsx_capacity_gib, fsx_read_bytes_per_second  # sizing imports this package
-
         fc = raw.storage.fsx
-        capacity = fc.capacity_gib or fsx_capacity_gib(needed, fc.headroom_fraction)
-        fsx_gbps = fsx_read_bytes_per_second(capacity, fc.throughput_per_tib) / 1e9
+        capacity = fc.capacity_gib or fsx.fsx_capacity_gib(needed, fc.headroom_fraction)
+        fsx_gbps = fsx.fsx_read_bytes_per_second(capacity, fc.throughput_per_tib) / 1e9
         return fsx_gbps, f"the FSx file system serves {capacity:,} GiB x {fc.throughput_per_tib} MB/s per TiB"
     if kind == "pvc" and instance.network_gbps is not None and instance.network_gbps / 8 > nvme_gbps:
         return instance.network_gbps / 8, f"the node's {instance.network_gbps:g} Gbit/s network"

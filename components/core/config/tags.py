@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .patterns import LABEL_VALUE_RE
 from .raw import RawConfig
 

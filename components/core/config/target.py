@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..errors import ConfigError, check_choice
 from ..model import ModelProfile
 from ..targets import PLATFORMS, TARGETS, TargetProfile
-from .errors import ConfigError, check_choice
 from .raw import RawConfig
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ..errors import ConfigError
 from ..kv_layout import (
     INDEXER_KV_DTYPE_KEY,
     SPARSE_BACKEND_KV_DTYPES,
@@ -14,7 +15,6 @@ from ..kv_layout import (
 from ..model import ModelProfile
 from ..targets import TargetProfile
 from ..vllm_options import OWNED_DESTS, owned_option
-from .errors import ConfigError
 from .patterns import IMAGE_RE, IMAGE_TAG_RE
 from .raw import RawConfig
 
@@ -140,20 +140,3 @@ def check_extra_args(extra_args: tuple[str, ...] | list[str]) -> None:
                 "vllm.extraArgs", arg,
                 "holds a flag and its value in one item: give each its own list item ('--flag', 'value') or write --flag=value",
             )
-
-
-def engine_blocker_of(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> Exception | None:
-    """The engine build's blocker (``engine.engine_blocker``; None when it serves the model) and a
-    warning for a build that is not a release."""
-    from ..engine import engine_blocker
-    from ..versions import vllm_image
-
-    # Engine support: a build known not to serve the model stops `pulumi up` (exit 2, before any
-    # resource); the offline plan shows it as a blocker at the top of an otherwise complete plan.
-    engine_key = "vllm.imageTag" if raw.vllm.image_tag else "vllm.image"
-    engine, blocker = engine_blocker(
-        raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag), engine_key, target.image_family, model
-    )
-    if not engine.is_release:
-        warnings.append(f"engine: {engine.describe()}; the model card asks for vLLM >= {model.min_vllm_version}")
-    return blocker

@@ -1,7 +1,11 @@
-"""``ConfigError``: the one-line error every config check raises (key, value, what is allowed)."""
+"""The bottom of the core: ``ConfigError``, the one-line error every config check raises (key, value,
+what is allowed), and the helpers that word its messages. Imports nothing of the project, so every
+layer above (the facts, the typed config, the domain, the checks, the entry) can raise it."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 NAMESPACE = "kimi-deploy"
@@ -35,3 +39,9 @@ def check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> 
     """Raise ``ConfigError`` unless ``value`` is one of ``allowed`` (named in the message)."""
     if value not in allowed:
         raise ConfigError(key, value, f"is not allowed (allowed: {', '.join(allowed)})")
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean X?"`` for the closest candidate (difflib, cutoff 0.6), else ``""``."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""

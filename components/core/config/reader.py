@@ -1,6 +1,6 @@
 """One way to read a stack's config: as the Pulumi engine hands it to the program.
 
-``pulumi up`` (``components.program``) and the offline plan and scripts (``config.load_stack``)
+``pulumi up`` (``components.program``) and the offline plan and scripts (``load.load_stack``)
 both end in ``read_config_strings``, so they accept and reject the same stack files:
 
 1. The Pulumi CLI reads ``Pulumi.<stack>.yaml`` and hands the program a flat map of full key ->
@@ -29,7 +29,6 @@ No Pulumi import here (pure core).
 
 from __future__ import annotations
 
-import difflib
 import json
 import types
 import typing
@@ -38,6 +37,10 @@ from datetime import date, datetime
 from typing import Any
 
 from pydantic import BaseModel
+
+from ..errors import NAMESPACE, ConfigError, did_you_mean
+from ..limits import tags_problem
+from .raw import SECRET_KEYS, RawConfig
 
 # Config keys of the providers the program uses through their default configuration.
 # pulumi-aws 7.51.1 ``pulumi_aws/config/vars.py`` (tests/test_config_reader.py checks the list
@@ -70,12 +73,6 @@ PROVIDER_NAMESPACES: dict[str, tuple[str, ...] | None] = {
 PROVIDER_CREDENTIAL_KEYS: tuple[str, ...] = ("aws:secretKey", "aws:token", "kubernetes:kubeconfig")
 # Shown for a value given as ``{secure: ...}`` offline (only its presence matters there).
 SECURE_PLACEHOLDER = "[secure]"
-
-
-def did_you_mean(name: str, candidates: typing.Iterable[str]) -> str:
-    """``"; did you mean X?"`` for the closest candidate (difflib, cutoff 0.6), else ``""``."""
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _go_text(value: Any) -> str:
@@ -144,8 +141,6 @@ def _field_kind(annotation: Any) -> str:
 
 def namespace_fields() -> dict[str, str]:
     """Top-level ``kimi-deploy:`` keys (aliases as written in stack files) -> value kind."""
-    from .config import RawConfig
-
     out: dict[str, str] = {}
     for name, info in RawConfig.model_fields.items():
         if name == "region":
@@ -156,8 +151,6 @@ def namespace_fields() -> dict[str, str]:
 
 def _decode(full_key: str, kind: str, text: str) -> Any:
     """One value by its kind, as the Pulumi SDK getter of that kind reads it."""
-    from .config import ConfigError
-
     if kind in ("str", "time"):
         return text
     if kind == "int":
@@ -186,8 +179,6 @@ def _decode(full_key: str, kind: str, text: str) -> Any:
 
 def _decode_secret(full_key: str, kind: str, text: str) -> Any:
     """``_decode`` of a value set as a secret: a type error does not show it."""
-    from .config import ConfigError
-
     try:
         return _decode(full_key, kind, text)
     except ConfigError:
@@ -212,8 +203,6 @@ def read_config_strings(
         ConfigError: an unknown namespace or key (with a did-you-mean), or a value that is not of
             its key's type (``kimi-deploy:trialTtlHours: 'a day' is not an integer``).
     """
-    from .config import NAMESPACE, SECRET_KEYS, ConfigError
-
     fields = namespace_fields()
     known_namespaces = [NAMESPACE, *PROVIDER_NAMESPACES]
     values: dict[str, Any] = {}
@@ -282,9 +271,6 @@ def _check_provider_default_tags(text: str | None) -> None:
         ConfigError: the default tags are not ``{"tags": {...}}``, or they and the program's own
             tags break a limit (``limits.tags_problem``).
     """
-    from .config import ConfigError
-    from .limits import tags_problem
-
     if not text:
         return
     try:

@@ -1,18 +1,26 @@
-"""``parse_spec``: validate the raw config, run each section's checks in a fixed order, build the spec.
+"""The entry at the top of the core: ``parse_spec`` (a stack's config -> ``DeploymentSpec``) and
+``load_stack`` (a stack file -> ``DeploymentSpec``).
 
-The order is the order in which errors are reported: for a file with several bad values the
-first one met here is the one named (tests/test_config_parts.py holds the recorded messages).
+``parse_spec`` validates the raw config (``config.raw``), runs each section's checks of the typed
+config (``config.*``: each key alone, and the rules between keys that need only the facts), builds
+the spec, and runs the checks that need the domain (``checks``) in one fixed order. The order is
+the order in which errors are reported: for a file with several bad values the first one met here
+is the one named (tests/fixtures/config_errors.json records every message).
+
+Layers (each imports only those below it; tests/test_layout.py holds the order):
+``errors`` and the facts, then ``config`` (the typed config and its checks), then the domain
+(sizing, engine, weights, ...), then ``checks``, then this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from ..model import MODELS
-from ..platforms import platform_profile
-from . import (
+from . import checks
+from .config import (
     compute,
     kubernetes,
     lifecycle,
@@ -27,9 +35,12 @@ from . import (
     target,
     vllm,
 )
-from .errors import NAMESPACE
-from .raw import validate_raw
-from .spec import DeploymentSpec
+from .config.raw import SECRET_KEYS, validate_raw
+from .config.spec import DeploymentSpec
+from .config.stack_file import STACKS_DIR, namespace_config, read_stack_config
+from .errors import NAMESPACE, ConfigError
+from .model import MODELS
+from .platforms import platform_profile
 
 
 def parse_spec(
@@ -95,7 +106,7 @@ def parse_spec(
     expires_at = lifecycle.check_expiry(raw, now)
     compute.check_capacity_block_end(raw, now, expires_at, warnings)
     protect = lifecycle.protect_of(raw)
-    blocker = vllm.engine_blocker_of(raw, profile, model_profile, warnings)
+    blocker = checks.engine_blocker_of(raw, profile, model_profile, warnings)
     # A placeholder as the EKS API's only source stops every phase (a stage creates the cluster too).
     api_blockers = tuple(network.api_server_blockers(raw))
     lifecycle.warn_unprotected_prod(raw, protect, warnings)
@@ -121,3 +132,27 @@ def parse_spec(
         blockers=api_blockers + ((blocker,) if blocker is not None else ()),
         every_phase_blockers=api_blockers,
     )
+
+
+def load_stack(
+    stack: str, *, stacks_dir: Path = STACKS_DIR, now: datetime | None = None, project: str = NAMESPACE
+) -> DeploymentSpec:
+    """Parse and validate ``stacks/Pulumi.<stack>.yaml`` into a ``DeploymentSpec``.
+
+    Raises:
+        ConfigError: the stack file is missing or a value is invalid (one line).
+    """
+    full = read_stack_config(stack, stacks_dir)
+    for key, value in full.items():
+        name = key.partition(":")[2]
+        is_secure = isinstance(value, dict) and set(value) == {"secure"}
+        if key.startswith(NAMESPACE + ":") and name in SECRET_KEYS and not is_secure:
+            raise ConfigError(
+                key, "[plaintext]", "is a secret and must be set with `pulumi config set --secret` (never in plain text)"
+            )
+        if key.startswith(NAMESPACE + ":") and name not in SECRET_KEYS and is_secure:
+            raise ConfigError(
+                key, "[secure value]", f"is not a secret key (secret keys: {', '.join(SECRET_KEYS)}); set it without --secret"
+            )
+    ns, secrets = namespace_config(full)
+    return parse_spec(ns, stack=stack, project=project, now=now, secrets_set=secrets)

@@ -1,0 +1,30 @@
+"""The checks of a config that need the domain, run by ``load.parse_spec`` after the checks of the
+typed config (``config.*``) in the order it lists.
+
+The layer between the domain and the entry: a rule that asks a domain module (the engine build's
+support of the model, ``engine.engine_blocker``) lives here, so the typed config below never
+imports the domain and the domain imports the config without a circle (tests/test_layout.py).
+Each function takes the validated raw config and the objects ``parse_spec`` resolved once.
+"""
+
+from __future__ import annotations
+
+from .config.raw import RawConfig
+from .engine import engine_blocker
+from .model import ModelProfile
+from .targets import TargetProfile
+from .versions import vllm_image
+
+
+def engine_blocker_of(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> Exception | None:
+    """The engine build's blocker (``engine.engine_blocker``; None when it serves the model) and a
+    warning for a build that is not a release."""
+    # Engine support: a build known not to serve the model stops `pulumi up` (exit 2, before any
+    # resource); the offline plan shows it as a blocker at the top of an otherwise complete plan.
+    engine_key = "vllm.imageTag" if raw.vllm.image_tag else "vllm.image"
+    engine, blocker = engine_blocker(
+        raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag), engine_key, target.image_family, model
+    )
+    if not engine.is_release:
+        warnings.append(f"engine: {engine.describe()}; the model card asks for vLLM >= {model.min_vllm_version}")
+    return blocker
