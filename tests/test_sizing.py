@@ -130,13 +130,9 @@ def test_price_b300_on_demand_and_unknown_gb300():
 
 
 def test_sync_times_and_first_deploy():
-    from components.core.sizing import (
-        SYNC_BUDGET_FLOOR_SECONDS,
-        first_deploy_seconds,
-        sync_budget_seconds,
-        sync_expected_seconds,
-    )
-    from components.core.time_to_ready import mirror_copy_rate
+    from components.core.sizing import SYNC_BUDGET_FLOOR_SECONDS, sync_budget_seconds, sync_expected_seconds
+    from components.core.time_inputs import mirror_copy_rate
+    from components.core.time_to_ready import first_deploy_seconds
     from components.core.weights import sync_steps
 
     spec = load_stack("b300", now=FIXED_NOW)

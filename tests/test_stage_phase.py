@@ -178,7 +178,7 @@ def test_stage_without_a_mirror_is_refused_with_what_to_set():
 
 def test_eks_stage_publishes_on_the_system_nodes_within_their_disk():
     from components.aws.cluster import SYSTEM_INSTANCE_TYPE, SYSTEM_ROOT_VOLUME_GIB
-    from components.core.time_to_ready import VLLM_IMAGE_UNPACKED_BYTES
+    from components.core.time_inputs import VLLM_IMAGE_UNPACKED_BYTES
     from components.k8s.weight_sync import STAGE_SYSTEM_NODE_WORKERS, stage_scratch_gib
 
     run = _run("b300-prod", "stage")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from components.core import time_inputs
 from components.core import time_to_ready as ttr
 from components.core.config import namespace_config, read_stack_config
 from components.core.load import load_stack, parse_spec
@@ -66,8 +67,8 @@ def test_json_shape_is_exact():
 
 
 def test_every_constant_has_a_source():
-    assert ttr.FACTS
-    for name, fact in ttr.FACTS.items():
+    assert time_inputs.FACTS
+    for name, fact in time_inputs.FACTS.items():
         assert fact.source.strip(), name
         assert fact.value >= 0, name
     for name in ("b300", "gb300", "mi355x"):
@@ -85,8 +86,8 @@ def test_every_phase_has_a_source(stack):
 
 
 def test_estimates_are_labelled():
-    assert ttr.ENGINE_INIT_COLD_SECONDS.is_estimate and ttr.IMAGE_PULL_BYTES_PER_SECOND.is_estimate
-    assert not ttr.S3_CONNECTION_GBPS.is_estimate and not ttr.S3_ACHIEVABLE_FRACTION.is_estimate
+    assert time_inputs.ENGINE_INIT_COLD_SECONDS.is_estimate and time_inputs.IMAGE_PULL_BYTES_PER_SECOND.is_estimate
+    assert not time_inputs.S3_CONNECTION_GBPS.is_estimate and not time_inputs.S3_ACHIEVABLE_FRACTION.is_estimate
     first = _model(load_stack("b300", now=FIXED_NOW)).scenarios["first_deploy"]
     engine = next(p for p in first.phases if p.name.startswith("engine init"))
     assert engine.source.startswith("estimate")
@@ -124,9 +125,9 @@ def test_override_must_be_positive():
 
 def test_copy_rate_is_the_minimum_of_its_bounds():
     spec = load_stack("b300", now=FIXED_NOW)
-    rate = ttr.mirror_copy_rate(spec)
+    rate = time_inputs.mirror_copy_rate(spec)
     inst = spec.instance
-    network = inst.network_gbps * 1e9 / 8 * ttr.S3_ACHIEVABLE_FRACTION.value
+    network = inst.network_gbps * 1e9 / 8 * time_inputs.S3_ACHIEVABLE_FRACTION.value
     assert rate.bytes_per_second == min(network, inst.nvme_write_bytes_per_second, 128 * 5e9 / 8)
     assert rate.bound == "nvme-write"
     # The old unsourced 500 MB/s is gone: the copy runs at tens of times that.
@@ -256,9 +257,9 @@ def test_the_ec2_boot_estimate_cites_what_the_vm_tier_measured(tmp_path):
     measured by tests/test_vm_boot.py; its recorded figures appear in the phase's source."""
     import json
 
-    doc = json.loads(ttr.VM_BOOT_FILE.read_text())
+    doc = json.loads(time_inputs.VM_BOOT_FILE.read_text())
     first = doc["boots"]["first-boot"]["phases"]
-    source = ttr.INSTANCE_BOOT_SECONDS["aws-ec2"].source
+    source = time_inputs.INSTANCE_BOOT_SECONDS["aws-ec2"].source
     assert f"cloud-init done {first['cloud_init_done']:.0f} s" in source
     assert f"RAID0 mounted {first['array_mounted']:.0f} s" in source and doc["accel"] in source
     assert source.startswith("estimate:")  # the GPU instance's own part stays an estimate
@@ -268,7 +269,7 @@ def test_the_ec2_boot_estimate_cites_what_the_vm_tier_measured(tmp_path):
     bad = tmp_path / "vm.json"
     bad.write_text(json.dumps({"recorded_at": "x", "accel": "tcg", "guest_cpu_slowdown": 1, "boots": {}}))
     with pytest.raises(ValueError, match="tests.vm.record"):
-        ttr.vm_boot_measurement(bad)
+        time_inputs.vm_boot_measurement(bad)
 
 
 @pytest.mark.parametrize("stack", ["b300-prod", "gb300", "mi355x"])

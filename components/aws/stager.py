@@ -39,7 +39,7 @@ from .userdata import Ec2BootConfig, stage_cloud_config_text
 # Amazon Linux 2023 (standard, not the GPU DLAMI) through its public SSM parameter (AL2023 user
 # guide, "Amazon Linux 2023 AMI IDs from SSM": /aws/service/ami-amazon-linux-latest/...).
 AL2023_SSM_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-{arch}"
-# Root: OS + docker's copy of the vLLM image (~28.6 GB unpacked, time_to_ready.VLLM_IMAGE_UNPACKED_BYTES).
+# Root: OS + docker's copy of the vLLM image (~28.6 GB unpacked, time_inputs.VLLM_IMAGE_UNPACKED_BYTES).
 STAGER_ROOT_VOLUME_GIB = 100
 STAGER_ARCH_SUFFIX = {"x86_64": "x86_64", "arm64": "arm64"}
 

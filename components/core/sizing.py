@@ -17,7 +17,7 @@ from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
 from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
 from .targets import GB, GIB, GPUS, GpuFacts
-from .time_to_ready import ENGINE_INIT_COLD_SECONDS, engine_init_cold_seconds, mirror_copy_rate
+from .time_inputs import ENGINE_INIT_COLD_SECONDS, engine_init_cold_seconds, mirror_copy_rate
 from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
 from .weights import SyncStep
 
@@ -49,7 +49,7 @@ HUB_DOWNLOAD_SOURCE = (
 FSX_THROUGHPUT_SOURCE = (
     "capacity (TiB) x MB/s per TiB (docs.aws.amazon.com/fsx/latest/LustreGuide/managing-throughput-capacity.html)"
 )
-# Copies from the in-region mirror run at time_to_ready.mirror_copy_rate (network, connections
+# Copies from the in-region mirror run at time_inputs.mirror_copy_rate (network, connections
 # and NVMe write of the instance). Every sync budget gets this multiple of its expected time,
 # rounded up to whole minutes, and never less than the floor (a copy bound by estimates that
 # turn out 3x optimistic must not be killed by its own deadline).
@@ -437,7 +437,7 @@ def sync_expected_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) 
 
     Hub sources: the download at ``HUB_DOWNLOAD_MEGABYTES_PER_SECOND``. FSx sources: the file
     system's throughput shared by all GPU nodes copying at once. Mirror sources:
-    ``time_to_ready.mirror_copy_rate`` per node.
+    ``time_inputs.mirror_copy_rate`` per node.
     """
     if step.needs_hub_token or step.source == spec.hub_uri:
         return download_seconds(sizing.weights_bytes, HUB_DOWNLOAD_MEGABYTES_PER_SECOND)
@@ -454,12 +454,3 @@ def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) ->
     expected = sync_expected_seconds(spec, sizing, step)
     budget = int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
     return max(budget, SYNC_BUDGET_FLOOR_SECONDS) + step.source_wait_seconds
-
-
-def first_deploy_seconds(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> int:
-    """Expected seconds from `pulumi up` to a served model on a first deploy with an empty
-    mirror: ``time_to_ready``'s ``first_deploy`` scenario (infrastructure, boot, image pull,
-    the sync steps, the weight load and a cold engine start)."""
-    from .time_to_ready import time_to_ready
-
-    return time_to_ready(spec, sizing, steps).scenarios["first_deploy"].total_seconds

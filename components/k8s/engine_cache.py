@@ -70,7 +70,7 @@ PROGRAM_CONFIGMAP_PREFIX = "kimi-engine-cache"
 PROGRAM_VOLUME = "engine-cache-program"
 # The pod volume of the cache: its directory on the node's NVMe, or an emptyDir (fsx, pvc).
 CACHE_VOLUME = ENGINE_CACHE_VOLUME
-# The caches of 8 ranks are about 5 GB (time_to_ready.ENGINE_CACHE_BYTES, an estimate); the save
+# The caches of 8 ranks are about 5 GB (time_inputs.ENGINE_CACHE_BYTES, an estimate); the save
 # stages one archive of them beside (TMPDIR): 64 GiB leaves room for both.
 EMPTY_DIR_SIZE = "64Gi"
 RESTORE_CONTAINER = "engine-cache-restore"

@@ -112,7 +112,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     Raises:
         ConfigError: the stack file is missing or invalid (one line).
     """
-    from components.core.sizing import compute_sizing, first_deploy_seconds, sync_expected_seconds
+    from components.core.sizing import compute_sizing, sync_expected_seconds
+    from components.core.time_to_ready import first_deploy_seconds
     from components.core.vllm import build_vllm_command
     from components.core.weights import serve_commit, sync_steps
     from components.plan_engine import run_program

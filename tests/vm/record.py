@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from components.core.time_to_ready import VM_BOOT_FILE
+from components.core.time_inputs import VM_BOOT_FILE
 from tests.vm.image import cache_root
 
 REQUIRED = ("first-boot",)
