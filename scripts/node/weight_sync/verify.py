@@ -7,14 +7,11 @@ import hashlib
 import os
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .fsio import advise_sequential, start_writeback
 from .model import CHUNK_BYTES, LOCAL_CHUNK_BYTES, FileEntry, IntegrityError, TransientError
 from .progress import Progress
-
-if TYPE_CHECKING:  # sources.py imports this module
-    from .sources import Source
 
 # Stall detection: a file transfer that delivers fewer than MIN_BYTES_PER_SECOND on average over
 # any THROUGHPUT_WINDOW_SECONDS is abandoned as transient (then retried, then the run fails). A
@@ -114,6 +111,15 @@ class Sink:
             self._file.close()
 
 
+class Fetcher(Protocol):
+    """What ``fetch_verified`` needs of a checkpoint source (``sources.Source`` and its kinds): write
+    one file's bytes into a ``Sink``. Declared here, where it is used, so this module imports
+    nothing of ``sources`` (which imports ``Sink`` from here)."""
+
+    def fetch(self, entry: FileEntry, sink: Sink) -> None:
+        """Write ``entry``'s bytes into ``sink``, in order."""
+
+
 class _WriteOnly:
     """Hides seek/tell so s3transfer writes parts in order (its non-seekable download path)."""
 
@@ -204,7 +210,7 @@ def check_bytes(entry: FileEntry, size_bytes: int, sha256: str, git_sha1: str | 
     return sha256
 
 
-def fetch_verified(source: Source, entry: FileEntry, tmp_path: str, progress: Progress,
+def fetch_verified(source: Fetcher, entry: FileEntry, tmp_path: str, progress: Progress,
                    durable: bool = True, writeback: bool = False, by_checksum: bool = False,
                    checksums: tuple[str, ...] = (), checksums_out: dict[str, str] | None = None) -> str:
     """Fetch `entry` into `tmp_path`, checking the bytes as they arrive; return its sha256 hex.
