@@ -4,8 +4,10 @@ can be called on their own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,7 @@ from components.core.config import (
 from components.core.config.raw import RawConfig, validate_raw
 from components.core.errors import ConfigError, check_choice
 from components.core.model import MODELS
+from components.core.platforms import platform_profile
 from components.core.targets import INSTANCES, TARGETS
 from tests.config_corpus import FIXTURE, OVERLAY_ENV, run_case
 from tests.conftest import FIXED_NOW
@@ -79,6 +82,8 @@ def test_bases_are_stack_files_as_recorded(stack):
 
 
 KIMI = MODELS["kimi-k3.1-pro"]
+# The checks take the platform's profile, resolved once by parse_spec (the b300 base runs on aws-ec2).
+EC2 = platform_profile("aws-ec2")
 
 
 def raw_of(base: str = "b300", **sections) -> RawConfig:
@@ -148,27 +153,27 @@ def test_compute_alone():
     raw = raw_of()
     instance_type, instance = compute.resolve_instance(raw, TARGETS["b300"])
     assert instance is INSTANCES[instance_type]
-    assert compute.check_region(raw, instance, instance_type) == raw.region
-    msg = raises(compute.check_region, raw_of(region="us-east"), instance, instance_type)
+    assert compute.check_region(raw, EC2, instance, instance_type) == raw.region
+    msg = raises(compute.check_region, raw_of(region="us-east"), EC2, instance, instance_type)
     assert msg == "aws:region: 'us-east' is not an AWS region name (e.g. us-east-1)"
     odcr = raw_of(compute={"capacity": {"type": "odcr"}})
-    msg = raises(compute.check_placement_and_capacity, odcr, TARGETS["b300"], instance, instance_type, raw.region, [])
+    msg = raises(compute.check_placement_and_capacity, odcr, EC2, TARGETS["b300"], instance, instance_type, raw.region, [])
     assert msg.startswith("kimi-deploy:compute.capacity.reservationId: (unset) is required for odcr")
-    assert "must be 1 on aws-ec2" in raises(compute.check_replicas, raw_of(compute={"replicas": 2}))
+    assert "must be 1 on aws-ec2" in raises(compute.check_replicas, raw_of(compute={"replicas": 2}), EC2)
 
 
 def test_network_alone():
     warnings: list[str] = []
-    network.check_network(raw_of(), warnings)
-    msg = raises(network.check_network, raw_of(network={"vpcCidr": "8.8.0.0/16"}), [])
+    network.check_network(raw_of(), EC2, warnings)
+    msg = raises(network.check_network, raw_of(network={"vpcCidr": "8.8.0.0/16"}), EC2, [])
     assert msg.startswith("kimi-deploy:network.vpcCidr: '8.8.0.0/16' is not a private range")
 
 
 def test_storage_alone():
     raw = raw_of()
     instance_type, instance = compute.resolve_instance(raw, TARGETS["b300"])
-    storage.check_storage(raw, instance, instance_type, KIMI.weights_bytes)
-    msg = raises(storage.check_storage, raw, instance, instance_type, instance.nvme_total_bytes)
+    storage.check_storage(raw, EC2, instance, instance_type, KIMI.weights_bytes)
+    msg = raises(storage.check_storage, raw, EC2, instance, instance_type, instance.nvme_total_bytes)
     assert msg.startswith("kimi-deploy:storage.kind: 'nvme' does not fit")
 
 
@@ -187,25 +192,61 @@ def test_the_engine_check_alone():
 
 def test_kubernetes_alone():
     raw = raw_of(kubernetes={"namespace": "Kimi"})
-    msg = raises(kubernetes.check_kubernetes, raw, "t", "kimi-deploy", FIXED_NOW, frozenset(), [])
+    msg = raises(kubernetes.check_kubernetes, raw, EC2, "t", "kimi-deploy", FIXED_NOW, frozenset(), [])
     assert msg == "kimi-deploy:kubernetes.namespace: 'Kimi' is not a valid namespace name (lowercase DNS label)"
     assert kubernetes.eks_version_of(raw_of("gb300"))
 
 
 def test_scaling_alone():
     raw = raw_of("mi355x", observability={"prometheusNamespace": "Monitoring"})
-    msg = raises(scaling.check_autoscaling_and_observability, raw, [])
+    msg = raises(scaling.check_autoscaling_and_observability, raw, platform_profile("kubernetes"), [])
     assert msg == ("kimi-deploy:observability.prometheusNamespace: 'Monitoring' is not a valid namespace name "
                    "(lowercase DNS label)")
+
+
+def test_the_checks_ask_the_profile_they_are_given_not_the_name():
+    """A check reads what the platform does from the profile object parse_spec passes, never by
+    looking the name up again: a profile that (hypothetically) runs aws-ec2 without systemd lets
+    two replicas through, and one that creates a cluster asks for the EKS API's source."""
+    two = raw_of(compute={"replicas": 2})
+    assert "must be 1 on aws-ec2" in raises(compute.check_replicas, two, EC2)
+    compute.check_replicas(two, dataclasses.replace(EC2, serves_under_systemd=False))
+    assert network.api_server_blockers(raw_of(), EC2) == []
+    assert network.api_server_blockers(raw_of("gb300"), EC2) == []  # the EKS stack, asked as if aws-ec2
+
+
+def test_parse_spec_looks_the_platform_up_once(monkeypatch):
+    """One lookup of the platform's profile per spec (load.parse_spec), none in the config checks."""
+    import ast
+
+    from components.core import load
+    from tests.config_corpus import decode
+
+    calls: list[str] = []
+
+    def counting(name: str):
+        calls.append(name)
+        return platform_profile(name)
+
+    monkeypatch.setattr(load, "platform_profile", counting)
+    for base in ("b300", "gb300", "mi355x"):
+        calls.clear()
+        load.parse_spec(decode(CORPUS["bases"][base]), stack="t", now=FIXED_NOW)
+        assert len(calls) == 1, (base, calls)
+    config_dir = Path(load.__file__).parent / "config"
+    by_name = [f"{path.name}:{node.lineno}" for path in sorted(config_dir.glob("*.py")) if path.name != "spec.py"
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "platform_profile"]
+    assert by_name == []
 
 
 def test_platform_keys_alone():
     from components.core.config import platform_keys
 
     raw = raw_of(autoscaling={"enabled": True})
-    msg = raises(platform_keys.check_platform_keys, raw)
+    msg = raises(platform_keys.check_platform_keys, raw, EC2)
     assert msg.startswith("kimi-deploy:autoscaling.enabled: true is read only on aws-eks, kubernetes")
-    platform_keys.check_platform_keys(raw_of("gb300"))
+    platform_keys.check_platform_keys(raw_of("gb300"), platform_profile("aws-eks"))
 
 
 def test_lifecycle_alone():
@@ -272,7 +313,7 @@ def test_kubernetes_namespace_on_aws_ec2_is_refused_like_other_platform_keys():
     )
     # The same key on EKS is read (the workload namespace), and other aws-ec2 keys stay untouched.
     raw = raw_of("gb300", kubernetes={**decode_base("gb300").get("kubernetes", {}), "namespace": "team-a"})
-    kubernetes.check_kubernetes(raw, "t", "kimi-deploy", FIXED_NOW, frozenset(), [])
+    kubernetes.check_kubernetes(raw, platform_profile("aws-eks"), "t", "kimi-deploy", FIXED_NOW, frozenset(), [])
 
 
 @pytest.mark.parametrize("key, value, expected", [

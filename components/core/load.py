@@ -78,47 +78,50 @@ def parse_spec(
     target.check_names(raw, supported)
     lifecycle.check_environment(raw)
     tags.check_owner(raw)
-    profile = target.target_of(raw)
+    target_profile = target.target_of(raw)
     model_profile = model.check_profile(raw)
     model.check_served_model_name(raw, model_profile)
-    target.check_holds_model(raw, profile, model_profile, supported)
-    target.check_platform(raw, profile)
+    target.check_holds_model(raw, target_profile, model_profile, supported)
+    target.check_platform(raw, target_profile)
+    # The platform's profile, looked up once (its name is valid from here on) and passed to every
+    # check that asks what the platform does.
+    platform = platform_profile(raw.platform)
     # One rule for every key: a key the platform never reads is an error (config/platform_keys.py).
-    platform_keys.check_platform_keys(raw)
+    platform_keys.check_platform_keys(raw, platform)
 
     # Compute: instance, replicas, region, zones and capacity, EFA, AMI.
-    instance_type, instance = compute.resolve_instance(raw, profile)
-    compute.check_replicas(raw)
-    region = compute.check_region(raw, instance, instance_type)
-    compute.check_placement_and_capacity(raw, profile, instance, instance_type, region, warnings)
+    instance_type, instance = compute.resolve_instance(raw, target_profile)
+    compute.check_replicas(raw, platform)
+    region = compute.check_region(raw, platform, instance, instance_type)
+    compute.check_placement_and_capacity(raw, platform, target_profile, instance, instance_type, region, warnings)
 
-    network.check_network(raw, warnings)
-    storage.check_storage(raw, instance, instance_type, model_profile.weights_bytes)
-    phase.check_phase(raw)
-    vllm.check_vllm(raw, profile, model_profile, warnings)
-    kubernetes.check_kubernetes(raw, stack, project, now, secrets_set, warnings)
-    kubernetes.check_mirror_access(raw)
-    kubernetes.check_node_selector_hardware(raw, profile)
-    scaling.check_autoscaling_and_observability(raw, warnings)
+    network.check_network(raw, platform, warnings)
+    storage.check_storage(raw, platform, instance, instance_type, model_profile.weights_bytes)
+    phase.check_phase(raw, platform)
+    vllm.check_vllm(raw, target_profile, model_profile, warnings)
+    kubernetes.check_kubernetes(raw, platform, stack, project, now, secrets_set, warnings)
+    kubernetes.check_mirror_access(raw, platform)
+    kubernetes.check_node_selector_hardware(raw, target_profile)
+    scaling.check_autoscaling_and_observability(raw, platform, warnings)
     revision = model.check_revision_and_license(raw, model_profile, warnings)
 
     # Lifecycle: expiry, the capacity block's end, protection; then the engine build.
     expires_at = lifecycle.check_expiry(raw, now)
     compute.check_capacity_block_end(raw, now, expires_at, warnings)
     protect = lifecycle.protect_of(raw)
-    blocker = checks.engine_blocker_of(raw, profile, model_profile, warnings)
+    blocker = checks.engine_blocker_of(raw, target_profile, model_profile, warnings)
     # A placeholder as the EKS API's only source stops every phase (a stage creates the cluster too).
-    api_blockers = tuple(network.api_server_blockers(raw))
+    api_blockers = tuple(network.api_server_blockers(raw, platform))
     lifecycle.warn_unprotected_prod(raw, protect, warnings)
 
     return DeploymentSpec(
         project=project,
         stack=stack,
-        target=profile,
+        target=target_profile,
         platform=raw.platform,
         environment=raw.environment,
         owner=raw.owner,
-        region=region if platform_profile(raw.platform).provisions_aws else None,
+        region=region if platform.provisions_aws else None,
         expires_at=expires_at,
         trial_ttl_hours=raw.trial_ttl_hours,
         protect=protect,

@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from ..errors import ConfigError
-from ..platforms import platform_profile
+from ..platforms import PlatformProfile
 from ..targets import AWS_REGIONS, InstanceFacts, TargetProfile
 from .patterns import AZ_RE, REGION_RE, RESERVATION_RE
 from .raw import RawConfig
@@ -42,13 +42,13 @@ def resolve_instance(raw: RawConfig, target: TargetProfile) -> tuple[str, Instan
     return instance_type, instance
 
 
-def check_replicas(raw: RawConfig) -> None:
+def check_replicas(raw: RawConfig, platform: PlatformProfile) -> None:
     """``compute.replicas`` is 1 on aws-ec2 (one instance serves one copy).
 
     Raises:
         ConfigError: more than one replica on aws-ec2.
     """
-    if platform_profile(raw.platform).serves_under_systemd and raw.compute.replicas != 1:
+    if platform.serves_under_systemd and raw.compute.replicas != 1:
         raise ConfigError(
             "compute.replicas",
             raw.compute.replicas,
@@ -56,7 +56,7 @@ def check_replicas(raw: RawConfig) -> None:
         )
 
 
-def check_region(raw: RawConfig, instance: InstanceFacts, instance_type: str) -> str | None:
+def check_region(raw: RawConfig, platform: PlatformProfile, instance: InstanceFacts, instance_type: str) -> str | None:
     """``aws:region``: a region name when given, required on AWS platforms, where the instance
     type must be an AWS one.
 
@@ -66,7 +66,7 @@ def check_region(raw: RawConfig, instance: InstanceFacts, instance_type: str) ->
     Raises:
         ConfigError: a malformed or missing region, or a non-AWS instance type on AWS.
     """
-    provisions_aws = platform_profile(raw.platform).provisions_aws
+    provisions_aws = platform.provisions_aws
     region = raw.region
     if region is not None and not REGION_RE.match(region):
         # Checked on every platform and target, with or without offering facts (preflight asks AWS).
@@ -88,8 +88,8 @@ def check_region(raw: RawConfig, instance: InstanceFacts, instance_type: str) ->
 
 
 def check_placement_and_capacity(
-    raw: RawConfig, target: TargetProfile, instance: InstanceFacts, instance_type: str, region: str | None,
-    warnings: list[str],
+    raw: RawConfig, platform: PlatformProfile, target: TargetProfile, instance: InstanceFacts, instance_type: str,
+    region: str | None, warnings: list[str],
 ) -> None:
     """AZs (format, region, offering facts), capacity type and reservation, UltraServer blocks,
     Local Zones, EFA, the AZ needed without offering facts, and the AMI.
@@ -97,7 +97,7 @@ def check_placement_and_capacity(
     Raises:
         ConfigError: the first invalid value, one line.
     """
-    provisions_aws = platform_profile(raw.platform).provisions_aws
+    provisions_aws = platform.provisions_aws
     cap = raw.compute.capacity
     az = raw.compute.availability_zone
     if az is not None and not AZ_RE.match(az):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from .. import k8s_schema, limits, naming
 from ..errors import ConfigError
-from ..platforms import platform_profile
+from ..platforms import PlatformProfile
 from ..targets import TargetProfile
 from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE
 from .raw import RawConfig
@@ -18,7 +18,8 @@ SYSTEM_NAMESPACES: tuple[str, ...] = ("default", "kube-node-lease", "kube-public
 
 
 def check_kubernetes(
-    raw: RawConfig, stack: str, project: str, now: datetime, secrets_set: frozenset[str] | set[str], warnings: list[str]
+    raw: RawConfig, platform: PlatformProfile, stack: str, project: str, now: datetime,
+    secrets_set: frozenset[str] | set[str], warnings: list[str],
 ) -> None:
     """``kubernetes.*`` (``check_kubernetes_fields_and_limits`` for the schema-checked
     fields and name lengths; ``namespace`` refused on aws-ec2, which never reads it), then
@@ -70,13 +71,13 @@ def check_kubernetes(
             )
     if len(set(raw.kubernetes.admin_role_arns)) != len(raw.kubernetes.admin_role_arns):
         raise ConfigError("kubernetes.adminRoleArns", list(raw.kubernetes.admin_role_arns), "names an ARN twice")
-    check_eks_version(raw, now, warnings)
+    check_eks_version(raw, platform, now, warnings)
     from ..versions import KNOWN_ADDONS
 
     for addon in raw.kubernetes.installed_addons:
         if addon not in KNOWN_ADDONS:
             raise ConfigError("kubernetes.installedAddons", addon, f"is not a known add-on (allowed: {', '.join(KNOWN_ADDONS)})")
-    if platform_profile(raw.platform).needs_kubeconfig and "kubeconfig" not in secrets_set:
+    if platform.needs_kubeconfig and "kubeconfig" not in secrets_set:
         warnings.append(
             "kimi-deploy:kubeconfig is not set: `pulumi up` will use the ambient kubeconfig; "
             "set it with `pulumi config set --secret kimi-deploy:kubeconfig < ~/.kube/config`"
@@ -90,7 +91,7 @@ def eks_version_of(raw: RawConfig) -> str:
     return raw.kubernetes.eks_version or EKS_VERSION
 
 
-def check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> None:
+def check_eks_version(raw: RawConfig, platform: PlatformProfile, now: datetime, warnings: list[str]) -> None:
     """``kubernetes.eksVersion`` / ``eksSupportType`` against the EKS support calendar at ``now``.
 
     EKS accepts ``upgradePolicy.supportType: STANDARD`` only for a version still in standard
@@ -106,7 +107,7 @@ def check_eks_version(raw: RawConfig, now: datetime, warnings: list[str]) -> Non
     from ..versions import EKS_EXTENDED_USD_PER_CLUSTER_HOUR, EKS_STANDARD_USD_PER_CLUSTER_HOUR, EKS_VERSIONS, eks_support_status
 
     k8s = raw.kubernetes
-    if not platform_profile(raw.platform).creates_cluster:  # eksVersion elsewhere: config/platform_keys.py
+    if not platform.creates_cluster:  # eksVersion elsewhere: config/platform_keys.py
         return
     version = eks_version_of(raw)
     if version not in EKS_VERSIONS:
@@ -198,7 +199,7 @@ def uses_existing_mirror(raw: RawConfig) -> bool:
     return mirror.enabled and bool(mirror.bucket_name) and not mirror.create
 
 
-def check_mirror_access(raw: RawConfig) -> None:
+def check_mirror_access(raw: RawConfig, platform: PlatformProfile) -> None:
     """``kubernetes.mirrorCredentials`` and ``storage.mirror.region``: on the kubernetes platform
     the pods that publish to or read an existing mirror (the publish Job, the node-local copy)
     need AWS credentials and a region from config: a Secret read through secretKeyRef, or the
@@ -211,7 +212,7 @@ def check_mirror_access(raw: RawConfig) -> None:
     """
     creds, region = raw.kubernetes.mirror_credentials, raw.storage.mirror.region
     # On the AWS platforms both keys are refused by the one platform rule (config/platform_keys.py).
-    if platform_profile(raw.platform).provisions_aws:
+    if platform.provisions_aws:
         return
     if not uses_existing_mirror(raw):
         if creds is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..platforms import platform_profile
+from ..platforms import PlatformProfile
 from .patterns import SECURITY_GROUP_ID_RE, SUBNET_ID_RE, VPC_ID_RE
 from .raw import RawConfig
 
@@ -17,7 +17,7 @@ MIN_CLIENT_PREFIX_LENGTH = 8
 _RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 
-def check_network(raw: RawConfig, warnings: list[str]) -> None:
+def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]) -> None:
     """CIDR blocks (valid, no broader than ``MIN_CLIENT_PREFIX_LENGTH``), the VPC CIDR (a private
     /16 to /22), how the deployer reaches the EKS API server (``check_api_server_access``), and
     ``vpcId`` with ``privateSubnetIds``.
@@ -25,7 +25,7 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
     Raises:
         ConfigError: the first invalid value, one line.
     """
-    provisions_aws = platform_profile(raw.platform).provisions_aws
+    provisions_aws = platform.provisions_aws
     seen: set[tuple[str, str]] = set()
     for i, cidr in enumerate(raw.network.allowed_cidrs + raw.kubernetes.allowed_cidrs):
         key = "network.allowedCidrs" if i < len(raw.network.allowed_cidrs) else "kubernetes.allowedCidrs"
@@ -59,8 +59,8 @@ def check_network(raw: RawConfig, warnings: list[str]) -> None:
             "is not a private range: use 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 "
             "(RFC 1918, as the Amazon VPC user guide recommends)",
         )
-    check_api_server_access(raw)
-    check_cluster_cidrs(raw)
+    check_api_server_access(raw, platform)
+    check_cluster_cidrs(raw, platform)
     if provisions_aws and not raw.network.allowed_cidrs and not raw.network.allowed_security_group_ids:
         warnings.append(
             "network.allowedCidrs and network.allowedSecurityGroupIds are empty: no client outside the "
@@ -244,7 +244,7 @@ def _ipv4_block(key: str, cidr: str) -> ipaddress.IPv4Network:
     return net
 
 
-def check_api_server_access(raw: RawConfig) -> None:
+def check_api_server_access(raw: RawConfig, platform: PlatformProfile) -> None:
     """The EKS API server is reachable from the deploying machine before any Kubernetes object is
     created, or the config says which keys make it so.
 
@@ -274,7 +274,7 @@ def check_api_server_access(raw: RawConfig) -> None:
             raise ConfigError(
                 "network.apiServerPrivateSecurityGroupIds", group, "is not a security group id (sg-0123456789abcdef0)"
             )
-    if not platform_profile(raw.platform).creates_cluster:
+    if not platform.creates_cluster:
         return
     access = api_server_access(raw)
     for block, text in zip(public, net.api_server_public_cidrs, strict=True):
@@ -323,7 +323,7 @@ def check_api_server_access(raw: RawConfig) -> None:
         )
 
 
-def api_server_blockers(raw: RawConfig) -> list[ConfigError]:
+def api_server_blockers(raw: RawConfig, platform: PlatformProfile) -> list[ConfigError]:
     """What stops `pulumi up` (in every phase) but lets the plan render: a documentation range
     (RFC 5737) in ``network.apiServerPublicCidrs``, such as the example the shipped stacks carry.
     No machine has such an address and EKS refuses it at cluster creation, after the VPC, the
@@ -334,7 +334,7 @@ def api_server_blockers(raw: RawConfig) -> list[ConfigError]:
     """
     from ..examples import SHIPPED_EXAMPLE_VALUES
 
-    if not platform_profile(raw.platform).creates_cluster:
+    if not platform.creates_cluster:
         return []
     shipped = SHIPPED_EXAMPLE_VALUES.get("network.apiServerPublicCidrs", {})
     out = []
@@ -350,7 +350,7 @@ def api_server_blockers(raw: RawConfig) -> list[ConfigError]:
         ))
     return out
 
-def check_cluster_cidrs(raw: RawConfig) -> None:
+def check_cluster_cidrs(raw: RawConfig, platform: PlatformProfile) -> None:
     """``kubernetes.clusterCidrs``: valid CIDR blocks, only on the ``kubernetes`` platform, and
     required there with ``kubernetes.allowedCidrs`` (the NetworkPolicy excludes them from those
     blocks; on aws-eks the stack knows its node subnets and the key is refused).
@@ -364,8 +364,8 @@ def check_cluster_cidrs(raw: RawConfig) -> None:
             ipaddress.ip_network(cidr, strict=True)
         except ValueError:
             raise ConfigError("kubernetes.clusterCidrs", cidr, "is not a CIDR block (e.g. 10.244.0.0/16)") from None
-    profile = platform_profile(raw.platform)  # clusterCidrs off an existing cluster: config/platform_keys.py
-    if profile.runs_kubernetes and not profile.provisions_aws and k8s_cfg.allowed_cidrs and not k8s_cfg.cluster_cidrs:
+    # clusterCidrs off an existing cluster: config/platform_keys.py
+    if platform.runs_kubernetes and not platform.provisions_aws and k8s_cfg.allowed_cidrs and not k8s_cfg.cluster_cidrs:
         raise ConfigError(
             "kubernetes.clusterCidrs", [],
             "is required with kubernetes.allowedCidrs: name the cluster's pod and node address ranges, which the "

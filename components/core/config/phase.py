@@ -11,7 +11,7 @@ An engine build known not to serve the model blocks ``serve`` only (``spec.block
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..platforms import platform_profile
+from ..platforms import PlatformProfile
 from .raw import RawConfig
 
 PHASES: tuple[str, ...] = ("stage", "serve")
@@ -20,7 +20,7 @@ PHASES: tuple[str, ...] = ("stage", "serve")
 SWITCH_TO_SERVE = "pulumi config set kimi-deploy:phase serve && pulumi up"
 
 
-def check_phase(raw: RawConfig) -> None:
+def check_phase(raw: RawConfig, platform: PlatformProfile) -> None:
     """A stage needs a mirror to fill: ``storage.mirror.enabled``, and on a platform that does not
     create AWS resources an existing bucket (``storage.mirror.bucketName``, ``create: false``).
 
@@ -36,7 +36,7 @@ def check_phase(raw: RawConfig) -> None:
             "needs the S3 mirror (storage.mirror.enabled is false): staging fills the mirror; without one the "
             "weights are copied from the hub on the GPU node at serve (use phase: serve)",
         )
-    if not platform_profile(raw.platform).provisions_aws and (mirror.create or not mirror.bucket_name):
+    if not platform.provisions_aws and (mirror.create or not mirror.bucket_name):
         raise ConfigError(
             "phase", raw.phase,
             f"on platform {raw.platform} needs an existing mirror: set storage.mirror.bucketName and "

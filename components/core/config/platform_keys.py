@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import ConfigError
-from ..platforms import PLATFORM_PROFILES, PlatformProfile, platform_profile
+from ..platforms import PLATFORM_PROFILES, PlatformProfile
 from .raw import RawConfig
 
 # A rule with no value applies to every value of its key.
@@ -201,20 +201,19 @@ def _shown(value: Any) -> Any:
     return value
 
 
-def check_platform_keys(raw: RawConfig) -> None:
+def check_platform_keys(raw: RawConfig, platform: PlatformProfile) -> None:
     """Every key ``raw`` sets is read on its platform (``KEY_READERS``), and with its storage kind.
 
     Raises:
         ConfigError: the first key (or value) the platform does not read, naming the platforms that
             do and what reads it there.
     """
-    profile = platform_profile(raw.platform)
     for key, value in explicit_settings(raw):
         rule = readers_of(key, value)
         if rule is None:
             continue
         shown = _shown(value)
-        if not rule.read_by(profile):
+        if not rule.read_by(platform):
             verb = "is read only on" if rule.value is ANY_VALUE else "needs"
             raise ConfigError(
                 key, shown, f"{verb} {', '.join(rule.platforms())} ({rule.what}), not {raw.platform}: {rule.instead}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..errors import ConfigError
-from ..platforms import platform_profile
+from ..platforms import PlatformProfile
 from .patterns import DNS_LABEL_RE, LABEL_VALUE_RE
 from .raw import RawConfig
 
@@ -30,7 +30,7 @@ def _cron_range_problem(fields: list[str]) -> str | None:
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")
 
 
-def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> None:
+def check_autoscaling_and_observability(raw: RawConfig, platform: PlatformProfile, warnings: list[str]) -> None:
     """Validate ``autoscaling`` and ``observability`` (components/core/scaling.py reads them).
 
     Raises:
@@ -39,7 +39,7 @@ def check_autoscaling_and_observability(raw: RawConfig, warnings: list[str]) -> 
     import zoneinfo
 
     asc, obs, k8s_cfg = raw.autoscaling, raw.observability, raw.kubernetes
-    on_k8s = platform_profile(raw.platform).runs_kubernetes
+    on_k8s = platform.runs_kubernetes
     for key, ns in (
         ("observability.prometheusNamespace", obs.prometheus_namespace),
         ("observability.grafanaNamespace", obs.grafana_namespace),

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from .. import fsx
 from ..errors import ConfigError, check_choice
-from ..platforms import platform_profile
+from ..platforms import PlatformProfile
 from ..targets import InstanceFacts
 from .patterns import S3_KEY_PREFIX_RE, bucket_name_problem
 from .raw import RawConfig
 
 
-def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, needed: int) -> None:
+def check_storage(raw: RawConfig, platform: PlatformProfile, instance: InstanceFacts, instance_type: str, needed: int) -> None:
     """``storage.kind`` for the platform and the node's NVMe (``needed`` bytes of weights),
     ``storage.existingClaim``, ``storage.fsx.*``, ``storage.mirror.*``, then ``check_read_gbps``.
 
     Raises:
         ConfigError: the first invalid value, one line.
     """
-    profile = platform_profile(raw.platform)
     st = raw.storage
     # storage.kind fsx / nvme-from-fsx / pvc off the platforms that mount them: config/platform_keys.py.
     if st.kind == "pvc":
@@ -73,7 +72,7 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
         raise ConfigError(
             "storage.mirror.bucketName", None, "is required when storage.mirror.create is false (name the existing mirror)"
         )
-    if not profile.provisions_aws and mirror.enabled and mirror.model_fields_set & {"enabled", "bucket_name"}:
+    if not platform.provisions_aws and mirror.enabled and mirror.model_fields_set & {"enabled", "bucket_name"}:
         # A platform that creates no AWS resource reads a mirror only as an existing bucket
         # (components/k8s/existing_cluster.py existing_mirror_bucket); anything else was ignored.
         if not mirror.bucket_name:
@@ -88,7 +87,7 @@ def check_storage(raw: RawConfig, instance: InstanceFacts, instance_type: str, n
                 f"is a bucket {raw.platform} cannot create: set storage.mirror.create: false to read it as an existing "
                 "mirror",
             )
-    if profile.serves_under_systemd and not mirror.enabled:
+    if platform.serves_under_systemd and not mirror.enabled:
         raise ConfigError(
             "storage.mirror.enabled",
             False,
