@@ -2,10 +2,14 @@
 level, deferred inside functions, and under ``TYPE_CHECKING``, since each is a dependency someone
 must keep in mind):
 
-- no import cycle among the modules of ``components/`` and ``scripts/`` (the pure core and the node
-  programs each counted as one layer, ``LAYERS``): the program imports its edges, the edges import
-  ``components/context.py``, never the program back;
-- ``components/core`` (the pure core) imports nothing from Pulumi, the edges or ``scripts/``;
+- no import cycle among the modules of ``components/`` and ``scripts/``, each module its own node
+  (the program imports its edges, the edges import ``components/context.py``, never the program
+  back; the node programs name each other's types in one direction only);
+- inside ``components/core`` (the pure core) every import points down a fixed stack of layers
+  (``CORE_LAYERS``): the error type, the facts, the typed config and its checks, the domain over a
+  spec, the checks that need the domain, the entry (``load.parse_spec``/``load_stack``); a module
+  of no layer, or an import of a higher layer, fails naming both files;
+- ``components/core`` imports nothing from Pulumi, the edges or ``scripts/``;
 - ``components/`` imports nothing from ``scripts/``: the dispatcher (``scripts/cli.py``) sits above
   what it dispatches;
 - the node programs (``scripts/node/``) import only the standard library, each other and, where
@@ -149,37 +153,99 @@ def _imports_of(prefix: str) -> Iterable[tuple[str, str, int, bool]]:
                 yield name, imported, line, top
 
 
-# Cycles inside one layer that are known and left for their own change (each import that closes
-# one is deferred or under TYPE_CHECKING, so nothing fails at import time): the pure core's config
-# validation calls the modules that derive from a spec (sizing, engine, limits) while those take
-# the spec type from config; weight_sync's sources and verify name each other's types. Every other
-# module of components/ and scripts/ is its own node of the graph and may be in no cycle.
-LAYERS = ("components.core", "scripts.node")
-
-
-def layer_of(module: str) -> str:
-    """The node of the layered graph a module belongs to: its layer in ``LAYERS``, else itself."""
-    return next((layer for layer in LAYERS if module == layer or module.startswith(layer + ".")), module)
-
-
-def layered(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
-    """``graph`` with the modules of each of ``LAYERS`` collapsed into one node (inner edges dropped)."""
-    out: dict[str, set[str]] = {}
-    for name, targets in graph.items():
-        node = layer_of(name)
-        out.setdefault(node, set()).update(layer_of(t) for t in targets if layer_of(t) != node)
-    return out
-
-
 def test_no_import_cycle_among_components_and_scripts():
-    assert cycles(layered(GRAPH)) == []
+    assert cycles(GRAPH) == []
 
 
 def test_the_cycle_finder_finds_the_edge_importing_the_program_back():
     """The old shape: the program imports an edge, the edge imports the program's context type."""
-    graph = layered({**GRAPH, "components.aws": GRAPH["components.aws"] | {"components.program"}})
+    graph = {**GRAPH, "components.aws": GRAPH["components.aws"] | {"components.program"}}
     assert any({"components.aws", "components.program"} <= set(c) for c in cycles(graph))
     assert "components.aws" in GRAPH["components.program"]  # the program does import its edges
+
+
+# The layers of the pure core, bottom first: a module may import its own layer and those below,
+# never one above. Entries are modules of components/core (a package stands for all its modules).
+CORE = "components.core"
+CORE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # ConfigError and the helpers that word its messages: imports nothing of the project.
+    ("errors", ("errors",)),
+    # What is true whatever a stack says: hardware, versions, prices, names, limits, formats of the
+    # model's KV cache, the platforms' profiles. Functions of these facts only, never of a config.
+    ("facts", ("", "capacity", "controller_objects", "credentials", "examples", "fsx", "k8s_schema", "kv_layout",
+               "limits", "metrics", "model", "naming", "node_storage", "platforms", "targets", "versions",
+               "vllm_options")),
+    # The typed config (pydantic models of the YAML, the frozen DeploymentSpec, the stack file and
+    # the config reader) and its checks: each key alone, and the rules between keys that need only
+    # the facts. Each check takes the raw config and what parse_spec resolved (platform, target, ...).
+    ("config", ("config",)),
+    # What a spec becomes: sizing, the time model, weights, the engine, the vLLM command, scaling,
+    # scraping, the engine cache, pod security, cost.
+    ("domain", ("cost", "engine", "engine_cache", "pod_security", "scaling", "scraping", "sizing", "time_inputs",
+                "time_to_ready", "vllm", "weights")),
+    # The checks of a config that need the domain (the engine build serves the model).
+    ("checks", ("checks",)),
+    # parse_spec and load_stack: run the config's checks, build the spec, run the domain checks.
+    ("entry", ("load",)),
+)
+
+
+def core_layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = CORE_LAYERS) -> int | None:
+    """The index in ``layers`` of a module of ``components/core`` (the longest entry it falls under), else None."""
+    best: tuple[int, int] | None = None
+    for index, (_, members) in enumerate(layers):
+        for member in members:
+            full = f"{CORE}.{member}" if member else CORE
+            if (module == full or (member and module.startswith(full + "."))) and (best is None or len(full) > best[1]):
+                best = (index, len(full))
+    return None if best is None else best[0]
+
+
+def _import_lines(name: str, target: str) -> list[int]:
+    """Lines of module ``name`` whose import resolves to module ``target`` (for the message)."""
+    return sorted({line for imported, line, _ in imported_names(MODULES[name], name)
+                   if imported == target or imported.startswith(target + ".")}) or [0]
+
+
+def upward_imports(graph: Mapping[str, set[str]],
+                   layers: tuple[tuple[str, tuple[str, ...]], ...] = CORE_LAYERS) -> list[str]:
+    """Every import inside the core that points to a higher layer, as ``file:line (layer) imports
+    file (layer)``; a module of the core in no layer is reported too."""
+    problems = []
+    for name in sorted(n for n in graph if n == CORE or n.startswith(CORE + ".")):
+        own = core_layer_of(name, layers)
+        if own is None:
+            problems.append(f"{MODULES[name].relative_to(REPO_ROOT)} is in no layer of CORE_LAYERS: add it to one")
+            continue
+        for target in sorted(graph[name]):
+            if not (target == CORE or target.startswith(CORE + ".")):
+                continue
+            theirs = core_layer_of(target, layers)
+            if theirs is not None and theirs > own:
+                where = ",".join(str(n) for n in _import_lines(name, target))
+                problems.append(f"{MODULES[name].relative_to(REPO_ROOT)}:{where} ({layers[own][0]}) imports "
+                                f"{MODULES[target].relative_to(REPO_ROOT)} ({layers[theirs][0]}), a higher layer")
+    return problems
+
+
+def test_the_core_imports_only_down_its_layers():
+    assert upward_imports(GRAPH) == []
+
+
+def test_the_layer_check_names_both_files_of_an_upward_import():
+    """The old shape: the config's storage check imported sizing, a domain module."""
+    graph = {**GRAPH, "components.core.config.storage": GRAPH["components.core.config.storage"] | {"components.core.sizing"}}
+    [problem] = upward_imports(graph)
+    assert problem.startswith("components/core/config/storage.py:0 (config) imports components/core/sizing.py (domain)")
+    assert cycles(graph) == []  # an upward import need not close a circle: the layer check is its own
+
+
+def test_every_layer_member_is_a_module_and_every_core_module_has_one_layer():
+    core = sorted(n for n in MODULES if n == CORE or n.startswith(CORE + "."))
+    assert [n for n in core if core_layer_of(n) is None] == []
+    listed = [f"{CORE}.{m}" if m else CORE for _, members in CORE_LAYERS for m in members]
+    assert sorted(m for m in listed if m not in MODULES) == []
+    assert len(listed) == len(set(listed))
 
 
 def test_the_edges_take_the_context_from_its_own_module():
