@@ -21,15 +21,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .config import DeploymentSpec
+from .engine_cache import vllm_cache_env
 from .errors import ConfigError
 from .model import SPARSE_INDEXER_MLA, EngineRequirement, ModelProfile
-from .versions import VLLM_RELEASE_GAPS, VLLM_VERSION
-
-if TYPE_CHECKING:
-    from .config import DeploymentSpec
-    from .vllm import VllmCommand
+from .versions import VLLM_IMAGES, VLLM_RELEASE_GAPS, VLLM_VERSION
+from .vllm import VllmCommand
 
 _RELEASE_TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(?:-[A-Za-z0-9_.-]+)?$")
 _NIGHTLY_TAG_RE = re.compile(r"^nightly-([0-9a-f]{40})$")
@@ -156,8 +155,6 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
     Raises:
         ConfigError: a mutable tag (a mistake in the config, not a missing engine).
     """
-    from .versions import VLLM_IMAGES
-
     build = parse_engine_image(image)
     requirement = model.engine_requirements.get(image_family)
     wrong = {family: repo for family, repo in VLLM_IMAGES.items() if family != image_family and repo == image_repository(image)}
@@ -334,8 +331,6 @@ def verification_request(spec: DeploymentSpec, command: VllmCommand, image: str)
         ValueError: the model has no engine requirement for the target's image family, or a
             required feature has no probe for it (a data error in this module or model.py).
     """
-    from .engine_cache import vllm_cache_env
-
     family = spec.target.image_family
     requirement = spec.model.engine_requirements.get(family)
     if requirement is None:

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import DeploymentSpec
+from .naming import VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from .versions import VLLM_VERSION
-from .weights import WEIGHTS_MOUNT_PATH, mirror_key_prefix
+from .weights import WEIGHTS_MOUNT_PATH, mirror_key_prefix, per_node_copy_step
 
 # The program that restores and saves an archive (stdlib + boto3; runs in the vLLM image).
 ENGINE_CACHE_SCRIPT_PATH = "/opt/kimi-deploy/engine_cache.py"
@@ -160,9 +161,6 @@ def vllm_pods_service_account(spec: DeploymentSpec) -> str:
     """The service account the Kubernetes vLLM pods run as (and so the one their engine-cache
     containers use): the weight-sync account where every pod copies its node's weights in an init
     container (``node-copy`` per node: ``nvme``, ``nvme-from-fsx``), else the vLLM account."""
-    from .naming import VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
-    from .weights import per_node_copy_step
-
     per_node_copy = per_node_copy_step(spec, spec.config.storage.mirror.enabled) is not None
     return WEIGHT_SYNC_SERVICE_ACCOUNT if per_node_copy else VLLM_SERVICE_ACCOUNT
 

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import DeploymentSpec
+from .vllm import image
+from .weights import SHAPE_BUCKET, sync_steps
 
 # seccomp profile of the vLLM container, by the target's image family. NVIDIA: vLLM's own Docker
 # instructions run `vllm/vllm-openai` under the runtime's default profile. ROCm: AMD's instructions
@@ -96,8 +98,6 @@ def _efa_in_pod(spec: DeploymentSpec) -> bool:
 
 
 def _image_by_tag(spec: DeploymentSpec) -> bool:
-    from .vllm import image
-
     return "@sha256:" not in image(spec)
 
 
@@ -108,8 +108,6 @@ def _multi_node(spec: DeploymentSpec) -> bool:
 def sync_jobs(spec: DeploymentSpec) -> bool:
     """Whether the stack declares weight-sync Jobs (a mirror to publish, or a ``pvc`` copy); the
     node-local copy is an init container, not a Job."""
-    from .weights import SHAPE_BUCKET, sync_steps
-
     steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
     return any(not (s.name == "node-copy" and s.per_node) for s in steps)
 
@@ -117,8 +115,6 @@ def sync_jobs(spec: DeploymentSpec) -> bool:
 def _sync_job_reads_hub_token(spec: DeploymentSpec) -> bool:
     """A weight-sync Job (not the init container) reads the hub with a token (set at deploy time;
     the plan's runs set one)."""
-    from .weights import SHAPE_BUCKET, sync_steps
-
     steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
     return any(s.needs_hub_token and not (s.name == "node-copy" and s.per_node) for s in steps)
 
