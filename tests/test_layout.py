@@ -175,10 +175,13 @@ CORE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("facts", ("", "capacity", "controller_objects", "credentials", "examples", "fsx", "k8s_schema", "kv_layout",
                "limits", "metrics", "model", "naming", "node_storage", "platforms", "targets", "versions",
                "vllm_options")),
-    # The typed config (pydantic models of the YAML, the frozen DeploymentSpec, the stack file and
-    # the config reader) and its checks: each key alone, and the rules between keys that need only
-    # the facts. Each check takes the raw config and what parse_spec resolved (platform, target, ...).
-    ("config", ("config",)),
+    # The typed config: the pydantic models of the YAML (each key's type, range and format), the
+    # frozen DeploymentSpec, the stack file and the config reader.
+    ("typed config", ("config.patterns", "config.raw", "config.reader", "config.spec", "config.stack_file")),
+    # The config's checks, one module per section: each key alone, and the rules between keys that
+    # need only the facts. Each takes the raw config and what parse_spec resolved once (the
+    # platform's profile, the target, the model). The package (config/__init__) re-exports both.
+    ("config checks", ("config",)),
     # What a spec becomes: sizing, the time model, weights, the engine, the vLLM command, scaling,
     # scraping, the engine cache, pod security, cost.
     ("domain", ("cost", "engine", "engine_cache", "pod_security", "scaling", "scraping", "sizing", "time_inputs",
@@ -236,7 +239,7 @@ def test_the_layer_check_names_both_files_of_an_upward_import():
     """The old shape: the config's storage check imported sizing, a domain module."""
     graph = {**GRAPH, "components.core.config.storage": GRAPH["components.core.config.storage"] | {"components.core.sizing"}}
     [problem] = upward_imports(graph)
-    assert problem.startswith("components/core/config/storage.py:0 (config) imports components/core/sizing.py (domain)")
+    assert problem.startswith("components/core/config/storage.py:0 (config checks) imports components/core/sizing.py (domain)")
     assert cycles(graph) == []  # an upward import need not close a circle: the layer check is its own
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .engine_cache import vllm_cache_env
 from .errors import ConfigError
 from .model import SPARSE_INDEXER_MLA, EngineRequirement, ModelProfile

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .naming import VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from .versions import VLLM_VERSION
 from .weights import WEIGHTS_MOUNT_PATH, mirror_key_prefix, per_node_copy_step

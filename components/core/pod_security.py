@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .vllm import image
 from .weights import SHAPE_BUCKET, sync_steps
 

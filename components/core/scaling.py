@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .errors import ConfigError
 from .naming import VLLM_WORKLOAD_NAME
 from .sizing import Sizing, gpu_usd_per_hour, sync_expected_seconds

@@ -22,7 +22,7 @@ Service in ``observability.prometheusNamespace``: config validation refuses that
 
 from __future__ import annotations
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 
 POD_MONITOR = "pod-monitor"
 ANNOTATIONS = "annotations"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .config import DeploymentSpec, block_instances
+from .config.compute import block_instances
+from .config.spec import DeploymentSpec
 from .errors import ConfigError
 from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
 from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, KvCacheLayout, model_layout, recipe_argv

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .naming import S3_PART_CONCURRENCY
 from .targets import GB
 from .weights import SYNC_WORKERS

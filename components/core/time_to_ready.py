@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .engine_cache import restored_at_start
 from .sizing import (
     FSX_THROUGHPUT_SOURCE,

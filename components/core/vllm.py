@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, INDEXER_KV_DTYPE_KEY
 from .sizing import Sizing, compute_sizing, kv_cache_dtype
 from .versions import VLLM_MASTER_PORT, vllm_image

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import DeploymentSpec
+from .config.spec import DeploymentSpec
 from .naming import MANIFEST_NAME, MARKER_NAME  # noqa: F401  re-exported: defined once in naming.py
 
 # Paths inside the containers that run the sync and vLLM.
