@@ -1573,7 +1573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kubeconfig is not None and not args.kubeconfig.is_file():
         raise UsageError(f"--kubeconfig: {args.kubeconfig} is not a file")
     if args.region is not None:
-        from components.core.config_reader import did_you_mean
+        from components.core.errors import did_you_mean
         from components.core.targets import AWS_REGIONS
 
         if args.region not in AWS_REGIONS:  # else every AWS check reports the endpoint, not the typo

@@ -183,7 +183,7 @@ def config_overlay() -> dict[str, Any] | None:
     text = os.environ.get(CONFIG_OVERLAY_ENV, "").strip()
     if not text:
         return None
-    from ..config_reader import did_you_mean
+    from ..errors import did_you_mean
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [key for key, _ in pairs]
