@@ -419,15 +419,15 @@ def test_a_nested_override_keeps_its_siblings(monkeypatch):
     before = load_stack("b300-prod", now=FIXED_NOW).config.compute.capacity
     assert before.type == "odcr" and before.reservation_id
     monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps({
-        "kimi-deploy:compute": {"capacity": {"usdPerHour": 99.5}},
+        "kimi-deploy:compute": {"capacity": {"reservationId": "cr-0fedcba9876543210"}},
         "kimi-deploy:storage": {"mirror": {"prefix": "weights"}},
         "kimi-deploy:vllm": {"imageTag": "nightly-" + "0" * 40},
     }))
     spec = load_stack("b300-prod", now=FIXED_NOW)
     cap = spec.config.compute.capacity
-    # The capacity reservation stays (a one-level merge dropped it: on-demand priced as a reservation).
-    assert (cap.type, cap.reservation_id, cap.availability_zone, cap.usd_per_hour) == (
-        before.type, before.reservation_id, before.availability_zone, 99.5)
+    # The reservation's type and zone stay (a one-level merge dropped them: on-demand in no zone).
+    assert (cap.type, cap.reservation_id, cap.availability_zone) == (before.type, "cr-0fedcba9876543210",
+                                                                     before.availability_zone)
     assert spec.config.compute.replicas == 2 and spec.config.storage.kind == "nvme-from-fsx"
     assert spec.config.storage.mirror.prefix == "weights" and spec.config.storage.mirror.enabled
 

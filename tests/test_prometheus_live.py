@@ -46,7 +46,12 @@ LIVE_NAMESPACES = {"b300-prod": "kimi-prod", "gb300": "kimi-lws", "mi355x": "kim
 OTHER_NAMESPACE = "other-team"  # another team's scrape of a server with the same model name
 DASHBOARD_STACK = "mi355x"
 DEPLOYMENT_POD = "kimi-vllm-7d9f8c6b5-x2k4q"
-SCRAPE_INTERVAL = "5s"  # also the scrape timeout: room for a /metrics answer on 2 cores busy with the load
+# Also the scrape timeout. On 2 cores busy with the load (and other jobs), the server's /metrics took
+# more than 5 s: a failed scrape marks every series stale at once, and the queries read only the
+# scale-to-zero branch (0.0 in every namespace while 58 long requests were served). 15 s leaves room
+# and still puts a sample in every 30 s step of the scaling queries.
+SCRAPE_INTERVAL = "15s"
+SCRAPE_INTERVAL_SECONDS = 15
 LOAD_CONCURRENCY = 4
 # The load runs until every namespace's signals show it (the scaling queries sample at 30 s steps),
 # then LOAD_TAIL_SECONDS more, never longer than LOAD_MAX_SECONDS.
@@ -202,7 +207,7 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
             finally:
                 stop.set()
                 load = load_future.result()
-        time.sleep(3)  # the last requests' histograms and counters scraped
+        time.sleep(SCRAPE_INTERVAL_SECONDS + 3)  # the last requests' histograms and counters scraped
         timings["load_seconds"] = load.seconds
         timings["fixture_seconds"] = time.monotonic() - tier_began
         yield Live(prometheus, runs, live_run(DASHBOARD_STACK, served, "hpa"), served, load, timings, peak,
