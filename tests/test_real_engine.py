@@ -215,7 +215,10 @@ def test_misconfigured_b_fails_the_broken_checks_naming_the_flag(request):
         code, results = run_validate(server, server.served_model_name)
         _report(request, "misconfigured-b", server, results, time.monotonic() - started)
     failed = {n for n, c in results.items() if c["status"] == "fail"}
-    assert code == 1 and failed == set(B_FAILS), {n: c["reason"] for n, c in results.items()}
+    # tool-choice sends three short requests: when a reply's reasoning markup reaches the content (no
+    # reasoning parser), it fails too, and must then name the missing parser (seen under load).
+    maybe = {"tool-choice"} if "--reasoning-parser kimi_k3" in results["tool-choice"]["reason"] else set()
+    assert code == 1 and set(B_FAILS) <= failed <= set(B_FAILS) | maybe, {n: c["reason"] for n, c in results.items()}
     causes = dict(B_FAILS)
     if not engine_knows_k31_efforts():  # the engine refuses K3.1's medium before the reasoning is read
         causes["reasoning-effort"] = "from 0.34.0 on"
