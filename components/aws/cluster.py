@@ -497,30 +497,23 @@ class EksCluster(pulumi.ComponentResource):
         a, name = self._args, self._name
         access = api_server_access(a.spec.config)
         group = cluster.vpc_config.cluster_security_group_id
+        # One ingress rule per named source of the private path: a CIDR block or a security group.
+        sources = [(f"cidr-{cidr.replace('/', '_')}", {"cidr_ipv4": cidr}, cidr, "network.apiServerPrivateCidrs")
+                   for cidr in access.private_cidrs]
+        sources += [(f"sg-{sg}", {"referenced_security_group_id": sg}, sg, "network.apiServerPrivateSecurityGroupIds")
+                    for sg in access.private_security_group_ids]
         rules = []
-        for cidr in access.private_cidrs:
+        for suffix, peer, shown, key in sources:
             rules.append(aws.vpc.SecurityGroupIngressRule(
-                f"{name}-api-cidr-{cidr.replace('/', '_')}",
+                f"{name}-api-{suffix}",
                 security_group_id=group,
                 ip_protocol="tcp",
                 from_port=EKS_API_SERVER_PORT,
                 to_port=EKS_API_SERVER_PORT,
-                cidr_ipv4=cidr,
-                description=f"Kubernetes API from {cidr} (network.apiServerPrivateCidrs)",
+                description=f"Kubernetes API from {shown} ({key})",
                 tags=tags(a.tags),
                 opts=child(self),
-            ))
-        for source in access.private_security_group_ids:
-            rules.append(aws.vpc.SecurityGroupIngressRule(
-                f"{name}-api-sg-{source}",
-                security_group_id=group,
-                ip_protocol="tcp",
-                from_port=EKS_API_SERVER_PORT,
-                to_port=EKS_API_SERVER_PORT,
-                referenced_security_group_id=source,
-                description=f"Kubernetes API from {source} (network.apiServerPrivateSecurityGroupIds)",
-                tags=tags(a.tags),
-                opts=child(self),
+                **peer,
             ))
         return rules
 
