@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
+from typing import Self
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_VENV_ENV = "KIMI_VLLM_ENGINE"
@@ -360,7 +361,49 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RealVllmServer:
+class _ServerProcess:
+    """What a server started as its own process group shares: its log's tail, its stop (SIGTERM, then
+    SIGKILL after ``STOP_TIMEOUT_SECONDS``) and the context manager around ``start``. Subclasses set
+    ``_proc``, ``log_path``, ``_log_dir`` and ``_own_log_dir``, and define ``start``."""
+
+    _proc: subprocess.Popen[bytes] | None
+    log_path: Path
+    _log_dir: Path
+    _own_log_dir: bool
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the process's log (for failure messages)."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL after ``STOP_TIMEOUT_SECONDS``."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(STOP_TIMEOUT_SECONDS)
+            except ProcessLookupError:
+                pass
+        if self._own_log_dir and proc is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RealVllmServer(_ServerProcess):
     """``vllm serve`` of the CPU engine on 127.0.0.1 (a context manager; ``start``/``stop`` too).
 
     Args:
@@ -433,33 +476,6 @@ class RealVllmServer:
         raise RuntimeError(f"vllm serve did not answer /health within {timeout_seconds:.0f} s (log: {self.log_path}): "
                            f"{self.log_tail()}")
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of the server log (for failure messages)."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        """SIGTERM the server's process group, SIGKILL after ``STOP_TIMEOUT_SECONDS``."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(STOP_TIMEOUT_SECONDS)
-            except ProcessLookupError:
-                pass
-        if self._own_log_dir and proc is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-
-    def __enter__(self) -> RealVllmServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def describe(self) -> dict[str, object]:
         """Plain facts for test reports (no key)."""
@@ -489,7 +505,7 @@ def frontend_missing_reason() -> str | None:
     return engine_missing_reason()
 
 
-class PinnedFrontendServer:
+class PinnedFrontendServer(_ServerProcess):
     """The pinned release's ``vllm serve`` frontend (``tests/real_vllm/pinned_frontend.py``) on
     127.0.0.1, over ``engine``'s token stream: the same rendered command, the same API guard, its
     own key. A context manager, like ``RealVllmServer``, with the same attributes (``base_url``,
@@ -566,33 +582,6 @@ class PinnedFrontendServer:
         raise RuntimeError(f"the pinned frontend did not answer /health within {timeout_seconds:.0f} s "
                            f"(log: {self.log_path}): {self.log_tail()}")
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of the frontend's log (for failure messages)."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        """SIGTERM the frontend's process group, SIGKILL after ``STOP_TIMEOUT_SECONDS``."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(STOP_TIMEOUT_SECONDS)
-            except ProcessLookupError:
-                pass
-        if self._own_log_dir and proc is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-
-    def __enter__(self) -> PinnedFrontendServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
