@@ -39,7 +39,6 @@ FIGURES_ONLY: dict[str, str] = {
     "compute.capacity.usdPerHour": "the plan's and cost's price per node-hour",
     "compute.capacity.endsAt": "the plan's capacity-block warning and cost",
     "compute.capacity.blockInstances": "the plan's UltraServer block price and idle-tray warning",
-    "network.apiServerPrivateOnly": "true states the default (the endpoint is private without public CIDRs)",
     "storage.readGBps": "the plan's weight-load time (the startup budget stays the recipe's 3,600 s floor)",
     "timeToReady.infrastructureSeconds": "the plan's time to ready",
     "timeToReady.instanceBootSeconds": "the plan's time to ready",
