@@ -32,7 +32,6 @@ FAR_BELOW_LIST_FRACTION = 0.1
 
 _KARPENTER = ("https://github.com/aws/karpenter-provider-aws/blob/main/pkg/providers/pricing/"
               "zz_generated.pricing_aws.go (the AWS price list, us-east-1 on demand)")
-_EC2 = "https://aws.amazon.com/ec2/pricing/on-demand/"
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,7 @@ PRICES: Mapping[str, Price] = MappingProxyType({p.key: p for p in (
     _p("p6-b300.48xlarge", "p6-b300.48xlarge instance, on demand (an ODCR bills the same rate, used or not)", "hour",
        142.416, _KARPENTER, "2026-07"),
     _p("c6id.2xlarge", "c6id.2xlarge instance (the stager), on demand", "hour", 0.4032, _KARPENTER, "2026-01"),
-    _p("m7i.xlarge", "m7i.xlarge instance (EKS system nodes), on demand", "hour", 0.2016, _EC2, "2026-07",
-       estimate=True),
+    _p("m7i.xlarge", "m7i.xlarge instance (EKS system nodes), on demand", "hour", 0.2016, _KARPENTER, "2026-01"),
     _p("ebsGp3GbMonth", "EBS gp3 volume storage (3,000 IOPS and 125 MB/s included)", "GB-month", 0.08,
        "https://aws.amazon.com/ebs/pricing/", "2026-07", estimate=True),
     _p("eksClusterHour", "EKS cluster, Kubernetes version in standard support", "hour", 0.10,

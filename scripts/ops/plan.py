@@ -551,8 +551,8 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         ),
         *(kv_detail_rows(sz) if details else []),
         *([("hub download", download), ("first deploy", first)] if details else []),
-        ("GPU price", price),
-        ("cost", costmodel.bill_summary(doc["bill"]) if doc.get("bill") else price),
+        ("cost", price),
+        *([("total cost", costmodel.bill_summary(doc["bill"]))] if doc.get("bill") else []),
         *(bill_rows(doc["bill"]) if details and doc.get("bill") else []),
         ("expires", expires),
     ]
