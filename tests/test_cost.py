@@ -342,9 +342,9 @@ def test_the_gpu_list_price_has_one_home():
 
 def test_prices_are_overridable_from_the_stack_config():
     from components.core import prices
+    from components.core.config.stack_file import namespace_config, read_stack_config
     from components.core.errors import ConfigError
     from components.core.load import parse_spec
-    from components.core.config.stack_file import namespace_config, read_stack_config
 
     config, _ = namespace_config(read_stack_config("b300"))
     spec = parse_spec({**config, "prices": {"natGatewayHour": 0.059}}, stack="b300", now=FIXED_NOW)
