@@ -63,9 +63,15 @@ def test_b300_json_against_the_core():
     assert report["api_cost_per_task_rmb"] == pytest.approx(cost.api_cost_per_task(PRICE).total, abs=0.01)
     assert round(report["api_cost_per_task_rmb"]) == 26
     assert round(report["api_cost_per_month_rmb"], -3) == 26_000  # 1,000 tasks by default
-    assert report["self_hosted_cost_per_hour_usd"] == pytest.approx(on_demand)
-    assert report["self_hosted_cost_per_month_usd"] == pytest.approx(on_demand * 730, abs=0.01)
-    expected = cost.break_even_tasks_per_month(on_demand * 730 * 7.0, cost.api_cost_per_task(PRICE).total)
+    # The self-hosted price is the whole bill: the GPU at its list price plus every other billable resource.
+    assert report["gpu_cost_per_hour_usd"] == pytest.approx(on_demand)
+    total = report["bill"]["usd_per_hour"]
+    assert total == pytest.approx(sum(line["usd_per_hour"] or 0 for line in report["bill"]["lines"]), abs=1e-3)
+    assert on_demand < total < on_demand + 1
+    assert report["self_hosted_cost_per_hour_usd"] == pytest.approx(total, abs=1e-3)
+    assert report["self_hosted_cost_per_month_usd"] == pytest.approx(report["bill"]["usd_per_month"], abs=0.01)
+    expected = cost.break_even_tasks_per_month(report["self_hosted_cost_per_month_usd"] * 7.0,
+                                               cost.api_cost_per_task(PRICE).total)
     assert report["break_even_tasks_per_month"] == expected
     assert report["cheaper_at_this_volume"] == "api"
     assert report["capacity"] is None
@@ -93,9 +99,10 @@ def test_every_stack_prices_through_the_sizing(stack):
         assert any("--usd-per-hour" in n for n in report["notes"])
         priced = json.loads(_cost("--stack", stack, "--json", "--usd-per-hour", "100").stdout)
         # An UltraServer block is paid whole (gb300: 18 trays), not per tray used.
-        assert priced["self_hosted_cost_per_hour_usd"] == pytest.approx(100 * billed_gpu_nodes(spec))
+        assert priced["gpu_cost_per_hour_usd"] == pytest.approx(100 * billed_gpu_nodes(spec))
+        assert priced["self_hosted_cost_per_hour_usd"] == pytest.approx(priced["bill"]["usd_per_hour"], abs=1e-3)
     else:
-        assert report["self_hosted_cost_per_hour_usd"] == pytest.approx(sizing.usd_per_hour)
+        assert report["gpu_cost_per_hour_usd"] == pytest.approx(sizing.usd_per_hour)
 
 
 def test_throughput_json_says_whether_one_deployment_serves(tmp_path):
@@ -222,3 +229,153 @@ def test_verdict_says_when_self_hosting_never_breaks_even(tmp_path):
     report = json.loads(_cost("--stack", "b300", "--json", "--tasks-per-month", "100000",
                               "--throughput-json", str(path)).stdout)
     assert report["cheaper_at_this_volume"] == "api" and "never breaks even" in report["verdict"]
+
+
+# --- the price table: every billable resource the stacks declare (components/core/prices.py) ---
+
+def _declared(stack: str, **kw) -> list[dict]:
+    from tests.conftest import plan_for
+
+    return [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in plan_for(stack, **kw).resources]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_declared_type_is_priced_or_free_with_a_source(stack):
+    """The real program under the mock engine: each type maps to price entries or to free with a
+    source, and each priced type that bills shows up as a line of the stack's bill."""
+    from components.core import prices
+
+    resources = _declared(stack)
+    bill = cost.spec_bill(load_stack(stack, now=FIXED_NOW), resources)
+    assert bill.unpriced == ()
+    for kind in {r["type"] for r in resources}:
+        pricing = prices.pricing_of(kind)
+        if isinstance(pricing, prices.Free):
+            assert pricing.source and kind in bill.free
+        else:
+            assert all(key == prices.INSTANCE_TYPE or key in prices.PRICES for key in pricing.keys)
+            # Billed: a line, or (gateway endpoint, ClusterIP Service) free with the reason.
+            assert any(line.resource_type == kind for line in bill.lines) or kind in bill.free, kind
+    for entry in prices.PRICES.values():
+        assert entry.usd > 0 and entry.source.startswith("https://") and entry.region and entry.date and entry.unit
+
+
+def test_an_unpriced_billable_type_fails():
+    from components.core import prices
+
+    resources = _declared("b300") + [{"type": "aws:rds/instance:Instance", "name": "db", "inputs": {}}]
+    with pytest.raises(prices.UnpricedResourceType, match="aws:rds/instance:Instance"):
+        prices.pricing_of("aws:rds/instance:Instance")
+    bill = cost.spec_bill(load_stack("b300", now=FIXED_NOW), resources)
+    assert bill.unpriced == ("aws:rds/instance:Instance",)
+    doc = cost.bill_document(bill, None)
+    assert "NOT PRICED: aws:rds/instance:Instance" in cost.bill_summary(doc)
+    # An instance type the table does not know is unpriced too, not silently free.
+    odd = _declared("b300")
+    for r in odd:
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate":
+            r["inputs"] = {**r["inputs"], "instanceType": "x9z.metal"}
+    spec = load_stack("b300", now=FIXED_NOW)
+    bill = prices.stack_bill(odd, prices.GpuPrice("p6-b300.48xlarge", 1.0, "test", 1), weights_bytes=1,
+                             platform="aws-ec2")
+    assert bill.unpriced == ("aws:ec2/instance:Instance gpu-instance (x9z.metal)",) and spec
+
+
+def test_fsx_is_priced_only_when_declared_by_type_tier_and_capacity():
+    from components.core import prices
+
+    spec = load_stack("b300", now=FIXED_NOW)
+    base = _declared("b300")
+    assert not any("FSx" in line.item for line in cost.spec_bill(spec, base).lines)
+    fsx = {"type": "aws:fsx/lustreFileSystem:LustreFileSystem", "name": "fsx-fs",
+           "inputs": {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 250, "storageCapacity": 4800}}
+    bill = cost.spec_bill(spec, base + [fsx])
+    (line,) = [line for line in bill.lines if "FSx" in line.item]
+    unit = prices.PRICES["fsxPersistent2Ssd250GbMonth"].usd
+    assert line.usd_per_hour == pytest.approx(4800 * unit / 730) and line.keeps_billing
+    assert bill.usd_per_hour == pytest.approx(cost.spec_bill(spec, base).usd_per_hour + 4800 * unit / 730)
+    # A tier the table lacks is named, not priced at another tier's rate.
+    odd = {**fsx, "inputs": {**fsx["inputs"], "perUnitStorageThroughput": 300}}
+    assert cost.spec_bill(spec, base + [odd]).unpriced == ("aws:fsx/lustreFileSystem:LustreFileSystem fsx-fs "
+                                                           "(PERSISTENT_2 at 300 MB/s/TiB)",)
+
+
+def test_trial_bill_at_expiry_and_what_keeps_billing():
+    from scripts.ops import plan as plan_script
+
+    doc = plan_script.build_plan_document("b300", now=FIXED_NOW)
+    bill = doc["bill"]
+    gpu = [line for line in bill["lines"] if line["item"].startswith("GPU nodes")]
+    rest = [line for line in bill["lines"] if line not in gpu]
+    assert gpu[0]["usd_per_hour"] == pytest.approx(INSTANCES["p6-b300.48xlarge"].usd_per_hour_on_demand)
+    items = " | ".join(line["item"] for line in rest)
+    for needle in ("NAT gateway", "S3 Standard", "public IPv4", "EBS gp3"):
+        assert needle in items
+    assert bill["usd_per_hour"] == pytest.approx(sum(line["usd_per_hour"] or 0 for line in bill["lines"]), abs=1e-3)
+    assert bill["usd_per_month"] == pytest.approx(bill["usd_per_hour"] * 730, abs=0.05)
+    # A trial: hours to its expiry x the hourly bill + the hub download through NAT (1,560 GB x USD 0.045).
+    assert bill["one_time_usd"] == pytest.approx(1560 * 0.045)
+    assert bill["trial_usd"] == pytest.approx(bill["trial_hours"] * bill["usd_per_hour"] + bill["one_time_usd"], abs=0.05)
+    # After the GPUs stop: everything but the GPU line (the EC2 instance is stopped: its root volume stays).
+    assert not gpu[0]["keeps_billing"]
+    assert bill["after_gpu_stop_usd_per_hour"] == pytest.approx(
+        sum(line["usd_per_hour"] or 0 for line in rest), abs=1e-3)
+    rows = dict(plan_script.summary_rows(doc))
+    assert "trial to expiry" in rows["total cost"] and "after the GPUs stop" in rows["total cost"]
+    # prod on reserved capacity: the ODCR bills on whether the nodes run or not.
+    prod = plan_script.build_plan_document("b300-prod", now=FIXED_NOW)["bill"]
+    assert prod["trial_usd"] is None
+    assert [line["keeps_billing"] for line in prod["lines"] if line["item"].startswith("GPU nodes")] == [True]
+    assert any("EKS cluster" in line["item"] for line in prod["lines"])
+
+
+def test_the_gpu_list_price_has_one_home():
+    from components.core import prices
+    from components.core.targets import STAGING_INSTANCE
+
+    assert INSTANCES["p6-b300.48xlarge"].usd_per_hour_on_demand == prices.PRICES["p6-b300.48xlarge"].usd
+    assert STAGING_INSTANCE.usd_per_hour == prices.PRICES[STAGING_INSTANCE.instance_type].usd
+    homes = [str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "components").rglob("*.py")
+             if any(price in p.read_text() for price in ("142.416", "0.4032", "0.2016"))]
+    assert homes == ["components/core/prices.py"]
+
+
+def test_prices_are_overridable_from_the_stack_config():
+    from components.core import prices
+    from components.core.config.stack_file import namespace_config, read_stack_config
+    from components.core.errors import ConfigError
+    from components.core.load import parse_spec
+
+    config, _ = namespace_config(read_stack_config("b300"))
+    spec = parse_spec({**config, "prices": {"natGatewayHour": 0.059}}, stack="b300", now=FIXED_NOW)
+    (nat,) = [line for line in cost.spec_bill(spec, _declared("b300")).lines if line.item.startswith("NAT gateway, per")]
+    assert nat.usd_per_unit == 0.059 and nat.source == "prices.natGatewayHour (config)"
+    with pytest.raises(ConfigError, match=r"prices\.natGatewayHours.*not an entry of the price table.*natGatewayHour"):
+        parse_spec({**config, "prices": {"natGatewayHours": 0.059}}, stack="b300", now=FIXED_NOW)
+    with pytest.raises(ConfigError, match=r"prices\.nlbHour"):
+        prices.price_table({"nlbHour": -1})
+
+
+def _overlay_compute(stack: str, **changes) -> str:
+    from components.core.config.stack_file import read_stack_config
+    from tests.conftest import TEST_ENGINE_OVERLAY
+
+    overlay = json.loads(TEST_ENGINE_OVERLAY)
+    compute = {**read_stack_config(stack).get("kimi-deploy:compute", {}), **changes}
+    overlay.setdefault("stacks", {}).setdefault(stack, {})["kimi-deploy:compute"] = compute
+    return json.dumps(overlay)
+
+
+def test_a_price_far_below_the_list_price_is_warned_and_the_verdict_says_it_rests_on_it(monkeypatch):
+    """Issue 35 item 8: compute.usdPerHour 0.0001 where the list price is 142.42."""
+    overlay = _overlay_compute("b300", usdPerHour=0.0001)
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", overlay)
+    spec = load_stack("b300", now=FIXED_NOW)
+    (warning,) = [w for w in spec.warnings if "compute.usdPerHour" in w]
+    assert "0.0001" in warning and "142.42" in warning and "p6-b300.48xlarge" in warning
+    env_report = json.loads(_cost("--stack", "b300", "--json").stdout)
+    assert "rests on compute.usdPerHour 0.0001" in env_report["verdict"] and "142.42" in env_report["verdict"]
+    # A real discount (half the list price) is no typo: no warning, no caveat.
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", _overlay_compute("b300", usdPerHour=71.0))
+    assert not [w for w in load_stack("b300", now=FIXED_NOW).warnings if "compute.usdPerHour" in w]
+    assert "rests on" not in json.loads(_cost("--stack", "b300", "--json").stdout)["verdict"]

@@ -37,6 +37,7 @@ FIGURES_ONLY: dict[str, str] = {
     "compute.replicas": "with autoscaling, the initial count: the scaler owns the replica count afterwards",
     "compute.usdPerHour": "the plan's and cost's price per node-hour",
     "compute.capacity.usdPerHour": "the plan's and cost's price per node-hour",
+    "prices": "the plan's and cost's unit prices (components/core/prices.py)",
     "compute.capacity.endsAt": "the plan's capacity-block warning and cost",
     "compute.capacity.blockInstances": "the plan's UltraServer block price and idle-tray warning",
     "storage.readGBps": "the plan's weight-load time (the startup budget stays the recipe's 3,600 s floor)",

@@ -10,13 +10,18 @@ platform's list prices (https://platform.moonshot.cn/docs/pricing/chat).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from .model import ApiPrice
+from .prices import HOURS_PER_MONTH, Bill, GpuPrice, stack_bill
+
+if TYPE_CHECKING:
+    from .config import DeploymentSpec
 
 MTOK = 1_000_000
-# 365 days x 24 h / 12 months: the usual "month" of cloud price lists.
-HOURS_PER_MONTH = 730.0
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # RMB per USD used when the caller gives none: an approximate rate, not a live quote. The
 # scripts take ``--rmb-per-usd``; pass the rate your finance team uses.
@@ -150,3 +155,95 @@ def tasks_per_month_capacity(
     if not 0 < busy_fraction <= 1:
         raise ValueError(f"busy_fraction must be in (0, 1], got {busy_fraction}")
     return math.floor(output_tokens_per_second * SECONDS_PER_MONTH * busy_fraction / task.output_tokens)
+
+
+def gpu_price(spec: DeploymentSpec, usd_per_node_hour: float | None = None, source: str | None = None) -> GpuPrice:
+    """The GPU line's price: ``usd_per_node_hour`` x billed nodes when given (``cost --usd-per-hour``),
+    else the sizing's (``sizing.gpu_usd_per_hour``: config override, capacity block, list price)."""
+    from .sizing import billed_gpu_nodes, gpu_usd_per_hour
+
+    nodes = billed_gpu_nodes(spec)
+    if usd_per_node_hour is not None:
+        usd: float | None = usd_per_node_hour * nodes
+        why = source or f"{usd_per_node_hour} per node-hour"
+    else:
+        usd, why = gpu_usd_per_hour(spec)
+    reserved = spec.profile.provisions_aws and spec.config.compute.capacity.type in ("odcr", "capacity-block")
+    return GpuPrice(spec.instance.instance_type, usd, why, nodes, reserved)
+
+
+def spec_bill(spec: DeploymentSpec, resources: Sequence[Mapping[str, Any]], gpu: GpuPrice | None = None) -> Bill:
+    """The bill of ``spec``'s declared ``resources`` (``prices.stack_bill``) with its GPU price,
+    the checkpoint's size and the stack's ``kimi-deploy:prices`` overrides.
+
+    Raises:
+        ConfigError: a bad ``kimi-deploy:prices`` override.
+    """
+    return stack_bill(resources, gpu or gpu_price(spec), weights_bytes=spec.model.weights_bytes,
+                      platform=spec.platform, overrides=spec.config.prices)
+
+
+def trial_hours(spec: DeploymentSpec, now: datetime | None = None) -> float | None:
+    """Hours a trial runs until its expiry: ``expires_at - now`` when both are known, else
+    ``trialTtlHours``; None outside trials."""
+    if spec.environment != "trial":
+        return None
+    if spec.expires_at is not None and now is not None:
+        return max(0.0, (spec.expires_at - now).total_seconds() / 3600)
+    return float(spec.trial_ttl_hours)
+
+
+def bill_document(bill: Bill, hours: float | None) -> dict[str, Any]:
+    """``bill`` as JSON for the plan and ``cost``: ``{usd_per_hour, usd_per_month,
+    after_gpu_stop_usd_per_hour, after_gpu_stop_usd_per_month, one_time_usd, trial_hours,
+    trial_usd (hours x hourly + one-time; None outside trials), gpu_price_known, lines [{item,
+    resource_type, quantity, unit, usd_per_unit, usd_per_hour, usd_per_month, one_time_usd,
+    keeps_billing, source, estimate, note}], free {type: source}}``."""
+    def month(value: float | None) -> float | None:
+        return None if value is None else round(value * HOURS_PER_MONTH, 2)
+
+    return {
+        "usd_per_hour": round(bill.usd_per_hour, 4),
+        "usd_per_month": round(bill.usd_per_month, 2),
+        "after_gpu_stop_usd_per_hour": round(bill.after_gpu_stop_usd_per_hour, 4),
+        "after_gpu_stop_usd_per_month": round(bill.after_gpu_stop_usd_per_hour * HOURS_PER_MONTH, 2),
+        "one_time_usd": round(bill.one_time_usd, 2),
+        "trial_hours": None if hours is None else round(hours, 2),
+        "trial_usd": None if hours is None else round(bill.trial_usd(hours), 2),
+        "gpu_price_known": bill.gpu_price_known,
+        "unpriced": list(bill.unpriced),
+        "lines": [
+            {
+                "item": line.item, "resource_type": line.resource_type, "quantity": line.quantity, "unit": line.unit,
+                "usd_per_unit": line.usd_per_unit,
+                "usd_per_hour": None if line.usd_per_hour is None else round(line.usd_per_hour, 4),
+                "usd_per_month": month(line.usd_per_hour), "one_time_usd": line.one_time_usd,
+                "keeps_billing": line.keeps_billing, "source": line.source, "estimate": line.estimate,
+                "note": line.note,
+            }
+            for line in bill.lines
+        ],
+        "free": dict(sorted(bill.free.items())),
+    }
+
+
+def bill_summary(doc: Mapping[str, Any]) -> str:
+    """One line for people: ``USD 142.57/h (USD 104,076/month): GPU 142.42 + 6 other lines 0.15; ...``
+    from ``bill_document``'s dict."""
+    gpu = [line for line in doc["lines"] if line["item"].startswith("GPU nodes")]
+    gpu_hour = sum(line["usd_per_hour"] or 0.0 for line in gpu)
+    rest = doc["usd_per_hour"] - gpu_hour
+    others = len([line for line in doc["lines"] if line["usd_per_hour"] is not None]) - len(gpu)
+    floor = "" if doc["gpu_price_known"] and not doc["unpriced"] else "at least "
+    text = (f"{floor}USD {doc['usd_per_hour']:,.2f}/h ({floor}USD {doc['usd_per_month']:,.0f}/month): GPU "
+            + (f"{gpu_hour:,.2f}" if doc["gpu_price_known"] else "unknown")
+            + f" + {others} other line{'s' if others != 1 else ''} {rest:,.2f}")
+    if doc["one_time_usd"]:
+        text += f"; once: USD {doc['one_time_usd']:,.2f} (the hub download through NAT)"
+    if doc["trial_usd"] is not None:
+        text += (f"; trial to expiry ({doc['trial_hours']:,.0f} h): {floor}USD {doc['trial_usd']:,.2f}")
+    text += (f"; after the GPUs stop USD {doc['after_gpu_stop_usd_per_hour']:,.2f}/h "
+             f"(USD {doc['after_gpu_stop_usd_per_month']:,.0f}/month) keeps billing until destroy")
+    if doc["unpriced"]:
+        text += f"; NOT PRICED: {', '.join(doc['unpriced'])}"
+    return text

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import checks
+from . import checks, prices
 from .config import (
     compute,
     kubernetes,
@@ -94,6 +94,9 @@ def parse_spec(
     compute.check_replicas(raw, platform)
     region = compute.check_region(raw, platform, instance, instance_type)
     compute.check_placement_and_capacity(raw, platform, target_profile, instance, instance_type, region, warnings)
+    # Prices: overrides name entries of the one price table; one far below the list price is warned.
+    prices.price_table(raw.prices)
+    warnings.extend(prices.override_warnings(raw.compute.usd_per_hour, instance_type, raw.prices))
 
     network.check_network(raw, platform, warnings)
     storage.check_storage(raw, platform, instance, instance_type, model_profile.weights_bytes)

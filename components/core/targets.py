@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .prices import PRICES, list_price_usd_per_hour
+
 MIB = 1024**2
 GB = 10**9
 GIB = 2**30
@@ -224,8 +226,8 @@ INSTANCES: Mapping[str, InstanceFacts] = MappingProxyType(
             nvme_read_source="estimate: 8 Nitro NVMe x 2 GB/s (no AWS figure; measure with fio)",
             efa_interfaces=16,
             network_cards=17,
-            # AWS price list as generated into Karpenter (2026-07), us-east-1 on demand.
-            usd_per_hour_on_demand=142.416,
+            # The on-demand list price lives in the price table (prices.py, with its source).
+            usd_per_hour_on_demand=list_price_usd_per_hour("p6-b300.48xlarge"),
             price_region="us-east-1",
             offered_azs=_P6_B300_AZS,
             # Card 0 ENA only, cards 1-16 EFA-capable at 400 Gbps (DescribeInstanceTypes, moto 5.2).
@@ -689,7 +691,7 @@ STAGING_INSTANCE = StagingInstance(
     network_gbps=3.125,
     network_source="EC2 DescribeInstanceTypes (moto 5 data): c6id.2xlarge BaselineBandwidthInGbps 3.125, 'Up to 12.5 Gigabit'",
     nvme_bytes=474 * GB,
-    usd_per_hour=0.4032,
-    price_source="AWS price list as generated into Karpenter (zz_generated.pricing_aws.go, 2026-01-19), us-east-1 on demand",
-    price_region="us-east-1",
+    usd_per_hour=PRICES["c6id.2xlarge"].usd,
+    price_source=f"{PRICES['c6id.2xlarge'].source}, {PRICES['c6id.2xlarge'].date}",
+    price_region=PRICES["c6id.2xlarge"].region,
 )

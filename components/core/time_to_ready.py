@@ -27,6 +27,7 @@ from typing import Any
 
 from .config.spec import DeploymentSpec
 from .engine_cache import restored_at_start
+from .prices import PRICES
 from .sizing import (
     FSX_THROUGHPUT_SOURCE,
     HUB_DOWNLOAD_MEGABYTES_PER_SECOND,
@@ -522,7 +523,8 @@ FACTS["STAGER_BOOT_SECONDS"] = STAGER_BOOT_SECONDS
 # The EKS system node group (components/aws/cluster.py: 2 x m7i.xlarge) runs the stage's publish;
 # it is billed in both phases, so what a stage adds on aws-eks is its hours of these nodes.
 SYSTEM_NODE_USD_PER_HOUR = Fact(
-    0.4032, "2 x m7i.xlarge at USD 0.2016/h, AWS price list as generated into Karpenter (2026-01-19), us-east-1 on demand"
+    2 * PRICES["m7i.xlarge"].usd, f"2 x m7i.xlarge at USD {PRICES['m7i.xlarge'].usd}/h ({PRICES['m7i.xlarge'].source}, "
+    f"{PRICES['m7i.xlarge'].date}; components/core/prices.py)"
 )
 FACTS["SYSTEM_NODE_USD_PER_HOUR"] = SYSTEM_NODE_USD_PER_HOUR
 # Why the GPU saving may not be real (docs/time-to-ready.md): reserved capacity bills for its term.

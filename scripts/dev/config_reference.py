@@ -516,6 +516,7 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
         Probe(("ami-0123456789abcdef0",), also={"compute.amiArchitecture": "arm64"}, stacks=("gb300",)),
     ),
     "compute.usdPerHour": (Probe((150.0,)),),
+    "prices": (Probe(({"natGatewayHour": 0.059},)),),
     "network.vpcId": (
         Probe(("vpc-0123456789abcdef0",), also={"network.privateSubnetIds": _SUBNETS}),
     ),

@@ -17,6 +17,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
 from components.core import cost as costmodel
+from components.core import prices
 from components.core.config import DeploymentSpec, stack_names
 from components.core.load import load_stack
 from components.core.sizing import billed_gpu_nodes, compute_sizing
@@ -184,14 +186,27 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
     if args.usd_per_hour is not None:
         # An UltraServer capacity block is paid whole: every tray of it, not the trays used.
         billed = billed_gpu_nodes(spec)
-        usd_per_hour: float | None = args.usd_per_hour * billed
         price_source = f"--usd-per-hour {args.usd_per_hour} x {billed} node(s)" + (
             f" (the whole UltraServer block; {spec.gpu_nodes} used)" if billed != spec.gpu_nodes else ""
         )
+        gpu = costmodel.gpu_price(spec, args.usd_per_hour, price_source)
+        node_price, override = args.usd_per_hour, "--usd-per-hour"
     else:
         sizing = compute_sizing(spec)
-        usd_per_hour, price_source = sizing.usd_per_hour, sizing.price_source
-    month_usd = costmodel.monthly_usd(usd_per_hour) if usd_per_hour is not None else None
+        gpu = costmodel.gpu_price(spec)
+        price_source = sizing.price_source
+        node_price, override = spec.config.compute.usd_per_hour, "compute.usdPerHour"
+    # Every billable resource the stack declares (components/core/prices.py), not the GPUs alone.
+    bill = costmodel.bill_document(costmodel.spec_bill(spec, declared_resources(spec), gpu),
+                                   costmodel.trial_hours(spec, datetime.now(UTC)))
+    usd_per_hour: float | None = bill["usd_per_hour"] if gpu.usd_per_hour is not None else None
+    listed = prices.list_price_usd_per_hour(spec.instance.instance_type)
+    rests_on = None
+    if node_price is not None and prices.far_below_list(node_price, listed):
+        rests_on = (f"this verdict rests on {override} {node_price:g}, far below the on-demand list price of "
+                    f"{spec.instance.instance_type} (USD {listed:,.2f}/h): check it")
+        notes.append(rests_on)
+    month_usd = bill["usd_per_month"] if usd_per_hour is not None else None
     month_rmb = month_usd * rate if month_usd is not None else None
     break_even = costmodel.break_even_tasks_per_month(month_rmb, api_task_rmb) if month_rmb is not None else None
     api_month_rmb = api_task_rmb * args.tasks_per_month
@@ -221,6 +236,8 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
             "measured concurrency: measure at your real concurrency"
         )
     volume = volume_verdict(args.tasks_per_month, month_rmb, api_month_rmb, break_even, capacity)
+    if rests_on is not None:
+        volume["verdict"] += f"; {rests_on}"
     if volume["deployments_needed"] is not None and month_rmb is not None:
         cheaper = "self-hosted" if volume["self_hosted_cost_at_volume_rmb"] < api_month_rmb else "api"
     return {
@@ -251,6 +268,8 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
         "tasks_per_month": args.tasks_per_month,
         "api_cost_per_month_rmb": round(api_month_rmb, 2),
         "self_hosted_cost_per_hour_usd": round(usd_per_hour, 3) if usd_per_hour is not None else None,
+        "gpu_cost_per_hour_usd": round(gpu.usd_per_hour, 3) if gpu.usd_per_hour is not None else None,
+        "bill": bill,
         "self_hosted_cost_per_month_usd": round(month_usd, 2) if month_usd is not None else None,
         "self_hosted_cost_per_month_rmb": round(month_rmb, 2) if month_rmb is not None else None,
         "hours_per_month": costmodel.HOURS_PER_MONTH,
@@ -264,6 +283,16 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
         "verdict": volume["verdict"],
         "notes": notes,
     }
+
+
+def declared_resources(spec: DeploymentSpec) -> list[dict[str, Any]]:
+    """The resources ``pulumi up`` would declare for ``spec``'s stack, as ``{type, name, inputs}``
+    (the program under the mock engine, as the plan runs it; no cloud call)."""
+    from components.core.config.stack_file import read_stack_config
+    from components.plan_engine import run_program
+
+    run = run_program(read_stack_config(spec.stack), stack=spec.stack, allow_blockers=True)
+    return [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources]
 
 
 def volume_verdict(
@@ -341,10 +370,18 @@ def print_report(report: dict[str, Any]) -> None:
         (
             "Self-hosted per hour",
             _money(per_hour, "USD"),
-            f"{nodes}x {report['instance_type']} x {_money(per_hour / nodes, 'USD')}/h; {report['price_source']}"
+            f"GPU {nodes}x {report['instance_type']} = {_money(report['gpu_cost_per_hour_usd'], 'USD')}/h "
+            f"({report['price_source']}) + the rest of the bill {_money(per_hour - report['gpu_cost_per_hour_usd'], 'USD')}/h"
             # Without a price the why stays here and what to set is said once, on stderr (main).
             if per_hour is not None else report["price_source"].split("; set ", 1)[0],
         ),
+        *[
+            (f"  {line['item']}", _money(line["usd_per_hour"], "USD") + "/h" if line["usd_per_hour"] is not None
+             else "per use", f"{line['quantity']:,.6g} x "
+             + ("unknown" if line["usd_per_unit"] is None else f"USD {line['usd_per_unit']:g}")
+             + f"/{line['unit']}; {line['source']}" + (" (estimate)" if line["estimate"] else ""))
+            for line in report["bill"]["lines"] if not line["item"].startswith("GPU nodes")
+        ],
         (
             "Self-hosted per month",
             _money(report["self_hosted_cost_per_month_usd"], "USD"),
@@ -352,6 +389,14 @@ def print_report(report: dict[str, Any]) -> None:
             f"{_money(report['self_hosted_cost_per_month_rmb'], 'RMB')} at {report['rmb_per_usd']} RMB/USD"
             if per_hour is not None else f"{report['hours_per_month']:,.0f} h at {report['rmb_per_usd']} RMB/USD",
         ),
+        *([("Trial to expiry", _money(report["bill"]["trial_usd"], "USD"),
+            f"{report['bill']['trial_hours']:,.0f} h x the hourly bill + once "
+            f"{_money(report['bill']['one_time_usd'], 'USD')} (hub download through NAT)")]
+          if report["bill"]["trial_usd"] is not None and per_hour is not None else []),
+        ("After the GPUs stop", _money(report["bill"]["after_gpu_stop_usd_per_hour"], "USD") + "/h",
+         f"{_money(report['bill']['after_gpu_stop_usd_per_month'], 'USD')}/month keeps billing until `pulumi destroy`: "
+         + ", ".join(line["item"].split(",")[0] for line in report["bill"]["lines"]
+                     if line["keeps_billing"] and line["usd_per_hour"])),
         (
             "Break-even",
             "unknown"

@@ -38,6 +38,7 @@ if not __package__:  # run as a file: its folder is on sys.path, the project may
 
 from rich.text import Text
 
+from components.core import cost as costmodel
 from components.core.config import (
     STACKS_DIR,
     DeploymentSpec,
@@ -132,6 +133,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     # Registration order under the mock engine depends on async scheduling: sort for
     # reproducible documents and diffs.
     resources = sorted(run.resources, key=lambda r: (r.type, r.name))
+    bill = costmodel.bill_document(
+        costmodel.spec_bill(spec, [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
+        costmodel.trial_hours(spec, now))
     return {
         "stack": stack,
         "target": spec.target.name,
@@ -186,6 +190,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "usd_per_hour": sizing.usd_per_hour,
             "price_source": sizing.price_source,
         },
+        "bill": bill,
         "vllm": {
             "image": command.image,
             "served_model_names": list(command.served_model_names),
@@ -547,6 +552,8 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         *(kv_detail_rows(sz) if details else []),
         *([("hub download", download), ("first deploy", first)] if details else []),
         ("cost", price),
+        *([("total cost", costmodel.bill_summary(doc["bill"]))] if doc.get("bill") else []),
+        *(bill_rows(doc["bill"]) if details and doc.get("bill") else []),
         ("expires", expires),
     ]
     api = doc.get("kubernetes_api")
@@ -555,6 +562,20 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         rows += [("API path", line) for line in api["path"]] if details else []
     rows += [row for row in scaling_rows(doc) if details or row[0] != "scaling note"]
     return rows + ([("scraping", doc["scraping"])] if doc.get("scraping") else [])
+
+
+def bill_rows(bill: dict[str, Any]) -> list[tuple[str, str]]:
+    """``--details``: one ``cost line`` row per priced line of the bill (quantity x unit price, source)."""
+    rows = []
+    for line in bill["lines"]:
+        unit = "unknown" if line["usd_per_unit"] is None else f"USD {line['usd_per_unit']:g}"
+        amount = (f"USD {line['usd_per_hour']:,.4f}/h" if line["usd_per_hour"] is not None
+                  else "per use" + (f", once USD {line['one_time_usd']:,.2f}" if line["one_time_usd"] else ""))
+        stops = "" if line["keeps_billing"] else ", stops with the GPUs"
+        est = " (estimate)" if line["estimate"] else ""
+        rows.append(("cost line", f"{line['item']}: {line['quantity']:,.6g} x {unit}/{line['unit']} = {amount}{stops}"
+                                  f"  ({line['source']}{est})"))
+    return rows
 
 
 def kv_detail_rows(sz: dict[str, Any]) -> list[tuple[str, str]]:

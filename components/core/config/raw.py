@@ -518,6 +518,9 @@ class RawConfig(_Raw):
     """Where Prometheus and Grafana run, dashboards and alerts."""
     time_to_ready: TimeToReadyConfig = Field(TimeToReadyConfig(), alias="timeToReady")
     """Measured figures that replace the time-to-ready estimates."""
+    prices: dict[str, float] = Field(default_factory=dict)
+    """USD per unit for entries of the price table (components/core/prices.py), replacing its list price: e.g.
+    {natGatewayHour: 0.048} for another region or a negotiated rate. The GPU price is compute.usdPerHour."""
 
 
 def validate_raw(config: Mapping[str, Any]) -> tuple[RawConfig, dict[str, Any]]:
