@@ -131,7 +131,9 @@ def test_dcp_adds_the_recipe_settings_and_workspace_and_plain_tp_does_not():
     # K3.1's MLA layers are all DSA: a sparse decode backend that supports DCP and FP8 KV on SM10x, not
     # the K3 recipe's TOKENSPEED_MLA (validated with vLLM's own classes in tests/test_vllm_contract.py).
     assert flag_value(dcp_argv, "--attention-backend") == "FLASHINFER_MLA_SPARSE"
-    assert "--attention-backend" not in tp_argv  # vLLM picks FLASHINFER_MLA_SPARSE itself (same test file)
+    assert dcp_argv.count("--attention-backend") == 1
+    # Plain TP names it too: the one vLLM would pick (tests/test_vllm_contract.py runs the wheel's selection).
+    assert flag_value(tp_argv, "--attention-backend") == "FLASHINFER_MLA_SPARSE"
     assert dcp_argv.count("--attention-config") == 1 and "TRTLLM_RAGGED" in flag_value(dcp_argv, "--attention-config")
     assert int(dcp.role("server").env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"]) >= 1_611_661_312
 
@@ -143,3 +145,94 @@ def test_dcp_needs_memory_outside_the_pool_for_its_workspace():
         command("b300", decodeContextParallelSize=8, gpuMemoryUtilization=0.99)
     spec, _ = command("b300", decodeContextParallelSize=8)
     assert any(w.startswith("DCP 8:") and "slower" in w for w in spec.warnings)
+
+
+# --- The attention backend every CUDA role names, and extraArgs that change what was sized ----------
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_cuda_role_names_the_backend_its_cache_layout_is_sized_for(name):
+    """Each CUDA role names exactly one --attention-backend, attention_backend.py's pick for the role's
+    GPU, KV dtype and DCP, and the sizing's cache layout reads that same name from the command's flags
+    (not vLLM's priorities); ROCm roles name none."""
+    from components.core.attention_backend import role_attention_backend
+    from components.core.sizing import kv_cache_dtype, kv_layout
+
+    spec, cmd = command(name)
+    expected = role_attention_backend(spec.model, spec.target, kv_cache_dtype(spec),
+                                      spec.config.vllm.decode_context_parallel_size, spec.config.vllm.extra_args)
+    for role in cmd.roles:
+        if spec.target.image_family == "cuda":
+            assert expected is not None and role.argv.count("--attention-backend") == 1, role.name
+            assert flag_value(role.argv, "--attention-backend") == expected
+        else:
+            assert expected is None and "--attention-backend" not in role.argv
+    layout = kv_layout(spec)
+    if expected is not None:
+        assert layout.attention_backend == expected and layout.backend_source == "named in the command"
+
+
+def test_the_backend_follows_the_kv_dtype_heads_and_block_size():
+    """The wheel's SM 10.x sparse priorities (platforms/cuda.py l.94-115) with each backend's own limits."""
+    from components.core.attention_backend import cuda_attention_backend
+
+    def pick(kv, heads=12, dcp=1, block=None, cc=(10, 3)):
+        return cuda_attention_backend(compute_capability=cc, sparse=True, kv_cache_dtype=kv, heads_per_rank=heads,
+                                      decode_context_parallel_size=dcp, block_size=block)
+
+    assert pick("fp8") == pick("fp8", dcp=8) == pick("fp8_e4m3") == "FLASHINFER_MLA_SPARSE"
+    assert pick("bfloat16") == "FLASHINFER_MLA_SPARSE"  # FA4 leads but refuses 12 gathered heads
+    assert pick("bfloat16", heads=16) == "FLASH_ATTN_MLA_SPARSE_FA4" and pick("bfloat16", heads=16, dcp=8) != "FLASH_ATTN_MLA_SPARSE_FA4"
+    assert pick("bfloat16", heads=24) == "FLASHMLA_SPARSE"
+    assert pick("fp8", block=64) == pick("fp8", block=96) == "FLASHINFER_MLA_SPARSE"
+    assert pick("fp8", block=16) is None and pick("fp8_e5m2") is None
+    assert pick("fp8", cc=(9, 0)) is None
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--block-size", "16"], "'--block-size 16' is a block size no sparse MLA backend"),
+    (["--block-size=48"], "FLASHINFER_MLA_SPARSE: a multiple of 32"),
+    (["--max-num-seqs", "0"], "'--max-num-seqs 0' is refused by vLLM 0.34.0's SchedulerConfig at start"),
+    (["--max-num-batched-tokens", "16", "--max-num-seqs", "64"], r"'--max-num-batched-tokens 16'.*at least max_num_seqs \(64\)"),
+    (["--max_num_batched_tokens=0"], "'--max-num-batched-tokens 0'"),
+    (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"], r"at least max_model_len \(1,048,576\) without chunked"),
+    (["--max-num-seqs", "many"], "max_num_seqs must be a whole number"),
+    (["--performance-mode", "fast"], "allowed: balanced, interactivity, throughput"),
+    (["--speculative-config", '{"method":"mtp"}'], "--speculative-config.*no draft model"),
+    (["-sc", '{"method":"mtp"}'], "speculative_config"),
+    (["--kv-transfer-config", '{"kv_connector":"NixlConnector"}'], "no KV connector"),
+    (["--kv-offloading-size", "64"], "no KV offloading"),
+    (["--kv-cache-memory-bytes", "1000000000"], "kv_cache_memory_bytes"),
+])
+def test_extra_args_that_change_what_was_sized_are_refused_in_one_line(extra, needle):
+    import re
+
+    from components.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        command("b300", extraArgs=extra)
+    text = str(err.value)
+    assert "\n" not in text and "vllm.extraArgs" in text and re.search(needle, text), text
+
+
+@pytest.mark.parametrize(("stack", "extra", "limits"), [
+    ("b300", [], (16_384, 1_024)),  # vLLM's defaults for a GPU of 160 GiB or more
+    ("b300", ["--max-num-seqs", "64"], (16_384, 64)),
+    ("b300", ["--max-num-batched-tokens=8192"], (8_192, 1_024)),
+    ("b300", ["--max-num-batched-tokens", "16"], (16, 16)),  # the default sequences shrink to the tokens
+    ("b300", ["--performance-mode", "throughput"], (32_768, 2_048)),
+    ("gb300", ["--max-num-seqs", "256"], (16_384, 256)),
+    ("mi355x", [], (4_096, 128)),  # the ROCm recipe's own flags
+    ("mi355x", ["--max-num-seqs", "64"], (4_096, 64)),
+])
+def test_the_plan_reads_the_effective_scheduler_limits(stack, extra, limits):
+    from components.core.scheduler_limits import effective_scheduler_limits
+
+    spec, _ = command(stack, extraArgs=extra) if extra else command(stack)
+    assert effective_scheduler_limits(spec) == limits
+
+
+def test_the_block_size_the_backend_accepts_is_kept():
+    spec, cmd = command("b300", extraArgs=["--block-size", "64"])
+    argv = cmd.role("server").argv
+    assert flag_value(argv, "--block-size") == "64" and flag_value(argv, "--attention-backend") == "FLASHINFER_MLA_SPARSE"

@@ -298,11 +298,13 @@ LIBRARY_ENV_SOURCES: Mapping[str, str] = MappingProxyType(
 )
 
 
-def attention_facts(model: ModelProfile, compute_capability: tuple[int, int] | None) -> dict[str, Any] | None:
+def attention_facts(model: ModelProfile, compute_capability: tuple[int, int] | None, *,
+                    gpu_memory_bytes: int | None = None, gpu_name: str | None = None) -> dict[str, Any] | None:
     """What ``scripts/ops/vllm_argv_check.py`` needs to validate the attention backends a command
     names against ``model``'s MLA layers on a GPU of ``compute_capability`` (``GpuFacts``):
     ``{"use_mla", "use_sparse", "head_size", "num_heads", "dtype", "device_capability",
-    "hf_text_config"}``, or None when there is nothing to check (no MLA facts, or not CUDA)."""
+    "hf_text_config"}`` plus ``device_memory_bytes`` / ``device_name`` when given (the scheduler
+    defaults vLLM picks by GPU memory), or None when there is nothing to check (no MLA facts, or not CUDA)."""
     attention = model.attention
     if attention is None or compute_capability is None:
         return None
@@ -316,6 +318,8 @@ def attention_facts(model: ModelProfile, compute_capability: tuple[int, int] | N
         "use_mla": True, "use_sparse": attention.sparse, "head_size": attention.head_size,
         "num_heads": attention.num_heads, "dtype": attention.dtype,
         "device_capability": list(compute_capability), "hf_text_config": text_config,
+        **({"device_memory_bytes": gpu_memory_bytes} if gpu_memory_bytes is not None else {}),
+        **({"device_name": gpu_name} if gpu_name is not None else {}),
     }
 
 

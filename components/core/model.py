@@ -400,10 +400,10 @@ KIMI_K3_1_PRO = ModelProfile(
                 # fails at start under DCP with FP8 KV: its FP8 decode pads 12 local heads (96 / TP8)
                 # to 64 and the 96 DCP-gathered heads to 128, which its metadata builder refuses
                 # (v1/attention/backends/mla/flashmla_sparse.py, "pad to the same fp8 decode kernel
-                # envelope"). Named explicitly so a change of vLLM's priorities cannot pick FLASHMLA_SPARSE.
+                # envelope"). vLLM picks FLASHINFER_MLA_SPARSE first for an FP8 cache; every CUDA role names
+                # the backend it would pick (components/core/attention_backend.py, components/core/vllm.py).
                 dcp_flags=(
                     ("--dcp-comm-backend", "a2a"),
-                    ("--attention-backend", "FLASHINFER_MLA_SPARSE"),
                     (
                         "--attention-config",
                         '{"use_prefill_query_quantization":true,"mla_prefill_backend":"TRTLLM_RAGGED"}',

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .attention_backend import attention_backend_flags
 from .config.compute import block_instances
 from .config.spec import DeploymentSpec
 from .errors import ConfigError
@@ -249,10 +250,13 @@ def kv_claim_comparison(model: ModelProfile) -> KvClaimComparison | None:
 
 
 def serving_argv(spec: DeploymentSpec, decode_context_parallel_size: int) -> tuple[str, ...]:
-    """The flags of the serving command that can choose the attention backend: the recipe's (with
-    its DCP flags when DCP > 1) then ``vllm.extraArgs``, in the command's order."""
+    """The flags of the serving command that can choose the attention backend: the backend every CUDA
+    role names (``attention_backend.attention_backend_flags``), the recipe's (with its DCP flags when
+    DCP > 1), then ``vllm.extraArgs``, in the command's order."""
     recipe = spec.model.recipes[spec.target.image_family]
-    return recipe_argv(recipe, decode_context_parallel_size) + tuple(spec.config.vllm.extra_args)
+    extra = tuple(spec.config.vllm.extra_args)
+    named = attention_backend_flags(spec.model, spec.target, kv_cache_dtype(spec), decode_context_parallel_size, extra)
+    return named + recipe_argv(recipe, decode_context_parallel_size) + extra
 
 
 def kv_layout(spec: DeploymentSpec) -> KvCacheLayout:

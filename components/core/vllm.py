@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from .attention_backend import attention_backend_flags
 from .config.spec import DeploymentSpec
 from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, INDEXER_KV_DTYPE_KEY
 from .sizing import Sizing, compute_sizing, kv_cache_dtype
@@ -153,6 +154,9 @@ def _common_argv(spec: DeploymentSpec, sizing: Sizing) -> list[str]:
     dcp = cfg.decode_context_parallel_size > 1
     if dcp:
         argv += ["--decode-context-parallel-size", str(cfg.decode_context_parallel_size)]
+    # Every CUDA role names the backend vLLM would pick itself (attention_backend.py), the one the
+    # plan's cache layout is computed for (sizing.serving_argv carries the same flags).
+    argv += attention_backend_flags(spec.model, spec.target, dtype, cfg.decode_context_parallel_size, cfg.extra_args)
     dcp_flags = dict(recipe.dcp_flags) if dcp else {}
     for flag, value in recipe.flags:
         value = dcp_flags.pop(flag, value)

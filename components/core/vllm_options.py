@@ -100,6 +100,22 @@ OWNED_DESTS: Mapping[str, OwnedDest] = MappingProxyType({
     "data_parallel_size_local": OwnedDest(("--data-parallel-size-local", "-dpl"), _LAYOUT),
     "dcp_comm_backend": OwnedDest(("--dcp-comm-backend",), "use vllm.decodeContextParallelSize: the toolkit sets the "
                                                            "backend decode context parallel needs"),
+    # What the plan cannot size: a draft model (its weights, KV cache and the verifier's backend choice,
+    # v1/attention/selector.py use_adaptive_verification), KV connectors and offloading (the backend
+    # choice: use_kv_connector; host memory and transfer buffers), a fixed KV cache size.
+    "speculative_config": OwnedDest(("--speculative-config", "-sc"),
+                                    "the plan sizes no draft model (its weights, its KV cache, the verifier's attention "
+                                    "backend); speculative decoding is not supported by this toolkit"),
+    "kv_transfer_config": OwnedDest(("--kv-transfer-config",),
+                                    "the plan sizes no KV connector (it changes vLLM's attention backend choice and "
+                                    "the KV memory); KV transfer is not supported by this toolkit"),
+    "kv_offloading_backend": OwnedDest(("--kv-offloading-backend",),
+                                       "the plan sizes no KV offloading (a KV connector and host memory)"),
+    "kv_offloading_size": OwnedDest(("--kv-offloading-size",),
+                                    "the plan sizes no KV offloading (a KV connector and host memory)"),
+    "kv_cache_memory_bytes": OwnedDest(("--kv-cache-memory-bytes",),
+                                       "the plan sizes the KV cache from GPU memory; for GPUs shared with other "
+                                       "processes use vllm.gpuMemoryUtilization"),
     # A YAML file of flags read when the server starts: its settings cannot be checked here.
     "config": OwnedDest(("--config",), "write the flags themselves in vllm.extraArgs, where they are checked"),
 })

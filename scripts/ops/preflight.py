@@ -1303,7 +1303,8 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
     """Every role's ``vllm serve`` command of the stack (``vllm.extraArgs`` included) parsed by
     the real vLLM parser in ``vllm_python`` (``.venv-vllm``; scripts/ops/vllm_parser.py), with the
     role's environment, through the steps ``vllm serve`` takes before it loads a model
-    (scripts/ops/vllm_argv_check.py: argparse, validate, parser registry, engine args, cache config).
+    (scripts/ops/vllm_argv_check.py: argparse, validate, parser registry, engine args, cache config, the
+    scheduler limits through the engine's own SchedulerConfig for the target's GPU, the attention backend).
 
     ``skip`` without the parser venv (it is a 2 GB developer install); ``unknown`` when it cannot
     run; ``fail`` names the role, the stage and vLLM's own error; ``warn`` when the parser is
@@ -1316,7 +1317,8 @@ def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:
     from components.core.vllm import build_vllm_command
 
     command = build_vllm_command(spec, compute_sizing(spec))
-    facts = attention_facts(spec.model, spec.target.gpu.compute_capability)
+    gpu = spec.target.gpu
+    facts = attention_facts(spec.model, gpu.compute_capability, gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name)
     request = argv_check_request((role.concrete_argv() for role in command.roles), (role.env for role in command.roles),
                                  (facts for _ in command.roles))
     try:

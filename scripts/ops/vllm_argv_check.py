@@ -55,6 +55,13 @@ Each argv goes through the steps ``vllm serve`` takes before it looks at a model
 - ``config``: ``CacheConfig`` from the engine args, the model-independent part of
   ``create_engine_config`` (in the pinned release, ``components/core/versions.py`` VLLM_VERSION,
   ``--kv-cache-dtype`` is a free string for argparse; the dtype is only checked here).
+- ``scheduler``: the scheduler limits through the wheel's own code (``check_scheduler``):
+  ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`` with the defaults of the GPU in
+  ``attention`` (``device_memory_bytes``, ``device_name``; without them the wheel's fallback for a
+  device it cannot query), then ``SchedulerConfig`` as ``create_engine_config`` builds it: it refuses
+  ``--max-num-seqs 0`` and fewer batched tokens than sequences, which the parser passes. ``scheduler``
+  reports ``{"max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "error"}``; skipped
+  without ``--max-model-len``.
 - ``environ``: the role's environment through vLLM's own ``Platform.validate_environ`` (what
   ``create_engine_config`` runs), strictly: a removed variable
   (``vllm.envs.removed_environment_variables``), one it refuses or calls redundant
@@ -68,7 +75,9 @@ Each argv goes through the steps ``vllm serve`` takes before it looks at a model
   ``mla_prefill_backend`` with its class (``prefill/selector.py``). Reasons that only say a GPU
   package is missing on this machine (flashinfer, tokenspeed_mla) are reported apart as
   ``environment_reasons`` and do not fail. Without a named backend it reports what vLLM would pick:
-  the first of ``platforms/cuda.py`` ``_get_backend_priorities`` that validates (``auto``).
+  the first of ``platforms/cuda.py`` ``_get_backend_priorities`` that validates (``auto``). Always,
+  ``selection``: what the wheel's own ``CudaPlatform.get_attn_backend_cls`` picks with no backend named
+  (``wheel_selection``), to compare with the one the command names.
 - ``frontend``: which API frontend the role's environment selects, evaluated with vLLM's own
   reader (``envs.VLLM_RUST_FRONTEND_PATH if envs.VLLM_USE_RUST_FRONTEND else None``, as
   ``entrypoints/cli/serve.py``); ``python`` (``vllm serve`` itself), ``rust``, or ``none``
@@ -364,6 +373,131 @@ def _cuda_priorities() -> Any:
     return cuda._get_backend_priorities
 
 
+def check_scheduler(engine_args: Any, facts: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The scheduler limits vLLM resolves for ``engine_args`` and whether its ``SchedulerConfig``
+    accepts them, by the wheel's own code: ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``
+    (the OpenAI API server's usage context, the defaults of ``get_batch_defaults`` for the GPU of
+    ``facts``: ``device_memory_bytes`` and ``device_name``, read from a stand-in for the platform; without
+    them 0 bytes, the wheel's own fallback when it cannot query the device) and ``SchedulerConfig``
+    built as ``create_engine_config`` builds it, for a generative model (chunked prefill supported).
+    ``{"max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "error"}``; None when the
+    argv sets no ``--max-model-len`` (the model's own length needs its checkpoint)."""
+    import copy
+
+    from vllm.config import SchedulerConfig
+    from vllm.engine import arg_utils
+    from vllm.usage.usage_lib import UsageContext
+
+    max_model_len = getattr(engine_args, "max_model_len", None)
+    if not isinstance(max_model_len, int):
+        return None
+    facts = facts or {}
+    memory, name = int(facts.get("device_memory_bytes", 0)), str(facts.get("device_name", ""))
+    stand_in = types.SimpleNamespace(
+        get_device_total_memory=lambda *a, **k: memory, get_device_name=lambda *a, **k: name,
+        is_device_capability=lambda *a, **k: False, is_tpu=lambda: False, is_cpu=lambda: False,
+    )
+    args = copy.copy(engine_args)
+    if args.enable_chunked_prefill is None:  # ModelConfig.is_chunked_prefill_supported of a generative model
+        args.enable_chunked_prefill = True
+    model_config = types.SimpleNamespace(max_model_len=max_model_len, is_multimodal_model=False, is_mm_prefix_lm=False,
+                                         is_encoder_decoder=False, runner_type="generate")
+    out: dict[str, Any] = {"max_num_batched_tokens": None, "max_num_seqs": None,
+                           "enable_chunked_prefill": args.enable_chunked_prefill, "error": None}
+    saved = arg_utils.current_platform
+    arg_utils.current_platform = stand_in
+    try:
+        args._set_default_max_num_seqs_and_batched_tokens_args(
+            UsageContext.OPENAI_API_SERVER, model_config, types.SimpleNamespace(use_batched_dp_moe=False))
+    finally:
+        arg_utils.current_platform = saved
+    out.update(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs)
+    kwargs = {f: getattr(args, f) for f in (
+        "max_num_batched_tokens", "max_num_scheduled_tokens", "max_num_seqs", "max_num_active_seqs",
+        "max_num_inflight_kv_loads", "max_num_queued_reqs", "max_num_queued_tokens", "enable_chunked_prefill",
+        "disable_chunked_mm_input", "scheduler_cls", "long_prefill_token_threshold",
+        "long_prefill_token_threshold_adaptive", "scheduler_reserve_full_isl", "watermark", "prefill_schedule_interval",
+        "cache_aware_admission_window", "cache_aware_admission_threshold", "disable_hybrid_kv_cache_manager",
+        "async_scheduling", "stream_interval") if hasattr(args, f)}
+    try:
+        SchedulerConfig(runner_type="generate", max_model_len=max_model_len, is_multimodal_model=False,
+                        is_encoder_decoder=False, policy=args.scheduling_policy, **kwargs)
+    except Exception as err:  # noqa: BLE001 - the engine's refusal is the answer
+        out["error"] = f"SchedulerConfig: {type(err).__name__}: {' '.join(str(err).split())}"
+    return out
+
+
+class _Unavailable(ImportError):
+    """A backend class that cannot be imported on this CPU (a CUDA allocation at import)."""
+
+
+def wheel_selection(selector: Any, capability: Any, num_heads: int | None, context: Any) -> dict[str, Any]:
+    """The backend vLLM's own ``CudaPlatform.get_attn_backend_cls`` picks with none named, on a device
+    of ``capability``: ``{"selected": name | None, "invalid": {name: [reasons]}, "error": str | None}``.
+
+    Stand-ins for what the GPU image carries and this CPU lacks: a class whose import needs CUDA is
+    reported unavailable (as the wheel reports a missing import; ``invalid`` keeps the reason), and
+    FlashInfer and FA4's cute-DSL entry point are present (``has_flashinfer``,
+    ``_fa4_cute_mla_available``), so FA4's own shape checks answer."""
+    _cuda_priorities()
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms import cuda
+    from vllm.utils import flashinfer as flashinfer_utils
+    flashattn_mla_sparse = None
+    for _ in range(2):  # the first import on a CPU fails in vllm_flash_attn's CUDA check; the module then loads
+        try:
+            from vllm.v1.attention.backends.mla import flashattn_mla_sparse
+            break
+        except ImportError:
+            continue
+
+    original = cuda._get_attn_backend_class
+
+    def get_class(backend: Any) -> Any:
+        try:
+            return original(backend)
+        except (AssertionError, RuntimeError) as err:  # "Torch not compiled with CUDA enabled"
+            raise _Unavailable(f"{type(err).__name__}: {err}") from err
+
+    patches: list[tuple[Any, str, Any]] = [
+        (cuda, "_get_attn_backend_class", get_class),
+        (cuda.CudaPlatform, "get_device_capability", classmethod(lambda cls, device_id=0: capability)),
+        (flashinfer_utils, "has_flashinfer", lambda: True),
+    ]
+    if flashattn_mla_sparse is not None:
+        patches += [(flashattn_mla_sparse, "has_flashinfer", lambda: True),
+                    (flashattn_mla_sparse, "_fa4_cute_mla_available", lambda: None)]
+    missing = object()
+    saved = [(obj, attr, vars(obj).get(attr, missing)) for obj, attr, _ in patches]
+    out: dict[str, Any] = {"selected": None, "invalid": {}, "error": None}
+    try:
+        for obj, attr, value in patches:
+            setattr(obj, attr, value)
+        with set_current_vllm_config(context):
+            _, invalid = cuda.CudaPlatform.get_valid_backends(capability, selector, num_heads=num_heads)
+            out["invalid"] = {b.name: reasons for b, (_, reasons) in invalid.items()}
+            path = cuda.CudaPlatform.get_attn_backend_cls(None, selector, num_heads=num_heads)
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        out["selected"] = path
+        for backend in AttentionBackendEnum:
+            try:
+                if backend.get_path() == path:
+                    out["selected"] = backend.name
+                    break
+            except ValueError:  # a backend to be registered by a plugin (TORCH_SDPA)
+                continue
+    except Exception as err:  # noqa: BLE001 - "No valid attention backend found": data
+        out["error"] = f"{type(err).__name__}: {' '.join(str(err).split())[:600]}"
+    finally:
+        for obj, attr, value in saved:
+            if value is missing:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, value)
+    return out
+
+
 def check_attention(engine_args: Any, facts: dict[str, Any]) -> dict[str, Any]:
     """Validate the attention backends ``engine_args`` names against the model's layers (``facts``)
     with vLLM's own classes; ``{"ok", "backends": [...], "prefill": ... | None, "auto": ... | None}``."""
@@ -385,7 +519,8 @@ def check_attention(engine_args: Any, facts: dict[str, Any]) -> dict[str, Any]:
     context = types.SimpleNamespace(
         parallel_config=ParallelConfig(tensor_parallel_size=tp, decode_context_parallel_size=dcp,
                                        prefill_context_parallel_size=pcp),
-        model_config=types.SimpleNamespace(hf_text_config=hf_text_config, rswa_window=None),
+        model_config=types.SimpleNamespace(hf_text_config=hf_text_config, rswa_window=None,
+                                           get_num_attention_heads=lambda parallel: int(facts.get("num_heads", 0)) // tp),
         attention_config=attention_config,
     )
     selector = AttentionSelectorConfig(
@@ -422,6 +557,8 @@ def check_attention(engine_args: Any, facts: dict[str, Any]) -> dict[str, Any]:
             backend = AttentionBackendEnum[backend] if isinstance(backend, str) else backend
             named[backend.name] = backend
     out: dict[str, Any] = {"backends": [validate(b) for b in named.values()], "prefill": None, "auto": None}
+    heads = int(facts.get("num_heads", 0)) // tp or None
+    out["selection"] = wheel_selection(selector, capability, heads, context)
     if not named:
         try:
             priorities = _cuda_priorities()(selector.use_mla, capability, int(facts.get("num_heads", 0)) // tp or None,
@@ -611,7 +748,7 @@ def main() -> int:
 
     def check(argv: list[str], env: dict[str, str], facts: dict[str, Any] | None) -> dict[str, Any]:
         result: dict[str, Any] = {"ok": False, "error": None, "stage": None, "parsed": None, "warnings": [],
-                                  "environ": None, "frontend": None, "attention": None}
+                                  "environ": None, "frontend": None, "attention": None, "scheduler": None}
         stage = "argparse"
         try:
             # As vllm/entrypoints/cli/main.py builds it (fresh each time: argparse keeps state).
@@ -643,6 +780,10 @@ def main() -> int:
                     if f.init and value is not None:
                         kwargs[f.name] = value
                 CacheConfig(**kwargs)
+            stage = "scheduler"
+            scheduler = result["scheduler"] = check_scheduler(engine_args, facts)
+            if scheduler is not None and scheduler["error"]:
+                raise ValueError(scheduler["error"])
             result.update(ok=True, stage=None)
         except ArgparseFailure as err:
             result.update(error=str(err), stage=stage)

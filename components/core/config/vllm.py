@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 
+from ..attention_backend import accepted_block_sizes, role_attention_backend, sm10_sparse_priorities
 from ..errors import ConfigError
 from ..kv_layout import (
     INDEXER_KV_DTYPE_KEY,
     SPARSE_BACKEND_KV_DTYPES,
     model_layout,
     mxfp4_indexer_supported,
+    recipe_argv,
 )
+from ..scheduler_limits import check_scheduler_limits, scheduler_limits, sized_values
 from ..model import ModelProfile
 from ..targets import TargetProfile
 from ..vllm_options import OWNED_DESTS, owned_option
@@ -104,6 +107,7 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
                 "to be merged into it"
             )
     check_extra_args(raw.vllm.extra_args)
+    check_sized_extra_args(raw, target, model)
     if raw.vllm.image_tag is not None and not IMAGE_TAG_RE.match(raw.vllm.image_tag):
         raise ConfigError(
             "vllm.imageTag", raw.vllm.image_tag, "is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)"
@@ -140,3 +144,39 @@ def check_extra_args(extra_args: tuple[str, ...] | list[str]) -> None:
                 "vllm.extraArgs", arg,
                 "holds a flag and its value in one item: give each its own list item ('--flag', 'value') or write --flag=value",
             )
+
+
+def check_sized_extra_args(raw: RawConfig, target: TargetProfile, model: ModelProfile) -> None:
+    """``vllm.extraArgs`` that change what the plan sizes, against the rules of the pinned engine:
+    a ``--block-size`` that no sparse MLA backend accepts on the target (CUDA; vLLM then finds no
+    backend and does not start: ``attention_backend.py``), and ``--max-num-batched-tokens``,
+    ``--max-num-seqs``, ``--performance-mode`` and chunked prefill as vLLM 0.34.0 resolves and checks
+    them (``scheduler_limits.py``: its ``SchedulerConfig`` refuses ``--max-num-seqs 0`` and fewer
+    batched tokens than sequences). Accepted values re-size the plan (``effective_scheduler_limits``).
+    Options the plan cannot size (a draft model, KV connectors) are owned (``vllm_options.py``).
+
+    Raises:
+        ConfigError: the first such value, one line naming it and what is allowed.
+    """
+    recipe = model.recipes.get(target.image_family)
+    if recipe is None:
+        return
+    extra = tuple(raw.vllm.extra_args)
+    dcp = raw.vllm.decode_context_parallel_size
+    kv_dtype = raw.vllm.kv_cache_dtype or recipe.kv_cache_dtype
+    block = sized_values(extra).get("block_size")
+    attention = model.attention
+    cc = target.gpu.compute_capability
+    if block is not None and attention is not None and target.image_family == "cuda" and cc is not None and cc[0] == 10:
+        if role_attention_backend(model, target, kv_dtype, dcp, extra) is None:
+            heads = attention.num_heads // target.gpus_per_copy
+            allowed = "; ".join(f"{b}: {accepted_block_sizes(b)}" for b in sm10_sparse_priorities(kv_dtype, heads))
+            raise ConfigError(
+                "vllm.extraArgs", f"{block[0]} {block[1]}".strip() if "=" not in block[0] else block[0],
+                f"is a block size no sparse MLA backend of vLLM 0.34.0 accepts for the DSA layers on {target.gpu.name} "
+                f"with KV {kv_dtype}; the engine would not start (allowed: {allowed})",
+            )
+    max_len = raw.vllm.max_model_len or model.max_context_tokens
+    limits = scheduler_limits(recipe_argv(recipe, dcp) + extra, gpu_memory_bytes=target.gpu.memory_bytes,
+                              gpu_name=target.gpu.name, max_model_len=max_len)
+    check_scheduler_limits(limits, max_len)
