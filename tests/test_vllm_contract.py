@@ -92,7 +92,8 @@ def _stack_roles() -> dict[str, Any]:
     for name, spec in _variants().items():
         try:
             cmd = build_vllm_command(spec)
-            facts = attention_facts(spec.model, spec.target.gpu.compute_capability)
+            gpu = spec.target.gpu
+            facts = attention_facts(spec.model, gpu.compute_capability, gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name)
             roles = []
             for role in cmd.roles:
                 concrete = getattr(role, "concrete_argv", None)  # $(LWS_*) references -> examples
@@ -138,7 +139,39 @@ def _probes(stacks: dict[str, Any]) -> dict[str, tuple[list[str], dict[str, str]
     }
     for name in _removed_env_names(installed_site_packages()):
         probes[f"env:removed:{name}"] = (serve, {name: "1"}, None)
+    # The wheel's own backend selection with none named, over what a stack can change (SELECTION_CASES).
+    i = serve.index("--attention-backend")
+    unnamed = serve[:i] + serve[i + 2:]
+    probes["auto/b300/server"] = (unnamed, dict(server.env), facts)
+    for kv, dcp, block in SELECTION_CASES:
+        argv = list(unnamed)
+        argv[argv.index("--kv-cache-dtype") + 1] = kv
+        argv += ["--decode-context-parallel-size", str(dcp)] if dcp > 1 else []
+        argv += ["--block-size", str(block)] if block else []
+        probes[f"select:{kv}:{dcp}:{block}"] = (argv, None, facts)
+    # The engine's scheduler limits and SchedulerConfig over extraArgs values, on each GPU tier.
+    for n, (device, extra) in enumerate(SCHEDULER_CASES):
+        memory, name = SCHEDULER_DEVICES[device]
+        probes[f"scheduler:{n}"] = (serve + list(extra), None, {**facts, "device_memory_bytes": memory, "device_name": name})
     return probes
+
+
+# (KV dtype, DCP, --block-size) of the selection probes: the dtypes vllm.kvCacheDtype allows on CUDA
+# and one it refuses, plain TP and DCP 8, block sizes both sparse backends take, one only FlashInfer's
+# takes and one none takes.
+SELECTION_CASES = [(kv, dcp, block) for kv in ("fp8", "fp8_e4m3", "bfloat16", "fp8_e5m2") for dcp in (1, 8)
+                   for block in (None, 16, 96)]
+SCHEDULER_DEVICES = {"b300": (288_000_000_000, "B300"), "h100": (80 * 1024**3, "H100"), "a100": (80 * 1024**3, "A100"),
+                     "small": (24 * 1024**3, "L4")}
+SCHEDULER_CASES = [
+    ("b300", ()), ("h100", ()), ("a100", ()), ("small", ()),
+    ("b300", ("--max-num-seqs", "0")), ("b300", ("--max-num-batched-tokens", "0")),
+    ("b300", ("--max-num-batched-tokens", "16")), ("b300", ("--max-num-batched-tokens", "16", "--max-num-seqs", "64")),
+    ("b300", ("--max-num-seqs", "4096")), ("small", ("--max-num-seqs", "4096")),
+    ("b300", ("--performance-mode", "throughput")), ("h100", ("--performance-mode", "throughput", "--max-num-seqs", "8")),
+    ("b300", ("--no-enable-chunked-prefill",)), ("b300", ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192")),
+    ("b300", ("--max_num_seqs=8", "--max-num-batched-tokens=8")),
+]
 
 
 @functools.lru_cache(maxsize=1)
@@ -517,7 +550,66 @@ def test_every_named_attention_backend_passes_vllms_own_validation_for_dsa_layer
         assert prefill is not None and prefill["reasons"] == [], (label, prefill)
         # FlashInfer is not installed here; the class's own checks (SM10, dims 128/64/128, bf16) passed.
         assert prefill["environment_reasons"] in ([], ["required dependencies not available"]), prefill
-    assert named == {"FLASHINFER_MLA_SPARSE"}  # named with DCP; without it vLLM picks (next test)
+    assert named == {"FLASHINFER_MLA_SPARSE"}
+
+
+def test_every_cuda_role_names_the_backend_the_wheels_own_selection_picks():
+    """Issue 33 Build 3: the backend each CUDA role names is the one vLLM 0.34.0's
+    CudaPlatform.get_attn_backend_cls picks with none named, for the target's SM 10.3, the role's KV
+    dtype and DCP; so the plan's cache layout (read from the named backend) is the engine's."""
+    _, results, _ = _everything()
+    roles = _cuda_roles()
+    for label, role, _ in roles:
+        argv = list(role.argv)
+        assert argv.count("--attention-backend") == 1, f"{label} names no attention backend"
+        named = argv[argv.index("--attention-backend") + 1]
+        selection = results[label]["attention"]["selection"]
+        assert selection["error"] is None and selection["selected"] == named, (label, named, selection)
+
+
+def test_the_encoded_selection_agrees_with_the_wheels_on_dtypes_dcp_and_block_sizes():
+    """components/core/attention_backend.py against the wheel's own selection: same backend, or none
+    where the wheel finds none ("No valid attention backend found": the engine would not start)."""
+    from components.core.attention_backend import cuda_attention_backend
+    from components.core.model import KIMI_K3_1_PRO
+
+    _, results, _ = _everything()
+    heads = KIMI_K3_1_PRO.attention.num_heads // 8
+    disagree, seen = [], set()
+    for kv, dcp, block in SELECTION_CASES:
+        selection = results[f"select:{kv}:{dcp}:{block}"]["attention"]["selection"]
+        ours = cuda_attention_backend(compute_capability=(10, 3), sparse=True, kv_cache_dtype=kv, heads_per_rank=heads,
+                                      decode_context_parallel_size=dcp, block_size=block)
+        wheel = selection["selected"]
+        assert wheel is not None or "No valid attention backend" in (selection["error"] or ""), selection
+        seen.add(wheel)
+        if wheel != ours:
+            disagree.append(f"{kv} dcp{dcp} block {block}: wheel {wheel}, ours {ours} ({selection})")
+    assert not disagree, "\n".join(disagree)
+    assert {"FLASHINFER_MLA_SPARSE", None} <= seen  # both outcomes are exercised
+
+
+def test_the_scheduler_rules_the_plan_encodes_agree_with_the_engines_own():
+    """Issue 35 item 7: scheduler_limits.py (the plan, no vLLM) against the wheel's own defaults and
+    SchedulerConfig (vllm_argv_check.py, stage scheduler) on a set of values and GPU tiers: the same
+    limits, and refused exactly where the engine refuses them."""
+    from components.core.scheduler_limits import scheduler_limits, scheduler_problems
+
+    _, results, _ = _everything()
+    refused = 0
+    for n, (device, extra) in enumerate(SCHEDULER_CASES):
+        result = results[f"scheduler:{n}"]
+        wheel = result["scheduler"]
+        memory, name = SCHEDULER_DEVICES[device]
+        ours = scheduler_limits(list(extra), gpu_memory_bytes=memory, gpu_name=name, max_model_len=1_048_576)
+        problems = scheduler_problems(ours, 1_048_576)
+        label = f"{device} {' '.join(extra)}"
+        assert (wheel["max_num_batched_tokens"], wheel["max_num_seqs"]) == (ours.max_num_batched_tokens, ours.max_num_seqs), (
+            label, wheel, ours)
+        assert bool(wheel["error"]) == bool(problems), (label, wheel["error"], problems)
+        assert (result["stage"] == "scheduler") == bool(problems), (label, result["stage"], result["error"])
+        refused += bool(problems)
+    assert refused >= 4  # the refusals are exercised
 
 
 def test_without_a_named_backend_vllm_picks_a_sparse_backend_for_the_dsa_layers():
@@ -525,7 +617,7 @@ def test_without_a_named_backend_vllm_picks_a_sparse_backend_for_the_dsa_layers(
     platforms/cuda.py's priorities that validates is FLASHINFER_MLA_SPARSE; every dense backend before
     it is refused for sparse layers or cannot be imported on this CPU."""
     _, results, _ = _everything()
-    auto = results["b300/server"]["attention"]["auto"]
+    auto = results["auto/b300/server"]["attention"]["auto"]
     assert auto["selected"] == "FLASHINFER_MLA_SPARSE", auto
     before = auto["priorities"][: auto["priorities"].index("FLASHINFER_MLA_SPARSE")]
     assert before and "TOKENSPEED_MLA" in before
@@ -770,6 +862,10 @@ def test_kimi_deploy_vllm_argv_exits_1_when_the_parser_refuses_an_argv():
                               capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=600)
 
     bad = run([[MODEL, "--max-num-seqs", "64"], [MODEL, "--max-num-seqz", "64"]])
+    # Parsed, then refused by the engine's own SchedulerConfig (issue 35 item 7).
+    engine = run([[MODEL, "--max-model-len", "4096", "--max-num-seqs", "0"]])
+    assert engine.returncode == 1 and "SchedulerConfig" in engine.stderr, engine.stderr
+    assert json.loads(engine.stdout)["results"][0]["stage"] == "scheduler"
     assert bad.returncode == 1, bad.stderr
     assert "refused 1 of 2" in bad.stderr and "argv 1" in bad.stderr and "--max-num-seqz" in bad.stderr
     assert [r["ok"] for r in json.loads(bad.stdout)["results"]] == [True, False]

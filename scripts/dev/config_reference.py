@@ -363,8 +363,10 @@ def rules() -> dict[str, str]:
         "(config/vllm.py, sizing.py)",
         "vllm.extraArgs": "no spelling vLLM's parser reads as an option the toolkit sets (aliases, `_` for `-`, "
         f"`=value`, unique prefixes): {', '.join(OWNED_DESTS[dest].options[0] for dest in sorted(OWNED_DESTS))}; no "
-        "indexer_kv_dtype (vllm.indexerCacheDtype); with indexerCacheDtype mxfp4 every --attention-config a JSON object "
-        "(vllm_options.py, config/vllm.py)",
+        "indexer_kv_dtype (vllm.indexerCacheDtype); with indexerCacheDtype mxfp4 every --attention-config a JSON object; "
+        "--max-num-seqs, --max-num-batched-tokens, --performance-mode and chunked prefill as vLLM's SchedulerConfig "
+        "accepts them (the plan sizes with them); on CUDA a --block-size a sparse MLA backend takes "
+        "(vllm_options.py, config/vllm.py, scheduler_limits.py, attention_backend.py)",
         "kubernetes.namespace": "a DNS label (config/kubernetes.py)",
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
         "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "

@@ -440,13 +440,16 @@ def wheel_selection(selector: Any, capability: Any, num_heads: int | None, conte
     FlashInfer and FA4's cute-DSL entry point are present (``has_flashinfer``,
     ``_fa4_cute_mla_available``), so FA4's own shape checks answer."""
     _cuda_priorities()
+    import importlib
+
     from vllm.config import set_current_vllm_config
     from vllm.platforms import cuda
     from vllm.utils import flashinfer as flashinfer_utils
-    flashattn_mla_sparse = None
+
+    flashattn_mla_sparse: Any = None
     for _ in range(2):  # the first import on a CPU fails in vllm_flash_attn's CUDA check; the module then loads
         try:
-            from vllm.v1.attention.backends.mla import flashattn_mla_sparse
+            flashattn_mla_sparse = importlib.import_module("vllm.v1.attention.backends.mla.flashattn_mla_sparse")
             break
         except ImportError:
             continue

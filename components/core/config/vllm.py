@@ -14,8 +14,8 @@ from ..kv_layout import (
     mxfp4_indexer_supported,
     recipe_argv,
 )
-from ..scheduler_limits import check_scheduler_limits, scheduler_limits, sized_values
 from ..model import ModelProfile
+from ..scheduler_limits import check_scheduler_limits, scheduler_limits, sized_values
 from ..targets import TargetProfile
 from ..vllm_options import OWNED_DESTS, owned_option
 from .patterns import IMAGE_RE, IMAGE_TAG_RE
