@@ -871,3 +871,32 @@ def test_kimi_deploy_vllm_argv_exits_1_when_the_parser_refuses_an_argv():
     assert [r["ok"] for r in json.loads(bad.stdout)["results"]] == [True, False]
     good = run([[MODEL, "--max-num-seqs", "64"]])
     assert good.returncode == 0, good.stderr
+
+
+def test_preflight_vllm_argv_runs_the_engines_scheduler_validation(monkeypatch):
+    """`preflight --only vllm-argv` fails a role whose flags pass vLLM's parser but not the engine's
+    own SchedulerConfig (issue 35 item 7), naming the stage; the stack's own command passes, with the
+    scheduler limits vLLM resolves for the target's GPU (B300: 16,384 tokens, 1,024 sequences)."""
+    import dataclasses
+
+    import components.core.vllm as vllm_module
+    from components.core.load import load_stack
+    from scripts.ops.preflight import check_vllm_argv
+
+    python = require_vllm_python()
+    spec = load_stack("b300", now=FIXED_NOW)
+    real = vllm_module.build_vllm_command
+
+    def with_zero_seqs(spec, sizing=None):
+        cmd = real(spec, sizing)
+        roles = tuple(dataclasses.replace(r, argv=(*r.argv, "--max-num-seqs", "0")) for r in cmd.roles)
+        return dataclasses.replace(cmd, roles=roles)
+
+    monkeypatch.setattr(vllm_module, "build_vllm_command", with_zero_seqs)
+    check = check_vllm_argv(spec, python)
+    assert check.status == "fail" and "[scheduler]" in check.reason and "SchedulerConfig" in check.reason, check
+    monkeypatch.setattr(vllm_module, "build_vllm_command", real)
+    assert check_vllm_argv(spec, python).status in ("pass", "warn")
+    _, results, _ = _everything()
+    scheduler = results["b300/server"]["scheduler"]
+    assert (scheduler["max_num_batched_tokens"], scheduler["max_num_seqs"]) == (16_384, 1_024), scheduler

@@ -380,8 +380,9 @@ def check_scheduler(engine_args: Any, facts: dict[str, Any] | None) -> dict[str,
     ``facts``: ``device_memory_bytes`` and ``device_name``, read from a stand-in for the platform; without
     them 0 bytes, the wheel's own fallback when it cannot query the device) and ``SchedulerConfig``
     built as ``create_engine_config`` builds it, for a generative model (chunked prefill supported).
-    ``{"max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "error"}``; None when the
-    argv sets no ``--max-model-len`` (the model's own length needs its checkpoint)."""
+    ``{"max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "error"}`` (and ``skipped``
+    when this vLLM's ``EngineArgs`` has no such step); None when the argv sets no ``--max-model-len``
+    (the model's own length needs its checkpoint)."""
     import copy
 
     from vllm.config import SchedulerConfig
@@ -409,6 +410,9 @@ def check_scheduler(engine_args: Any, facts: dict[str, Any] | None) -> dict[str,
     try:
         args._set_default_max_num_seqs_and_batched_tokens_args(
             UsageContext.OPENAI_API_SERVER, model_config, types.SimpleNamespace(use_batched_dp_moe=False))
+    except (AttributeError, TypeError) as err:  # another release's EngineArgs (engine verify): not answered here
+        out["skipped"] = f"{type(err).__name__}: {err}"
+        return out
     finally:
         arg_utils.current_platform = saved
     out.update(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs)
@@ -561,7 +565,10 @@ def check_attention(engine_args: Any, facts: dict[str, Any]) -> dict[str, Any]:
             named[backend.name] = backend
     out: dict[str, Any] = {"backends": [validate(b) for b in named.values()], "prefill": None, "auto": None}
     heads = int(facts.get("num_heads", 0)) // tp or None
-    out["selection"] = wheel_selection(selector, capability, heads, context)
+    try:
+        out["selection"] = wheel_selection(selector, capability, heads, context)
+    except Exception as err:  # noqa: BLE001 - another release's layout (engine verify): reported, not failed
+        out["selection"] = {"selected": None, "invalid": {}, "error": f"{type(err).__name__}: {err}"}
     if not named:
         try:
             priorities = _cuda_priorities()(selector.use_mla, capability, int(facts.get("num_heads", 0)) // tp or None,
