@@ -818,6 +818,21 @@ def test_every_option_string_vllm_maps_to_an_owned_dest_is_in_the_table():
     assert option_dests["-tp"] == "tensor_parallel_size"  # the spelling that slipped through before
 
 
+def test_the_options_the_plan_sizes_with_are_every_spelling_vllm_maps_to_them():
+    """components/core/scheduler_limits.py SIZED_DESTS holds every option string the installed parser
+    maps to a destination the plan reads, and sized_values reads each as that destination."""
+    from components.core.scheduler_limits import SIZED_DESTS, sized_values
+
+    report, _ = _owned_report()
+    option_dests = report["option_dests"]
+    missing = sorted(f"{o} ({d})" for o, d in option_dests.items() if d in SIZED_DESTS and o not in SIZED_DESTS[d])
+    assert not missing, f"vLLM {report['vllm_version']} maps these to destinations the plan sizes with: {missing}"
+    for dest, options in SIZED_DESTS.items():
+        for option in options:
+            assert option_dests.get(option) == dest, option
+            assert set(sized_values([option, "64"])) == {dest}, option
+
+
 def test_the_config_check_reads_every_spelling_as_vllms_parser_does():
     """Every spelling of every owned option (``=value``, dotted, ``_``, each prefix, an attached
     value) goes through the real parser: where it sets an owned destination the config check
