@@ -222,6 +222,8 @@ def test_extra_args_that_change_what_was_sized_are_refused_in_one_line(extra, ne
     ("b300", ["--max-num-batched-tokens=8192"], (8_192, 1_024)),
     ("b300", ["--max-num-batched-tokens", "16"], (16, 16)),  # the default sequences shrink to the tokens
     ("b300", ["--performance-mode", "throughput"], (32_768, 2_048)),
+    ("b300", ["--max-num-batched-tokens", "32K"], (32_768, 1_024)),  # vLLM's human-readable integers
+    ("b300", ["--max-num-batched-tokens=2.5k"], (2_500, 1_024)),
     ("gb300", ["--max-num-seqs", "256"], (16_384, 256)),
     ("mi355x", [], (4_096, 128)),  # the ROCm recipe's own flags
     ("mi355x", ["--max-num-seqs", "64"], (4_096, 64)),

@@ -171,6 +171,7 @@ SCHEDULER_CASES = [
     ("b300", ("--performance-mode", "throughput")), ("h100", ("--performance-mode", "throughput", "--max-num-seqs", "8")),
     ("b300", ("--no-enable-chunked-prefill",)), ("b300", ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192")),
     ("b300", ("--max_num_seqs=8", "--max-num-batched-tokens=8")),
+    ("b300", ("--max-num-batched-tokens", "16K", "--max-num-seqs", "2048")), ("b300", ("--max-num-batched-tokens", "2.5k")),
 ]
 
 

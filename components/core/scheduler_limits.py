@@ -20,6 +20,7 @@ the wheel built 2026-11-16, commit 62d4bc3c7); ``tests/test_vllm_contract.py`` r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -142,16 +143,35 @@ class SchedulerLimits:
     source: str
 
 
+# vLLM reads these as human-readable integers (engine/arg_utils.py l.394-408, utils/argparse_utils.py l.30-80
+# human_readable_int): a decimal suffix k/m/g/t (10^3..10^12, decimals allowed) or a binary K/M/G/T
+# (2^10..2^40, whole numbers only).
+HUMAN_READABLE_INT_DESTS = frozenset({"max_num_batched_tokens"})
+_DECIMAL_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_HUMAN_INT_RE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+
+
 def int_value(dest: str, written: str, value: str) -> int:
-    """``value`` (of the option ``written``, setting vLLM's ``dest``) as an int.
+    """``value`` (of the option ``written``, setting vLLM's ``dest``) as an int, as vLLM's parser
+    reads it (``HUMAN_READABLE_INT_DESTS`` take ``16K``, ``25.6k``).
 
     Raises:
-        ConfigError: not a whole number (key ``vllm.extraArgs``).
+        ConfigError: not a whole number vLLM reads (key ``vllm.extraArgs``).
     """
+    text = value.strip()
+    match = _HUMAN_INT_RE.fullmatch(text) if dest in HUMAN_READABLE_INT_DESTS else None
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL_SUFFIX:
+            return int(float(number) * _DECIMAL_SUFFIX[suffix])
+        if "." not in number:
+            return int(number) * _BINARY_SUFFIX[suffix]
     try:
-        return int(value)
+        return int(text)
     except ValueError:
-        raise ConfigError("vllm.extraArgs", f"{written} {value}".strip(), f"{dest} must be a whole number") from None
+        allowed = "a whole number" + (" (or 16K, 25.6k: vLLM's human-readable form)" if dest in HUMAN_READABLE_INT_DESTS else "")
+        raise ConfigError("vllm.extraArgs", f"{written} {value}".strip(), f"{dest} must be {allowed}") from None
 
 
 def scheduler_limits(argv: Sequence[str], *, gpu_memory_bytes: int, gpu_name: str, max_model_len: int) -> SchedulerLimits:
