@@ -256,6 +256,15 @@ class Prometheus:
     def query_range(self, expr: str, start: float, end: float, step: float) -> dict[str, Any]:
         return self.api("query_range", query=expr, start=start, end=end, step=step)
 
+    def targets_health(self) -> list[dict[str, Any]]:
+        """Each active target's ``namespace``, ``pod``, ``health``, ``lastError``, ``lastScrape`` and
+        ``lastScrapeDuration`` (seconds), as ``/api/v1/targets`` reports them: what a failure message
+        shows when a namespace's series do not move."""
+        return [{"namespace": t["labels"].get("namespace"), "pod": t["labels"].get("pod"), "health": t["health"],
+                 "lastError": t.get("lastError", ""), "lastScrape": t.get("lastScrape", ""),
+                 "lastScrapeDuration": round(float(t.get("lastScrapeDuration", 0.0)), 3)}
+                for t in self.api("targets")["activeTargets"]]
+
     def wait_for(self, what: str, check: Callable[[], bool], timeout_seconds: float, poll_seconds: float = 0.5) -> float:
         """Poll ``check`` until true; the seconds it took.
 

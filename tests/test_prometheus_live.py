@@ -53,10 +53,11 @@ DEPLOYMENT_POD = "kimi-vllm-7d9f8c6b5-x2k4q"
 SCRAPE_INTERVAL = "15s"
 SCRAPE_INTERVAL_SECONDS = 15
 LOAD_CONCURRENCY = 4
-# The load runs until every namespace's signals show it (the scaling queries sample at 30 s steps),
-# then LOAD_TAIL_SECONDS more, never longer than LOAD_MAX_SECONDS.
-LOAD_MAX_SECONDS = 180
-LOAD_TAIL_SECONDS = 10
+# The load runs until every namespace's scaling signals show it (the queries sample at 30 s steps) and
+# every target has been scraped busy once more after that (the dashboard window ends in load). These
+# bounds are guards against a hung engine or Prometheus, not windows: each wait ends when its
+# condition holds. A run took 34-62 s of load on 2 cores (docs/testing.md).
+LOAD_MAX_SECONDS = 600
 # Tokens per request by stream: staggered lengths keep requests running between completions. Long
 # enough that each request stays in the engine for seconds: the scaling queries sample at 30 s steps,
 # and with 40-88 tokens the tiny model finished each in a fraction of a second, so most samples read
@@ -64,6 +65,8 @@ LOAD_TAIL_SECONDS = 10
 LOAD_MAX_TOKENS = (2000, 2400, 2800, 3200)
 FIRST_SCRAPE_TIMEOUT_SECONDS = 60
 SIGNAL_TIMEOUT_SECONDS = LOAD_MAX_SECONDS
+# After the load: every target scraped once more (the last requests' counters and histograms).
+SCRAPED_AFTER_TIMEOUT_SECONDS = 4 * SCRAPE_INTERVAL_SECONDS
 
 
 def live_run(name: str, served_model_name: str, variant: str = "keda"):
@@ -148,6 +151,31 @@ def queries_of(run) -> dict[str, str]:
     return {t["name"]: t["metadata"]["query"] for t in one(run, "ScaledObject")["spec"]["triggers"] if t["type"] == "prometheus"}
 
 
+def scraped_since(prometheus: Prometheus, since: float, selector: str = m.VLLM_NUM_REQUESTS_RUNNING) -> bool:
+    """Whether every target (each stack's and the other team's) has a sample of ``selector`` from a
+    scrape that began after ``since`` (unix seconds)."""
+    result = prometheus.query(f"timestamp({selector}) > {since}")["result"]
+    return len({(r["metric"]["namespace"], r["metric"]["pod"]) for r in result}) == len(LIVE_NAMESPACES) + 1
+
+
+def load_story(prometheus: Prometheus, server: Any, so_far: LoadReport, since: float) -> str:
+    """What the load, the scrapes and the server did since ``since``: for a failure message. Per
+    namespace, the scrapes since then (``up`` samples), those that failed and the most requests a
+    scrape saw running; each target's health and last error; the served and failed requests; the
+    server log's tail."""
+    window = f"{max(int(time.time() - since), 1)}s"
+    per_ns: dict[str, dict[str, float]] = {}
+    for label, expr in (("scrapes", f"count_over_time(up[{window}])"),
+                        ("failed", f"count_over_time(up[{window}]) - sum_over_time(up[{window}])"),
+                        ("running max", f"max_over_time({m.VLLM_NUM_REQUESTS_RUNNING}[{window}])")):
+        for r in prometheus.query(expr)["result"]:
+            per_ns.setdefault(r["metric"].get("namespace", "?"), {})[label] = float(r["value"][1])
+    tail = " | ".join(server.log_path.read_text(errors="replace").splitlines()[-8:]) \
+        if server.log_path.exists() else "(no server log)"
+    return (f"scrapes by namespace {per_ns}; targets {prometheus.targets_health()}; load so far: {so_far.ok} served, "
+            f"{len(so_far.failed)} failed {so_far.failed[:3]}; server log tail: {tail[-1500:]}")
+
+
 @pytest.fixture(scope="module")
 def live(real_vllm_server, tmp_path_factory) -> Any:
     tier_began = time.monotonic()
@@ -197,17 +225,19 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
             try:
                 timings["signals_seen_seconds"] = prometheus.wait_for(
                     "busy replicas and KV-cache use under load", busy_everywhere, SIGNAL_TIMEOUT_SECONDS, 1.0)
-                time.sleep(LOAD_TAIL_SECONDS)
+                # then every target scraped busy once more: the dashboard's window ends in load
+                seen_at = time.time()
+                prometheus.wait_for("every target scraped busy after the signals", lambda: scraped_since(
+                    prometheus, seen_at, f"{m.VLLM_NUM_REQUESTS_RUNNING} > 0"), SIGNAL_TIMEOUT_SECONDS, 1.0)
             except TimeoutError as exc:
-                # What the load and the server said meanwhile: a hung engine, refused requests or a slow machine.
-                tail = " | ".join(real_vllm_server.log_path.read_text(errors="replace").splitlines()[-8:]) \
-                    if real_vllm_server.log_path.exists() else "(no server log)"
-                raise TimeoutError(f"{exc}; seen {peak}; load so far: {so_far.ok} served, {len(so_far.failed)} failed "
-                                   f"{so_far.failed[:3]}; server log tail: {tail[-1500:]}") from None
+                raise TimeoutError(f"{exc}; seen {peak}; {load_story(prometheus, real_vllm_server, so_far, window_start)}") \
+                    from None
             finally:
                 stop.set()
                 load = load_future.result()
-        time.sleep(SCRAPE_INTERVAL_SECONDS + 3)  # the last requests' histograms and counters scraped
+        # the last requests' counters and histograms: every target scraped after the load ended
+        prometheus.wait_for("every target scraped after the load", lambda: scraped_since(prometheus, load.ended_at),
+                            SCRAPED_AFTER_TIMEOUT_SECONDS, 1.0)
         timings["load_seconds"] = load.seconds
         timings["fixture_seconds"] = time.monotonic() - tier_began
         yield Live(prometheus, runs, live_run(DASHBOARD_STACK, served, "hpa"), served, load, timings, peak,
