@@ -5,6 +5,7 @@
     kimi-deploy preflight --stack b300         # scripts/ops/preflight.py
     kimi-deploy validate --base-url URL ...    # scripts/ops/validate.py
     kimi-deploy cost --stack b300              # scripts/ops/cost.py
+    kimi-deploy measure --log vllm.log         # scripts/ops/measure.py
     kimi-deploy sweep --region us-east-1       # scripts/ops/sweep.py
     kimi-deploy sync --source S --dest D       # scripts/node/weight_sync/ (package)
     kimi-deploy bench                          # scripts/dev/bench_sync.py
@@ -62,6 +63,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "scripts.ops.validate", "after `pulumi up`: tool calls, reasoning round trip, long context, throughput"
     ),
     "cost": Subcommand("scripts.ops.cost", "self-hosting vs the API price for a monthly volume"),
+    "measure": Subcommand(
+        "scripts.ops.measure", "read a running server's KV-cache tokens, engine start and copy rate as the config keys to set"
+    ),
     "sweep": Subcommand("scripts.ops.sweep", "find (and with --destroy end) expired trial stacks in a region"),
     "sync": Subcommand("scripts.node.weight_sync", "copy and verify the weights: hub -> S3 mirror -> node (what the nodes run)"),
     "bench": Subcommand("scripts.dev.bench_sync", "weight-sync benchmark beside s5cmd and cp (figures, not a test)"),

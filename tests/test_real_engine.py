@@ -368,6 +368,45 @@ def test_the_fake_server_speaks_the_real_wire_format(real_vllm_server):
         "finish": "tool_calls", "usage": ["completion_tokens", "completion_tokens_details", "prompt_tokens", "total_tokens"]}
 
 
+@pytest.mark.real_engine
+def test_measure_reads_the_real_servers_kv_cache_and_engine_start(real_vllm_server, monkeypatch):
+    """``kimi-deploy measure`` on the good server: its startup log and its ``/metrics`` (the key from
+    the environment, as a proxy in front of it would want), the keys it prints taken by the stack.
+
+    The KV tokens are checked against what the engine allotted, read from ``/metrics`` apart from the
+    command: ``num_gpu_blocks`` x ``block_size`` of ``vllm:cache_config_info`` (the tiny model has one
+    KV-cache group) in the ``VLLM_CPU_KVCACHE_SPACE`` the server was given."""
+    import urllib.request
+
+    from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+    from components.core.load import load_stack
+    from scripts.ops import measure
+
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "measure", "--log", str(real_vllm_server.log_path),
+                           "--metrics-url", real_vllm_server.metrics_url, "--json"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300, env={**env, "VLLM_API_KEY": real_vllm_server.api_key or ""}, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert real_vllm_server.api_key not in proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    with urllib.request.urlopen(real_vllm_server.metrics_url, timeout=60) as r:
+        info = measure.parse_cache_config_info(r.read().decode())
+    assert info is not None
+    tokens = report["overlay"]["kimi-deploy:vllm"]["kvCacheTokens"]
+    assert tokens == int(info["num_gpu_blocks"]) * int(info["block_size"]) > 0
+    assert int(info["kv_cache_memory_bytes"]) == int(real_vllm_server.env["VLLM_CPU_KVCACHE_SPACE"]) << 30
+    kv = next(f for f in report["figures"] if f["key"] == "kimi-deploy:vllm.kvCacheTokens")
+    assert "CPU KV cache size" in kv["source"] and "/metrics cache_config_info agrees" in kv["source"]
+    init = report["overlay"]["kimi-deploy:timeToReady"]["engineInitSeconds"]
+    assert 0 < init < (real_vllm_server.startup_seconds or 0)
+    assert 0 < report["phases_seconds"]["log start -> serving"] <= (real_vllm_server.startup_seconds or 0) + 2
+    assert "kimi-deploy:timeToReady.copyGBps" in report["not_read"]
+    # pasted into the stack the server runs, the keys validate and replace the estimates
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps(report["overlay"]))
+    config = load_stack(real_vllm_server.stack).config
+    assert (config.vllm.kv_cache_tokens, config.time_to_ready.engine_init_seconds) == (tokens, init)
+
+
 def test_the_engine_installer_reads_the_version_constant(tmp_path):
     """scripts/dev/install_vllm_engine.sh takes the engine version from versions.py and refuses a
     requirements file that pins another, before making any venv."""
