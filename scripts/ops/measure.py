@@ -115,7 +115,7 @@ class Measurement:
     (``name -> seconds`` between the startup log's timestamps) and ``not_read`` (``figure -> why``)."""
 
     figures: list[Figure] = field(default_factory=list)
-    phases: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
     not_read: dict[str, str] = field(default_factory=dict)
 
     def overlay(self) -> dict[str, dict[str, float | int]]:
@@ -293,7 +293,7 @@ def _engine_figures(log: StartupLog | None, engine_start: str, out: Measurement)
                        ("engine ready -> serving", "engine_ready", "serving"),
                        ("log start -> serving", "log_start", "serving")):
         if a in s and b in s:
-            out.phases[name] = (s[b] - s[a]).total_seconds()
+            out.phases[name] = int((s[b] - s[a]).total_seconds())
 
 
 def _sync_figure(summary: dict[str, Any] | None, given: bool, out: Measurement) -> None:
@@ -347,7 +347,7 @@ def measure(log_text: str | None, metrics_text: str | None, sync_text: str | Non
 
 
 def _yaml_scalar(value: float | int) -> str:
-    return str(value) if isinstance(value, int) else f"{value:g}"
+    return json.dumps(value)  # every digit, never an exponent a reader must convert (1.23457e+06)
 
 
 def render_yaml(m: Measurement) -> str:
@@ -368,7 +368,7 @@ def render_yaml(m: Measurement) -> str:
             lines.append(f"# {f.name}: {_yaml_scalar(f.value)}    ({f.source})")
     if m.phases:
         lines.append("# phases of the engine start (startup log timestamps, 1 s resolution):")
-        lines += [f"#   {name}: {seconds:g} s" for name, seconds in m.phases.items()]
+        lines += [f"#   {name}: {seconds:,} s" for name, seconds in m.phases.items()]
     if m.not_read:
         lines.append("# not read:")
         lines += [f"#   {key}: {why}" for key, why in m.not_read.items()]
