@@ -385,3 +385,20 @@ def test_live_tier_timings(live, capsys):
         print("\nlive Prometheus tier: " + ", ".join(f"{k} {v:.1f}" for k, v in live.timings.items())
               + f"; {live.load.ok} requests served")
     assert live.timings["prometheus_ready_seconds"] < 60
+
+
+def test_the_tier_waits_on_conditions_not_for_fixed_times():
+    """Every sleep of the live tier (this module and its Prometheus helper) is a poll inside a loop
+    that checks a condition; a bare ``time.sleep`` outside a loop is a window that is too short on
+    a loaded machine and wasted on a quiet one (the load's tail and the settle after it were)."""
+    import ast
+
+    for path in (Path(__file__), Path(__file__).with_name("live_prometheus.py")):
+        tree = ast.parse(path.read_text())
+        in_loop: set[int] = set()
+        for loop in ast.walk(tree):
+            if isinstance(loop, (ast.While, ast.For)):
+                in_loop |= {id(n) for n in ast.walk(loop)}
+        bare = [f"{path.name}:{n.lineno}" for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and ast.unparse(n.func) == "time.sleep" and id(n) not in in_loop]
+        assert not bare, f"fixed waits (sleep outside a polling loop): {bare}"
