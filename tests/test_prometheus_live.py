@@ -212,7 +212,15 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
             so_far = LoadReport()
             load_future = pool.submit(drive_load, real_vllm_server, stop, so_far)
 
+            def load_running() -> None:
+                """Raise when the load has ended (its error, or its time bound): nothing more will show."""
+                if load_future.done():
+                    ended = load_future.result()  # raises the load's own error
+                    raise TimeoutError(f"the load ended after {ended.seconds:.0f} s ({ended.ok} served, "
+                                       f"{len(ended.failed)} failed {ended.failed[:3]}) before the condition held")
+
             def busy_everywhere() -> bool:
+                load_running()
                 for name, run in runs.items():
                     for signal, expr in queries_of(run).items():
                         result = prometheus.query(expr)["result"]
@@ -227,8 +235,12 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
                     "busy replicas and KV-cache use under load", busy_everywhere, SIGNAL_TIMEOUT_SECONDS, 1.0)
                 # then every target scraped busy once more: the dashboard's window ends in load
                 seen_at = time.time()
-                prometheus.wait_for("every target scraped busy after the signals", lambda: scraped_since(
-                    prometheus, seen_at, f"{m.VLLM_NUM_REQUESTS_RUNNING} > 0"), SIGNAL_TIMEOUT_SECONDS, 1.0)
+
+                def busy_again() -> bool:
+                    load_running()
+                    return scraped_since(prometheus, seen_at, f"{m.VLLM_NUM_REQUESTS_RUNNING} > 0")
+
+                prometheus.wait_for("every target scraped busy after the signals", busy_again, SIGNAL_TIMEOUT_SECONDS, 1.0)
             except TimeoutError as exc:
                 raise TimeoutError(f"{exc}; seen {peak}; {load_story(prometheus, real_vllm_server, so_far, window_start)}") \
                     from None
