@@ -256,9 +256,10 @@ def guarded_metrics():
 
 def test_the_api_key_comes_from_the_environment(guarded_metrics):
     env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
-    without = subprocess.run([sys.executable, "-m", "scripts.cli", "measure", "--metrics-url", guarded_metrics],
+    without = subprocess.run([sys.executable, "-m", "scripts.cli", "measure", "--metrics-url", guarded_metrics, "--json"],
                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=env, check=False)
-    assert without.returncode == 1 and "HTTP 401" in without.stdout and "set VLLM_API_KEY" in without.stdout
+    why = json.loads(without.stdout)["not_read"]["/metrics"]
+    assert without.returncode == 1 and "HTTP 401" in why and "set VLLM_API_KEY" in why
     proc = _run("--metrics-url", guarded_metrics, "--api-key-env", "KIMI_METRICS_KEY", "--json",
                 env={"KIMI_METRICS_KEY": _GuardedMetrics.key})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -57,6 +57,7 @@ DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
 METRICS_TIMEOUT_SECONDS = 30.0
 # A /metrics answer of vLLM is ~100-300 kB; a larger one is not a vLLM server's.
 MAX_METRICS_BYTES = 32 << 20
+COMMENT_COLUMNS = 100
 
 # The config keys this command fills, spelled by the config model (a renamed field breaks here, at import).
 VLLM_SECTION = "kimi-deploy:vllm"
@@ -281,8 +282,8 @@ def _engine_figures(log: StartupLog | None, engine_start: str, out: Measurement)
         kind = log.compile if engine_start == "auto" else engine_start
         cached = kind == "cached"
         how = {"cached": "compiled graphs loaded from the cache", "compiled": "graphs compiled in this start",
-               "cold": "given as a cold start (--engine-start)", None: "no torch.compile in this start (e.g. "
-               "--enforce-eager): cold and cached starts alike"}[kind]
+               "cold": "given as a cold start (--engine-start)", None: "no torch.compile in this start, as with "
+               "--enforce-eager: cold and cached starts alike"}[kind]
         out.figures.append(Figure(TTR_SECTION, ENGINE_INIT_CACHED_KEY if cached else ENGINE_INIT_KEY,
                                   max(log.init_seconds, 0.01),
                                   f'startup log "init engine (profile, create kv cache, warmup model) took '
@@ -350,28 +351,39 @@ def _yaml_scalar(value: float | int) -> str:
     return json.dumps(value)  # every digit, never an exponent a reader must convert (1.23457e+06)
 
 
+def _comment(text: str, indent: str = "") -> list[str]:
+    """``text`` as YAML comment lines of at most ``COMMENT_COLUMNS`` (a terminal's width)."""
+    import textwrap
+
+    return textwrap.wrap(text, COMMENT_COLUMNS, initial_indent=f"{indent}# ", subsequent_indent=f"{indent}#   ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
 def render_yaml(m: Measurement) -> str:
-    """The keys as stack-file YAML (under ``config:``), each with its source as a comment, then the
-    phases and what was not read, as comments."""
-    lines = ["# Measured on the running server: merge into stacks/Pulumi.<stack>.yaml under config: (or",
-             "# `pulumi config set --path KEY VALUE`); each replaces the plan's estimate.", "config:"]
+    """The keys as stack-file YAML (under ``config:``), each after its source as a comment, then the
+    phases and what was not read, as comments (lines of at most ``COMMENT_COLUMNS``)."""
+    lines = _comment("Measured on the running server: merge into stacks/Pulumi.<stack>.yaml under config: (or "
+                     "`pulumi config set --path KEY VALUE`); each replaces the plan's estimate.")
+    lines.append("config:")
     overlay = m.overlay()
     by_key = {(f.section, f.name): f for f in m.figures}
     for section, keys in overlay.items():
         lines.append(f"  {section}:")
         for name, value in keys.items():
-            lines.append(f"    {name}: {_yaml_scalar(value)}    # {by_key[(section, name)].source}")
+            lines += _comment(by_key[(section, name)].source, "    ")
+            lines.append(f"    {name}: {_yaml_scalar(value)}")
     if not overlay:
         lines[-1] = "# config: (nothing read)"
     for f in m.figures:
         if f.section is None:
-            lines.append(f"# {f.name}: {_yaml_scalar(f.value)}    ({f.source})")
+            lines += _comment(f"{f.name}: {_yaml_scalar(f.value)} ({f.source})")
     if m.phases:
         lines.append("# phases of the engine start (startup log timestamps, 1 s resolution):")
         lines += [f"#   {name}: {seconds:,} s" for name, seconds in m.phases.items()]
     if m.not_read:
         lines.append("# not read:")
-        lines += [f"#   {key}: {why}" for key, why in m.not_read.items()]
+        for key, why in m.not_read.items():
+            lines += _comment(f"{key}: {why}", "  ")
     return "\n".join(lines)
 
 
