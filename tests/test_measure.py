@@ -172,6 +172,27 @@ def test_the_sync_summary_gives_the_mirror_copy_rate():
     assert "1,560.0 GB in 650.0 s" in m.figures[0].source
 
 
+def test_the_real_sync_from_a_mirror_gives_the_copy_rate(tmp_path, sync_s3, capsys):
+    """The weight sync itself (``--json``, as the node's copy step runs it: components/core/weights.py)
+    copies a mirror (moto S3) onto a local directory; measure reads its summary from the log text."""
+    pytest.importorskip("moto.server")
+    import scripts.node.weight_sync as ws
+    from tests.sync_fixtures import checkpoint_files, publish_mirror
+
+    files = checkpoint_files(seed=3)
+    publish_mirror(sync_s3, "measure-mirror", "m", files)
+    dest = tmp_path / "models"
+    assert ws.main(["--source", "s3://measure-mirror/m", "--dest", str(dest), "--json", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out)
+    m = measure.measure(None, None, "sync started\n" + out + "done\n")
+    expected = summary["bytes_transferred"] / summary["seconds"] / 1e9
+    assert summary["bytes_transferred"] == sum(len(d) for d in files.values())
+    # three significant digits, so a slow copy (this one: MB in moto) is never rounded to 0, which the key refuses
+    assert m.overlay() == {"kimi-deploy:timeToReady": {"copyGBps": float(f"{expected:.3g}")}} and expected > 0
+    assert f"{summary['bytes_transferred'] / 1e9:,.1f} GB" in m.figures[0].source
+
+
 def test_a_hub_download_or_a_complete_copy_gives_no_copy_rate():
     hub = measure.measure(None, None, _summary("hf://moonshotai/Kimi-K3.1-Pro@abc", "s3://mirror/m", 10**12, 1000.0))
     assert hub.overlay() == {} and "not a copy from the S3 mirror" in hub.not_read["kimi-deploy:timeToReady.copyGBps"]

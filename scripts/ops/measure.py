@@ -313,10 +313,10 @@ def _sync_figure(summary: dict[str, Any] | None, given: bool, out: Measurement) 
     gbps = moved / seconds / GB
     text = f"weight sync {source} -> {dest}: {moved / GB:,.1f} GB in {seconds:,.1f} s"
     if source.startswith("s3://") and "://" not in dest:
-        out.figures.append(Figure(TTR_SECTION, COPY_GBPS_KEY, round(gbps, 3), text))
+        out.figures.append(Figure(TTR_SECTION, COPY_GBPS_KEY, float(f"{gbps:.3g}"), text))
     else:
         # A hub download or an FSx -> NVMe copy: a rate the plan reads from elsewhere (no timeToReady key).
-        out.figures.append(Figure(None, "sync GB/s (no key: not a mirror -> node copy)", round(gbps, 3), text))
+        out.figures.append(Figure(None, "sync GB/s (no key: not a mirror -> node copy)", float(f"{gbps:.3g}"), text))
         out.not_read[key] = f"the summary is of {source} -> {dest}, not a copy from the S3 mirror onto a node"
 
 
