@@ -151,10 +151,15 @@ def queries_of(run) -> dict[str, str]:
     return {t["name"]: t["metadata"]["query"] for t in one(run, "ScaledObject")["spec"]["triggers"] if t["type"] == "prometheus"}
 
 
-def scraped_since(prometheus: Prometheus, since: float, selector: str = m.VLLM_NUM_REQUESTS_RUNNING) -> bool:
-    """Whether every target (each stack's and the other team's) has a sample of ``selector`` from a
-    scrape that began after ``since`` (unix seconds)."""
-    result = prometheus.query(f"timestamp({selector}) > {since}")["result"]
+def scraped_since(prometheus: Prometheus, since: float, busy: bool = False) -> bool:
+    """Whether every target (each stack's and the other team's) was scraped after ``since`` (unix
+    seconds), and with ``busy``, that scrape saw requests running.
+
+    ``timestamp()`` is taken of the bare selector: of any other expression (``x > 0``) Prometheus
+    returns the evaluation time, not the sample's."""
+    running = m.VLLM_NUM_REQUESTS_RUNNING
+    expr = f"timestamp({running}) > {since}" + (f" and on(namespace, pod) {running} > 0" if busy else "")
+    result = prometheus.query(expr)["result"]
     return len({(r["metric"]["namespace"], r["metric"]["pod"]) for r in result}) == len(LIVE_NAMESPACES) + 1
 
 
@@ -238,7 +243,7 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
 
                 def busy_again() -> bool:
                     load_running()
-                    return scraped_since(prometheus, seen_at, f"{m.VLLM_NUM_REQUESTS_RUNNING} > 0")
+                    return scraped_since(prometheus, seen_at, busy=True)
 
                 prometheus.wait_for("every target scraped busy after the signals", busy_again, SIGNAL_TIMEOUT_SECONDS, 1.0)
             except TimeoutError as exc:
