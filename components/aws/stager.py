@@ -3,7 +3,8 @@ S3, verified), then terminates itself.
 
 It runs exactly the ``publish-mirror`` step of ``components/core/weights.py sync_steps`` (the same
 argv, program and image as the GPU instance's weights unit: ``userdata.stage_cloud_config_text``)
-on ``targets.STAGING_INSTANCE`` (a c6id.2xlarge: network for the hub download and the upload, an
+on ``targets.STAGING_INSTANCE`` (an m6idn.4xlarge: baseline network that carries the measured hub
+download in and the upload out, an
 instance store for the staging files), from the standard Amazon Linux 2023 AMI, with its own AMI
 contract (``ami_contract.CONTRACTS["stage"]``: no GPU item; docker and mdadm installed at boot by
 its check, inside the retried chain).

@@ -70,7 +70,7 @@ PRICES: Mapping[str, Price] = MappingProxyType({p.key: p for p in (
     # EC2 instances on demand. p6-b300: the list price the plan used before this table (DESIGN.md 11).
     _p("p6-b300.48xlarge", "p6-b300.48xlarge instance, on demand (an ODCR bills the same rate, used or not)", "hour",
        142.416, _KARPENTER, "2026-07"),
-    _p("c6id.2xlarge", "c6id.2xlarge instance (the stager), on demand", "hour", 0.4032, _KARPENTER, "2026-01"),
+    _p("m6idn.4xlarge", "m6idn.4xlarge instance (the stager), on demand", "hour", 1.27296, _KARPENTER, "2026-01"),
     _p("m7i.xlarge", "m7i.xlarge instance (EKS system nodes), on demand", "hour", 0.2016, _KARPENTER, "2026-01"),
     _p("ebsGp3GbMonth", "EBS gp3 volume storage (3,000 IOPS and 125 MB/s included)", "GB-month", 0.08,
        "https://aws.amazon.com/ebs/pricing/", "2026-07", estimate=True),

@@ -19,7 +19,13 @@ from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
 from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
 from .targets import GB, GIB, GPUS, GpuFacts
-from .time_inputs import ENGINE_INIT_COLD_SECONDS, engine_init_cold_seconds, mirror_copy_rate
+from .time_inputs import (
+    ENGINE_INIT_COLD_SECONDS,
+    HubRate,
+    engine_init_cold_seconds,
+    mirror_copy_rate,
+    publish_hub_rate,
+)
 from .versions import RECIPE_ENGINE_READY_TIMEOUT_S
 from .weights import SyncStep
 
@@ -37,15 +43,7 @@ STARTUP_SAFETY_FACTOR = 2.0
 # Timeouts are rounded up to whole minutes.
 _ROUND_SECONDS = 60
 
-# Hub download rate the budgets and first-deploy estimate assume (an estimate: at 100 MB/s
-# sustained the 1.56 TB checkpoint takes over 4 hours). No hub publishes a sustained rate; the
-# one public bound is the hf_transfer README's: the Python client tops out near 500 MB/s and
-# only very high-bandwidth networks need more.
-HUB_DOWNLOAD_MEGABYTES_PER_SECOND = 100
-HUB_DOWNLOAD_SOURCE = (
-    "estimate: a sustained hub download (no hub publishes a rate; Hugging Face's Python client tops out near "
-    "500 MB/s: github.com/huggingface/hf_transfer README); measure `hf download`"
-)
+# The hub download rate (a range of public figures) lives in time_inputs.py (hub_download_rate).
 # FSx for Lustre: throughput = storage capacity (TiB) x throughput per TiB (FSx API reference,
 # PerUnitStorageThroughput).
 FSX_THROUGHPUT_SOURCE = (
@@ -106,7 +104,8 @@ class Sizing:
         kv_claim: the published claim beside the engine-layout figure, or None.
         max_model_len: the served context length, tokens.
         full_context_sequences: how many sequences of ``max_model_len`` fit in the KV cache.
-        download_seconds_at_100MBps: hub download time of the checkpoint at 100 MB/s.
+        download_seconds: hub download time of the checkpoint onto a GPU node at the expected hub rate
+            (``time_inputs.hub_download_rate``); download_seconds_slow: at the range's slow end.
         usd_per_hour: price of all GPU nodes, USD/hour, or None when unknown.
         price_source: where ``usd_per_hour`` comes from.
     """
@@ -125,7 +124,8 @@ class Sizing:
     kv_claim: KvClaimComparison | None
     max_model_len: int
     full_context_sequences: int
-    download_seconds_at_100MBps: int
+    download_seconds: int
+    download_seconds_slow: int
     usd_per_hour: float | None
     price_source: str
 
@@ -416,6 +416,7 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
              "it or raise vllm.gpuMemoryUtilization"),
         )
     price, price_source = gpu_usd_per_hour(spec)
+    hub = publish_hub_rate(spec, staging=False)
     return Sizing(
         weights_bytes=model.weights_bytes,
         weights_gib=math.ceil(model.weights_bytes / GIB),
@@ -431,31 +432,43 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         kv_claim=kv_claim_comparison(model),
         max_model_len=max_len,
         full_context_sequences=tokens_dcp // max_len,
-        download_seconds_at_100MBps=download_seconds(model.weights_bytes, HUB_DOWNLOAD_MEGABYTES_PER_SECOND),
+        download_seconds=math.ceil(model.weights_bytes / hub.expected.bytes_per_second),
+        download_seconds_slow=math.ceil(model.weights_bytes / hub.low.bytes_per_second),
         usd_per_hour=price,
         price_source=price_source,
     )
 
 
-def sync_expected_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
+def step_hub_rate(spec: DeploymentSpec, step: SyncStep, staging: bool | None = None) -> HubRate | None:
+    """The hub download rate of ``step`` on the machine that runs it (``time_inputs.publish_hub_rate``;
+    ``staging``: the stage's publish, default ``spec.staging``), or None when the step does not read the hub."""
+    if not (step.needs_hub_token or step.source == spec.hub_uri):
+        return None
+    return publish_hub_rate(spec, staging=spec.staging if staging is None else staging)
+
+
+def sync_expected_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, *, staging: bool | None = None,
+                          slow: bool = False) -> int:
     """Expected seconds of one weight-sync step on a first deploy (nothing there yet).
 
-    Hub sources: the download at ``HUB_DOWNLOAD_MEGABYTES_PER_SECOND``. FSx sources: the file
-    system's throughput shared by all GPU nodes copying at once. Mirror sources:
-    ``time_inputs.mirror_copy_rate`` per node.
+    Hub sources: the download at ``step_hub_rate`` (its expected rate, or with ``slow`` the range's
+    slow end). FSx sources: the file system's throughput shared by all GPU nodes copying at once.
+    Mirror sources: ``time_inputs.mirror_copy_rate`` per node.
     """
-    if step.needs_hub_token or step.source == spec.hub_uri:
-        return download_seconds(sizing.weights_bytes, HUB_DOWNLOAD_MEGABYTES_PER_SECOND)
+    hub = step_hub_rate(spec, step, staging)
+    if hub is not None:
+        return math.ceil(sizing.weights_bytes / (hub.low if slow else hub.expected).bytes_per_second)
     if step.needs_fsx and sizing.storage.fsx_read_bytes_per_second:
         per_node = max(1, sizing.storage.fsx_read_bytes_per_second // spec.gpu_nodes)
         return math.ceil(sizing.weights_bytes / per_node)
     return math.ceil(sizing.weights_bytes / mirror_copy_rate(spec).bytes_per_second)
 
 
-def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep) -> int:
+def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, *, staging: bool | None = None) -> int:
     """Seconds a sync step may take before Pulumi and the Job give up:
-    ``SYNC_SAFETY_FACTOR`` x the expected time, rounded up to whole minutes, at least
-    ``SYNC_BUDGET_FLOOR_SECONDS``, plus the step's wait for an import (``SyncStep.source_wait_seconds``)."""
-    expected = sync_expected_seconds(spec, sizing, step)
+    ``SYNC_SAFETY_FACTOR`` x the expected time (a hub download at the range's slow end), rounded up to
+    whole minutes, at least ``SYNC_BUDGET_FLOOR_SECONDS``, plus the step's wait for an import
+    (``SyncStep.source_wait_seconds``)."""
+    expected = sync_expected_seconds(spec, sizing, step, staging=staging, slow=True)
     budget = int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
     return max(budget, SYNC_BUDGET_FLOOR_SECONDS) + step.source_wait_seconds

@@ -1,6 +1,6 @@
 """The inputs of the time-to-ready model (``time_to_ready.py``): every figure with its source (a
 public figure, a measured value from ``kimi-deploy:timeToReady``, or the word ``estimate``), and
-the rates they give for one node (a copy from the S3 mirror, the Run:ai stream, the image pull,
+the rates they give for one node (the hub download, a copy from the S3 mirror, the Run:ai stream, the image pull,
 the engine start).
 
 Below ``sizing`` and ``time_to_ready`` in the domain layer: ``sizing`` reads the engine start and
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .config.spec import DeploymentSpec
 from .naming import S3_PART_CONCURRENCY
-from .targets import GB
+from .targets import GB, STAGING_INSTANCE
 from .weights import SYNC_WORKERS
 
 ESTIMATE = "estimate"
@@ -51,6 +51,23 @@ S3_CONNECTION_GBPS = Fact(
 # Share of an instance's network bandwidth a tuned parallel S3 reader reaches.
 S3_ACHIEVABLE_FRACTION = Fact(
     0.64, "dvassallo/s3-benchmark (2019): 8,003 MB/s from S3 on c5n.18xlarge (100 Gbps) = 64 % of line rate"
+)
+
+# --- hub download ----------------------------------------------------------------------------
+# A hub is shared and nothing here can measure it: the rate is a range of public figures. The high
+# end is a measurement, the low end the rate past which only a Rust client keeps up (the sync's
+# client is one: hf_xet with HF_XET_HIGH_PERFORMANCE, scripts/node/weight_sync/sources.py), which a
+# busy hub or a slow path may not exceed. The model's timeline uses the measurement; every sync
+# budget uses the low end (a timeout must outlive a slow hub); the plan shows both.
+HUB_DOWNLOAD_BYTES_PER_SECOND = Fact(
+    865e9 / 533,
+    "measured: cold pull from Hugging Face of DeepSeek-V4-Pro (865 GB, vllm-project/recipes PR #779) in 8 m 53 s "
+    "on 8xB200 (ai-dynamo/modelexpress docs/BENCHMARKS.md, read 2026-12-07): 1.62 GB/s",
+)
+HUB_DOWNLOAD_LOW_BYTES_PER_SECOND = Fact(
+    500e6,
+    "estimate: ~500 MB/s, where Hugging Face's Python client tops out and only a Rust client (hf_transfer, hf_xet) "
+    "goes beyond (github.com/huggingface/hf_transfer README, read 2026-12-07); a shared hub may give less",
 )
 
 # --- image -----------------------------------------------------------------------------------
@@ -166,6 +183,8 @@ FACTS: dict[str, Fact] = {
     "VLLM_IMAGE_COMPRESSED_BYTES": VLLM_IMAGE_COMPRESSED_BYTES,
     "VLLM_IMAGE_UNPACKED_BYTES": VLLM_IMAGE_UNPACKED_BYTES,
     "IMAGE_PULL_BYTES_PER_SECOND": IMAGE_PULL_BYTES_PER_SECOND,
+    "HUB_DOWNLOAD_BYTES_PER_SECOND": HUB_DOWNLOAD_BYTES_PER_SECOND,
+    "HUB_DOWNLOAD_LOW_BYTES_PER_SECOND": HUB_DOWNLOAD_LOW_BYTES_PER_SECOND,
     "INSTANCE_LAUNCH_SECONDS": INSTANCE_LAUNCH_SECONDS,
     "ENGINE_INIT_COLD_SECONDS": ENGINE_INIT_COLD_SECONDS,
     "ENGINE_INIT_CACHED_SECONDS": ENGINE_INIT_CACHED_SECONDS,
@@ -230,6 +249,84 @@ def mirror_copy_rate(spec: DeploymentSpec) -> Rate:
     rate, bound, _ = min(candidates)
     detail = "; ".join(text for _, _, text in candidates)
     return Rate(rate, bound, f"min of: {detail}")
+
+
+@dataclass(frozen=True)
+class HubRate:
+    """The hub download rate onto one machine, as a range.
+
+    Attributes:
+        expected: the rate the model's timeline uses (``HUB_DOWNLOAD_BYTES_PER_SECOND``, or the
+            measured ``timeToReady.hubDownloadGBps``), capped by the machine's network.
+        low: the slow end of the range (``HUB_DOWNLOAD_LOW_BYTES_PER_SECOND``; the measured
+            value when set), capped alike: every sync budget uses it.
+        capped_by: what caps ``expected`` below the hub's figure (``"<instance> network"``), or None.
+    """
+
+    expected: Rate
+    low: Rate
+    capped_by: str | None
+
+    def range_text(self) -> str:
+        """``0.50-1.62 GB/s`` (one figure when both ends agree)."""
+        lo, hi = self.low.bytes_per_second / GB, self.expected.bytes_per_second / GB
+        return f"{hi:.2f} GB/s" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f} GB/s"
+
+
+def hub_download_rate(spec: DeploymentSpec, network_gbps: float | None = None, machine: str = "",
+                      network_source: str = "") -> HubRate:
+    """The hub download rate onto ``machine`` (a GPU node, the stager, the system nodes): the hub's
+    range (``HUB_DOWNLOAD_LOW_BYTES_PER_SECOND`` - ``HUB_DOWNLOAD_BYTES_PER_SECOND``), or the measured
+    ``timeToReady.hubDownloadGBps`` for both ends, each capped by ``network_gbps`` (its baseline
+    bandwidth, Gbps; None: not known, no cap) x ``S3_ACHIEVABLE_FRACTION`` (the same machine uploads
+    to the mirror at the same time on a full-duplex link, so the download alone sets the cap).
+    """
+    measured = spec.config.time_to_ready.hub_download_gbps
+    if measured is not None:
+        hub_hi = hub_lo = Rate(measured * GB, "measured", measured_source("hubDownloadGBps"))
+    else:
+        hub_hi = Rate(HUB_DOWNLOAD_BYTES_PER_SECOND.value, "hub", HUB_DOWNLOAD_BYTES_PER_SECOND.source)
+        hub_lo = Rate(HUB_DOWNLOAD_LOW_BYTES_PER_SECOND.value, "hub", HUB_DOWNLOAD_LOW_BYTES_PER_SECOND.source)
+    if not network_gbps:
+        return HubRate(hub_hi, hub_lo, None)
+    cap_bps = network_gbps * 1e9 / 8 * S3_ACHIEVABLE_FRACTION.value
+    cap_text = (f"{machine} network {network_gbps:g} Gbps [{network_source}] x {S3_ACHIEVABLE_FRACTION.value:g} "
+                f"[{S3_ACHIEVABLE_FRACTION.source}]")
+
+    def capped(rate: Rate) -> Rate:
+        if rate.bytes_per_second <= cap_bps:
+            return rate
+        return Rate(cap_bps, "network", f"{cap_text}, below the hub's {rate.bytes_per_second / GB:.2f} GB/s [{rate.source}]")
+
+    hi, lo = capped(hub_hi), capped(hub_lo)
+    return HubRate(hi, lo, f"{machine} network" if hi.bound == "network" else None)
+
+
+# The EKS system nodes (components/aws/cluster.py SYSTEM_INSTANCE_TYPE) run a stage's publish there.
+SYSTEM_NODE_INSTANCE_TYPE = "m7i.xlarge"
+SYSTEM_NODE_NETWORK_GBPS = Fact(
+    1.562, "EC2 DescribeInstanceTypes (moto 5 data): m7i.xlarge BaselineBandwidthInGbps 1.562, 'Up to 12.5 Gigabit'"
+)
+
+
+def publish_machine(spec: DeploymentSpec, staging: bool) -> tuple[str, float | None, str]:
+    """``(name, baseline network Gbps or None, its source)`` of what runs the hub -> mirror publish:
+    in a stage the stager (aws-ec2: ``targets.STAGING_INSTANCE``), the EKS system nodes, or the
+    cluster's own nodes (unknown network); in serve a GPU node (``spec.instance``)."""
+    if staging and spec.profile.serves_under_systemd:
+        s = STAGING_INSTANCE
+        return f"{s.instance_type} stager", s.network_gbps, s.network_source
+    if staging and spec.profile.stages_on_system_nodes:
+        return (f"{SYSTEM_NODE_INSTANCE_TYPE} system node", SYSTEM_NODE_NETWORK_GBPS.value, SYSTEM_NODE_NETWORK_GBPS.source)
+    if staging:
+        return "the cluster's node", None, "unknown"
+    return f"{spec.instance.instance_type} GPU node", spec.instance.network_gbps, spec.instance.network_source
+
+
+def publish_hub_rate(spec: DeploymentSpec, staging: bool) -> HubRate:
+    """``hub_download_rate`` on the machine that runs the publish (``publish_machine``)."""
+    name, gbps, source = publish_machine(spec, staging)
+    return hub_download_rate(spec, gbps, name, source)
 
 
 def stream_rate(spec: DeploymentSpec) -> Rate:

@@ -30,11 +30,10 @@ from .engine_cache import restored_at_start
 from .prices import PRICES
 from .sizing import (
     FSX_THROUGHPUT_SOURCE,
-    HUB_DOWNLOAD_MEGABYTES_PER_SECOND,
-    HUB_DOWNLOAD_SOURCE,
     Sizing,
     compute_sizing,
     sync_budget_seconds,
+    step_hub_rate,
     sync_expected_seconds,
 )
 from .targets import GB, STAGING_INSTANCE
@@ -49,7 +48,9 @@ from .time_inputs import (
     engine_init_seconds,
     fact_or_measured,
     image_pull_seconds,
+    HubRate,
     mirror_copy_rate,
+    publish_hub_rate,
     stream_rate,
 )
 from .weights import SHAPE_BUCKET, SyncStep, sync_steps
@@ -161,23 +162,24 @@ def schedule(name: str, steps: list[_Step], usd_per_hour: float | None) -> Scena
     return Scenario(name, phases, total, gpu_seconds, usd)
 
 
-def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mirror: bool) -> tuple[str, float, str]:
-    """(phase name, seconds, source) of one sync step; ``cached_mirror``: the mirror is full."""
+def _sync_phase(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, cached_mirror: bool,
+                staging: bool = False, slow: bool = False) -> tuple[str, float, str]:
+    """(phase name, seconds, source) of one sync step; ``cached_mirror``: the mirror is full;
+    ``staging``: the stage's publish (on the stager or the system nodes, not a GPU node); ``slow``:
+    a hub download at the slow end of the hub's range."""
 
     weights = sizing.weights_bytes
-    if step.name == "publish-mirror":
-        if cached_mirror:
-            return "mirror check (complete)", 1, "a complete mirror is a no-op (manifest + marker read)"
+    if step.name == "publish-mirror" and cached_mirror:
+        return "mirror check (complete)", 1, "a complete mirror is a no-op (manifest + marker read)"
+    hub = step_hub_rate(spec, step, staging)
+    if hub is not None:
+        mirror = step.name == "publish-mirror"
+        rate = hub.low if slow else hub.expected
         return (
-            "hub download -> mirror",
-            sync_expected_seconds(spec, sizing, step),
-            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s [{HUB_DOWNLOAD_SOURCE}]",
-        )
-    if step.needs_hub_token or step.source == spec.hub_uri:
-        return (
-            "hub download -> node",
-            sync_expected_seconds(spec, sizing, step),
-            f"{weights / 1e12:.2f} TB at {HUB_DOWNLOAD_MEGABYTES_PER_SECOND} MB/s [{HUB_DOWNLOAD_SOURCE}]; no mirror",
+            "hub download -> mirror" if mirror else "hub download -> node",
+            sync_expected_seconds(spec, sizing, step, staging=staging, slow=slow),
+            f"{weights / 1e12:.2f} TB at {rate.bytes_per_second / GB:.2f} GB/s ({rate.bound}-bound; {rate.source}); "
+            f"hub range {hub.range_text()} [{(hub.expected if slow else hub.low).source}]" + ("" if mirror else "; no mirror"),
         )
     fsx_bps = sizing.storage.fsx_read_bytes_per_second
     # As in sync_expected_seconds: without an FSx figure the step is timed as a mirror copy.
@@ -200,7 +202,7 @@ def _load(spec: DeploymentSpec, sizing: Sizing) -> tuple[float, str]:
 
 
 def _scenario_steps(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...], scenario: str,
-                    streamer: bool = False, engine_cache: bool = False) -> list[_Step]:
+                    streamer: bool = False, engine_cache: bool = False, slow: bool = False) -> list[_Step]:
     ttr = spec.config.time_to_ready
     platform = spec.platform
     out: list[_Step] = []
@@ -225,7 +227,7 @@ def _scenario_steps(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep,
             continue
         if scenario == "replaced_node" and step.name == "publish-mirror":
             continue
-        name, secs, src = _sync_phase(spec, sizing, step, cached_mirror=cached)
+        name, secs, src = _sync_phase(spec, sizing, step, cached_mirror=cached, slow=slow)
         if step.name == "node-copy":
             before_copy = prev
         out.append(_Step(name, secs, src, after=(prev,), gpu=True))
@@ -276,6 +278,8 @@ class TimeToReady:
             it) or without a mirror.
         goal_seconds: ``REPEAT_TRIAL_GOAL_SECONDS``.
         repeat_trial_after_running_seconds: repeat trial, from the instance running until ready.
+        first_deploy_slow: ``first_deploy`` with the hub download at the slow end of the hub's range
+            (``time_inputs.HUB_DOWNLOAD_LOW_BYTES_PER_SECOND``): the other end of its figure.
     """
 
     scenarios: dict[str, Scenario]
@@ -283,6 +287,7 @@ class TimeToReady:
     engine_cache_repeat_trial: Scenario | None
     goal_seconds: int
     repeat_trial_after_running_seconds: int
+    first_deploy_slow: Scenario
 
     @property
     def goal_met(self) -> bool:
@@ -318,7 +323,9 @@ def time_to_ready(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, .
                           _scenario_steps(spec, sizing, steps, "repeat_trial", engine_cache=True), sizing.usd_per_hour)
     repeat = scenarios["repeat_trial"]
     after_running = repeat.seconds_after(repeat.phases[0].name)
-    return TimeToReady(scenarios, streamer, cached, REPEAT_TRIAL_GOAL_SECONDS, after_running)
+    slow = schedule("first_deploy", _scenario_steps(spec, sizing, steps, "first_deploy", engine_cache=restored, slow=True),
+                    sizing.usd_per_hour)
+    return TimeToReady(scenarios, streamer, cached, REPEAT_TRIAL_GOAL_SECONDS, after_running, slow)
 
 
 def first_deploy_seconds(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> int:
@@ -545,10 +552,13 @@ class StageThenServe:
             image pull, hub download -> mirror. Its end is when to switch (the mirror's marker).
         serve: after the switch: the GPU nodes launch and copy from the complete mirror (the engine
             starts cold: no cache is saved before the first serve).
-        staging_compute: what runs the stage (``c6id.2xlarge``, the system nodes, the cluster's own).
+        staging_compute: what runs the stage (``targets.STAGING_INSTANCE``, the system nodes, the cluster's own).
         staging_usd_per_hour, staging_source: its price, or None where nothing is added.
         staging_usd: ``staging_usd_per_hour`` x the stage's hours on it, or None.
         reservation_bills_anyway: the GPU capacity is an ODCR or capacity block (``RESERVATION_NOTE``).
+        single_up_slow, stage_slow, staging_usd_slow: the same at the slow end of the hub's range.
+        stage_hub: the hub download rate on the staging compute (``capped_by`` says when its network,
+            not the hub, bounds it).
     """
 
     single_up: Scenario
@@ -559,6 +569,10 @@ class StageThenServe:
     staging_source: str
     staging_usd: float | None
     reservation_bills_anyway: bool
+    single_up_slow: Scenario
+    stage_slow: Scenario
+    staging_usd_slow: float | None
+    stage_hub: HubRate
 
     @property
     def total_seconds(self) -> int:
@@ -576,6 +590,48 @@ class StageThenServe:
         if self.single_up.gpu_usd is None or self.serve.gpu_usd is None:
             return None
         return round(self.single_up.gpu_usd - self.serve.gpu_usd, 2)
+
+    def _net_usd(self, single: Scenario, staging_usd: float | None) -> float | None:
+        if single.gpu_usd is None or self.serve.gpu_usd is None:
+            return None
+        return round(single.gpu_usd - self.serve.gpu_usd - (staging_usd or 0.0), 2)
+
+    @property
+    def net_usd_saved(self) -> float | None:
+        """GPU USD saved less the staging compute's USD, at the hub's expected rate (None: no GPU price)."""
+        return self._net_usd(self.single_up, self.staging_usd)
+
+    @property
+    def net_usd_saved_slow(self) -> float | None:
+        """``net_usd_saved`` at the slow end of the hub's range."""
+        return self._net_usd(self.single_up_slow, self.staging_usd_slow)
+
+    @property
+    def pays(self) -> bool | None:
+        """Whether staging first saves money: a positive net saving at the hub's expected rate and no
+        reservation that bills its term anyway (None: no GPU price)."""
+        if self.net_usd_saved is None:
+            return None
+        return self.net_usd_saved > 0 and not self.reservation_bills_anyway
+
+    @property
+    def verdict(self) -> str:
+        """One plain sentence: whether staging first pays, by how much at both ends of the hub's range,
+        and what it costs in time to ready."""
+        later = self.total_seconds - self.single_up.total_seconds
+        when = f"ready {_minutes(abs(later))} {'later' if later >= 0 else 'sooner'}"
+        cap = (f"; the {self.stage_hub.capped_by} caps the stage's hub download at "
+               f"{self.stage_hub.expected.bytes_per_second / GB:.2f} GB/s" if self.stage_hub.capped_by else "")
+        if self.net_usd_saved is None:
+            return f"staging first: no GPU price, no verdict ({when}){cap}"
+        saved = (f"USD {self.net_usd_saved:,.2f} net at the hub's expected rate, USD {self.net_usd_saved_slow:,.2f} "
+                 f"at its slow end")
+        if self.reservation_bills_anyway:
+            return (f"staging first does not pay here: the reservation bills its whole term (it would save {saved} "
+                    f"only if the reservation started at the switch); {when}{cap}")
+        if not self.pays:
+            return f"staging first no longer pays: {saved}; {when}{cap}"
+        return f"staging first saves {saved}; {when}{cap}"
 
     def as_json(self) -> dict[str, Any]:
         """The plan's ``stage_then_serve`` section (every figure; the scenarios' phases)."""
@@ -595,7 +651,19 @@ class StageThenServe:
             "staging_usd": self.staging_usd,
             "reservation_bills_anyway": self.reservation_bills_anyway,
             "reservation_note": RESERVATION_NOTE if self.reservation_bills_anyway else None,
+            "single_up_slow": {"total_seconds": self.single_up_slow.total_seconds, "gpu_usd": self.single_up_slow.gpu_usd},
+            "stage_slow_total_seconds": self.stage_slow.total_seconds,
+            "staging_usd_slow": self.staging_usd_slow,
+            "net_usd_saved": self.net_usd_saved,
+            "net_usd_saved_slow": self.net_usd_saved_slow,
+            "stage_hub_capped_by": self.stage_hub.capped_by,
+            "pays": self.pays,
+            "verdict": self.verdict,
         }
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5_400 else f"{math.ceil(seconds / 60):.0f} min"
 
 
 def _staging_compute(spec: DeploymentSpec) -> tuple[str, float | None, str]:
@@ -608,20 +676,9 @@ def _staging_compute(spec: DeploymentSpec) -> tuple[str, float | None, str]:
     return ("the cluster's own nodes (no compute added)", None, "an existing cluster: nothing is added")
 
 
-def stage_then_serve(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> StageThenServe | None:
-    """The stage-then-serve model of ``spec`` beside ``first_deploy``, or None without a mirror
-    (nothing to stage: ``phase: stage`` is refused there, config/phase.py).
-
-    Args:
-        spec, sizing: as ``time_to_ready``.
-        steps: ``weights.sync_steps(spec, bucket)`` of serve (its ``publish-mirror`` is the stage's).
-    """
-    publish = next((s for s in steps if s.name == "publish-mirror"), None)
-    if publish is None:
-        return None
+def _stage(spec: DeploymentSpec, sizing: Sizing, publish: SyncStep, slow: bool) -> Scenario:
+    """The stage on its own compute (``StageThenServe.stage``); ``slow``: the hub's slow end."""
     ttr = spec.config.time_to_ready
-    single = schedule("first_deploy", _scenario_steps(spec, sizing, steps, "first_deploy"), sizing.usd_per_hour)
-    compute, usd_per_hour, source = _staging_compute(spec)
     infra, infra_src = fact_or_measured(INFRASTRUCTURE_SECONDS[spec.platform], ttr.infrastructure_seconds,
                                          "infrastructureSeconds")
     stage_steps = [_Step("infrastructure (no GPU)", infra, infra_src, after=())]
@@ -631,16 +688,41 @@ def stage_then_serve(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep
         stage_steps.append(_Step("stager boot", boot, boot_src, after=(first,)))
         first = "stager boot"
     stage_steps.append(_Step("image pull", *image_pull_seconds(spec), after=(first,)))
-    name, secs, src = _sync_phase(spec, sizing, publish, cached_mirror=False)
+    name, secs, src = _sync_phase(spec, sizing, publish, cached_mirror=False, staging=True, slow=slow)
     stage_steps.append(_Step(name, secs, src, after=("image pull",)))
-    stage = schedule("stage", stage_steps, None)
+    return schedule("stage", stage_steps, None)
+
+
+def _staging_usd(stage: Scenario, usd_per_hour: float | None) -> float | None:
+    # The staging compute bills after the infrastructure is up (the stager from its boot to its
+    # power-off; the system nodes for as long as the stage keeps the GPUs away).
+    staged_seconds = stage.total_seconds - stage.phases[0].seconds
+    return round(staged_seconds / 3600 * usd_per_hour, 2) if usd_per_hour is not None else None
+
+
+def stage_then_serve(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep, ...]) -> StageThenServe | None:
+    """The stage-then-serve model of ``spec`` beside ``first_deploy``, or None without a mirror
+    (nothing to stage: ``phase: stage`` is refused there, config/phase.py). Both are computed at the
+    hub's expected rate and again at its slow end (``time_inputs.hub_download_rate``).
+
+    Args:
+        spec, sizing: as ``time_to_ready``.
+        steps: ``weights.sync_steps(spec, bucket)`` of serve (its ``publish-mirror`` is the stage's).
+    """
+    publish = next((s for s in steps if s.name == "publish-mirror"), None)
+    if publish is None:
+        return None
+    single = schedule("first_deploy", _scenario_steps(spec, sizing, steps, "first_deploy"), sizing.usd_per_hour)
+    single_slow = schedule("first_deploy", _scenario_steps(spec, sizing, steps, "first_deploy", slow=True),
+                           sizing.usd_per_hour)
+    compute, usd_per_hour, source = _staging_compute(spec)
+    stage = _stage(spec, sizing, publish, slow=False)
+    stage_slow = _stage(spec, sizing, publish, slow=True)
     # After the switch the GPU nodes are new ones on a stack that exists: as a replaced node, with a
     # cold engine (the first serve saves the caches).
     serve = schedule("serve_after_stage", _scenario_steps(spec, sizing, steps, "replaced_node", engine_cache=False),
                      sizing.usd_per_hour)
-    # The staging compute bills after the infrastructure is up (the stager from its boot to its
-    # power-off; the system nodes for as long as the stage keeps the GPUs away).
-    staged_seconds = stage.total_seconds - stage.phases[0].seconds
-    usd = round(staged_seconds / 3600 * usd_per_hour, 2) if usd_per_hour is not None else None
     reserved = spec.config.compute.capacity.type in ("odcr", "capacity-block")
-    return StageThenServe(single, stage, serve, compute, usd_per_hour, source, usd, reserved)
+    hub = publish_hub_rate(spec, staging=True)
+    return StageThenServe(single, stage, serve, compute, usd_per_hour, source, _staging_usd(stage, usd_per_hour), reserved,
+                          single_slow, stage_slow, _staging_usd(stage_slow, usd_per_hour), hub)

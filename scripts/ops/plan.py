@@ -100,7 +100,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     startup_budget_seconds, kv_cache_tokens, kv_cache_tokens_tp, kv_cache_tokens_dcp,
     kv_cache_source, kv_cache_layout {terms [{name, layers, format, bytes_per_token_per_layer,
     bytes_per_token_per_gpu, dcp_sharded, per_sequence, source}], budget, ...}, kv_cache_claim,
-    max_model_len, download_seconds_at_100MBps, usd_per_hour, price_source}, ``vllm``
+    max_model_len, download_seconds, download_seconds_slow, hub_rate {range, expected_bytes_per_second,
+    low_bytes_per_second, source, low_source}, usd_per_hour, price_source}, ``vllm``
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
     per_node}], ``kubernetes_api`` (how the Kubernetes provider reaches the cluster: {mode, summary,
@@ -185,7 +186,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "kv_cache_claim": _kv_cache_claim(sizing),
             "max_model_len": sizing.max_model_len,
             "full_context_sequences": sizing.full_context_sequences,
-            "download_seconds_at_100MBps": sizing.download_seconds_at_100MBps,
+            "download_seconds": sizing.download_seconds,
+            "download_seconds_slow": sizing.download_seconds_slow,
+            "hub_rate": _hub_rate(spec),
             "first_deploy_seconds": first_deploy_seconds(spec, sizing, steps),
             "usd_per_hour": sizing.usd_per_hour,
             "price_source": sizing.price_source,
@@ -253,6 +256,15 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     }
 
 
+def _hub_rate(spec) -> dict[str, Any]:
+    """The hub download rate onto a GPU node as a range (``time_inputs.publish_hub_rate``)."""
+    from components.core.time_inputs import publish_hub_rate
+
+    hub = publish_hub_rate(spec, staging=False)
+    return {"range": hub.range_text(), "expected_bytes_per_second": hub.expected.bytes_per_second,
+            "low_bytes_per_second": hub.low.bytes_per_second, "source": hub.expected.source, "low_source": hub.low.source}
+
+
 def _stage_then_serve_section(spec, sizing, steps) -> dict[str, Any]:
     """``phase`` (the stack's) and ``stage_then_serve``: ``phase: stage`` until the mirror is
     complete, then serve, beside a single ``pulumi up`` (``time_to_ready.stage_then_serve``), or
@@ -301,6 +313,8 @@ def _section_stage_then_serve(view: View) -> list[Text]:
              for _, ready, gpu, staging in rows[:2]]
     texts.append(f"{rows[2][1]} of GPU time; USD {rows[2][2]}")
     lines += _rows([(row[0], text) for row, text in zip(rows, texts, strict=True)], view.width, label_max=20)
+    lines += [_text(line, "bold") for line in wrap(view.doc["stage_then_serve"]["verdict"], view.width, prefix="  ",
+                                                    indent="    ")]
     notes = _stage_then_serve_notes(view.doc)
     if len(notes) > 1 and not view.details:
         notes = [notes[0], "reserved capacity bills its whole term: staging saves GPU money only when the reservation "
@@ -318,7 +332,7 @@ def _stage_then_serve_lines(doc: dict[str, Any]) -> list[str]:
     lines = ["", f"**Stage, then serve** (this stack's phase: {doc['phase']})", "",
              "| path | time to ready | GPU USD | staging USD |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    return lines + [""] + [f"> {note}" for note in _stage_then_serve_notes(doc)]
+    return lines + ["", f"**{doc['stage_then_serve']['verdict']}**", ""] + [f"> {note}" for note in _stage_then_serve_notes(doc)]
 
 
 def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
@@ -330,8 +344,13 @@ def _time_to_ready_section(spec, sizing, steps) -> dict[str, Any]:
 
     model = time_to_ready(spec, sizing, steps)
     stream = model.streamer_repeat_trial
+    slow = model.first_deploy_slow
+    hub = next((p for p in slow.phases if p.name.startswith("hub download")), None)
     return {
         "time_to_ready": model.as_json(),
+        # The first deploy at the slow end of the hub's range (the scenario uses the expected rate).
+        "time_to_ready_first_deploy_slow": {"total_seconds": slow.total_seconds, "gpu_usd": slow.gpu_usd,
+                                            "hub_download_seconds": hub.seconds if hub else None},
         "time_to_ready_goal": {
             "scenario": "repeat_trial",
             "from": "instance running",
@@ -487,7 +506,8 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
     storage = f"{sz['storage_kind']}: {available} GiB available, {sz['storage_needed_gib']:,} GiB needed"
     if sz["fsx_capacity_gib"]:
         storage += f"; FSx {sz['fsx_capacity_gib']:,} GiB x {sz['fsx_throughput_per_tib_mbps']:,} MB/s/TiB"
-    download = _duration(sz["download_seconds_at_100MBps"]) + " at 100 MB/s " + (
+    download = (f"{_duration(sz['download_seconds'])} ({_duration(sz['download_seconds_slow'])} at the slow end) at "
+                f"{sz['hub_rate']['range']} ") + (
         "(once, into the in-region mirror)" if has_mirror(doc) else "(on every node: this stack has no mirror)"
     )
     steps = " + ".join(f"{s['name']} {_duration(s['expected_seconds'])}" for s in doc["weight_sync"])
@@ -985,7 +1005,24 @@ def _section_time_to_ready(view: View) -> list[Text]:
     lines += [Text(line, style="dim") for line in wrap_items(legend, width, prefix="  ")]
     lines += [Text(line, style="dim") for line in wrap(
         "each bar spans its scenario's total; every phase with its source: --details", width, prefix="  ")]
+    if (slow := _first_deploy_range_line(doc)) is not None:
+        lines += [Text(line) for line in wrap(slow, width, prefix="  ", indent="    ")]
     return lines
+
+
+def _first_deploy_range_line(doc: dict[str, Any]) -> str | None:
+    """The first deploy at both ends of the hub's range (None when no step reads the hub's range:
+    a measured rate has one end)."""
+    slow = doc.get("time_to_ready_first_deploy_slow")
+    first = doc["time_to_ready"]["first_deploy"]
+    hub = doc["sizing"]["hub_rate"]
+    if not slow or slow["hub_download_seconds"] is None or slow["total_seconds"] == first["total_seconds"]:
+        return None
+    usd = (f"; GPU wait USD {first['gpu_usd']:,.0f}-{slow['gpu_usd']:,.0f}"
+           if first["gpu_usd"] is not None and slow["gpu_usd"] is not None else "")
+    return (f"first deploy {_duration(first['total_seconds'])}-{_duration(slow['total_seconds'])}{usd}: the hub "
+            f"download at {hub['range']} (a hub is shared: the fast end is a public measurement, the slow end an "
+            "estimate; set timeToReady.hubDownloadGBps once measured)")
 
 
 def _legend_name(letter: str, letters: dict[str, str]) -> str:

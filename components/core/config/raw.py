@@ -461,6 +461,9 @@ class TimeToReadyConfig(_Raw):
     """Measured seconds from instance launch to the node ready for work."""
     image_pull_seconds: float | None = Field(None, alias="imagePullSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
     """Measured seconds to pull the vLLM image."""
+    hub_download_gbps: float | None = Field(None, alias="hubDownloadGBps", gt=0, le=MAX_MEASURED_GBPS)
+    """Measured rate of the hub download (`hf download` of the checkpoint from the hub), GB/s; replaces both ends of the
+    public range (time_inputs.HUB_DOWNLOAD_*)."""
     copy_gbps: float | None = Field(None, alias="copyGBps", gt=0, le=MAX_MEASURED_GBPS)
     """Measured rate of the weight copy from the mirror onto a node's NVMe, GB/s."""
     engine_init_seconds: float | None = Field(None, alias="engineInitSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
