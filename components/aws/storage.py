@@ -4,7 +4,7 @@ The mirror bucket is retained on ``pulumi destroy`` (``retain_on_delete``), with
 encryption, public-access block, ownership and TLS-only policy, because 1.56 TB take hours to
 download again; in prod it is also protected. The file system (PERSISTENT_2 by default) is
 sized by the core sizing (valid capacity and throughput by construction: ``spec/fsx.py``) and
-imports the mirror prefix through a data repository association with auto-import.
+imports the served revision's mirror prefix through a data repository association with auto-import.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from components.core import naming
 from components.core.config import DeploymentSpec
 from components.core.sizing import Sizing
 from components.core.vllm import API_GUARD_SOURCE
-from components.core.weights import FSX_MOUNT_PATH
+from components.core.weights import FSX_MOUNT_PATH, mirror_key_prefix
 from components.sync_artifact import SYNC_PACKAGE_DIR, sync_artifact
 
 from .common import TOOLS_PREFIX, child, tags
@@ -229,11 +229,12 @@ class LustreArgs:
 
 
 class LustreStorage(pulumi.ComponentResource):
-    """FSx for Lustre with a data repository association to the mirror prefix.
+    """FSx for Lustre with a data repository association to the served revision's mirror prefix.
 
-    The association maps ``/<mirror prefix>`` on the file system to
-    ``s3://<bucket>/<mirror prefix>/``, so a revision appears at
-    ``/fsx/<prefix>/<org>/<repo>/<revision>`` (``spec/weights.py fsx_weights_path``).
+    The association maps ``/<prefix>/<org>/<repo>/<revision>`` on the file system to
+    ``s3://<bucket>/<prefix>/<org>/<repo>/<revision>/`` (``weights.mirror_key_prefix``), so the
+    revision appears at ``/fsx/<prefix>/<org>/<repo>/<revision>`` (``weights.fsx_weights_path``) and
+    nothing else of the mirror (other revisions, engine-cache tarballs) is imported.
 
     Attributes:
         file_system_id, dns_name, mount_name: what a Lustre client (or the FSx CSI driver) needs.
@@ -276,7 +277,9 @@ class LustreStorage(pulumi.ComponentResource):
             opts=child(self, protect=spec.protect, depends_on=list(args.security_group_rules)),
             **extra,
         )
-        prefix = spec.config.storage.mirror.prefix.strip("/")
+        # Scoped to the served revision (models/<org>/<repo>/<revision>/): the rest of the mirror
+        # (other revisions, the engine-cache tarballs) is not imported into the file system.
+        prefix = mirror_key_prefix(spec)
         self.file_system_path = f"/{prefix}"
         aws.fsx.DataRepositoryAssociation(
             f"{name}-mirror-dra",
@@ -289,7 +292,9 @@ class LustreStorage(pulumi.ComponentResource):
                 auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=list(DRA_AUTO_IMPORT_EVENTS)),
             ),
             tags=tags(args.tags),
-            opts=child(self, protect=spec.protect),
+            # Not protected: it holds no data (deleteDataInFilesystem false) and a new revision
+            # replaces it; the file system and the mirror bucket keep their protection.
+            opts=child(self),
         )
         self.file_system_id = fs.id
         self.dns_name = fs.dns_name

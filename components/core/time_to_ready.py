@@ -32,8 +32,8 @@ from .sizing import (
     FSX_THROUGHPUT_SOURCE,
     Sizing,
     compute_sizing,
-    sync_budget_seconds,
     step_hub_rate,
+    sync_budget_seconds,
     sync_expected_seconds,
 )
 from .targets import GB, STAGING_INSTANCE
@@ -45,10 +45,10 @@ from .time_inputs import (
     INSTANCE_LAUNCH_SECONDS,
     REPEAT_TRIAL_GOAL_SECONDS,
     Fact,
+    HubRate,
     engine_init_seconds,
     fact_or_measured,
     image_pull_seconds,
-    HubRate,
     mirror_copy_rate,
     publish_hub_rate,
     stream_rate,

@@ -505,7 +505,8 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
     available = f"{sz['storage_capacity_gib']:,}" if sz["storage_capacity_gib"] else "?"
     storage = f"{sz['storage_kind']}: {available} GiB available, {sz['storage_needed_gib']:,} GiB needed"
     if sz["fsx_capacity_gib"]:
-        storage += f"; FSx {sz['fsx_capacity_gib']:,} GiB x {sz['fsx_throughput_per_tib_mbps']:,} MB/s/TiB"
+        storage += (f"; uses FSx for Lustre ({sz['fsx_capacity_gib']:,} GiB x {sz['fsx_throughput_per_tib_mbps']:,} "
+                    "MB/s/TiB, billed per GB-month)")
     download = (f"{_duration(sz['download_seconds'])} ({_duration(sz['download_seconds_slow'])} at the slow end) at "
                 f"{sz['hub_rate']['range']} ") + (
         "(once, into the in-region mirror)" if has_mirror(doc) else "(on every node: this stack has no mirror)"
