@@ -15,6 +15,7 @@ Layers (each imports only those below it; tests/test_layout.py holds the order):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def parse_spec(
     api_blockers = tuple(network.api_server_blockers(raw, platform))
     lifecycle.warn_unprotected_prod(raw, protect, warnings)
 
-    return DeploymentSpec(
+    spec = DeploymentSpec(
         project=project,
         stack=stack,
         target=target_profile,
@@ -138,6 +139,12 @@ def parse_spec(
         blockers=api_blockers + ((blocker,) if blocker is not None else ()),
         every_phase_blockers=api_blockers,
     )
+    # A window (trialTtlHours, expiresAt, a capacity block's end) that closes before the modelled
+    # first deploy is ready blocks serve (time_to_ready.window_blockers: one rule for all windows).
+    from .time_to_ready import window_blockers  # reads the sizing, which reads this spec
+
+    windows = tuple(window_blockers(spec, now))
+    return replace(spec, blockers=spec.blockers + windows) if windows else spec
 
 
 def load_stack(

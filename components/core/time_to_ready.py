@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from .config.spec import DeploymentSpec
+from .capacity import usable_until
+from .config.spec import DeploymentSpec, format_utc
 from .engine_cache import restored_at_start
+from .errors import ConfigError
 from .prices import PRICES
 from .sizing import (
     FSX_THROUGHPUT_SOURCE,
@@ -726,3 +729,70 @@ def stage_then_serve(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep
     hub = publish_hub_rate(spec, staging=True)
     return StageThenServe(single, stage, serve, compute, usd_per_hour, source, _staging_usd(stage, usd_per_hour), reserved,
                           single_slow, stage_slow, _staging_usd(stage_slow, usd_per_hour), hub)
+
+
+# --- windows the stack must be ready within (issue: a window shorter than the time to ready) -------
+@dataclass(frozen=True)
+class ReadyWindow:
+    """A time after which the stack stops serving, seen from a `pulumi up` now.
+
+    Attributes:
+        key: the config key that sets it (``trialTtlHours``, ``expiresAt``, ``compute.capacity.endsAt``).
+        value: the key's value as written.
+        seconds: from now until the window closes (a capacity block: until AWS starts terminating
+            its instances, ``capacity.usable_until``).
+        what: what closes (``the trial expires``...).
+    """
+
+    key: str
+    value: object
+    seconds: int
+    what: str
+
+
+def ready_windows(spec: DeploymentSpec, now: datetime) -> list[ReadyWindow]:
+    """Every window of ``spec`` (one rule for all): an ``expiresAt``, a trial's ``trialTtlHours``
+    (when it has no ``expiresAt``: its expiry is fixed at the first `pulumi up`), a capacity block's end."""
+    out: list[ReadyWindow] = []
+    if spec.expires_at is not None:
+        out.append(ReadyWindow("expiresAt", format_utc(spec.expires_at), int((spec.expires_at - now).total_seconds()),
+                               "the stack expires"))
+    elif spec.environment == "trial":
+        out.append(ReadyWindow("trialTtlHours", spec.trial_ttl_hours, spec.trial_ttl_hours * 3600,
+                               "the trial expires"))
+    cap = spec.config.compute.capacity
+    if cap.type == "capacity-block" and cap.ends_at is not None:
+        usable = usable_until(cap.ends_at)
+        out.append(ReadyWindow("compute.capacity.endsAt", format_utc(cap.ends_at), int((usable - now).total_seconds()),
+                               f"AWS terminates the capacity block's instances ({format_utc(usable)})"))
+    return out
+
+
+def window_blockers(spec: DeploymentSpec, now: datetime, model: TimeToReady | None = None) -> list[ConfigError]:
+    """A ``ConfigError`` for each window (``ready_windows``) that closes before the first deploy can
+    be ready at the slow end of the hub's range (``TimeToReady.first_deploy_slow``): `pulumi up`
+    refuses it and ``plan --strict`` exits 2. Each names both figures (the window, the modelled time
+    to ready at both ends of the hub's range) and the repeat trial's, from a complete mirror.
+
+    Args:
+        model: ``stack_time_to_ready(spec)`` (computed when None and a window exists).
+    """
+    windows = ready_windows(spec, now)
+    if not windows:
+        return []
+    model = model or stack_time_to_ready(spec)
+    first = model.scenarios["first_deploy"].total_seconds
+    slow = model.first_deploy_slow.total_seconds
+    repeat = model.scenarios["repeat_trial"].total_seconds
+    errors = []
+    for w in windows:
+        if w.seconds >= slow:
+            continue
+        modelled = f"{_minutes(first)}" + (f"-{_minutes(slow)}" if slow != first else "")
+        errors.append(ConfigError(
+            w.key, w.value,
+            f"leaves {_minutes(max(w.seconds, 0))} from a `pulumi up` now until {w.what}, less than the modelled first "
+            f"deploy ({modelled} with an empty mirror, the hub download at both ends of its range; a repeat trial from a "
+            f"complete mirror {_minutes(repeat)}): allow at least {_minutes(slow)}",
+        ))
+    return errors
