@@ -169,8 +169,17 @@ def test_mirror_bucket_is_encrypted_private_and_tls_only(stack):
     assert deny["Resource"] == ["arn:aws:s3:::mirror-bucket-a1b2c3d", "arn:aws:s3:::mirror-bucket-a1b2c3d/*"]
 
 
-def test_fsx_is_sized_by_the_core_and_imports_the_mirror_prefix():
+FSX_OPT_IN = {"kimi-deploy:storage": {**read_stack_config("b300-prod")["kimi-deploy:storage"], "kind": "nvme-from-fsx"}}
+
+
+def test_b300_prod_copies_from_the_mirror_and_creates_no_file_system():
     run = plan_for("b300-prod")
+    assert run.context.spec.config.storage.kind == "nvme" and run.context.sizing.storage.fsx_capacity_gib is None
+    assert not run.of_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+
+
+def test_fsx_is_sized_by_the_core_and_imports_the_served_revision_only():
+    run = plan_for("b300-prod", overrides=FSX_OPT_IN)
     plan = run.context.sizing.storage
     fs = run.named("fsx-fs").inputs
     assert fs["deploymentType"] == "PERSISTENT_2"
@@ -180,9 +189,7 @@ def test_fsx_is_sized_by_the_core_and_imports_the_mirror_prefix():
     assert fs["metadataConfiguration"] == {"mode": "AUTOMATIC"}
     provisioned = plan_for(
         "b300-prod",
-        overrides={
-            "kimi-deploy:storage": {**read_stack_config("b300-prod")["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}
-        },
+        overrides={"kimi-deploy:storage": {**FSX_OPT_IN["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}},
     )
     assert provisioned.named("fsx-fs").inputs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
     assert fs["subnetIds"] == "net-private-gpu-id"  # a single string in pulumi-aws 7
@@ -190,8 +197,10 @@ def test_fsx_is_sized_by_the_core_and_imports_the_mirror_prefix():
     assert "efaEnabled" not in fs
     dra = run.named("fsx-mirror-dra").inputs
     assert dra["fileSystemId"] == "fsx-fs-id"
-    assert dra["fileSystemPath"] == "/models"
-    assert dra["dataRepositoryPath"] == "s3://mirror-bucket-a1b2c3d/models/"
+    # The served revision's prefix only: other revisions and the engine-cache tarballs stay out.
+    revision = "models/moonshotai/Kimi-K3.1-Pro/4f1e2d3c5b6a79880716253443526170819a0b1c"
+    assert dra["fileSystemPath"] == f"/{revision}"
+    assert dra["dataRepositoryPath"] == f"s3://mirror-bucket-a1b2c3d/{revision}/"
     assert dra["s3"]["autoImportPolicy"]["events"] == ["NEW", "CHANGED", "DELETED"]
     assert dra["batchImportMetaDataOnCreate"] is True and dra["deleteDataInFilesystem"] is False
     # Lustre ports only, from the GPU nodes, the cluster security group and itself.
@@ -478,7 +487,9 @@ def test_eks_multi_node_efa_interfaces_and_no_placement_group_in_a_capacity_bloc
 def test_eks_addons_system_nodes_kubeconfig_and_provider():
     run = plan_for("b300-prod")
     addons = sorted(r.inputs["addonName"] for r in run.of_type("aws:eks/addon:Addon"))
-    assert addons == sorted(["vpc-cni", "kube-proxy", "eks-pod-identity-agent", "coredns", "aws-fsx-csi-driver"])
+    assert addons == sorted(["vpc-cni", "kube-proxy", "eks-pod-identity-agent", "coredns"])
+    fsx_addons = {r.inputs["addonName"] for r in plan_for("b300-prod", overrides=FSX_OPT_IN).of_type("aws:eks/addon:Addon")}
+    assert "aws-fsx-csi-driver" in fsx_addons
     assert "aws-fsx-csi-driver" not in {r.inputs["addonName"] for r in plan_for("gb300").of_type("aws:eks/addon:Addon")}
     system = run.named("eks-system").inputs
     assert system["amiType"] == "AL2023_x86_64_STANDARD" and system["capacityType"] == "ON_DEMAND"

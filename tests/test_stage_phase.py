@@ -275,14 +275,16 @@ def _stage_then_serve(stack: str):
 def test_the_gpu_wait_saved_is_the_hub_download(stack):
     spec, model = _stage_then_serve(stack)
     download = next(p for p in model.single_up.phases if p.name == "hub download -> mirror")
-    assert model.gpu_seconds_saved == download.seconds > 4 * 3600
+    # The hub at its measured 1.62 GB/s: about 16 min of GPU wait, not the 4.3 h of the 100 MB/s guess.
+    assert model.gpu_seconds_saved == download.seconds and 900 < download.seconds < 1000
     assert [p.name for p in model.stage.phases][-1] == "hub download -> mirror"
     assert not any(p.name.startswith("hub download") for p in model.serve.phases)
     assert model.total_seconds == model.stage.total_seconds + model.serve.total_seconds
     staged_hours = (model.stage.total_seconds - model.stage.phases[0].seconds) / 3600
     assert model.staging_usd == round(staged_hours * model.staging_usd_per_hour, 2)
     if model.single_up.gpu_usd is not None:
-        assert model.gpu_usd_saved == round(model.single_up.gpu_usd - model.serve.gpu_usd, 2) > 500
+        assert model.gpu_usd_saved == round(model.single_up.gpu_usd - model.serve.gpu_usd, 2) < 100
+        assert model.net_usd_saved_slow > model.net_usd_saved
     reserved = spec.config.compute.capacity.type in ("odcr", "capacity-block")
     assert model.reservation_bills_anyway is reserved
     assert (model.as_json()["reservation_note"] is not None) is reserved
@@ -308,7 +310,8 @@ def test_plan_document_carries_the_comparison_and_a_stage_is_deployable_while_bl
 
     doc = build_plan_document("b300", now=FIXED_NOW)
     sts = doc["stage_then_serve"]
-    assert doc["phase"] == "serve" and sts["gpu_usd_saved"] > 500 and sts["switch_at_seconds"] < sts["total_seconds"]
+    assert doc["phase"] == "serve" and 30 < sts["gpu_usd_saved"] < 50 and sts["switch_at_seconds"] < sts["total_seconds"]
+    assert sts["verdict"].startswith("staging first saves USD 37.61 net") and sts["pays"] is True
     rows = stage_then_serve_rows(doc)
     assert [r[0] for r in rows] == ["single `pulumi up`", "stage, then serve", "GPU wait saved"]
     assert rows[2][2] == f"{sts['gpu_usd_saved']:,.2f}"
@@ -390,7 +393,7 @@ def test_a_stage_plans_summary_shows_what_the_stage_creates_and_costs(stack, mon
     text = "\n".join(line.plain for line in table_lines(doc, 200))
     assert "at phase: serve (not created by this stage)" in text
     if stack == "b300":
-        assert rows["cost"].startswith(f"USD {STAGING_INSTANCE.usd_per_hour:.2f}/h for c6id.2xlarge stager")
+        assert rows["cost"].startswith(f"USD {STAGING_INSTANCE.usd_per_hour:.2f}/h for m6idn.4xlarge stager")
         assert "USD 142.42/h" not in rows["cost"].split("(serve:")[0]
 
 
@@ -426,3 +429,30 @@ def test_a_branch_without_a_mirror_is_resolved_by_every_node_copy():
     assert not spec.config.storage.mirror.enabled
     assert serve_commit(spec, None).summary == ("the commit 'main' points to when each node copies from the hub "
                                                 "(no mirror records one)")
+
+
+def test_the_stager_network_carries_the_measured_hub_rate():
+    """The stager's baseline network (not its burst) carries the measured hub download in and the
+    same out to S3; the c6id.2xlarge it replaces (3.125 Gbps) capped it at ~0.25 GB/s."""
+    from components.core.time_inputs import HUB_DOWNLOAD_BYTES_PER_SECOND, S3_ACHIEVABLE_FRACTION
+
+    assert STAGING_INSTANCE.network_gbps * 1e9 / 8 * S3_ACHIEVABLE_FRACTION.value >= HUB_DOWNLOAD_BYTES_PER_SECOND.value
+    _, model = _stage_then_serve("b300")
+    download = next(p for p in model.stage.phases if p.name == "hub download -> mirror")
+    assert model.stage_hub.capped_by is None and "hub-bound" in download.source
+    assert download.seconds == next(p for p in model.single_up.phases if p.name == "hub download -> mirror").seconds
+
+
+def test_the_verdict_says_when_staging_first_no_longer_pays():
+    from components.core.sizing import compute_sizing
+    from components.core.time_to_ready import stage_then_serve
+    from components.core.weights import sync_steps
+
+    ns, _ = namespace_config(read_stack_config("b300"))
+    ns["timeToReady"] = {"hubDownloadGBps": 500}  # a hub download of seconds: the stager costs more than it saves
+    spec = parse_spec(ns, stack="t", now=FIXED_NOW)
+    model = stage_then_serve(spec, compute_sizing(spec), sync_steps(spec, "bucket"))
+    assert model.pays is False and model.verdict.startswith("staging first no longer pays: USD -")
+    _, prod = _stage_then_serve("b300-prod")
+    assert prod.verdict.startswith("staging first does not pay here: the reservation bills its whole term")
+    assert "m7i.xlarge system node network caps the stage's hub download at 0.12 GB/s" in prod.verdict
