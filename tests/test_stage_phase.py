@@ -449,7 +449,8 @@ def test_the_verdict_says_when_staging_first_no_longer_pays():
     from components.core.weights import sync_steps
 
     ns, _ = namespace_config(read_stack_config("b300"))
-    ns["timeToReady"] = {"hubDownloadGBps": 500}  # a hub download of seconds: the stager costs more than it saves
+    # GPUs at USD 1/h: the 16 min of GPU wait staging saves cost less than the stager's 22 min.
+    ns["compute"] = {**ns.get("compute", {}), "usdPerHour": 1.0}
     spec = parse_spec(ns, stack="t", now=FIXED_NOW)
     model = stage_then_serve(spec, compute_sizing(spec), sync_steps(spec, "bucket"))
     assert model.pays is False and model.verdict.startswith("staging first no longer pays: USD -")

@@ -646,6 +646,7 @@ PROBES: Mapping[str, tuple[Probe, ...]] = {
     "timeToReady.infrastructureSeconds": (Probe((900.0,)),),
     "timeToReady.instanceBootSeconds": (Probe((300.0,)),),
     "timeToReady.imagePullSeconds": (Probe((200.0,)),),
+    "timeToReady.hubDownloadGBps": (Probe((1.0,)),),
     "timeToReady.copyGBps": (Probe((2.0,)),),
     "timeToReady.engineInitSeconds": (Probe((3600.0,)),),
     "timeToReady.engineInitCachedSeconds": (Probe((300.0,)),),

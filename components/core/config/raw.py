@@ -50,8 +50,8 @@ FSX_METADATA_IOPS_RANGE = (1500, 192_000)
 # A measured read or copy rate: 1 TB/s, ten times the sum of 16 NVMe devices at PCIe 5.0 x4
 # (storage.readGBps is checked against the kind's own ceiling after this).
 MAX_MEASURED_GBPS = 1000.0
-# A measured phase of the time to ready: a day (the longest modelled phase, the first hub
-# download, is about 4.3 h; timeToReady.engineInitSeconds reaches VLLM_ENGINE_READY_TIMEOUT_S).
+# A measured phase of the time to ready: a day (the first hub download takes about 52 min at the slow
+# end of the hub's range, hours on a slow hub; timeToReady.engineInitSeconds reaches VLLM_ENGINE_READY_TIMEOUT_S).
 MAX_MEASURED_PHASE_SECONDS = 86_400.0
 # Decode context parallelism divides the tensor-parallel group: at most the largest group of a
 # target (gb200: 16 GPUs; the vllm check then requires it to divide the stack's TP).
