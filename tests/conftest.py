@@ -67,6 +67,15 @@ os.environ.setdefault("KIMI_DEPLOY_CHECKIP_URL", "")
 # overlay_notice); tests of a command's own stderr look past it with ``without_overlay_notice``.
 OVERLAY_NOTICE_PREFIX = "note: KIMI_DEPLOY_CONFIG_OVERLAY is active: "
 
+# b300-prod with FSx for Lustre (an opt-in: b300-prod copies from the mirror straight onto NVMe), as
+# the FSx tests plan it: the import from the mirror, then a copy onto each node's NVMe.
+B300_PROD_FSX_STORAGE = {
+    **read_stack_config("b300-prod")["kimi-deploy:storage"],
+    "kind": "nvme-from-fsx",
+    "fsx": {"deploymentType": "PERSISTENT_2", "throughputPerTib": 1000, "efa": False},
+}
+B300_PROD_FSX = {"kimi-deploy:storage": B300_PROD_FSX_STORAGE}
+
 
 def without_overlay_notice(proc):
     """``proc`` (a CompletedProcess) with the overlay notice taken off the start of its stderr;

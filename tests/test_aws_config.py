@@ -10,7 +10,7 @@ from components.core.config import namespace_config, read_stack_config
 from components.core.errors import ConfigError
 from components.core.load import load_stack, parse_spec
 from components.plan_engine import CALL_RESULTS
-from tests.conftest import FIXED_NOW, TEST_DEPLOYER_CIDR, plan_for
+from tests.conftest import B300_PROD_FSX_STORAGE, FIXED_NOW, TEST_DEPLOYER_CIDR, plan_for
 
 
 def _ns(stack: str) -> dict:
@@ -93,8 +93,8 @@ def test_shipped_aws_stacks_are_valid(stack):
         # FSx with EFA but not PERSISTENT_2.
         (
             "b300-prod",
-            "storage.fsx",
-            {"deploymentType": "PERSISTENT_1", "throughputPerTib": 200, "efa": True},
+            "storage",
+            {**B300_PROD_FSX_STORAGE, "fsx": {"deploymentType": "PERSISTENT_1", "throughputPerTib": 200, "efa": True}},
             "kimi-deploy:storage.fsx.efa",
             "needs deploymentType PERSISTENT_2",
         ),

@@ -10,7 +10,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 
 from components.core.config import read_stack_config
 from components.plan_engine import run_program
-from tests.conftest import FIXED_NOW, TEST_SECRETS
+from tests.conftest import B300_PROD_FSX, B300_PROD_FSX_STORAGE, FIXED_NOW, TEST_SECRETS
 
 _RUNS: dict[str, dict[str, dict]] = {}
 
@@ -68,12 +68,14 @@ def test_mirror_and_its_guards_are_retained_on_destroy(stack):
 
 
 def test_file_system_is_protected_in_prod():
-    opts = options_for("b300-prod")
+    opts = options_for("b300-prod", overrides=B300_PROD_FSX)
     assert opts["fsx-fs"]["protect"] is True
-    assert opts["fsx-mirror-dra"]["protect"] is True
+    # The association holds no data and a new revision replaces it: not protected.
+    assert opts["fsx-mirror-dra"]["protect"] is False
     # Nothing else is protected: `pulumi destroy` removes the rest.
     protected = {n for n, o in opts.items() if o["protect"]}
-    assert protected == {*MIRROR_GUARDS, "fsx-fs", "fsx-mirror-dra"}
+    assert protected == {*MIRROR_GUARDS, "fsx-fs"}
+    assert {n for n, o in options_for("b300-prod").items() if o["protect"]} == set(MIRROR_GUARDS)
 
 
 def test_trial_protects_nothing():
@@ -102,7 +104,7 @@ def _rule_names(opts: dict[str, dict], prefix: str) -> set[str]:
 
 def test_file_system_waits_for_its_security_group_rules():
     # FSx validates the Lustre port rules at creation (InvalidNetworkSettings without them).
-    opts = options_for("b300-prod")
+    opts = options_for("b300-prod", overrides=B300_PROD_FSX)
     rules = _rule_names(opts, "net-fsx-")
     # Lustre 988 and 1018-1023 from itself and from each client group, plus the egress rule.
     assert {"net-fsx-self-988", "net-fsx-self-1018", "net-fsx-client0-988", "net-fsx-client1-1018", "net-fsx-egress"} <= rules
@@ -110,8 +112,7 @@ def test_file_system_waits_for_its_security_group_rules():
 
 
 def test_file_system_with_efa_waits_for_the_efa_group_rules():
-    stack = read_stack_config("b300-prod")
-    storage = {**stack["kimi-deploy:storage"], "fsx": {**stack["kimi-deploy:storage"]["fsx"], "efa": True}}
+    storage = {**B300_PROD_FSX_STORAGE, "fsx": {**B300_PROD_FSX_STORAGE["fsx"], "efa": True}}
     opts = options_for("b300-prod", overrides={"kimi-deploy:storage": storage})
     deps = set(opts["fsx-fs"]["dependencies"])
     assert {"net-efa-in-self", "net-efa-out-self"} <= deps and _rule_names(opts, "net-fsx-") <= deps

@@ -21,7 +21,7 @@ from components.core.naming import (
 )
 from components.core.versions import EKS_VERSION
 from components.core.weights import mirror_key_prefix
-from tests.conftest import STACKS, TEST_DEPLOYER_CIDR, plan_for
+from tests.conftest import B300_PROD_FSX, STACKS, TEST_DEPLOYER_CIDR, plan_for
 
 AWS_STACKS = [s for s in STACKS if read_stack_config(s).get("kimi-deploy:platform", "").startswith("aws-")]
 STACK_TAG_KEYS = ("kimi-deploy:stack", "kimi-deploy:environment", "kimi-deploy:target", "kimi-deploy:owner")
@@ -169,9 +169,6 @@ def test_mirror_bucket_is_encrypted_private_and_tls_only(stack):
     assert deny["Resource"] == ["arn:aws:s3:::mirror-bucket-a1b2c3d", "arn:aws:s3:::mirror-bucket-a1b2c3d/*"]
 
 
-FSX_OPT_IN = {"kimi-deploy:storage": {**read_stack_config("b300-prod")["kimi-deploy:storage"], "kind": "nvme-from-fsx"}}
-
-
 def test_b300_prod_copies_from_the_mirror_and_creates_no_file_system():
     run = plan_for("b300-prod")
     assert run.context.spec.config.storage.kind == "nvme" and run.context.sizing.storage.fsx_capacity_gib is None
@@ -179,7 +176,7 @@ def test_b300_prod_copies_from_the_mirror_and_creates_no_file_system():
 
 
 def test_fsx_is_sized_by_the_core_and_imports_the_served_revision_only():
-    run = plan_for("b300-prod", overrides=FSX_OPT_IN)
+    run = plan_for("b300-prod", overrides=B300_PROD_FSX)
     plan = run.context.sizing.storage
     fs = run.named("fsx-fs").inputs
     assert fs["deploymentType"] == "PERSISTENT_2"
@@ -189,7 +186,7 @@ def test_fsx_is_sized_by_the_core_and_imports_the_served_revision_only():
     assert fs["metadataConfiguration"] == {"mode": "AUTOMATIC"}
     provisioned = plan_for(
         "b300-prod",
-        overrides={"kimi-deploy:storage": {**FSX_OPT_IN["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}},
+        overrides={"kimi-deploy:storage": {**B300_PROD_FSX["kimi-deploy:storage"], "fsx": {"metadataIops": 12000}}},
     )
     assert provisioned.named("fsx-fs").inputs["metadataConfiguration"] == {"mode": "USER_PROVISIONED", "iops": 12000}
     assert fs["subnetIds"] == "net-private-gpu-id"  # a single string in pulumi-aws 7
@@ -488,7 +485,7 @@ def test_eks_addons_system_nodes_kubeconfig_and_provider():
     run = plan_for("b300-prod")
     addons = sorted(r.inputs["addonName"] for r in run.of_type("aws:eks/addon:Addon"))
     assert addons == sorted(["vpc-cni", "kube-proxy", "eks-pod-identity-agent", "coredns"])
-    fsx_addons = {r.inputs["addonName"] for r in plan_for("b300-prod", overrides=FSX_OPT_IN).of_type("aws:eks/addon:Addon")}
+    fsx_addons = {r.inputs["addonName"] for r in plan_for("b300-prod", overrides=B300_PROD_FSX).of_type("aws:eks/addon:Addon")}
     assert "aws-fsx-csi-driver" in fsx_addons
     assert "aws-fsx-csi-driver" not in {r.inputs["addonName"] for r in plan_for("gb300").of_type("aws:eks/addon:Addon")}
     system = run.named("eks-system").inputs

@@ -428,7 +428,7 @@ def test_a_nested_override_keeps_its_siblings(monkeypatch):
     # The reservation's type and zone stay (a one-level merge dropped them: on-demand in no zone).
     assert (cap.type, cap.reservation_id, cap.availability_zone) == (before.type, "cr-0fedcba9876543210",
                                                                      before.availability_zone)
-    assert spec.config.compute.replicas == 2 and spec.config.storage.kind == "nvme-from-fsx"
+    assert spec.config.compute.replicas == 2 and spec.config.storage.kind == "nvme"
     assert spec.config.storage.mirror.prefix == "weights" and spec.config.storage.mirror.enabled
 
 

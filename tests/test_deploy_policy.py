@@ -74,7 +74,8 @@ def test_ec2_and_eks_stacks_get_what_their_resources_need(declared):
     assert {"ec2:RunInstances", "iam:CreateInstanceProfile", "ssm:PutParameter", "sts:GetCallerIdentity"} <= ec2
     assert not any(a.startswith(("eks:", "fsx:")) for a in ec2)
     eks = allowed("b300-prod")
-    assert {"eks:CreateCluster", "eks:CreateNodegroup", "fsx:CreateFileSystem", "kms:CreateKey"} <= eks
+    assert {"eks:CreateCluster", "eks:CreateNodegroup", "kms:CreateKey"} <= eks
+    assert not any(a.startswith("fsx:") for a in eks)  # b300-prod copies from the mirror: no file system
     assert "ec2:RunInstances" not in eks  # node groups launch through EKS's service-linked role
 
 

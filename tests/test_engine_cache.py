@@ -342,7 +342,7 @@ def test_restore_budget_is_part_of_the_pod_budget():
     want = per_pod_budget_seconds(spec, sizing)
     assert one(run, "Deployment")["spec"]["progressDeadlineSeconds"] == want
     init = {p.name: p.budget_seconds for p in pod_ready_budget(spec, sizing).phases if p.init_container}
-    assert init == {"weight copy FSx -> NVMe": sync_budget_seconds(spec, sizing, copy),
+    assert init == {"weight copy mirror -> NVMe": sync_budget_seconds(spec, sizing, copy),
                     "engine cache restore": kec.RESTORE_TIMEOUT_SECONDS}
 
 

@@ -30,7 +30,7 @@ from components.k8s import vllm_service
 from components.k8s.common import COMPUTE_DOMAIN_CLAIM, COMPUTE_DOMAIN_CLAIM_TEMPLATE, spec_hash
 from components.k8s.weight_sync import sync_program_artifact
 from components.plan_engine import SECRET_MASK, run_program
-from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
+from tests.conftest import B300_PROD_FSX, FIXED_NOW, STACKS, TEST_SECRETS, plan_for
 
 # The engine caches' init containers after the weight copy (components/k8s/engine_cache.py).
 ENGINE_CACHE_CONTAINERS = ("engine-cache-restore", "engine-cache-save")
@@ -154,8 +154,8 @@ EXPECTED_WORKLOAD = {
     "b300-prod": {
         "Deployment": 1,
         "Job": 1,
-        "PersistentVolume": 1,
-        "PersistentVolumeClaim": 1,
+        "PersistentVolume": 0,
+        "PersistentVolumeClaim": 0,
         "LeaderWorkerSet": 0,
         "ComputeDomain": 0,
     },
@@ -625,7 +625,7 @@ def test_unknown_installed_addon_is_a_config_error():
 
 
 def test_fsx_static_volume_and_claim():
-    run = plan_for("b300-prod")
+    run = plan_for("b300-prod", overrides=B300_PROD_FSX)
     pv, pvc = one(run, "PersistentVolume"), one(run, "PersistentVolumeClaim")
     csi = pv["spec"]["csi"]
     assert csi["driver"] == "fsx.csi.aws.com" and csi["volumeHandle"] == run.outputs["fsxFileSystemId"]

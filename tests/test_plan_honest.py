@@ -50,10 +50,8 @@ def test_computed_outputs_are_marked_and_known_ones_are_not(docs):
     assert f"--target {KNOWN_AFTER_UP} " in ec2["ssmSessionCommand"]
     assert ec2["apiKeyParameter"] == "/kimi-deploy/b300/vllm-api-key" and ec2["availabilityZone"] == "us-east-1a"
     eks = docs["b300-prod"]["outputs"]
-    assert eks["loadBalancerHostname"] == KNOWN_AFTER_UP and eks["fsxDnsName"] == KNOWN_AFTER_UP
+    assert eks["loadBalancerHostname"] == KNOWN_AFTER_UP and eks["mirrorBucket"] == KNOWN_AFTER_UP
     assert eks["clusterName"] == "kimi-deploy-b300-prod"  # set by the program: known now
-    pv = next(r for r in docs["b300-prod"]["resources"] if r["type"] == "kubernetes:core/v1:PersistentVolume")
-    assert pv["inputs"]["spec"]["csi"]["volumeAttributes"]["dnsname"] == KNOWN_AFTER_UP
 
 
 def test_table_shows_the_marker():
@@ -91,7 +89,7 @@ def test_summary_wording(docs):
     rows = dict(plan_script.summary_rows(docs["b300-prod"]))
     assert rows["GPU nodes"].startswith("2x p6-b300.48xlarge = 2 copies x 1 node x 8 GPUs")
     assert "copys" not in json.dumps(rows)
-    assert "28,312 GiB available, 1,599 GiB needed; FSx 2,400 GiB x 1,000 MB/s/TiB" in rows["storage"]
+    assert rows["storage"] == "nvme: 28,312 GiB available, 1,599 GiB needed"  # no FSx: none named
     assert rows["startup budget"].startswith("60 min (3,600 s)")
     assert rows["platform / env"] == "aws-eks / prod  (us-east-1, AZ us-east-1c)"
     for text in rows.values():

@@ -26,7 +26,7 @@ from components.core.node_storage import node_dirs
 from components.core.platforms import PLATFORM_PROFILES, platform_profile
 from components.core.targets import PLATFORMS
 from components.plan_engine import PlanRun, run_program
-from tests.conftest import FIXED_NOW, STACKS, TEST_SECRETS, plan_for
+from tests.conftest import B300_PROD_FSX, FIXED_NOW, STACKS, TEST_SECRETS, plan_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = REPO_ROOT / "components"
@@ -132,7 +132,7 @@ HANDLE_TOLERATIONS = ({"key": "example.com/gpu", "operator": "Exists", "effect":
 HANDLE_CIDRS = ("10.99.0.0/16",)
 
 
-def run_edge_only(monkeypatch, stack: str = "b300-prod", **handle_changes: Any) -> PlanRun:
+def run_edge_only(monkeypatch, stack: str = "b300-prod", overrides: dict | None = None, **handle_changes: Any) -> PlanRun:
     """Run ``stack``'s program with ``program.declare`` replaced by: build a handle here, call
     ``declare_workloads(ctx, handle)``. No AWS component is declared."""
     from components.k8s import declare_workloads
@@ -151,7 +151,8 @@ def run_edge_only(monkeypatch, stack: str = "b300-prod", **handle_changes: Any) 
         return declare_workloads(ctx, KubernetesPlatformHandle(**fields)).outputs
 
     monkeypatch.setattr(program, "declare", declare)
-    return run_program(read_stack_config(stack), stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW, allow_blockers=True)
+    return run_program({**read_stack_config(stack), **(overrides or {})}, stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW,
+                       allow_blockers=True)
 
 
 def pod_specs(run: PlanRun) -> list[dict[str, Any]]:
@@ -199,7 +200,7 @@ def test_the_edge_is_declared_from_a_handle_alone(monkeypatch):
 
 def test_a_handle_without_the_fsx_the_storage_needs_is_refused(monkeypatch):
     with pytest.raises(Exception, match="storage.kind nvme-from-fsx: the platform handle has no fsx"):
-        run_edge_only(monkeypatch, fsx=None)
+        run_edge_only(monkeypatch, overrides=B300_PROD_FSX, fsx=None)
 
 
 def test_a_handle_without_a_mirror_on_aws_is_refused(monkeypatch):

@@ -157,7 +157,7 @@ def test_odcr_active_in_its_az_passes(moto):
     )
     assert checks["capacity-reservation"].status == "pass", checks["capacity-reservation"].reason
     assert checks["capacity-end"].status == "pass"  # no end date
-    assert checks["fsx"].status == "pass" and checks["eks"].status == "pass"
+    assert checks["fsx"].status == "skip" and checks["eks"].status == "pass"  # b300-prod creates no file system
 
 
 @pytest.mark.parametrize(
@@ -631,15 +631,15 @@ def test_a_block_inside_its_termination_window_is_already_over(moto):
 
 
 def test_capacity_ready_warns_when_the_model_is_served_after_the_block_stops(moto):
-    # Scheduled to start 46 h from now and end at 50 h: it outlasts the 48 h trial (usable until 49.5 h),
-    # but the modelled first deploy needs about 4.8 h of GPU phases from the block's start.
-    checks = _gb300_reservation(**_block_at(46, 50, state="scheduled"))
+    # Scheduled to start 47.5 h from now and end at 48.6 h: it outlasts the 48 h trial (usable until
+    # 48.1 h), but the modelled first deploy needs about 1.1 h of GPU phases from the block's start.
+    checks = _gb300_reservation(**_block_at(47.5, 48.6, state="scheduled"))
     assert checks["capacity-end"].status == "pass", checks["capacity-end"]
     ready = checks["capacity-ready"]
     assert ready.status == "warn", ready
-    assert "modelled first deploy serves at 2026-12-02T14:" in ready.reason
-    assert "terminated from 2026-12-02T13:30:00Z" in ready.reason
-    assert "from the block's start 2026-12-02T10:00:00Z" in ready.reason
+    assert "modelled first deploy serves at 2026-12-02T12:" in ready.reason
+    assert "terminated from 2026-12-02T12:06:00Z" in ready.reason
+    assert "from the block's start 2026-12-02T11:30:00Z" in ready.reason
 
 
 def test_capacity_ready_passes_with_time_left_and_skips_odcrs(moto):

@@ -443,7 +443,7 @@ def test_the_stager_network_carries_the_measured_hub_rate():
     assert download.seconds == next(p for p in model.single_up.phases if p.name == "hub download -> mirror").seconds
 
 
-def test_the_verdict_says_when_staging_first_no_longer_pays():
+def test_the_verdict_says_when_staging_first_does_not_pay():
     from components.core.sizing import compute_sizing
     from components.core.time_to_ready import stage_then_serve
     from components.core.weights import sync_steps
@@ -453,7 +453,7 @@ def test_the_verdict_says_when_staging_first_no_longer_pays():
     ns["compute"] = {**ns.get("compute", {}), "usdPerHour": 1.0}
     spec = parse_spec(ns, stack="t", now=FIXED_NOW)
     model = stage_then_serve(spec, compute_sizing(spec), sync_steps(spec, "bucket"))
-    assert model.pays is False and model.verdict.startswith("staging first no longer pays: USD -")
+    assert model.pays is False and model.verdict.startswith("staging first does not pay: USD -")
     _, prod = _stage_then_serve("b300-prod")
     assert prod.verdict.startswith("staging first does not pay here: the reservation bills its whole term")
     assert "m7i.xlarge system node network caps the stage's hub download at 0.12 GB/s" in prod.verdict

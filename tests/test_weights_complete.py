@@ -27,7 +27,7 @@ from components.core.config import read_stack_config
 from components.core.weights import SYNC_SCRIPT_PATH
 from components.sync_artifact import build_sync_artifact
 from scripts.node import weight_sync as ws
-from tests.conftest import plan_for
+from tests.conftest import B300_PROD_FSX, plan_for
 from tests.sync_fixtures import checkpoint_files, read_tree, write_tree
 from tests.test_k8s_workloads import vllm_pods
 
@@ -187,7 +187,7 @@ def test_every_listed_file_missing_or_of_another_size_keeps_the_gate_closed(publ
 
 
 def test_nvme_from_fsx_node_copy_waits_for_the_import():
-    run = plan_for("b300-prod")
+    run = plan_for("b300-prod", overrides=B300_PROD_FSX)
     copy = vllm_pods(run)["server"]["spec"]["initContainers"][0]["command"]
     assert copy[copy.index("--source") + 1].startswith("file:///fsx/")
     wait = int(copy[copy.index("--source-wait-seconds") + 1])

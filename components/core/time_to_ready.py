@@ -633,7 +633,7 @@ class StageThenServe:
             return (f"staging first does not pay here: the reservation bills its whole term (it would save {saved} "
                     f"only if the reservation started at the switch); {when}{cap}")
         if not self.pays:
-            return f"staging first no longer pays: {saved}; {when}{cap}"
+            return f"staging first does not pay: {saved}; {when}{cap}"
         return f"staging first saves {saved}; {when}{cap}"
 
     def as_json(self) -> dict[str, Any]:

@@ -118,7 +118,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                "no-op NVIDIA hook is there too; the stage contract does not ask for it)",
                "one guest image for both roles; the install step runs on a stand-in PATH in "
                "tests/test_ami_contract.py"),
-    Difference("stager instance store", "a c6id.2xlarge's one NVMe disk, there from the start",
+    Difference("stager instance store", "an m6idn.4xlarge's one NVMe disk, there from the start",
                "no disk at first; one QEMU NVMe disk hot-plugged (QMP device_add into an empty PCIe root port) "
                "after the first stage attempt failed, its model overlaid by kimi-vm-env run again",
                "the scenario proves a failed RAID unit runs again at the next attempt"),

@@ -299,7 +299,7 @@ class Machine(GuestReads):
 class Stager(GuestReads):
     """The stager of ``phase: stage`` for ``machine``'s stack, on its stand-ins: the stage plan's
     user data (the ``Ec2Stager`` instance's, byte for byte) in its own guest, with its own instance
-    id and instance store (a ``c6id.2xlarge`` has one NVMe disk), filling ``machine``'s mirror.
+    id and instance store (an ``m6idn.4xlarge`` has one NVMe disk), filling ``machine``'s mirror.
 
     The plan is the same stack as ``machine``'s with ``phase: stage`` and
     ``compute.weightsRetry`` set as ``machine``'s, except ``attempts`` (the scenario's retry may
