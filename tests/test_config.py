@@ -648,7 +648,7 @@ def _numeric_fields() -> list[tuple[str, type, dict]]:
                           if getattr(m, b, None) is not None}
                 out.append((key, kind, bounds))
             else:
-                # Containers of numbers would need their own walk: none today.
+                # A container of numbers bounds each item (Annotated with ge/le), never a bare int or float.
                 assert not any(a in (int, float) for a in typing.get_args(info.annotation) if a is not type(None)), key
 
     walk(RawConfig, "")
@@ -656,6 +656,14 @@ def _numeric_fields() -> list[tuple[str, type, dict]]:
 
 
 NUMERIC_FIELDS = _numeric_fields()
+
+
+def test_price_overrides_are_bounded_per_entry():
+    cfg = base("b300")
+    cfg["prices"] = {"natGatewayHour": 1e9}
+    reject(cfg, "prices.natGatewayHour", "at most 10000")
+    cfg["prices"] = {"natGatewayHour": -1}
+    reject(cfg, "prices.natGatewayHour", "at least 0")
 
 
 def test_the_walk_sees_the_numeric_settings():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
@@ -15,6 +15,10 @@ from ..errors import ConfigError
 from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
 from ..model import MODELS
 from ..versions import VLLM_PORT
+
+# The largest USD per unit a `prices` entry takes: above any AWS unit price (the dearest GPU instance
+# bills about USD 150/h), so a typo of several orders of magnitude is refused, not priced.
+MAX_PRICE_OVERRIDE_USD = 10_000.0
 
 # Config keys that hold secrets, with what each is (the configuration reference prints it). Set only
 # with `pulumi config set --secret`; they never enter the spec: only whether they are set.
@@ -521,7 +525,7 @@ class RawConfig(_Raw):
     """Where Prometheus and Grafana run, dashboards and alerts."""
     time_to_ready: TimeToReadyConfig = Field(TimeToReadyConfig(), alias="timeToReady")
     """Measured figures that replace the time-to-ready estimates."""
-    prices: dict[str, float] = Field(default_factory=dict)
+    prices: dict[str, Annotated[float, Field(ge=0, le=MAX_PRICE_OVERRIDE_USD)]] = Field(default_factory=dict)
     """USD per unit for entries of the price table (components/core/prices.py), replacing its list price: e.g.
     {natGatewayHour: 0.048} for another region or a negotiated rate. The GPU price is compute.usdPerHour."""
 
