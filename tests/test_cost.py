@@ -278,7 +278,7 @@ def test_an_unpriced_billable_type_fails():
             r["inputs"] = {**r["inputs"], "instanceType": "x9z.metal"}
     spec = load_stack("b300", now=FIXED_NOW)
     bill = prices.stack_bill(odd, prices.GpuPrice("p6-b300.48xlarge", 1.0, "test", 1), weights_bytes=1,
-                             platform="aws-ec2")
+                             gpu_volume_survives_stop=True)
     assert bill.unpriced == ("aws:ec2/instance:Instance gpu-instance (x9z.metal)",) and spec
 
 

@@ -115,8 +115,11 @@ def test_cost_how_column_shows_quantities_and_unit_prices(monkeypatch):
         "0.42M uncached in x 13.00 + 3.80M cached in x 1.30 + 0.22M out x 68.00 RMB/1M tokens = 5.50 + 4.95 + 15.13 RMB"
     )
     assert how["API cost, 1,000 tasks/month"].startswith("1,000 tasks x 25.57 RMB; ")
-    assert how["Self-hosted per hour"].startswith("2x p6-b300.48xlarge x 142.42 USD/h; ")
-    assert how["Self-hosted per month"].startswith("284.83 USD/h x 730 h; ")
+    # The whole bill (components/core/prices.py): the GPUs, then every other billable line with its quantity.
+    assert how["Self-hosted per hour"].startswith("GPU 2x p6-b300.48xlarge = 284.83 USD/h (on-demand list price")
+    assert "+ the rest of the bill" in how["Self-hosted per hour"]
+    assert how["  NAT gateway, per gateway"].startswith("1 x USD 0.045/hour; ")
+    assert how["Self-hosted per month"].startswith("285.50 USD/h x 730 h; ")
 
 
 def test_markdown_keeps_the_marker_visible(docs):

@@ -180,7 +180,8 @@ def spec_bill(spec: DeploymentSpec, resources: Sequence[Mapping[str, Any]], gpu:
         ConfigError: a bad ``kimi-deploy:prices`` override.
     """
     return stack_bill(resources, gpu or gpu_price(spec), weights_bytes=spec.model.weights_bytes,
-                      platform=spec.platform, overrides=spec.config.prices)
+                      gpu_volume_survives_stop=spec.profile.serves_under_systemd,
+                      gpu_nodes_declared=spec.profile.provisions_aws, overrides=spec.config.prices)
 
 
 def trial_hours(spec: DeploymentSpec, now: datetime | None = None) -> float | None:

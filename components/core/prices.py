@@ -432,7 +432,8 @@ def stack_bill(
     gpu: GpuPrice,
     *,
     weights_bytes: int,
-    platform: str,
+    gpu_volume_survives_stop: bool,
+    gpu_nodes_declared: bool = True,
     overrides: Mapping[str, float] | None = None,
     hub_download_via_nat: bool = True,
 ) -> Bill:
@@ -444,8 +445,11 @@ def stack_bill(
         gpu: the GPU price (config override, capacity block or list price) and billed node count.
         weights_bytes: the checkpoint's size: the S3 mirror holds it, and the first hub download
             passes the NAT gateway once (``hub_download_via_nat``).
-        platform: ``aws-ec2`` (a stopped GPU instance keeps its root volume), ``aws-eks`` (the GPU
-            node group scales to zero) or ``kubernetes``.
+        gpu_volume_survives_stop: the GPU nodes' root volumes keep billing when the GPUs stop (an
+            EC2 instance under systemd, stopped at expiry, keeps its volume; a node group scaled to
+            zero deletes its nodes' volumes): the platform profile's ``serves_under_systemd``.
+        gpu_nodes_declared: the stack declares its GPU nodes; False on an existing cluster, whose GPU
+            nodes bill (to the cluster's owner) without a resource here (``provisions_aws``).
         overrides: the stack's ``kimi-deploy:prices``.
 
     Returns:
@@ -493,7 +497,7 @@ def stack_bill(
             if root and kind != "aws:ec2/capacityReservation:CapacityReservation":
                 n = count  # volumes of the nodes that run (a capacity block's unused trays have none)
                 # A stopped EC2 instance keeps its volume; a node group scaled to zero deletes its nodes'.
-                keeps = not is_gpu or platform == "aws-ec2"
+                keeps = not is_gpu or gpu_volume_survives_stop
                 lines.append(_line(table, "ebsGp3GbMonth", kind, n * root, hourly_units=False, keeps_billing=keeps,
                                    note=f"{n} x {root} GiB root", item=f"EBS gp3 root volumes ({res['name']})"))
         elif kind == "aws:eks/cluster:Cluster":
@@ -545,7 +549,7 @@ def stack_bill(
                                note=str((inputs.get("metadata") or {}).get("name"))))
             lines.append(_line(table, "nlbLcuHour", kind, 0, hourly_units=False, keeps_billing=True,
                                note="per LCU-hour of traffic"))
-    if platform == "kubernetes" and not any(line.item.startswith("GPU nodes") for line in lines):
+    if not gpu_nodes_declared and not any(line.item.startswith("GPU nodes") for line in lines):
         # An existing cluster: its GPU nodes are not declared here, but they bill (to the cluster's owner).
         lines.append(BillLine(f"GPU nodes ({gpu.instance_type}, existing cluster)", "existing cluster", gpu.nodes, "hour",
                               gpu.usd_per_hour / gpu.nodes if gpu.usd_per_hour is not None else None,
