@@ -184,7 +184,7 @@ def test_resource_counts_by_type(default_docs):
     doc = default_docs["b300"]
     text = " ".join(table(doc, 120).split())
     assert "aws:ec2 (19): DefaultSecurityGroup, Eip, Instance," in text and "Subnet x3" in text
-    assert "aws:iam (5): InstanceProfile, Role, RolePolicy x3" in text
+    assert "aws:iam (7): InstanceProfile, Role x2, RolePolicy x4" in text  # the expiry stop's role too
     assert plan_script._resource_group("kubernetes:core/v1:ServiceAccount") == ("kubernetes", "ServiceAccount")
     assert plan_script._resource_group("pulumi:providers:kubernetes") == ("pulumi:providers", "kubernetes")
 
