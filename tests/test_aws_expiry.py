@@ -316,3 +316,14 @@ def _user_data_files(run) -> dict[str, str]:
     import yaml
 
     return {f["path"]: f["content"] for f in yaml.safe_load(_user_data_text(run))["write_files"]}
+
+
+def test_the_plan_says_what_stops_at_the_expiry_and_what_keeps_billing():
+    from scripts.ops import plan as plan_script
+
+    ec2 = plan_script.build_plan_document("b300", now=FIXED_NOW)["at_expiry"]
+    assert ec2.startswith("the GPU instance stops (EventBridge Scheduler: ec2:StopInstances")
+    assert "still billing:" in ec2 and "NAT gateway" in ec2 and "`pulumi up` is refused after it" in ec2
+    eks = plan_script.build_plan_document("gb300", now=FIXED_NOW)["at_expiry"]
+    assert eks.startswith("the GPU node group scales to 0") and "EKS control plane" in eks
+    assert plan_script.build_plan_document("b300-prod", now=FIXED_NOW)["at_expiry"] is None
