@@ -227,7 +227,12 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
     },
     "aws:ec2/launchTemplate:LaunchTemplate": lambda name, i: {"latestVersion": 1},
     # AWS edge (components/aws): provider-assigned names and ids that other inputs reference.
-    "aws:eks/nodeGroup:NodeGroup": lambda name, i: {"nodeGroupName": i.get("nodeGroupName") or f"{name}-20261130"},
+    "aws:eks/nodeGroup:NodeGroup": lambda name, i: {
+        "nodeGroupName": i.get("nodeGroupName") or f"{name}-20261130",
+        # arn:aws:eks:<region>:<account>:nodegroup/<cluster>/<node group>/<uuid> (EKS API reference, Nodegroup)
+        "arn": f"arn:aws:eks:us-east-1:{MOCK_ACCOUNT_ID}:nodegroup/{i.get('clusterName')}/"
+               f"{i.get('nodeGroupName') or name + '-20261130'}/0123abcd-0123-4567-89ab-0123456789ab",
+    },
     "aws:ec2/placementGroup:PlacementGroup": lambda name, i: {"name": i.get("name") or f"{name}-a1b2c3d"},
     "aws:ssm/parameter:Parameter": lambda name, i: {"arn": f"arn:aws:ssm:us-east-1:{MOCK_ACCOUNT_ID}:parameter{i.get('name')}"},
     "aws:kms/key:Key": lambda name, i: {"arn": f"arn:aws:kms:us-east-1:{MOCK_ACCOUNT_ID}:key/{name}"},

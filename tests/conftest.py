@@ -47,10 +47,30 @@ TEST_ENGINE_TAG = "nightly-" + "0" * 40
 TEST_DEPLOYER_CIDR = "1.2.3.4/32"
 # Scoped to the stacks whose platform reads the key (a key a platform does not read is refused:
 # components/core/config/platform_keys.py).
-_DEPLOYER_BY_STACK = {
-    stack: {"kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}}
-    for stack in STACKS if read_stack_config(stack).get("kimi-deploy:platform") == "aws-eks"
-}
+# The other shipped example values (components/core/examples.py: the reservation ids, the example
+# commit) block `pulumi up` too; the tests plan with these stand-ins (test data, not real ids),
+# given to the stacks that ship an example, so the mocked program runs as after a user's edit.
+TEST_RESERVATION_ID = "cr-0fedcba9876543210"
+TEST_REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _stand_ins(stack: str) -> dict:
+    """The overlay keys that replace ``stack``'s shipped example values with the stand-ins."""
+    from components.core.examples import SHIPPED_EXAMPLE_VALUES
+
+    config = read_stack_config(stack)
+    out: dict = {}
+    if config.get("kimi-deploy:platform") == "aws-eks":
+        out["kimi-deploy:network"] = {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]}
+    capacity = (config.get("kimi-deploy:compute") or {}).get("capacity") or {}
+    if capacity.get("reservationId") in SHIPPED_EXAMPLE_VALUES["compute.capacity.reservationId"]:
+        out["kimi-deploy:compute"] = {"capacity": {"reservationId": TEST_RESERVATION_ID}}
+    if (config.get("kimi-deploy:model") or {}).get("revision") in SHIPPED_EXAMPLE_VALUES["model.revision"]:
+        out["kimi-deploy:model"] = {"revision": TEST_REVISION}
+    return out
+
+
+_DEPLOYER_BY_STACK = {stack: keys for stack in STACKS if (keys := _stand_ins(stack))}
 TEST_ENGINE_OVERLAY = json.dumps({"kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG}, "stacks": _DEPLOYER_BY_STACK})
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
 # The stand-in source alone: the shipped engine pin with a reachable EKS API.

@@ -25,7 +25,7 @@ from components.core.scaling import (
 from components.core.sizing import compute_sizing
 from components.k8s import autoscaling as asc_mod
 from components.k8s import vllm_service
-from tests.conftest import FIXED_NOW, plan_for
+from tests.conftest import FIXED_NOW, TEST_RESERVATION_ID, plan_for
 from tests.test_k8s_schemas import crds_dir, validate_against_crd, validate_core
 from tests.test_k8s_workloads import HELM_RELEASE, of_kind, one
 
@@ -246,7 +246,7 @@ def test_plan_scaling_section_odcr_says_scaling_down_saves_nothing():
     per_node = 142.416  # p6-b300.48xlarge on-demand us-east-1 (targets.py)
     assert sc["usd_per_hour_at_min"] == sc["usd_per_hour_at_max"] == pytest.approx(3 * per_node)
     assert sc["scale_down_saves"] is False
-    assert any("saves nothing" in n and "cr-0a1b2c3d4e5f60718" in n for n in sc["notes"])
+    assert any("saves nothing" in n and TEST_RESERVATION_ID in n for n in sc["notes"])
 
 
 def test_plan_scaling_section_on_demand_prices_each_end():

@@ -126,3 +126,55 @@ def test_ec2_launch_template_keeps_the_dlami_it_was_created_with():
     assert options_for("b300", overrides={"kimi-deploy:compute": compute})["gpu-lt"]["ignore_changes"] == []
     # EKS templates carry no imageId unless compute.amiId is set: nothing to pin there.
     assert options_for("gb300")["eks-gpu-lt"]["ignore_changes"] == []
+
+
+# --- shipped example values (components/core/examples.py) ------------------------------------
+
+
+@pytest.mark.parametrize(("stack", "reservation"), [("b300-prod", "cr-0a1b2c3d4e5f60718"), ("gb300", "cr-0123456789abcdef0")])
+def test_pulumi_up_refuses_a_shipped_reservation_id_before_any_resource(stack, reservation, monkeypatch):
+    """A valid deployer CIDR (the one blocker of old) but the shipped reservation id: `pulumi up`
+    stops at spec load with one line naming the key, and the engine is asked for no resource
+    (before, it built the VPC, NAT, EKS and the FSx, then failed at the GPU node group)."""
+    import json
+
+    from components.core.config import CONFIG_OVERLAY_ENV
+    from components.core.errors import ConfigError
+    from components.plan_engine import run_program as run
+    from tests.conftest import TEST_DEPLOYER_CIDR, TEST_ENGINE_TAG, TEST_REVISION
+
+    overlay = {"kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG},
+               "kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]},
+               "kimi-deploy:model": {"revision": TEST_REVISION}}  # b300-prod's example commit: its own blocker
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps({"stacks": {stack: overlay}}))
+    config = read_stack_config(stack)
+    assert config["kimi-deploy:compute"]["capacity"]["reservationId"] == reservation
+    registered: list[str] = []
+    original = pulumi_mocks.MockMonitor.RegisterResource
+
+    def recording(self, request):
+        registered.append(request.type)
+        return original(self, request)
+
+    monkeypatch.setattr(pulumi_mocks.MockMonitor, "RegisterResource", recording)
+    with pytest.raises(ConfigError) as info:
+        run(config, stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW)
+    msg = str(info.value)
+    assert msg.startswith(f"kimi-deploy:compute.capacity.reservationId: '{reservation}' is the example value shipped in stacks/")
+    assert "\n" not in msg
+    assert [t for t in registered if t != "pulumi:pulumi:Stack"] == []  # the stack itself, no resource
+    # The offline plan still renders the same config, and marks the stack refused.
+    rendered = run(config, stack=stack, secrets=TEST_SECRETS, now=FIXED_NOW, allow_blockers=True)
+    assert rendered.resources and [str(b) for b in rendered.context.spec.up_blockers] == [msg]
+
+
+def test_pulumi_up_refuses_the_shipped_example_commit_in_every_phase(monkeypatch):
+    from components.core.errors import ConfigError
+    from components.plan_engine import run_program as run
+
+    for phase in ("serve", "stage"):
+        config = {**read_stack_config("b300"), "kimi-deploy:phase": phase}
+        config["kimi-deploy:model"] = {**config["kimi-deploy:model"], "revision": "4f1e2d3c5b6a79880716253443526170819a0b1c"}
+        with pytest.raises(ConfigError, match=r"^kimi-deploy:model.revision: '4f1e2d3c5b6a79880716253443526170819a0b1c' "
+                                              r"is the example value shipped in stacks/: replace it with the commit"):
+            run(config, stack="b300", secrets=TEST_SECRETS, now=FIXED_NOW)

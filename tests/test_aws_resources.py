@@ -216,7 +216,7 @@ def test_fsx_with_efa_is_persistent_2_with_metadata_and_the_efa_group():
     fsx_cfg = {"deploymentType": "PERSISTENT_2", "throughputPerTib": 500, "efa": True}
     run = plan_for("b300-prod", overrides={"kimi-deploy:storage": {"kind": "fsx", "fsx": fsx_cfg}, "kimi-deploy:compute": {
         "replicas": 1, "availabilityZone": "us-east-1c", "efa": True,
-        "capacity": {"type": "odcr", "reservationId": "cr-0a1b2c3d4e5f60718", "availabilityZone": "us-east-1c"}},
+        "capacity": {"type": "odcr", "reservationId": "cr-0fedcba9876543210", "availabilityZone": "us-east-1c"}},
         "kimi-deploy:vllm": {"decodeContextParallelSize": 8, "image": "registry.example.com/vllm-efa@sha256:" + "e" * 64}})
     fs = run.named("fsx-fs").inputs
     assert fs["efaEnabled"] is True
@@ -295,6 +295,7 @@ def test_ec2_instance_role_is_scoped_to_the_mirror_prefix_tools_and_its_own_secr
     (secrets,) = _statements(policies["gpu-role-boot-secrets"])
     assert secrets["Action"] == "ssm:GetParameter"
     assert sorted(secrets["Resource"]) == [
+        "arn:aws:ssm:us-east-1:123456789012:parameter/kimi-deploy/b300/expires-at",  # the trial's expiry (kimi-watch)
         "arn:aws:ssm:us-east-1:123456789012:parameter/kimi-deploy/b300/hub-token",
         "arn:aws:ssm:us-east-1:123456789012:parameter/kimi-deploy/b300/vllm-api-key",
     ]
@@ -374,11 +375,11 @@ def test_ec2_ami_override():
 
 @pytest.mark.parametrize("cap_type", ["odcr", "capacity-block"])
 def test_ec2_capacity_targeting_and_az_pinning(cap_type):
-    compute = {"capacity": {"type": cap_type, "reservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1c"}}
+    compute = {"capacity": {"type": cap_type, "reservationId": "cr-0fedcba9876543210", "availabilityZone": "us-east-1c"}}
     run = plan_for("b300", overrides={"kimi-deploy:compute": compute})
     lt = run.named("gpu-lt").inputs
     assert lt["capacityReservationSpecification"] == {
-        "capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}
+        "capacityReservationTarget": {"capacityReservationId": "cr-0fedcba9876543210"}
     }
     assert lt["instanceType"] == "p6-b300.48xlarge"
     if cap_type == "capacity-block":
@@ -387,12 +388,15 @@ def test_ec2_capacity_targeting_and_az_pinning(cap_type):
         assert "instanceMarketOptions" not in lt
     assert run.named("net-private-gpu").inputs["availabilityZone"] == "us-east-1c"
     assert run.named("gpu-instance").inputs["subnetId"] == "net-private-gpu-id"
-    assert run.outputs["capacityReservationId"] == "cr-0123456789abcdef0"
+    assert run.outputs["capacityReservationId"] == "cr-0fedcba9876543210"
 
 
 def test_ec2_secrets_are_ssm_securestrings_never_user_data():
     run = plan_for("b300")
     params = {r.inputs["name"]: r.inputs for r in run.of_type("aws:ssm/parameter:Parameter")}
+    # The trial's expiry is a plain String beside them (not a secret; tests/test_aws_expiry.py).
+    expiry = params.pop("/kimi-deploy/b300/expires-at")
+    assert expiry["type"] == "String" and expiry["insecureValue"] == run.outputs["expiresAt"]
     assert set(params) == {"/kimi-deploy/b300/vllm-api-key", "/kimi-deploy/b300/hub-token"}
     assert all(p["type"] == "SecureString" and p["value"] == "[secret]" for p in params.values())
     assert run.secret_leaks == []
@@ -450,7 +454,7 @@ def test_eks_gpu_nodes_raid0_nodeconfig():
 
 def test_eks_custom_ami_gets_cluster_details_in_nodeconfig():
     compute = {"amiId": "ami-0123456789abcdef0", "amiArchitecture": "arm64",
-               "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0", "availabilityZone": "us-east-1a"}}
+               "capacity": {"type": "capacity-block", "reservationId": "cr-0fedcba9876543210", "availabilityZone": "us-east-1a"}}
     run = plan_for("gb300", overrides={"kimi-deploy:compute": compute})
     assert run.named("eks-gpu").inputs["amiType"] == "CUSTOM"
     lt = run.named("eks-gpu-lt").inputs
@@ -523,7 +527,7 @@ def test_api_server_public_endpoint_only_for_named_cidrs():
 def _b300_prod_compute(cap_type: str, efa: bool) -> dict:
     cap = {"type": cap_type}
     if cap_type != "on-demand":
-        cap.update(reservationId="cr-0a1b2c3d4e5f60718", availabilityZone="us-east-1c")
+        cap.update(reservationId="cr-0fedcba9876543210", availabilityZone="us-east-1c")
     out = {"kimi-deploy:compute": {"replicas": 2, "availabilityZone": "us-east-1c", "efa": efa, "capacity": cap}}
     if efa:  # EFA needs an image with aws-ofi-nccl (test data)
         out["kimi-deploy:vllm"] = {"decodeContextParallelSize": 8, "image": "registry.example.com/vllm-efa@sha256:" + "e" * 64}

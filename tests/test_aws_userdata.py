@@ -118,7 +118,7 @@ def test_weights_unit_runs_the_exact_sync_steps_in_order(run, files):
 
 def test_systemd_units_order_and_restart(files):
     units = {p.rsplit("/", 1)[1]: t for p, t in files.items() if p.startswith("/etc/systemd/system/")}
-    assert set(units) == set(userdata.UNITS) | set(userdata.ENGINE_CACHE_UNITS)
+    assert set(units) == set(userdata.UNITS) | set(userdata.ENGINE_CACHE_UNITS) | set(userdata.WATCH_UNITS)
     vllm = units["kimi-vllm.service"]
     assert "Requires=docker.service\n" in vllm and "Restart=on-failure" in vllm
     assert f"ExecStart={userdata.VLLM_SCRIPT}" in vllm
@@ -203,7 +203,7 @@ def test_shell_scripts_pass_shellcheck(files, tmp_path):
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (CI installs it from .ci/apt-packages.txt)")
     scripts = {p: t for p, t in files.items() if p.endswith(".sh")}
-    assert len(scripts) == 5
+    assert len(scripts) == 6
     for path, text in scripts.items():
         f = tmp_path / path.rsplit("/", 1)[1]
         f.write_text(text)

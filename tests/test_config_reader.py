@@ -377,7 +377,7 @@ def test_the_size_check_renders_the_same_user_data_as_the_program():
     sha = re.search(r"\b[0-9a-f]{64}\b", actual).group(0)
     spec = run.context.spec
     rendered = render_ec2_user_data(spec, run.context.vllm, run.context.sizing, bucket="mirror-bucket-a1b2c3d", tools_sha256=sha,
-                                    hub_token_set=spec.hub_token_key in spec.secrets_set)
+                                    hub_token_set=spec.hub_token_key in spec.secrets_set, expires=True)
     assert rendered == actual
 
 

@@ -26,7 +26,7 @@ PERMISSION_ONLY = {
     "s3:DeleteObjectVersion", "s3:GetBucketPublicAccessBlock", "s3:PutBucketPublicAccessBlock",
 }
 BOTOCORE_SERVICE = {"ec2": "ec2", "iam": "iam", "s3": "s3", "ssm": "ssm", "kms": "kms", "logs": "logs",
-                    "eks": "eks", "fsx": "fsx", "sts": "sts"}
+                    "eks": "eks", "fsx": "fsx", "sts": "sts", "scheduler": "scheduler"}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,13 @@ def test_ec2_and_eks_stacks_get_what_their_resources_need(declared):
     ec2 = allowed("b300")
     assert {"ec2:RunInstances", "iam:CreateInstanceProfile", "ssm:PutParameter", "sts:GetCallerIdentity"} <= ec2
     assert not any(a.startswith(("eks:", "fsx:")) for a in ec2)
+    # The trials' expiry stop: the schedule, and passing its role to the scheduler alone.
+    for trial in ("b300", "gb300"):
+        document = dp.policy_document(*declared[trial])
+        assert {"scheduler:CreateSchedule", "scheduler:DeleteSchedule"} <= allowed(trial)
+        passrole = next(st for st in document["Statement"] if st["Action"] == ["iam:PassRole"])
+        assert "scheduler.amazonaws.com" in passrole["Condition"]["StringEquals"]["iam:PassedToService"]
+    assert not any(a.startswith("scheduler:") for a in allowed("b300-prod"))  # prod does not expire
     eks = allowed("b300-prod")
     assert {"eks:CreateCluster", "eks:CreateNodegroup", "kms:CreateKey"} <= eks
     assert not any(a.startswith("fsx:") for a in eks)  # b300-prod copies from the mirror: no file system

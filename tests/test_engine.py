@@ -128,20 +128,26 @@ def test_shipped_stacks_plan_with_the_default_pin_where_it_serves_and_are_refuse
 
 
 def test_plan_cli_shows_the_blocker_and_strict_exits_2_with_one_line(monkeypatch):
-    env = {k: v for k, v in __import__("os").environ.items() if k != "KIMI_DEPLOY_CONFIG_OVERLAY"}
+    from tests.conftest import TEST_REVISION, without_overlay_notice
+
+    # The shipped pin; the shipped example commit replaced (it is a blocker of its own).
+    env = {**__import__("os").environ, "KIMI_DEPLOY_CONFIG_OVERLAY": __import__("json").dumps(
+        {"stacks": {"mi355x": {"kimi-deploy:model": {"revision": TEST_REVISION}}}})}
     base = [sys.executable, "scripts/ops/plan.py", "--stack", "mi355x", "--now", FIXED_NOW.isoformat()]
-    shown = subprocess.run(base + ["--format", "json"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    shown = without_overlay_notice(
+        subprocess.run(base + ["--format", "json"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120))
     assert shown.returncode == 0, shown.stderr
     doc = __import__("json").loads(shown.stdout)
     assert doc["deployable"] is False and doc["resources"]
     assert [b.split(":", 2)[:2] for b in doc["blockers"]] == [["kimi-deploy", "vllm.image"]]
     assert shown.stderr.startswith("blocked: `pulumi up` refuses this stack: kimi-deploy:vllm.image")
-    strict = subprocess.run(base + ["--strict"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    strict = without_overlay_notice(
+        subprocess.run(base + ["--strict"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120))
     assert strict.returncode == 2 and strict.stderr.count("\n") == 1, strict.stderr
     assert "kimi-deploy:vllm.image" in strict.stderr and "Traceback" not in strict.stderr
     # b300 with the default pin: deployable, nothing on stderr about a blocker.
-    b300 = subprocess.run(base[:3] + ["b300", *base[4:], "--strict", "--format", "json"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    b300 = without_overlay_notice(subprocess.run(base[:3] + ["b300", *base[4:], "--strict", "--format", "json"],
+                                                 cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120))
     assert b300.returncode == 0 and "blocked" not in b300.stderr, b300.stderr
     assert __import__("json").loads(b300.stdout)["deployable"] is True
 

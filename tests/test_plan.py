@@ -68,7 +68,7 @@ def test_default_stack_table_renders():
 def test_markdown_renders():
     proc = run_plan("--stack", "mi355x", "--format", "markdown", "--now", NOW)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("> overlay: KIMI_DEPLOY_CONFIG_OVERLAY sets kimi-deploy:vllm.imageTag over stacks/")
+    assert proc.stdout.startswith("> overlay: KIMI_DEPLOY_CONFIG_OVERLAY sets kimi-deploy:vllm.imageTag")
     assert proc.stdout.split("\n", 2)[2].startswith("### Plan: `mi355x`") and "```sh" in proc.stdout
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from components.core.config import STACKS_DIR
 from components.core.errors import ConfigError
-from components.core.examples import SHIPPED_EXAMPLE_VALUES, example_value_warnings
+from components.core.examples import SHIPPED_EXAMPLE_VALUES, example_value_blockers
 from components.core.load import parse_spec
 from components.plan_engine import KNOWN_AFTER_UP, MOCK_ACCOUNT_ID
 from scripts.ops import plan as plan_script  # noqa: E402
@@ -76,13 +76,14 @@ def test_every_shipped_example_value_is_in_a_stack_file_and_flagged(monkeypatch)
                 stack = holder[len("Pulumi."):-len(".yaml")]
                 if stack not in shipped:
                     shipped[stack] = plan_script.build_plan_document(stack, now=FIXED_NOW)
-                # Warned about, or (the EKS API source: the cluster would be unreachable) refused by `pulumi up`.
-                flags = shipped[stack]["warnings"] + shipped[stack]["blockers"]
-                assert any(value in w and "example value shipped in stacks/" in w for w in flags), (stack, value)
+                # Refused by `pulumi up` in every phase (the plan renders and says so), never only warned about.
+                flagged = [b for b in shipped[stack]["blockers"] if value in b and "example value shipped in stacks/" in b]
+                assert len(flagged) == 1 and "\n" not in flagged[0], (stack, value)
+                assert shipped[stack]["deployable"] is False, stack
 
 
 def test_a_replaced_value_is_not_flagged():
-    assert example_value_warnings({"model.revision": "0" * 40, "compute.capacity.reservationId": "cr-0fedcba9876543210"}) == []
+    assert example_value_blockers({"model.revision": "0" * 40, "compute.capacity.reservationId": "cr-0fedcba9876543210"}) == []
 
 
 def test_summary_wording(docs):

@@ -118,7 +118,8 @@ def test_blockers_are_said_once(default_docs):
     strict = subprocess.run(base + ["--strict"], cwd=REPO_ROOT, env=_env_without_overlay(),
                             capture_output=True, text=True, timeout=300)
     assert strict.returncode == 2 and " ".join(strict.stdout.split()).count(blocker) == 1
-    assert strict.stderr == "error: `pulumi up` refuses this stack: kimi-deploy:vllm.image (why: above); exit 2 (--strict)\n"
+    assert strict.stderr == ("error: `pulumi up` refuses this stack: kimi-deploy:model.revision, kimi-deploy:vllm.image "
+                             "(why: above); exit 2 (--strict)\n")
 
 
 @pytest.mark.parametrize("name", STACKS)
@@ -184,7 +185,7 @@ def test_resource_counts_by_type(default_docs):
     doc = default_docs["b300"]
     text = " ".join(table(doc, 120).split())
     assert "aws:ec2 (19): DefaultSecurityGroup, Eip, Instance," in text and "Subnet x3" in text
-    assert "aws:iam (5): InstanceProfile, Role, RolePolicy x3" in text
+    assert "aws:iam (7): InstanceProfile, Role x2, RolePolicy x4" in text  # the expiry stop's role too
     assert plan_script._resource_group("kubernetes:core/v1:ServiceAccount") == ("kubernetes", "ServiceAccount")
     assert plan_script._resource_group("pulumi:providers:kubernetes") == ("pulumi:providers", "kubernetes")
 
@@ -262,10 +263,13 @@ def test_plan_all_says_deployable_or_refused_once_per_stack():
     lines = proc.stdout.splitlines()
     assert [line.split()[0] for line in lines] == list(STACKS) and proc.stderr == ""
     for name, line in zip(STACKS, lines, strict=True):
-        # The EKS stacks ship an example API source (a documentation range) that `pulumi up` refuses;
-        # the pinned release serves the CUDA targets, not ROCm.
-        keys = {"gb300": "kimi-deploy:network.apiServerPublicCidrs", "b300-prod": "kimi-deploy:network.apiServerPublicCidrs",
-                "mi355x": "kimi-deploy:vllm.image"}.get(name)
+        # The EKS stacks ship an example API source (a documentation range) that `pulumi up` refuses,
+        # and every example value is refused too (components/core/examples.py); the pinned release
+        # serves the CUDA targets, not ROCm.
+        api, rev, cap = ("kimi-deploy:network.apiServerPublicCidrs", "kimi-deploy:model.revision",
+                         "kimi-deploy:compute.capacity.reservationId")
+        keys = {"gb300": f"{api}, {cap}", "b300-prod": f"{api}, {rev}, {cap}",
+                "mi355x": f"{rev}, kimi-deploy:vllm.image"}.get(name)
         if keys:
             assert line.split(None, 1)[1] == f"refused by `pulumi up`: {keys} (`kimi-deploy plan --stack {name}` says why)"
         else:

@@ -23,7 +23,7 @@ from components.core.targets import ec2_vcpu_quota
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
 from scripts.ops import preflight
 from scripts.ops.preflight import AwsClients, run_checks
-from tests.conftest import FIXED_NOW, STACKS, without_overlay_notice
+from tests.conftest import FIXED_NOW, STACKS, TEST_REVISION, without_overlay_notice
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUOTA_CODE = ec2_vcpu_quota("p6-b300.48xlarge")[0]
@@ -131,7 +131,7 @@ def test_quota_short_fails_and_denied_is_unknown(moto):
         "b300-prod",
         overrides={
             "service-quotas": quota_client("us-east-1", 192),
-            "ec2:DescribeCapacityReservations": reservation_client("us-east-1", "cr-0a1b2c3d4e5f60718", missing=True),
+            "ec2:DescribeCapacityReservations": reservation_client("us-east-1", "cr-0fedcba9876543210", missing=True),
         },
     )
     assert short["vcpu-quota"].status == "fail"
@@ -147,7 +147,7 @@ def test_moto_without_service_quotas_is_unknown_not_a_crash(moto):
 
 
 def test_odcr_active_in_its_az_passes(moto):
-    rid = "cr-0a1b2c3d4e5f60718"
+    rid = "cr-0fedcba9876543210"
     ec2 = reservation_client(
         "us-east-1", rid, State="active", ReservationType="default", InstanceType="p6-b300.48xlarge",
         AvailabilityZone="us-east-1c", TotalInstanceCount=2, AvailableInstanceCount=2,
@@ -171,7 +171,7 @@ def test_odcr_active_in_its_az_passes(moto):
     ],
 )
 def test_odcr_problems_fail(moto, fields, expected):
-    rid = "cr-0a1b2c3d4e5f60718"
+    rid = "cr-0fedcba9876543210"
     base = {"State": "active", "ReservationType": "default", "InstanceType": "p6-b300.48xlarge",
             "AvailabilityZone": "us-east-1c", "TotalInstanceCount": 2}
     base.update(fields)
@@ -191,7 +191,7 @@ def _block(end_offset_hours: float, state: str = "scheduled"):
 
 
 def test_gb300_unknown_type_and_capacity_block_outlasting_the_ttl(moto):
-    rid = "cr-0123456789abcdef0"
+    rid = "cr-0fedcba9876543210"
     ec2 = reservation_client("us-east-1", rid, **_block(24 * 7))
     checks = run("gb300", overrides={"service-quotas": quota_client("us-east-1", 288), "ec2:DescribeCapacityReservations": ec2})
     for name in ("instance-facts", "offered-in-region", "offered-in-az"):
@@ -204,7 +204,7 @@ def test_gb300_unknown_type_and_capacity_block_outlasting_the_ttl(moto):
 
 
 def test_capacity_block_ending_before_the_trial_expires_fails(moto):
-    rid = "cr-0123456789abcdef0"
+    rid = "cr-0fedcba9876543210"
     ec2 = reservation_client("us-east-1", rid, **_block(24, state="active"))
     checks = run("gb300", overrides={"service-quotas": quota_client("us-east-1", 288), "ec2:DescribeCapacityReservations": ec2})
     assert checks["capacity-end"].status == "fail"
@@ -215,7 +215,7 @@ def test_capacity_block_ending_before_the_trial_expires_fails(moto):
 
 
 def test_capacity_block_quota_shortfall_is_a_warning(moto):
-    ec2 = reservation_client("us-east-1", "cr-0123456789abcdef0", **_block(24 * 7, state="active"))
+    ec2 = reservation_client("us-east-1", "cr-0fedcba9876543210", **_block(24 * 7, state="active"))
     checks = run("gb300", overrides={"service-quotas": quota_client("us-east-1", 0), "ec2:DescribeCapacityReservations": ec2})
     assert checks["vcpu-quota"].status == "warn"
 
@@ -611,7 +611,7 @@ def _block_at(start_hours: float, end_hours: float, state: str = "active"):
 
 
 def _gb300_reservation(**block):
-    ec2 = reservation_client("us-east-1", "cr-0123456789abcdef0", **block)
+    ec2 = reservation_client("us-east-1", "cr-0fedcba9876543210", **block)
     return run("gb300", overrides={"service-quotas": quota_client("us-east-1", 288), "ec2:DescribeCapacityReservations": ec2})
 
 
@@ -647,7 +647,7 @@ def test_capacity_ready_passes_with_time_left_and_skips_odcrs(moto):
     assert ready.status == "pass" and "of serving before" in ready.reason
     fields = dict(State="active", InstanceType="p6-b300.48xlarge", AvailabilityZone="us-east-1c", TotalInstanceCount=2,
                   EndDate=FIXED_NOW + timedelta(days=30))
-    ec2 = reservation_client("us-east-1", "cr-0a1b2c3d4e5f60718", **fields)
+    ec2 = reservation_client("us-east-1", "cr-0fedcba9876543210", **fields)
     odcr = run("b300-prod", overrides={"service-quotas": quota_client("us-east-1", 384), "ec2:DescribeCapacityReservations": ec2})
     assert odcr["capacity-ready"].status == "skip" and "keep running as On-Demand" in odcr["capacity-ready"].reason
     assert "ends 2026-12-30T12:00:00Z" in odcr["capacity-end"].reason  # an ODCR: its own end, no window
@@ -896,7 +896,9 @@ def test_the_token_cache_is_read_as_botocore_reads_it(tmp_path, monkeypatch):
 
 
 def test_a_stack_pulumi_up_refuses_fails_preflight():
-    out = _cli("--stack", "mi355x", "--json", env={CONFIG_OVERLAY_ENV: ""})  # the shipped stacks name no engine build
+    # The shipped stacks name no engine build (the example commit replaced: it is a blocker of its own).
+    shipped_engine = json.dumps({"stacks": {"mi355x": {"kimi-deploy:model": {"revision": TEST_REVISION}}}})
+    out = _cli("--stack", "mi355x", "--json", env={CONFIG_OVERLAY_ENV: shipped_engine})
     assert out.returncode == 1, out.stdout + out.stderr
     report = json.loads(out.stdout)
     deployable = {c["name"]: c for c in report["checks"]}["deployable"]

@@ -151,6 +151,8 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
                 efa_security_group_id=network.efa_security_group_id,
                 mirror_bucket=result.mirror_bucket,
                 install_fsx_csi=sizing.storage.fsx_capacity_gib is not None,
+                expires_at=ctx.expires_at,
+                now=ctx.now,
             ),
             pulumi.ResourceOptions(parent=root),
         )
@@ -255,6 +257,8 @@ def declare_aws(ctx: DeploymentContext) -> AwsResult:
                 tools_sha256=mirror.weight_sync_sha256,
                 api_key=ctx.api_key,
                 hub_token=ctx.hub_token,
+                expires_at=ctx.expires_at,
+                now=ctx.now,
             ),
             pulumi.ResourceOptions(parent=root, depends_on=[mirror]),
         )

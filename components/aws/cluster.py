@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pulumi
@@ -60,6 +61,7 @@ from components.core.weights import mirror_key_prefix
 from . import iam
 from .common import child, tags
 from .compute import capacity_options, efa_network_interfaces, launched_tag_specifications, metadata_options, root_volume
+from .expiry import SCALE_NODEGROUP_ACTION, SCALE_NODEGROUP_TARGET, declare_expiry_stop, expiry_key, scale_to_zero_input
 from .node_autoscaler import declare_node_autoscaler_identity
 from .userdata import ClusterDetails, eks_node_user_data
 
@@ -234,6 +236,9 @@ class EksClusterArgs:
         gpu_security_group_id, efa_security_group_id: groups of GPU nodes (EFA may be None).
         mirror_bucket: the mirror bucket's name, or None (no Pod Identity roles then).
         install_fsx_csi: install the FSx CSI driver add-on.
+        expires_at: the stack's expiry (RFC 3339, an Output when fixed at the first `pulumi up`),
+            or None; with one, a schedule scales the GPU node group to zero then (``expiry.py``).
+        now: the run's clock (a `pulumi up` past the expiry is refused).
     """
 
     spec: DeploymentSpec
@@ -247,6 +252,8 @@ class EksClusterArgs:
     efa_security_group_id: pulumi.Input[str] | None
     mirror_bucket: pulumi.Input[str] | None
     install_fsx_csi: bool = False
+    expires_at: pulumi.Input[str] | None = None
+    now: datetime | None = None
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -295,6 +302,15 @@ class EksCluster(pulumi.ComponentResource):
         associations += declare_node_autoscaler_identity(self, name, args.spec, cluster, args.partition, args.tags, early)
         self.admin_access = self._create_admin_access(cluster)
         self.gpu_node_group_names = pulumi.Output.all(*([gpu.node_group_name] if gpu is not None else []))
+        self.expiry_schedule = None
+        if gpu is not None and args.expires_at is not None:
+            request = pulumi.Output.all(cluster.name, gpu.node_group_name).apply(lambda v: scale_to_zero_input(v[0], v[1]))
+            self.expiry_schedule = declare_expiry_stop(
+                self, name, ctx_tags=args.tags, partition=args.partition, expires_at=args.expires_at,
+                expiry_key=expiry_key(args.spec), now=args.now or datetime.now(UTC), target=SCALE_NODEGROUP_TARGET,
+                action=SCALE_NODEGROUP_ACTION, resource_arn=gpu.arn, request=request,
+                what=f"scale the GPU node group of {args.spec.stack} to zero",
+            )
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
                 lambda v: kubeconfig_json(v[0], v[1], v[2], args.region)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -34,6 +35,7 @@ from components.core.weights import HUB_TOKEN_ENV, WEIGHTS_MOUNT_PATH, mirror_ke
 
 from . import iam
 from .common import TOOLS_PREFIX, child, tags
+from .expiry import STOP_INSTANCES_ACTION, STOP_INSTANCES_TARGET, declare_expiry_stop, expiry_key, stop_instance_input
 from .userdata import USER_DATA_LIMIT_BYTES, Ec2BootConfig, EngineCacheBoot
 
 # AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Amazon Linux 2023): NVIDIA driver, CUDA,
@@ -146,18 +148,27 @@ def launched_tag_specifications(ctx_tags: dict[str, Any], name: str) -> list[aws
 
 
 def secret_parameter_name(project: str, stack: str, what: str) -> str:
-    """SSM parameter name of a boot-time secret: ``/<project>/<stack>/<what>``."""
+    """SSM parameter name of a boot-time secret (or of the expiry): ``/<project>/<stack>/<what>``."""
     return f"/{project}/{stack}/{what}"
+
+
+def stack_expires(spec: DeploymentSpec) -> bool:
+    """Whether ``spec``'s stack expires: an explicit ``expiresAt``, or a trial (``trialTtlHours``
+    after its first `pulumi up`; ``program._expiry``)."""
+    return spec.expires_at is not None or spec.environment == "trial"
 
 
 def render_ec2_user_data(
     spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing, *, bucket: str, tools_sha256: str, hub_token_set: bool,
-    region: str | None = None,
+    region: str | None = None, expires: bool = False,
 ) -> str:
     """The ``#cloud-config`` text of the GPU instance for mirror ``bucket``, without the size check:
     the one rendering used by ``Ec2GpuServer._user_data`` (``pulumi up``) and by
     ``check_ec2_user_data`` (config time). ``region`` defaults to ``spec.region``; the weights
-    unit's attempt timeout is the sum of the sync steps' budgets (``sizing.sync_budget_seconds``)."""
+    unit's attempt timeout is the sum of the sync steps' budgets (``sizing.sync_budget_seconds``);
+    ``expires``: the instance powers itself off at the expiry it reads from its SSM parameter
+    (``expiry_parameter_name``); the watchdog restarts a hung engine once
+    ``sizing.startup_budget_seconds`` have passed (``userdata.watch_units``)."""
     from components.core.vllm import API_GUARD_SOURCE
 
     from .storage import API_GUARD_KEY, WEIGHT_SYNC_KEY, tool_sha256
@@ -185,6 +196,8 @@ def render_ec2_user_data(
         api_guard=ApiGuardBoot(uri=f"s3://{bucket}/{API_GUARD_KEY}", sha256=tool_sha256(API_GUARD_SOURCE)),
         weights_attempts=spec.config.compute.weights_retry.attempts,
         weights_retry_seconds=spec.config.compute.weights_retry.delay_seconds,
+        expiry_parameter=secret_parameter_name(spec.project, spec.stack, "expires-at") if expires else None,
+        startup_budget_seconds=sizing.startup_budget_seconds,
     )
     return cloud_config_text(cfg)
 
@@ -230,7 +243,8 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
     from components.core.errors import ConfigError
 
     text = render_ec2_user_data(
-        spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set
+        spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set,
+        expires=stack_expires(spec),
     )
     total = len(text.encode())
     if total <= USER_DATA_LIMIT_BYTES:
@@ -271,6 +285,10 @@ class Ec2GpuServerArgs:
         mirror_bucket: the mirror bucket's name.
         tools_object_key, tools_sha256: the weight-sync program in the mirror and its digest.
         api_key, hub_token: secret Outputs (stored as SSM SecureString parameters).
+        expires_at: the stack's expiry (RFC 3339, an Output when fixed at the first `pulumi up`),
+            or None when it does not expire; with one, a schedule stops the instance then and its
+            own timer powers it off (``expiry.py``).
+        now: the run's clock (a `pulumi up` past the expiry is refused).
     """
 
     spec: DeploymentSpec
@@ -286,6 +304,8 @@ class Ec2GpuServerArgs:
     tools_sha256: str
     api_key: pulumi.Input[str]
     hub_token: pulumi.Input[str] | None
+    expires_at: pulumi.Input[str] | None = None
+    now: datetime | None = None
 
 
 class Ec2GpuServer(pulumi.ComponentResource):
@@ -322,6 +342,14 @@ class Ec2GpuServer(pulumi.ComponentResource):
             # must go before its replacement can launch.
             opts=child(self, delete_before_replace=True, depends_on=params),
         )
+        self.expiry_schedule = None
+        if args.expires_at is not None:
+            self.expiry_schedule = declare_expiry_stop(
+                self, name, ctx_tags=args.tags, partition=args.partition, expires_at=args.expires_at,
+                expiry_key=expiry_key(spec), now=args.now or datetime.now(UTC), target=STOP_INSTANCES_TARGET,
+                action=STOP_INSTANCES_ACTION, resource_arn=instance.arn, request=instance.id.apply(stop_instance_input),
+                what=f"stop the GPU instance of {spec.stack}",
+            )
         self.instance_id = instance.id
         self.private_ip = instance.private_ip
         self.availability_zone = instance.availability_zone
@@ -336,6 +364,8 @@ class Ec2GpuServer(pulumi.ComponentResource):
         )
 
     def _create_secret_parameters(self, name: str) -> list[aws.ssm.Parameter]:
+        """The boot secrets (SecureString) and, on a stack that expires, its expiry (String,
+        updated in place when a trial is extended): the parameters the instance may read."""
         a = self._args
         out = [
             aws.ssm.Parameter(
@@ -356,6 +386,18 @@ class Ec2GpuServer(pulumi.ComponentResource):
                     type="SecureString",
                     value=a.hub_token,
                     description="Model hub token (read by the weight sync at boot)",
+                    tags=tags(a.tags),
+                    opts=child(self),
+                )
+            )
+        if a.expires_at is not None:
+            out.append(
+                aws.ssm.Parameter(
+                    f"{name}-expires-at",
+                    name=secret_parameter_name(a.spec.project, a.spec.stack, "expires-at"),
+                    type="String",
+                    insecure_value=a.expires_at,  # not a secret: shown in the plan and the state as it is
+                    description="The stack's expiry (RFC 3339, UTC): the instance powers itself off then (kimi-watch)",
                     tags=tags(a.tags),
                     opts=child(self),
                 )
@@ -400,7 +442,8 @@ class Ec2GpuServer(pulumi.ComponentResource):
 
         def render(bucket: str) -> str:
             text = render_ec2_user_data(
-                a.spec, a.vllm, a.sizing, bucket=bucket, tools_sha256=a.tools_sha256, hub_token_set=hub_token_set, region=a.region
+                a.spec, a.vllm, a.sizing, bucket=bucket, tools_sha256=a.tools_sha256, hub_token_set=hub_token_set,
+                region=a.region, expires=a.expires_at is not None,
             )
             # check_ec2_user_data refused an oversized rendering at config time; this is the last fence.
             if len(text.encode()) > USER_DATA_LIMIT_BYTES:

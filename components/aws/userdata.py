@@ -29,6 +29,14 @@
   unless they opt out: systemd.target(5)); it only ``Wants=`` the RAID unit and checks the
   mount itself, so a failed RAID unit fails it visibly instead of leaving it "inactive (dead)"
   with a dependency result (systemd.unit(5), ``Requires=``).
+  ``kimi-watch.timer`` (``watch_units``) runs beside them, a minute after boot and every minute:
+  on a stack that expires it powers the instance off once ``expires-at`` (read from an SSM
+  parameter) has passed (the second net under the EventBridge Scheduler stop, ``expiry.py``),
+  and it is the
+  watchdog systemd's ``Restart=`` is not: it restarts ``kimi-vllm`` when its process is alive
+  but ``/health`` fails (an error or no answer within ``WATCH_TIMEOUT_SECONDS``)
+  ``WATCH_FAILURES_BEFORE_RESTART`` checks in a row once the engine answered, or once the
+  startup budget has passed since the start.
 - ``stage_cloud_config_text``: the stager's (``phase: stage``, ``stager.py``) ``#cloud-config``: its
   own AMI contract (``check_script("stage")``: the standard Amazon Linux 2023 AMI, no GPU items,
   docker and mdadm installed at boot), the same RAID0 and weights scripts with only the
@@ -78,6 +86,19 @@ API_ENV_FILE = f"{RUN_SECRETS_DIR}/api.env"
 WEIGHTS_STEP_LOG = f"{RUN_SECRETS_DIR}/weights-step.log"
 WEIGHTS_FAILURE_FILE = f"{RUN_SECRETS_DIR}/weights-failure.txt"
 UNITS = ("kimi-nvme-raid0.service", "kimi-weights.service", "kimi-vllm.service")
+# The expiry power-off and the vLLM watchdog (``watch_units``): one timer, one script (user data
+# is limited to 16 KB).
+WATCH_SCRIPT = f"{HOST_TOOLS_DIR}/watch.sh"
+WATCH_UNITS = ("kimi-watch.timer", "kimi-watch.service")
+WATCH_STATE_FILE = f"{RUN_SECRETS_DIR}/watch.state"
+# The last expiry read from SSM, kept across reboots (the power-off still comes when SSM does not answer).
+WATCH_EXPIRY_FILE = "/var/lib/kimi-deploy/expires-at"
+# Watchdog choices (not facts): one /health check a minute, an answer within 10 s, and three
+# failed checks in a row before a restart, so a hung engine is restarted about 3 min after it
+# stops answering (after the startup budget when it never answered since its start).
+WATCH_INTERVAL_SECONDS = 60
+WATCH_TIMEOUT_SECONDS = 10
+WATCH_FAILURES_BEFORE_RESTART = 3
 # The stager's (phase: stage) unit in place of the weights and vLLM units.
 STAGE_UNIT = "kimi-stage.service"
 # The Deep Learning AMI's own RAID0 of the instance store: ami_contract.DLAMI_NVME_PATH / _UNIT.
@@ -159,6 +180,11 @@ class Ec2BootConfig:
             when the host's copy differs, mounted read-only); None: not mounted (tests only).
         weights_attempts: ``StartLimitBurst`` of the weights unit (``compute.weightsRetry.attempts``).
         weights_retry_seconds: its ``RestartSec`` (``compute.weightsRetry.delaySeconds``).
+        expiry_parameter: the SSM String parameter holding the stack's expiry (RFC 3339 UTC):
+            the instance powers itself off then (``watch_units``); None: it does not expire.
+        startup_budget_seconds: how long the engine may take to answer ``/health`` after its
+            start (``sizing.startup_budget_seconds``) before the watchdog counts failures; None:
+            no watchdog (tests only).
     """
 
     region: str
@@ -180,6 +206,8 @@ class Ec2BootConfig:
     api_guard: ApiGuardBoot | None = None
     weights_attempts: int = 3
     weights_retry_seconds: int = 120
+    expiry_parameter: str | None = None
+    startup_budget_seconds: int | None = None
 
 
 def _q(args: Sequence[str]) -> str:
@@ -530,6 +558,79 @@ TimeoutStopSec=90
     return units
 
 
+def watch_script() -> str:
+    """The check ``kimi-watch.service`` runs (bash), once per run of its timer.
+
+    Usage: ``watch.sh PARAMETER REGION URL STARTUP_BUDGET_S FAILURES TIMEOUT_S UNIT``.
+
+    1. Expiry: the stack's expiry is read from the SSM parameter ``PARAMETER`` (``-``: the stack
+       does not expire) and kept in ``WATCH_EXPIRY_FILE`` (the last value read is used while SSM
+       does not answer); at or past it the instance powers off (an OS shutdown stops an EC2
+       instance: the launch template keeps the default ``instanceInitiatedShutdownBehavior``
+       ``stop``). The expiry is read, not written into the user data, so extending a trial
+       (``expiresAt``: the parameter changes in place) makes no new launch-template version,
+       which would replace the instance and wipe its NVMe copy of the weights.
+    2. Watchdog: when ``UNIT`` is active, GET ``URL``; a failure (an error status, or no answer
+       within ``TIMEOUT_S``) counts once the engine has answered since the unit's start, or once
+       ``STARTUP_BUDGET_S`` have passed since it; ``FAILURES`` in a row restart the unit. The count
+       is kept per start (the unit's ``InvocationID``) in ``WATCH_STATE_FILE``.
+
+    ``KIMI_SYSTEMCTL``, ``KIMI_WATCH_STATE`` and ``KIMI_WATCH_EXPIRY`` replace systemctl and the
+    two files (tests)."""
+    return f"""#!/bin/bash
+# kimi-deploy: power off at expiry; restart a vLLM whose process is up but whose /health fails.
+set -u
+param=$1 region=$2 url=$3 budget=$4 limit=$5 timeout=$6 unit=$7
+ctl=${{KIMI_SYSTEMCTL:-systemctl}} st=${{KIMI_WATCH_STATE:-{WATCH_STATE_FILE}}}
+ex=${{KIMI_WATCH_EXPIRY:-{WATCH_EXPIRY_FILE}}}
+mkdir -p "$(dirname "$st")" "$(dirname "$ex")"
+if [ "$param" != - ]; then
+  v=$(aws ssm get-parameter --region "$region" --name "$param" --query Parameter.Value --output text) &&
+    [ -n "$v" ] && echo "$v" >"$ex"
+  if [ -s "$ex" ] && t=$(date -d "$(cat "$ex")" +%s) && [ "$(date +%s)" -ge "$t" ]; then
+    echo "kimi-watch: the stack expired at $(cat "$ex"): powering off"; exec $ctl poweroff
+  fi
+fi
+[ "$($ctl is-active "$unit")" = active ] || {{ rm -f "$st"; exit 0; }}
+run=$($ctl show -p InvocationID --value "$unit")
+since=$(date -d "$($ctl show -p ActiveEnterTimestamp --value "$unit")" +%s) || since=0
+last=- ok=0 n=0
+read -r last ok n 2>/dev/null <"$st"
+[ "$last" = "$run" ] || {{ ok=0; n=0; }}
+if curl -fso /dev/null -m "$timeout" "$url"; then echo "$run 1 0" >"$st"; exit 0; fi
+[ "$ok" = 1 ] || [ $(($(date +%s) - since)) -ge "$budget" ] || exit 0
+n=$((1 + n)); echo "$run $ok $n" >"$st"
+echo "kimi-watch: $url failed $n of $limit checks in a row"
+[ "$n" -ge "$limit" ] || exit 0
+rm -f "$st"; echo "kimi-watch: restarting $unit (process up, /health failing)"
+exec $ctl restart --no-block "$unit"
+"""
+
+
+def watch_units(cfg: Ec2BootConfig) -> dict[str, str]:
+    """``kimi-watch.timer`` and its one-shot service running ``watch_script``: a minute after boot
+    and every ``WATCH_INTERVAL_SECONDS`` after (so the power-off comes at most about a minute after
+    the expiry), with ``cfg.expiry_parameter`` and ``http://127.0.0.1:<port>/health`` (open without
+    the API key: ``scripts/node/kimi_vllm_api_guard.py`` ``OPEN_PATHS``) and
+    ``cfg.startup_budget_seconds`` (0 when None: tests only)."""
+    args = [cfg.expiry_parameter or "-", cfg.region or "-", f"http://127.0.0.1:{cfg.port}/health",
+            str(cfg.startup_budget_seconds or 0), str(WATCH_FAILURES_BEFORE_RESTART), str(WATCH_TIMEOUT_SECONDS), UNITS[2]]
+    timer = f"""[Timer]
+OnBootSec=60
+OnUnitActiveSec={WATCH_INTERVAL_SECONDS}
+AccuracySec=1
+[Install]
+WantedBy=timers.target
+"""
+    service = f"""[Unit]
+Description=kimi-deploy: power off at expiry, restart a hung vLLM
+[Service]
+Type=oneshot
+ExecStart={WATCH_SCRIPT} {_q(args)}
+"""
+    return dict(zip(WATCH_UNITS, (timer, service), strict=True))
+
+
 class _BlockDumper(yaml.SafeDumper):
     pass
 
@@ -557,8 +658,21 @@ def ec2_cloud_config(cfg: Ec2BootConfig) -> str:
     return text
 
 
+def without_comments(text: str) -> str:
+    """``text`` (a shell script or a systemd unit) without its comment lines (a line whose first
+    non-blank character is ``#``; a ``#!`` first line is kept). The comments stay in this
+    module's source, where they document the boot; the instance gets only what runs, so the user
+    data keeps room under EC2's 16 KB for the config values it carries (``vllm.extraArgs``). None
+    of the scripts has a here-document or a multi-line string a ``#`` line could belong to."""
+    lines = text.splitlines(keepends=True)
+    return "".join(
+        line for i, line in enumerate(lines) if not line.lstrip().startswith("#") or (i == 0 and line.startswith("#!"))
+    )
+
+
 def cloud_config_text(cfg: Ec2BootConfig) -> str:
-    """The ``#cloud-config`` text of ``cfg`` without the size check (UTF-8 bytes = raw size)."""
+    """The ``#cloud-config`` text of ``cfg`` without the size check (UTF-8 bytes = raw size).
+    Comment lines are left out of every file (``without_comments``)."""
     files = [
         (AMI_CHECK_SCRIPT, check_script("serve", cfg.efa), "0755"),
         (RAID_SCRIPT, raid0_script(cfg.nvme_devices), "0755"),
@@ -566,16 +680,19 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
         (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
         (VLLM_SCRIPT, vllm_script(cfg), "0755"),
         (VLLM_ENV_FILE, env_file({**cfg.vllm_env, **(cfg.engine_cache.env if cfg.engine_cache else {})}), "0644"),
-    ] + [(f"/etc/systemd/system/{unit}", text, "0644") for unit, text in systemd_units(cfg).items()]
+        (WATCH_SCRIPT, watch_script(), "0755"),
+    ] + [(f"/etc/systemd/system/{unit}", text, "0644") for unit, text in {**systemd_units(cfg), **watch_units(cfg)}.items()]
     doc = {
         # No owner: cloud-init writes root:root by default (cloudinit/distros/__init__.py default_owner).
-        "write_files": [{"path": p, "permissions": m, "content": c} for p, c, m in files],
+        "write_files": [{"path": p, "permissions": m, "content": without_comments(c)} for p, c, m in files],
         "runcmd": [
             ["systemctl", "daemon-reload"],
             # vLLM is not enabled: the weights unit starts it at every boot once the copy is complete.
             ["systemctl", "enable", *UNITS[:2]],
             # --no-block: the first weight sync takes hours; cloud-init must not wait for it.
             ["systemctl", "start", "--no-block", UNITS[1]],
+            # The expiry power-off and the watchdog, at every boot from now on.
+            ["systemctl", "enable", "--now", WATCH_UNITS[0]],
         ],
     }
     return "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=1_000_000)

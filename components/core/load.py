@@ -40,6 +40,7 @@ from .config.raw import SECRET_KEYS, validate_raw
 from .config.spec import DeploymentSpec
 from .config.stack_file import STACKS_DIR, namespace_config, read_stack_config
 from .errors import NAMESPACE, ConfigError
+from .examples import example_value_blockers
 from .model import MODELS
 from .platforms import platform_profile
 
@@ -114,8 +115,11 @@ def parse_spec(
     compute.check_capacity_block_end(raw, now, expires_at, warnings)
     protect = lifecycle.protect_of(raw)
     blocker = checks.engine_blocker_of(raw, target_profile, model_profile, warnings)
-    # A placeholder as the EKS API's only source stops every phase (a stage creates the cluster too).
-    api_blockers = tuple(network.api_server_blockers(raw, platform))
+    # A placeholder as the EKS API's only source stops every phase (a stage creates the cluster too),
+    # and so does every other example value still in place (the plan renders and says so).
+    api_blockers = tuple(network.api_server_blockers(raw, platform)) + tuple(example_value_blockers(
+        {"model.revision": revision, "compute.capacity.reservationId": raw.compute.capacity.reservation_id}
+    ))
     lifecycle.warn_unprotected_prod(raw, protect, warnings)
 
     spec = DeploymentSpec(

@@ -168,6 +168,10 @@ ACTIONS: dict[str, tuple[str, ...]] = {
         "fsx:UpdateDataRepositoryAssociation", "fsx:DeleteDataRepositoryAssociation", "fsx:TagResource",
         "fsx:UntagResource", "fsx:ListTagsForResource", "iam:CreateServiceLinkedRole", "iam:AttachRolePolicy",
         "iam:PutRolePolicy", "s3:ListBucket", "s3:GetBucketLocation", "s3:GetBucketPolicy", "s3:PutBucketPolicy"),
+    # The expiry stop (components/aws/expiry.py): a one-shot schedule whose role the scheduler
+    # assumes (schedules carry no tags; their groups would). EventBridge Scheduler API reference.
+    "aws:scheduler/schedule:Schedule": ("scheduler:CreateSchedule", "scheduler:GetSchedule", "scheduler:UpdateSchedule",
+                                        "scheduler:DeleteSchedule", _IAM_PASS),
 }
 
 # Data sources (invoke tokens) the program reads, and what each calls.
@@ -192,6 +196,7 @@ PASSED_TO: dict[str, tuple[str, ...]] = {
     "aws:eks/nodeGroup:NodeGroup": ("ec2.amazonaws.com", "eks.amazonaws.com"),
     "aws:eks/addon:Addon": ("eks.amazonaws.com", "pods.eks.amazonaws.com"),
     "aws:eks/podIdentityAssociation:PodIdentityAssociation": ("pods.eks.amazonaws.com",),
+    "aws:scheduler/schedule:Schedule": ("scheduler.amazonaws.com",),
 }
 
 # Types that make no AWS API call: Pulumi components (package ``kimi-deploy``), providers,
@@ -200,7 +205,7 @@ PASSED_TO: dict[str, tuple[str, ...]] = {
 NO_AWS_PREFIXES: tuple[str, ...] = ("kimi-deploy:", "pulumi:providers:", "random:", "kubernetes:")
 
 _SERVICE_SIDS = {"ec2": "Ec2", "iam": "Iam", "s3": "S3", "ssm": "Ssm", "kms": "Kms", "logs": "Logs", "eks": "Eks",
-                 "fsx": "Fsx", "sts": "Sts"}
+                 "fsx": "Fsx", "sts": "Sts", "scheduler": "Scheduler"}
 
 
 class UncoveredTypes(Exception):

@@ -226,6 +226,8 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         "kubernetes_api": kubernetes_api_document(spec),
         "expires_at": run.outputs.get("expiresAt"),
         "expires_rule": _expiry_rule(spec),
+        # What stops by itself at the expiry and what keeps billing (components/aws/expiry.py).
+        "at_expiry": _at_expiry(spec, resources) if run.outputs.get("expiresAt") else None,
         "protect": spec.protect,
         "warnings": list(spec.warnings),
         # What stops `pulumi up` (the program raises the first) although the plan renders.
@@ -438,6 +440,17 @@ def scaling_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _at_expiry(spec, resources) -> str:
+    """What the expiry does: the GPU resource a schedule stops and what keeps billing
+    (``expiry.AT_EXPIRY``), or that nothing is stopped from the cloud side."""
+    if not any(r.type == "aws:scheduler/schedule:Schedule" for r in resources):
+        return "nothing stops by itself (no GPU resource on AWS to stop; the sweeper acts on the expires-at tag)"
+    from components.aws.expiry import AT_EXPIRY
+
+    stops, bills = AT_EXPIRY[spec.platform]
+    return f"{stops}; still billing: {bills}; `pulumi up` is refused after it"
+
+
 def _expiry_rule(spec) -> str:
     if spec.expires_at is not None:
         return f"explicit expiresAt {format_utc(spec.expires_at)}"
@@ -516,6 +529,8 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
              "load, engine init; see time to ready)")
     ttl = doc["expires_at"] and not doc["expires_rule"].startswith("explicit")
     expires = doc["expires_rule"] + (f" -> {doc['expires_at']} if created now" if ttl else "")
+    if doc.get("at_expiry"):
+        expires += f"; then {doc['at_expiry']}"
     kv_source = sz["kv_cache_source"]
 
     def source(text: str | None) -> str:

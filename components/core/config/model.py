@@ -48,7 +48,8 @@ def check_served_model_name(raw: RawConfig, model: ModelProfile) -> None:
 
 def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: list[str]) -> str:
     """``model.revision`` (a lower-case 40-hex commit; a branch or tag only in a trial, with a
-    warning), ``model.licenseAcknowledged`` true, and warnings for example values left in.
+    warning) and ``model.licenseAcknowledged`` true (an example value left in is a blocker:
+    ``examples.example_value_blockers``).
 
     Returns:
         The revision.
@@ -56,7 +57,6 @@ def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: li
     Raises:
         ConfigError: the first invalid value.
     """
-    cap = raw.compute.capacity
     rev = raw.model.revision
     if not REVISION_RE.match(rev):
         raise ConfigError("model.revision", rev, "is not a revision (a 40-hex commit, or in a trial a branch or tag name)")
@@ -79,9 +79,4 @@ def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: li
             raw.model.license_acknowledged,
             f"must be true: {model.display_name} license is {model.license_summary}",
         )
-    from ..examples import example_value_warnings
-
-    warnings.extend(
-        example_value_warnings({"model.revision": rev, "compute.capacity.reservationId": cap.reservation_id})
-    )
     return rev

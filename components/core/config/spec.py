@@ -39,7 +39,8 @@ class DeploymentSpec:
             engine build known not to serve the model (``engine.engine_blocker``; it stops the
             ``serve`` phase only, a ``stage`` declares no engine), and ``every_phase_blockers``.
         every_phase_blockers: the blockers that stop `pulumi up` in every phase, a stage too (a
-            documentation range as the EKS API's only source: ``network.api_server_blockers``).
+            documentation range as the EKS API's only source: ``network.api_server_blockers``; an
+            example value shipped in stacks/: ``examples.example_value_blockers``).
             Also in ``blockers``; ``up_blockers`` picks what applies to the stack's phase.
     """
 

@@ -76,6 +76,8 @@ MISSING = "<absent>"
 # A value shorter than this is not followed from an ignored input into other resources (a short
 # value such as "72" or "true" also appears where it was never carried).
 MIN_CARRIED_VALUE_CHARS = 8
+# An RFC 3339 UTC time with seconds (``2026-12-03T12:00:00Z``), as the program writes expires-at.
+_UTC_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 
 
 def is_ignored(path: str, ignore_changes: list[str] | tuple[str, ...]) -> bool:
@@ -133,6 +135,10 @@ def drop_ignored_changes(
                                 "why": "ignore_changes"})
                 if isinstance(f["old"], str) and isinstance(f["new"], str) and len(f["old"]) >= MIN_CARRIED_VALUE_CHARS:
                     pairs.append((f["old"], f["new"]))
+                    if _UTC_TIME.fullmatch(f["old"]) and _UTC_TIME.fullmatch(f["new"]):
+                        # The same time written without its UTC designator: the expiry schedule's
+                        # at(yyyy-mm-ddThh:mm:ss) expression (components/aws/expiry.py).
+                        pairs.append((f["old"][:-1], f["new"][:-1]))
             else:
                 kept.append(f)
         entry["fields"] = kept
