@@ -60,7 +60,7 @@ from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limi
 from components.core.time_to_ready import ENGINE_CACHE_RESTORE_BUDGET_SECONDS
 from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
 
-from .common import hardened_container_security, metadata, plain_env, spec_hash
+from .common import hardened_container_security, k8s_argv, metadata, plain_env, spec_hash
 from .storage import ENGINE_CACHE_VOLUME, nvme_engine_cache_volume, serving_volume
 
 PROGRAM_SOURCE = REPO_ROOT / "scripts" / "node" / "engine_cache.py"
@@ -227,7 +227,7 @@ def engine_cache_pods(
             "name": name,
             "image": command.image,
             "imagePullPolicy": "IfNotPresent",
-            "command": argv,
+            "command": k8s_argv(argv),
             "env": plain_env(env),
             "resources": resources,
             "volumeMounts": [dict(m) for m in mounts],
