@@ -230,7 +230,7 @@ def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
         url = f"http://{'127.0.0.1' if role.serves_http else LEADER_ADDRESS_REF}:{cmd.port}/health"
         want_restore, want_save = ec.cache_steps(spec, bucket, key, url)
         assert _core_argv(restore["command"]) == list(want_restore.argv)
-        assert _core_argv(save["command"]) == list(want_save.argv)
+        assert _core_argv(save["command"]) == [*want_save.argv, "--gate", kec.GATE_FILE]
         assert restore["command"][3:7] == ["restore", str(kec.RESTORE_TIMEOUT_SECONDS), "1", "0"]
         assert save["command"][3:7] == ["save", "0", str(kec.SAVE_ATTEMPTS), str(kec.SAVE_RETRY_SECONDS)]
         archive = _opt(_core_argv(restore["command"]), "--uri")
@@ -541,3 +541,66 @@ def test_the_gate_opens_whatever_save_finds(tmp_path):
         store = archive if expected == "exists" else tmp_path / "other.tar"
         assert tool.save(str(store), str(directory), "k1", log=lambda *_: None, gate=str(gate)) == expected
         assert gate.is_file()
+
+
+@pytest.mark.parametrize("stack", ["gb300", "b300-prod"])
+def test_the_pod_is_not_ready_before_the_snapshot_is_taken(stack):
+    """Rendered pods: the save sidecar writes the gate (read-write, in memory), the vLLM container
+    reads it (read-only), and the serving role's readiness fails until the gate file exists, then
+    runs the probe it had (the old pods were Ready while the cache the save archives was still open
+    to what requests wrote)."""
+    from components.k8s import engine_cache as kec
+    from components.k8s.vllm_service import readiness_probe
+
+    run, pods = _eks_pods(stack)
+    cmd = run.context.vllm
+    gated = 0
+    for role_name, pod in pods.items():
+        save = next(c for c in pod["spec"]["initContainers"] if c["name"] == kec.SAVE_CONTAINER)
+        assert {"name": kec.GATE_VOLUME, "mountPath": kec.GATE_DIR} in save["volumeMounts"]
+        assert _opt(save["command"], "--gate") == kec.GATE_FILE
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == kec.GATE_VOLUME)
+        assert volume["emptyDir"]["medium"] == "Memory"
+        vllm = _container(pod, "vllm")
+        assert {"name": kec.GATE_VOLUME, "mountPath": kec.GATE_DIR, "readOnly": True} in vllm["volumeMounts"]
+        if cmd.role(role_name).serves_http:
+            gated += 1
+            probe = vllm["readinessProbe"]["exec"]["command"]
+            original = readiness_probe(cmd.port, cmd.served_model_names[0])["exec"]["command"]
+            assert probe == ["python3", "-c", kec.GATED_PROBE_SCRIPT, kec.GATE_FILE, *original]
+    assert gated == 1
+
+
+def test_the_gated_probe_fails_until_the_gate_exists_then_runs_the_probe(tmp_path):
+    import subprocess
+    import sys
+
+    from components.k8s import engine_cache as kec
+
+    gate = tmp_path / "snapshot-taken"
+
+    def probe(*inner):
+        return subprocess.run([sys.executable, "-c", kec.GATED_PROBE_SCRIPT, str(gate), *inner], timeout=60).returncode
+
+    assert probe("true") == 1
+    gate.write_text("snapshot taken\n")
+    assert probe("true") == 0 and probe("false") == 1
+
+
+def test_a_failed_save_opens_the_gate_and_a_retry_archives_nothing(tmp_path, monkeypatch):
+    """An upload that fails after the snapshot: the gate is open (the pod can serve), and the runner's
+    next attempt finds it open and archives nothing (its directory may hold what requests wrote)."""
+    directory = tmp_path / "node1" / "k1"
+    _populate(directory, "k1")
+    gate = tmp_path / "gate" / "snapshot-taken"
+    archive = tmp_path / "mirror" / "k1.tar"
+
+    def fail(path, uri):
+        raise tool.CacheError("upload failed")
+
+    monkeypatch.setattr(tool, "put", fail)
+    argv = ["save", "--uri", str(archive), "--dir", str(directory), "--key", "k1", "--gate", str(gate)]
+    assert tool.main(argv) == 1 and gate.is_file()
+    monkeypatch.undo()
+    assert tool.main(argv) == 0 and not archive.exists()
+    assert tool.save(str(archive), str(directory), "k1", log=lambda *_: None, gate=str(gate)) == "late"

@@ -256,12 +256,18 @@ def open_gate(gate: str | None) -> None:
 def save(uri: str, directory: str, key: str, log=print, gate: str | None = None) -> str:
     """Snapshot ``directory`` (recording ``key``), open ``gate``, then upload the snapshot and its
     sha256 manifest to ``uri`` unless a manifest exists there. Returns ``exists``, ``empty``
-    (nothing compiled yet) or ``saved``. The gate opens in every case but an error: the snapshot
-    is what the engine wrote before the pod could be Ready.
+    (nothing compiled yet), ``late`` (the gate was open already: nothing archived) or ``saved``.
+    The gate opens in every case (``main`` opens it after an error too): the snapshot is what the
+    engine wrote before the pod could be Ready.
 
     Raises:
         CacheError: the directory records another key.
     """
+    if gate and os.path.exists(gate):
+        # The gate is open (an earlier attempt failed after opening it): the pod may be serving, so
+        # the directory may hold what a request wrote. Nothing is archived; the next pod saves.
+        log(f"engine-cache: {gate} is open already: the moment before the first request has passed; not saved")
+        return "late"
     if exists(manifest_uri(uri)):
         open_gate(gate)
         return "exists"
@@ -316,11 +322,14 @@ def main(argv: list[str] | None = None) -> int:
             restore(args.uri, args.dir, args.key)
             mark(args.dir, args.key)
             return 0
-        if args.wait_url and not wait_healthy(args.wait_url, args.wait_seconds):
-            print(f"engine-cache: {args.wait_url} not healthy after {args.wait_seconds:.0f} s; not saved", file=sys.stderr)
-            return 1
-        save(args.uri, args.dir, args.key, gate=args.gate)
-        return 0
+        try:
+            if args.wait_url and not wait_healthy(args.wait_url, args.wait_seconds):
+                print(f"engine-cache: {args.wait_url} not healthy after {args.wait_seconds:.0f} s; not saved", file=sys.stderr)
+                return 1
+            save(args.uri, args.dir, args.key, gate=args.gate)
+            return 0
+        finally:
+            open_gate(args.gate)  # a failed save never keeps the pod from Ready (nothing is archived after)
     except CacheError as exc:
         print(f"engine-cache: error: {exc}", file=sys.stderr)
         return 1
