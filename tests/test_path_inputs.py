@@ -11,9 +11,21 @@ import pytest
 
 from components.core.config import namespace_config, read_stack_config
 from components.core.config.patterns import git_ref_problem, path_segments_problem
+from components.core.errors import ConfigError
 from components.core.load import parse_spec
 from components.core.weights import serving_path
-from tests.test_config import FIXED_NOW, reject
+from tests.conftest import FIXED_NOW
+
+
+def reject(config: dict, key: str, *fragments: str, stack: str = "test", secrets=frozenset()) -> str:
+    """The one-line ConfigError ``parse_spec`` raises for ``config``, naming ``key`` and each fragment."""
+    with pytest.raises(ConfigError) as info:
+        parse_spec(config, stack=stack, now=FIXED_NOW, secrets_set=secrets)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"kimi-deploy:{key}:"), message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
 
 
 def _trial(stack: str = "b300") -> dict:
