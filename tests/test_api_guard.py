@@ -19,10 +19,10 @@ from components.core.vllm import (
     API_GUARD_SOURCE,
     API_OPEN_PATHS,
 )
-from scripts.node.kimi_vllm_api_guard import OPEN_PATHS, RequireApiKey
+from scripts.node.kimi_vllm_api_guard import MIN_API_KEY_CHARS, OPEN_PATHS, RequireApiKey
 from tests.conftest import STACKS, plan_for
 
-KEY = "sk-guard-test"
+KEY = "sk-guard-test-0123456789"
 
 
 def call(path: str, *, method: str = "POST", key: str | None = None, kind: str = "http", root_path: str = "",
@@ -122,7 +122,57 @@ def test_preflight_root_path_websocket_and_no_key():
     assert call("/api/health", root_path="/api", method="GET") == (200, True)
     assert call("/api/invocations", root_path="/api") == (401, False)
     assert call("/v1/realtime", kind="websocket") == ("websocket.close", False)
-    assert call("/invocations", api_key="") == (200, True)  # no key configured: no check, like vLLM itself
+
+
+@pytest.mark.parametrize("api_key", ["", "x" * (MIN_API_KEY_CHARS - 1), None], ids=["empty", "one-short", "unset"])
+def test_no_usable_key_fails_closed(api_key, monkeypatch):
+    """An empty, short or unset key opens nothing: every route, the probes' too, gets 503 and the
+    wrapped app never runs (the old guard let every request through on an empty key)."""
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    for path in ("/invocations", "/v1/chat/completions", "/health"):
+        assert call(path, api_key=api_key) == (503, False)
+        assert call(path, api_key=api_key, key=api_key or "") == (503, False)
+    assert call("/v1/realtime", kind="websocket", api_key=api_key) == ("websocket.close", False)
+    assert call("/invocations", api_key="x" * MIN_API_KEY_CHARS, key="x" * MIN_API_KEY_CHARS) == (200, True)
+
+
+def _lifespan(api_key: str) -> list[dict]:
+    """The messages the guard sends for a lifespan startup (what uvicorn reads)."""
+    sent: list[dict] = []
+    inbox = [{"type": "lifespan.startup"}]
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "lifespan.startup.complete"})
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return inbox.pop(0)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(RequireApiKey(app, api_key=api_key)({"type": "lifespan"}, receive, send))
+    finally:
+        loop.close()
+    return sent
+
+
+def test_lifespan_startup_fails_with_a_reason_that_never_shows_the_key():
+    short = "q7Zr" * 3  # 12 characters
+    (failed,) = _lifespan(short)
+    assert failed["type"] == "lifespan.startup.failed"
+    assert "VLLM_API_KEY" in failed["message"] and str(MIN_API_KEY_CHARS) in failed["message"]
+    assert short not in failed["message"]
+    assert "empty" in _lifespan("")[0]["message"]
+    assert _lifespan(KEY) == [{"type": "lifespan.startup.complete"}]
+
+
+def test_the_minimum_is_one_figure():
+    from components.core.config.raw import API_KEY_MIN_CHARS
+
+    assert MIN_API_KEY_CHARS == API_KEY_MIN_CHARS == 15
 
 
 def test_the_guard_reads_the_key_from_vllm_api_key(monkeypatch):
@@ -217,3 +267,46 @@ def test_ec2_fetches_verifies_and_mounts_the_guard():
                and str(r.inputs.get("key", "")).endswith(API_GUARD_FILENAME)]
     assert len(uploads) == 1 and uploads[0].inputs["content"] == API_GUARD_SOURCE.read_text()
     assert json.dumps(uploads[0].inputs["key"]) == json.dumps(f"_tools/{API_GUARD_FILENAME}")
+
+
+@pytest.mark.parametrize("key", ["", "x" * (MIN_API_KEY_CHARS - 1)], ids=["empty", "one-short"])
+def test_the_pinned_vllm_server_exits_at_start_without_a_usable_key(key):
+    """vLLM's own app and serve_http (uvicorn's default lifespan "auto", which swallows an exception
+    raised while the middleware is built): the guard's failed lifespan startup stops the server with
+    uvicorn's startup-failure status 3 and the guard's reason in the log; the old guard served."""
+    import os
+    import subprocess
+
+    from components.core.vllm import build_vllm_command
+    from tests.conftest import REPO_ROOT
+    from tests.vllm_contract import require_vllm_python
+
+    python = require_vllm_python()
+    server = next(r for r in build_vllm_command(plan_for("b300").context.spec).roles if r.serves_http)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([str(python), str(REPO_ROOT / "tests" / "vllm_guard_startup_probe.py")],
+                          input=json.dumps({"argv": list(server.argv[2:]), "key": key}),
+                          env={**env, "PYTHONPATH": str(API_GUARD_SOURCE.parent)}, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert "served" not in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "VLLM_API_KEY" in proc.stderr and "refusing to serve" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["", "k" * (MIN_API_KEY_CHARS - 1)], ids=["empty", "one-short"])
+def test_pulumi_up_refuses_an_empty_or_short_api_key_without_showing_it(value):
+    """The program's config read (`pulumi up`, decrypted secrets) refuses the key in one line that
+    names the key and the minimum, never the value; the old reader passed an empty key on as an
+    empty Secret (every route open) and any short one."""
+    from components.core.config.reader import SECURE_PLACEHOLDER, read_config_strings
+    from components.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        read_config_strings({"kimi-deploy:apiKey": value}, {"kimi-deploy:apiKey"})
+    message = str(err.value)
+    assert message.startswith("kimi-deploy:apiKey: '[secret]' ") and str(MIN_API_KEY_CHARS) in message
+    assert "\n" not in message and (not value or value not in message)
+    _, secrets = read_config_strings({"kimi-deploy:apiKey": "k" * MIN_API_KEY_CHARS}, {"kimi-deploy:apiKey"})
+    assert secrets == {"apiKey"}
+    # Offline the plan sees only the placeholder of an encrypted value: nothing to measure.
+    assert read_config_strings({"kimi-deploy:apiKey": SECURE_PLACEHOLDER}, {"kimi-deploy:apiKey"})[1] == {"apiKey"}

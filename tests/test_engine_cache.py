@@ -3,6 +3,7 @@ program (scripts/node/engine_cache.py). A restored cache is never used for anoth
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -126,6 +127,9 @@ def test_restore_rejects_members_outside_the_directory(tmp_path):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+    # A manifest that matches (whoever can write the archive may write it too): the members are still checked.
+    manifest = {"version": 1, "key": "k", "archive_sha256": tool.sha256_file(str(archive)), "files": {}}
+    (tmp_path / ("evil.tar" + tool.MANIFEST_SUFFIX)).write_text(json.dumps(manifest))
     with pytest.raises(tool.CacheError, match="outside"):
         tool.restore(str(archive), str(tmp_path / "d"), "k", log=lambda *_: None)
     assert not (tmp_path / "escape.txt").exists()
@@ -226,7 +230,7 @@ def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
         url = f"http://{'127.0.0.1' if role.serves_http else LEADER_ADDRESS_REF}:{cmd.port}/health"
         want_restore, want_save = ec.cache_steps(spec, bucket, key, url)
         assert _core_argv(restore["command"]) == list(want_restore.argv)
-        assert _core_argv(save["command"]) == list(want_save.argv)
+        assert _core_argv(save["command"]) == [*want_save.argv, "--gate", kec.GATE_FILE]
         assert restore["command"][3:7] == ["restore", str(kec.RESTORE_TIMEOUT_SECONDS), "1", "0"]
         assert save["command"][3:7] == ["save", "0", str(kec.SAVE_ATTEMPTS), str(kec.SAVE_RETRY_SECONDS)]
         archive = _opt(_core_argv(restore["command"]), "--uri")
@@ -436,3 +440,167 @@ def test_runner_save_retries_then_idles_until_sigterm(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "attempt 2/2 ended with 1" in err
+
+
+# --- the sha256 manifest and the snapshot taken before the pod is Ready ------------------------------
+
+
+def _saved(tmp_path, key="k1", text="compiled"):
+    archive = tmp_path / "mirror" / f"{key}.tar"
+    _populate(tmp_path / "node1" / key, key, text)
+    assert tool.save(str(archive), str(tmp_path / "node1" / key), key, log=lambda *_: None) == "saved"
+    return archive
+
+
+def _rewrite(archive, change):
+    """The archive with each member's bytes passed through ``change(name, data)`` (same names, same order)."""
+    members = []
+    with tarfile.open(archive) as tar:
+        for m in tar.getmembers():
+            data = tar.extractfile(m).read() if m.isfile() else None
+            members.append((m, data))
+    with tarfile.open(archive, "w") as tar:
+        for m, data in members:
+            if data is None:
+                tar.addfile(m)
+                continue
+            data = change(m.name, data)
+            m.size = len(data)
+            tar.addfile(m, io.BytesIO(data))
+
+
+def test_save_records_a_sha256_manifest_of_the_archive_and_every_file(tmp_path):
+    archive = _saved(tmp_path)
+    manifest = json.loads((tmp_path / "mirror" / ("k1.tar" + tool.MANIFEST_SUFFIX)).read_text())
+    artifact = "vllm/torch_compile_cache/abc/artifact.py"
+    assert manifest["key"] == "k1" and manifest["archive_sha256"] == tool.sha256_file(str(archive))
+    assert manifest["files"] == {artifact: {"size": 8, "sha256": hashlib.sha256(b"compiled").hexdigest()}}
+
+
+def test_a_tampered_archive_is_refused_and_the_engine_compiles_cold(tmp_path):
+    """One member's bytes changed after the save (the key file untouched): the archive's sha256 is not
+    the manifest's; refused, nothing restored, exit 0 (a cold start). The old restore ran it."""
+    archive = _saved(tmp_path)
+    _rewrite(archive, lambda name, data: b"import os  # poisoned" if name.endswith("artifact.py") else data)
+    target = tmp_path / "node2" / "k1"
+    assert tool.restore(str(archive), str(target), "k1", log=lambda *_: None) == "refused"
+    assert not (target / "vllm").exists()
+    assert tool.main(["restore", "--uri", str(archive), "--dir", str(target), "--key", "k1"]) == 0
+    assert tool.recorded_key(str(target)) == "k1" and not (target / "vllm").exists()
+
+
+def test_a_forged_archive_sha256_does_not_pass_the_per_file_check(tmp_path):
+    """The manifest's archive sha256 rewritten to the tampered archive's: the files still differ."""
+    archive = _saved(tmp_path)
+    _rewrite(archive, lambda name, data: b"poisoned" if name.endswith("artifact.py") else data)
+    manifest_path = tmp_path / "mirror" / ("k1.tar" + tool.MANIFEST_SUFFIX)
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.write_text(json.dumps({**manifest, "archive_sha256": tool.sha256_file(str(archive))}))
+    assert tool.restore(str(archive), str(tmp_path / "node2" / "k1"), "k1", log=lambda *_: None) == "refused"
+    assert not (tmp_path / "node2" / "k1" / "vllm").exists()
+
+
+def test_an_archive_without_a_manifest_is_refused(tmp_path):
+    archive = _saved(tmp_path)
+    (tmp_path / "mirror" / ("k1.tar" + tool.MANIFEST_SUFFIX)).unlink()
+    assert tool.restore(str(archive), str(tmp_path / "node2" / "k1"), "k1", log=lambda *_: None) == "refused"
+    # A save over it writes the archive and its manifest again (a manifest, not the archive, means saved).
+    _populate(tmp_path / "node1" / "k1", "k1")
+    assert tool.save(str(archive), str(tmp_path / "node1" / "k1"), "k1", log=lambda *_: None) == "saved"
+    assert tool.restore(str(archive), str(tmp_path / "node2" / "k1"), "k1", log=lambda *_: None) == "restored"
+
+
+def test_the_archive_is_the_snapshot_taken_before_the_gate_opens(tmp_path, monkeypatch):
+    """Whatever the cache directory gains once the gate is open (the pod Ready, requests admitted) is
+    not archived: the gate opens after the snapshot, and the archive is made from the snapshot."""
+    directory = tmp_path / "node1" / "k1"
+    _populate(directory, "k1")
+    gate = tmp_path / "gate" / "snapshot-taken"
+    opened = []
+
+    def open_gate(path):
+        assert path == str(gate)
+        opened.append(path)
+        (directory / "written-by-a-request.py").write_text("poison")  # what a served request could write
+        (directory / "vllm" / "torch_compile_cache" / "abc" / "artifact.py").write_text("changed")
+
+    monkeypatch.setattr(tool, "open_gate", open_gate)
+    archive = tmp_path / "mirror" / "k1.tar"
+    assert tool.save(str(archive), str(directory), "k1", log=lambda *_: None, gate=str(gate)) == "saved"
+    assert opened == [str(gate)]
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        assert "written-by-a-request.py" not in names
+        assert tar.extractfile("vllm/torch_compile_cache/abc/artifact.py").read() == b"compiled"
+
+
+def test_the_gate_opens_whatever_save_finds(tmp_path):
+    archive = _saved(tmp_path)
+    for directory, expected in ((tmp_path / "node1" / "k1", "exists"), (tmp_path / "nothing", "empty")):
+        gate = tmp_path / f"gate-{expected}"
+        store = archive if expected == "exists" else tmp_path / "other.tar"
+        assert tool.save(str(store), str(directory), "k1", log=lambda *_: None, gate=str(gate)) == expected
+        assert gate.is_file()
+
+
+@pytest.mark.parametrize("stack", ["gb300", "b300-prod"])
+def test_the_pod_is_not_ready_before_the_snapshot_is_taken(stack):
+    """Rendered pods: the save sidecar writes the gate (read-write, in memory), the vLLM container
+    reads it (read-only), and the serving role's readiness fails until the gate file exists, then
+    runs the probe it had (the old pods were Ready while the cache the save archives was still open
+    to what requests wrote)."""
+    from components.k8s import engine_cache as kec
+    from components.k8s.vllm_service import readiness_probe
+
+    run, pods = _eks_pods(stack)
+    cmd = run.context.vllm
+    gated = 0
+    for role_name, pod in pods.items():
+        save = next(c for c in pod["spec"]["initContainers"] if c["name"] == kec.SAVE_CONTAINER)
+        assert {"name": kec.GATE_VOLUME, "mountPath": kec.GATE_DIR} in save["volumeMounts"]
+        assert _opt(save["command"], "--gate") == kec.GATE_FILE
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == kec.GATE_VOLUME)
+        assert volume["emptyDir"]["medium"] == "Memory"
+        vllm = _container(pod, "vllm")
+        assert {"name": kec.GATE_VOLUME, "mountPath": kec.GATE_DIR, "readOnly": True} in vllm["volumeMounts"]
+        if cmd.role(role_name).serves_http:
+            gated += 1
+            probe = vllm["readinessProbe"]["exec"]["command"]
+            original = readiness_probe(cmd.port, cmd.served_model_names[0])["exec"]["command"]
+            assert probe == ["python3", "-c", kec.GATED_PROBE_SCRIPT, kec.GATE_FILE, *original]
+    assert gated == 1
+
+
+def test_the_gated_probe_fails_until_the_gate_exists_then_runs_the_probe(tmp_path):
+    import subprocess
+    import sys
+
+    from components.k8s import engine_cache as kec
+
+    gate = tmp_path / "snapshot-taken"
+
+    def probe(*inner):
+        return subprocess.run([sys.executable, "-c", kec.GATED_PROBE_SCRIPT, str(gate), *inner], timeout=60).returncode
+
+    assert probe("true") == 1
+    gate.write_text("snapshot taken\n")
+    assert probe("true") == 0 and probe("false") == 1
+
+
+def test_a_failed_save_opens_the_gate_and_a_retry_archives_nothing(tmp_path, monkeypatch):
+    """An upload that fails after the snapshot: the gate is open (the pod can serve), and the runner's
+    next attempt finds it open and archives nothing (its directory may hold what requests wrote)."""
+    directory = tmp_path / "node1" / "k1"
+    _populate(directory, "k1")
+    gate = tmp_path / "gate" / "snapshot-taken"
+    archive = tmp_path / "mirror" / "k1.tar"
+
+    def fail(path, uri):
+        raise tool.CacheError("upload failed")
+
+    monkeypatch.setattr(tool, "put", fail)
+    argv = ["save", "--uri", str(archive), "--dir", str(directory), "--key", "k1", "--gate", str(gate)]
+    assert tool.main(argv) == 1 and gate.is_file()
+    monkeypatch.undo()
+    assert tool.main(argv) == 0 and not archive.exists()
+    assert tool.save(str(archive), str(directory), "k1", log=lambda *_: None, gate=str(gate)) == "late"

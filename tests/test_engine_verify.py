@@ -256,6 +256,9 @@ if args[0] == "pull":
         sys.exit(0)
     print(f"Error response from daemon: manifest for {{args[1]}} not found: manifest unknown", file=sys.stderr)
     sys.exit(1)
+if args[:2] == ["image", "inspect"] and "{{{{json .Config.Env}}}}" in args:
+    print(os.environ.get("FAKE_IMAGE_ENV", "[]"))
+    sys.exit(0)
 if args[:2] == ["image", "inspect"]:
     ref = args[-1] if args[-1].startswith("docker.io/") else "docker.io/" + args[-1]
     print(json.dumps([ref.split(":")[0] + "@sha256:" + "ab" * 32]))
@@ -267,7 +270,8 @@ sys.exit(125)
 '''
 
 
-def _fake_runtime(tmp_path: Path, monkeypatch, pullable: list[str], vllm_python: Path | None = None) -> None:
+def _fake_runtime(tmp_path: Path, monkeypatch, pullable: list[str], vllm_python: Path | None = None,
+                  image_env: list[str] | None = None) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     docker = bindir / "docker"
@@ -275,6 +279,7 @@ def _fake_runtime(tmp_path: Path, monkeypatch, pullable: list[str], vllm_python:
     docker.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("FAKE_PULLABLE", json.dumps(pullable))
+    monkeypatch.setenv("FAKE_IMAGE_ENV", json.dumps(image_env or ["PATH=/usr/local/bin:/usr/bin:/bin"]))
 
 
 def test_a_made_up_nightly_commit_is_not_proven(monkeypatch, tmp_path, capsys):
@@ -329,3 +334,64 @@ def test_release_tuple_reads_dev_and_local_versions():
 def test_the_check_program_takes_its_request_on_stdin_only():
     proc = subprocess.run([sys.executable, str(CHECK), "--image", "x"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "JSON on stdin" in proc.stderr
+
+
+# --- the image's own Env ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "image_env,needles",
+    [
+        pytest.param(["PYTHONPATH=/opt/site", "VLLM_USE_RUST_FRONTEND=1"],
+                     ["FAIL  image-env", "the image sets PYTHONPATH='/opt/site'", "/opt/kimi-deploy/api-guard",
+                      "pass  argv"], id="pythonpath-replaced-and-rust-frontend-pinned-off"),
+        pytest.param(["VLLM_USE_V2_MODEL_RUNNER=1"], ["pass  image-env", "FAIL  argv", "VLLM_USE_V2_MODEL_RUNNER=1 is redundant"],
+                     id="redundant-var-from-the-image"),
+    ],
+)
+def test_the_images_env_is_read_and_what_breaks_the_command_is_refused(monkeypatch, tmp_path, capsys, image_env, needles):
+    """``engine verify`` reads the image's Config.Env: a PYTHONPATH the guard's would replace is refused;
+    an image's VLLM_USE_RUST_FRONTEND=1 is replaced by the command's pinned 0 (the argv check, with the
+    role's env laid over the image's, selects the Python frontend); a variable the role leaves alone
+    reaches vLLM's own env checks. The old verify read no Env: it proved both images."""
+    python = require_vllm_python()
+    image = "vllm/vllm-openai:v0.34.0"
+    _fake_runtime(tmp_path, monkeypatch, pullable=[image], vllm_python=python, image_env=["PATH=/usr/bin", *image_env])
+    assert cli.main(["engine", "verify", "--image", image, "--stack", "b300"]) == 1
+    out = capsys.readouterr().out
+    for needle in needles:
+        assert needle in out, (needle, out)
+    assert "pulumi config set" not in out
+
+
+def test_the_image_env_check_names_what_the_command_replaces():
+    """Without a runtime: the rendered env over an image's (an image's =1 under the pinned 0 is named, not refused)."""
+    spec = load_stack("gb300", now=FIXED_NOW)
+    envs = [dict(r.env) for r in build_vllm_command(spec, compute_sizing(spec)).roles]
+    ok = engine_verify.image_env_check({"VLLM_USE_RUST_FRONTEND": "1", "PATH": "/usr/bin"}, envs)
+    assert ok["ok"] and "VLLM_USE_RUST_FRONTEND ('1' -> '0')" in ok["detail"]
+    refused = engine_verify.image_env_check({"PYTHONPATH": "/opt/site"}, envs)
+    assert not refused["ok"] and refused["detail"].count("PYTHONPATH") >= 2  # once, though only the leader sets it
+    assert engine_verify.image_env_check({"PYTHONPATH": ""}, envs)["ok"]  # an empty one holds nothing to lose
+
+
+def test_every_role_pins_the_python_frontend():
+    """VLLM_USE_RUST_FRONTEND=0 in every role's env on every stack: vllm-rs exits 2 on --middleware, and
+    an image's =1 is replaced (the old env left it unset: the image's value won)."""
+    from components.core.config import stack_names
+
+    for name in stack_names():
+        spec = load_stack(name, now=FIXED_NOW)
+        for role in build_vllm_command(spec, compute_sizing(spec)).roles:
+            assert role.env["VLLM_USE_RUST_FRONTEND"] == "0", (name, role.name)
+
+
+def test_image_env_is_read_with_the_runtimes_inspect():
+    calls = []
+
+    def run(cmd, **_):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, json.dumps(["A=1", "B=x=y", "EMPTY="]), "")
+
+    assert engine_verify.read_image_env("podman", "vllm/vllm-openai:v0.34.0", run) == {"A": "1", "B": "x=y", "EMPTY": ""}
+    assert calls == [["podman", "image", "inspect", "--format", "{{json .Config.Env}}", "docker.io/vllm/vllm-openai:v0.34.0"]]

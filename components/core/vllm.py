@@ -46,6 +46,17 @@ API_GUARD_FILENAME = API_GUARD_SOURCE.name
 # Served without the key (the guard's OPEN_PATHS): the probes' /health and Prometheus' /metrics.
 API_OPEN_PATHS: tuple[str, ...] = ("/health", "/metrics")
 
+# Set in every role's env, whatever the image says: vLLM 0.34.0 picks its Rust API frontend (vllm-rs)
+# when VLLM_USE_RUST_FRONTEND is a non-zero integer (vllm/envs.py), and vllm-rs exits 2 on
+# --middleware ("not implemented in Rust frontend yet"; tests/test_vllm_contract.py runs the binary):
+# a derived image with VLLM_USE_RUST_FRONTEND=1 in its Env would never start the guarded server. The
+# role's env replaces the image's value of a variable on every platform (docker run -e, the pod spec).
+PINNED_FRONTEND_ENV: Mapping[str, str] = MappingProxyType({"VLLM_USE_RUST_FRONTEND": "0"})
+# The API guard's PYTHONPATH replaces the image's own (neither docker run -e nor a pod's env can
+# prepend to an image's value: the kubelet expands $(VAR) from the pod spec's env only), so
+# `kimi-deploy engine verify` refuses an image whose Env sets PYTHONPATH (ENV_REPLACED_SEARCH_PATHS).
+ENV_REPLACED_SEARCH_PATHS: tuple[str, ...] = ("PYTHONPATH",)
+
 # NCCL docs (Environment Variables): INFO level, limited to initialisation and the network layer,
 # names the transport of every channel and the network plugin in the log.
 NCCL_TRANSPORT_LOG_ENV: Mapping[str, str] = MappingProxyType({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
@@ -229,6 +240,7 @@ def _env(spec: DeploymentSpec, sizing: Sizing) -> dict[str, str]:
     if spec.config.vllm.decode_context_parallel_size > 1:
         env.update(recipe.dcp_env)
     env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(sizing.startup_budget_seconds)
+    env.update(PINNED_FRONTEND_ENV)
     # Weights are local; the server must never reach for the hub at start.
     env["HF_HUB_OFFLINE"] = "1"
     if spec.nodes_per_copy > 1 and spec.target.needs_compute_domain:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from components.core.config import DeploymentSpec
 from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL, VLLM_WORKLOAD_NAME
 from components.core.versions import VLLM_VERSION
+from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF
 from components.platform import GpuPlacement, ServiceAccess
 
 if TYPE_CHECKING:  # typing only: this module creates no resources and imports no Pulumi at run time
@@ -187,9 +188,38 @@ def secret_env(name: str, config_key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}}
 
 
+# The only $(VAR) references the program writes into a container on purpose (LeaderWorkerSet
+# injects both into every pod of a group; components/core/vllm.py). Every other "$" is literal.
+K8S_VAR_REFS: tuple[str, ...] = (LEADER_ADDRESS_REF, WORKER_INDEX_REF)
+_DOLLAR_OR_REF = re.compile("|".join(re.escape(r) for r in K8S_VAR_REFS) + r"|\$")
+
+
+def k8s_literal(text: str) -> str:
+    """``text`` as the kubelet must receive it to run it unchanged: every ``$`` doubled except in ``K8S_VAR_REFS``.
+
+    The kubelet expands ``$(VAR)`` in a container's command, args and env values (and an exec
+    probe's command) from the container's env, and reduces ``$$`` to ``$`` (Kubernetes API
+    reference, Container ``args``: "Variable references $(VAR_NAME) are expanded using the
+    container's environment [...] Double $$ are reduced to a single $, which allows for escaping the
+    $(VAR_NAME) syntax"; third_party/forked/golang/expansion/expand.go). Doubling every ``$`` is
+    the exact inverse, so a literal ``$(VLLM_API_KEY)`` in extraArgs or a chat template stays text
+    instead of becoming the key in argv. The program's own references stay references (a user's
+    literal ``$(LWS_WORKER_INDEX)`` too: the one text that cannot be told apart).
+    """
+    return _DOLLAR_OR_REF.sub(lambda m: "$$" if m.group(0) == "$" else m.group(0), text)
+
+
+def k8s_argv(argv: Any) -> Any:
+    """A container's or exec probe's ``command`` (a list of str, or a Pulumi Output of one) with
+    every item through ``k8s_literal``: the one place an argv becomes a container spec."""
+    if isinstance(argv, (list, tuple)):
+        return [k8s_literal(str(a)) for a in argv]
+    return argv.apply(lambda items: [k8s_literal(str(a)) for a in items])
+
+
 def plain_env(env: Mapping[str, str]) -> list[dict[str, str]]:
-    """Plain env vars in a stable order."""
-    return [{"name": k, "value": str(v)} for k, v in sorted(env.items())]
+    """Plain env vars in a stable order, each value through ``k8s_literal`` (the kubelet expands them too)."""
+    return [{"name": k, "value": k8s_literal(str(v))} for k, v in sorted(env.items())]
 
 
 def spec_hash(document: Any, length: int = 10) -> str:

@@ -12,9 +12,13 @@ name ends in a hash of its text, run in the pinned vLLM image (no extra image). 
   refused (another key) or failed archive is a cold start, never a pod that cannot start.
 - ``engine-cache-save``: a native sidecar (an init container with ``restartPolicy: Always``;
   Kubernetes >= 1.29 runs it beside the main containers, and every EKS version offered here,
-  ``versions.EKS_VERSIONS``, is >= 1.31). Being started is all the kubelet waits for, so serving
-  never waits for it. It runs the core's save argv (wait for ``/health``, archive once, never over
-  an existing archive) up to ``SAVE_ATTEMPTS`` times, then idles: a sidecar that exits is
+  ``versions.EKS_VERSIONS``, is >= 1.31). It runs the core's save argv (wait for ``/health``,
+  snapshot the cache directory, open the gate, then upload the snapshot and its sha256 manifest
+  once, never over an existing one) up to ``SAVE_ATTEMPTS`` times, then idles. The gate
+  (``GATE_FILE`` on an in-memory emptyDir, read-only in vLLM) holds the serving role's readiness
+  (``gated_readiness``): the pod joins its Service only after the snapshot is taken, so the archive
+  holds what the engine wrote before any request; a failed save opens the gate too, and a retry
+  that finds it open archives nothing. A sidecar that exits is restarted: a sidecar that exits is
   restarted, and while it is down the pod's Ready condition is false (the kubelet counts
   restartable init containers in ContainersReady: kubernetes ``pkg/kubelet/status/generate.go``
   ``GenerateContainersReadyCondition``), which would take a serving pod out of its Service.
@@ -60,7 +64,7 @@ from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limi
 from components.core.time_to_ready import ENGINE_CACHE_RESTORE_BUDGET_SECONDS
 from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
 
-from .common import hardened_container_security, metadata, plain_env, spec_hash
+from .common import hardened_container_security, k8s_argv, metadata, plain_env, spec_hash
 from .storage import ENGINE_CACHE_VOLUME, nvme_engine_cache_volume, serving_volume
 
 PROGRAM_SOURCE = REPO_ROOT / "scripts" / "node" / "engine_cache.py"
@@ -73,6 +77,16 @@ CACHE_VOLUME = ENGINE_CACHE_VOLUME
 # The caches of 8 ranks are about 5 GB (time_inputs.ENGINE_CACHE_BYTES, an estimate); the save
 # stages one archive of them beside (TMPDIR): 64 GiB leaves room for both.
 EMPTY_DIR_SIZE = "64Gi"
+# The save sidecar creates GATE_FILE once it has snapshotted the cache directory (or found an
+# archive already saved, or failed); the vLLM container's readiness waits for it, so no request
+# reaches the engine before the snapshot the archive is made of (scripts/node/engine_cache.py save
+# --gate). An in-memory emptyDir: written by the sidecar, read-only in the vLLM container.
+GATE_VOLUME = "engine-cache-gate"
+GATE_DIR = "/run/kimi-engine-cache-gate"
+GATE_FILE = f"{GATE_DIR}/snapshot-taken"
+GATE_SIZE = "1Mi"
+# The readiness exec command wrapped: the gate file first, then the original probe (stdlib only).
+GATED_PROBE_SCRIPT = "import os, sys; os.path.exists(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])"
 RESTORE_CONTAINER = "engine-cache-restore"
 SAVE_CONTAINER = "engine-cache-save"
 VLLM_CONTAINER = "vllm"
@@ -201,7 +215,7 @@ def engine_cache_pods(
     bucket = pulumi.Output.from_input(mirror_bucket)
     steps = bucket.apply(lambda b: ec.cache_steps(spec, b, key, url))
     restore_argv = runner_argv("restore", steps.apply(lambda s: list(s[0].argv)))
-    save_argv = runner_argv("save", steps.apply(lambda s: list(s[1].argv)))
+    save_argv = runner_argv("save", steps.apply(lambda s: [*s[1].argv, "--gate", GATE_FILE]))
     root = PurePosixPath(ec.ENGINE_CACHE_ROOT)
     directory = PurePosixPath(ec.cache_dir(key)).name
     volumes: list[dict[str, Any]] = [
@@ -227,7 +241,7 @@ def engine_cache_pods(
             "name": name,
             "image": command.image,
             "imagePullPolicy": "IfNotPresent",
-            "command": argv,
+            "command": k8s_argv(argv),
             "env": plain_env(env),
             "resources": resources,
             "volumeMounts": [dict(m) for m in mounts],
@@ -239,6 +253,8 @@ def engine_cache_pods(
     save = container(SAVE_CONTAINER, save_argv, {"requests": {"cpu": "100m", "memory": "256Mi"},
                                                  "limits": {"cpu": SMALL_HELPER_CPU_LIMIT, "memory": "4Gi"}})
     save["restartPolicy"] = "Always"
+    save["volumeMounts"].append({"name": GATE_VOLUME, "mountPath": GATE_DIR})
+    volumes.append({"name": GATE_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": GATE_SIZE}})
     # $(VAR) in the path (the worker index) needs subPathExpr; a literal path stays subPath.
     vllm_mount = {"name": cache_volume, "mountPath": ec.ENGINE_CACHE_CONTAINER_PATH,
                   ("subPathExpr" if "$(" in sub else "subPath"): sub}
@@ -247,6 +263,14 @@ def engine_cache_pods(
     annotations = {SKIP_CONTAINERS_ANNOTATION: VLLM_CONTAINER} if spec.profile.provisions_aws else {}
     return EngineCachePods(key, restore, save, tuple(volumes), vllm_mount, ec.vllm_cache_env(), annotations,
                            RESTORE_TIMEOUT_SECONDS)
+
+
+def gated_readiness(probe: dict[str, Any]) -> dict[str, Any]:
+    """``probe`` (an exec readiness probe) that fails until ``GATE_FILE`` exists, then runs as before."""
+    command = probe["exec"]["command"]
+    gated = k8s_argv(["python3", "-c", GATED_PROBE_SCRIPT, GATE_FILE])
+    joined = command.apply(lambda items: [*gated, *items]) if isinstance(command, pulumi.Output) else [*gated, *command]
+    return {**probe, "exec": {"command": joined}}
 
 
 def engine_cache_budget_seconds(caches: dict[str, EngineCachePods] | None) -> int:
@@ -269,7 +293,10 @@ def with_engine_cache(template: dict[str, Any], cache: EngineCachePods | None) -
     for c in pod["containers"]:
         if c["name"] == VLLM_CONTAINER:
             c = {**c, "env": [*c.get("env", []), *plain_env(cache.vllm_env)],
-                 "volumeMounts": [*c.get("volumeMounts", []), cache.vllm_mount]}
+                 "volumeMounts": [*c.get("volumeMounts", []), cache.vllm_mount,
+                                  {"name": GATE_VOLUME, "mountPath": GATE_DIR, "readOnly": True}]}
+            if "readinessProbe" in c:
+                c["readinessProbe"] = gated_readiness(c["readinessProbe"])
         containers.append(c)
     pod["containers"] = containers
     have = {v["name"] for v in pod.get("volumes", [])}

@@ -57,6 +57,7 @@ from .common import (
     COMPUTE_DOMAIN_NAME,
     HTTP_PORT_NAME,
     VLLM_NAME,
+    k8s_argv,
     labels,
     metadata,
     plain_env,
@@ -125,7 +126,7 @@ def startup_probe(port: int, sizing: Sizing) -> dict[str, Any]:
 def readiness_probe(port: int, served_model_name: str) -> dict[str, Any]:
     """Ready only when ``/v1/models`` (authenticated) lists the served model."""
     return {
-        "exec": {"command": ["python3", "-c", READINESS_SCRIPT, str(port), served_model_name]},
+        "exec": {"command": k8s_argv(["python3", "-c", READINESS_SCRIPT, str(port), served_model_name])},
         "periodSeconds": READINESS_PERIOD_SECONDS,
         "timeoutSeconds": PROBE_TIMEOUT_SECONDS + 5,
         "failureThreshold": READINESS_FAILURE_THRESHOLD,
@@ -203,7 +204,7 @@ def pod_template(
         "name": "vllm",
         "image": command.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": list(role.argv),
+        "command": k8s_argv(role.argv),
         "env": env,
         "resources": resources,
         "volumeMounts": [

@@ -11,7 +11,16 @@ that: a request without ``Authorization: Bearer <VLLM_API_KEY>`` gets 401 on eve
 The server loads it with ``--middleware kimi_vllm_api_guard.RequireApiKey`` (vLLM's documented
 hook: ``app.add_middleware(cls)``), the module's directory on ``PYTHONPATH``. It runs on the
 node, inside the vLLM image: standard library only. The key is read once from ``VLLM_API_KEY``
-(the same secret vLLM reads); without a key it lets everything through, as vLLM does.
+(the same secret vLLM reads).
+
+It fails closed: a key that is unset, empty or shorter than ``MIN_API_KEY_CHARS`` stops the server
+at the start of its HTTP side. Starlette builds its middleware inside the first ASGI call (the
+lifespan startup), where uvicorn's default ``lifespan="auto"`` swallows an exception ("ASGI
+'lifespan' protocol appears unsupported") and serves on; so the guard does not raise there: it
+answers the lifespan startup with ``lifespan.startup.failed`` and its reason, which uvicorn logs
+("Application startup failed. Exiting.") before it exits with status 3 (uvicorn 0.54
+``STARTUP_FAILURE``). A server run without a lifespan gets 503 on every route, probes included.
+The reason names the variable and the minimum, never the key.
 """
 
 from __future__ import annotations
@@ -32,6 +41,26 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # Served without the key: the startup/liveness probes and the Prometheus scrape.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
 API_KEY_ENV = "VLLM_API_KEY"
+# The shortest key the guard serves with, characters: NIST SP 800-63B-4 (August 2024) section
+# 3.1.1.2, "passwords that are used as a single-factor authentication mechanism [...] a minimum of
+# 15 characters". The same figure as components/core/vllm.py API_KEY_MIN_CHARS (the deploy-time
+# check; tests/test_api_guard.py holds them equal): this file runs in the image, standard library only.
+MIN_API_KEY_CHARS = 15
+
+
+def key_refusal(key: str | None) -> str | None:
+    """Why ``key`` cannot guard the server (a one-line reason that never contains the key), or None.
+
+    Args:
+        key: the configured API key; None or empty when unset.
+    """
+    if not key:
+        return (f"kimi_vllm_api_guard: {API_KEY_ENV} is unset or empty: the server would be open to anyone; "
+                f"refusing to serve (set the stack secret kimi-deploy:apiKey, or unset it to have one generated)")
+    if len(key) < MIN_API_KEY_CHARS:
+        return (f"kimi_vllm_api_guard: {API_KEY_ENV} is shorter than {MIN_API_KEY_CHARS} characters "
+                f"(NIST SP 800-63B-4 section 3.1.1.2); refusing to serve")
+    return None
 
 
 class RequireApiKey:
@@ -39,13 +68,16 @@ class RequireApiKey:
 
     Args:
         app: the wrapped ASGI app (vLLM's FastAPI app).
-        api_key: the key; default ``$VLLM_API_KEY``. Empty or unset: no check at all.
+        api_key: the key; default ``$VLLM_API_KEY``. Unset, empty or shorter than
+            ``MIN_API_KEY_CHARS``: ``refusal`` says why, the lifespan startup fails with it and
+            every request gets 503 (the wrapped app never runs).
     """
 
     def __init__(self, app: ASGIApp, api_key: str | None = None) -> None:
         self.app = app
         key = os.environ.get(API_KEY_ENV, "") if api_key is None else api_key
-        self._key_sha256 = hashlib.sha256(key.encode()).digest() if key else None
+        self.refusal = key_refusal(key)
+        self._key_sha256 = hashlib.sha256(key.encode()).digest() if self.refusal is None else None
 
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope.get("headers") or ():
@@ -55,8 +87,26 @@ class RequireApiKey:
                     return hmac.compare_digest(hashlib.sha256(token.strip().encode()).digest(), self._key_sha256)
         return False
 
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """No usable key: fail the lifespan startup (uvicorn exits), 503 or close any request."""
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.startup":
+                pass
+            await send({"type": "lifespan.startup.failed", "message": self.refusal})
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1011})  # internal error
+        elif scope["type"] == "http":
+            body = json.dumps({"error": "Service Unavailable: the API key is not configured"}).encode()
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._key_sha256 is None or scope["type"] not in ("http", "websocket") or scope.get("method") == "OPTIONS":
+        if self.refusal is not None:
+            await self._refuse(scope, receive, send)
+            return
+        if scope["type"] not in ("http", "websocket") or scope.get("method") == "OPTIONS":
             await self.app(scope, receive, send)
             return
         path = scope["path"]

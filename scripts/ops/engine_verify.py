@@ -12,7 +12,9 @@ vendor, e.g. the sparse-indexer MLA of Gated DSA, the tool and reasoning parsers
 environment variable name the stack sets, and each ``vllm serve`` command through vLLM's own
 parser). A nightly tag must also be the commit it names. The tag is resolved to the image's
 registry digest (``<runtime> image inspect``: RepoDigests), and a passing build prints the exact
-``pulumi config set`` line that pins it.
+``pulumi config set`` line that pins it. The image's own Env (``image inspect``: Config.Env) is read
+too: each role's env is checked laid over it, and an image whose PYTHONPATH the command would
+replace (the API guard's directory) is refused.
 
 Exit codes: 0 proven; 1 refused (a check failed, or the image cannot be pulled or checked: not
 proven); 2 usage or config error, or no container runtime.
@@ -191,6 +193,68 @@ def pull_command(runtime: str, image: str) -> list[str]:
 def inspect_command(runtime: str, image: str) -> list[str]:
     """``<runtime> image inspect`` printing the image's registry digests as JSON (``qualified``)."""
     return [runtime, "image", "inspect", "--format", "{{json .RepoDigests}}", qualified(image)]
+
+
+def image_env_command(runtime: str, image: str) -> list[str]:
+    """``<runtime> image inspect`` printing the image's ``Config.Env`` (``["NAME=value", ...]``) as JSON."""
+    return [runtime, "image", "inspect", "--format", "{{json .Config.Env}}", qualified(image)]
+
+
+def read_image_env(runtime: str, image: str, run: Runner = subprocess.run) -> dict[str, str]:
+    """The environment ``image`` sets (its ``ENV`` lines), name -> value.
+
+    Raises:
+        NotProven: the runtime cannot inspect it.
+    """
+    proc = run(image_env_command(runtime, image), capture_output=True, text=True, check=False, timeout=120)
+    if proc.returncode != 0:
+        raise NotProven(f"{image}: {Path(runtime).name} image inspect (Env) failed: {_last_line(proc.stderr)}")
+    try:
+        entries = json.loads(proc.stdout.strip() or "null") or []
+    except ValueError:
+        raise NotProven(f"{image}: {Path(runtime).name} image inspect printed no Env list: {_last_line(proc.stdout)}") from None
+    env: dict[str, str] = {}
+    for entry in entries:
+        name, _, value = str(entry).partition("=")
+        env[name] = value
+    return env
+
+
+def image_env_check(image_env: dict[str, str], role_envs: list[dict[str, str]]) -> dict[str, Any]:
+    """What the image's Env does to the rendered command, as one check of the report
+    (``{"name": "image-env", "ok", "detail"}``).
+
+    Refused: a search path (``vllm.ENV_REPLACED_SEARCH_PATHS``: PYTHONPATH) that the image sets and a
+    role replaces: the role's value (the API guard's directory) cannot be prepended to the image's
+    on either platform, so the image's own modules would vanish from the path. Every other variable
+    the role also sets is replaced (named in the detail: e.g. an image's VLLM_USE_RUST_FRONTEND=1
+    under the command's pinned 0); what the role leaves alone reaches vLLM and is checked with the
+    role's env by the argv check (``with_image_env``).
+    """
+    from components.core.vllm import ENV_REPLACED_SEARCH_PATHS
+
+    problems: list[str] = []
+    replaced: dict[str, str] = {}
+    for env in role_envs:
+        for name, value in env.items():
+            if name in image_env and image_env[name] != value:
+                replaced[name] = f"{name} ({image_env[name]!r} -> {value!r})"
+                if name in ENV_REPLACED_SEARCH_PATHS and image_env[name]:
+                    problems.append(
+                        f"the image sets {name}={image_env[name]!r} and the command replaces it with {value!r} (a "
+                        f"pod's env and docker run -e cannot prepend to an image's value): the image's own modules "
+                        f"would be lost; rebuild it without {name} (install them into site-packages)")
+    detail = "; ".join(dict.fromkeys(problems)) if problems else (
+        f"{len(image_env)} variables; the command replaces " + ", ".join(sorted(replaced.values())) if replaced
+        else f"{len(image_env)} variables; none the command sets")
+    return {"name": "image-env", "ok": not problems, "detail": detail}
+
+
+def with_image_env(request: dict[str, Any], image_env: dict[str, str]) -> dict[str, Any]:
+    """``request`` with each role's env laid over the image's (the container's real environment):
+    the argv check then runs what the pod or instance will run through vLLM's own env checks."""
+    envs = request.get("envs") or []
+    return {**request, "envs": [{**image_env, **(env or {})} for env in envs]}
 
 
 def run_command(runtime: str, image: str, check_dir: str) -> list[str]:
@@ -391,9 +455,12 @@ def verify(image: str, stack: str | None, runtime: str, *, pull: bool = True, ru
             if proc.returncode != 0:
                 raise NotProven(f"{image}: cannot be pulled ({_last_line(proc.stderr)}): not proven")
         pinned = resolve_digest(runtime, image, run)
-        report = run_check(runtime, pinned if "@sha256:" in image else image, request, run)
+        image_env = read_image_env(runtime, image, run)
+        report = run_check(runtime, pinned if "@sha256:" in image else image, with_image_env(request, image_env), run)
     except NotProven as err:
         return Verification(image, None, names, None, str(err))
+    env_check = image_env_check(image_env, list(request.get("envs") or []))
+    report = {**report, "checks": [*report["checks"], env_check], "ok": bool(report.get("ok")) and env_check["ok"]}
     return Verification(image, pinned, names, report, None)
 
 

@@ -10,7 +10,7 @@ from .. import k8s_schema, limits, naming
 from ..errors import ConfigError
 from ..platforms import PlatformProfile
 from ..targets import TargetProfile
-from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE
+from .patterns import DNS_LABEL_RE, IAM_PRINCIPAL_ARN_RE, path_segments_problem
 from .raw import RawConfig
 
 # Namespaces every cluster creates for itself (Kubernetes docs, "Namespaces": initial namespaces).
@@ -36,6 +36,8 @@ def check_kubernetes(
             host_path,
             "must be an absolute path below / without '..' (where the node's NVMe is mounted)",
         )
+    if (problem := path_segments_problem(host_path.rstrip("/") if host_path != "/" else host_path, absolute=True)):
+        raise ConfigError("kubernetes.nvmeHostPath", host_path, f"{problem}: name the directory where the node's NVMe is mounted")
     from ..node_storage import state_containing, system_dir_containing
 
     if (system := system_dir_containing(host_path)) is not None and state_containing(host_path) is None:

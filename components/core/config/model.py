@@ -6,7 +6,7 @@ import re
 
 from ..errors import ConfigError
 from ..model import MODELS, ModelProfile
-from .patterns import COMMIT_RE, REVISION_RE, SERVED_MODEL_NAME_RE
+from .patterns import COMMIT_RE, REVISION_RE, SERVED_MODEL_NAME_RE, git_ref_problem
 from .raw import RawConfig
 
 
@@ -60,6 +60,9 @@ def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: li
     rev = raw.model.revision
     if not REVISION_RE.match(rev):
         raise ConfigError("model.revision", rev, "is not a revision (a 40-hex commit, or in a trial a branch or tag name)")
+    if (problem := git_ref_problem(rev)) is not None:
+        # The revision becomes a directory (/models/<profile>/<revision>) and an S3 key prefix.
+        raise ConfigError("model.revision", rev, f"{problem}: a revision is a 40-hex commit, or in a trial a branch or tag name")
     if re.fullmatch(r"[0-9a-fA-F]{40}", rev) and not COMMIT_RE.match(rev):
         raise ConfigError("model.revision", rev, "is a commit in upper case: write it in lower case as the hub does")
     if not COMMIT_RE.match(rev):

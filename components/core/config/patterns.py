@@ -61,3 +61,41 @@ SECURITY_GROUP_ID_RE = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
 # The name clients send as `model` (vLLM --served-model-name): an OpenAI-style model id or a hub
 # repo id (org/name), no whitespace or quotes: it is also a PromQL label value and a shell word.
 SERVED_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+
+
+def path_segments_problem(value: str, *, absolute: bool) -> str | None:
+    """Why ``value``, joined into a filesystem path or an S3 key, could leave the directory it is
+    joined to or name another one (one clause), or None.
+
+    Args:
+        value: a '/'-separated path.
+        absolute: True for a host path (it must start with '/'), False for a part joined below a
+            directory or prefix (it must not).
+
+    Refused: the wrong kind (absolute or relative), an empty segment ('//', a trailing '/'), a '.'
+    or '..' segment, a backslash or a control character (POSIX.1-2017 section 4.13 "Pathname
+    Resolution": '.' and '..' resolve to the directory and its parent; '//' is a single separator).
+    """
+    if any(ch == "\\" or ord(ch) < 0x20 or ch == "\x7f" for ch in value):
+        return "holds a backslash or a control character"
+    if value.startswith("/") != absolute:
+        return "must be an absolute path" if absolute else "must be a relative path (no leading '/')"
+    segments = value[1:].split("/") if absolute else value.split("/")
+    if any(seg == "" for seg in segments):
+        return "has an empty segment ('//' or a trailing '/')"
+    if any(seg in (".", "..") for seg in segments):
+        return "has a '.' or '..' segment (a path escape)"
+    return None
+
+
+def git_ref_problem(name: str) -> str | None:
+    """Why ``name`` is not a branch or tag name git accepts (one clause), or None: a relative path
+    by ``path_segments_problem``, and git-check-ref-format's rules beyond it (git 2.47 docs, rules
+    1-3 and 6-10: no segment starting with '.' or ending with '.lock', no '..', not ending with '.')."""
+    if (problem := path_segments_problem(name, absolute=False)) is not None:
+        return problem
+    if ".." in name:
+        return "holds '..' (git refuses it in a ref name)"
+    if name.endswith(".") or any(seg.startswith(".") or seg.endswith(".lock") for seg in name.split("/")):
+        return "is not a git ref name (a segment starts with '.' or ends with '.lock', or it ends with '.')"
+    return None

@@ -28,12 +28,19 @@ SECRETS: Mapping[str, str] = MappingProxyType(
         "SecureString parameter (aws-ec2) or a Kubernetes Secret, never in argv or user data.",
         "modelscopeToken": "ModelScope token for the weight sync's hub download (model.source modelscope); kept like hfToken.",
         "apiKey": "The vLLM API key clients send (Authorization: Bearer); optional: generated once and kept in the stack "
-        "state when unset (stack output apiKey).",
+        "state when unset (stack output apiKey). At least 15 characters (API_KEY_MIN_CHARS); never empty.",
         "kubeconfig": "kubernetes platform: the kubeconfig of the existing cluster (`pulumi config set --secret "
         "kimi-deploy:kubeconfig < ~/.kube/config`); without it `pulumi up` uses the ambient kubeconfig.",
     }
 )
 SECRET_KEYS: tuple[str, ...] = tuple(SECRETS)
+
+# The shortest apiKey `pulumi up` accepts, characters: NIST SP 800-63B-4 (August 2024) section
+# 3.1.1.2 ("passwords that are used as a single-factor authentication mechanism [...] a minimum of
+# 15 characters"); the API key is the endpoint's single factor. The generated key has 48
+# (program._api_key). The API guard in the image (scripts/node/kimi_vllm_api_guard.py
+# MIN_API_KEY_CHARS, standard library only) refuses to serve below the same figure.
+API_KEY_MIN_CHARS = 15
 
 DEFAULT_TRIAL_TTL_HOURS = 72
 

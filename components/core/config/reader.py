@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from ..errors import NAMESPACE, ConfigError, did_you_mean
 from ..limits import tags_problem
-from .raw import SECRET_KEYS, RawConfig
+from .raw import API_KEY_MIN_CHARS, SECRET_KEYS, RawConfig
 
 # Config keys of the providers the program uses through their default configuration.
 # pulumi-aws 7.51.1 ``pulumi_aws/config/vars.py`` (tests/test_config_reader.py checks the list
@@ -185,6 +185,25 @@ def _decode_secret(full_key: str, kind: str, text: str) -> Any:
         raise ConfigError(full_key, "[secret]", f"is not a valid {kind} value") from None
 
 
+def _check_api_key(full_key: str, text: str | None) -> None:
+    """Refuse an ``apiKey`` that is empty or shorter than ``API_KEY_MIN_CHARS`` (its value never shown).
+
+    An empty secret would reach the pods as an empty ``VLLM_API_KEY`` (the guard then refuses to
+    serve); offline the plan sees only ``SECURE_PLACEHOLDER`` and skips this.
+
+    Raises:
+        ConfigError: empty, or below the minimum (the message names the minimum, not the length).
+    """
+    if text is None:
+        return
+    if text == "":
+        raise ConfigError(full_key, "[secret]", "is set but empty: set a key of at least "
+                          f"{API_KEY_MIN_CHARS} characters, or unset it (pulumi config rm {full_key}) to have one generated")
+    if len(text) < API_KEY_MIN_CHARS:
+        raise ConfigError(full_key, "[secret]", f"is shorter than {API_KEY_MIN_CHARS} characters (NIST SP 800-63B-4 "
+                          "section 3.1.1.2): set a longer key, or unset it to have one generated")
+
+
 def read_config_strings(
     config: Mapping[str, str], secret_full_keys: typing.Collection[str] = ()
 ) -> tuple[dict[str, Any], frozenset[str]]:
@@ -237,6 +256,8 @@ def read_config_strings(
                 values["region"] = text
             continue
         if name in SECRET_KEYS:
+            if name == "apiKey" and text != SECURE_PLACEHOLDER:
+                _check_api_key(full_key, text)
             if text not in (None, ""):
                 secrets.add(name)
             continue

@@ -6,7 +6,7 @@ from .. import fsx
 from ..errors import ConfigError, check_choice
 from ..platforms import PlatformProfile
 from ..targets import InstanceFacts
-from .patterns import S3_KEY_PREFIX_RE, bucket_name_problem
+from .patterns import S3_KEY_PREFIX_RE, bucket_name_problem, path_segments_problem
 from .raw import RawConfig
 
 
@@ -102,6 +102,9 @@ def check_storage(raw: RawConfig, platform: PlatformProfile, instance: InstanceF
         raise ConfigError("storage.mirror.prefix", mirror.prefix,
                           "must be a relative S3 key prefix: segments of letters, digits, '.', '_' and '-' joined by "
                           "'/' (no leading, trailing or doubled '/', no '..')")
+    if (problem := path_segments_problem(mirror.prefix, absolute=False)) is not None:
+        # A '.' segment: S3 keeps it literally, a file system (the FSx import, the node copy) resolves it.
+        raise ConfigError("storage.mirror.prefix", mirror.prefix, f"{problem}: the prefix becomes a directory too")
     if mirror.endpoint_url is not None:
         check_endpoint_url(mirror.endpoint_url)
     check_read_gbps(raw, instance, instance_type, needed)

@@ -249,7 +249,9 @@ class LocalDestination(Destination):
         journal = self._load_journal()
         entries = [self._known_hash(e, journal.get(e.path)) for e in entries]
         marker = self._read_marker()
-        if (self.verify != "full" and marker and all(e.sha256 for e in entries)
+        # Reused only when it names this source: a copy of the same repo and revision from another hub
+        # (huggingface vs modelscope) is a new sync, and the marker it ends with names this one.
+        if (self.verify != "full" and marker and marker.get("source") == self.source.uri and all(e.sha256 for e in entries)
                 and marker.get("manifest_sha256") == manifest_digest(entries)
                 and self._changed_file(entries, journal) is None):
             summary.files_skipped = len(entries)
@@ -506,7 +508,8 @@ class S3Destination(Destination):
             # Hub files outside LFS come with a git blob id, not a sha256: the mirror's manifest
             # gives the sha256 it verified for the same blob, so a complete mirror stays a no-op.
             entries = [_known_blob(e, mirror_entries.get(e.path)) for e in entries]
-            if (self.verify != "full" and marker and all(e.sha256 for e in entries)
+            if (self.verify != "full" and marker and marker.get("source") == self.source.uri
+                    and all(e.sha256 for e in entries)
                     and marker.get("manifest_sha256") == manifest_digest(entries)
                     and all(existing.get(s3_key(self.prefix, e.path)) == e.size_bytes for e in entries)):
                 summary.files_skipped = len(entries)
