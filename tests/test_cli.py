@@ -148,3 +148,44 @@ def test_version_is_the_installed_distributions(capsys):
 
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out == f"kimi-deploy {version('kimi-deploy')}\n"
+
+
+# --- --output is never an input of the command (new-user trial: `plan --output stacks/Pulumi.S.yaml`
+# replaced the stack's config, secure: ciphertexts included, with the plan text and exited 0)
+
+
+@pytest.mark.parametrize("command", [["plan", "--stack", "b300"], ["diff", "--against", "HEAD", "--stack", "b300"]])
+@pytest.mark.parametrize("how", ["the stack file", "a link to it", "a spelling with .. and //", "a new stack file"])
+def test_an_output_that_is_a_stack_file_is_refused_and_the_file_kept(command, how, tmp_path):
+    stack_file = REPO_ROOT / "stacks" / "Pulumi.b300.yaml"
+    before = stack_file.read_bytes()
+    link = tmp_path / "link.yaml"
+    link.symlink_to(stack_file)
+    output = {"the stack file": "stacks/Pulumi.b300.yaml", "a link to it": str(link),
+              "a spelling with .. and //": "docs/..//stacks/./Pulumi.b300.yaml",
+              "a new stack file": "stacks/Pulumi.plan-output.yaml"}[how]
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", *command, "--output", output], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert without_overlay_notice(proc).stderr.startswith(f"error: --output: {output!r} is ") and "stacks" in proc.stderr
+    assert len(proc.stderr.splitlines()) <= 2 and stack_file.read_bytes() == before
+    assert not (REPO_ROOT / "stacks" / "Pulumi.plan-output.yaml").exists()
+
+
+@pytest.mark.parametrize("text", ["config:\n  kimi-deploy:hfToken:\n    secure: v1:abc==\n",
+                                  'config:\n  kimi-deploy:hfToken: {secure: "v1:abc=="}\n',
+                                  '{"kimi-deploy:hfToken": {"secure": "v1:abc=="}}'])
+def test_an_output_file_holding_secure_values_is_not_overwritten(text, tmp_path):
+    from scripts.ops import _cli
+
+    copy = tmp_path / "Pulumi.backup.yaml"
+    copy.write_text(text)
+    with pytest.raises(_cli.UsageError, match="holds secure: values"):
+        _cli.check_output_path("--output", str(copy))
+    assert copy.read_text() == text
+    plain = tmp_path / "plan.txt"
+    plain.write_text("an old plan: secure values stay out of plans\n")  # prose naming the word is no secret
+    _cli.check_output_path("--output", str(plain))
+    _cli.check_output_path("--output", str(tmp_path / "new.txt"))
+    with pytest.raises(_cli.UsageError, match="is a directory"):
+        _cli.check_output_path("--output", str(tmp_path))

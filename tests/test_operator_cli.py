@@ -336,14 +336,15 @@ def test_a_misspelt_flag_gets_the_nearest_and_a_bare_value_is_never_echoed():
 
 @pytest.mark.parametrize("how", ["stdout", "--output", "json"])
 def test_an_output_that_cannot_be_written_is_one_line_not_a_traceback(how, tmp_path):
-    """A full disk (here /dev/full, which refuses every write with ENOSPC): one line and exit 1."""
+    """A full disk (here /dev/full, which refuses every write with ENOSPC): one line and exit 2 (exit 1 is
+    documented as a check that failed, a secret in the plan; new-user trial: it was 1)."""
     argv = [sys.executable, "-m", "scripts.cli", "plan", "--stack", "b300", "--now", "2026-12-01T00:00:00Z"]
     argv += {"stdout": [], "--output": ["--output", "/dev/full"], "json": ["--format", "json"]}[how]
     with open("/dev/full", "w") as full:
         proc = subprocess.run(argv, cwd=REPO_ROOT, stdout=full if how != "--output" else subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True, timeout=300)
     err = without_overlay_notice(subprocess.CompletedProcess(argv, proc.returncode, "", proc.stderr)).stderr
-    assert proc.returncode == 1 and err == "error: cannot write the output: No space left on device\n", err
+    assert proc.returncode == 2 and err == "error: cannot write the output: No space left on device\n", err
 
 
 @pytest.mark.parametrize("argv,fragment", [

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, TextIO
@@ -101,7 +103,9 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
     """Run ``main(argv)`` and map user mistakes to exit 2 with one line on stderr.
 
     ``UsageError`` and the core's ``ConfigError`` print ``error: <message>``; Ctrl-C exits 130;
-    ``SystemExit`` from argparse (``--help``, bad flags) passes its code through. A reader that
+    ``SystemExit`` from argparse (``--help``, bad flags) passes its code through. An output that
+    cannot be written (a full disk, ``/dev/full``) is one line and exit 2, a usage error, never
+    exit 1 (a check failed). A reader that
     stops reading (``kimi-deploy plan | head``) ends the run quietly with exit 0, as ``git log |
     head`` does: standard output then points at /dev/null so no later flush fails. Any other
     exception is a bug and keeps its traceback.
@@ -126,12 +130,13 @@ def run_cli(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | N
         _stdout_to_devnull()
         return EXIT_OK
     except OSError as err:
-        # The output could not be written (a full disk, a quota, /dev/full, a read-only file): one line.
+        # The output could not be written (a full disk, a quota, /dev/full, a read-only file): one line,
+        # exit 2 like any other unusable --output (exit 1 means a check failed, e.g. a secret in the plan).
         if err.errno not in _WRITE_ERRNOS:
             raise
         _stdout_to_devnull()
         print(f"error: cannot write the output: {err.strerror or err}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
 
 
 def _stdout_to_devnull() -> None:
@@ -160,6 +165,68 @@ def _rich_broken_pipe_raises() -> None:
         raise BrokenPipeError
 
     Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------------------------------
+# --output: never a file the command reads, never a file holding secrets
+
+# The project's root (scripts/ops/_cli.py -> the checkout): its stack files and Pulumi.yaml are what
+# the commands with --output read.
+_REPO_ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A Pulumi secret in a YAML file: a ``secure:`` key with a value (Pulumi stack settings files store
+# each secret as ``key: {secure: <ciphertext>}``, written ``secure: v1:...`` on its own line).
+_SECURE_VALUE = re.compile(rb"""(?m)(?:^|[\s{,])["']?secure["']?:[ \t]*[^\s}]""")
+# How much of an existing file is read to look for secrets before it is overwritten.
+_SECRET_SCAN_BYTES = 4 * 1024 * 1024
+
+
+def command_inputs(repo_root: str | None = None) -> tuple[str, ...]:
+    """Real paths of what the commands with ``--output`` (plan, diff) read: the project file
+    ``Pulumi.yaml`` and the stack directory ``stacks/`` (every stack file, and any file a new one
+    would be: Pulumi reads ``stacks/Pulumi.<name>.yaml`` by name)."""
+    root = os.path.realpath(repo_root or _REPO_ROOT_DIR)
+    return (os.path.join(root, "Pulumi.yaml"), os.path.join(root, "stacks"))
+
+
+def check_output_path(flag: str, path: str, inputs: Iterable[str] | None = None) -> None:
+    """Refuse an output file the command would destroy something by writing: one rule for every
+    command with ``--output``.
+
+    ``path`` is resolved as the OS will open it (``os.path.realpath``: symbolic links, ``..``,
+    doubled slashes), then refused when it is, or lies in, one of ``inputs`` (default
+    ``command_inputs()``: the stack files and ``Pulumi.yaml``), when it is a directory, or when it
+    is an existing file holding a Pulumi secret (a ``secure:`` value, e.g. a stack file copied
+    elsewhere): writing the plan there would replace the ciphertexts for good.
+
+    Raises:
+        UsageError: one line naming ``flag``, the path and why it is refused.
+    """
+    real = os.path.realpath(path)
+    for item in (command_inputs() if inputs is None else inputs):
+        item_real = os.path.realpath(item)
+        if real == item_real or real.startswith(item_real.rstrip("/") + "/"):
+            raise UsageError(
+                f"{flag}: {path!r} is {'' if real == item_real else 'in '}{_shown(item_real)}, which this command reads: "
+                "writing there would replace the stack's config (its secure: values included); write the output "
+                "elsewhere, e.g. --output plan.txt")
+    if os.path.isdir(real):
+        raise UsageError(f"{flag}: {path!r} is a directory; give a file name")
+    if os.path.isfile(real):
+        try:
+            with open(real, "rb") as existing:
+                head = existing.read(_SECRET_SCAN_BYTES)
+        except OSError:
+            return  # unreadable: opening it for writing reports the error in one line
+        if _SECURE_VALUE.search(head):
+            raise UsageError(
+                f"{flag}: {path!r} holds secure: values (Pulumi secrets): writing the output there would destroy "
+                "them; write it elsewhere")
+
+
+def _shown(real: str) -> str:
+    """``real`` relative to the checkout when it lies there (``stacks``), else as it is."""
+    root = os.path.realpath(_REPO_ROOT_DIR)
+    return os.path.relpath(real, root) if real.startswith(root + "/") else real
 
 
 def overlay_notice(where: str = "over every stack file", stack: str | None = None) -> str | None:

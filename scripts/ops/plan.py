@@ -51,7 +51,7 @@ from components.core.config import (
 from components.core.config.stack_file import CONFIG_OVERLAY_ENV, overlay_keys
 from components.core.errors import ConfigError
 from components.core.load import load_stack
-from scripts.ops._cli import CliParser, print_overlay_notice, prog_name
+from scripts.ops._cli import CliParser, UsageError, check_output_path, print_overlay_notice, prog_name
 from scripts.ops._text import shell_command, shell_units, wrap_items
 from scripts.ops._text import wrap as _wrap_text
 
@@ -1323,6 +1323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value is not None and not value.strip():  # read as unset it would silently do something else
             print(f"error: {flag}: {value!r} is empty; give a {'git ref' if flag == '--diff-against' else 'file'} or "
                   "leave the flag out", file=sys.stderr)
+            return 2
+    if args.output:
+        try:  # never a stack file, Pulumi.yaml or a file holding secure: values
+            check_output_path("--output", args.output)
+        except UsageError as err:
+            print(f"error: {err}", file=sys.stderr)
             return 2
     try:
         now = _parse_now(args.now)

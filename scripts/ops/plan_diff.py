@@ -43,7 +43,13 @@ from pathlib import Path
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from scripts.ops._cli import CliParser, print_overlay_notice, prog_name  # standard library only
+from scripts.ops._cli import (  # standard library only
+    CliParser,
+    UsageError,
+    check_output_path,
+    print_overlay_notice,
+    prog_name,
+)
 from scripts.ops.diff.engine import IGNORED_DOC_KEYS, diff_documents, diff_values, flatten, has_changes
 from scripts.ops.diff.render import (
     MARKDOWN_LIMIT_CHARS,
@@ -160,6 +166,12 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``plan_diff.py`` / ``kimi-deploy diff``: one diff per stack. Returns the exit code (0, 1 leak, 2 error)."""
     args = make_parser().parse_args(argv)
+    if args.output is not None:
+        try:  # never a stack file, Pulumi.yaml or a file holding secure: values
+            check_output_path("--output", args.output)
+        except UsageError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     try:
         now = None
         if args.now is not None:  # an empty --now is refused, not read as "now"
