@@ -443,6 +443,36 @@ def test_an_nvme_host_path_in_a_system_directory_is_refused(path):
     reject(cfg, "kubernetes.nvmeHostPath", "lies in the host's system directory")
 
 
+@pytest.mark.parametrize("path,fragment", [
+    ("//var/lib/kubelet", "lies in the node's own state at /var/lib/kubelet (read as /var/lib/kubelet)"),
+    ("/var//lib/./kubelet/", "lies in the node's own state at /var/lib/kubelet"),
+    ("/var/run", "lies in the host's system directory /run (read as /run)"),
+    ("/var/run/nvme", "lies in the host's system directory /run (read as /run/nvme)"),
+    ("/var/lib", "holds the node's own state at /var/lib/kubelet"),
+    ("/var", "holds the node's own state at /var/lib/kubelet"),
+    ("//", "is the root directory (read as /)"),
+    ("/mnt/nvme ", "holds whitespace or a control character"),
+    ("/mnt/nvme\n", "holds whitespace or a control character"),
+    ("/mnt/\tnvme", "holds whitespace or a control character"),
+])
+def test_an_nvme_host_path_is_checked_in_its_normal_spelling(path, fragment):
+    """New-user trial: /var/lib/kubelet was refused but //var/lib/kubelet, /var/run (= /run), /var/lib, /var and a
+    trailing space or newline passed (DirectoryOrCreate then puts 1.56 TB on the root disk, or in RAM under /run)."""
+    cfg = base("mi355x")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "nvmeHostPath": path}
+    reject(cfg, "kubernetes.nvmeHostPath", fragment)
+
+
+def test_every_host_path_check_reads_the_one_normal_spelling():
+    from components.core import node_storage as ns
+
+    assert ns.normal_host_path("//var/./run//containerd/") == "/run/containerd"
+    assert ns.state_containing("//var/lib/kubelet") == "/var/lib/kubelet"
+    assert ns.state_containing("/var/run/containerd/x") == "/run/containerd"
+    assert ns.system_dir_containing("/var/run") == "/run"
+    assert ns.exposed_node_state("//var/lib/", "/mnt/k8s-disks/0") == "/var/lib/kubelet"
+
+
 @pytest.mark.parametrize("path", ["/mnt/nvme", "/local/nvme0", "/data", "/var/lib/nvme", "/opt/raid0"])
 def test_nvme_host_paths_people_use_pass(path):
     cfg = base("mi355x")

@@ -78,36 +78,83 @@ def node_state_paths(nvme_root: str) -> tuple[str, ...]:
     return NODE_STATE_PATHS + tuple(str(root / sub) for sub in RAID0_BIND_MOUNTS.values())
 
 
+# Directories that are another's alias on every current Linux distribution (FHS 3.0 5.13 "/var/run":
+# "replaced by /run"; systemd's tmpfiles make /var/run and /var/lock symbolic links into /run).
+HOST_PATH_ALIASES: tuple[tuple[str, str], ...] = (("/var/run", "/run"), ("/var/lock", "/run/lock"))
+
+
+class HostPathError(ValueError):
+    """A host path that names no directory once normalised (``normal_host_path``); ``str`` says why."""
+
+
+def normal_host_path(host_path: str) -> str:
+    """``host_path`` as the node resolves it: the one spelling every host-path check compares.
+
+    Doubled slashes collapse (``//var/lib/kubelet`` -> ``/var/lib/kubelet``; POSIX leaves a leading
+    ``//`` to the implementation, Linux reads it as ``/``), ``.`` parts and a trailing slash go, and
+    an alias in ``HOST_PATH_ALIASES`` is replaced by its target (``/var/run/x`` -> ``/run/x``).
+
+    Raises:
+        HostPathError: not absolute, a ``..`` part (it may climb out of any directory checked), or
+            whitespace or a control character anywhere (a trailing space or newline names another,
+            new directory: ``DirectoryOrCreate`` would create it on the root disk).
+    """
+    if not host_path.startswith("/"):
+        raise HostPathError("must be an absolute path (starting with /)")
+    if any(ch.isspace() or not ch.isprintable() for ch in host_path):
+        raise HostPathError("holds whitespace or a control character (a trailing space or newline names another directory)")
+    parts = [part for part in host_path.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise HostPathError("holds '..'")
+    path = "/" + "/".join(parts)
+    for alias, target in HOST_PATH_ALIASES:
+        if path == alias or path.startswith(alias + "/"):
+            path = target + path[len(alias):]
+    return path
+
+
 def _within(path: PurePosixPath, other: PurePosixPath) -> bool:
     return path == other or other in path.parents
 
 
+def _normal(host_path: str) -> PurePosixPath:
+    """``normal_host_path`` as a ``PurePosixPath``; a path it refuses is compared as written (the
+    config check refuses it first, in its own words)."""
+    try:
+        return PurePosixPath(normal_host_path(host_path))
+    except HostPathError:
+        return PurePosixPath(host_path)
+
+
 def state_containing(host_path: str) -> str | None:
     """The first of ``NODE_STATE_PATHS`` that ``host_path`` lies in (or is), else None: a directory
-    there belongs to the kubelet, the runtime or the logs, never to kimi-deploy."""
-    path = PurePosixPath(host_path)
+    there belongs to the kubelet, the runtime or the logs, never to kimi-deploy. Compared in
+    ``normal_host_path``'s spelling."""
+    path = _normal(host_path)
     return next((state for state in NODE_STATE_PATHS if _within(path, PurePosixPath(state))), None)
 
 
 def system_dir_containing(host_path: str) -> str | None:
-    """The first of ``SYSTEM_DIRS`` that ``host_path`` lies in (or is), else None."""
-    path = PurePosixPath(host_path)
+    """The first of ``SYSTEM_DIRS`` that ``host_path`` lies in (or is), else None (compared in
+    ``normal_host_path``'s spelling)."""
+    path = _normal(host_path)
     return next((d for d in SYSTEM_DIRS if _within(path, PurePosixPath(d))), None)
 
 
 def exposed_node_state(host_path: str, nvme_root: str) -> str | None:
     """The node state a hostPath volume of ``host_path`` would expose: the first of
     ``node_state_paths(nvme_root)`` that lies inside it (the volume holds it) or contains it (the
-    volume is part of it); None when it exposes none."""
-    path = PurePosixPath(host_path)
-    for state in node_state_paths(nvme_root):
-        other = PurePosixPath(state)
+    volume is part of it); None when it exposes none. Both compared in ``normal_host_path``'s spelling."""
+    path = _normal(host_path)
+    for state in node_state_paths(str(_normal(nvme_root))):
+        other = _normal(state)
         if _within(other, path) or _within(path, other):
             return state
     return None
 
 
 __all__ = [
+    "HOST_PATH_ALIASES", "HostPathError", "normal_host_path",
     "SYSTEM_DIRS",
     "system_dir_containing",
     "ENGINE_CACHE_SUBDIR", "KIMI_NODE_DIR", "NODE_STATE_PATHS", "RAID0_BIND_MOUNTS", "STAGING_SUBDIR", "WEIGHTS_SUBDIR",

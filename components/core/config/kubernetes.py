@@ -29,30 +29,7 @@ def check_kubernetes(
     Raises:
         ConfigError: the first invalid value, one line.
     """
-    host_path = raw.kubernetes.nvme_host_path
-    if not host_path.startswith("/") or host_path.rstrip("/") == "" or ".." in host_path.split("/"):
-        raise ConfigError(
-            "kubernetes.nvmeHostPath",
-            host_path,
-            "must be an absolute path below / without '..' (where the node's NVMe is mounted)",
-        )
-    if (problem := path_segments_problem(host_path.rstrip("/") if host_path != "/" else host_path, absolute=True)):
-        raise ConfigError("kubernetes.nvmeHostPath", host_path, f"{problem}: name the directory where the node's NVMe is mounted")
-    from ..node_storage import state_containing, system_dir_containing
-
-    if (system := system_dir_containing(host_path)) is not None and state_containing(host_path) is None:
-        raise ConfigError(
-            "kubernetes.nvmeHostPath", host_path,
-            f"lies in the host's system directory {system}: name where the node's NVMe array is mounted (e.g. "
-            "/mnt/nvme, /local, /data)",
-        )
-    if (state := state_containing(host_path)) is not None:
-        raise ConfigError(
-            "kubernetes.nvmeHostPath",
-            host_path,
-            f"lies in the node's own state at {state} (kubelet, container runtime or logs): name where the NVMe "
-            "is mounted (pods mount only <nvmeHostPath>/kimi-deploy/weights, /staging and /engine-cache)",
-        )
+    check_nvme_host_path(raw.kubernetes.nvme_host_path)
     check_kubernetes_fields_and_limits(raw, stack, project)
     for ns in raw.kubernetes.allowed_namespaces:
         if not DNS_LABEL_RE.match(ns):
@@ -260,6 +237,48 @@ def check_mirror_access(raw: RawConfig, platform: PlatformProfile) -> None:
                           f"is required on the kubernetes platform with the mirror {bucket} (its AWS region, e.g. us-east-1)")
     if not _AWS_REGION_RE.match(region):
         raise ConfigError("storage.mirror.region", region, "is not an AWS region name (e.g. us-east-1)")
+
+
+def check_nvme_host_path(host_path: str, key: str = "kubernetes.nvmeHostPath") -> None:
+    """``kubernetes.nvmeHostPath``: where the GPU nodes' NVMe array is mounted, checked in the one
+    spelling the node resolves (``node_storage.normal_host_path``: ``//var/lib/kubelet``,
+    ``/var/run`` = ``/run``, ``.`` parts); never ``/``, a system directory (``SYSTEM_DIRS``), the
+    node's own state (``NODE_STATE_PATHS``) or a directory holding that state (``/var``, ``/var/lib``).
+
+    Raises:
+        ConfigError: one line naming ``key``, the value, and its normal spelling when that differs.
+    """
+    from ..node_storage import NODE_STATE_PATHS, HostPathError, normal_host_path, state_containing, system_dir_containing
+
+    try:
+        path = normal_host_path(host_path)
+    except HostPathError as err:
+        raise ConfigError(key, host_path, f"{err}: must be an absolute path below / (where the node's NVMe is mounted)") from None
+    seen = "" if path == host_path.rstrip("/") else f" (read as {path})"
+    if path == "/":
+        raise ConfigError(key, host_path, f"is the root directory{seen}: must be an absolute path below / (where the "
+                                          "node's NVMe array is mounted, e.g. /mnt/nvme, /local, /data)")
+    if (system := system_dir_containing(path)) is not None and state_containing(path) is None:
+        raise ConfigError(
+            key, host_path,
+            f"lies in the host's system directory {system}{seen}: name where the node's NVMe array is mounted (e.g. "
+            "/mnt/nvme, /local, /data)",
+        )
+    if (state := state_containing(path)) is not None:
+        raise ConfigError(
+            key, host_path,
+            f"lies in the node's own state at {state}{seen} (kubelet, container runtime or logs): name where the NVMe "
+            "is mounted (pods mount only <nvmeHostPath>/kimi-deploy/weights, /staging and /engine-cache)",
+        )
+    held = next((state for state in NODE_STATE_PATHS if state.startswith(path + "/")), None)
+    if held is not None:
+        raise ConfigError(
+            key, host_path,
+            f"holds the node's own state at {held}{seen} (kubelet, container runtime or logs): name where the NVMe "
+            "is mounted (e.g. /mnt/nvme, /local, /data)",
+        )
+    if (problem := path_segments_problem(host_path.rstrip("/"), absolute=True)):
+        raise ConfigError(key, host_path, f"{problem}: name the directory where the node's NVMe is mounted")
 
 
 def check_kubernetes_fields_and_limits(raw: RawConfig, stack: str, project: str) -> None:
