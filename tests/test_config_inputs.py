@@ -511,3 +511,32 @@ def test_gpu_software_of_the_other_vendor_is_refused(stack, addon):
     cfg = base(stack)
     cfg["kubernetes"] = {**cfg["kubernetes"], "installedAddons": [addon]}
     reject(cfg, "kubernetes.installedAddons", "GPU software; target")
+
+
+@pytest.mark.parametrize("image", [
+    "ghcr.io/anyone/vllm-openai:v0.34.0",
+    "registry.example.com/vllm/vllm-openai:v0.34.0",
+    "127.0.0.1:5000/vllm/vllm-openai:v0.34.0",
+    "docker.io/someone/vllm-openai:v0.34.0",
+])
+def test_a_release_tag_outside_vllms_repository_is_not_the_release(image):
+    """Registries are trusted by name (new-user trial: a third party's v0.34.0 planned as deployable, and that image
+    receives the API key and the weights)."""
+    cfg = base("b300")
+    cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": image}
+    reject(cfg, "vllm.image", "is not from vLLM's release repository vllm/vllm-openai (Docker Hub)", "@sha256:")
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.34.0", "docker.io/vllm/vllm-openai:v0.34.0",
+                                   "index.docker.io/vllm/vllm-openai:v0.34.0"])
+def test_vllms_own_release_on_docker_hub_is_the_release(image):
+    cfg = base("b300")
+    cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": image}
+    spec = accept(cfg)
+    assert spec.blockers == () and spec.config.vllm.image == image
+
+
+def test_another_registrys_build_pinned_by_digest_stays_a_non_release():
+    cfg = base("b300")
+    cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": "ghcr.io/anyone/vllm-openai@sha256:" + "a" * 64}
+    assert any("not a release" in w for w in accept(cfg).warnings)

@@ -10,7 +10,7 @@ Each function takes the validated raw config and the objects ``parse_spec`` reso
 from __future__ import annotations
 
 from .config.raw import RawConfig
-from .engine import engine_blocker
+from .engine import check_release_repository, engine_blocker
 from .model import ModelProfile
 from .targets import TargetProfile
 from .versions import vllm_image
@@ -18,13 +18,18 @@ from .versions import vllm_image
 
 def engine_blocker_of(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> Exception | None:
     """The engine build's blocker (``engine.engine_blocker``; None when it serves the model) and a
-    warning for a build that is not a release."""
+    warning for a build that is not a release.
+
+    Raises:
+        ConfigError: a mutable tag, the other vendor's image, or a release tag outside vLLM's
+            release repository (``engine.check_release_repository``).
+    """
     # Engine support: a build known not to serve the model stops `pulumi up` (exit 2, before any
     # resource); the offline plan shows it as a blocker at the top of an otherwise complete plan.
     engine_key = "vllm.imageTag" if raw.vllm.image_tag else "vllm.image"
-    engine, blocker = engine_blocker(
-        raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag), engine_key, target.image_family, model
-    )
+    image = raw.vllm.image or vllm_image(target.image_family, raw.vllm.image_tag)
+    engine, blocker = engine_blocker(image, engine_key, target.image_family, model)
+    check_release_repository(image, engine_key, target.image_family)
     if not engine.is_release:
         warnings.append(f"engine: {engine.describe()}; the model card asks for vLLM >= {model.min_vllm_version}")
     return blocker

@@ -2,7 +2,8 @@
 
 An image reference resolves to one of four kinds of build:
 
-- ``release``: ``<repo>:v<X.Y.Z>`` (a tagged vLLM release). Its version and what it lacks are
+- ``release``: ``<repo>:v<X.Y.Z>`` (a tagged vLLM release; a stack trusts only vLLM's own repository on
+  Docker Hub to hold one, ``check_release_repository``). Its version and what it lacks are
   known (``versions.VLLM_RELEASE_GAPS``); the model's ``EngineRequirement`` for the vendor says
   which minimum version and features it needs.
 - ``nightly``: ``<repo>:nightly-<40-hex commit>``, the vLLM CI's per-commit image tag (immutable:
@@ -94,6 +95,44 @@ def image_repository(image: str) -> str:
     return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
 
 
+# Docker Hub's names (Docker's reference normalisation, distribution/reference normalize.go: the
+# default domain docker.io, the legacy index.docker.io): `docker.io/vllm/vllm-openai` is `vllm/vllm-openai`.
+_DOCKER_HUB_HOSTS: tuple[str, ...] = ("docker.io/", "index.docker.io/", "registry-1.docker.io/")
+
+
+def hub_repository(image: str) -> str:
+    """``image_repository`` with Docker Hub's host dropped (``docker.io/vllm/vllm-openai`` ->
+    ``vllm/vllm-openai``): the name the release repositories of ``versions.VLLM_IMAGES`` are
+    trusted by. Another registry's path stays whole (``ghcr.io/x/vllm-openai``)."""
+    repository = image_repository(image)
+    for host in _DOCKER_HUB_HOSTS:
+        if repository.lower().startswith(host):
+            return repository[len(host):]
+    return repository
+
+
+def check_release_repository(image: str, image_key: str, image_family: str) -> None:
+    """Registries are trusted by name: a release tag (``v0.34.0``) means vLLM's release only in vLLM's
+    own repository for ``image_family`` on Docker Hub (``versions.VLLM_IMAGES``: ``vllm/vllm-openai``,
+    ``vllm/vllm-openai-rocm``; ``docker.io/`` spellings included, ``hub_repository``). Anyone can
+    push ``v0.34.0`` to ``ghcr.io/<them>/vllm-openai`` or ``<registry>/vllm/vllm-openai``, and the
+    image receives the API key and the weights. Another registry's build is pinned by digest (a
+    non-release, which ``kimi-deploy engine verify`` proves from its content).
+
+    Raises:
+        ConfigError: a release tag outside the release repository, naming ``image_key``.
+    """
+    build = parse_engine_image(image)
+    if build.kind == "release" and hub_repository(image) != VLLM_IMAGES[image_family]:
+        raise ConfigError(
+            image_key, image,
+            f"is tagged as vLLM release v{build.version} but is not from vLLM's release repository "
+            f"{VLLM_IMAGES[image_family]} (Docker Hub): another registry's tag may name any build. Use "
+            f"{VLLM_IMAGES[image_family]}:v{build.version}, or pin that registry's build by digest (name@sha256:<64 hex>) "
+            "once `kimi-deploy engine verify --image IMAGE` passes",
+        )
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
@@ -153,11 +192,12 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
         ``(EngineBuild, ConfigError | None)``.
 
     Raises:
-        ConfigError: a mutable tag (a mistake in the config, not a missing engine).
+        ConfigError: a mutable tag (a mistake in the config, not a missing engine), or the other
+            vendor's repository.
     """
     build = parse_engine_image(image)
     requirement = model.engine_requirements.get(image_family)
-    wrong = {family: repo for family, repo in VLLM_IMAGES.items() if family != image_family and repo == image_repository(image)}
+    wrong = {family: repo for family, repo in VLLM_IMAGES.items() if family != image_family and repo == hub_repository(image)}
     if wrong:
         raise ConfigError(
             image_key, image,
