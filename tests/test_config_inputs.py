@@ -8,6 +8,7 @@ Every ``parse_spec`` call here is harvested into the recorded corpus (tests/conf
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -540,3 +541,45 @@ def test_another_registrys_build_pinned_by_digest_stays_a_non_release():
     cfg = base("b300")
     cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": "ghcr.io/anyone/vllm-openai@sha256:" + "a" * 64}
     assert any("not a release" in w for w in accept(cfg).warnings)
+
+
+# --- autoscaling windows read with KEDA's own cron rules (robfig/cron v3)
+
+
+def _window(start: str, min_replicas: int = 0, end: str = "0 20 * * *"):
+    from tests.test_autoscaling import spec_with
+
+    return spec_with("b300-prod", {"kimi-deploy:autoscaling": {
+        "enabled": True, "minReplicas": min_replicas, "maxReplicas": 3, "schedule": [{"start": start, "end": end}]}})
+
+
+@pytest.mark.parametrize("start,fragment", [
+    ("*/0 8 * * *", "has minute step 0 in '*/0': KEDA's cron parser refuses it"),
+    ("0 5-1 * * *", "has hour range '5-1' running backwards (5 > 1)"),
+    ("0 8 1-2-3 * *", "has day-of-month '1-2-3' with two '-'"),
+    ("0 8 * foo *", "has month 'foo', which KEDA's cron parser (robfig/cron v3) cannot read"),
+    ("0 8 30 2 *", "names no day that exists (day-of-month 30 in month 2): the window never opens"),
+    ("0 8 31 4 *", "names no day that exists (day-of-month 31 in month 4)"),
+    ("0 8 31 apr,jun *", "names no day that exists"),
+])
+def test_a_window_keda_refuses_or_that_never_opens_is_refused(start, fragment):
+    """New-user trial: `*/0` and `5-1`, which KEDA's parser refuses, were accepted; `30 2` and `31 4` with
+    minReplicas 0 left the deployment without a replica forever."""
+    with pytest.raises(ConfigError, match=re.escape(fragment)) as err:
+        _window(start)
+    assert str(err.value).startswith("kimi-deploy:autoscaling.schedule.0.start: ") and "\n" not in str(err.value)
+
+
+def test_windows_that_open_pass_and_rare_ones_are_warned():
+    assert _window("0 8 30 2 1").config.autoscaling.schedule[0].start == "0 8 30 2 1"  # day-of-week ORs: Mondays
+    assert any("never opens" in w for w in _window("0 8 31 4 *", min_replicas=1).warnings)
+    assert any("29 February only" in w for w in _window("0 8 29 2 *").warnings)
+    assert _window("15/20 8-18/2 ? JAN-mar MON-fri").warnings is not None
+
+
+def test_cron_fields_follow_robfig_cron():
+    from components.core.config.scaling import cron_field
+
+    assert cron_field("15/20", "minute", 0, 59) == (frozenset({15, 35, 55}), False)
+    assert cron_field("*", "hour", 0, 23)[1] and not cron_field("*/2", "hour", 0, 23)[1]
+    assert cron_field("mon-FRI", "day-of-week", 0, 6)[0] == frozenset(range(1, 6))

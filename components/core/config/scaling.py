@@ -10,23 +10,93 @@ from .patterns import DNS_LABEL_RE, LABEL_VALUE_RE
 from .raw import RawConfig
 
 _CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,?-]+$")
-# Numeric ranges of the five fields as KEDA's cron scaler parses them (robfig/cron v3 standard parser,
-# parser.go: minutes 0-59, hours 0-23, day of month 1-31, month 1-12, day of week 0-6).
+# The five fields as KEDA's cron scaler parses them: kedacore/keda pkg/scalers/cron_scaler.go builds
+# robfig/cron v3's parser with Minute | Hour | Dom | Month | Dow; parser.go's bounds (minutes 0-59,
+# hours 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat) and getRange's
+# rules: ``*``/``?``, ``a``, ``a-b``, each with an optional ``/step``; a step of 0, a range whose
+# start is beyond its end, a number outside the bounds, a negative number, a second ``-`` or ``/``
+# and an unknown name are errors.
 _CRON_RANGES: tuple[tuple[str, int, int], ...] = (
     ("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12), ("day-of-week", 0, 6),
 )
+_CRON_NAMES: dict[str, dict[str, int]] = {
+    "month": {name: i for i, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)},
+    "day-of-week": {name: i for i, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))},
+}
+# Days in each month, February in a leap year (a day a window may name at all).
+_MONTH_DAYS: dict[int, int] = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
+_CRON_EXAMPLE = "(minute hour day-of-month month day-of-week, e.g. '0 8 * * 1-5')"
 
 
-def _cron_range_problem(fields: list[str]) -> str | None:
-    """The first number outside its field's range (``61`` as a minute), else None. Step values
-    (``*/15``) are not ranges and names (``MON``) are KEDA's to read."""
-    for text, (field, low, high) in zip(fields, _CRON_RANGES, strict=True):
-        for part in text.split(","):
-            span = part.split("/", 1)[0]
-            for number in span.split("-"):
-                if number.isdigit() and not low <= int(number) <= high:
-                    return f"has {field} {number}, outside {low}-{high}"
-    return None
+class CronFieldError(ValueError):
+    """A cron field KEDA's parser refuses; ``str`` is the reason (``has minute 61, outside 0-59``)."""
+
+
+def cron_field(text: str, field: str, low: int, high: int) -> tuple[frozenset[int], bool]:
+    """The values one cron field matches and whether it is a star (``*`` or ``?`` with no step
+    above 1: robfig/cron then ANDs day-of-month with day-of-week, else it ORs them).
+
+    Raises:
+        CronFieldError: what robfig/cron v3's ``getRange`` refuses, in one phrase.
+    """
+    names = _CRON_NAMES.get(field, {})
+
+    def number(token: str, part: str) -> int:
+        if token.lower() in names:
+            return names[token.lower()]
+        if not token.isdigit():
+            raise CronFieldError(f"has {field} {part!r}, which KEDA's cron parser (robfig/cron v3) cannot read")
+        return int(token)
+
+    values: set[int] = set()
+    star = False
+    for part in text.split(","):
+        range_and_step = part.split("/")
+        if len(range_and_step) > 2:
+            raise CronFieldError(f"has {field} {part!r} with two '/' (KEDA's cron parser refuses it)")
+        bounds = range_and_step[0].split("-")
+        if len(bounds) > 2:
+            raise CronFieldError(f"has {field} {part!r} with two '-' (KEDA's cron parser refuses it)")
+        is_star = bounds[0] in ("*", "?")
+        if is_star and len(bounds) > 1:
+            raise CronFieldError(f"has {field} {part!r}, which KEDA's cron parser (robfig/cron v3) cannot read")
+        first = low if is_star else number(bounds[0], part)
+        last = high if is_star else number(bounds[-1], part)
+        step = 1
+        if len(range_and_step) == 2:
+            step = number(range_and_step[1], part)
+            if len(bounds) == 1 and not is_star:
+                last = high  # robfig/cron: "N/step" means "N-max/step"
+        for value in (first, last):
+            if not low <= value <= high:
+                raise CronFieldError(f"has {field} {value}, outside {low}-{high}")
+        if first > last:
+            raise CronFieldError(f"has {field} range {part!r} running backwards ({first} > {last}): KEDA's cron parser "
+                                 f"refuses it (write it low-high, or as two ranges such as 22-23,0-5)")
+        if step == 0:
+            raise CronFieldError(f"has {field} step 0 in {part!r}: KEDA's cron parser refuses it (a step is 1 or more)")
+        star = star or (is_star and step == 1)
+        values.update(range(first, last + 1, step))
+    return frozenset(values), star
+
+
+def cron_days(fields: list[str]) -> list[tuple[int, int]]:
+    """The (month, day) pairs on which a 5-field cron expression can fire in some year (29
+    February counts: leap years), or ``[]`` when it never fires. robfig/cron's ``dayMatches``: when
+    day-of-month or day-of-week is a star the two must both match, else either; every date falls
+    on every weekday in some year.
+
+    Raises:
+        CronFieldError: a field KEDA's parser refuses (``cron_field``).
+    """
+    parsed = [cron_field(text, field, low, high) for text, (field, low, high) in zip(fields, _CRON_RANGES, strict=True)]
+    (days, days_star), (months, _), (_weekdays, weekdays_star) = parsed[2], parsed[3], parsed[4]
+    if not (days_star or weekdays_star):  # either matches: every month has every weekday
+        return [(month, day) for month in sorted(months) for day in range(1, _MONTH_DAYS[month] + 1)]
+    return [(month, day) for month in sorted(months) for day in sorted(days) if day <= _MONTH_DAYS[month]]
+
+
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")
 
 
@@ -111,9 +181,23 @@ def check_autoscaling_and_observability(raw: RawConfig, platform: PlatformProfil
                     expr,
                     "is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. '0 8 * * 1-5')",
                 )
-            if (problem := _cron_range_problem(fields)) is not None:
-                raise ConfigError(f"autoscaling.schedule.{i}.{name}", expr, f"{problem} (minute hour day-of-month month "
-                                                                            "day-of-week, e.g. '0 8 * * 1-5')")
+            try:
+                fires = cron_days(fields)
+            except CronFieldError as err:
+                raise ConfigError(f"autoscaling.schedule.{i}.{name}", expr, f"{err} {_CRON_EXAMPLE}") from None
+            when = "opens" if name == "start" else "closes"
+            if not fires and (name == "start" and asc.min_replicas == 0):
+                raise ConfigError(
+                    f"autoscaling.schedule.{i}.{name}", expr,
+                    f"names no day that exists (day-of-month {fields[2]} in month {fields[3]}): the window never {when}, "
+                    "and with autoscaling.minReplicas 0 the deployment would never get a replica",
+                )
+            if not fires:
+                warnings.append(f"autoscaling.schedule.{i}.{name} {expr!r} names no day that exists (day-of-month "
+                                f"{fields[2]} in month {fields[3]}): the window never {when}")
+            elif set(fires) == {(2, 29)}:
+                warnings.append(f"autoscaling.schedule.{i}.{name} {expr!r} fires on 29 February only: the window "
+                                f"{when} in leap years alone")
         if window.start.split() == window.end.split():
             raise ConfigError(f"autoscaling.schedule.{i}.end", window.end,
                               "equals its start: the window would open and close at once (a window needs two times)")
