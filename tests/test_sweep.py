@@ -665,3 +665,24 @@ def test_a_report_only_kind_that_cannot_be_listed_is_unknown_not_a_failure(aws, 
     assert report["unknown"] == [] and report["exit_code"] == 1
     assert any("could not list instances" in e for e in report["errors"])
 
+
+
+@pytest.mark.parametrize("value", ["yes", "YES", "1", "on", " True ", "keep"])
+def test_retain_means_retain_in_any_spelling_but_false(aws, value):
+    """New-user trial: `kimi-deploy:retain=yes` was a would-delete with an empty reason and --destroy terminated it."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    ami = ec2.describe_images()["Images"][0]["ImageId"]
+
+    def instance(extra: dict[str, str]) -> str:
+        return ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="t3.micro",
+                                 TagSpecifications=spec("instance", tags("b300", PAST, **extra)))["Instances"][0]["InstanceId"]
+
+    kept, swept = instance({sweep.TAG_RETAIN: value}), instance({sweep.TAG_RETAIN: "false"})
+    dry = by_id(sweeper(Recorder(), destroy=False).run())
+    assert dry[kept]["status"] == "kept" and dry[kept]["reason"] == f"retained: tagged {sweep.TAG_RETAIN}={value.strip()}"
+    assert dry[swept]["status"] == "would-delete" and dry[swept]["reason"].startswith(f"expired: expires-at {PAST} ")
+    rec = Recorder()
+    sweeper(rec, destroy=True).run()
+    assert instance_state(kept) == "running" and instance_state(swept) == "terminated"
+    state = {"resources": [{"urn": "urn:i", "outputs": {"tags": {sweep.TAG_RETAIN: value}}}]}
+    assert sweep.unsafe_retained_in_state(state) == ["urn:i"]  # pulumi destroy is not run over it either

@@ -13,7 +13,7 @@ What is ours: resources tagged ``kimi-deploy:stack`` (every taggable resource ca
 which is that cluster's stack's and shares its expiry (``cluster_leftovers``). Expired: its ``expires-at`` tag
 (RFC 3339 UTC) is at or before
 ``--now``. Node groups without their own ``expires-at`` inherit their cluster's. Never touched:
-anything tagged ``kimi-deploy:retain=true``, the weight mirror (``kimi-deploy:role=weights-mirror``)
+anything tagged ``kimi-deploy:retain`` with any value but false/no/0/off (``=true``, ``=yes``), the weight mirror (``kimi-deploy:role=weights-mirror``)
 and S3 buckets in general (reported, never deleted). Capacity reservations and capacity blocks
 are reported while they are still paid for: destroying a stack does not cancel them.
 
@@ -78,6 +78,7 @@ from scripts.ops.sweeping.found import (
     one_line,
     parse_time,
     public,
+    retained_by,
 )
 from scripts.ops.sweeping.kinds import (
     CLUSTER_TAG_PREFIX,
@@ -293,7 +294,7 @@ def unsafe_retained_in_state(deployment: Mapping[str, Any]) -> list[str]:
         tags = outputs.get("tags") or outputs.get("tagsAll") or {}
         if not isinstance(tags, Mapping):
             continue
-        if tags.get(TAG_RETAIN, "").lower() == "true" or tags.get(TAG_ROLE) == ROLE_WEIGHTS_MIRROR:
+        if retained_by(tags) is not None:
             if not res.get("retainOnDelete") and not res.get("protect"):
                 unsafe.append(res.get("urn", "?"))
     return unsafe
@@ -434,14 +435,13 @@ class Sweeper:
         if not f.expired:
             return
         if f.retained:
-            f.status, f.reason = (
-                "kept",
-                "tagged to be retained" if f.tags.get(TAG_RETAIN, "").lower() == "true" else "the weight mirror is never deleted",
-            )
+            f.status, f.reason = "kept", retained_by(f.tags) or "retained"
         elif f.kind in REPORT_ONLY_KINDS:
             f.status, f.reason = "kept", "S3 buckets are never deleted by the sweeper"
         else:
             f.status = "would-delete"
+            f.reason = (f"expired: expires-at {f.expires_at} is at or before {self.now.isoformat()}"
+                        if f.expires_at else "expired with its cluster (its expires-at)")
 
     # Each deleter starts the deletion; ``_gone`` tells when it is complete.
     # Each kind's ``delete`` starts the deletion; its ``gone`` tells when it is complete.

@@ -34,6 +34,24 @@ def parse_time(text: str) -> datetime:
     return parse_utc(text, TAG_EXPIRES)
 
 
+# Values of the retain tag read as "not retained" (compared stripped, case-insensitively). Any other
+# value keeps the resource: `yes`, `1`, `on`, `keep` mean retain to whoever wrote them, and a resource
+# the sweeper keeps by mistake costs money, one it deletes by mistake is gone.
+RETAIN_OFF_VALUES: frozenset[str] = frozenset({"", "false", "no", "n", "0", "off"})
+
+
+def retained_by(tags: Mapping[str, str]) -> str | None:
+    """Why a resource with ``tags`` is never deleted, or None: the retain tag with any value but
+    one of ``RETAIN_OFF_VALUES`` (``kimi-deploy:retain=yes`` as ``=true``), or the weight mirror's
+    role. The one reading of the retain tag for the sweep, the dry run and the state check."""
+    value = tags.get(TAG_RETAIN)
+    if value is not None and value.strip().lower() not in RETAIN_OFF_VALUES:
+        return f"retained: tagged {TAG_RETAIN}={value.strip()}"
+    if tags.get(TAG_ROLE) == ROLE_WEIGHTS_MIRROR:
+        return "retained: the weight mirror is never deleted"
+    return None
+
+
 def tags_of(pairs: Iterable[Mapping[str, str]] | Mapping[str, str] | None) -> dict[str, str]:
     """AWS tags as a dict, from ``[{"Key", "Value"}]`` (EC2, ELB, FSx, S3) or a mapping (EKS)."""
     if not pairs:
@@ -54,10 +72,11 @@ class Found:
         stack, project, owner, environment: from the tags.
         expires_at: the ``expires-at`` tag as found (None when absent).
         expired: ``expires-at`` is at or before now.
-        retained: tagged ``kimi-deploy:retain=true`` or the weight mirror: never deleted.
+        retained: tagged ``kimi-deploy:retain`` (any value but false/no/0/off: ``retained_by``) or
+            the weight mirror: never deleted.
         status: what was done: ``active`` (not expired), ``would-delete`` (dry run),
             ``deleted``, ``kept`` (retained or never deleted), ``failed``, ``still-paid``.
-        reason: why (kept, failed, invalid expiry), one line.
+        reason: why (would-delete, kept, failed, invalid expiry), one line.
         detail: kind-specific facts (instance type, state, end date of a capacity block).
     """
 
@@ -95,7 +114,7 @@ def classify(
         detail=dict(detail or {}),
         tags=dict(tags),
     )
-    item.retained = tags.get(TAG_RETAIN, "").lower() == "true" or tags.get(TAG_ROLE) == ROLE_WEIGHTS_MIRROR
+    item.retained = retained_by(tags) is not None
     if item.expires_at and item.environment == "prod":
         # Config rejects expiresAt on prod stacks; a prod resource carrying the tag anyway (set by
         # hand, or by an old release) is reported, never ended by the sweeper.
