@@ -583,3 +583,34 @@ def test_cron_fields_follow_robfig_cron():
     assert cron_field("15/20", "minute", 0, 59) == (frozenset({15, 35, 55}), False)
     assert cron_field("*", "hour", 0, 23)[1] and not cron_field("*/2", "hour", 0, 23)[1]
     assert cron_field("mon-FRI", "day-of-week", 0, 6)[0] == frozenset(range(1, 6))
+
+
+# --- YAML bounded before it is built (go-yaml refuses excessive aliasing and nesting)
+
+
+def _alias_bomb() -> str:
+    text, previous = 'config:\n  kimi-deploy:a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]\n', "a"
+    for name in "bcdefghi":
+        text += f"  kimi-deploy:{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n"
+        previous = name
+    return text
+
+
+@pytest.mark.parametrize("text,fragment", [
+    (_alias_bomb(), "expands its aliases to more than 100,000 nodes (from line 7;"),
+    ("config: " + "[" * 5000 + "]" * 5000 + "\n", "nests collections more than 100 deep (line 1;"),
+    ("config:\n  kimi-deploy:x: &d " + "[" * 60 + "]" * 60 + "\n  kimi-deploy:y: " + "[" * 60 + "*d" + "]" * 60 + "\n",
+     "nests collections more than 100 deep through alias *d (line 3)"),
+])
+def test_a_yaml_bomb_or_deep_nesting_is_one_line_before_it_is_built(text, fragment, tmp_path):
+    """New-user trial: a 12-line alias bomb ran 68 s into a MemoryError; 5,000 nested brackets a RecursionError."""
+    (tmp_path / "Pulumi.bomb.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(fragment)) as err:
+        read_stack_config("bomb", stacks_dir=tmp_path)
+    assert str(err.value).startswith("--stack: 'bomb' file ") and "\n" not in str(err.value)
+
+
+def test_anchors_and_merge_keys_a_stack_file_uses_still_read(tmp_path):
+    (tmp_path / "Pulumi.anchors.yaml").write_text(
+        "config:\n  kimi-deploy:compute: &c {replicas: 1}\n  kimi-deploy:network: {<<: *c, vpcCidr: 10.0.0.0/16}\n")
+    assert read_stack_config("anchors", stacks_dir=tmp_path)["kimi-deploy:network"] == {"replicas": 1, "vpcCidr": "10.0.0.0/16"}

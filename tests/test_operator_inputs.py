@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +254,31 @@ def test_cost_says_a_missing_price_once_with_the_fix_once():
     assert text.count("no public price for BM.GPU.MI355X.8") == 1, text
     assert text.count("usd-per-hour") == 1 and text.count("compute.usdPerHour") == 1, text
     assert out.stderr.startswith("error: stack mi355x: no self-hosted price")
+
+
+@pytest.mark.parametrize("args,words", [
+    (["bench", "--workdir", "/nonexistent/x"], "error: --workdir: '/nonexistent/x' is not a directory"),
+    (["preflight", "--stack", "mi355x", "--check-cluster", "--kubeconfig", "/etc/passwd", "--runtime", "none", "--json"],
+     "error: --kubeconfig: /etc/passwd is not "),
+])
+def test_a_file_or_directory_that_is_not_what_the_flag_needs_is_one_line(args, words):
+    """New-user trial: both ended in a traceback (FileNotFoundError from mkdtemp, a TypeError inside the kube client)."""
+    out = _kimi(*args, env=_env(None), timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith(words) and "Traceback" not in out.stderr, out.stderr[-800:]
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.parametrize("text,words", [
+    ("root:x:0:0:root:/root:/bin/bash\n", "is not a kubeconfig (one line of text)"),
+    ("- a\n- b\n", "is not a kubeconfig (a list)"),
+    ("apiVersion: v1\nkind: Config\n", "is not a kubeconfig (a map without a contexts list)"),
+    ("a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n"
+                                             for p, c in zip("abcde", "bcdef")), "expands its aliases"),
+])
+def test_a_kubeconfig_is_checked_before_the_client_reads_it(text, words, tmp_path):
+    from scripts.ops import preflight
+
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(_cli.UsageError, match=re.escape(words)):
+        preflight._check_kubeconfig_shape(path)

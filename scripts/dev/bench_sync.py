@@ -237,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{flag}: {value} must be between {low} and {high}")
     if args.total_gb * 1e9 < args.files:
         p.error(f"--total-gb {args.total_gb:g} cannot hold {args.files} files of at least one byte")
+    if args.workdir is not None and not os.path.isdir(args.workdir):  # mkdtemp below would raise FileNotFoundError
+        p.error(f"--workdir: {args.workdir!r} is not a directory (give an existing one with "
+                f"{args.total_gb:g} GB free, or leave it out for the system temp)")
+    if args.workdir is not None and not os.access(args.workdir, os.W_OK | os.X_OK):
+        p.error(f"--workdir: {args.workdir!r} is not writable here")
     if args.build_only:
         json.dump(build_checkpoint(args.build_only, int(args.total_gb * 1e9), args.files), sys.stdout)
         return 0

@@ -1213,6 +1213,36 @@ def check_kubernetes_api(spec: DeploymentSpec, clients: AwsClients, checkip_url:
 # ---------------------------------------------------------------------------------------------
 
 
+def _check_kubeconfig_shape(kubeconfig: Path) -> None:
+    """Refuse a file that is no kubeconfig before the client reads it (``--kubeconfig /etc/passwd``
+    ended in a TypeError inside the client): UTF-8 YAML within the stack files' bounds
+    (``stack_file.yaml_bounds_problem``) whose top is a map with a ``contexts`` list, as kubectl
+    writes it (Kubernetes docs, "Organizing Cluster Access Using kubeconfig Files").
+
+    Raises:
+        UsageError: one line naming the file and what it is instead.
+    """
+    import yaml
+
+    from components.core.config.stack_file import read_text_file, yaml_bounds_problem
+
+    expected = "a YAML map with clusters, contexts and users, as kubectl or `aws eks update-kubeconfig` writes it"
+    try:
+        text = read_text_file(kubeconfig, "--kubeconfig", str(kubeconfig), "the file")
+        problem = yaml_bounds_problem(text)
+        data = None if problem else yaml.safe_load(text)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"--kubeconfig: {kubeconfig} is not YAML ({one_line(err)[:100]}): give {expected}") from None
+    if problem:
+        raise UsageError(f"--kubeconfig: {kubeconfig} {problem}")
+    if not isinstance(data, dict) or not isinstance(data.get("contexts"), list):
+        found = type(data).__name__ if not isinstance(data, dict) else "a map without a contexts list"
+        found = {"str": "one line of text", "NoneType": "empty", "list": "a list"}.get(found, found)
+        raise UsageError(f"--kubeconfig: {kubeconfig} is not a kubeconfig ({found}): give {expected}")
+
+
 def _list_nodes(kubeconfig: Path, context: str | None, timeout_seconds: float) -> list[dict[str, Any]]:
     """The cluster's nodes (``GET /api/v1/nodes``) as JSON dicts, through the official client.
 
@@ -1233,10 +1263,14 @@ def _list_nodes(kubeconfig: Path, context: str | None, timeout_seconds: float) -
     from kubernetes import config as kube_config
     from kubernetes.config.config_exception import ConfigException
 
+    _check_kubeconfig_shape(kubeconfig)
     try:
         contexts, active = kube_config.list_kube_config_contexts(config_file=str(kubeconfig))
     except (ConfigException, OSError, ValueError) as err:  # yaml errors are ValueErrors
         raise UsageError(f"--kubeconfig: cannot read {kubeconfig}: {one_line(err)[:120]}") from None
+    except (TypeError, AttributeError, KeyError) as err:  # a map whose parts are not what a kubeconfig holds
+        raise UsageError(f"--kubeconfig: {kubeconfig} is not a kubeconfig ({type(err).__name__} in the client: "
+                         f"{one_line(err)[:80]}); give the file `aws eks update-kubeconfig` or kubectl wrote") from None
     ctx_name = context or (active or {}).get("name")
     if ctx_name not in {c.get("name") for c in contexts or []}:
         raise UsageError(f"--context: {ctx_name!r} is not a context in {kubeconfig}")

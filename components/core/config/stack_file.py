@@ -80,6 +80,71 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT,
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
+# Bounds on a YAML document checked on its events, before any node is built: PyYAML expands an alias
+# to the whole anchored node and composes nested collections by recursion, so a 12-line alias bomb
+# (each level nine aliases of the last) grows without bound (MemoryError after a minute) and 5,000
+# nested brackets end in RecursionError. go-yaml v3, which the Pulumi CLI reads stack files with,
+# refuses both ("document contains excessive aliasing", "exceeded max depth"). A stack file holds a
+# few hundred nodes, nested under ten deep.
+MAX_YAML_DEPTH = 100
+MAX_YAML_NODES = 100_000
+
+
+def yaml_bounds_problem(text: str) -> str | None:
+    """Why ``text`` is refused before it is built, or None: collections nested deeper than
+    ``MAX_YAML_DEPTH``, or more than ``MAX_YAML_NODES`` nodes once every alias is expanded. Reads
+    the parser's events only (linear in the text; aliases are counted, never copied).
+
+    Raises:
+        yaml.YAMLError: the text is not valid YAML (the caller's one-line message names where).
+    """
+    from yaml.events import (
+        AliasEvent,
+        CollectionEndEvent,
+        CollectionStartEvent,
+        ScalarEvent,
+    )
+
+    anchored: dict[str, tuple[int, int]] = {}  # anchor -> (nodes once expanded, depth below it)
+    open_nodes: list[list[Any]] = []  # [anchor, nodes so far, depth below so far, line]
+    top = 0
+    for event in yaml.parse(text, Loader=_UniqueKeyLoader):
+        if isinstance(event, CollectionStartEvent):
+            open_nodes.append([event.anchor, 1, 0, event.start_mark.line + 1])
+            if len(open_nodes) > MAX_YAML_DEPTH:
+                return (f"nests collections more than {MAX_YAML_DEPTH} deep (line {event.start_mark.line + 1}; a "
+                        "stack file needs under ten)")
+            continue
+        if isinstance(event, CollectionEndEvent):
+            anchor, nodes, below, _ = open_nodes.pop()
+            depth = below + 1
+            if anchor:
+                anchored[anchor] = (nodes, depth)
+        elif isinstance(event, ScalarEvent):
+            nodes, depth = 1, 0
+            if event.anchor:
+                anchored[event.anchor] = (1, 0)
+        elif isinstance(event, AliasEvent):
+            nodes, depth = anchored.get(event.anchor or "", (1, 0))
+            if len(open_nodes) + depth > MAX_YAML_DEPTH:
+                return (f"nests collections more than {MAX_YAML_DEPTH} deep through alias *{event.anchor} "
+                        f"(line {event.start_mark.line + 1})")
+        else:
+            continue
+        if open_nodes:
+            parent = open_nodes[-1]
+            parent[1] += nodes
+            parent[2] = max(parent[2], depth)
+            total, line = parent[1], parent[3]
+        else:
+            top += nodes
+            total, line = top, event.start_mark.line + 1
+        if total > MAX_YAML_NODES:
+            return (f"expands its aliases to more than {MAX_YAML_NODES:,} nodes (from line {line}; go-yaml, which "
+                    "`pulumi up` reads it with, refuses excessive aliasing)")
+    return None
+
+
 def read_text_file(path: Path, key: str, value: Any, what: str) -> str:
     """The UTF-8 text of ``path`` (a leading byte-order mark is dropped, as YAML allows).
 
@@ -132,6 +197,9 @@ def read_stack_config(stack: str, stacks_dir: Path = STACKS_DIR) -> dict[str, An
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
     text = read_text_file(path, "--stack", stack, f"file {shown}")
     try:
+        problem = yaml_bounds_problem(text)
+        if problem is not None:
+            raise StackFileError("--stack", stack, f"file {shown} {problem}")
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
         raise StackFileError("--stack", stack, f"file {shown} is not valid YAML: {_yaml_error_text(err)}") from None
