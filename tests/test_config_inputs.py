@@ -451,7 +451,7 @@ def test_an_nvme_host_path_in_a_system_directory_is_refused(path):
     ("/var/run/nvme", "lies in the host's system directory /run (read as /run/nvme)"),
     ("/var/lib", "holds the node's own state at /var/lib/kubelet"),
     ("/var", "holds the node's own state at /var/lib/kubelet"),
-    ("//", "is the root directory (read as /)"),
+    ("//", "is the root directory: must be an absolute path below /"),
     ("/mnt/nvme ", "holds whitespace or a control character"),
     ("/mnt/nvme\n", "holds whitespace or a control character"),
     ("/mnt/\tnvme", "holds whitespace or a control character"),

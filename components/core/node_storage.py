@@ -100,7 +100,7 @@ def normal_host_path(host_path: str) -> str:
             new directory: ``DirectoryOrCreate`` would create it on the root disk).
     """
     if not host_path.startswith("/"):
-        raise HostPathError("must be an absolute path (starting with /)")
+        raise HostPathError("is not absolute (it starts without /)")
     if any(ch.isspace() or not ch.isprintable() for ch in host_path):
         raise HostPathError("holds whitespace or a control character (a trailing space or newline names another directory)")
     parts = [part for part in host_path.split("/") if part not in ("", ".")]

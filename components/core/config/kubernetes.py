@@ -254,7 +254,7 @@ def check_nvme_host_path(host_path: str, key: str = "kubernetes.nvmeHostPath") -
         path = normal_host_path(host_path)
     except HostPathError as err:
         raise ConfigError(key, host_path, f"{err}: must be an absolute path below / (where the node's NVMe is mounted)") from None
-    seen = "" if path == host_path.rstrip("/") else f" (read as {path})"
+    seen = "" if path == (host_path.rstrip("/") or "/") else f" (read as {path})"
     if path == "/":
         raise ConfigError(key, host_path, f"is the root directory{seen}: must be an absolute path below / (where the "
                                           "node's NVMe array is mounted, e.g. /mnt/nvme, /local, /data)")
