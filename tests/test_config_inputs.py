@@ -539,7 +539,8 @@ def test_vllms_own_release_on_docker_hub_is_the_release(image):
 
 def test_another_registrys_build_pinned_by_digest_stays_a_non_release():
     cfg = base("b300")
-    cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": "ghcr.io/anyone/vllm-openai@sha256:" + "a" * 64}
+    image = "ghcr.io/anyone/vllm-openai@sha256:" + "a" * 64
+    cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": image}
     assert any("not a release" in w for w in accept(cfg).warnings)
 
 
@@ -614,3 +615,60 @@ def test_anchors_and_merge_keys_a_stack_file_uses_still_read(tmp_path):
     (tmp_path / "Pulumi.anchors.yaml").write_text(
         "config:\n  kimi-deploy:compute: &c {replicas: 1}\n  kimi-deploy:network: {<<: *c, vpcCidr: 10.0.0.0/16}\n")
     assert read_stack_config("anchors", stacks_dir=tmp_path)["kimi-deploy:network"] == {"replicas": 1, "vpcCidr": "10.0.0.0/16"}
+
+
+# --- accepted and ignored: refused or warned in one line naming both keys (new-user trial, round five)
+
+
+@pytest.mark.parametrize("stack,section,values,words", [
+    ("b300", None, {"trialTtlHours": 12, "expiresAt": "2026-12-01T20:00:00Z"},
+     "trialTtlHours 12 is ignored beside expiresAt"),
+    ("b300", "network", {"vpcCidr": "10.50.0.0/16", "vpcId": "vpc-0123456789abcdef0",
+                         "privateSubnetIds": ["subnet-0123456789abcdef0"]},
+     "network.vpcCidr 10.50.0.0/16 is ignored beside network.vpcId"),
+])
+def test_a_key_set_beside_the_key_that_makes_it_unread_is_warned(stack, section, values, words):
+    cfg = base(stack)
+    if section is None:
+        cfg.update(values)
+    else:
+        cfg[section] = {**cfg.get(section, {}), **values}
+    assert [w for w in accept(cfg).warnings if words in w], accept(cfg).warnings
+
+
+@pytest.mark.parametrize("cidr,fragment", [
+    ("127.0.0.0/8", "is a loopback block"), ("169.254.0.0/16", "is a link-local block"), ("224.0.0.0/8", "multicast"),
+])
+def test_allowed_cidrs_no_client_can_come_from_are_refused(cidr, fragment):
+    cfg = base("b300")
+    cfg["network"] = {**cfg["network"], "allowedCidrs": [cidr]}
+    reject(cfg, "network.allowedCidrs", fragment)
+
+
+def test_allowed_cidrs_beyond_what_a_security_group_holds_are_refused_and_above_its_quota_warned():
+    cfg = base("b300")
+    cfg["network"] = {**cfg["network"], "allowedCidrs": [f"10.{i // 256}.{i % 256}.0/24" for i in range(10_000)]}
+    reject(cfg, "network.allowedCidrs", "is more than 1,000, the most rules a security group may hold")
+    cfg["network"]["allowedCidrs"] = cfg["network"]["allowedCidrs"][:61]
+    assert any("default quota of 60 inbound rules" in w for w in accept(cfg).warnings)
+
+
+def test_an_api_server_public_cidr_listed_twice_is_refused():
+    cfg = base("b300-prod")
+    cfg["network"] = {**cfg["network"], "apiServerPublicCidrs": ["198.51.100.7/32", "198.51.100.7/32"]}
+    reject(cfg, "network.apiServerPublicCidrs", "is listed twice")
+
+
+@pytest.mark.parametrize("prefix", [".", "a/./b", "./a"])
+def test_a_mirror_prefix_with_a_dot_segment_is_refused(prefix):
+    cfg = base("b300")
+    cfg["storage"] = {**cfg.get("storage", {}), "mirror": {**cfg.get("storage", {}).get("mirror", {}), "prefix": prefix}}
+    reject(cfg, "storage.mirror.prefix", "segment")
+
+
+@pytest.mark.parametrize("key,value", [("network.vpcId", "vpc-0123456789abcdef0\n"), ("owner", "alice\n")])
+def test_a_trailing_newline_does_not_pass_a_pattern(key, value):
+    from components.core.config.patterns import LABEL_VALUE_RE, VPC_ID_RE
+
+    pattern = VPC_ID_RE if key == "network.vpcId" else LABEL_VALUE_RE
+    assert pattern.match(value.strip()) and not pattern.match(value)

@@ -187,7 +187,7 @@ def test_sweep_against_a_local_moto_needs_no_credentials(no_aws, tmp_path):
     try:
         env = {k: v for k, v in os.environ.items()}
         env["AWS_ENDPOINT_URL"] = endpoint
-        out = subprocess.run([sys.executable, "scripts/ops/sweep.py", "--region", "us-east-1", "--json", "--no-pulumi"],
+        out = subprocess.run([sys.executable, "scripts/ops/sweep.py", "--region", "us-east-1", "--json"],
                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     finally:
         server.stop()

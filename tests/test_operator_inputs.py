@@ -241,7 +241,7 @@ def test_notes_follow_the_terminal_width(monkeypatch, capsys):
     monkeypatch.setattr(sweep, "Sweeper", FakeSweeper)
     monkeypatch.setattr(sweep, "SESSION_NOTES", [])
     monkeypatch.setenv("COLUMNS", "60")
-    assert sweep.main(["--region", "us-east-1", "--json", "--no-pulumi"]) == 0
+    assert sweep.main(["--region", "us-east-1", "--json"]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("note: no AWS credentials") and all(len(line) <= 60 for line in lines), lines
     assert " ".join(line.strip() for line in lines) == f"note: {note}"
@@ -273,7 +273,7 @@ def test_a_file_or_directory_that_is_not_what_the_flag_needs_is_one_line(args, w
     ("- a\n- b\n", "is not a kubeconfig (a list)"),
     ("apiVersion: v1\nkind: Config\n", "is not a kubeconfig (a map without a contexts list)"),
     ("a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n"
-                                             for p, c in zip("abcde", "bcdef")), "expands its aliases"),
+                                             for p, c in zip("abcde", "bcdef", strict=True)), "expands its aliases"),
 ])
 def test_a_kubeconfig_is_checked_before_the_client_reads_it(text, words, tmp_path):
     from scripts.ops import preflight
@@ -282,3 +282,36 @@ def test_a_kubeconfig_is_checked_before_the_client_reads_it(text, words, tmp_pat
     path.write_text(text)
     with pytest.raises(_cli.UsageError, match=re.escape(words)):
         preflight._check_kubeconfig_shape(path)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["plan", "--stack", "b300", "--stack", "gb300"], "error: --stack is given twice ('b300', then 'gb300'): give it once"),
+    (["diff", "--against", "HEAD", "--header", "x", "--format", "json"], "error: --header is read only with --format markdown"),
+    (["sweep", "--no-pulumi"], "error: --no-pulumi is read only with --destroy"),
+    (["preflight", "--stack", "b300-prod", "--checkip-url", "file:///etc/passwd"],
+     "error: --checkip-url: 'file' URLs are not read"),
+])
+def test_a_flag_that_would_be_ignored_is_refused_in_one_line(args, words):
+    """New-user trial: each was accepted and ignored (the last --stack won; the header vanished; a dry run took
+    --no-pulumi; --checkip-url file:///etc/passwd printed the file's first bytes)."""
+    out = _kimi(*args, env=_env(None), timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith(words) and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "root:" not in out.stdout + out.stderr
+
+
+def test_a_region_given_twice_is_swept_once(monkeypatch):
+    from scripts.ops import sweep
+
+    seen: list[list[str]] = []
+
+    class Stop(Exception):
+        pass
+
+    def sweeper(clients, regions, *args, **kwargs):
+        seen.append(list(regions))
+        raise Stop
+
+    monkeypatch.setattr(sweep, "Sweeper", sweeper)
+    with pytest.raises(Stop):
+        sweep.main(["--region", "us-east-1", "--region", "us-west-2", "--region", "us-east-1"])
+    assert seen == [["us-east-1", "us-west-2"]]

@@ -31,9 +31,9 @@ from .model import SPARSE_INDEXER_MLA, EngineRequirement, ModelProfile
 from .versions import VLLM_IMAGES, VLLM_RELEASE_GAPS, VLLM_VERSION
 from .vllm import VllmCommand
 
-_RELEASE_TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(?:-[A-Za-z0-9_.-]+)?$")
-_NIGHTLY_TAG_RE = re.compile(r"^nightly-([0-9a-f]{40})$")
-_DIGEST_RE = re.compile(r"@sha256:([0-9a-f]{64})$")
+_RELEASE_TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(?:-[A-Za-z0-9_.-]+)?\Z")
+_NIGHTLY_TAG_RE = re.compile(r"^nightly-([0-9a-f]{40})\Z")
+_DIGEST_RE = re.compile(r"@sha256:([0-9a-f]{64})\Z")
 
 
 @dataclass(frozen=True)

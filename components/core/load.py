@@ -90,6 +90,7 @@ def parse_spec(
     platform = platform_profile(raw.platform)
     # One rule for every key: a key the platform never reads is an error (config/platform_keys.py).
     platform_keys.check_platform_keys(raw, platform)
+    platform_keys.check_ignored_beside(raw, warnings)
 
     # Compute: instance, replicas, region, zones and capacity, EFA, AMI.
     instance_type, instance = compute.resolve_instance(raw, target_profile)

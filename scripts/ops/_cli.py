@@ -50,11 +50,27 @@ class UsageError(Exception):
     """The command line is wrong (exit 2). ``str(err)`` is one line naming the flag."""
 
 
+class _StoreOnce(argparse._StoreAction):
+    """argparse's ``store`` that refuses a second value for the same option: by default the last one
+    wins in silence (``plan --stack A --stack B`` planned B alone). Repeatable options say so with
+    ``action="append"``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seen = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in seen and option_string is not None:
+            parser.error(f"{option_string} is given twice ({seen[self.dest]!r}, then {values!r}): give it once")
+        seen[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
 class CliParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` for every script here.
 
     - Flags must be spelled out: ``allow_abbrev=False``, so ``--api-key sk-x`` is rejected
       instead of being taken as ``--api-key-env``.
+    - An option that takes one value refuses a second (``--stack A --stack B``; ``_StoreOnce``);
+      repeatable options are declared ``action="append"``.
     - A usage error is ONE line on stderr, ``error: <message> (see --help)``, and exit 2 (no
       multi-line usage block). Values of unrecognized arguments are left out of the message:
       they may be secrets typed as the wrong flag (only the flag names are echoed).
@@ -63,6 +79,13 @@ class CliParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, rest = super().parse_known_args(args, namespace)
+        parsed.__dict__.pop("_given_once", None)  # bookkeeping of _StoreOnce, not an option
+        return parsed, rest
 
     def error(self, message: str) -> NoReturn:
         options = [o for o in self._option_string_actions if o.startswith("--")]

@@ -166,6 +166,10 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``plan_diff.py`` / ``kimi-deploy diff``: one diff per stack. Returns the exit code (0, 1 leak, 2 error)."""
     args = make_parser().parse_args(argv)
+    if args.header and args.format != "markdown":
+        print(f"error: --header is read only with --format markdown (a comment's first line); --format {args.format} "
+              "has no header: leave it out", file=sys.stderr)
+        return 2
     if args.output is not None:
         try:  # never a stack file, Pulumi.yaml or a file holding secure: values
             check_output_path("--output", args.output)

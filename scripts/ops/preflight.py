@@ -1053,6 +1053,8 @@ def egress_address(url: str, timeout_seconds: float = CHECKIP_TIMEOUT_SECONDS) -
     import ipaddress
     import urllib.request
 
+    if not url.lower().startswith(("http://", "https://")):  # never a local file's bytes in a report
+        return None, f"{url.split(':', 1)[0]!r} URLs are not read (http or https only)"
     try:
         with urllib.request.urlopen(url, timeout=timeout_seconds) as response:  # noqa: S310 - a URL the operator chose
             text = response.read(64).decode("ascii", "replace").strip()
@@ -1615,6 +1617,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.region not in AWS_REGIONS:  # else every AWS check reports the endpoint, not the typo
             raise UsageError(f"--region: {args.region!r} is not an AWS region"
                              + (did_you_mean(args.region, AWS_REGIONS) or " (e.g. us-east-1)"))
+    checkip = checkip_url_from_env() if args.checkip_url is None else (args.checkip_url.strip() or None)
+    if checkip is not None and not checkip.lower().startswith(("http://", "https://")):
+        # urllib also opens file:// and ftp://: --checkip-url file:///etc/passwd printed the file's first bytes.
+        where = "--checkip-url" if args.checkip_url is not None else CHECKIP_URL_ENV
+        raise UsageError(f"{where}: {checkip.split(':', 1)[0]!r} URLs are not read: give an http(s) URL of a checkip-style "
+                         f"service (default {DEFAULT_CHECKIP_URL}), or an empty value for no look-up")
     now = datetime.now(UTC)
     print_overlay_notice(stack=args.stack)
     spec = load_stack(args.stack, now=now)
@@ -1627,7 +1635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "container_runtime": (engine_verify.RuntimeSelection(()) if args.runtime == "none"
                               else engine_verify.find_runtime(args.runtime) if args.runtime
                               else engine_verify.select_runtime()),
-        "checkip_url": checkip_url_from_env() if args.checkip_url is None else (args.checkip_url.strip() or None),
+        "checkip_url": checkip,
         "only": None if args.only is None else {n for names in args.only for n in names},
     }
     if sys.stderr.isatty() and not args.json:

@@ -13,7 +13,8 @@ What is ours: resources tagged ``kimi-deploy:stack`` (every taggable resource ca
 which is that cluster's stack's and shares its expiry (``cluster_leftovers``). Expired: its ``expires-at`` tag
 (RFC 3339 UTC) is at or before
 ``--now``. Node groups without their own ``expires-at`` inherit their cluster's. Never touched:
-anything tagged ``kimi-deploy:retain`` with any value but false/no/0/off (``=true``, ``=yes``), the weight mirror (``kimi-deploy:role=weights-mirror``)
+anything tagged ``kimi-deploy:retain`` with any value but false/no/0/off (``=true``, ``=yes``), the weight
+mirror (``kimi-deploy:role=weights-mirror``)
 and S3 buckets in general (reported, never deleted). Capacity reservations and capacity blocks
 are reported while they are still paid for: destroying a stack does not cancel them.
 
@@ -691,7 +692,11 @@ def main(
     if not 0 <= args.wait_seconds <= 86_400:  # also rejects nan
         print(f"error: --wait-seconds: {args.wait_seconds:g} must be between 0 and 86400 seconds", file=sys.stderr)
         return 2
-    regions = args.region or default_regions()
+    if args.no_pulumi and not args.destroy:
+        print("error: --no-pulumi is read only with --destroy (a dry run never runs `pulumi destroy`): add --destroy or "
+              "leave --no-pulumi out", file=sys.stderr)
+        return 2
+    regions = list(dict.fromkeys(args.region)) if args.region else default_regions()  # a region given twice is swept once
     for region in regions:
         if not REGION_RE.match(region):
             where = "--region" if args.region else "region (from AWS_REGION, AWS_DEFAULT_REGION or a stack's aws:region)"

@@ -165,9 +165,9 @@ def check_node_selector_hardware(raw: RawConfig, target: TargetProfile) -> None:
 
 # IRSA (EKS's IAM roles for service accounts) reads the role from this service account annotation.
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
-_SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret's data key (Kubernetes API validation)
-_AWS_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
-_IAM_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}\Z")  # a Secret's data key (Kubernetes API validation)
+_AWS_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+\Z")
+_IAM_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}\Z")
 MIRROR_CREDENTIAL_KINDS = ("secret", "serviceAccountAnnotations", "serviceAccountName")
 
 
@@ -237,6 +237,15 @@ def check_mirror_access(raw: RawConfig, platform: PlatformProfile) -> None:
                           f"is required on the kubernetes platform with the mirror {bucket} (its AWS region, e.g. us-east-1)")
     if not _AWS_REGION_RE.match(region):
         raise ConfigError("storage.mirror.region", region, "is not an AWS region name (e.g. us-east-1)")
+    from ..errors import did_you_mean
+    from ..targets import AWS_REGIONS
+
+    if raw.storage.mirror.endpoint_url is None and region not in AWS_REGIONS:
+        # Amazon S3 itself (no storage.mirror.endpointUrl): a region AWS does not have is never reached.
+        raise ConfigError("storage.mirror.region", region,
+                          f"is not an AWS region (botocore's list of {len(AWS_REGIONS)}, targets.AWS_REGIONS)"
+                          + (did_you_mean(region, AWS_REGIONS) or "; e.g. us-east-1")
+                          + " (an S3-compatible store names its endpoint in storage.mirror.endpointUrl)")
 
 
 def check_nvme_host_path(host_path: str, key: str = "kubernetes.nvmeHostPath") -> None:

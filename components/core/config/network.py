@@ -14,6 +14,11 @@ from .raw import RawConfig
 # Client CIDRs broader than this are "the internet" for practical purposes.
 MIN_CLIENT_PREFIX_LENGTH = 8
 # Private IPv4 ranges (RFC 1918), the VPC CIDR blocks the Amazon VPC user guide recommends.
+# Security group rules: "Inbound or outbound rules per security group" is 60 by default and, times the
+# security groups per network interface, at most 1,000 (Amazon VPC user guide, "Amazon VPC quotas",
+# security groups). Each allowedCidrs block is one rule (and one NetworkPolicy peer on Kubernetes).
+SECURITY_GROUP_RULES_DEFAULT_QUOTA = 60
+SECURITY_GROUP_RULES_MAX = 1_000
 _RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 
@@ -37,6 +42,11 @@ def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]
             net = ipaddress.ip_network(cidr, strict=True)
         except ValueError:
             raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
+        if net.is_loopback or net.is_link_local or net.is_multicast or net.is_unspecified:
+            kind = ("loopback" if net.is_loopback else "link-local" if net.is_link_local
+                    else "multicast" if net.is_multicast else "unspecified")
+            raise ConfigError(key, cidr, f"is a {kind} block: no client reaches the API port from there (name the "
+                                         "client networks)")
         if net.prefixlen < MIN_CLIENT_PREFIX_LENGTH:
             raise ConfigError(
                 key,
@@ -44,6 +54,17 @@ def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]
                 f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client "
                 "networks)",
             )
+    for key, blocks in (("network.allowedCidrs", raw.network.allowed_cidrs),
+                        ("kubernetes.allowedCidrs", raw.kubernetes.allowed_cidrs)):
+        if len(blocks) > SECURITY_GROUP_RULES_MAX:
+            raise ConfigError(key, f"{len(blocks)} blocks",
+                              f"is more than {SECURITY_GROUP_RULES_MAX:,}, the most rules a security group may hold (Amazon "
+                              "VPC quotas); one rule per block: name broader client networks")
+    if provisions_aws and len(raw.network.allowed_cidrs) > SECURITY_GROUP_RULES_DEFAULT_QUOTA:
+        warnings.append(
+            f"network.allowedCidrs holds {len(raw.network.allowed_cidrs)} blocks, one security group rule each: above the "
+            f"default quota of {SECURITY_GROUP_RULES_DEFAULT_QUOTA} inbound rules per security group `pulumi up` fails "
+            "unless the quota was raised (Amazon VPC quotas)")
     try:
         ipaddress.ip_network(raw.network.vpc_cidr, strict=True)
     except ValueError:
@@ -267,8 +288,12 @@ def check_api_server_access(raw: RawConfig, platform: PlatformProfile) -> None:
 
     net = raw.network
     public = [_ipv4_block("network.apiServerPublicCidrs", c) for c in net.api_server_public_cidrs]
-    for cidr in net.api_server_private_cidrs:
-        _ipv4_block("network.apiServerPrivateCidrs", cidr)
+    private = [_ipv4_block("network.apiServerPrivateCidrs", c) for c in net.api_server_private_cidrs]
+    for key, texts, blocks in (("network.apiServerPublicCidrs", net.api_server_public_cidrs, public),
+                               ("network.apiServerPrivateCidrs", net.api_server_private_cidrs, private)):
+        twice = next((t for i, t in enumerate(texts) if blocks[i] in blocks[:i]), None)
+        if twice is not None:  # EKS keeps one copy; a second changes nothing
+            raise ConfigError(key, twice, "is listed twice (each block once)")
     for group in net.api_server_private_security_group_ids:
         if not SECURITY_GROUP_RE.match(group):
             raise ConfigError(

@@ -1,29 +1,33 @@
-"""Formats of config values (regular expressions), shared by the section checks."""
+"""Formats of config values (regular expressions), shared by the section checks.
+
+Every pattern ends in ``\\Z``, never ``$``: Python's ``$`` also matches before a trailing newline, so
+``"us-east-1\\n"`` or ``"vpc-0123abcd\\n"`` passed a check and reached AWS with the newline (new-user trial).
+"""
 
 from __future__ import annotations
 
 import re
 
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
+REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}\Z")
+RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8,17}\Z")
 # AWS region names: us-east-1, ap-southeast-2, us-gov-west-1, cn-north-1, eusc-de-east-1.
-REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$")
+REGION_RE = re.compile(r"^[a-z]{2,4}(-[a-z]+)+-\d{1,2}\Z")
 # An IAM role or user (EKS access entry principal): arn:<partition>:iam::<account>:role|user/[path/]name.
-IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}$")
+IAM_PRINCIPAL_ARN_RE = re.compile(r"^arn:aws(-cn|-us-gov)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,128}\Z")
 # An AZ (us-east-1a) or a Local Zone (us-east-1-dfw-2a: the parent region, the zone group, a letter).
-AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|-[a-z]+-\d[a-z])$")
+AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d([a-z]|-[a-z]+-\d[a-z])\Z")
 # An EC2 security group id (sg- and 8 or 17 hex digits).
-SECURITY_GROUP_RE = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+SECURITY_GROUP_RE = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})\Z")
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 # S3's general purpose bucket naming rules beyond the characters (S3 User Guide, "General purpose bucket
 # naming rules"): no two adjacent periods, not an IP address, reserved prefixes and suffixes.
 BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
-_IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}\Z")
 # One S3 key prefix: segments of the characters S3 calls safe for object keys, less the shell-hostile
 # ones (S3 User Guide, "Naming Amazon S3 objects": alphanumerics, - _ .), joined by '/'.
-S3_KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+S3_KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*\Z")
 
 
 def bucket_name_problem(name: str) -> str | None:
@@ -45,22 +49,22 @@ def bucket_name_problem(name: str) -> str | None:
         if name.endswith(suffix):
             return f"is not a valid S3 bucket name (the suffix {suffix} is reserved)"
     return None
-DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 # Kubernetes label values (also valid AWS tag values): the owner is both.
-LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 # Docker tag grammar; an image reference is name[:tag][@sha256:digest].
-IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 IMAGE_RE = re.compile(
-    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?\Z"
 )
 # EC2 resource ids: a prefix and 8 or 17 lower-case hex digits (the longer form since 2016; EC2 user
 # guide, "Resource IDs").
-VPC_ID_RE = re.compile(r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$")
-SUBNET_ID_RE = re.compile(r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$")
-SECURITY_GROUP_ID_RE = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
+VPC_ID_RE = re.compile(r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})\Z")
+SUBNET_ID_RE = re.compile(r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})\Z")
+SECURITY_GROUP_ID_RE = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})\Z")
 # The name clients send as `model` (vLLM --served-model-name): an OpenAI-style model id or a hub
 # repo id (org/name), no whitespace or quotes: it is also a PromQL label value and a shell word.
-SERVED_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+SERVED_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}\Z")
 
 
 def path_segments_problem(value: str, *, absolute: bool) -> str | None:

@@ -226,3 +226,22 @@ def check_platform_keys(raw: RawConfig, platform: PlatformProfile) -> None:
                     f"is read only with {other} {' or '.join(_word(v) for v in values)} ({rule.what}); this stack's "
                     f"{other} is {_word(current)}: {rule.instead}",
                 )
+
+
+# Keys a second key makes unread: (key, the key that wins, what reads the winner). Setting both is
+# setting one value nothing reads (new-user trial: each was accepted and ignored).
+IGNORED_BESIDE: tuple[tuple[str, str, str], ...] = (
+    ("trialTtlHours", "expiresAt", "the expiry is expiresAt itself (config/lifecycle.py)"),
+    ("network.vpcCidr", "network.vpcId", "an existing VPC keeps its own CIDR blocks (aws/network.py creates no VPC)"),
+    ("compute.capacity.usdPerHour", "compute.usdPerHour",
+     "the price per node-hour is compute.usdPerHour when both are set (sizing.py)"),
+)
+
+
+def check_ignored_beside(raw: RawConfig, warnings: list[str]) -> None:
+    """A warning for every key set beside the key that makes it unread (``IGNORED_BESIDE``): one
+    rule for every pair, one line naming both keys and which one is read."""
+    explicit = dict(explicit_settings(raw))
+    for key, winner, why in IGNORED_BESIDE:
+        if key in explicit and winner in explicit:
+            warnings.append(f"{key} {_shown(explicit[key])} is ignored beside {winner} ({why}): remove one of them")

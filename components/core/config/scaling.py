@@ -9,7 +9,7 @@ from ..platforms import PlatformProfile
 from .patterns import DNS_LABEL_RE, LABEL_VALUE_RE
 from .raw import RawConfig
 
-_CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,?-]+$")
+_CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,?-]+\Z")
 # The five fields as KEDA's cron scaler parses them: kedacore/keda pkg/scalers/cron_scaler.go builds
 # robfig/cron v3's parser with Minute | Hour | Dom | Month | Dow; parser.go's bounds (minutes 0-59,
 # hours 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat) and getRange's
@@ -97,7 +97,7 @@ def cron_days(fields: list[str]) -> list[tuple[int, int]]:
     return [(month, day) for month in sorted(months) for day in sorted(days) if day <= _MONTH_DAYS[month]]
 
 
-_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?\Z")
 
 
 def check_autoscaling_and_observability(raw: RawConfig, platform: PlatformProfile, warnings: list[str]) -> None:

@@ -33,8 +33,8 @@ class StackFileError(ConfigError):
 # CLI reads stack files (gopkg.in/yaml.v3 implements YAML 1.2). PyYAML's SafeLoader is YAML 1.1,
 # where `1:12` is the sexagesimal int 72, `yes`/`on`/`off` are booleans and `017` is octal: the
 # plan would accept values `pulumi up` reads as text and refuses.
-_YAML12_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_YAML12_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_YAML12_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)\Z")
+_YAML12_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z")
 _YAML12_FLOAT = re.compile(
     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
 )
