@@ -672,3 +672,35 @@ def test_a_trailing_newline_does_not_pass_a_pattern(key, value):
 
     pattern = VPC_ID_RE if key == "network.vpcId" else LABEL_VALUE_RE
     assert pattern.match(value.strip()) and not pattern.match(value)
+
+
+@pytest.mark.parametrize("image,fragment", [
+    ("vllm/vllm-openai:V0.34.0", "has the tag 'V0.34.0', which vLLM does not publish (tags are case-sensitive): write 'v0.34.0'"),
+    ("vllm/vllm-openai:nightly-" + "AB" * 20, "write 'nightly-" + "ab" * 20 + "'"),
+])
+def test_a_tag_in_the_wrong_case_is_named_not_called_mutable(image, fragment):
+    """New-user trial: both were called mutable tags."""
+    cfg = base("b300")
+    cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": image}
+    reject(cfg, "vllm.image", fragment)
+
+
+def test_a_version_read_as_a_number_is_not_advised_back_without_its_zero():
+    """New-user trial: `eksVersion: 1.30` was advised to be quoted as '1.3'."""
+    cfg = base("b300-prod")
+    cfg["kubernetes"] = {**cfg.get("kubernetes", {}), "eksVersion": 1.3}
+    reject(cfg, "kubernetes.eksVersion", "trailing zeros dropped", "'1.30' if you wrote 1.30")
+
+
+def test_an_invisible_character_in_a_key_is_named():
+    """New-user trial: `owner` with a zero-width space was an unknown key that looked exactly like a known one."""
+    with pytest.raises(ConfigError, match="it holds U\\+200B ZERO WIDTH SPACE at character 4; did you mean owner"):
+        namespace_config({"kimi-deploy:own\u200ber": "x", "aws:region": "us-east-1"})
+
+
+def test_user_data_over_ec2s_limit_names_the_key_that_fills_it():
+    """New-user trial: a long storage.mirror.prefix (in every mirror path) was blamed on model.servedModelName."""
+    from tests.conftest import plan_for
+
+    with pytest.raises(ConfigError, match=r"^kimi-deploy:storage\.mirror\.prefix: .* makes the EC2 user data"):
+        plan_for("b300", overrides={"kimi-deploy:storage": {"mirror": {"prefix": "a/" * 150 + "a"}}})

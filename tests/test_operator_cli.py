@@ -98,7 +98,8 @@ def test_weight_sync_without_aws_credentials_says_where_they_come_from(tmp_path)
 
 @pytest.mark.parametrize("statuses, text, code", [
     (["pass"] * 3, "ok (3 passed)", 0),
-    (["pass", "warn"], "ok (1 passed, 1 warned)", 0),
+    (["pass", "warn"], "ok, with warnings to read (1 passed, 1 warned)", 0),
+    (["warn"], "ok, with warnings to read (1 warned)", 0),  # new-user trial: `mirror` warned, printed "ok (1 warned)"
     (["pass"] * 3 + ["skip"] * 8, "nothing failed, but not everything was checked (3 passed, 8 skipped)", 0),
     (["pass", "unknown", "skip"], "nothing failed, but not everything was checked (1 passed, 1 unknown, 1 skipped)", 0),
     (["skip"] * 8 + ["unknown"] * 3, "NOTHING CHECKED (3 unknown, 8 skipped)", 2),

@@ -315,3 +315,19 @@ def test_a_region_given_twice_is_swept_once(monkeypatch):
     with pytest.raises(Stop):
         sweep.main(["--region", "us-east-1", "--region", "us-west-2", "--region", "us-east-1"])
     assert seen == [["us-east-1", "us-west-2"]]
+
+
+def test_a_hubs_html_answer_is_named_not_a_bare_json_error():
+    """New-user trial: a proxy's HTML page where the hub's JSON belongs ended as a bare JSONDecodeError."""
+    from scripts.node import weight_sync
+
+    err = json.JSONDecodeError("Expecting value", "<html>login</html>", 0)
+    message = weight_sync.hub_error_message(err, "hf", "org/m", "main")
+    assert message is not None and message.startswith("hf://org/m@main on ") and "not the hub's JSON API" in message
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_vllm_argv_refuses_a_timeout_that_is_not_a_time(value):
+    """New-user trial: --timeout-seconds -1 ran and reported "took more than -1 s"."""
+    out = _kimi("vllm-argv", "--timeout-seconds", value, env=_env(None), timeout=60)
+    assert out.returncode == 2 and "--timeout-seconds: " in out.stderr and "more than 0" in out.stderr, out.stderr

@@ -249,7 +249,7 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
     total = len(text.encode())
     if total <= USER_DATA_LIMIT_BYTES:
         return total
-    key, value = _largest_user_data_input(spec)
+    key, value = _largest_user_data_input(spec, text)
     raise ConfigError(
         key,
         value,
@@ -259,14 +259,21 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
     )
 
 
-def _largest_user_data_input(spec: DeploymentSpec) -> tuple[str, Any]:
-    """The config key (and value) of the longest value the user data carries from config:
-    ``vllm.extraArgs``, ``vllm.image`` or ``model.servedModelName``; ``vllm`` when none is set."""
+def _largest_user_data_input(spec: DeploymentSpec, text: str = "") -> tuple[str, Any]:
+    """The config key (and value) that takes the most of the user data ``text``: its length times
+    the times it appears there (a ``storage.mirror.prefix`` is in every mirror path), among
+    ``vllm.extraArgs``, ``vllm.image``, ``model.servedModelName`` and ``storage.mirror.prefix``;
+    ``vllm`` when none is set."""
     cfg = spec.config
+
+    def share(value: str) -> int:
+        return len(value) * max(1, text.count(value)) if value else 0
+
     candidates = [
-        ("vllm.extraArgs", list(cfg.vllm.extra_args), len(" ".join(cfg.vllm.extra_args))),
-        ("vllm.image", cfg.vllm.image, len(cfg.vllm.image or "")),
-        ("model.servedModelName", cfg.model.served_model_name, len(cfg.model.served_model_name or "")),
+        ("vllm.extraArgs", list(cfg.vllm.extra_args), sum(share(a) for a in cfg.vllm.extra_args)),
+        ("vllm.image", cfg.vllm.image, share(cfg.vllm.image or "")),
+        ("model.servedModelName", cfg.model.served_model_name, share(cfg.model.served_model_name or "")),
+        ("storage.mirror.prefix", cfg.storage.mirror.prefix, share(cfg.storage.mirror.prefix or "")),
     ]
     key, value, size = max(candidates, key=lambda c: c[2])
     return (key, value) if size else ("vllm", "(the serving command)")

@@ -203,6 +203,13 @@ def engine_blocker(image: str, image_key: str, image_family: str, model: ModelPr
             image_key, image,
             f"is the {next(iter(wrong))} build of vLLM; this target needs the {image_family} one ({VLLM_IMAGES[image_family]})",
         )
+    tag = image.split("@", 1)[0].rpartition(":")[2]
+    if build.kind == "mutable" and (_RELEASE_TAG_RE.match(tag.lower()) or _NIGHTLY_TAG_RE.match(tag.lower())):
+        # Tags are case-sensitive: `V0.34.0` or a nightly in upper-case hex is no tag vLLM publishes.
+        raise ConfigError(
+            image_key, image,
+            f"has the tag {tag!r}, which vLLM does not publish (tags are case-sensitive): write {tag.lower()!r}",
+        )
     if build.kind == "mutable":
         raise ConfigError(
             image_key, image,

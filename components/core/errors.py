@@ -42,6 +42,19 @@ def check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str]) -> 
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """``"; did you mean X?"`` for the closest candidate (difflib, cutoff 0.6), else ``""``."""
+    """``"; did you mean X?"`` for the closest candidate (difflib, cutoff 0.6), else ``""``; first,
+    the invisible characters ``name`` holds (``invisible_characters``), which no message shows."""
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    return invisible_characters(name) + (f"; did you mean {close[0]}?" if close else "")
+
+
+def invisible_characters(text: str) -> str:
+    """``"; it holds U+200B ZERO WIDTH SPACE at character 6"`` for the first character of ``text``
+    that prints as nothing or as a blank (Unicode categories Cc, Cf, Zs other than the space, Zl,
+    Zp), else ``""``: a key pasted with one looks right and is unknown."""
+    import unicodedata
+
+    for i, ch in enumerate(text, start=1):
+        if ch != " " and unicodedata.category(ch) in ("Cc", "Cf", "Zs", "Zl", "Zp"):
+            return f"; it holds U+{ord(ch):04X} {unicodedata.name(ch, 'a control character')} at character {i}"
+    return ""

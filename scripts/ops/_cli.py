@@ -384,7 +384,9 @@ def verdict(counts: dict[str, int]) -> tuple[str, int]:
     - any ``fail``: ``"FAILED (1 failed, 3 passed, ...)"``, exit 1;
     - nothing passed, warned or failed (every check skipped or unknown): ``"NOTHING CHECKED
       (8 skipped, 3 unknown)"``, exit 2: there is no green light without a check that ran;
-    - every check passed or warned: ``"ok (11 passed)"``, exit 0;
+    - every check passed: ``"ok (11 passed)"``, exit 0; some warned (none failed, none left
+      unchecked): ``"ok, with warnings to read (1 passed, 1 warned)"``, exit 0 (a bare "ok" read
+      over a warning, e.g. a mirror that is not complete);
     - otherwise ``"nothing failed, but not everything was checked (3 passed, 8 skipped)"``, exit 0.
     """
     text = counts_text(counts)
@@ -394,6 +396,8 @@ def verdict(counts: dict[str, int]) -> tuple[str, int]:
         return f"NOTHING CHECKED ({text})", EXIT_USAGE
     if counts.get(UNKNOWN) or counts.get(SKIP):
         return f"nothing failed, but not everything was checked ({text})", EXIT_OK
+    if counts.get(WARN):
+        return f"ok, with warnings to read ({text})", EXIT_OK
     return f"ok ({text})", EXIT_OK
 
 

@@ -44,7 +44,8 @@ endpoint, no credentials) gives ``unknown``, never a crash; a check that does no
 stack is ``skip`` with or without credentials. boto3 honors AWS_ENDPOINT_URL (on localhost with no
 credentials set, dummy ones are used and a note says so).
 The result line counts the statuses and says "ok" only when every check ran and passed (or
-warned): "ok (11 passed)"; otherwise "nothing failed, but not everything was checked (3 passed,
+warned): "ok (11 passed)", "ok, with warnings to read (10 passed, 1 warned)";
+otherwise "nothing failed, but not everything was checked (3 passed,
 8 skipped)", "FAILED (...)" or "NOT CHECKED (...)".
 Exit codes: 0 nothing failed and at least one check passed or warned, 1 a check failed, 2 usage
 or config error, or nothing could be checked: no AWS credentials, the AWS endpoint cannot be

@@ -136,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--timeout-seconds", type=float, default=TIMEOUT_SECONDS, help="give up after this long")
     args = parser.parse_args(argv)
+    if not 0 < args.timeout_seconds <= 3600:  # also refuses nan; -1 ran and "took more than -1 s"
+        parser.error(f"--timeout-seconds: {args.timeout_seconds:g} must be more than 0 and at most 3600 seconds")
     python = find_vllm_python()
     if python is None:
         print(f"error: no vLLM parser venv ({ENV_VAR} or .venv-vllm): {INSTALL_HINT}", file=sys.stderr)

@@ -584,6 +584,11 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
         return ConfigError(key, value, "is not a map" + (f" (keys: {', '.join(keys)})" if keys else " (write its keys under it)"))
     if kind == "string_type" and isinstance(value, (int, float)):
         what = "a boolean" if isinstance(value, bool) else "a number"
+        if isinstance(value, float):
+            # YAML read the digits as a number and dropped what a number does not keep: `1.30` is 1.3, so
+            # quoting the value read back ('1.3') would name another version.
+            return ConfigError(key, value, f"is {what} as YAML reads it (trailing zeros dropped), not a string: quote it "
+                                           f"in the stack file exactly as meant (e.g. '{value}0' if you wrote {value}0)")
         return ConfigError(key, value, f"is {what}, not a string: quote it in the stack file ('{value}')")
     if kind == "missing":
         return ConfigError(key, None, "is required")

@@ -118,6 +118,12 @@ def hub_error_message(exc: BaseException, hub: str, repo: str, revision: str | N
             return (f"{where}: cannot reach the hub at {endpoint} ({type(e).__name__}): check this machine's "
                     f"network path to it (DNS, proxy, NAT gateway or security-group egress) and "
                     f"{info['endpoint_env']} ({'set' if os.environ.get(info['endpoint_env']) else 'unset: the public hub'})")
+    for _, n in chain:
+        if "JSONDecodeError" in n:
+            # A proxy's login page or a wrong HF_ENDPOINT answers HTML where the hub's API answers JSON.
+            return (f"{where}: {endpoint} answered something that is not the hub's JSON API (an HTML page: a proxy, a "
+                    f"captive portal or a wrong {info['endpoint_env']}?): check {info['endpoint_env']} "
+                    f"({'set' if os.environ.get(info['endpoint_env']) else 'unset: the public hub'}) and the network path")
     return None
 
 
