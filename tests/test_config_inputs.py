@@ -704,3 +704,12 @@ def test_user_data_over_ec2s_limit_names_the_key_that_fills_it():
 
     with pytest.raises(ConfigError, match=r"^kimi-deploy:storage\.mirror\.prefix: .* makes the EC2 user data"):
         plan_for("b300", overrides={"kimi-deploy:storage": {"mirror": {"prefix": "a/" * 150 + "a"}}})
+
+
+def test_a_kubernetes_provider_key_on_a_platform_without_a_cluster_is_refused():
+    """New-user trial: `kubernetes:context` on aws-ec2 was accepted and read by nothing."""
+    full = {**read_stack_config("b300"), "kubernetes:context": "prod-cluster"}
+    with pytest.raises(ConfigError, match="kubernetes:context: 'prod-cluster' is read by the Kubernetes provider, which "
+                                          "platform aws-ec2 never creates"):
+        namespace_config(full)
+    namespace_config({**read_stack_config("b300-prod"), "kubernetes:context": "prod-cluster"})

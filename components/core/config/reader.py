@@ -277,7 +277,29 @@ def read_config_strings(
             )
         values[name] = _decode_secret(full_key, kind, text) if full_key in secret_full_keys else _decode(full_key, kind, text)
     _check_provider_default_tags(config.get("aws:defaultTags"))
+    _check_provider_platform(config, values.get("platform"), secret_full_keys)
     return values, frozenset(secrets)
+
+
+def _check_provider_platform(config: Mapping[str, Any], platform: Any, secret_full_keys: typing.Collection[str]) -> None:
+    """A ``kubernetes:`` provider key on a platform that runs no cluster (``aws-ec2``) is read by
+    nothing: the program creates no Kubernetes provider there (components/platform.py), so
+    ``kubernetes:context`` on aws-ec2 was accepted and ignored.
+
+    Raises:
+        ConfigError: the first such key, naming the platform.
+    """
+    from ..platforms import PLATFORM_PROFILES
+
+    profile = PLATFORM_PROFILES.get(platform) if isinstance(platform, str) else None
+    if profile is None or profile.runs_kubernetes:
+        return
+    for full_key in sorted(k for k in config if k.startswith("kubernetes:")):
+        shown = "[secret]" if full_key in secret_full_keys else config[full_key]
+        raise ConfigError(full_key, shown, f"is read by the Kubernetes provider, which platform {platform} never creates "
+                                           f"(it runs no cluster; kubernetes platforms: "
+                                           f"{', '.join(n for n, p in PLATFORM_PROFILES.items() if p.runs_kubernetes)}): "
+                                           "remove it")
 
 
 # Tags the program puts on every taggable resource besides the provider's default tags: the five
