@@ -244,4 +244,4 @@ def check_ignored_beside(raw: RawConfig, warnings: list[str]) -> None:
     explicit = dict(explicit_settings(raw))
     for key, winner, why in IGNORED_BESIDE:
         if key in explicit and winner in explicit:
-            warnings.append(f"{key} {_shown(explicit[key])} is ignored beside {winner} ({why}): remove one of them")
+            warnings.append(f"{key} {_shown(explicit[key])} is ignored beside {winner}: {why}; remove one of them")
