@@ -716,8 +716,9 @@ def test_a_kubernetes_provider_key_on_a_platform_without_a_cluster_is_refused():
 
 
 @pytest.mark.parametrize("values,words", [
-    ({"port": "8000"}, "vllm.port: '8000' is quoted, so YAML reads it as text, not a whole number: write 8000 without quotes"),
-    ({"enablePrefixCaching": "true"}, "is quoted, so YAML reads it as text, not a boolean: write true without quotes"),
+    ({"port": "8000"}, "vllm.port: '8000' is not a whole number: it is quoted, so YAML reads it as text; write 8000 without"),
+    ({"enablePrefixCaching": "true"}, "is not a boolean (allowed: true, false): it is quoted, so YAML reads it as text; "
+                                      "write true without quotes"),
 ])
 def test_a_quoted_number_or_boolean_is_told_to_lose_its_quotes(values, words):
     """New-user trial: "'8000' is not a whole number" (it is one, in quotes)."""

@@ -599,9 +599,9 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
             (kind in ("int_type", "int_parsing") and value.strip().lstrip("+-").isdigit())
             or (kind in ("bool_type", "bool_parsing") and value.strip() in ("true", "false"))):
         # `"8000"` / `"true"` in quotes: YAML text, which the map hands the program as a string.
-        what = "a whole number" if kind.startswith("int") else "a boolean"
-        return ConfigError(key, value, f"is quoted, so YAML reads it as text, not {what}: write {value.strip()} without "
-                                       "quotes")
+        what = "a whole number" if kind.startswith("int") else "a boolean (allowed: true, false)"
+        return ConfigError(key, value, f"is not {what}: it is quoted, so YAML reads it as text; write {value.strip()} "
+                                       "without quotes")
     if kind in _TYPE_WORDS:
         return ConfigError(key, value, _TYPE_WORDS[kind])
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
