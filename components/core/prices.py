@@ -67,7 +67,7 @@ def _p(key: str, item: str, unit: str, usd: float, source: str, date: str, *, es
 _VPC = "https://aws.amazon.com/vpc/pricing/"
 _FSX = "https://aws.amazon.com/fsx/lustre/pricing/"
 PRICES: Mapping[str, Price] = MappingProxyType({p.key: p for p in (
-    # EC2 instances on demand. p6-b300: the list price the plan used before this table (DESIGN.md 11).
+    # EC2 instances on demand, from the AWS price list as Karpenter generates it (us-east-1).
     _p("p6-b300.48xlarge", "p6-b300.48xlarge instance, on demand (an ODCR bills the same rate, used or not)", "hour",
        142.416, _KARPENTER, "2026-07"),
     _p("m6idn.4xlarge", "m6idn.4xlarge instance (the stager), on demand", "hour", 1.27296, _KARPENTER, "2026-01"),
