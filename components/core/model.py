@@ -168,28 +168,6 @@ class PublishedKvClaim:
 
 
 @dataclass(frozen=True)
-class FittedKvModel:
-    """How the KV-cache figures of the plan are obtained where they are not measured: the engine's
-    cache layout for the bytes per token, and a fitted constant for the memory they get. The plan
-    shows it beside the KV figures.
-
-    Attributes:
-        label: one line for the plan, e.g. ``"estimate: ..."``.
-        formula: the model, in words.
-        figures: the public figures the constants were fitted to (one line each, with source).
-        fitted: constant name -> fitted value (units in the name).
-        independent_check: a further public figure the fit was tested against and how it
-            compares, or None when none is published.
-    """
-
-    label: str
-    formula: str
-    figures: tuple[str, ...]
-    fitted: Mapping[str, float]
-    independent_check: str | None = None
-
-
-@dataclass(frozen=True)
 class ChatMarkup:
     """The chat-format markup a model's tokenizer renders and the engine's parsers consume.
 
@@ -242,14 +220,11 @@ class ModelProfile:
         min_vllm_version: the version the model card asks for.
         cache_geometry: the layers and dimensions the engine sizes the KV cache from
             (``kv_layout.py`` gives the bytes per token).
-        runtime_reserved_bytes_per_gpu: memory vLLM keeps per GPU for everything that is
-            neither weights nor KV (activations, CUDA graphs, MoE buffers); fitted (``kv_fit``).
         recipes: image family (``cuda``/``rocm``) -> vendor recipe.
         api_price: the vendor API price, for cost comparisons.
         license_summary: the commercial conditions users must acknowledge.
         engine_requirements: image family (``cuda``/``rocm``) -> what the engine must implement
             (``engine.check_engine`` enforces it).
-        kv_fit: how ``runtime_reserved_bytes_per_gpu`` was obtained (None: measured or not fitted).
         kv_claim: a published KV-capacity figure, shown beside the engine-layout one (or None).
         attention: its MLA attention layers, for checking the attention backends the command
             names (None: not checked).
@@ -273,12 +248,10 @@ class ModelProfile:
     trust_remote_code: bool
     min_vllm_version: str
     cache_geometry: CacheGeometry
-    runtime_reserved_bytes_per_gpu: int
     recipes: Mapping[str, VendorRecipe]
     api_price: ApiPrice
     license_summary: str
     engine_requirements: Mapping[str, EngineRequirement] = field(default_factory=lambda: MappingProxyType({}))
-    kv_fit: FittedKvModel | None = None
     kv_claim: PublishedKvClaim | None = None
     attention: MlaAttention | None = None
     reasoning_efforts: tuple[str, ...] = ()
@@ -301,12 +274,6 @@ KIMI_K3_1_CACHE_GEOMETRY = CacheGeometry(
     ),
 )
 
-# FlashInfer's trtllm-gen MLA decode carves a softmax-stats slab out of vLLM's FlashInfer workspace
-# when DCP needs the LSE; at DCP8 that alone took 1,611,661,312 B against the 413,138,944 B
-# (394 MiB) default of VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE (vllm-project/vllm#50781, #50791).
-# 2 GiB covers it with about a third to spare (estimate; the slab grows with heads x batch).
-DCP_FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
-
 # The vLLM recipe (vllm-project/recipes, Kimi-K3.yaml), as quoted for K3.1 Pro at its release: 8x B300 with FP8 KV holds about
 # 2.6M tokens at plain TP8 and about 18.5M with DCP8. Read with 24 x 656 B = 15,744 B per token
 # (the fp8_ds_mla MLA latent alone), as this toolkit did before it read the engine's layout.
@@ -326,29 +293,6 @@ KIMI_K3_1_KV_CLAIM = PublishedKvClaim(
     ),
 )
 
-# The memory KV gets is not published. The one figure that fixes it is the recipe's: its 2.6M
-# tokens x 15,744 B = 40.9 GB of KV per GPU, so 0.95 x 288.40 GB - 195.0 GB weights/GPU - 40.9 GB
-# = 38.0 GB per GPU left for the runtime (activations, CUDA graphs, MoE buffers). The bytes per
-# token then come from the engine's layout (kv_layout.py), not from the recipe; DCP divides the
-# caches it shards (both DSA caches), so no DCP efficiency is fitted.
-_KIMI_RUNTIME_RESERVED = 38_000_000_000
-_KIMI_KV_FIT = FittedKvModel(
-    label="estimate: KV memory fitted to the recipe's TP8 figure; bytes per token from vLLM's cache layout",
-    formula=(
-        "tokens = (gpu_memory_utilization x GPU memory - weights/TP - runtime_reserved_bytes_per_gpu) / bytes per token "
-        "per GPU (the engine's cache layout; with DCP the caches it shards count 1/DCP)"
-    ),
-    figures=(
-        "8x B300, FP8 KV, --gpu-memory-utilization 0.95: about 2.6M tokens at TP8, read as 15,744 B/token "
-        "(vLLM recipe, Kimi-K3.yaml)",
-    ),
-    fitted=MappingProxyType({"runtime_reserved_bytes_per_gpu": _KIMI_RUNTIME_RESERVED}),
-    independent_check=(
-        "the recipe's DCP8 figure, 18.5M = 0.89 x 8 x 2.6M, is not reproduced: both DSA caches shard over DCP ranks "
-        "(8x); memory that only DCP takes (the FlashInfer workspace, all-to-all buffers) is not in the fitted reserve"
-    ),
-)
-
 KIMI_K3_1_PRO = ModelProfile(
     name="kimi-k3.1-pro",
     display_name="Kimi K3.1-Pro",
@@ -364,7 +308,6 @@ KIMI_K3_1_PRO = ModelProfile(
     trust_remote_code=True,
     min_vllm_version=KIMI_K3_1_MIN_VLLM_VERSION,
     cache_geometry=KIMI_K3_1_CACHE_GEOMETRY,
-    runtime_reserved_bytes_per_gpu=_KIMI_RUNTIME_RESERVED,
     recipes=MappingProxyType(
         {
             "cuda": VendorRecipe(
@@ -409,7 +352,9 @@ KIMI_K3_1_PRO = ModelProfile(
                         '{"use_prefill_query_quantization":true,"mla_prefill_backend":"TRTLLM_RAGGED"}',
                     ),
                 ),
-                dcp_env=MappingProxyType({"VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE": str(DCP_FLASHINFER_WORKSPACE_BYTES)}),
+                # No VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE: 0.34.0 sizes the DCP workspace itself at the
+                # effective max_num_batched_tokens (engine_memory.trtllm_sparse_mla_workspace_bytes); an
+                # explicit smaller value is honoured and may overflow (flashinfer_mla_sparse.py:388-421).
                 # The recipe also sets VLLM_USE_V2_MODEL_RUNNER=1 and VLLM_USE_RUST_FRONTEND=1; both dropped.
                 # V2 runner: vLLM 0.34.0 removed V1, and its Platform.validate_environ calls the variable
                 # redundant at 1 and raises at any other value (platforms/interface.py).
@@ -481,7 +426,6 @@ KIMI_K3_1_PRO = ModelProfile(
             )
         }
     ),
-    kv_fit=_KIMI_KV_FIT,
     kv_claim=KIMI_K3_1_KV_CLAIM,
     attention=KIMI_K3_1_ATTENTION,
     # vLLM 0.34.0 renderers/kimi_k3.py: _K31_THINKING_EFFORTS for model_type kimi_k31 (K3 takes low,

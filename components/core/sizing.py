@@ -2,8 +2,8 @@
 and download time. Pure functions over the spec; units are in every name.
 
 Sources: FSx facts in ``fsx.py``; GPU and NVMe facts in ``targets.py``; KV bytes per token from
-the engine's cache layout in ``kv_layout.py``, the fitted memory reserve and the recipe's claim in
-``model.py``; the recipe's 3,600 s engine-ready timeout in ``versions.py``.
+the engine's cache layout in ``kv_layout.py``, the memory beside it by named term in
+``engine_memory.py``, the recipe's claim in ``model.py``; the recipe's 3,600 s engine-ready timeout in ``versions.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from .config.compute import block_instances
 from .config.spec import DeploymentSpec
 from .errors import ConfigError
 from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
-from .kv_layout import DEFAULT_INDEXER_CACHE_DTYPE, KvCacheLayout, model_layout, recipe_argv
+from .engine_memory import MAX_NUM_SEQS_FLAG, MemoryBudget, memory_budget
+from .kv_layout import FLASHINFER_MLA_SPARSE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
 from .targets import GB, GIB, GPUS, GpuFacts
 from .time_inputs import (
@@ -83,6 +84,35 @@ class StoragePlan:
     read_source: str
 
 
+def recipe_max_num_seqs(model: ModelProfile) -> tuple[int, str] | None:
+    """A ``--max-num-seqs`` a vendor recipe of ``model`` sets (the value, and which recipe), or None.
+
+    A smaller ``--max-num-seqs`` shrinks the indexer's logits buffer (rows x max_model_len x 4 B,
+    counted 1.75x by the sizing): the plan shows what the recipe's value would buy on this target; it
+    does not render it (the right value follows the workload's concurrency)."""
+    for family, recipe in model.recipes.items():
+        for flag, value in recipe.flags:
+            if flag == MAX_NUM_SEQS_FLAG and value and value.isdigit():
+                return int(value), f"the vLLM recipe's {family} value (vllm-project/recipes, Kimi-K3.yaml)"
+    return None
+
+
+@dataclass(frozen=True)
+class MaxNumSeqsOption:
+    """What a smaller ``--max-num-seqs`` buys (the plan shows it; the command does not set it).
+
+    Attributes:
+        max_num_seqs: the value considered; ``current``: the effective value now.
+        tokens_gained: ``(low, high)`` KV tokens per copy it adds at each end of the estimates.
+        source: where the value comes from.
+    """
+
+    max_num_seqs: int
+    current: int
+    tokens_gained: tuple[int, int]
+    source: str
+
+
 @dataclass(frozen=True)
 class Sizing:
     """All derived figures of a deployment.
@@ -98,9 +128,14 @@ class Sizing:
             (``vllm.kvCacheTokens`` when measured).
         kv_cache_tokens_tp: capacity at plain tensor parallelism (DCP 1).
         kv_cache_tokens_dcp: capacity at the configured DCP size (equals ``kv_cache_tokens``).
+        kv_cache_tokens_range_tp, kv_cache_tokens_range: ``(low, high)`` at TP and at the configured
+            DCP size (the span of the memory estimates; one value twice when measured).
+            ``kv_cache_tokens`` is the low end.
         kv_cache_source: where ``kv_cache_tokens`` comes from (``estimate: ...`` or measured).
         kv_layout: the caches of a copy as the engine lays them out (bytes per token per term).
-        kv_bytes_per_gpu: memory per GPU left for the KV cache (the estimate's budget).
+        memory: the per-GPU memory terms and the KV bytes they leave (``engine_memory``).
+        max_num_seqs_option: what rendering ``--max-num-seqs`` would buy, or None when the command
+            sets it.
         kv_claim: the published claim beside the engine-layout figure, or None.
         max_model_len: the served context length, tokens.
         full_context_sequences: how many sequences of ``max_model_len`` fit in the KV cache.
@@ -118,9 +153,12 @@ class Sizing:
     kv_cache_tokens: int
     kv_cache_tokens_tp: int
     kv_cache_tokens_dcp: int
+    kv_cache_tokens_range_tp: tuple[int, int]
+    kv_cache_tokens_range: tuple[int, int]
     kv_cache_source: str
     kv_layout: KvCacheLayout
-    kv_bytes_per_gpu: int
+    memory: MemoryBudget
+    max_num_seqs_option: MaxNumSeqsOption | None
     kv_claim: KvClaimComparison | None
     max_model_len: int
     full_context_sequences: int
@@ -141,57 +179,59 @@ def download_seconds(weights_bytes: int, megabytes_per_second: float) -> int:
     return math.ceil(weights_bytes / (megabytes_per_second * 1e6))
 
 
-def kv_budget_bytes_per_gpu(
-    model: ModelProfile, gpu: GpuFacts, tensor_parallel_size: int, gpu_memory_utilization: float
-) -> int:
-    """Bytes per GPU left for the KV cache: utilization x HBM - weight shard - runtime reserve.
-
-    May be negative (the configuration cannot hold the model with any KV cache).
-    """
-    usable = gpu.memory_bytes * gpu_memory_utilization
-    weights_per_gpu = model.weights_bytes / tensor_parallel_size
-    return int(usable - weights_per_gpu - model.runtime_reserved_bytes_per_gpu)
-
-
-def kv_cache_tokens(
+def copy_memory_budget(
     model: ModelProfile,
     gpu: GpuFacts,
     tensor_parallel_size: int,
-    gpu_memory_utilization: float,
-    kv_cache_dtype: str,
-    decode_context_parallel_size: int = 1,
+    decode_context_parallel_size: int,
+    layout: KvCacheLayout,
     *,
-    indexer_cache_dtype: str = DEFAULT_INDEXER_CACHE_DTYPE,
     argv: tuple[str, ...] = (),
-) -> int:
-    """KV-cache capacity in tokens of one model copy: the per-GPU budget
-    (``kv_budget_bytes_per_gpu``) over the bytes a token takes on each GPU in the engine's cache
-    layout (``kv_layout.model_layout``; ``argv``: the command's flags, which may name the attention
-    backend and so the latent format). The caches are replicated over TP ranks; DCP shards the
-    ones the layout marks sharded (both DSA caches: DCP8 holds 8x the tokens).
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float | None = None,
+) -> MemoryBudget:
+    """The per-GPU memory of one copy of ``model`` by named term (``engine_memory.memory_budget``):
+    the weight shard, the workspaces and buffers the pinned engine computes at the batch limits
+    ``argv`` sets (or its defaults), the estimates, and the KV bytes its sizing leaves (a range).
 
     Raises:
-        ValueError: DCP does not divide TP; an unknown KV or indexer dtype.
+        ValueError: a batch flag in ``argv`` that is not a positive integer.
     """
-    if tensor_parallel_size % decode_context_parallel_size:
-        raise ValueError(
-            f"decode context parallel size {decode_context_parallel_size} must divide TP {tensor_parallel_size}"
-        )
-    budget = kv_budget_bytes_per_gpu(model, gpu, tensor_parallel_size, gpu_memory_utilization)
-    layout = model_layout(model, kv_cache_dtype, gpu, indexer_cache_dtype=indexer_cache_dtype, argv=argv)
-    return layout.tokens(budget, decode_context_parallel_size)
+    attention = model.attention
+    index_bytes = next((t.bytes_per_token_per_layer for t in layout.terms if t.name == "DSA indexer keys"), 0)
+    return memory_budget(
+        gpu=gpu,
+        weights_bytes_per_gpu=model.weights_bytes // tensor_parallel_size,
+        argv=argv,
+        max_model_len=max_model_len or model.max_context_tokens,
+        tensor_parallel_size=tensor_parallel_size,
+        decode_context_parallel_size=decode_context_parallel_size,
+        num_attention_heads=attention.num_heads if attention else 0,
+        index_topk=(attention.index_topk or 0) if attention else 0,
+        index_entry_bytes=index_bytes,
+        flashinfer_sparse_backend=layout.attention_backend == FLASHINFER_MLA_SPARSE,
+        dsa_layers=model.cache_geometry.dsa_layers if attention and attention.sparse else 0,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+
+
+def kv_cache_token_range(budget: MemoryBudget, layout: KvCacheLayout, decode_context_parallel_size: int) -> tuple[int, int]:
+    """``(low, high)`` KV tokens of one copy: ``budget``'s KV bytes per GPU at each end of its
+    estimates over the bytes a token takes on each GPU in ``layout`` (DCP shards what it marks)."""
+    return (layout.tokens(budget.kv_bytes_low, decode_context_parallel_size),
+            layout.tokens(budget.kv_bytes_high, decode_context_parallel_size))
 
 
 @dataclass(frozen=True)
 class KvClaimComparison:
-    """A published KV claim (``model.PublishedKvClaim``) beside the engine-layout figures for the
+    """A published KV claim (``model.PublishedKvClaim``) beside the engine's figures for the
     claim's own setting (its GPU, TP, KV dtype, utilization and DCP size, the vendor recipe's flags).
 
     Attributes:
         claim_tokens_tp, claim_tokens_dcp, decode_context_parallel_size: what is claimed.
         claim_bytes_per_token: bytes per token per GPU the claim was read with.
-        engine_tokens_tp, engine_tokens_dcp: the same setting under the engine's layout and the
-            fitted memory (estimate).
+        engine_tokens_tp, engine_tokens_dcp: ``(low, high)`` for the same setting under the engine's
+            layout and memory terms (``copy_memory_budget``; the range spans its estimates).
         engine_bytes_per_token: bytes per token per GPU in the engine's layout at TP.
         difference: one line saying why the two differ.
         source: where the claim is published.
@@ -201,8 +241,8 @@ class KvClaimComparison:
     claim_tokens_dcp: int
     decode_context_parallel_size: int
     claim_bytes_per_token: int
-    engine_tokens_tp: int
-    engine_tokens_dcp: int
+    engine_tokens_tp: tuple[int, int]
+    engine_tokens_dcp: tuple[int, int]
     engine_bytes_per_token: int
     difference: str
     source: str
@@ -212,37 +252,46 @@ def _millions(tokens: int) -> str:
     return f"{tokens / 1e6:.2f}M"
 
 
+def _million_range(tokens: tuple[int, int]) -> str:
+    return f"{tokens[0] / 1e6:.2f}-{tokens[1] / 1e6:.2f}M"
+
+
 def kv_claim_comparison(model: ModelProfile) -> KvClaimComparison | None:
-    """The model's published KV claim beside the engine-layout figures for the claim's setting,
-    with the difference in one line; None when the model has no claim."""
+    """The model's published KV claim beside the engine's figures for the claim's setting, with
+    the difference in one line; None when the model has no claim."""
     claim = model.kv_claim
     if claim is None:
         return None
     gpu, family = GPUS[claim.gpu], "cuda" if GPUS[claim.gpu].vendor == "nvidia" else "rocm"
     recipe = model.recipes[family]
     dcp = claim.decode_context_parallel_size
-    budget = kv_budget_bytes_per_gpu(model, gpu, claim.gpus, claim.gpu_memory_utilization)
+    ranges = []
+    for size in (1, dcp):
+        argv = recipe_argv(recipe, size)
+        layout = model_layout(model, claim.kv_cache_dtype, gpu, argv=argv)
+        budget = copy_memory_budget(model, gpu, claim.gpus, size, layout, argv=argv,
+                                    gpu_memory_utilization=claim.gpu_memory_utilization)
+        ranges.append(kv_cache_token_range(budget, layout, size))
     tp_layout = model_layout(model, claim.kv_cache_dtype, gpu, argv=recipe_argv(recipe, 1))
-    dcp_layout = model_layout(model, claim.kv_cache_dtype, gpu, argv=recipe_argv(recipe, dcp))
-    tokens_tp, tokens_dcp = tp_layout.tokens(budget, 1), dcp_layout.tokens(budget, dcp)
     mla, index = tp_layout.terms[0], tp_layout.terms[1]
     latent = (
         f"the MLA latent as {mla.format} ({mla.bytes_per_token_per_layer:,} B per layer"
         + (f", {tp_layout.attention_backend}" if tp_layout.attention_backend else "") + ")"
     )
     difference = (
-        f"the recipe's {_millions(claim.tokens_tp)} (TP{claim.gpus}) and {_millions(claim.tokens_dcp)} (DCP{dcp}) assume "
-        f"{claim.implied_bytes_per_token:,} B/token ({claim.implied_by}); the engine also caches indexer keys "
-        f"({index.layers} x {index.bytes_per_token_per_layer} B) and stores {latent}: "
-        f"{tp_layout.bytes_per_token_per_gpu:,} B/token, {_millions(tokens_tp)} and {_millions(tokens_dcp)} in the same memory"
+        f"the recipe's {_millions(claim.tokens_tp)} (TP{claim.gpus}) and {_millions(claim.tokens_dcp)} (DCP{dcp}) at "
+        f"--gpu-memory-utilization {claim.gpu_memory_utilization:g} assume {claim.implied_bytes_per_token:,} B/token "
+        f"({claim.implied_by}); the engine also caches indexer keys ({index.layers} x {index.bytes_per_token_per_layer} B) "
+        f"and stores {latent}: {tp_layout.bytes_per_token_per_gpu:,} B/token; with the memory terms at that setting, "
+        f"{_million_range(ranges[0])} and {_million_range(ranges[1])}"
     )
     return KvClaimComparison(
         claim_tokens_tp=claim.tokens_tp,
         claim_tokens_dcp=claim.tokens_dcp,
         decode_context_parallel_size=dcp,
         claim_bytes_per_token=claim.implied_bytes_per_token,
-        engine_tokens_tp=tokens_tp,
-        engine_tokens_dcp=tokens_dcp,
+        engine_tokens_tp=ranges[0],
+        engine_tokens_dcp=ranges[1],
         engine_bytes_per_token=tp_layout.bytes_per_token_per_gpu,
         difference=difference,
         source=claim.source,
@@ -372,36 +421,52 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
     vcfg = spec.config.vllm
     tp = target.gpus_per_copy
     dtype = kv_cache_dtype(spec)
-    budget = kv_budget_bytes_per_gpu(model, target.gpu, tp, vcfg.gpu_memory_utilization)
-    if budget <= 0:
-        raise ConfigError(
-            "vllm.gpuMemoryUtilization",
-            vcfg.gpu_memory_utilization,
-            f"leaves no memory for the KV cache on {tp}x {target.gpu.name} (need more than "
-            f"{(model.weights_bytes / tp + model.runtime_reserved_bytes_per_gpu) / target.gpu.memory_bytes:.2f})",
-        )
     dcp = vcfg.decode_context_parallel_size
-    indexer = vcfg.indexer_cache_dtype
-    tokens_tp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, 1,
-                                indexer_cache_dtype=indexer, argv=serving_argv(spec, 1))
-    tokens_dcp = kv_cache_tokens(model, target.gpu, tp, vcfg.gpu_memory_utilization, dtype, dcp,
-                                 indexer_cache_dtype=indexer, argv=serving_argv(spec, dcp))
-    layout = kv_layout(spec)
+    max_len = vcfg.max_model_len or model.max_context_tokens
+
+    def size(dcp_size: int, extra: tuple[str, ...] = ()) -> tuple[KvCacheLayout, MemoryBudget, tuple[int, int]]:
+        argv = serving_argv(spec, dcp_size) + extra
+        layout = model_layout(model, dtype, target.gpu, indexer_cache_dtype=vcfg.indexer_cache_dtype, argv=argv)
+        memory = copy_memory_budget(model, target.gpu, tp, dcp_size, layout, argv=argv, max_model_len=max_len,
+                                    gpu_memory_utilization=vcfg.gpu_memory_utilization)
+        return layout, memory, kv_cache_token_range(memory, layout, dcp_size)
+
+    try:
+        _, _, range_tp = size(1)
+        layout, memory, range_dcp = size(dcp)
+    except ValueError as err:
+        raise ConfigError("vllm.extraArgs", list(vcfg.extra_args), str(err)) from None
+    if memory.kv_bytes_high <= 0:
+        raise ConfigError(
+            "vllm.gpuMemoryUtilization" if vcfg.gpu_memory_utilization is not None else "vllm.maxModelLen",
+            vcfg.gpu_memory_utilization if vcfg.gpu_memory_utilization is not None else max_len,
+            f"leaves no memory for the KV cache on {tp}x {target.gpu.name} (weights and engine buffers take "
+            f"{sum(t.low_bytes for t in memory.terms) / 1e9:,.1f} GB of {memory.gpu_memory_bytes / 1e9:,.1f} GB per GPU)",
+        )
+    seqs_option = None
+    option = recipe_max_num_seqs(model)
+    if option and not any(a.partition("=")[0] == MAX_NUM_SEQS_FLAG for a in serving_argv(spec, dcp)):
+        _, _, with_seqs = size(dcp, (MAX_NUM_SEQS_FLAG, str(option[0])))
+        seqs_option = MaxNumSeqsOption(
+            option[0], memory.limits.max_num_seqs, (with_seqs[0] - range_dcp[0], with_seqs[1] - range_dcp[1]), option[1],
+        )
+    tokens_tp, tokens_dcp = range_tp[0], range_dcp[0]
     kv_source = (
-        (model.kv_fit.label if model.kv_fit else "estimate: the engine's cache layout")
-        + f"; {layout.bytes_per_token_per_gpu:,} B per token per GPU"
+        f"estimate: vLLM 0.34.0's memory terms, {len([t for t in memory.terms if t.estimate])} of them estimated "
+        f"(range {range_dcp[0]:,}-{range_dcp[1]:,}); {layout.bytes_per_token_per_gpu:,} B per token per GPU"
     )
     if vcfg.kv_cache_tokens is not None:
         # Measured at the configured parallelism: it replaces that figure (the other stays an estimate).
         kv_source = "vllm.kvCacheTokens (measured: vLLM's 'GPU KV cache size' log line)"
         if dcp > 1:
             tokens_dcp = vcfg.kv_cache_tokens
+            range_dcp = (tokens_dcp, tokens_dcp)
         else:
             tokens_tp = tokens_dcp = vcfg.kv_cache_tokens
+            range_tp = range_dcp = (tokens_dcp, tokens_dcp)
     storage = storage_plan(spec)
     bytes_per_node = model.weights_bytes / spec.nodes_per_copy
     load = math.ceil(bytes_per_node / storage.read_bytes_per_second)
-    max_len = vcfg.max_model_len or model.max_context_tokens
     if tokens_dcp < max_len:
         # vLLM 0.34.0 refuses to start when one sequence of max_model_len does not fit its KV cache
         # (vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory: "To serve at least one request
@@ -413,7 +478,7 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
             (f"holds fewer tokens than one {max_len:,}-token sequence (vllm.maxModelLen): vLLM refuses to start; "
              "lower vllm.maxModelLen or measure again" if measured else
              f"is more than the KV cache holds ({tokens_dcp:,} tokens, {kv_source}): vLLM refuses to start; lower "
-             "it or raise vllm.gpuMemoryUtilization"),
+             "it, or measure vllm.kvCacheTokens"),
         )
     price, price_source = gpu_usd_per_hour(spec)
     hub = publish_hub_rate(spec, staging=False)
@@ -426,9 +491,12 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         kv_cache_tokens=tokens_dcp,
         kv_cache_tokens_tp=tokens_tp,
         kv_cache_tokens_dcp=tokens_dcp,
+        kv_cache_tokens_range_tp=range_tp,
+        kv_cache_tokens_range=range_dcp,
         kv_cache_source=kv_source,
         kv_layout=layout,
-        kv_bytes_per_gpu=budget,
+        memory=memory,
+        max_num_seqs_option=seqs_option,
         kv_claim=kv_claim_comparison(model),
         max_model_len=max_len,
         full_context_sequences=tokens_dcp // max_len,

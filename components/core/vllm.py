@@ -154,8 +154,12 @@ def _common_argv(spec: DeploymentSpec, sizing: Sizing) -> list[str]:
         model.reasoning_parser,
         "--load-format",
         recipe.load_format,
-        "--gpu-memory-utilization",
-        f"{cfg.gpu_memory_utilization:g}",
+    ]
+    if cfg.gpu_memory_utilization is not None:
+        # Unset, vLLM 0.34.0 sizes the extensible KV cache from memory measured after warm-up
+        # (config/cache.py:216-234: leave it unset unless something vLLM does not measure shares the GPU).
+        argv += ["--gpu-memory-utilization", f"{cfg.gpu_memory_utilization:g}"]
+    argv += [
         "--max-model-len",
         str(sizing.max_model_len),
     ]

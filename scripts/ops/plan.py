@@ -49,6 +49,7 @@ from components.core.config import (
     stack_names,
 )
 from components.core.config.stack_file import CONFIG_OVERLAY_ENV, overlay_keys
+from components.core.engine_memory import KDA_STATE_PER_SEQUENCE_ESTIMATE, KV_SIZING_SOURCE
 from components.core.errors import ConfigError
 from components.core.load import load_stack
 from scripts.ops._cli import CliParser, UsageError, check_output_path, print_overlay_notice, prog_name
@@ -98,8 +99,10 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     gpus_per_node, replicas, instance_type}, ``sizing`` {storage_kind, storage_capacity_gib,
     fsx_capacity_gib, fsx_throughput_per_tib_mbps, read_bytes_per_second, load_seconds,
     startup_budget_seconds, kv_cache_tokens, kv_cache_tokens_tp, kv_cache_tokens_dcp,
+    kv_cache_tokens_range, kv_cache_tokens_range_tp ([low, high]),
     kv_cache_source, kv_cache_layout {terms [{name, layers, format, bytes_per_token_per_layer,
-    bytes_per_token_per_gpu, dcp_sharded, per_sequence, source}], budget, ...}, kv_cache_claim,
+    bytes_per_token_per_gpu, dcp_sharded, per_sequence, source}], budget {terms [{name, low_bytes,
+    high_bytes, transient, estimate, source}], kv_bytes_per_gpu_low/high, ...}, ...}, kv_cache_claim,
     max_model_len, download_seconds, download_seconds_slow, hub_rate {range, expected_bytes_per_second,
     low_bytes_per_second, source, low_source}, usd_per_hour, price_source}, ``vllm``
     {image, served_model_names, port, tensor_parallel_size, decode_context_parallel_size,
@@ -180,8 +183,9 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
             "kv_cache_tokens": sizing.kv_cache_tokens,
             "kv_cache_tokens_tp": sizing.kv_cache_tokens_tp,
             "kv_cache_tokens_dcp": sizing.kv_cache_tokens_dcp,
+            "kv_cache_tokens_range": list(sizing.kv_cache_tokens_range),
+            "kv_cache_tokens_range_tp": list(sizing.kv_cache_tokens_range_tp),
             "kv_cache_source": sizing.kv_cache_source,
-            "kv_cache_model": _kv_cache_model(spec.model),
             "kv_cache_layout": _kv_cache_layout(spec, sizing),
             "kv_cache_claim": _kv_cache_claim(sizing),
             "max_model_len": sizing.max_model_len,
@@ -581,7 +585,8 @@ def summary_rows(doc: dict[str, Any], *, details: bool = True) -> list[tuple[str
         ),
         (
             "KV cache",
-            f"{serve}{sz['kv_cache_tokens']:,} tokens per copy  (TP only: {sz['kv_cache_tokens_tp']:,}); "
+            f"{serve}{_token_range(sz['kv_cache_tokens_range'])} tokens per copy  "
+            f"(TP only: {_token_range(sz['kv_cache_tokens_range_tp'])}); "
             f"{sz['full_context_sequences']} x {sz['max_model_len']:,}-token sequences"
             + (source(kv_source) if details or kv_source.startswith("estimate") else "  (measured)"),
         ),
@@ -614,6 +619,11 @@ def bill_rows(bill: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _token_range(tokens: list[int] | tuple[int, int]) -> str:
+    low, high = tokens
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
 def kv_detail_rows(sz: dict[str, Any]) -> list[tuple[str, str]]:
     """The KV figure's derivation for ``--details``: bytes per token per cache (the engine's
     layout, ``sizing.kv_cache_layout``), the memory they get, and the published claim beside them."""
@@ -636,15 +646,42 @@ def kv_detail_rows(sz: dict[str, Any]) -> list[tuple[str, str]]:
         + "".join(f"; {s}" for s in states) + backend + f" ({layout['source']})",
     )]
     budget = layout["budget"]
-    rows.append((
-        "KV memory",
-        f"{budget['kv_bytes_per_gpu'] / 1e9:,.2f} GB per GPU = {budget['gpu_memory_utilization']:g} x "
-        f"{budget['gpu_memory_bytes'] / 1e9:,.2f} GB - {budget['weights_bytes_per_gpu'] / 1e9:,.2f} GB weights - "
-        f"{budget['runtime_reserved_bytes_per_gpu'] / 1e9:,.2f} GB runtime reserve ({budget['source']})",
-    ))
+    rows += memory_rows(budget)
     claim = sz.get("kv_cache_claim")
     if claim:
         rows.append(("recipe's claim", f"{claim['difference']} ({claim['source']})"))
+    return rows
+
+
+def _gb(low: int, high: int) -> str:
+    return f"{low / 1e9:,.2f} GB" if low == high else f"{low / 1e9:,.2f}-{high / 1e9:,.2f} GB"
+
+
+def memory_rows(budget: dict[str, Any]) -> list[tuple[str, str]]:
+    """``--details`` rows of the per-GPU memory: each named term with its source, the KV bytes left
+    and what a recipe's ``--max-num-seqs`` would buy (``_memory_budget``)."""
+    terms = "; ".join(
+        f"{t['name']} {_gb(t['low_bytes'], t['high_bytes'])}" + (" (transient, counted 1.75x)" if t["transient"] else "")
+        for t in budget["terms"]
+    )
+    rows = [
+        ("GPU memory", f"{budget['gpu_memory_bytes'] / 1e9:,.2f} GB x {budget['gpu_memory_utilization']:g} "
+                       f"({budget['utilization_source']}); batch limits: {budget['batch_limits_source']}"),
+        ("memory terms", f"{terms} (per GPU)"),
+        *((f"  {t['name']}", t["source"]) for t in budget["terms"]),
+        ("KV memory", f"{_gb(budget['kv_bytes_per_gpu_low'], budget['kv_bytes_per_gpu_high'])} per GPU "
+                      f"({budget['sizing_source']})"),
+    ]
+    kda = budget["kda_state_per_sequence"]
+    rows.append(("KDA state", f"{_gb(kda['low_bytes'], kda['high_bytes'])} per sequence per GPU, taken from the KV pool "
+                              f"per request ({kda['basis']})"))
+    option = budget.get("max_num_seqs_option")
+    if option:
+        rows.append(("--max-num-seqs", (
+            f"{option['max_num_seqs']} instead of {option['current']:,} would add "
+            f"{option['tokens_gained_low']:,}-{option['tokens_gained_high']:,} KV tokens per copy (a smaller indexer "
+            f"logits buffer; at most {option['max_num_seqs']} sequences at once); {option['source']}; not rendered"
+        )))
     return rows
 
 
@@ -1209,8 +1246,6 @@ def _kv_cache_layout(spec: Any, sizing: Any) -> dict[str, Any]:
     and the memory per GPU they get (``kv_budget``)."""
     layout = sizing.kv_layout
     dcp = spec.config.vllm.decode_context_parallel_size
-    model = spec.model
-    fit = model.kv_fit
     return {
         "kv_cache_dtype": layout.kv_cache_dtype,
         "indexer_cache_dtype": layout.indexer_cache_dtype,
@@ -1233,13 +1268,38 @@ def _kv_cache_layout(spec: Any, sizing: Any) -> dict[str, Any]:
             }
             for t in layout.terms
         ],
-        "budget": {
-            "kv_bytes_per_gpu": sizing.kv_bytes_per_gpu,
-            "gpu_memory_utilization": spec.config.vllm.gpu_memory_utilization,
-            "gpu_memory_bytes": spec.target.gpu.memory_bytes,
-            "weights_bytes_per_gpu": model.weights_bytes / spec.target.gpus_per_copy,
-            "runtime_reserved_bytes_per_gpu": model.runtime_reserved_bytes_per_gpu,
-            "source": fit.label if fit else "estimate",
+        "budget": _memory_budget(sizing),
+    }
+
+
+def _memory_budget(sizing: Any) -> dict[str, Any]:
+    """The per-GPU memory of one copy by named term (``sizing.memory``, ``engine_memory.py``) and the
+    KV bytes and tokens they leave, low-high (the span of the estimate terms)."""
+    memory = sizing.memory
+    option = sizing.max_num_seqs_option
+    return {
+        "gpu_memory_bytes": memory.gpu_memory_bytes,
+        "gpu_memory_utilization": memory.gpu_memory_utilization,
+        "utilization_source": memory.utilization_source,
+        "max_num_batched_tokens": memory.limits.max_num_batched_tokens,
+        "max_num_seqs": memory.limits.max_num_seqs,
+        "num_speculative_tokens": memory.limits.num_speculative_tokens,
+        "batch_limits_source": memory.limits.source,
+        "terms": [
+            {"name": t.name, "low_bytes": t.low_bytes, "high_bytes": t.high_bytes, "transient": t.transient,
+             "estimate": t.estimate, "source": t.source}
+            for t in memory.terms
+        ],
+        "kv_bytes_per_gpu_low": memory.kv_bytes_low,
+        "kv_bytes_per_gpu_high": memory.kv_bytes_high,
+        "kv_cache_tokens_low": sizing.kv_cache_tokens_range[0],
+        "kv_cache_tokens_high": sizing.kv_cache_tokens_range[1],
+        "sizing_source": KV_SIZING_SOURCE,
+        "kda_state_per_sequence": dataclasses.asdict(KDA_STATE_PER_SEQUENCE_ESTIMATE),
+        "max_num_seqs_option": None if option is None else {
+            "max_num_seqs": option.max_num_seqs, "current": option.current,
+            "tokens_gained_low": option.tokens_gained[0], "tokens_gained_high": option.tokens_gained[1],
+            "source": option.source,
         },
     }
 
@@ -1248,20 +1308,6 @@ def _kv_cache_claim(sizing: Any) -> dict[str, Any] | None:
     """The published KV claim beside the engine-layout figures for its setting, or None."""
     claim = sizing.kv_claim
     return None if claim is None else dataclasses.asdict(claim)
-
-
-def _kv_cache_model(model: Any) -> dict[str, Any] | None:
-    """The plan's account of how its KV figures were obtained (``ModelProfile.kv_fit``), or None."""
-    fit = model.kv_fit
-    if fit is None:
-        return None
-    return {
-        "label": fit.label,
-        "formula": fit.formula,
-        "figures": list(fit.figures),
-        "fitted": dict(fit.fitted),
-        "independent_check": fit.independent_check,
-    }
 
 
 def verdict(doc: dict[str, Any]) -> str:

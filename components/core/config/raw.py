@@ -317,9 +317,12 @@ class VllmConfig(_Raw):
     )
     """Measured KV-cache capacity of one model copy, tokens: the N of vLLM's startup log line "GPU KV cache size: N
     tokens" at this stack's parallelism and maxModelLen; replaces the estimate in the plan."""
-    gpu_memory_utilization: float = Field(0.95, alias="gpuMemoryUtilization", gt=0.5, le=0.99)
-    """Share of each GPU's memory vLLM may use (weights, activations, KV cache); the rest is left to the runtime (and the
-    DCP workspace)."""
+    gpu_memory_utilization: float | None = Field(
+        None, alias="gpuMemoryUtilization", gt=0.5, le=0.99,
+        json_schema_extra=_derived("unset: vLLM 0.34.0 sizes the KV cache from memory measured after warm-up (1.0)"),
+    )
+    """Share of each GPU's memory vLLM may use (vLLM --gpu-memory-utilization, rendered only when set): only for a GPU
+    shared with processes vLLM does not measure; a lower value takes memory from the KV cache."""
     enable_prefix_caching: StrictBool = Field(True, alias="enablePrefixCaching")
     """Reuse the KV cache of shared prompt prefixes (vLLM --enable-prefix-caching)."""
     extra_args: tuple[str, ...] = Field((), alias="extraArgs")

@@ -7,7 +7,9 @@ import json
 
 from ..attention_backend import accepted_block_sizes, role_attention_backend, sm10_sparse_priorities
 from ..errors import ConfigError
+from ..engine_memory import FLASHINFER_WORKSPACE_ENV, engine_computed_env
 from ..kv_layout import (
+    FLASHINFER_MLA_SPARSE,
     INDEXER_KV_DTYPE_KEY,
     SPARSE_BACKEND_KV_DTYPES,
     model_layout,
@@ -30,7 +32,7 @@ def _is_json_object(text: str) -> bool:
 
 
 def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> None:
-    """``vllm.decodeContextParallelSize`` (divides TP; room for the DCP workspace, a warning),
+    """``vllm.decodeContextParallelSize`` (divides TP; what DCP costs, a warning),
     ``maxModelLen``, ``kvCacheDtype`` (ROCm; a dtype no sparse MLA backend stores),
     ``indexerCacheDtype`` (mxfp4 on SM10x only), ``extraArgs``, ``imageTag`` and ``image``.
 
@@ -44,27 +46,26 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         raise ConfigError(
             "vllm.decodeContextParallelSize", dcp, f"must divide the tensor-parallel size {tp} (allowed: {', '.join(divisors)})"
         )
-    recipe_dcp_env = model.recipes[target.image_family].dcp_env if target.image_family in model.recipes else {}
-    if dcp > 1 and "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE" in recipe_dcp_env:
-        # The DCP workspace is allocated by the attention backend, beside vLLM's memory pool: the
-        # share of GPU memory gpuMemoryUtilization leaves out must hold it twice over.
-        workspace = int(recipe_dcp_env["VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE"])
-        outside = (1 - raw.vllm.gpu_memory_utilization) * target.gpu.memory_bytes
-        if outside < 2 * workspace:
-            most = 1 - 2 * workspace / target.gpu.memory_bytes
-            raise ConfigError(
-                "vllm.gpuMemoryUtilization", raw.vllm.gpu_memory_utilization,
-                f"leaves {outside / 1024**3:.1f} GiB per GPU outside vLLM's pool; DCP {dcp} needs room for a "
-                f"{workspace / 1024**3:.0f} GiB FlashInfer workspace twice over (at most {most:.3f})",
-            )
-        recipe_dtype = model.recipes[target.image_family].kv_cache_dtype
-        layout = model_layout(model, raw.vllm.kv_cache_dtype or recipe_dtype, target.gpu)
+    if dcp > 1 and target.image_family == "cuda" and model.attention is not None:
+        recipe = model.recipes[target.image_family]
+        argv = recipe_argv(recipe, dcp) + tuple(raw.vllm.extra_args)
+        layout = model_layout(model, raw.vllm.kv_cache_dtype or recipe.kv_cache_dtype, target.gpu, argv=argv)
         gain = layout.bytes_per_token_per_gpu / layout.bytes_per_token_per_gpu_at(dcp)
+        try:
+            workspace = engine_computed_env(
+                argv=argv, gpu=target.gpu, tensor_parallel_size=tp, decode_context_parallel_size=dcp,
+                num_attention_heads=model.attention.num_heads,
+                flashinfer_sparse_backend=layout.attention_backend == FLASHINFER_MLA_SPARSE,
+            ).get(FLASHINFER_WORKSPACE_ENV)
+        except ValueError:
+            workspace = None  # a malformed batch flag: the sizing names it
         warnings.append(
             f"DCP {dcp}: {gain:g}x the KV tokens of plain TP (both DSA caches shard over DCP ranks; long sessions, "
-            f"bigger prefix cache) for decode steps about 7-25% slower, a {workspace / 1024**3:.0f} GiB "
-            "FlashInfer workspace per GPU (default 394 MiB; vllm#50781) and the DCP backends "
-            "(--dcp-comm-backend a2a, FLASHINFER_MLA_SPARSE decode for the DSA layers, TRTLLM_RAGGED prefill)"
+            "bigger prefix cache) for decode steps about 7-25% slower"
+            + (f", a {workspace / 1024**3:.1f} GiB FlashInfer workspace per GPU that vLLM sizes itself (default 394 MiB; "
+               "vllm#50781)" if workspace else "")
+            + " and the DCP backends (--dcp-comm-backend a2a, FLASHINFER_MLA_SPARSE decode for the DSA layers, "
+            "TRTLLM_RAGGED prefill)"
         )
     if raw.vllm.max_model_len is not None and raw.vllm.max_model_len > model.max_context_tokens:
         raise ConfigError(
