@@ -30,7 +30,7 @@ from components.core.kv_layout import (
 )
 from components.core.load import parse_spec
 from components.core.model import KIMI_K3_1_PRO
-from components.core.sizing import compute_sizing, kv_budget_bytes_per_gpu, kv_cache_tokens
+from components.core.sizing import compute_sizing
 from components.core.targets import GPUS
 from components.core.vllm import build_vllm_command, merge_attention_config
 from scripts.ops import plan as plan_script
@@ -78,8 +78,9 @@ def test_flashmla_sparse_stores_the_656_byte_fp8_ds_mla_row():
         layout = model_layout(KIMI_K3_1_PRO, "fp8", B300, argv=argv)
         assert layout.terms[0].format == "fp8_ds_mla" and layout.bytes_per_token_per_gpu == 18_912, argv
         assert layout.backend_source == "named in the command"
-    tokens = kv_cache_tokens(KIMI_K3_1_PRO, B300, 8, 0.95, "fp8", argv=("--attention-backend", FLASHMLA_SPARSE))
-    assert 2_160_000 < tokens < 2_175_000, tokens
+    budget = 41_000_000_000
+    named = model_layout(KIMI_K3_1_PRO, "fp8", B300, argv=("--attention-backend", FLASHMLA_SPARSE))
+    assert named.tokens(budget) == budget // 18_912 < model_layout(KIMI_K3_1_PRO, "fp8", B300).tokens(budget)
 
 
 @pytest.mark.parametrize("dtype,indexer,expected", [
@@ -95,12 +96,11 @@ def test_bytes_per_token_by_dtype(dtype, indexer, expected):
 def test_dcp_divides_every_sharded_cache():
     """Both DSA caches shard over DCP ranks: DCP8 holds 8x the tokens of TP8 in the same memory
     (not the 0.89 x 8 the recipe's figures implied)."""
-    budget = kv_budget_bytes_per_gpu(KIMI_K3_1_PRO, B300, 8, 0.95)
+    budget = 41_000_000_000
     layout = model_layout(KIMI_K3_1_PRO, "fp8", B300)
     assert layout.tokens(budget, 8) == budget * 8 // layout.bytes_per_token_per_gpu
     assert layout.bytes_per_token_per_gpu_at(8) == layout.bytes_per_token_per_gpu / 8
-    tp = kv_cache_tokens(KIMI_K3_1_PRO, B300, 8, 0.95, "fp8", 1)
-    dcp = kv_cache_tokens(KIMI_K3_1_PRO, B300, 8, 0.95, "fp8", 8)
+    tp, dcp = layout.tokens(budget, 1), layout.tokens(budget, 8)
     assert 8 * tp <= dcp < 8 * (tp + 1)
 
 
@@ -124,12 +124,11 @@ def test_recipe_argv_takes_the_dcp_flags_in_place_of_the_recipe_ones():
 
 
 def test_b300_plan_figure_includes_the_indexer_keys():
-    """The plan's KV figure comes from the engine's layout: 2.41M at TP8 (b300, FP8, no backend
-    named), not the 2.60M of 15,744 B/token the toolkit showed before."""
+    """The plan's KV figure comes from the engine's layout (16,992 B/token at TP8 on b300, FP8, no
+    backend named) over the KV bytes the named memory terms leave, low end first."""
     sizing = compute_sizing(spec_of(base("b300")))
-    budget = kv_budget_bytes_per_gpu(KIMI_K3_1_PRO, B300, 8, 0.95)
-    assert sizing.kv_cache_tokens_tp == budget // 16_992
-    assert 2_400_000 < sizing.kv_cache_tokens_tp < 2_420_000, sizing.kv_cache_tokens_tp
+    assert sizing.kv_cache_tokens_tp == sizing.memory.kv_bytes_low // 16_992
+    assert sizing.kv_cache_tokens_range_tp == (sizing.kv_cache_tokens_tp, sizing.memory.kv_bytes_high // 16_992)
     assert sizing.kv_layout.bytes_per_token_per_gpu == 16_992
     assert sizing.kv_cache_source.startswith("estimate: ") and "16,992 B per token" in sizing.kv_cache_source
 
@@ -138,20 +137,9 @@ def test_the_recipe_claim_is_shown_beside_with_the_difference():
     claim = compute_sizing(spec_of(base("b300"))).kv_claim
     assert claim is not None
     assert (claim.claim_tokens_tp, claim.claim_tokens_dcp, claim.claim_bytes_per_token) == (2_600_000, 18_500_000, 15_744)
-    assert claim.engine_bytes_per_token == 16_992 and claim.engine_tokens_tp < claim.claim_tokens_tp
+    assert claim.engine_bytes_per_token == 16_992 and claim.engine_tokens_tp[0] < claim.engine_tokens_tp[1]
     assert "15,744 B/token" in claim.difference and "indexer keys (24 x 132 B)" in claim.difference
     assert "16,992 B/token" in claim.difference and "\n" not in claim.difference
-
-
-def test_the_fitted_reserve_reproduces_the_recipe_memory():
-    """The one fitted constant: 2.6M tokens x 15,744 B fill what 0.95 x B300 leaves after the
-    weights and the reserve (within 0.2%)."""
-    budget = kv_budget_bytes_per_gpu(KIMI_K3_1_PRO, B300, 8, 0.95)
-    claim = KIMI_K3_1_PRO.kv_claim
-    assert claim is not None and KIMI_K3_1_PRO.kv_fit is not None
-    assert abs(budget - claim.tokens_tp * claim.implied_bytes_per_token) < 0.002 * budget
-    assert dict(KIMI_K3_1_PRO.kv_fit.fitted) == {"runtime_reserved_bytes_per_gpu": KIMI_K3_1_PRO.runtime_reserved_bytes_per_gpu}
-    assert KIMI_K3_1_PRO.kv_fit.label.startswith("estimate: ")
 
 
 def test_plan_document_and_details_show_the_layout_and_the_claim():
@@ -162,12 +150,19 @@ def test_plan_document_and_details_show_the_layout_and_the_claim():
     assert terms["MLA latent"]["bytes_per_token_per_gpu"] == 24 * 576
     assert terms["KDA state"]["per_sequence"]
     assert sz["kv_cache_claim"]["claim_tokens_tp"] == 2_600_000
-    assert sz["kv_cache_layout"]["budget"]["source"].startswith("estimate: ")
+    budget = sz["kv_cache_layout"]["budget"]
+    assert budget["gpu_memory_utilization"] == 1.0 and budget["utilization_source"].startswith("engine default")
+    named = {t["name"]: t for t in budget["terms"]}
+    assert named["indexer logits buffer"]["low_bytes"] == 2_148_532_224 and not named["indexer logits buffer"]["estimate"]
+    assert named["CUDA graphs"]["estimate"] and named["CUDA graphs"]["low_bytes"] < named["CUDA graphs"]["high_bytes"]
+    assert sz["kv_cache_tokens_range"][0] < sz["kv_cache_tokens_range"][1]
     out = io.StringIO()
     plan_script.render_table(doc, file=out, details=True, width=160)
     text = out.getvalue()
     assert "KV per token" in text and "16,992 B per GPU" in text and "DSA indexer keys 24 x 132 B" in text
-    assert "recipe's claim" in text and "15,744 B/token" in text
+    assert "recipe's claim" in text and "15,744 B/token" in text and "indexer logits buffer 2.15 GB" in text
+    low, high = sz["kv_cache_tokens_range"]
+    assert f"{low:,}-{high:,} tokens per copy" in text
     short = io.StringIO()
     plan_script.render_table(doc, file=short, width=160)
     assert "(estimate)" in next(line for line in short.getvalue().splitlines() if "KV cache" in line)

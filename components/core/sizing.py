@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from .attention_backend import attention_backend_flags
 from .config.compute import block_instances
 from .config.spec import DeploymentSpec
+from .engine_memory import MAX_NUM_SEQS_FLAG, MemoryBudget, memory_budget
 from .errors import ConfigError
 from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
-from .engine_memory import MAX_NUM_SEQS_FLAG, MemoryBudget, memory_budget
 from .kv_layout import FLASHINFER_MLA_SPARSE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
 from .targets import GB, GIB, GPUS, GpuFacts

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from ..attention_backend import accepted_block_sizes, role_attention_backend, sm10_sparse_priorities
-from ..errors import ConfigError
 from ..engine_memory import FLASHINFER_WORKSPACE_ENV, engine_computed_env
+from ..errors import ConfigError
 from ..kv_layout import (
     FLASHINFER_MLA_SPARSE,
     INDEXER_KV_DTYPE_KEY,
