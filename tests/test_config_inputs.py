@@ -343,7 +343,7 @@ def test_yaml_merge_keys_are_read_as_the_pulumi_cli_reads_them(tmp_path):
 
     text = (REPO_STACKS / "Pulumi.b300.yaml").read_text()
     text = text.replace("  kimi-deploy:vllm:\n", "  kimi-deploy:vllm:\n    <<: {port: 9000, maxModelLen: 262144}\n", 1)
-    text = text.replace("    gpuMemoryUtilization: 0.95", "    gpuMemoryUtilization: 0.95\n    port: 8000", 1)
+    text = text.replace("    decodeContextParallelSize: 1 ", "    port: 8000\n    decodeContextParallelSize: 1 ", 1)
     (tmp_path / "Pulumi.m.yaml").write_text(text)
     spec = load_stack("m", stacks_dir=tmp_path, now=FIXED_NOW)
     assert spec.config.vllm.port == 8000 and spec.config.vllm.max_model_len == 262_144

@@ -59,7 +59,7 @@ def test_default_stack_table_renders():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "kimi-deploy plan: b300" in out and "vllm serve" in out and "--tool-call-parser kimi_k3" in out
-    assert "142.42" in out and "2,411,742" in out
+    assert "142.42" in out and "3,060,948-4,532,228 tokens per copy" in out
     details = run_plan("--now", NOW, "--details")
     assert details.returncode == 0, details.stderr
     assert "apiKey" in details.stdout and "[secret]" in details.stdout  # rich must not eat the mask as markup

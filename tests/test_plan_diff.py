@@ -190,7 +190,7 @@ def two_commits(tmp_path_factory):
     stack = repo / "stacks" / "Pulumi.b300.yaml"
     text = stack.read_text()
     for old, new in (
-        ("gpuMemoryUtilization: 0.95", "gpuMemoryUtilization: 0.9"),
+        ("    decodeContextParallelSize: 1 ", "    gpuMemoryUtilization: 0.9\n    decodeContextParallelSize: 1 "),
         ("availabilityZone: us-east-1a", "availabilityZone: us-east-1c"),
         ("      - 10.0.0.0/8\n", "      - 10.0.0.0/8\n    allowedSecurityGroupIds: [sg-0123456789abcdef0]\n"),
         ("rootVolumeGib: 500", "rootVolumeGib: 600"),
@@ -223,7 +223,7 @@ def test_end_to_end_diff_between_two_commits(two_commits, monkeypatch):
     replaced = [c for c in d["changed"] if c["action"] == "replace"]
     assert any(f["path"] == "availabilityZone" and f["replaces"] for c in replaced for f in c["fields"])
     [role] = [r for r in d["vllm"]["roles"] if r["status"] == "changed"]
-    assert {"flag": "--gpu-memory-utilization", "old": "0.95", "new": "0.9"} in role["argv"]
+    assert {"flag": "--gpu-memory-utilization", "old": None, "new": "0.9"} in role["argv"]
     # The worktree is gone again.
     assert _git(two_commits, "worktree", "list").count("\n") == 1
 
@@ -369,8 +369,9 @@ def history(tmp_path_factory):
     config = repo / "components" / "core" / "config" / "__init__.py"
     config.write_text(config.read_text() + "\nfrom .. import trial_probe  # noqa: E402,F401  only the new code has it\n")
     stack = repo / "stacks" / "Pulumi.b300.yaml"
-    assert "gpuMemoryUtilization: 0.95" in stack.read_text()
-    stack.write_text(stack.read_text().replace("gpuMemoryUtilization: 0.95", "gpuMemoryUtilization: 0.9"))
+    assert "    decodeContextParallelSize: 1 " in stack.read_text()
+    stack.write_text(stack.read_text().replace(
+        "    decodeContextParallelSize: 1 ", "    gpuMemoryUtilization: 0.9\n    decodeContextParallelSize: 1 "))
     _git(repo, "add", "-A")
     _git(repo, *_COMMIT, "-m", "new module, new flag")
     return repo
@@ -378,13 +379,13 @@ def history(tmp_path_factory):
 
 def test_base_renders_with_only_its_own_tree(history, monkeypatch):
     # Even with the working tree on PYTHONPATH, the base imports only the old tree: no
-    # trial_probe there, and the old stack file (0.95) is what it renders.
+    # trial_probe there, and the old stack file (no utilization set) is what it renders.
     monkeypatch.setenv("PYTHONPATH", str(history))
     monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY")  # the stack files as committed, both sides (_tree_env)
     d = plan_diff.diff_against("b300", "HEAD~1", history, FIXED_NOW)
     assert d["base_error"] is None and d["stack_status"] == "present"
     [role] = [r for r in d["vllm"]["roles"] if r["status"] == "changed"]
-    assert {"flag": "--gpu-memory-utilization", "old": "0.95", "new": "0.9"} in role["argv"]
+    assert {"flag": "--gpu-memory-utilization", "old": None, "new": "0.9"} in role["argv"]
     assert d["summary"]["added"] == d["summary"]["removed"] == 0
 
 

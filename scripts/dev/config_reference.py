@@ -359,8 +359,8 @@ def rules() -> dict[str, str]:
         "vllm.indexerCacheDtype": "mxfp4 on NVIDIA SM10x GPUs only ("
         + ", ".join(name for name in supported if mxfp4_indexer_supported(TARGETS[name].gpu))
         + ") (config/vllm.py, kv_layout.py)",
-        "vllm.gpuMemoryUtilization": "leaves memory for the KV cache; with DCP, twice the DCP workspace outside "
-        "(config/vllm.py, sizing.py)",
+        "vllm.gpuMemoryUtilization": "leaves memory for the KV cache after the weights and the engine's buffers "
+        "(sizing.py, engine_memory.py)",
         "vllm.extraArgs": "no spelling vLLM's parser reads as an option the toolkit sets (aliases, `_` for `-`, "
         f"`=value`, unique prefixes): {', '.join(OWNED_DESTS[dest].options[0] for dest in sorted(OWNED_DESTS))}; no "
         "indexer_kv_dtype (vllm.indexerCacheDtype); with indexerCacheDtype mxfp4 every --attention-config a JSON object; "
