@@ -60,8 +60,8 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         except ValueError:
             workspace = None  # a malformed batch flag: the sizing names it
         warnings.append(
-            f"DCP {dcp}: {gain:g}x the KV tokens of plain TP (both DSA caches shard over DCP ranks; long sessions, "
-            "bigger prefix cache) for decode steps about 7-25% slower"
+            f"DCP {dcp}: {gain:g}x the KV tokens per byte of cache of plain TP (both DSA caches shard over DCP ranks; "
+            "long sessions, bigger prefix cache) for decode steps about 7-25% slower"
             + (f", a {workspace / 1024**3:.1f} GiB FlashInfer workspace per GPU that vLLM sizes itself (default 394 MiB; "
                "vllm#50781)" if workspace else "")
             + " and the DCP backends (--dcp-comm-backend a2a, FLASHINFER_MLA_SPARSE decode for the DSA layers, "
