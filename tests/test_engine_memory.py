@@ -181,3 +181,22 @@ def test_extra_args_batch_limits_resize_the_terms():
     assert small.memory.term(FLASHINFER_WORKSPACE).low_bytes < default.memory.term(FLASHINFER_WORKSPACE).low_bytes
     assert small.kv_cache_tokens > default.kv_cache_tokens
     assert default.max_num_seqs_option is not None and small.max_num_seqs_option is None
+
+
+def test_batch_limits_read_the_last_flag_of_either_spelling_and_refuse_bad_values():
+    from components.core.engine_memory import batch_limits
+    from components.core.errors import ConfigError
+    from components.core.load import parse_spec
+    from components.core.sizing import compute_sizing
+    from tests.test_config import base
+
+    b300 = GPUS["B300"]
+    limits = batch_limits(("--max-num-seqs", "64", "--max-num-seqs=32", "--speculative-config", '{"num_speculative_tokens":3}'),
+                          b300)
+    assert (limits.max_num_batched_tokens, limits.max_num_seqs, limits.num_speculative_tokens) == (16_384, 32, 3)
+    assert "max-num-seqs 32 (the command)" in limits.source and "(engine default, B300)" in limits.source
+    ns = base("b300")
+    ns["vllm"] = {**ns["vllm"], "extraArgs": ["--max-num-batched-tokens", "lots"]}
+    with pytest.raises(ConfigError) as info:
+        compute_sizing(parse_spec(ns, stack="t", now=FIXED_NOW))
+    assert str(info.value).startswith("kimi-deploy:vllm.extraArgs:") and "'lots' is not a positive integer" in str(info.value)
