@@ -13,7 +13,7 @@ How 0.34.0 sizes the KV cache on CUDA and ROCm (the extensible KV cache, the def
   (v1/worker/extensible_kv_cache.py:594-621) gives the cache
   ``min(requested - non_kv_used, headroom - margin) - transient_peak`` with
   ``margin = max(1 GiB (3 GiB on ROCm), 0.75 x transient_peak)`` (l.64-65): the transient peak counts
-  1.75 times. ``kv_bytes_per_gpu`` below is that function on the terms here.
+  1.75 times. ``measure_kv_cache_bytes`` below is that function; ``memory_budget`` applies it to the terms here.
 
 The terms (``MemoryTerm``): weights per GPU; the FlashInfer sparse MLA workspace
 (``compute_trtllm_sparse_mla_workspace_bytes``, v1/attention/backends/mla/flashinfer_mla_sparse.py:357-385);
