@@ -94,12 +94,12 @@ def test_the_role_check_catches_the_old_b300_prod_env(wheel):
 
 
 def test_batch_defaults_are_the_wheel_s(wheel):
-    from components.core.engine_memory import api_server_batch_defaults
+    """The defaults the memory terms are sized at (``batch_limits``) are the wheel's for every GPU."""
+    from components.core.engine_memory import batch_limits
 
     for gpu, engine in wheel["defaults"].items():
-        assert list(api_server_batch_defaults(GPUS[gpu].memory_bytes, GPUS[gpu].name)) == engine, gpu
-    a100 = _run({"batch_defaults": [[80 * 10**9, "NVIDIA A100"], [80 * 10**9, "NVIDIA H100"]]})["batch_defaults"]
-    assert [list(api_server_batch_defaults(80 * 10**9, n)) for n in ("A100", "H100")] == a100
+        limits = batch_limits((), GPUS[gpu], 1_048_576)
+        assert [limits.max_num_batched_tokens, limits.max_num_seqs] == engine, gpu
 
 
 def test_plan_terms_are_the_wheel_s():
@@ -192,11 +192,11 @@ def test_batch_limits_read_the_last_flag_of_either_spelling_and_refuse_bad_value
 
     b300 = GPUS["B300"]
     limits = batch_limits(("--max-num-seqs", "64", "--max-num-seqs=32", "--speculative-config", '{"num_speculative_tokens":3}'),
-                          b300)
+                          b300, 1_048_576)
     assert (limits.max_num_batched_tokens, limits.max_num_seqs, limits.num_speculative_tokens) == (16_384, 32, 3)
-    assert "max-num-seqs 32 (the command)" in limits.source and "(engine default, B300)" in limits.source
+    assert batch_limits(("--max-num-batched-tokens", "8K"), b300, 1_048_576).max_num_batched_tokens == 8_192
     ns = base("b300")
     ns["vllm"] = {**ns["vllm"], "extraArgs": ["--max-num-batched-tokens", "lots"]}
     with pytest.raises(ConfigError) as info:
         compute_sizing(parse_spec(ns, stack="t", now=FIXED_NOW))
-    assert str(info.value).startswith("kimi-deploy:vllm.extraArgs:") and "'lots' is not a positive integer" in str(info.value)
+    assert str(info.value).startswith("kimi-deploy:vllm.extraArgs:") and "lots" in str(info.value)

@@ -22,7 +22,7 @@ v1/attention/backends/mla/indexer.py:890-901); the indexer's logits buffer of th
 (sparse_attn_indexer.py:621-663); and, as estimates, the activation/sampler peak, CUDA graph memory
 and memory outside torch. Every size takes the effective ``max_num_batched_tokens`` and
 ``max_num_seqs`` as parameters (``batch_limits`` reads them from the command's argv, else the
-engine's default for the GPU, engine/arg_utils.py:2977-3034), so a command that changes them
+engine's default for the GPU: ``scheduler_limits.py``), so a command that changes them
 changes the sizes. ``tests/test_engine_memory.py`` runs the wheel's own functions against these.
 """
 
@@ -33,21 +33,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .scheduler_limits import scheduler_limits
 from .targets import GIB, GpuFacts
 
 MIB = 2**20
 _WHEEL = "vLLM 0.34.0"
 
-# --- Batch limits (engine/arg_utils.py get_batch_defaults l.2977-3034, applied l.3198-3262) ------
-# The API server's defaults by device memory: >= 160 GiB (B200/B300/GB300/MI355X) 16,384 batched
-# tokens and 1,024 sequences (l.3010-3019); >= 70 GiB and not A100: 8,192 and 1,024; else 2,048 and 256.
-API_SERVER_BATCH_DEFAULTS: tuple[tuple[int, int, int], ...] = (
-    (160 * GIB, 16_384, 1_024),
-    (70 * GIB, 8_192, 1_024),
-    (0, 2_048, 256),
-)
-BATCH_DEFAULTS_SOURCE = f"{_WHEEL} engine/arg_utils.py:3010-3040 (get_batch_defaults, OPENAI_API_SERVER)"
-MAX_NUM_BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
+# --- Batch limits: the command's flags, else vLLM's defaults (scheduler_limits.py, one table) -------
 MAX_NUM_SEQS_FLAG = "--max-num-seqs"
 SPECULATIVE_CONFIG_FLAG = "--speculative-config"
 
@@ -161,15 +153,6 @@ class BatchLimits:
     source: str
 
 
-def api_server_batch_defaults(gpu_memory_bytes: int, gpu_name: str) -> tuple[int, int]:
-    """``(max_num_batched_tokens, max_num_seqs)`` vLLM's API server defaults to on a GPU of
-    ``gpu_memory_bytes`` (``BATCH_DEFAULTS_SOURCE``; A100 stays on the small tier)."""
-    for floor, tokens, seqs in API_SERVER_BATCH_DEFAULTS:
-        if gpu_memory_bytes >= floor and not (floor == 70 * GIB and "a100" in gpu_name.lower()):
-            return tokens, seqs
-    raise AssertionError("unreachable: the last tier has floor 0")
-
-
 def _last_flag(argv: Sequence[str], flag: str) -> str | None:
     found: str | None = None
     for i, arg in enumerate(argv):
@@ -179,26 +162,15 @@ def _last_flag(argv: Sequence[str], flag: str) -> str | None:
     return found
 
 
-def batch_limits(argv: Sequence[str], gpu: GpuFacts) -> BatchLimits:
-    """The effective batch limits of a command: the last ``--max-num-batched-tokens`` /
-    ``--max-num-seqs`` of ``argv`` (``X`` or ``=X``, as argparse keeps the last), else the engine's
-    API-server default for ``gpu``; ``num_speculative_tokens`` from ``--speculative-config`` JSON.
+def batch_limits(argv: Sequence[str], gpu: GpuFacts, max_model_len: int) -> BatchLimits:
+    """The effective batch limits of a command: ``scheduler_limits.scheduler_limits`` (the command's
+    ``--max-num-batched-tokens`` / ``--max-num-seqs`` in any spelling vLLM reads, else its defaults
+    for ``gpu`` at ``max_model_len``), and ``num_speculative_tokens`` from ``--speculative-config`` JSON.
 
     Raises:
-        ValueError: a flag value that is not a positive integer.
+        ConfigError: a batch value vLLM would not read (key ``vllm.extraArgs``).
     """
-    default_tokens, default_seqs = api_server_batch_defaults(gpu.memory_bytes, gpu.name)
-    values, sources = [], []
-    for flag, default in ((MAX_NUM_BATCHED_TOKENS_FLAG, default_tokens), (MAX_NUM_SEQS_FLAG, default_seqs)):
-        text = _last_flag(argv, flag)
-        if text is None:
-            values.append(default)
-            sources.append(f"{flag.removeprefix('--')} {default:,} (engine default, {gpu.name})")
-            continue
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{flag} {text!r} is not a positive integer")
-        values.append(int(text))
-        sources.append(f"{flag.removeprefix('--')} {int(text):,} (the command)")
+    limits = scheduler_limits(argv, gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name, max_model_len=max_model_len)
     spec_tokens = 0
     spec_text = _last_flag(argv, SPECULATIVE_CONFIG_FLAG)
     if spec_text:
@@ -208,7 +180,9 @@ def batch_limits(argv: Sequence[str], gpu: GpuFacts) -> BatchLimits:
             spec = None
         raw = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
         spec_tokens = raw if isinstance(raw, int) and raw > 0 else 0
-    return BatchLimits(values[0], values[1], spec_tokens, "; ".join(sources) + f" [{BATCH_DEFAULTS_SOURCE}]")
+    source = (f"max-num-batched-tokens {limits.max_num_batched_tokens:,}, max-num-seqs {limits.max_num_seqs:,} "
+              f"({limits.source})")
+    return BatchLimits(limits.max_num_batched_tokens, limits.max_num_seqs, spec_tokens, source)
 
 
 def trtllm_sparse_mla_workspace_bytes(
@@ -382,9 +356,9 @@ def memory_budget(
         gpu_memory_utilization: ``vllm.gpuMemoryUtilization``; None = the engine default, 1.0.
 
     Raises:
-        ValueError: a batch flag in ``argv`` that is not a positive integer.
+        ConfigError: a batch value in ``argv`` vLLM would not read.
     """
-    limits = batch_limits(argv, gpu)
+    limits = batch_limits(argv, gpu, max_model_len)
     cc = gpu.compute_capability
     sm10x = gpu.vendor == "nvidia" and cc is not None and cc[0] == 10
     dcp = decode_context_parallel_size
@@ -419,15 +393,15 @@ def memory_budget(
 
 
 def engine_computed_env(
-    *, argv: Sequence[str], gpu: GpuFacts, tensor_parallel_size: int, decode_context_parallel_size: int,
-    num_attention_heads: int, flashinfer_sparse_backend: bool,
+    *, argv: Sequence[str], gpu: GpuFacts, max_model_len: int, tensor_parallel_size: int,
+    decode_context_parallel_size: int, num_attention_heads: int, flashinfer_sparse_backend: bool,
 ) -> dict[str, int]:
     """Env buffer sizes the engine computes for a role, ``{env name: bytes}``: the FlashInfer
     workspace when FLASHINFER_MLA_SPARSE runs under DCP (a smaller explicit value is honoured and may
     overflow, flashinfer_mla_sparse.py:388-421). A role may leave them unset; it must not set less."""
     if not flashinfer_sparse_backend or decode_context_parallel_size <= 1:
         return {}
-    limits = batch_limits(argv, gpu)
+    limits = batch_limits(argv, gpu, max_model_len)
     return {FLASHINFER_WORKSPACE_ENV: trtllm_sparse_mla_workspace_bytes(
         FLASHINFER_WORKSPACE_DEFAULT_BYTES, decode_context_parallel_size,
         num_attention_heads // tensor_parallel_size, limits.max_num_batched_tokens)}

@@ -431,11 +431,8 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
                                     gpu_memory_utilization=vcfg.gpu_memory_utilization)
         return layout, memory, kv_cache_token_range(memory, layout, dcp_size)
 
-    try:
-        _, _, range_tp = size(1)
-        layout, memory, range_dcp = size(dcp)
-    except ValueError as err:
-        raise ConfigError("vllm.extraArgs", list(vcfg.extra_args), str(err)) from None
+    _, _, range_tp = size(1)
+    layout, memory, range_dcp = size(dcp)
     if memory.kv_bytes_high <= 0:
         raise ConfigError(
             "vllm.gpuMemoryUtilization" if vcfg.gpu_memory_utilization is not None else "vllm.maxModelLen",

@@ -51,14 +51,11 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         argv = recipe_argv(recipe, dcp) + tuple(raw.vllm.extra_args)
         layout = model_layout(model, raw.vllm.kv_cache_dtype or recipe.kv_cache_dtype, target.gpu, argv=argv)
         gain = layout.bytes_per_token_per_gpu / layout.bytes_per_token_per_gpu_at(dcp)
-        try:
-            workspace = engine_computed_env(
-                argv=argv, gpu=target.gpu, tensor_parallel_size=tp, decode_context_parallel_size=dcp,
-                num_attention_heads=model.attention.num_heads,
-                flashinfer_sparse_backend=layout.attention_backend == FLASHINFER_MLA_SPARSE,
-            ).get(FLASHINFER_WORKSPACE_ENV)
-        except ValueError:
-            workspace = None  # a malformed batch flag: the sizing names it
+        workspace = engine_computed_env(
+            argv=argv, gpu=target.gpu, max_model_len=raw.vllm.max_model_len or model.max_context_tokens,
+            tensor_parallel_size=tp, decode_context_parallel_size=dcp, num_attention_heads=model.attention.num_heads,
+            flashinfer_sparse_backend=layout.attention_backend == FLASHINFER_MLA_SPARSE,
+        ).get(FLASHINFER_WORKSPACE_ENV)
         warnings.append(
             f"DCP {dcp}: {gain:g}x the KV tokens per byte of cache of plain TP (both DSA caches shard over DCP ranks; "
             "long sessions, bigger prefix cache) for decode steps about 7-25% slower"
