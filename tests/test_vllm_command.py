@@ -58,9 +58,10 @@ def test_b300_uses_the_blackwell_recipe():
     assert "--enable-prefix-caching" in argv and "--no-enable-flashinfer-autotune" in argv
     env = cmd.role("server").env
     assert env["VLLM_ALLREDUCE_USE_FLASHINFER"] == "1"
-    # The recipe's V2-runner switch (redundant in vLLM 0.34.0) and Rust frontend (refuses the API guard)
-    # are not set: the Python frontend serves (tests/test_vllm_contract.py runs both frontends' code).
-    assert "VLLM_USE_V2_MODEL_RUNNER" not in env and "VLLM_USE_RUST_FRONTEND" not in env
+    # The recipe's V2-runner switch (redundant in vLLM 0.34.0) is not set, and the Rust frontend (which
+    # refuses the API guard) is pinned off, whatever an image sets: the Python frontend serves
+    # (tests/test_vllm_contract.py runs both frontends' code).
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in env and env["VLLM_USE_RUST_FRONTEND"] == "0"
     assert cmd.image == "vllm/vllm-openai:" + TEST_ENGINE_TAG  # the stand-in engine (conftest.py)
 
 
@@ -229,7 +230,7 @@ def test_extra_args_that_change_what_was_sized_are_refused_in_one_line(extra, ne
     ("mi355x", ["--max-num-seqs", "64"], (4_096, 64)),
 ])
 def test_the_plan_reads_the_effective_scheduler_limits(stack, extra, limits):
-    from components.core.scheduler_limits import effective_scheduler_limits
+    from components.core.sizing import effective_scheduler_limits
 
     spec, _ = command(stack, extraArgs=extra) if extra else command(stack)
     assert effective_scheduler_limits(spec) == limits

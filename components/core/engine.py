@@ -112,10 +112,10 @@ def hub_repository(image: str) -> str:
 
 
 def check_release_repository(image: str, image_key: str, image_family: str) -> None:
-    """Registries are trusted by name: a release tag (``v0.34.0``) means vLLM's release only in vLLM's
+    """Registries are trusted by name: a release tag (``v`` + ``versions.VLLM_VERSION``) means vLLM's release only in vLLM's
     own repository for ``image_family`` on Docker Hub (``versions.VLLM_IMAGES``: ``vllm/vllm-openai``,
     ``vllm/vllm-openai-rocm``; ``docker.io/`` spellings included, ``hub_repository``). Anyone can
-    push ``v0.34.0`` to ``ghcr.io/<them>/vllm-openai`` or ``<registry>/vllm/vllm-openai``, and the
+    push that tag to ``ghcr.io/<them>/vllm-openai`` or ``<registry>/vllm/vllm-openai``, and the
     image receives the API key and the weights. Another registry's build is pinned by digest (a
     non-release, which ``kimi-deploy engine verify`` proves from its content).
 

@@ -23,13 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .kv_layout import recipe_argv
-
-if TYPE_CHECKING:
-    from .config.spec import DeploymentSpec
 
 GIB = 1024**3
 SCHEDULER_SOURCE = "vLLM 0.34.0 vllm/engine/arg_utils.py l.3010-3044, 3188-3271; vllm/config/scheduler.py l.47-61, 361-380"
@@ -242,29 +237,3 @@ def check_scheduler_limits(limits: SchedulerLimits, max_model_len: int) -> None:
             "vllm.extraArgs", f"{flag} {value}",
             f"is refused by vLLM 0.34.0's SchedulerConfig at start ({where}; allowed: {allowed})",
         )
-
-
-def spec_scheduler_limits(spec: DeploymentSpec) -> SchedulerLimits:
-    """``scheduler_limits`` of ``spec``'s serving command: the recipe's flags (with its DCP flags)
-    then ``vllm.extraArgs``, on the target's GPU, at ``vllm.maxModelLen`` (else the model's context).
-
-    Raises:
-        ConfigError: as ``scheduler_limits``.
-    """
-    vcfg = spec.config.vllm
-    recipe = spec.model.recipes[spec.target.image_family]
-    argv = recipe_argv(recipe, vcfg.decode_context_parallel_size) + tuple(vcfg.extra_args)
-    gpu = spec.target.gpu
-    return scheduler_limits(argv, gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name,
-                            max_model_len=vcfg.max_model_len or spec.model.max_context_tokens)
-
-
-def effective_scheduler_limits(spec: DeploymentSpec) -> tuple[int, int]:
-    """``(max_num_batched_tokens, max_num_seqs)`` the engine of ``spec`` schedules per step
-    (``spec_scheduler_limits``): what the KV budget's workspaces and per-sequence buffers scale with.
-
-    Raises:
-        ConfigError: as ``scheduler_limits``.
-    """
-    limits = spec_scheduler_limits(spec)
-    return limits.max_num_batched_tokens, limits.max_num_seqs

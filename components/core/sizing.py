@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
 from .kv_layout import FLASHINFER_MLA_SPARSE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
+from .scheduler_limits import SchedulerLimits, scheduler_limits
 from .targets import GB, GIB, GPUS, GpuFacts
 from .time_inputs import (
     ENGINE_INIT_COLD_SECONDS,
@@ -537,3 +538,29 @@ def sync_budget_seconds(spec: DeploymentSpec, sizing: Sizing, step: SyncStep, *,
     expected = sync_expected_seconds(spec, sizing, step, staging=staging, slow=True)
     budget = int(math.ceil(SYNC_SAFETY_FACTOR * expected / _ROUND_SECONDS) * _ROUND_SECONDS)
     return max(budget, SYNC_BUDGET_FLOOR_SECONDS) + step.source_wait_seconds
+
+
+def spec_scheduler_limits(spec: DeploymentSpec) -> SchedulerLimits:
+    """``scheduler_limits`` of ``spec``'s serving command: the recipe's flags (with its DCP flags)
+    then ``vllm.extraArgs``, on the target's GPU, at ``vllm.maxModelLen`` (else the model's context).
+
+    Raises:
+        ConfigError: as ``scheduler_limits``.
+    """
+    vcfg = spec.config.vllm
+    recipe = spec.model.recipes[spec.target.image_family]
+    argv = recipe_argv(recipe, vcfg.decode_context_parallel_size) + tuple(vcfg.extra_args)
+    gpu = spec.target.gpu
+    return scheduler_limits(argv, gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name,
+                            max_model_len=vcfg.max_model_len or spec.model.max_context_tokens)
+
+
+def effective_scheduler_limits(spec: DeploymentSpec) -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)`` the engine of ``spec`` schedules per step
+    (``spec_scheduler_limits``): what the KV budget's workspaces and per-sequence buffers scale with.
+
+    Raises:
+        ConfigError: as ``scheduler_limits``.
+    """
+    limits = spec_scheduler_limits(spec)
+    return limits.max_num_batched_tokens, limits.max_num_seqs

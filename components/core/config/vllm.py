@@ -150,7 +150,7 @@ def check_sized_extra_args(raw: RawConfig, target: TargetProfile, model: ModelPr
     backend and does not start: ``attention_backend.py``), and ``--max-num-batched-tokens``,
     ``--max-num-seqs``, ``--performance-mode`` and chunked prefill as vLLM 0.34.0 resolves and checks
     them (``scheduler_limits.py``: its ``SchedulerConfig`` refuses ``--max-num-seqs 0`` and fewer
-    batched tokens than sequences). Accepted values re-size the plan (``effective_scheduler_limits``).
+    batched tokens than sequences). Accepted values re-size the plan (``sizing.effective_scheduler_limits``).
     Options the plan cannot size (a draft model, KV connectors) are owned (``vllm_options.py``).
 
     Raises:
