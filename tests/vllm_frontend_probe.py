@@ -45,11 +45,11 @@ async def _call(app: Any, path: str, method: str, key: str | None) -> int | str:
     return next((m["status"] for m in sent if m["type"] == "http.response.start"), "reached")
 
 
-def main() -> int:
-    request = json.load(sys.stdin)
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # vLLM logs on import: stdout carries the JSON alone
-    os.environ.update({"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "VLLM_API_KEY": request["key"]})
+def build_pinned_app(argv: list[str], key: str) -> Any:
+    """The pinned vLLM's own API app (``build_app``) over ``vllm serve ARGV`` parsed by vLLM's own
+    parser, with ``VLLM_API_KEY`` set to ``key``, on CPU, no engine. Shared with
+    ``vllm_guard_startup_probe.py`` (run from this directory, so it imports this module)."""
+    os.environ.update({"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "VLLM_API_KEY": key})
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.entrypoints.launchers.app import build_app
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -58,9 +58,16 @@ def main() -> int:
     subparsers = parser.add_subparsers(required=False, dest="subparser")
     serve = ServeSubcommand()
     serve.subparser_init(subparsers).set_defaults(dispatch_function=serve.cmd)
-    args = parser.parse_args(["serve", *request["argv"]])
+    args = parser.parse_args(["serve", *argv])
     args.model = args.model_tag
-    app = build_app(args, supported_tasks=("generate",))
+    return build_app(args, supported_tasks=("generate",))
+
+
+def main() -> int:
+    request = json.load(sys.stdin)
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # vLLM logs on import: stdout carries the JSON alone
+    app = build_pinned_app(request["argv"], request["key"])
     routes = sorted({(r.path, sorted(getattr(r, "methods", None) or {"GET"})[0]) for r in app.routes})
 
     async def run() -> list[dict[str, Any]]:

@@ -15,25 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 
 
 def main() -> int:
     request = json.load(sys.stdin)
-    os.environ.update({"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "VLLM_API_KEY": request["key"]})
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.entrypoints.launchers.app import build_app
-    from vllm.entrypoints.launchers.launcher import serve_http
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    # The same app the route probe builds (sys.path[0] is this file's directory, tests/).
+    from vllm_frontend_probe import build_pinned_app
 
-    parser = FlexibleArgumentParser(prog="vllm")
-    subparsers = parser.add_subparsers(required=False, dest="subparser")
-    serve = ServeSubcommand()
-    serve.subparser_init(subparsers).set_defaults(dispatch_function=serve.cmd)
-    args = parser.parse_args(["serve", *request["argv"]])
-    args.model = args.model_tag
-    app = build_app(args, supported_tasks=("generate",))
+    app = build_pinned_app(request["argv"], request["key"])
+    from vllm.entrypoints.launchers.launcher import serve_http
+
     app.state.engine_client = None  # no engine: what init_app_state would set, without one
     app.state.log_stats = False
 
