@@ -21,7 +21,7 @@ from components.core.naming import (
 )
 from components.core.versions import EKS_VERSION
 from components.core.weights import mirror_key_prefix
-from tests.conftest import B300_PROD_FSX, STACKS, TEST_DEPLOYER_CIDR, plan_for
+from tests.conftest import B300_PROD_FSX, STACKS, TEST_DEPLOYER_CIDR, TEST_REVISION, plan_for
 
 AWS_STACKS = [s for s in STACKS if read_stack_config(s).get("kimi-deploy:platform", "").startswith("aws-")]
 STACK_TAG_KEYS = ("kimi-deploy:stack", "kimi-deploy:environment", "kimi-deploy:target", "kimi-deploy:owner")
@@ -195,7 +195,7 @@ def test_fsx_is_sized_by_the_core_and_imports_the_served_revision_only():
     dra = run.named("fsx-mirror-dra").inputs
     assert dra["fileSystemId"] == "fsx-fs-id"
     # The served revision's prefix only: other revisions and the engine-cache tarballs stay out.
-    revision = "models/moonshotai/Kimi-K3.1-Pro/4f1e2d3c5b6a79880716253443526170819a0b1c"
+    revision = f"models/moonshotai/Kimi-K3.1-Pro/{TEST_REVISION}"  # the tests' stand-in commit (conftest.py)
     assert dra["fileSystemPath"] == f"/{revision}"
     assert dra["dataRepositoryPath"] == f"s3://mirror-bucket-a1b2c3d/{revision}/"
     assert dra["s3"]["autoImportPolicy"]["events"] == ["NEW", "CHANGED", "DELETED"]
