@@ -134,7 +134,7 @@ def test_recorded_cpu_server_gives_the_kv_tokens_and_engine_start():
     assert m.phases["log start -> serving"] > 0
     # what it could not read, said: no sync summary given, and the phases no server sees
     assert set(m.not_read) == {f"kimi-deploy:timeToReady.{k}" for k in (
-        "copyGBps", "infrastructureSeconds", "instanceBootSeconds", "imagePullSeconds", "stagerBootSeconds")}
+        "copyGBps", "hubDownloadGBps", "infrastructureSeconds", "instanceBootSeconds", "imagePullSeconds", "stagerBootSeconds")}
 
 
 def test_metrics_alone_give_the_kv_tokens_and_say_the_log_is_missing():
@@ -193,10 +193,13 @@ def test_the_real_sync_from_a_mirror_gives_the_copy_rate(tmp_path, sync_s3, caps
     assert f"{summary['bytes_transferred'] / 1e9:,.1f} GB" in m.figures[0].source
 
 
-def test_a_hub_download_or_a_complete_copy_gives_no_copy_rate():
+def test_a_hub_download_gives_the_hub_rate_and_a_complete_copy_no_rate():
     hub = measure.measure(None, None, _summary("hf://moonshotai/Kimi-K3.1-Pro@abc", "s3://mirror/m", 10**12, 1000.0))
-    assert hub.overlay() == {} and "not a copy from the S3 mirror" in hub.not_read["kimi-deploy:timeToReady.copyGBps"]
-    assert hub.figures[0].value == 1.0  # shown, with no key
+    # The publish's achieved rate is the hub rate the plan's first deploy reads (time_inputs.py).
+    assert hub.overlay() == {"kimi-deploy:timeToReady": {"hubDownloadGBps": 1.0}}
+    assert "not a copy from the S3 mirror" in hub.not_read["kimi-deploy:timeToReady.copyGBps"]
+    fsx = measure.measure(None, None, _summary("/fsx/models/m", "/models/m", 10**12, 500.0))
+    assert fsx.overlay() == {} and fsx.figures[0].value == 2.0  # shown, with no key
     done = measure.measure(None, None, _summary("s3://mirror/m", "/models/m", 0, 1.5))
     assert "copied nothing" in done.not_read["kimi-deploy:timeToReady.copyGBps"]
     assert "no weight-sync --json summary" in measure.measure(None, None, "journal\n").not_read[
@@ -301,5 +304,5 @@ def test_every_measured_key_of_the_config_is_read_or_said_unreadable():
     from components.core.config.raw import TimeToReadyConfig
 
     keys = {str(f.alias) for f in TimeToReadyConfig.model_fields.values()}
-    filled = {measure.ENGINE_INIT_KEY, measure.ENGINE_INIT_CACHED_KEY, measure.COPY_GBPS_KEY}
+    filled = {measure.ENGINE_INIT_KEY, measure.ENGINE_INIT_CACHED_KEY, measure.COPY_GBPS_KEY, measure.HUB_GBPS_KEY}
     assert keys == filled | set(measure.OUT_OF_REACH)

@@ -66,6 +66,9 @@ KV_CACHE_TOKENS_KEY = str(VllmConfig.model_fields["kv_cache_tokens"].alias)
 ENGINE_INIT_KEY = str(TimeToReadyConfig.model_fields["engine_init_seconds"].alias)
 ENGINE_INIT_CACHED_KEY = str(TimeToReadyConfig.model_fields["engine_init_cached_seconds"].alias)
 COPY_GBPS_KEY = str(TimeToReadyConfig.model_fields["copy_gbps"].alias)
+HUB_GBPS_KEY = str(TimeToReadyConfig.model_fields["hub_download_gbps"].alias)
+# Weight-sync sources that are hubs (scripts/node/weight_sync: hf://, modelscope://).
+HUB_SCHEMES = ("hf://", "modelscope://")
 # timeToReady keys no running server can tell: measured around it (`pulumi up`, the node, the kubelet).
 OUT_OF_REACH: dict[str, str] = {
     str(TimeToReadyConfig.model_fields[name].alias): why for name, why in {
@@ -298,26 +301,36 @@ def _engine_figures(log: StartupLog | None, engine_start: str, out: Measurement)
 
 
 def _sync_figure(summary: dict[str, Any] | None, given: bool, out: Measurement) -> None:
-    key = f"{TTR_SECTION}.{COPY_GBPS_KEY}"
+    """The weight sync's achieved rate: a copy from the S3 mirror onto a node fills ``copyGBps``; a
+    hub download (the publish to the mirror, or a node's own download) fills ``hubDownloadGBps``."""
+    copy_key, hub_key = f"{TTR_SECTION}.{COPY_GBPS_KEY}", f"{TTR_SECTION}.{HUB_GBPS_KEY}"
     if not given:
-        out.not_read[key] = "give --sync-json (the weight sync's --json summary: journal or weight-sync container log)"
+        for key in (copy_key, hub_key):
+            out.not_read[key] = "give --sync-json (the weight sync's --json summary: journal or weight-sync container log)"
         return
     if summary is None:
-        out.not_read[key] = "no weight-sync --json summary (bytes_transferred, seconds, source, dest) in --sync-json"
+        for key in (copy_key, hub_key):
+            out.not_read[key] = "no weight-sync --json summary (bytes_transferred, seconds, source, dest) in --sync-json"
         return
     source, dest = str(summary["source"]), str(summary["dest"])
     moved, seconds = int(summary["bytes_transferred"]), float(summary["seconds"])
     if moved <= 0 or seconds <= 0:
-        out.not_read[key] = f"the sync {source} -> {dest} copied nothing (the copy was complete already): no rate"
+        for key in (copy_key, hub_key):
+            out.not_read[key] = f"the sync {source} -> {dest} copied nothing (the copy was complete already): no rate"
         return
     gbps = moved / seconds / GB
     text = f"weight sync {source} -> {dest}: {moved / GB:,.1f} GB in {seconds:,.1f} s"
     if source.startswith("s3://") and "://" not in dest:
         out.figures.append(Figure(TTR_SECTION, COPY_GBPS_KEY, float(f"{gbps:.3g}"), text))
+        out.not_read[hub_key] = f"the summary is of a mirror -> node copy ({source} -> {dest}), not a hub download"
+    elif source.startswith(HUB_SCHEMES):
+        out.figures.append(Figure(TTR_SECTION, HUB_GBPS_KEY, float(f"{gbps:.3g}"), text))
+        out.not_read[copy_key] = f"the summary is of a hub download ({source} -> {dest}), not a copy from the S3 mirror"
     else:
-        # A hub download or an FSx -> NVMe copy: a rate the plan reads from elsewhere (no timeToReady key).
+        # An FSx -> NVMe copy: a rate the plan reads from the file system's throughput (no timeToReady key).
         out.figures.append(Figure(None, "sync GB/s (no key: not a mirror -> node copy)", float(f"{gbps:.3g}"), text))
-        out.not_read[key] = f"the summary is of {source} -> {dest}, not a copy from the S3 mirror onto a node"
+        for key in (copy_key, hub_key):
+            out.not_read[key] = f"the summary is of {source} -> {dest}: neither a hub download nor a mirror -> node copy"
 
 
 def measure(log_text: str | None, metrics_text: str | None, sync_text: str | None, *,
