@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -189,3 +190,37 @@ def test_an_output_file_holding_secure_values_is_not_overwritten(text, tmp_path)
     _cli.check_output_path("--output", str(tmp_path / "new.txt"))
     with pytest.raises(_cli.UsageError, match="is a directory"):
         _cli.check_output_path("--output", str(tmp_path))
+
+
+@pytest.mark.parametrize("output", ["__main__.py", "components/core/versions.py", "components/core/config/reader.py",
+                                    "pyproject.toml", "Makefile", "README.md", ".git/config", ".venv/bin/kimi-deploy",
+                                    "docs/plan.md", "tests/new_file.py"])
+def test_an_output_that_is_the_program_is_refused(output):
+    """A fresh new-user trial: `plan --output __main__.py` exited 0 and replaced the program (and
+    versions.py, pyproject.toml, .git/config...): the program the command runs is an input too."""
+    from scripts.ops import _cli
+
+    with pytest.raises(_cli.UsageError, match="which this command reads"):
+        _cli.check_output_path("--output", str(REPO_ROOT / output))
+    _cli.check_output_path("--output", str(REPO_ROOT / "plan.txt"))  # a new file beside them is fine
+
+
+def test_plan_output_onto_the_program_exits_2_and_keeps_it():
+    main = REPO_ROOT / "__main__.py"
+    before = main.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "plan", "--stack", "b300", "--output", "__main__.py"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "__main__.py" in proc.stderr and main.read_bytes() == before
+
+
+@pytest.mark.parametrize("value", ["[" * 50_000 + "]" * 50_000, "9" * 5_000, '{"a": "[[[[ \\" ]]]]"}'])
+def test_an_overlay_too_deep_or_too_long_is_one_line(value):
+    """A fresh new-user trial: 50,000 nested brackets (RecursionError) and a 5,000-digit integer
+    (ValueError) in KIMI_DEPLOY_CONFIG_OVERLAY ended in tracebacks."""
+    env = {**os.environ, "KIMI_DEPLOY_CONFIG_OVERLAY": '{"kimi-deploy:prices": ' + value + "}"}
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "plan", "--stack", "b300"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # Brackets inside a JSON string do not nest: that value reaches the key's own check.
+    assert ("prices.a" if value.startswith("{") else "KIMI_DEPLOY_CONFIG_OVERLAY") in proc.stderr, proc.stderr

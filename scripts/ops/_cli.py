@@ -203,12 +203,22 @@ _SECURE_VALUE = re.compile(rb"""(?m)(?:^|[\s{,])["']?secure["']?:[ \t]*[^\s}]"""
 _SECRET_SCAN_BYTES = 4 * 1024 * 1024
 
 
+# What the commands with --output read besides the stacks: the program they run (its code, its
+# packaging, its git metadata and virtualenvs: `plan --output __main__.py` would replace the program).
+_PROJECT_DIRS = ("components", "scripts", "policy", "tests", "docs", ".ci", ".github", ".git", ".venv", ".venv-vllm",
+                 ".venv-vllm-engine", ".venv-checkov")
+_PROJECT_FILES = ("__main__.py", "pyproject.toml", "Makefile", "README.md", ".gitignore", "requirements.txt",
+                  "requirements-dev.txt", "requirements-vllm.txt", "requirements-vllm-engine.txt",
+                  "requirements-checkov.txt")
+
+
 def command_inputs(repo_root: str | None = None) -> tuple[str, ...]:
     """Real paths of what the commands with ``--output`` (plan, diff) read: the project file
     ``Pulumi.yaml`` and the stack directory ``stacks/`` (every stack file, and any file a new one
-    would be: Pulumi reads ``stacks/Pulumi.<name>.yaml`` by name)."""
+    would be: Pulumi reads ``stacks/Pulumi.<name>.yaml`` by name), and the program they run: its
+    code and docs directories, packaging files, git metadata and virtualenvs."""
     root = os.path.realpath(repo_root or _REPO_ROOT_DIR)
-    return (os.path.join(root, "Pulumi.yaml"), os.path.join(root, "stacks"))
+    return tuple(os.path.join(root, name) for name in ("Pulumi.yaml", "stacks", *_PROJECT_DIRS, *_PROJECT_FILES))
 
 
 def check_output_path(flag: str, path: str, inputs: Iterable[str] | None = None) -> None:
@@ -229,8 +239,8 @@ def check_output_path(flag: str, path: str, inputs: Iterable[str] | None = None)
         item_real = os.path.realpath(item)
         if real == item_real or real.startswith(item_real.rstrip("/") + "/"):
             raise UsageError(
-                f"{flag}: {path!r} is {'' if real == item_real else 'in '}{_shown(item_real)}, which this command reads: "
-                "writing there would replace the stack's config (its secure: values included); write the output "
+                f"{flag}: {path!r} is {'' if real == item_real else 'in '}{_shown(item_real)}, which this command reads "
+                "(the stack's config, its secure: values included, or the program it runs): write the output "
                 "elsewhere, e.g. --output plan.txt")
     if os.path.isdir(real):
         raise UsageError(f"{flag}: {path!r} is a directory; give a file name")

@@ -260,10 +260,28 @@ def config_overlay() -> dict[str, Any] | None:
             raise StackFileError(CONFIG_OVERLAY_ENV, twice, "is a key given twice in one JSON object (each key once)")
         return dict(pairs)
 
+    # The stack files' bound on nesting holds here too, counted on the text before parsing: a bracket
+    # outside a string opens a level (json's own recursion would end in a traceback past ~1,000).
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped, in_string = (not escaped and char == "\\"), in_string and (escaped or char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    if deepest > MAX_YAML_DEPTH:
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"nests collections {deepest} deep (at most {MAX_YAML_DEPTH})")
     try:
         extra = json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as err:
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not valid JSON ({err.msg})") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], f"is not usable JSON ({str(err).split(';')[0]})") from None
     if not isinstance(extra, dict):
         raise StackFileError(CONFIG_OVERLAY_ENV, text[:40], "must be a JSON object of full config keys")
     scoped = extra.get(OVERLAY_STACKS_KEY, {})
