@@ -18,6 +18,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+from components.core.errors import ConfigError
 from components.core.load import load_stack
 from components.core.targets import ec2_vcpu_quota
 from components.core.weights import MANIFEST_NAME, MARKER_NAME, mirror_key_prefix
@@ -559,8 +560,11 @@ def test_vllm_argv_runs_the_stacks_command_through_the_real_parser(tmp_path):
     assert "server command" in good.reason
     bad = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "mi355x", ["--max-num-seqz", "64"]), python)
     assert bad.status == "fail" and "--max-num-seqz" in bad.reason and "server command" in bad.reason
-    bad_value = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "b300", ["--max-num-seqs", "many"]), python)
+    bad_value = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "b300", ["--seed", "many"]), python)
     assert bad_value.status == "fail" and "many" in bad_value.reason
+    # A value that changes the sizing is refused earlier, at load, in one line (config/vllm.py).
+    with pytest.raises(ConfigError, match="max_num_seqs must be a whole number"):
+        _stack_with_extra_args(tmp_path, "b300", ["--max-num-seqs", "many"])
     multi = preflight.check_vllm_argv(load_stack("gb300", now=FIXED_NOW), python)
     assert multi.status in ("pass", "warn") and "leader, worker" in multi.reason, multi.reason
 

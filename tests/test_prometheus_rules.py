@@ -545,8 +545,9 @@ def test_no_alert_fires_on_a_healthy_first_deploy(name, tmp_path):
         start += minutes
     ready = _first_pods(w, tl, budget.scenarios["first_deploy"], pods_at)
     assert ready is not None
-    if name == "mi355x":  # the old budget (startup + pull, no copy) ends hours before the pod is ready
-        assert (ready - pods_at) * MINUTE > 5_700
+    # The pod is ready within its own budget (startup + pull + the node-local copy, which on mi355x is
+    # the hub download itself), however long the model says the copy takes at the hub's rate.
+    assert (ready - pods_at) * MINUTE <= budget.budget_seconds
     run_case(tmp_path, w, "healthy-first-deploy", tl.series, _quiet_checks(w, length))
 
 
