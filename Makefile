@@ -83,8 +83,18 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
+# The live Prometheus tier (tests/test_prometheus_live.py) runs in a pytest process of its own, with
+# a vLLM server of its own, after the rest: inside the whole suite's process one stack's scaling
+# signals stayed 0 under load in two clean-clone runs of three (root cause not found:
+# docs/testing.md), while the tier alone passed 9 of 9 runs at load 8-15.
+TEST_ENV = KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python
+LIVE_TIER = tests/test_prometheus_live.py
+
 test: system-packages setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov crds-ready ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, three VM boots: stager, serve from its mirror, stop/start (installs what it needs, Debian packages and CRDs included)
-	KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q
+	@$(TEST_ENV) $(PY) -m pytest -q --ignore=$(LIVE_TIER); suite=$$?; \
+	  echo "make: the live Prometheus tier, in a pytest process (and with a vLLM server) of its own"; \
+	  $(TEST_ENV) $(PY) -m pytest -q $(LIVE_TIER); live=$$?; \
+	  if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$live
 
 test-vm: setup-dev ## every VM boot scenario: the b300 stager's and GPU instance's user data in QEMU guests (stage, first boots, retries, reboots, outages, no instance store)
 	KIMI_VM_ALL=1 $(PY) -m pytest -q tests/test_vm_boot.py

@@ -58,8 +58,11 @@ VALIDATE_ARGS = ("--needle-tokens", str(NEEDLE_TOKENS), "--concurrency", "4", "-
 EXPECTED_MODEL = "kimi-k3.1-pro"
 
 # B: no reasoning parser, no API key, a context too short for the needle.
-MISCONFIGURED_B = Misconfiguration("no-reasoning-parser,no-api-key,short-context",
-                                   flags={"--reasoning-parser": None, "--max-model-len": "4096"}, api_key=False)
+# No key and no guard: with the guard and no key the server now refuses to start (the guard fails closed,
+# tests/test_api_guard.py), so an open server is one whose operator also dropped --middleware.
+MISCONFIGURED_B = Misconfiguration("no-reasoning-parser,no-api-key-no-guard,short-context",
+                                   flags={"--reasoning-parser": None, "--max-model-len": "4096", "--middleware": None},
+                                   api_key=False)
 # A K3 reply keeps an empty response channel before its calls, so the tool parser still finds the calls
 # without the reasoning parser: the plain tool checks pass, the reasoning is lost (round-trip) and the
 # think markup reaches streamed content (stream-tools, concurrent-tools).

@@ -160,6 +160,8 @@ def eks_layout_manifest() -> dict[str, Any]:
                 add("network_policies", res)
             elif res.type.endswith(":ComputeDomain"):
                 add("compute_domains", res)
+        # Registration order is not stable (the program registers resources from async callbacks): by name.
+        shown = {group: sorted(items, key=lambda r: (r["name"], r["type"])) for group, items in sorted(shown.items())}
         stacks[stack] = {"target": run.context.spec.target.name, "shown": shown}
     return {"stacks": stacks}
 
