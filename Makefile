@@ -83,10 +83,10 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
-# The live Prometheus tier (tests/test_prometheus_live.py) runs in a pytest process of its own, with
-# a vLLM server of its own, after the rest: inside the whole suite's process one stack's scaling
-# signals stayed 0 under load in two clean-clone runs of three (root cause not found:
-# docs/testing.md), while the tier alone passed 9 of 9 runs at load 8-15.
+# The live Prometheus tier (tests/test_prometheus_live.py) runs last, in a pytest process of its own
+# with a vLLM server of its own, when no other tier (nor the VM images' background build) loads the 2
+# cores: under load its scrapes of the CPU server are answered late and one stack's signals may read
+# 0 for the whole window (docs/testing.md, "The live Prometheus tier").
 TEST_ENV = KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python
 LIVE_TIER = tests/test_prometheus_live.py
 

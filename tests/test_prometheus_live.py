@@ -52,7 +52,11 @@ DEPLOYMENT_POD = "kimi-vllm-7d9f8c6b5-x2k4q"
 # and still puts a sample in every 30 s step of the scaling queries.
 SCRAPE_INTERVAL = "15s"
 SCRAPE_INTERVAL_SECONDS = 15
-LOAD_CONCURRENCY = 4
+# Eight streams, not four: on 2 loaded cores the server answers /metrics when its event loop is free,
+# which is when no stream is being sent; with four streams the engine was often idle then (all four
+# replies generated, their chunks still draining), and one namespace's scrapes read 0 running for the
+# whole window. With eight, the engine has requests while the others drain.
+LOAD_CONCURRENCY = 8
 # The load runs until every namespace's scaling signals show it (the queries sample at 30 s steps) and
 # every target has been scraped busy once more after that (the dashboard window ends in load). These
 # bounds are guards against a hung engine or Prometheus, not windows: each wait ends when its
