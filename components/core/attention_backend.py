@@ -26,51 +26,15 @@ Source: vLLM 0.34.0 (the wheel built 2026-11-16, commit 62d4bc3c7):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Sequence
 
-from .kv_layout import FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE, is_quantized
+from .kv_layout import (
+    SPARSE_BACKENDS,
+    sm10_sparse_priorities,
+)
 from .model import ModelProfile
 from .scheduler_limits import int_value, sized_values
 from .targets import TargetProfile
-
-FLASH_ATTN_MLA_SPARSE_FA4 = "FLASH_ATTN_MLA_SPARSE_FA4"
-ATTENTION_BACKEND_SOURCE = "vLLM 0.34.0 platforms/cuda.py l.81-128, 418-548 (the first sparse backend that validates)"
-# cuda.py l.105: FA4 leads the BF16 sparse list at this many heads per rank or fewer.
-FEW_HEADS_PER_RANK = 16
-
-
-@dataclass(frozen=True)
-class SparseBackendFacts:
-    """What one sparse MLA backend's ``validate_configuration`` checks that a stack can change.
-
-    Attributes:
-        kv_cache_dtypes: the ``--kv-cache-dtype`` values it stores.
-        block_multiple: a ``--block-size`` must be a multiple of this (its kernel block size).
-        gathered_heads: heads per rank x DCP it runs (None: any); ``gathered_heads_dcp`` under DCP.
-    """
-
-    kv_cache_dtypes: tuple[str, ...]
-    block_multiple: int
-    gathered_heads: tuple[int, ...] | None = None
-    gathered_heads_dcp: tuple[int, ...] | None = None
-
-
-SPARSE_BACKENDS: Mapping[str, SparseBackendFacts] = MappingProxyType({
-    FLASHINFER_MLA_SPARSE: SparseBackendFacts(("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"), 32),
-    FLASHMLA_SPARSE: SparseBackendFacts(("auto", "bfloat16", "fp8_ds_mla", "fp8", "nvfp4_ds_mla"), 64),
-    FLASH_ATTN_MLA_SPARSE_FA4: SparseBackendFacts(("auto", "bfloat16"), 32, (8, 16, 32, 64, 128), (8, 16, 32, 64)),
-})
-
-
-def sm10_sparse_priorities(kv_cache_dtype: str, heads_per_rank: int) -> tuple[str, ...]:
-    """The sparse tail of vLLM's SM 10.x MLA priorities (platforms/cuda.py l.94-115)."""
-    if is_quantized(kv_cache_dtype):
-        return (FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE)
-    if heads_per_rank <= FEW_HEADS_PER_RANK:
-        return (FLASH_ATTN_MLA_SPARSE_FA4, FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE)
-    return (FLASHMLA_SPARSE, FLASHINFER_MLA_SPARSE)
 
 
 def backend_refusals(backend: str, *, kv_cache_dtype: str, heads_per_rank: int, decode_context_parallel_size: int,

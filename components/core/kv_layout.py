@@ -38,8 +38,9 @@ alignment unit per block; the block size follows the KDA state size, not in the 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from .model import CacheGeometry, ModelProfile, VendorRecipe
 from .targets import GpuFacts
@@ -86,11 +87,57 @@ FLASHINFER_MLA_SPARSE = "FLASHINFER_MLA_SPARSE"
 # FLASHMLA_SPARSE fp8 (flashmla_sparse.py:156-162). K3.1's MLA shape passes FlashInfer's check
 # (qk_nope_head_dim 128 of a 192-value query head: flashinfer_mla_sparse.py:140-160;
 # models/kimi_k3/nvidia/specialized_decode/cutedsl/dsa/query_stage.py:387).
-SPARSE_BACKEND_KV_DTYPES: dict[str, tuple[str, ...]] = {
-    FLASHINFER_MLA_SPARSE: ("fp8", "fp8_e4m3"),
-    FLASHMLA_SPARSE: ("fp8",),
-}
-SM10X_SPARSE_BACKEND_ORDER: tuple[str, ...] = (FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE)
+def is_quantized(kv_cache_dtype: str) -> bool:
+    """Whether ``kv_cache_dtype`` is an FP8 cache (vLLM's ``is_quantized_kv_cache``)."""
+    return kv_cache_dtype.startswith("fp8")
+
+
+FLASH_ATTN_MLA_SPARSE_FA4 = "FLASH_ATTN_MLA_SPARSE_FA4"
+ATTENTION_BACKEND_SOURCE = "vLLM 0.34.0 platforms/cuda.py l.81-128, 418-548 (the first sparse backend that validates)"
+# cuda.py l.105: FA4 leads the BF16 sparse list at this many heads per rank or fewer.
+FEW_HEADS_PER_RANK = 16
+
+
+@dataclass(frozen=True)
+class SparseBackendFacts:
+    """What one sparse MLA backend's ``validate_configuration`` checks that a stack can change.
+
+    Attributes:
+        kv_cache_dtypes: the ``--kv-cache-dtype`` values it stores.
+        block_multiple: a ``--block-size`` must be a multiple of this (its kernel block size).
+        gathered_heads: heads per rank x DCP it runs (None: any); ``gathered_heads_dcp`` under DCP.
+    """
+
+    kv_cache_dtypes: tuple[str, ...]
+    block_multiple: int
+    gathered_heads: tuple[int, ...] | None = None
+    gathered_heads_dcp: tuple[int, ...] | None = None
+
+
+SPARSE_BACKENDS: Mapping[str, SparseBackendFacts] = MappingProxyType({
+    FLASHINFER_MLA_SPARSE: SparseBackendFacts(("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"), 32),
+    FLASHMLA_SPARSE: SparseBackendFacts(("auto", "bfloat16", "fp8_ds_mla", "fp8", "nvfp4_ds_mla"), 64),
+    FLASH_ATTN_MLA_SPARSE_FA4: SparseBackendFacts(("auto", "bfloat16"), 32, (8, 16, 32, 64, 128), (8, 16, 32, 64)),
+})
+
+
+def sm10_sparse_priorities(kv_cache_dtype: str, heads_per_rank: int) -> tuple[str, ...]:
+    """The sparse tail of vLLM's SM 10.x MLA priorities (platforms/cuda.py l.94-115)."""
+    if is_quantized(kv_cache_dtype):
+        return (FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE)
+    if heads_per_rank <= FEW_HEADS_PER_RANK:
+        return (FLASH_ATTN_MLA_SPARSE_FA4, FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE)
+    return (FLASHMLA_SPARSE, FLASHINFER_MLA_SPARSE)
+
+
+
+# The quantized latent formats each SM10x sparse backend stores (derived from ``SPARSE_BACKENDS``) and
+# vLLM's order for a quantized cache, which is where the cache layout's format depends on the backend.
+SPARSE_BACKEND_KV_DTYPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    b: tuple(d for d in SPARSE_BACKENDS[b].kv_cache_dtypes if d in KV_CACHE_ELEMENT_BYTES and is_quantized(d))
+    for b in (FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE)
+})
+SM10X_SPARSE_BACKEND_ORDER: tuple[str, ...] = sm10_sparse_priorities("fp8", FEW_HEADS_PER_RANK)
 DEFAULT_BACKEND_SOURCE = "vLLM's choice on SM10x with a quantized KV cache (platforms/cuda.py:98-103): no backend named"
 
 _LAYOUT_SOURCE = "vLLM 0.34.0"
@@ -184,11 +231,6 @@ def indexer_entry_bytes(index_head_dim: int, indexer_cache_dtype: str) -> int:
     if indexer_cache_dtype == "mxfp4":
         return index_head_dim // 2 + index_head_dim // MXFP4_BLOCK_VALUES
     raise ValueError(f"indexer cache dtype {indexer_cache_dtype!r} (allowed: {', '.join(INDEXER_CACHE_DTYPES)})")
-
-
-def is_quantized(kv_cache_dtype: str) -> bool:
-    """Whether ``kv_cache_dtype`` is an FP8 cache (vLLM's ``is_quantized_kv_cache``)."""
-    return kv_cache_dtype.startswith("fp8")
 
 
 def mla_format(kv_cache_dtype: str, attention_backend: str | None, mla_head_size: int) -> tuple[str, int]:
