@@ -84,11 +84,22 @@ def test_kv_tokens_shrink_with_bf16_and_lower_utilization():
 
 
 def test_download_takes_over_four_hours_at_100_mbps():
-    seconds = download_seconds(WEIGHTS, 100)
+    seconds = download_seconds(WEIGHTS, 100e6)
     assert seconds == 15_600
     assert seconds > 4 * 3600
     with pytest.raises(ValueError):
         download_seconds(WEIGHTS, 0)
+
+
+def test_the_plan_times_the_hub_download_with_the_same_function():
+    """The plan's two download figures are ``download_seconds`` at the hub range's two ends, rounded up."""
+    from components.core.time_inputs import publish_hub_rate
+    spec = load_stack("b300", now=FIXED_NOW)
+    sizing = compute_sizing(spec)
+    hub = publish_hub_rate(spec, staging=False)
+    assert sizing.download_seconds == download_seconds(WEIGHTS, hub.expected.bytes_per_second)
+    assert sizing.download_seconds_slow == download_seconds(WEIGHTS, hub.low.bytes_per_second)
+    assert sizing.download_seconds_slow > sizing.download_seconds
 
 
 def test_startup_budget_never_below_recipe_and_grows_with_load():

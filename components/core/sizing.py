@@ -169,15 +169,15 @@ class Sizing:
     price_source: str
 
 
-def download_seconds(weights_bytes: int, megabytes_per_second: float) -> int:
-    """Seconds to download ``weights_bytes`` at ``megabytes_per_second`` (decimal MB/s), rounded up.
+def download_seconds(weights_bytes: int, bytes_per_second: float) -> int:
+    """Seconds to download ``weights_bytes`` at ``bytes_per_second``, rounded up (the plan's hub download figures).
 
     Raises:
-        ValueError: the bandwidth is not positive.
+        ValueError: the rate is not positive.
     """
-    if megabytes_per_second <= 0:
-        raise ValueError(f"bandwidth must be positive, got {megabytes_per_second} MB/s")
-    return math.ceil(weights_bytes / (megabytes_per_second * 1e6))
+    if bytes_per_second <= 0:
+        raise ValueError(f"download rate must be positive, got {bytes_per_second} B/s")
+    return math.ceil(weights_bytes / bytes_per_second)
 
 
 def copy_memory_budget(
@@ -498,8 +498,8 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         kv_claim=kv_claim_comparison(model),
         max_model_len=max_len,
         full_context_sequences=tokens_dcp // max_len,
-        download_seconds=math.ceil(model.weights_bytes / hub.expected.bytes_per_second),
-        download_seconds_slow=math.ceil(model.weights_bytes / hub.low.bytes_per_second),
+        download_seconds=download_seconds(model.weights_bytes, hub.expected.bytes_per_second),
+        download_seconds_slow=download_seconds(model.weights_bytes, hub.low.bytes_per_second),
         usd_per_hour=price,
         price_source=price_source,
     )
