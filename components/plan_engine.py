@@ -55,6 +55,8 @@ class RecordedResource:
         ignore_changes: input paths the resource's ``ResourceOptions.ignore_changes`` names
             (``scalingConfig.desiredSize``): ``pulumi up`` keeps their value from the state, so a
             change there is not applied (pulumi ``ResourceOptions.ignore_changes``).
+        replace_on_changes: input paths the resource's ``ResourceOptions.replace_on_changes``
+            names (``spec``): a change there replaces the resource.
     """
 
     type: str
@@ -63,6 +65,7 @@ class RecordedResource:
     custom: bool
     resource_id: str
     ignore_changes: tuple[str, ...] = ()
+    replace_on_changes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -298,19 +301,26 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.run = PlanRun()
         self._secret_values = {k: v for k, v in secret_values.items() if v and len(v) >= 8}
         self._ignore_changes: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._replace_on_changes: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def record_options(self, args: pulumi.ResourceTransformationArgs) -> None:
         """A stack transformation that changes nothing: it notes each resource's
-        ``ignore_changes`` (mocks are not shown the resource options)."""
+        ``ignore_changes`` and ``replace_on_changes`` (mocks are not shown the resource options)."""
         ignored = getattr(args.opts, "ignore_changes", None) if args.opts is not None else None
         if ignored:
             self._ignore_changes[(args.type_, args.name)] = tuple(ignored)
+        replaced = getattr(args.opts, "replace_on_changes", None) if args.opts is not None else None
+        if replaced:
+            self._replace_on_changes[(args.type_, args.name)] = tuple(replaced)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         cleaned = _clean(args.inputs)
         resource_id = f"{args.name}-id"
         ignored = self._ignore_changes.get((args.typ, args.name), ())
-        self.run.resources.append(RecordedResource(args.typ, args.name, cleaned, bool(args.custom), resource_id, ignored))
+        replaced = self._replace_on_changes.get((args.typ, args.name), ())
+        self.run.resources.append(
+            RecordedResource(args.typ, args.name, cleaned, bool(args.custom), resource_id, ignored, replaced)
+        )
         for path, text in _walk_strings(cleaned):
             for key, secret in self._secret_values.items():
                 if secret in text:

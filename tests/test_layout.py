@@ -172,7 +172,7 @@ CORE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors", ("errors",)),
     # What is true whatever a stack says: hardware, versions, prices, names, limits, formats of the
     # model's KV cache, the platforms' profiles. Functions of these facts only, never of a config.
-    ("facts", ("", "attention_backend", "capacity", "controller_objects", "credentials", "engine_memory", "examples",
+    ("facts", ("", "attention_backend", "capacity", "controller_objects", "crd_rules", "credentials", "engine_memory", "examples",
                "fsx", "k8s_schema", "kv_layout", "limits", "metrics", "model", "naming", "node_storage", "platforms",
                "prices", "scheduler_limits", "targets", "versions", "vllm_options")),
     # The typed config: the pydantic models of the YAML (each key's type, range and format), the

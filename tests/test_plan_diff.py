@@ -620,7 +620,9 @@ def _sdk_nested(cls, attr: str):
 
 
 # Types of the tables the SDKs do not describe (a CRD without a generated class).
-_NOT_IN_AN_SDK = {"kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"}
+_NOT_IN_AN_SDK = {
+    "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet", "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain",
+}
 
 
 @pytest.mark.parametrize("table", ["REPLACE_ON_CHANGE", "DISRUPTIVE_ON_CHANGE", "IN_PLACE"])

@@ -36,6 +36,12 @@ from .versions import HELM_CHARTS
 LWS_SET_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# One value per group, the same on the leader and every worker: the pod webhook gives the leader
+# sha1("<namespace>/<leader pod name>") (pkg/webhooks/pod_webhook.go genGroupUniqueKey), and the worker
+# StatefulSet's template copies the leader's (pkg/controllers/pod_controller.go
+# constructWorkerStatefulSetApplyConfiguration, labelMap). The webhook runs before the API server
+# merges ``matchLabelKeys`` into a pod's affinity (mutating admission precedes PrepareForCreate).
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 # The leader's worker index: the leader StatefulSet's pod template carries worker-index "0"
 # (pkg/controllers/leaderworkerset_controller.go constructLeaderStatefulSetApplyConfiguration);
 # the pod webhook gives each worker its StatefulSet ordinal, from 1 (pkg/webhooks/pod_webhook.go
@@ -373,6 +379,7 @@ def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> 
 
 __all__ = [
     "ANY_KIND", "CREATED_OBJECTS", "HELM_RELEASE_KIND", "HELM_RELEASE_SECRET_PREFIX", "LWS_GROUP_INDEX_LABEL",
+    "LWS_GROUP_KEY_LABEL",
     "LWS_LEADER_WORKER_INDEX", "LWS_SET_NAME_LABEL", "LWS_WORKER_INDEX_LABEL", "CreatedObjects", "CreatedPattern",
     "ObjectRef", "collisions", "created_by", "lws_pod_labels", "selector_matches",
 ]

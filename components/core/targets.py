@@ -529,6 +529,12 @@ class HardwareLabel:
 
 
 _GFD = "NVIDIA GPU Feature Discovery (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery, Generated Labels)"
+# The NVLink domain of a node: GPU Feature Discovery writes ``<GPUFabric ClusterUUID>.<CliqueID>``
+# from NVML (NVIDIA/k8s-device-plugin v0.18.0 internal/lm/imex.go; docs/gpu-feature-discovery/README.md
+# "nvidia.com/gpu.clique", e.g. 7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1). Two nodes share NVLink (one
+# NVL72 rack, or a fabric partition of it) exactly when their values are equal; nodes whose GPUs have
+# no fabric (no NVSwitch tray) carry no such label.
+NVLINK_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 _KARPENTER = "Karpenter AWS well-known labels (karpenter.sh docs, Instance Types), from EC2 DescribeInstanceTypes"
 _AMD_LABELLER = "AMD GPU node labeller (ROCm/k8s-device-plugin k8s-node-labeller; also as beta.amd.com/gpu.*)"
 HARDWARE_LABELS: tuple[HardwareLabel, ...] = (

@@ -19,7 +19,7 @@ from components.core.naming import GPU_NODE_LABEL
 from components.core.versions import ADDON_EQUIVALENTS, HELM_CHARTS
 from components.platform import GpuPlacement
 
-from .common import gpu_placement
+from .common import gpu_placement, spans_nvlink_domain
 
 
 def required_addons(spec: DeploymentSpec) -> tuple[str, ...]:
@@ -34,7 +34,7 @@ def required_addons(spec: DeploymentSpec) -> tuple[str, ...]:
     needed.append("amd-device-plugin" if spec.target.gpu.vendor == "amd" else "nvidia-device-plugin")
     if spec.profile.efa_to_pods and spec.efa_enabled:
         needed.append("efa-device-plugin")
-    if spec.target.needs_compute_domain and spec.nodes_per_copy > 1:
+    if spans_nvlink_domain(spec):
         needed.append("nvidia-dra-driver")
     if spec.nodes_per_copy > 1:
         needed.append("lws")
@@ -84,6 +84,39 @@ def _gpu_node_affinity(placement: GpuPlacement) -> dict[str, Any]:
     }
 
 
+def nvidia_device_plugin_values(spec: DeploymentSpec, placement: GpuPlacement) -> dict[str, Any]:
+    """Values of the ``nvidia-device-plugin`` chart (NVIDIA/k8s-device-plugin 0.18.0,
+    deployments/helm/nvidia-device-plugin/values.yaml): the device plugin on the GPU nodes of
+    ``placement`` and, where a copy spans an NVLink domain (``common.spans_nvlink_domain``), GPU
+    Feature Discovery with its Node Feature Discovery subchart, so the GPU nodes carry
+    ``nvidia.com/gpu.clique`` (``targets.NVLINK_CLIQUE_LABEL``) for the group's placement.
+
+    How the labels reach a node, at the pinned chart: GFD's DaemonSet (``gfd.enabled``, shares the
+    device plugin's ``affinity`` and ``tolerations``) writes its labels to a file in the host's
+    ``/etc/kubernetes/node-feature-discovery/features.d`` (templates/daemonset-gfd.yml); the NFD
+    worker on the same node reads that directory and the NFD master applies the labels
+    (node-feature-discovery chart 0.17.3, templates/worker.yaml; the device plugin chart sets the
+    master's ``extraLabelNs: ["nvidia.com"]``). The subchart's condition is
+    ``nfd.enabled,gfd.enabled`` (Chart.yaml; Helm takes the first path that is set), so
+    ``nfd.enabled`` must follow ``gfd.enabled``: GFD without NFD labels nothing. The NFD worker's
+    chart tolerations name a taint ``nvidia.com/gpu=present`` that our GPU nodes do not carry, so it
+    gets the GPU nodes' own tolerations and node selector; the NFD master and its garbage collector
+    run on the system nodes (chart default: no tolerations).
+    """
+    tolerations = placement.tolerations_list()
+    labels = spans_nvlink_domain(spec)
+    values: dict[str, Any] = {
+        # The EKS NVIDIA AMI has no NFD labels: select the GPU nodes by our labels instead.
+        "affinity": _gpu_node_affinity(placement),
+        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations],
+        "gfd": {"enabled": labels},
+        "nfd": {"enabled": labels},
+    }
+    if labels:
+        values["nfd"]["worker"] = {"tolerations": tolerations, "nodeSelector": placement.node_selector_dict()}
+    return values
+
+
 def addon_values(spec: DeploymentSpec, name: str, placement: GpuPlacement | None = None) -> dict[str, Any]:
     """Helm values of add-on ``name`` for ``spec``, its GPU pods placed by ``placement`` (the
     platform handle's; default ``common.gpu_placement(spec)``, the same value the platform
@@ -95,13 +128,7 @@ def addon_values(spec: DeploymentSpec, name: str, placement: GpuPlacement | None
     placement = placement if placement is not None else gpu_placement(spec)
     tolerations = placement.tolerations_list()
     if name == "nvidia-device-plugin":
-        return {
-            # The EKS NVIDIA AMI has no NFD labels: select the GPU nodes by our labels instead.
-            "affinity": _gpu_node_affinity(placement),
-            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations],
-            "gfd": {"enabled": False},
-            "nfd": {"enabled": False},
-        }
+        return nvidia_device_plugin_values(spec, placement)
     if name == "efa-device-plugin":
         return {
             # The chart's own instance list predates P6/P6e: name ours.

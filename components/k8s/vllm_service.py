@@ -41,12 +41,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.core.config import DeploymentSpec
-from components.core.controller_objects import LWS_LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
+from components.core.controller_objects import (
+    LWS_GROUP_KEY_LABEL,
+    LWS_LEADER_WORKER_INDEX,
+    LWS_SET_NAME_LABEL,
+    LWS_WORKER_INDEX_LABEL,
+)
+from components.core.crd_rules import replace_on_changes as crd_replace_on_changes
 from components.core.naming import VLLM_CLIENT_SERVICE, VLLM_SERVICE_ACCOUNT
 from components.core.pod_security import vllm_capabilities, vllm_memory_limit_gib, vllm_seccomp_profile
 from components.core.scaling import autoscaling_enabled, max_replicas
 from components.core.scraping import ANNOTATIONS, POD_MONITOR, scrape_path
 from components.core.sizing import Sizing
+from components.core.targets import NVLINK_CLIQUE_LABEL
 from components.core.time_to_ready import ENGINE_TIMEOUT_MARGIN_SECONDS, pod_ready_budget
 from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME, API_GUARD_SOURCE, VllmCommand, VllmRole
 from components.platform import GpuPlacement, ServiceAccess
@@ -63,6 +70,7 @@ from .common import (
     plain_env,
     secret_env,
     selector_labels,
+    spans_nvlink_domain,
     spec_hash,
 )
 from .engine_cache import EngineCachePods, with_engine_cache
@@ -196,7 +204,7 @@ def pod_template(
         requests["vpc.amazonaws.com/efa"] = efa
         limits["vpc.amazonaws.com/efa"] = efa
     resources: dict[str, Any] = {"requests": requests, "limits": limits}
-    use_compute_domain = target.needs_compute_domain and spec.nodes_per_copy > 1
+    use_compute_domain = spans_nvlink_domain(spec)
     if use_compute_domain:
         resources["claims"] = [{"name": COMPUTE_DOMAIN_CLAIM}]
     env = plain_env(role.env) + [secret_env(name, key) for name, key in sorted(role.secret_env.items())]
@@ -253,6 +261,7 @@ def pod_template(
     }
     if use_compute_domain:
         pod["resourceClaims"] = [{"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": COMPUTE_DOMAIN_CLAIM_TEMPLATE}]
+        pod["affinity"] = nvlink_clique_affinity()
     meta: dict[str, Any] = {"labels": labels(spec, role_component(role))}
     if scrape_annotations and role.serves_http:
         meta["annotations"] = {
@@ -263,12 +272,54 @@ def pod_template(
     return with_engine_cache({"metadata": meta, "spec": pod}, (engine_cache or {}).get(role.name))
 
 
+def nvlink_clique_affinity() -> dict[str, Any]:
+    """Pod affinity that keeps every pod of a LeaderWorkerSet group in one NVLink clique: required,
+    on ``nvidia.com/gpu.clique`` (``targets.NVLINK_CLIQUE_LABEL``, GPU Feature Discovery), towards
+    the pods of this set (``leaderworkerset.sigs.k8s.io/name``) with the pod's own group key
+    (``matchLabelKeys: [leaderworkerset.sigs.k8s.io/group-key]``: the API server merges the
+    incoming pod's value into the selector, Kubernetes KEP-3633, GA in 1.33; the clusters here are
+    1.34 or newer). Same terms in the leader and the worker template.
+
+    What the scheduler does with it (kube-scheduler interpodaffinity ``satisfyPodAffinity``): a
+    node without the clique label is never chosen; the group's first pod (no scheduled pod
+    matches yet) goes to any labelled node, since it matches its own term; every later pod of the
+    group only to a node whose clique equals that pod's. Groups share cliques (several copies per
+    NVL72 rack).
+
+    Why not LWS's ``leaderworkerset.sigs.k8s.io/exclusive-topology`` annotation (kubernetes-sigs/lws
+    v0.9.0): its webhook gives the leader a required affinity to its group and a required
+    anti-affinity to every other group on the topology key (pkg/webhooks/pod_webhook.go
+    ``SetExclusiveAffinities``), and the pod controller pins the workers to the leader's value by a
+    node selector once the leader is scheduled (pkg/controllers/pod_controller.go
+    ``setNodeSelectorForWorkerPods``). That is one group per clique: an 18-node NVL72 rack would
+    hold one 2-node copy and strand 16 nodes, and ``replicas`` above the number of cliques would
+    never schedule. The subgroup variant (``subgroup-exclusive-topology``) is exclusive the same
+    way.
+
+    The ComputeDomain does not place pods: its channel claim is allocatable on every node the DRA
+    kubelet plugin serves, the plugin reads the node's clique ID from NVML, and the IMEX daemons of
+    one ComputeDomain form one IMEX domain per clique (NVIDIA/k8s-dra-driver-gpu v25.12.0,
+    cmd/compute-domain-kubelet-plugin/device_state.go ``getCliqueID``; ComputeDomainClique objects
+    named ``<domain uid>.<clique id>``). A group split over two cliques would get two IMEX domains
+    and no NVLink between its halves; this affinity is what keeps it in one, and the stack's one
+    ComputeDomain then holds one IMEX domain per clique its copies use.
+    """
+    term = {
+        "labelSelector": {"matchExpressions": [{"key": LWS_SET_NAME_LABEL, "operator": "In", "values": [VLLM_NAME]}]},
+        "matchLabelKeys": [LWS_GROUP_KEY_LABEL],
+        "topologyKey": NVLINK_CLIQUE_LABEL,
+    }
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 # ComputeDomain.spec.numNodes: deprecated, and with the DRA driver's default feature gate
 # IMEXDaemonsWithDNSNames=true "recommended to be set to zero" (the CRD's own description,
 # resource.nvidia.com_computedomains.yaml, driver 25.12): IMEX daemons start at once and the
 # workload keeps its own count of peers (vLLM's torch.distributed rendezvous waits for every
 # rank before NCCL shares GPU memory over MNNVL). A non-zero value would only drive Status.
 COMPUTE_DOMAIN_NUM_NODES = 0
+# The ComputeDomain API the pinned DRA driver serves (scripts/dev/crds.py).
+COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
 
 
 def compute_domain_spec(spec: DeploymentSpec) -> dict[str, Any]:
@@ -554,12 +605,17 @@ def declare_vllm(
     if spec.target.needs_compute_domain and multi_node:
         out["compute_domain"] = k8s.apiextensions.CustomResource(
             "vllm-compute-domain",
-            api_version="resource.nvidia.com/v1beta1",
+            api_version=COMPUTE_DOMAIN_API_VERSION,
             kind="ComputeDomain",
             metadata=metadata(spec, COMPUTE_DOMAIN_NAME, "compute-domain", tags),
             spec=compute_domain_spec(spec),
-            # The spec is immutable (CRD validation): a change must replace it.
-            opts=opts(dra_release, delete_before_replace=True),
+            # The spec is immutable (its CRD's rule `self == oldSelf`, components/core/crd_rules.py)
+            # and pulumi-kubernetes patches a custom resource in place: replace_on_changes makes a
+            # change a replacement, deleted first since the name stays.
+            opts=opts(
+                dra_release, delete_before_replace=True,
+                replace_on_changes=crd_replace_on_changes(COMPUTE_DOMAIN_API_VERSION, "ComputeDomain"),
+            ),
         )
     if multi_node:
         out["workload"] = k8s.apiextensions.CustomResource(

@@ -109,9 +109,11 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     roles [{name, nodes, argv, env, secret_env}]}, ``weight_sync`` [{name, source, dest,
     per_node}], ``kubernetes_api`` (how the Kubernetes provider reaches the cluster: {mode, summary,
     path, ...}, ``kubernetes_api_document``; None on aws-ec2),
-    ``expires_at``, ``warnings``, ``resources`` [{type, name, inputs, references, ignore_changes}] (references:
+    ``expires_at``, ``warnings``,
+    ``resources`` [{type, name, inputs, references, ignore_changes, replace_on_changes}] (references:
     input path -> the resource attribute it is computed from, ``{"launchTemplate.id": "gpu-lt.id"}``;
-    ignore_changes, only where the program sets it: input paths ``pulumi up`` keeps from the state),
+    ignore_changes, only where the program sets it: input paths ``pulumi up`` keeps from the state;
+    replace_on_changes, only where set: input paths whose change replaces the resource),
     ``outputs``, ``secret_leaks``. Secret values appear only as ``[secret]``.
 
     Raises:
@@ -240,10 +242,12 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
         # an EKS API no one can reach blocks every phase (spec.up_blockers).
         "deployable": not spec.up_blockers,
         # Provider-computed values (ids, addresses, generated names) show as KNOWN_AFTER_UP;
-        # ignore_changes (where set): inputs `pulumi up` keeps from the state.
+        # ignore_changes (where set): inputs `pulumi up` keeps from the state; replace_on_changes
+        # (where set): inputs whose change replaces the resource.
         "resources": [
             {**entry, "references": run.references(r.inputs),
-             **({"ignore_changes": list(r.ignore_changes)} if r.ignore_changes else {})}
+             **({"ignore_changes": list(r.ignore_changes)} if r.ignore_changes else {}),
+             **({"replace_on_changes": list(r.replace_on_changes)} if r.replace_on_changes else {})}
             for r, entry in zip(
                 resources, run.mark_computed([{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
                 strict=True,

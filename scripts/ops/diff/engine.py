@@ -1,6 +1,6 @@
 """Compare two plan documents: resources added, removed and changed (each changed input as a
 dotted path, marked ``replaces``/``disrupts`` from ``scripts.ops.diff.rules``), the vLLM command per
-role, plan settings and warnings. Standard library only; no git, no rendering.
+role, plan settings and warnings. No git, no rendering; the CRD rules evaluate CEL (cel-python).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from scripts.ops.diff.rules import (
     RECYCLED_ON_UPDATE,
     REPLACE_ON_CHANGE,
     TEMPLATE_FOLLOWERS,
+    FieldRule,
     first_rule,
     template_versioned_change,
 )
@@ -285,8 +286,11 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
         oi, ni = o_idx[key].get("inputs", {}) or {}, n_idx[key].get("inputs", {}) or {}
         fields = entry["fields"]
         rtype = key[0]
+        own = list(n_idx[key].get("replace_on_changes") or [])
         for f in fields:
             rep = first_rule(REPLACE_ON_CHANGE.get(rtype, ()), f["path"], f["old"], f["new"], oi, ni)
+            if rep is None and own and is_ignored(f["path"], own):
+                rep = FieldRule(f["path"], "replace_on_changes: the program replaces the resource on this change")
             dis = None if rep else first_rule(DISRUPTIVE_ON_CHANGE.get(rtype, ()), f["path"], f["old"], f["new"], oi, ni)
             f["replaces"] = rep is not None
             f["disrupts"] = dis is not None

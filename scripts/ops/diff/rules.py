@@ -15,7 +15,11 @@ Each row is a ``FieldRule`` of one resource type token with the ``source`` of th
   Service ``spec.clusterIP``/``spec.type``; PVC ``spec``; ConfigMap and Secret data unless the
   provider sets ``enableConfigMapMutable``/``enableSecretMutable``, which this project does not),
   and the Kubernetes API's own immutable fields (the update is rejected, ``field is immutable``:
-  the object has to be recreated).
+  the object has to be recreated); for custom resources, their CRDs' transition rules
+  (``x-kubernetes-validations`` reading ``oldSelf``, ``components/core/crd_rules.py``), evaluated
+  with CEL where a rule is more than ``self == oldSelf``.
+- A resource's own ``replace_on_changes`` (recorded in the plan document) replaces on a change of
+  those paths, as Pulumi does (``scripts/ops/diff/engine.py``).
 
 ``IN_PLACE`` lists, per type, inputs that are known to update in place (tags everywhere, plus
 neighbours of the forcing ones, e.g. ``rootBlockDevice.volumeSize`` beside
@@ -109,6 +113,35 @@ def _k8s(kind: str, *rows: FieldRule | str, source: str = _FORCENEW_GO) -> tuple
         rule = FieldRule(row) if isinstance(row, str) else row
         out.append(rule if rule.source else replace(rule, source=f"{source} ({kind}: .{rule.pattern})"))
     return tuple(out)
+
+
+def crd_rows(rules: tuple[Any, ...] | None = None) -> dict[str, tuple[FieldRule, ...]]:
+    """Replace rows of the custom resources, from their CRDs' transition rules
+    (``components.core.crd_rules.TRANSITION_RULES``, or ``rules``), per type token
+    ``kubernetes:<group>/<version>:<Kind>``: a rule that refuses every change (``self == oldSelf``)
+    replaces on any change under its path; any other rule replaces when, evaluated with CEL on the
+    resource's old and new inputs (``crd_rules.update_refused``), it is false. Rules on list items
+    or map values (``[*]``, ``{*}``) are evaluated only where both sides hold the node."""
+    from components.core import crd_rules
+
+    out: dict[str, list[FieldRule]] = {}
+    for rule in crd_rules.TRANSITION_RULES if rules is None else rules:
+        source = f"{rule.source}: x-kubernetes-validations on .{rule.path}: {rule.rule}"
+        note = f"the API server refuses the update ({rule.message}): the object must be recreated"
+        when = None if rule.immutable else _refused_by(rule)
+        out.setdefault(f"kubernetes:{rule.api_version}:{rule.kind}", []).append(
+            FieldRule(rule.path.replace("{*}", ".*"), note, when, source)
+        )
+    return {rtype: _k8s(rtype.rsplit(":", 1)[1], *rows) for rtype, rows in out.items()}
+
+
+def _refused_by(rule: Any) -> Predicate:
+    from components.core import crd_rules
+
+    def refused(old: Any, new: Any, old_inputs: Mapping[str, Any], new_inputs: Mapping[str, Any]) -> bool:
+        return crd_rules.update_refused(rule, old_inputs, new_inputs)
+
+    return refused
 
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -307,6 +340,8 @@ REPLACE_ON_CHANGE: Mapping[str, tuple[FieldRule, ...]] = {
     # (pulumi:providers:kubernetes in the plan sets neither): pods that mount them see a new object.
     "kubernetes:core/v1:ConfigMap": _k8s("ConfigMap", "data", "binaryData"),
     "kubernetes:core/v1:Secret": _k8s("Secret", "type", "stringData", "data"),
+    # The custom resources' CRD transition rules (ComputeDomain spec: self == oldSelf).
+    **crd_rows(),
 }
 
 # In-place changes that still interrupt serving (shown with ⚠, not counted as replacements).
