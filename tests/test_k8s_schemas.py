@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components.core import crd_rules
 from components.core.versions import KUBERNETES_VERSION
 from scripts.dev.crds import CRDS, DEFAULT_DEST
 from scripts.dev.crds import verify as verify_crds
@@ -111,6 +112,12 @@ def validate_against_crd(doc: dict[str, Any]) -> None:
     jsonschema.Draft7Validator(schema).validate(doc)
     pruned = unknown_fields(doc, schema)
     assert not pruned, f"{doc['kind']}: fields not in the CRD schema: {pruned}"
+    # The CRD's CEL rules (x-kubernetes-validations) that hold on create, evaluated with cel-python.
+    crd = _load_crd(crds_dir() / ALL_CRD_FILES[doc["kind"]])
+    for rule in crd_rules.validation_rules_of(crd):
+        if rule.api_version == doc["apiVersion"] and not crd_rules.is_transition(rule):
+            if crd_rules.object_refused(rule, doc):
+                raise jsonschema.ValidationError(f"{doc['kind']} .{rule.path}: {rule.message} ({rule.rule})")
 
 
 # -- core objects ----------------------------------------------------------------------------------
@@ -226,6 +233,18 @@ def test_the_crd_directory_matches_the_pins():
 def test_every_pinned_crd_loads_with_a_structural_schema(crd):
     schema = crd_schema(crd.kind, crd.api_version)
     assert schema["type"] == "object" and "spec" in schema["properties"]
+
+
+def test_crd_cel_rules_are_evaluated_on_the_rendered_objects():
+    """KEDA's ScaledObject CRD refuses minReplicaCount above maxReplicaCount by a CEL rule, which
+    jsonschema does not read: validate_against_crd evaluates it."""
+    scaled = one(plan_for("mi355x"), "ScaledObject")
+    validate_against_crd(scaled)
+    broken = copy.deepcopy(scaled)
+    broken["spec"]["minReplicaCount"] = broken["spec"]["maxReplicaCount"] + 1
+    jsonschema.Draft7Validator(crd_schema("ScaledObject", broken["apiVersion"])).validate(broken)  # the schema alone passes
+    with pytest.raises(jsonschema.ValidationError, match="minReplicaCount must be less than or equal to maxReplicaCount"):
+        validate_against_crd(broken)
 
 
 def test_pod_monitor_validates_against_the_prometheus_operator_crd():

@@ -76,8 +76,9 @@ def _walk(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[s
         yield from _walk(schema["additionalProperties"], f"{path}{{*}}")
 
 
-def transition_rules_of(crd: Mapping[str, Any], source: str = "") -> tuple[TransitionRule, ...]:
-    """The transition rules of one CRD document (``apiextensions.k8s.io/v1``), every served version.
+def validation_rules_of(crd: Mapping[str, Any], source: str = "") -> tuple[TransitionRule, ...]:
+    """Every ``x-kubernetes-validations`` rule of one CRD document (``apiextensions.k8s.io/v1``),
+    every served version, as ``TransitionRule`` records (``is_transition`` tells them apart).
 
     Args:
         crd: the parsed CustomResourceDefinition.
@@ -97,11 +98,52 @@ def transition_rules_of(crd: Mapping[str, Any], source: str = "") -> tuple[Trans
         schema = ((version.get("schema") or {}).get("openAPIV3Schema")) or {}
         for path, node in _walk(schema, ""):
             for entry in node.get("x-kubernetes-validations") or ():
-                rule = str(entry.get("rule", ""))
-                if _OLD_SELF_REF.search(rule):
-                    out.append(TransitionRule(f"{group}/{version['name']}", kind, path, rule,
-                                              str(entry.get("message", "")), source))
+                out.append(TransitionRule(f"{group}/{version['name']}", kind, path, str(entry.get("rule", "")),
+                                          str(entry.get("message", "")), source))
     return tuple(out)
+
+
+def is_transition(rule: TransitionRule) -> bool:
+    """Whether ``rule`` reads ``oldSelf`` (evaluated on update only)."""
+    return bool(_OLD_SELF_REF.search(rule.rule))
+
+
+def transition_rules_of(crd: Mapping[str, Any], source: str = "") -> tuple[TransitionRule, ...]:
+    """The transition rules (those that read ``oldSelf``) of one CRD document: ``validation_rules_of``
+    filtered by ``is_transition``.
+
+    Raises:
+        KeyError: ``crd`` is not a CRD document.
+    """
+    return tuple(r for r in validation_rules_of(crd, source) if is_transition(r))
+
+
+def object_refused(rule: TransitionRule, obj: Any) -> bool:
+    """Whether a rule that does not read ``oldSelf`` refuses ``obj`` (on create and update alike):
+    evaluated with CEL at the rule's node when ``obj`` holds it (``[*]``/``{*}`` nodes: every item).
+
+    Raises:
+        ValueError: the rule is a transition rule, or does not evaluate to a bool (``evaluate``).
+    """
+    if is_transition(rule):
+        raise ValueError(f"{rule.kind} {rule.path}: {rule.rule!r} reads oldSelf (see update_refused)")
+    return any(not evaluate(rule.rule, value, None) for value in _values_at(obj, rule.path))
+
+
+def _values_at(obj: Any, path: str) -> list[Any]:
+    steps = re.findall(r"[^.\[\]{}]+|\[\*\]|\{\*\}", path)
+    current = [obj]
+    for step in steps:
+        nxt: list[Any] = []
+        for value in current:
+            if step == "[*]" and isinstance(value, list):
+                nxt += value
+            elif step == "{*}" and isinstance(value, Mapping):
+                nxt += list(value.values())
+            elif isinstance(value, Mapping) and step in value:
+                nxt.append(value[step])
+        current = nxt
+    return current
 
 
 # Recorded from the pinned CRDs (scripts/dev/crds.py); tests/test_crd_rules.py reads them again.
@@ -197,6 +239,6 @@ def update_refused(rule: TransitionRule, old_obj: Any, new_obj: Any, changed_pat
 
 
 __all__ = [
-    "OLD_SELF", "TRANSITION_RULES", "TransitionRule", "evaluate", "replace_on_changes", "rules_for",
-    "transition_rules_of", "update_refused", "value_at",
+    "OLD_SELF", "TRANSITION_RULES", "TransitionRule", "evaluate", "is_transition", "object_refused", "replace_on_changes",
+    "rules_for", "transition_rules_of", "update_refused", "validation_rules_of", "value_at",
 ]
