@@ -136,3 +136,25 @@ def test_a_worker_follows_its_leader_into_its_clique_and_groups_share_cliques():
     worker2 = _pod("worker", 2, 1)
     assert _feasible(worker2, NODES, placed) == set(NODES) - {"unlabelled"}
     assert _feasible(_pod("leader", 2, 0), NODES, [*placed, (worker2, "a2")]) == {"a0", "a1", "a2"}
+
+
+# -- preflight: the cluster's cliques hold every copy ---------------------------------------------------
+
+
+def _node(name: str, clique: str | None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {NVLINK_CLIQUE_LABEL: clique} if clique else {}}}
+
+
+def test_preflight_counts_copies_per_clique_not_gpu_nodes():
+    from scripts.ops.preflight import check_nvlink_cliques
+
+    spec = plan_for("gb300").context.spec
+    assert spec.spans_nvlink_domain and spec.nodes_per_copy == 2 and spec.replicas == 1
+    # Two GPU nodes, enough for the gpu-nodes check, but in two cliques: no copy fits.
+    split = check_nvlink_cliques(spec, [_node("n1", "u.1"), _node("n2", "u.2")])
+    assert split.status == "fail" and "hold 0 copy(ies) of 2 nodes; 1 needed" in split.reason
+    unlabelled = check_nvlink_cliques(spec, [_node("n1", None), _node("n2", None)])
+    assert unlabelled.status == "fail" and "2 GPU node(s) without nvidia.com/gpu.clique" in unlabelled.reason
+    together = check_nvlink_cliques(spec, [_node("n1", "u.1"), _node("n2", "u.1"), _node("n3", "u.2")])
+    assert together.status == "pass" and "hold 1 copy(ies)" in together.reason
+    assert not plan_for("b300-prod").context.spec.spans_nvlink_domain

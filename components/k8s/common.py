@@ -168,11 +168,10 @@ def gpu_placement(spec: DeploymentSpec) -> GpuPlacement:
 
 
 def spans_nvlink_domain(spec: DeploymentSpec) -> bool:
-    """Whether a model copy spans nodes over multi-node NVLink (GB300/GB200 NVL72, more than one
-    node per copy): its pods join a ComputeDomain, and its group must stay in one NVLink clique
-    (``vllm_service.nvlink_clique_affinity``), which needs GPU Feature Discovery's clique labels
-    (``addons.addon_values``, ``nvidia-device-plugin``)."""
-    return spec.target.needs_compute_domain and spec.nodes_per_copy > 1
+    """``DeploymentSpec.spans_nvlink_domain``: the copy's pods join a ComputeDomain, and its group
+    must stay in one NVLink clique (``vllm_service.nvlink_clique_affinity``), which needs GPU
+    Feature Discovery's clique labels (``addons.addon_values``, ``nvidia-device-plugin``)."""
+    return spec.spans_nvlink_domain
 
 
 def service_access(spec: DeploymentSpec, cluster_cidrs: tuple[Any, ...] | None = None) -> ServiceAccess:

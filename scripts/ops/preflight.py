@@ -1305,7 +1305,8 @@ def _list_nodes(kubeconfig: Path, context: str | None, timeout_seconds: float) -
 
 
 def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | None, enabled: bool) -> list[Check]:
-    """The cluster answers and enough nodes advertise the target's GPU resource."""
+    """The cluster answers and enough nodes advertise the target's GPU resource; where a copy spans
+    an NVLink domain, their cliques hold every copy (``check_nvlink_cliques``)."""
     if not spec.profile.runs_kubernetes:
         reason = f"platform {spec.platform}: no Kubernetes cluster"
         return [Check("cluster", SKIP, reason), Check("gpu-nodes", SKIP, reason)]
@@ -1331,9 +1332,35 @@ def check_cluster(spec: DeploymentSpec, kubeconfig: Path | None, context: str | 
     first = Check("cluster", PASS, f"API server answers: {len(items)} node(s)")
     need = spec.gpu_nodes
     what = f"{len(ready)} node(s) advertise {per_node}x {resource}; {need} needed"
+    cliques = [check_nvlink_cliques(spec, [n for n in items if n.get("metadata", {}).get("name", "?") in ready])]
+    cliques = cliques if spec.spans_nvlink_domain else []
     if len(ready) >= need:
-        return [first, Check("gpu-nodes", PASS, f"{what} ({', '.join(ready[:4])})")]
-    return [first, Check("gpu-nodes", FAIL, f"{what}: is the device plugin / GPU operator running?")]
+        return [first, Check("gpu-nodes", PASS, f"{what} ({', '.join(ready[:4])})"), *cliques]
+    return [first, Check("gpu-nodes", FAIL, f"{what}: is the device plugin / GPU operator running?"), *cliques]
+
+
+def check_nvlink_cliques(spec: DeploymentSpec, gpu_nodes: list[dict[str, Any]]) -> Check:
+    """``nvlink-cliques``: the GPU nodes' NVLink cliques (``nvidia.com/gpu.clique``, GPU Feature
+    Discovery) hold every copy, each inside one clique (the LeaderWorkerSet's required pod affinity,
+    components/k8s/vllm_service.py ``nvlink_clique_affinity``): the sum over cliques of
+    ``nodes // nodes_per_copy`` is at least ``replicas``. A GPU node without the label takes no vLLM
+    pod. ``gpu_nodes``: Node objects (``metadata.labels``) that advertise the GPUs."""
+    from components.core.targets import NVLINK_CLIQUE_LABEL
+
+    per_clique: dict[str, int] = {}
+    unlabelled = 0
+    for node in gpu_nodes:
+        value = ((node.get("metadata") or {}).get("labels") or {}).get(NVLINK_CLIQUE_LABEL)
+        if value:
+            per_clique[value] = per_clique.get(value, 0) + 1
+        else:
+            unlabelled += 1
+    copies = sum(n // spec.nodes_per_copy for n in per_clique.values())
+    what = (f"{len(per_clique)} clique(s) of {sorted(per_clique.values(), reverse=True)} GPU node(s) hold {copies} "
+            f"copy(ies) of {spec.nodes_per_copy} nodes; {spec.replicas} needed")
+    if unlabelled:
+        what += f"; {unlabelled} GPU node(s) without {NVLINK_CLIQUE_LABEL} (is GPU feature discovery running?)"
+    return Check("nvlink-cliques", PASS if copies >= spec.replicas else FAIL, what)
 
 
 def check_vllm_argv(spec: DeploymentSpec, vllm_python: Path | None) -> Check:

@@ -93,6 +93,14 @@ class DeploymentSpec:
         return self.target.nodes_per_copy
 
     @property
+    def spans_nvlink_domain(self) -> bool:
+        """A model copy spans nodes over multi-node NVLink (GB300/GB200 NVL72 with more than one
+        node per copy): its pods join a ComputeDomain and its group must stay in one NVLink clique
+        (GPU Feature Discovery's ``nvidia.com/gpu.clique``; components/k8s/vllm_service.py
+        ``nvlink_clique_affinity``)."""
+        return self.target.needs_compute_domain and self.nodes_per_copy > 1
+
+    @property
     def replicas(self) -> int:
         """Model copies (independent vLLM servers or LeaderWorkerSet groups)."""
         return self.config.compute.replicas
