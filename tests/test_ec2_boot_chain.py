@@ -138,7 +138,7 @@ def test_units_pass_systemd_analyze_verify(units, tmp_path):
     proc, ours = verify_units(
         units, root,
         (userdata.AMI_CHECK_SCRIPT, userdata.RAID_SCRIPT, userdata.WEIGHTS_SCRIPT, "/bin/sh", userdata.VLLM_SCRIPT,
-         userdata.WATCH_SCRIPT, "/usr/bin/docker", "/usr/bin/systemctl", "/usr/bin/true"),
+         userdata.WATCH_SCRIPT, "/usr/bin/docker", "/usr/bin/systemctl", "/usr/bin/true", "/usr/bin/touch"),
         {"docker.service": "[Service]\nExecStart=/usr/bin/true\n",
          "dlami-nvme.service": "[Service]\nType=oneshot\nExecStart=/usr/bin/true\n"},
     )

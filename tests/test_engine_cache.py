@@ -210,7 +210,6 @@ def _opt(argv, flag):
 def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
     """The restore runs the core's argv after the weight copy (init containers run in order, vLLM
     after all of them); the save is a native sidecar (restartPolicy Always) running the core's save."""
-    from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF
     from components.k8s import engine_cache as kec
 
     run, pods = _eks_pods(stack)
@@ -225,10 +224,10 @@ def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
         assert "restartPolicy" not in restore and save["restartPolicy"] == "Always"
         role = cmd.role(role_name)
         key = ec.engine_cache_key(spec, cmd)
-        if len(cmd.roles) > 1:  # every node of the copy has its own archive
-            key = ec.node_key(key, WORKER_INDEX_REF)
-        url = f"http://{'127.0.0.1' if role.serves_http else LEADER_ADDRESS_REF}:{cmd.port}/health"
-        want_restore, want_save = ec.cache_steps(spec, bucket, key, url)
+        group = len(cmd.roles) > 1  # every node of the copy has its own archive (the program adds -node<index>)
+        url = f"http://127.0.0.1:{cmd.port}/health"
+        want_restore, want_save = ec.cache_steps(spec, bucket, key, url, spec.nodes_per_copy if group else 1,
+                                                 worker=not role.serves_http)
         assert _core_argv(restore["command"]) == list(want_restore.argv)
         assert _core_argv(save["command"]) == [*want_save.argv, "--gate", kec.GATE_FILE]
         assert restore["command"][3:7] == ["restore", str(kec.RESTORE_TIMEOUT_SECONDS), "1", "0"]
@@ -250,7 +249,9 @@ def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
         vllm = _container(pod, "vllm")
         mount = next(m for m in vllm["volumeMounts"] if m["mountPath"] == ec.ENGINE_CACHE_CONTAINER_PATH)
         sub = mount.get("subPathExpr", mount.get("subPath"))
-        assert f"{ec.ENGINE_CACHE_ROOT}/{sub}" == _opt(_core_argv(restore["command"]), "--dir") and not mount.get("readOnly")
+        node = "-node$(LWS_WORKER_INDEX)" if group else ""
+        assert f"{ec.ENGINE_CACHE_ROOT}/{sub}" == _opt(_core_argv(restore["command"]), "--dir") + node
+        assert not mount.get("readOnly")
         assert ("subPathExpr" in mount) == (len(cmd.roles) > 1)
         assert next(m for m in vllm["volumeMounts"] if m["mountPath"] == "/models")["readOnly"] is True
         env = {e["name"]: e.get("value") for e in vllm["env"]}
@@ -260,14 +261,23 @@ def test_eks_pods_restore_after_the_copy_and_save_in_a_sidecar(stack):
 
 
 def test_gb300_nodes_of_a_copy_keep_their_own_caches():
-    """Leader and worker restore and save their own archive (rank-specific torch.compile caches)."""
+    """Leader and worker restore and save their own archive (rank-specific torch.compile caches):
+    the program reads the node's index and the leader's address from the LeaderWorkerSet's env, so
+    no argv of theirs holds a ``$(VAR)`` the kubelet would expand."""
     _, pods = _eks_pods("gb300")
-    keys = {r: _opt(_core_argv(_container(p, "engine-cache-restore")["command"]), "--key") for r, p in pods.items()}
-    assert keys["leader"] == keys["worker"] and keys["leader"].endswith("-node$(LWS_WORKER_INDEX)")
+    argv = {(r, c): _core_argv(_container(p, c)["command"]) for r, p in pods.items()
+            for c in ("engine-cache-restore", "engine-cache-save")}
+    assert not any("$(" in a for items in argv.values() for a in items)
+    keys = {r: _opt(argv[r, "engine-cache-restore"], "--key") for r in pods}
+    assert keys["leader"] == keys["worker"]
+    assert all(_opt(items, "--node-index-env") == "LWS_WORKER_INDEX" for items in argv.values())
     base = ec.EngineCacheKey({}, "d")
     assert ec.node_key(base, "0").digest != ec.node_key(base, "1").digest
-    saves = {r: _opt(_core_argv(_container(p, "engine-cache-save")["command"]), "--wait-url") for r, p in pods.items()}
-    assert saves["leader"].startswith("http://127.0.0.1:") and saves["worker"].startswith("http://$(LWS_LEADER_ADDRESS):")
+    leader, worker = argv["leader", "engine-cache-save"], argv["worker", "engine-cache-save"]
+    assert _opt(leader, "--wait-url").startswith("http://127.0.0.1:") and "--wait-host-env" not in leader
+    assert _opt(worker, "--wait-host-env") == "LWS_LEADER_ADDRESS"
+    assert _opt(leader, "--group-nodes") == "2" == _opt(worker, "--group-nodes")
+    assert _opt(leader, "--group-wait-seconds") == str(ec.ENGINE_CACHE_GROUP_WAIT_SECONDS)
 
 
 def test_pods_of_another_layout_or_build_get_another_key():

@@ -1,6 +1,7 @@
 """What the kubelet runs is what the program rendered: every ``$`` of user text reaches a container
 literally (Kubernetes expands ``$(VAR)`` and reduces ``$$`` in command, args, env values and exec
-probes), and the only references left are the program's own (``common.K8S_VAR_REFS``)."""
+probes), and the only references left are the program's own, at the places it put them
+(``VllmRole.references``), never found by matching text (``common.K8S_VAR_NAMES``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import pytest
 
 from components.core.load import load_stack
 from components.core.vllm import EXAMPLE_REF_VALUES, build_vllm_command
-from components.k8s.common import K8S_VAR_REFS, k8s_literal
+from components.k8s.common import K8S_VAR_NAMES, k8s_argv, k8s_literal
 from tests.conftest import STACKS, plan_for
 
 K8S_STACKS = [s for s in STACKS if load_stack(s).platform != "aws-ec2"]
-ALLOWED_NAMES = {ref[2:-1] for ref in K8S_VAR_REFS}
+ALLOWED_NAMES = set(K8S_VAR_NAMES)
+LWS_EXAMPLES = {ref[2:-1]: value for ref, value in EXAMPLE_REF_VALUES.items()}
 
 
 def expand(text: str, mapping: Callable[[str], str | None]) -> str:
@@ -49,16 +51,24 @@ def expand(text: str, mapping: Callable[[str], str | None]) -> str:
 
 
 @pytest.mark.parametrize("text", ["plain", "$(VLLM_API_KEY)", "a$$b", "$$(X)", "$", "x$", "$(unclosed", "$x$(Y)$$$",
-                                  "{{ '$(HOME)' }} $PATH ${HOME}", "$(LWS_LEADER_ADDRESS)x"])
+                                  "{{ '$(HOME)' }} $PATH ${HOME}", "$(LWS_LEADER_ADDRESS)x", "$(LWS_LEADER_ADDRESS)",
+                                  "$(LWS_WORKER_INDEX)", "--node-rank=$(LWS_WORKER_INDEX)"])
 def test_escaped_text_expands_back_to_itself(text):
-    """A port of the kubelet's expansion turns ``k8s_literal(text)`` back into ``text`` (the program's
-    own references aside), whatever the env holds."""
-    mapping = {"VLLM_API_KEY": "SECRET", "HOME": "/root", "X": "x", "Y": "y"}.get
-    expected = text
-    for ref, value in EXAMPLE_REF_VALUES.items():
-        expected = expected.replace(ref, value)
-    examples = {ref[2:-1]: value for ref, value in EXAMPLE_REF_VALUES.items()}
-    assert expand(k8s_literal(text), lambda n: examples.get(n) or mapping(n)) == expected
+    """A port of the kubelet's expansion turns ``k8s_literal(text)`` back into ``text``, whatever the
+    env holds, the LeaderWorkerSet's variables included (the last round kept a user's literal
+    ``$(LWS_LEADER_ADDRESS)`` as a reference: it expanded to the leader's address)."""
+    mapping = {"VLLM_API_KEY": "SECRET", "HOME": "/root", "X": "x", "Y": "y", **LWS_EXAMPLES}.get
+    assert expand(k8s_literal(text), mapping) == text
+
+
+def test_only_the_marked_positions_stay_references():
+    """``k8s_argv`` leaves a reference only at the positions a builder marked; the same text
+    elsewhere is literal, and a marked position that is not one of the program's references is refused."""
+    argv = ["--master-addr", "$(LWS_LEADER_ADDRESS)", "--response-role", "$(LWS_LEADER_ADDRESS)"]
+    got = [expand(a, LWS_EXAMPLES.get) for a in k8s_argv(argv, references={1})]
+    assert got == ["--master-addr", "10.0.0.1", "--response-role", "$(LWS_LEADER_ADDRESS)"]
+    with pytest.raises(ValueError, match="not one of the program's references"):
+        k8s_argv(["$(VLLM_API_KEY)"], references={0})
 
 
 def _containers(node: Any) -> Iterator[dict[str, Any]]:
@@ -86,13 +96,15 @@ def _expanded_items(container: dict[str, Any]) -> Iterator[str]:
 
 
 USER_TEXT = "$(VLLM_API_KEY) $$ {{ '$(HOME)' }}"
+# What a user may write in extraArgs (a chat template, a role name): the LeaderWorkerSet's names too.
+USER_LWS_TEXT = "{{ '$(LWS_LEADER_ADDRESS)' }} rank $(LWS_WORKER_INDEX)"
 
 
 def _with_user_text(stack: str):
     from components.core.config import read_stack_config
 
     vllm = dict(read_stack_config(stack).get("kimi-deploy:vllm") or {})
-    vllm["extraArgs"] = ["--response-role", USER_TEXT]
+    vllm["extraArgs"] = ["--response-role", USER_TEXT, "--chat-template", USER_LWS_TEXT]
     return plan_for(stack, overrides={"kimi-deploy:vllm": vllm})
 
 
@@ -118,8 +130,10 @@ def test_the_vllm_container_runs_the_cores_argv_exactly(stack):
     run = _with_user_text(stack)
     roles = build_vllm_command(run.context.spec).roles
     assert any(USER_TEXT in role.argv for role in roles)
+    assert all(USER_LWS_TEXT in role.concrete_argv() for role in roles)
     expected = sorted(tuple(role.concrete_argv()) for role in roles)
-    examples = {ref[2:-1]: value for ref, value in EXAMPLE_REF_VALUES.items()}
     vllm = [c for r in run.resources for c in _containers(r.inputs) if c["name"] == "vllm"]
-    got = sorted(tuple(expand(a, examples.get) for a in c["command"]) for c in vllm)
+    got = sorted(tuple(expand(a, LWS_EXAMPLES.get) for a in c["command"]) for c in vllm)
     assert sorted(set(got)) == sorted(set(expected))
+    # The user's text reaches every vLLM container byte for byte, LWS names included.
+    assert all(USER_TEXT in cmd and USER_LWS_TEXT in cmd for cmd in got)

@@ -57,6 +57,7 @@ from pathlib import PurePosixPath
 
 import yaml
 
+from components.core.engine_cache import GATE_DIR, GATE_ENV, GATE_FILE
 from components.core.naming import NVME_RAID0_HOST_PATH
 from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME
 from components.core.weights import STAGING_DIR, SYNC_SCRIPT_PATH, WEIGHTS_MOUNT_PATH, SyncStep
@@ -328,8 +329,9 @@ def vllm_docker_command(cfg: Ec2BootConfig) -> list[str]:
     if cfg.engine_cache is not None:
         from components.core.engine_cache import ENGINE_CACHE_CONTAINER_PATH
 
-        # The only writable path vLLM gets: its compile caches (restored before, saved after).
-        cmd += ["-v", f"{cfg.engine_cache.host_dir}:{ENGINE_CACHE_CONTAINER_PATH}"]
+        # The only writable path vLLM gets: its compile caches (restored before, saved after); the
+        # gate the API guard waits for (engine_cache_units), read-only.
+        cmd += ["-v", f"{cfg.engine_cache.host_dir}:{ENGINE_CACHE_CONTAINER_PATH}", "-v", f"{GATE_DIR}:{GATE_DIR}:ro"]
     if cfg.api_guard is not None:
         cmd += ["-v", f"{API_GUARD_HOST_DIR}:{API_GUARD_CONTAINER_DIR}:ro"]
     cmd += list(cfg.extra_docker_args)
@@ -679,7 +681,7 @@ def cloud_config_text(cfg: Ec2BootConfig) -> str:
         (SECRET_ENV_SCRIPT, secret_env_script(), "0755"),
         (WEIGHTS_SCRIPT, weights_script(cfg), "0755"),
         (VLLM_SCRIPT, vllm_script(cfg), "0755"),
-        (VLLM_ENV_FILE, env_file({**cfg.vllm_env, **(cfg.engine_cache.env if cfg.engine_cache else {})}), "0644"),
+        (VLLM_ENV_FILE, env_file({**cfg.vllm_env, **engine_cache_env(cfg)}), "0644"),
         (WATCH_SCRIPT, watch_script(), "0755"),
     ] + [(f"/etc/systemd/system/{unit}", text, "0644") for unit, text in {**systemd_units(cfg), **watch_units(cfg)}.items()]
     doc = {
@@ -828,23 +830,39 @@ def eks_node_user_data(cluster: ClusterDetails | None = None) -> str:
 
 
 # -- engine caches (components/core/engine_cache.py) -----------------------------------------
-# Declared here as separate units; the lead hooks them into the chain (see engine_cache_units).
 
 ENGINE_CACHE_UNITS = ("kimi-engine-cache-restore.service", "kimi-engine-cache-save.service")
+# The gate (engine_cache.GATE_DIR/GATE_FILE): on the host's /run (tmpfs, empty after a reboot),
+# created by the save right after its snapshot; the vLLM container's API guard answers 503 on every
+# route but /health and /metrics until it exists (engine_cache.GATE_ENV).
+ENGINE_CACHE_GATE_DIR = GATE_DIR
+ENGINE_CACHE_GATE_FILE = GATE_FILE
+
+
+def engine_cache_env(cfg: Ec2BootConfig) -> dict[str, str]:
+    """What the vLLM container's env file gains with engine caches: ``cfg.engine_cache.env`` and
+    the gate its API guard waits for (``engine_cache.GATE_ENV``); empty without."""
+    if cfg.engine_cache is None:
+        return {}
+    return {**cfg.engine_cache.env, GATE_ENV: ENGINE_CACHE_GATE_FILE}
 
 
 def engine_cache_docker_command(cfg: Ec2BootConfig, argv: Sequence[str], name: str) -> list[str]:
     """``docker run`` of one ``scripts/node/engine_cache.py`` step in the pinned image: the NVMe at
     ``/models`` read-write (the cache directory lives there), the program mounted read-only,
-    host networking (instance role; the save polls vLLM's health on 127.0.0.1)."""
+    host networking (instance role; the save polls vLLM's health on 127.0.0.1). The save also
+    gets the gate directory read-write and ``--gate``: it opens the API right after its snapshot."""
     from components.core.engine_cache import ENGINE_CACHE_SCRIPT_PATH
 
+    save = name == "engine-cache-save"
     return [
         "docker", "run", "--rm", "--network", "host", "--name", f"kimi-{name}",
         "-e", f"AWS_REGION={cfg.region}", "-e", f"AWS_DEFAULT_REGION={cfg.region}",
         "-v", f"{ENGINE_CACHE_SCRIPT_PATH}:{ENGINE_CACHE_SCRIPT_PATH}:ro",
         "-v", f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}",
+        *(["-v", f"{ENGINE_CACHE_GATE_DIR}:{ENGINE_CACHE_GATE_DIR}"] if save else []),
         "--entrypoint", argv[0], cfg.image, *argv[1:],
+        *(["--gate", ENGINE_CACHE_GATE_FILE] if save else []),
     ]
 
 
@@ -854,7 +872,11 @@ def engine_cache_units(cfg: Ec2BootConfig, restore_argv: Sequence[str], save_arg
     restore: one-shot after ``kimi-weights.service`` (the image is pulled there), before
     ``kimi-vllm.service``; ``Wants=`` rather than ``Requires=`` on the vLLM side, so a failed
     restore means a cold start, never no start. save: one-shot after vLLM started; the program
-    waits for the health URL in its argv and archives once (never overwrites).
+    waits for the health URL in its argv (open through the API guard), snapshots the cache
+    directory, opens the gate (``ENGINE_CACHE_GATE_FILE``: until then the guard answers 503 to
+    every request, so no request reaches the engine before the snapshot), then archives once
+    (never overwrites). A save that fails or is killed opens the gate too (``ExecStopPost=``):
+    nothing is archived after that, and the server is never kept closed by the cache.
     Neither is enabled: ``kimi-vllm.service`` pulls both in (``Wants=``, after the restore), so
     they run exactly when vLLM is started by the weights unit (``systemd_units``).
     """
@@ -879,6 +901,9 @@ After=docker.service kimi-vllm.service
 Type=oneshot
 RemainAfterExit=yes
 ExecStart={_q(engine_cache_docker_command(cfg, save_argv, "engine-cache-save"))}
+# Runs after a failed or killed save too (a success opened the gate itself). The directory exists:
+# docker run -v created it for vLLM, which starts before this unit.
+ExecStopPost=/usr/bin/touch {ENGINE_CACHE_GATE_FILE}
 # engine_cache.py waits up to 4 h (--wait-seconds) for vLLM's health, then archives: 1 h for that.
 TimeoutStartSec=18000
 """

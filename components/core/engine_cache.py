@@ -37,6 +37,7 @@ from typing import Any
 from .config.spec import DeploymentSpec
 from .naming import VLLM_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from .versions import VLLM_VERSION
+from .vllm import LEADER_ADDRESS_ENV, WORKER_INDEX_ENV
 from .weights import WEIGHTS_MOUNT_PATH, mirror_key_prefix, per_node_copy_step
 
 # The program that restores and saves an archive (stdlib + boto3; runs in the vLLM image).
@@ -48,6 +49,18 @@ ENGINE_CACHE_CONTAINER_PATH = "/var/cache/kimi-engine"
 # The key document inside every archive and directory.
 KEY_FILE_NAME = "engine-cache-key.json"
 KEY_HEX_DIGITS = 20
+# A copy spanning nodes: the leader keeps its API gate closed (scripts/node/engine_cache.py) until
+# every worker's archive is saved, at most this long (estimate: a worker's snapshot and upload of
+# time_inputs.ENGINE_CACHE_BYTES take about a minute at the mirror's rate; the bound only matters
+# when a worker's save fails, and then delays serving by it once).
+ENGINE_CACHE_GROUP_WAIT_SECONDS = 600
+# The variable naming the gate file to the API guard (scripts/node/kimi_vllm_api_guard.py GATE_ENV):
+# until the file exists the guard answers 503 on every route but /health and /metrics.
+GATE_ENV = "KIMI_ENGINE_CACHE_GATE"
+# Where the gate lives, the same path on the EC2 host (tmpfs: gone at reboot) and in a pod (an
+# in-memory emptyDir): written by the save, read-only in the vLLM container.
+GATE_DIR = "/run/kimi-cache-gate"
+GATE_FILE = f"{GATE_DIR}/open"
 
 
 @dataclass(frozen=True)
@@ -203,12 +216,27 @@ class CacheStep:
     argv: tuple[str, ...]
 
 
-def cache_steps(spec: DeploymentSpec, bucket: str, key: EngineCacheKey, health_url: str) -> tuple[CacheStep, CacheStep]:
+def cache_steps(spec: DeploymentSpec, bucket: str, key: EngineCacheKey, health_url: str,
+                group_nodes: int = 1, worker: bool = False) -> tuple[CacheStep, CacheStep]:
     """The restore and save runs for ``key`` with the archive in ``bucket``'s mirror.
 
     ``health_url``: what the save waits for (e.g. ``http://127.0.0.1:8000/health``).
+    ``group_nodes`` > 1 (a copy spanning nodes): ``key`` is the copy's; each node reads its index
+    from ``vllm.WORKER_INDEX_ENV`` and keeps ``node_key(key, index)`` (no ``$(VAR)`` in the argv:
+    the kubelet expands nothing the program did not mark, ``components/k8s/common.k8s_argv``); the
+    leader (index 0) opens its gate once every worker's manifest exists or
+    ``ENGINE_CACHE_GROUP_WAIT_SECONDS`` pass. ``worker``: the save waits for the leader's
+    ``health_url`` (its host from ``vllm.LEADER_ADDRESS_ENV``) and uploads only when the leader's
+    gate was still closed after the snapshot (``scripts/node/engine_cache.py``).
     """
-    common = ("--uri", archive_uri(spec, bucket, key), "--dir", cache_dir(key), "--key", key.digest)
+    common: tuple[str, ...] = ("--uri", archive_uri(spec, bucket, key), "--dir", cache_dir(key), "--key", key.digest)
+    save_extra: tuple[str, ...] = ()
+    if group_nodes > 1:
+        common += ("--node-index-env", WORKER_INDEX_ENV)
+        save_extra = ("--group-nodes", str(group_nodes), "--group-wait-seconds", str(ENGINE_CACHE_GROUP_WAIT_SECONDS))
+        if worker:
+            save_extra += ("--wait-host-env", LEADER_ADDRESS_ENV)
     restore = CacheStep("engine-cache-restore", ("python3", ENGINE_CACHE_SCRIPT_PATH, "restore", *common))
-    save = CacheStep("engine-cache-save", ("python3", ENGINE_CACHE_SCRIPT_PATH, "save", *common, "--wait-url", health_url))
+    save = CacheStep("engine-cache-save",
+                     ("python3", ENGINE_CACHE_SCRIPT_PATH, "save", *common, "--wait-url", health_url, *save_extra))
     return restore, save

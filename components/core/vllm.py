@@ -22,8 +22,10 @@ from .weights import serving_path
 
 # Kubernetes expands $(VAR) in container args from the container's env; LeaderWorkerSet injects
 # these into every pod of a group (lws docs: LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, LWS_GROUP_SIZE).
-LEADER_ADDRESS_REF = "$(LWS_LEADER_ADDRESS)"
-WORKER_INDEX_REF = "$(LWS_WORKER_INDEX)"
+LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
+WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
+LEADER_ADDRESS_REF = f"$({LEADER_ADDRESS_ENV})"
+WORKER_INDEX_REF = f"$({WORKER_INDEX_ENV})"
 # Example values used to check argv with the real vLLM parser (the references are strings there).
 EXAMPLE_REF_VALUES: Mapping[str, str] = MappingProxyType({LEADER_ADDRESS_REF: "10.0.0.1", WORKER_INDEX_REF: "1"})
 
@@ -72,13 +74,17 @@ class VllmRole:
     Attributes:
         name: ``server`` (single node), ``leader`` or ``worker``.
         nodes: nodes per model copy running this role.
-        argv: the full command, ``("vllm", "serve", MODEL_PATH, ...)``; may contain Kubernetes
-            ``$(VAR)`` references (``LEADER_ADDRESS_REF``, ``WORKER_INDEX_REF``).
+        argv: the full command, ``("vllm", "serve", MODEL_PATH, ...)``; the items at
+            ``references`` are Kubernetes ``$(VAR)`` references (``LEADER_ADDRESS_REF``,
+            ``WORKER_INDEX_REF``); every other item is literal text, user text included.
         env: plain environment variables.
         secret_env: env var name -> config key of the secret that fills it (never a value).
         serves_http: whether this role answers the OpenAI API (workers run ``--headless``); such a
             role loads the API guard (``--middleware``, ``PYTHONPATH``), whose file
             (``API_GUARD_SOURCE``) the platform mounts at ``API_GUARD_CONTAINER_DIR``.
+        references: the positions in ``argv`` that the program wrote as a reference: known by
+            where the builder put them, never by the text (a user's literal ``$(LWS_WORKER_INDEX)``
+            in extraArgs stays text).
     """
 
     name: str
@@ -87,15 +93,11 @@ class VllmRole:
     env: Mapping[str, str]
     secret_env: Mapping[str, str] = field(default_factory=dict)
     serves_http: bool = True
+    references: frozenset[int] = frozenset()
 
     def concrete_argv(self) -> tuple[str, ...]:
-        """``argv`` with the ``$(VAR)`` references replaced by example values, for checking."""
-        out = []
-        for arg in self.argv:
-            for ref, value in EXAMPLE_REF_VALUES.items():
-                arg = arg.replace(ref, value)
-            out.append(arg)
-        return tuple(out)
+        """``argv`` with the references (``references``) replaced by example values, for checking."""
+        return tuple(EXAMPLE_REF_VALUES[a] if i in self.references else a for i, a in enumerate(self.argv))
 
 
 @dataclass(frozen=True)
@@ -289,12 +291,18 @@ def build_vllm_command(spec: DeploymentSpec, sizing: Sizing | None = None) -> Vl
         roles = (VllmRole("server", 1, tuple(server), http_env, secret_env),)
     else:
         multi = ["--nnodes", str(nodes), "--master-addr", LEADER_ADDRESS_REF, "--master-port", str(VLLM_MASTER_PORT)]
+        rank = ["--node-rank", WORKER_INDEX_REF, "--headless"]
         leader = merge_attention_config(base + multi + ["--node-rank", "0"] + http + extra, attention_keys)
-        worker = merge_attention_config(base + multi + ["--node-rank", WORKER_INDEX_REF, "--headless"] + extra, attention_keys)
+        worker = merge_attention_config(base + multi + rank + extra, attention_keys)
+        # merge_attention_config rewrites items in place and appends: positions hold.
+        leader_refs = frozenset({len(base) + multi.index(LEADER_ADDRESS_REF)})
+        worker_refs = leader_refs | {len(base) + len(multi) + rank.index(WORKER_INDEX_REF)}
         roles = (
-            VllmRole("leader", 1, tuple(leader), http_env, secret_env),
-            VllmRole("worker", nodes - 1, tuple(worker), dict(env), {}, serves_http=False),
+            VllmRole("leader", 1, tuple(leader), http_env, secret_env, references=leader_refs),
+            VllmRole("worker", nodes - 1, tuple(worker), dict(env), {}, serves_http=False, references=worker_refs),
         )
+        for role in roles:
+            assert all(role.argv[i] in EXAMPLE_REF_VALUES for i in role.references), role.name
     return VllmCommand(
         image=image(spec),
         model_path=serving_path(spec),

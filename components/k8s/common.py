@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from components.core.config import DeploymentSpec
 from components.core.naming import GPU_NODE_LABEL, GPU_TAINT_KEY, TARGET_NODE_LABEL, VLLM_WORKLOAD_NAME
 from components.core.versions import VLLM_VERSION
-from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF
+from components.core.vllm import LEADER_ADDRESS_ENV, WORKER_INDEX_ENV
 from components.platform import GpuPlacement, ServiceAccess
 
 if TYPE_CHECKING:  # typing only: this module creates no resources and imports no Pulumi at run time
@@ -195,33 +195,51 @@ def secret_env(name: str, config_key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}}
 
 
-# The only $(VAR) references the program writes into a container on purpose (LeaderWorkerSet
-# injects both into every pod of a group; components/core/vllm.py). Every other "$" is literal.
-K8S_VAR_REFS: tuple[str, ...] = (LEADER_ADDRESS_REF, WORKER_INDEX_REF)
-_DOLLAR_OR_REF = re.compile("|".join(re.escape(r) for r in K8S_VAR_REFS) + r"|\$")
+# The only $(VAR) names the program references in a container (LeaderWorkerSet injects both into
+# every pod of a group; components/core/vllm.py), and only where it put them: ``k8s_argv``'s
+# ``references``, the engine cache's subPathExpr. Every "$" elsewhere is literal.
+K8S_VAR_NAMES: tuple[str, ...] = (LEADER_ADDRESS_ENV, WORKER_INDEX_ENV)
 
 
 def k8s_literal(text: str) -> str:
-    """``text`` as the kubelet must receive it to run it unchanged: every ``$`` doubled except in ``K8S_VAR_REFS``.
+    """``text`` as the kubelet must receive it to run it unchanged: every ``$`` doubled.
 
     The kubelet expands ``$(VAR)`` in a container's command, args and env values (and an exec
     probe's command) from the container's env, and reduces ``$$`` to ``$`` (Kubernetes API
     reference, Container ``args``: "Variable references $(VAR_NAME) are expanded using the
     container's environment [...] Double $$ are reduced to a single $, which allows for escaping the
     $(VAR_NAME) syntax"; third_party/forked/golang/expansion/expand.go). Doubling every ``$`` is
-    the exact inverse, so a literal ``$(VLLM_API_KEY)`` in extraArgs or a chat template stays text
-    instead of becoming the key in argv. The program's own references stay references (a user's
-    literal ``$(LWS_WORKER_INDEX)`` too: the one text that cannot be told apart).
+    the exact inverse, so a literal ``$(VLLM_API_KEY)`` or ``$(LWS_LEADER_ADDRESS)`` in extraArgs
+    or a chat template stays text. The program's own references are never text passed here: they
+    are items a builder marked (``k8s_argv``'s ``references``).
     """
-    return _DOLLAR_OR_REF.sub(lambda m: "$$" if m.group(0) == "$" else m.group(0), text)
+    return text.replace("$", "$$")
 
 
-def k8s_argv(argv: Any) -> Any:
+def k8s_argv(argv: Any, references: Collection[int] = ()) -> Any:
     """A container's or exec probe's ``command`` (a list of str, or a Pulumi Output of one) with
-    every item through ``k8s_literal``: the one place an argv becomes a container spec."""
+    every item through ``k8s_literal`` but the items at ``references`` (positions the builder
+    wrote as a ``$(VAR)`` reference, ``VllmRole.references``), which go as they are: the one
+    place an argv becomes a container spec.
+
+    Raises:
+        ValueError: an item at ``references`` is not a single ``$(NAME)`` of ``K8S_VAR_NAMES``.
+    """
+    def render(items: Any) -> list[str]:
+        out = []
+        for i, item in enumerate(items):
+            text = str(item)
+            if i in references:
+                if text not in {f"$({n})" for n in K8S_VAR_NAMES}:
+                    raise ValueError(f"argv item {i} ({text!r}) is not one of the program's references")
+                out.append(text)
+            else:
+                out.append(k8s_literal(text))
+        return out
+
     if isinstance(argv, (list, tuple)):
-        return [k8s_literal(str(a)) for a in argv]
-    return argv.apply(lambda items: [k8s_literal(str(a)) for a in items])
+        return render(argv)
+    return argv.apply(render)
 
 
 def plain_env(env: Mapping[str, str]) -> list[dict[str, str]]:

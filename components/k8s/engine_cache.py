@@ -35,11 +35,16 @@ counts toward kubelet evictions), and the save's archive is staged beside it (``
 ``emptyDir`` of ``EMPTY_DIR_SIZE`` holds it instead.
 
 Copies spanning nodes (LeaderWorkerSet): each node keeps the torch.compile artifacts of its own
-ranks, so each gets its own key, ``<digest>-node$(LWS_WORKER_INDEX)`` (``engine_cache.node_key``;
+ranks, so each gets its own key, ``<digest>-node<index>`` (``engine_cache.node_key``;
 LeaderWorkerSet 0.9.0 injects ``LWS_WORKER_INDEX`` and ``LWS_LEADER_ADDRESS`` into every container
-and init container, ``pkg/utils/pod/pod_utils.go AddLWSVariables``; the kubelet expands ``$(VAR)``
-in ``command`` and ``subPathExpr``). A worker serves no HTTP, so its save waits for the leader's
-``/health`` (the NetworkPolicy admits all ports between a group's pods).
+and init container, ``pkg/utils/pod/pod_utils.go AddLWSVariables``). The program reads both from its
+environment (``--node-index-env``, ``--wait-host-env``), so its argv holds no ``$(VAR)``; only the
+vLLM mount's ``subPathExpr`` (a hex digest and the reference, no user text) does. A worker serves
+no HTTP, so its save waits for the leader's ``/health`` (the NetworkPolicy admits all ports between
+a group's pods), snapshots, and uploads only if the leader's API guard still answers "gate closed"
+(so no request had reached the group); the leader opens its gate once every worker's manifest
+exists (``engine_cache.ENGINE_CACHE_GROUP_WAIT_SECONDS`` at most). Every pod's archive therefore
+holds only what its engine wrote before the group admitted a request.
 
 Credentials (aws-eks): the pods run as ``engine_cache.vllm_pods_service_account``; its EKS Pod
 Identity role may read the mirror prefix and write ``<revision>/_engine-cache/`` only
@@ -62,7 +67,7 @@ from components.core import engine_cache as ec
 from components.core.config import REPO_ROOT, DeploymentSpec
 from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limit
 from components.core.time_to_ready import ENGINE_CACHE_RESTORE_BUDGET_SECONDS
-from components.core.vllm import LEADER_ADDRESS_REF, WORKER_INDEX_REF, VllmCommand, VllmRole
+from components.core.vllm import WORKER_INDEX_REF, VllmCommand, VllmRole
 
 from .common import hardened_container_security, k8s_argv, metadata, plain_env, spec_hash
 from .storage import ENGINE_CACHE_VOLUME, nvme_engine_cache_volume, serving_volume
@@ -82,8 +87,8 @@ EMPTY_DIR_SIZE = "64Gi"
 # reaches the engine before the snapshot the archive is made of (scripts/node/engine_cache.py save
 # --gate). An in-memory emptyDir: written by the sidecar, read-only in the vLLM container.
 GATE_VOLUME = "engine-cache-gate"
-GATE_DIR = "/run/kimi-engine-cache-gate"
-GATE_FILE = f"{GATE_DIR}/snapshot-taken"
+GATE_DIR = ec.GATE_DIR
+GATE_FILE = ec.GATE_FILE
 GATE_SIZE = "1Mi"
 # The readiness exec command wrapped: the gate file first, then the original probe (stdlib only).
 GATED_PROBE_SCRIPT = "import os, sys; os.path.exists(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])"
@@ -166,9 +171,10 @@ def pod_key(spec: DeploymentSpec, command: VllmCommand) -> ec.EngineCacheKey:
 
 
 def health_url(command: VllmCommand, role: VllmRole) -> str:
-    """What a role's save waits for: its own ``/health``, or the leader's for a headless worker."""
-    host = "127.0.0.1" if role.serves_http else LEADER_ADDRESS_REF
-    return f"http://{host}:{command.port}/health"
+    """What a role's save waits for: ``http://127.0.0.1:<port>/health``; a headless worker's save
+    puts the leader's address (``LWS_LEADER_ADDRESS``, read from its env) in place of the host."""
+    del role  # the worker's host comes from its env (engine_cache.cache_steps), never from argv text
+    return f"http://127.0.0.1:{command.port}/health"
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,7 @@ class EngineCachePods:
         save: the ``engine-cache-save`` native sidecar (``restartPolicy: Always``).
         volumes: pod volumes it adds (the program ConfigMap; the ``emptyDir`` off NVMe).
         vllm_mount: the key's directory, read-write at ``ENGINE_CACHE_CONTAINER_PATH`` in vLLM.
-        vllm_env: ``engine_cache.vllm_cache_env()``.
+        vllm_env: ``engine_cache.vllm_cache_env()`` and the gate file (``engine_cache.GATE_ENV``).
         annotations: pod annotations (no AWS credentials in the vLLM container).
         budget_seconds: what the restore may add to a pod's start (``RESTORE_TIMEOUT_SECONDS``).
     """
@@ -211,9 +217,12 @@ def engine_cache_pods(
     if not ec.restored_at_start(spec) or mirror_bucket is None:
         return None
     key = pod_key(spec, command)
+    copy_key = ec.engine_cache_key(spec, command)
     url = health_url(command, role)
     bucket = pulumi.Output.from_input(mirror_bucket)
-    steps = bucket.apply(lambda b: ec.cache_steps(spec, b, key, url))
+    group = len(command.roles) > 1
+    nodes = spec.nodes_per_copy if group else 1
+    steps = bucket.apply(lambda b: ec.cache_steps(spec, b, copy_key, url, nodes, worker=not role.serves_http))
     restore_argv = runner_argv("restore", steps.apply(lambda s: list(s[0].argv)))
     save_argv = runner_argv("save", steps.apply(lambda s: [*s[1].argv, "--gate", GATE_FILE]))
     root = PurePosixPath(ec.ENGINE_CACHE_ROOT)
@@ -261,7 +270,10 @@ def engine_cache_pods(
     # The stack binds the pods' AWS identity where it provisions AWS (EKS Pod Identity): keep it
     # out of the vLLM container.
     annotations = {SKIP_CONTAINERS_ANNOTATION: VLLM_CONTAINER} if spec.profile.provisions_aws else {}
-    return EngineCachePods(key, restore, save, tuple(volumes), vllm_mount, ec.vllm_cache_env(), annotations,
+    # The API guard of a serving role answers 503 until the gate exists (a pod IP reached past its
+    # Service included); on a worker (no HTTP) it is unused.
+    vllm_env = {**ec.vllm_cache_env(), ec.GATE_ENV: GATE_FILE}
+    return EngineCachePods(key, restore, save, tuple(volumes), vllm_mount, vllm_env, annotations,
                            RESTORE_TIMEOUT_SECONDS)
 
 

@@ -212,7 +212,7 @@ def pod_template(
         "name": "vllm",
         "image": command.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": k8s_argv(role.argv),
+        "command": k8s_argv(role.argv, role.references),
         "env": env,
         "resources": resources,
         "volumeMounts": [

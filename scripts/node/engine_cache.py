@@ -4,7 +4,9 @@
   engine_cache.py restore --uri s3://B/P/_engine-cache/KEY.tar --dir /models/.kimi-engine-cache/KEY --key KEY
   engine_cache.py save    --uri ... --dir ... --key KEY [--wait-url http://127.0.0.1:8000/health]
 
-restore: before vLLM starts. A directory already holding KEY is kept; else the archive's sha256
+restore: before vLLM starts. A directory already on the node is moved aside first and kept only when
+its files are exactly the manifest's (path, size, sha256; what a request wrote after the snapshot,
+or a changed file, fails that), else dropped; then the archive's sha256
 manifest (``KEY.tar.manifest.json`` beside it, written after the archive) is fetched, then the
 archive: an archive whose sha256 is not the manifest's, whose recorded key
 (``engine-cache-key.json``, the first member) is not KEY, or whose extracted files are not exactly
@@ -13,9 +15,17 @@ build or layout, nor one changed after it was saved). An archive without a manif
 Members are extracted only inside the directory (no absolute paths, ``..``, devices or links
 pointing out of it). A missing archive is not an error (first start).
 save: after the first start that answered the health URL: snapshots the directory (which must
-record KEY) into a local archive at once, then opens ``--gate`` (a file the pod's readiness waits
-for: no request reaches the engine before the snapshot is taken), then uploads the archive and its
-manifest unless a manifest exists already (the first successful start wins; never overwritten).
+record KEY) into a local archive at once, then opens ``--gate`` (a file the API guard and the pod's
+readiness wait for: no request reaches the engine before the snapshot is taken), then uploads the
+archive and its manifest unless a manifest exists already (the first successful start wins; never
+overwritten).
+
+A copy spanning nodes (``--node-index-env``, ``--group-nodes``): node i keeps KEY-node<i> (read from
+the named variable, so no argv carries a reference the kubelet would expand). A worker (i > 0)
+snapshots after the leader's ``/health`` answers, then asks the leader's API guard whether its gate is
+still closed (``GATE_PROBE_PATH`` answers 503 with ``GATE_HEADER: closed``); only then is its snapshot
+from before any request reached the group, and it is uploaded, else discarded (``late``). The leader
+opens its gate once every worker's manifest exists or ``--group-wait-seconds`` pass.
 
 Standard library only, plus boto3 for s3:// (present in the vLLM image); file:// URIs and plain
 paths work too (tests, local mirrors). Exit codes: 0 done or skipped (the engine can start
@@ -34,6 +44,7 @@ import tarfile
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 KEY_FILE_NAME = "engine-cache-key.json"
@@ -41,6 +52,10 @@ KEY_FILE_NAME = "engine-cache-key.json"
 MANIFEST_SUFFIX = ".manifest.json"
 MANIFEST_VERSION = 1
 WAIT_POLL_SECONDS = 10.0
+# The leader's API guard (scripts/node/kimi_vllm_api_guard.py GATE_HEADER, held equal by the tests)
+# answers every route but /health and /metrics with 503 and this header while its gate is closed.
+GATE_HEADER = "x-kimi-engine-cache-gate"
+GATE_PROBE_PATH = "/v1/models"
 
 
 class CacheError(Exception):
@@ -180,19 +195,31 @@ def _safe_members(tar: tarfile.TarFile, root: str):
 
 
 def restore(uri: str, directory: str, key: str, log=print) -> str:
-    """Restore the cache of ``key`` into ``directory``. Returns what happened: ``present``,
-    ``missing`` (no archive yet), ``refused`` (the archive records another key) or ``restored``.
+    """Restore the cache of ``key`` into ``directory``. Returns what happened: ``present`` (the
+    node's directory matches the manifest), ``missing`` (no archive yet), ``refused`` (the archive
+    does not match its manifest or records another key) or ``restored``. A directory already there
+    that does not match the manifest is removed, whatever follows.
 
     Raises:
         CacheError: the archive is unreadable or unsafe.
     """
-    if recorded_key(directory) == key:
-        return "present"
     parent = os.path.dirname(os.path.abspath(directory)) or "."
     os.makedirs(parent, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=parent, prefix=".restore-") as tmp:
+        # A directory already here is untrusted until it matches the manifest: moved aside first, so
+        # an error on the way (the manifest unreadable, S3 down) leaves no directory: a cold start.
+        local = os.path.join(tmp, "local")
+        if os.path.lexists(directory):
+            os.replace(directory, local)
         archive = os.path.join(tmp, "cache.tar")
         manifest = fetch_manifest(uri, tmp)
+        if os.path.isdir(local) and not os.path.islink(local):
+            if (manifest is not None and manifest.get("key") == key and recorded_key(local) == key
+                    and tree_files(local) == manifest["files"]):
+                os.replace(local, directory)
+                return "present"
+            log(f"engine-cache: {directory} on the node does not match the sha256 manifest of {uri} "
+                f"(or there is none): dropped")
         if not fetch(uri, archive):
             log(f"engine-cache: no archive at {uri}; the engine compiles and the cache is saved after its first start")
             return "missing"
@@ -253,12 +280,54 @@ def open_gate(gate: str | None) -> None:
             f.write("snapshot taken\n")
 
 
-def save(uri: str, directory: str, key: str, log=print, gate: str | None = None) -> str:
+def manifests_present(uris, timeout_seconds: float, poll_seconds: float = WAIT_POLL_SECONDS) -> bool:
+    """Wait until the manifest of every archive in ``uris`` exists, or ``timeout_seconds`` pass."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        if all(exists(manifest_uri(u)) for u in uris):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_seconds)
+
+
+def gate_closed(url: str) -> bool:
+    """Whether the API guard at ``url`` (a route it guards) says its gate is still closed: 503 with
+    ``GATE_HEADER: closed``. Anything else (an answer, an error, no answer) counts as open."""
+    try:
+        with urllib.request.urlopen(url, timeout=10):
+            return False
+    except urllib.error.HTTPError as exc:
+        return exc.code == 503 and (exc.headers.get(GATE_HEADER) or "") == "closed"
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def node_archive(uri: str, directory: str, key: str, index: str) -> tuple[str, str, str]:
+    """The archive URI, directory and key of node ``index`` of a copy whose are ``uri``,
+    ``directory``, ``key`` (``components/core/engine_cache.py node_key``: ``<key>-node<index>``).
+
+    Raises:
+        CacheError: ``index`` is not a non-negative integer.
+    """
+    if not index.isdigit():
+        raise CacheError(f"node index {index!r} is not a non-negative integer")
+    base = uri[: -len(".tar")] if uri.endswith(".tar") else uri
+    return f"{base}-node{index}.tar", f"{directory}-node{index}", f"{key}-node{index}"
+
+
+def save(uri: str, directory: str, key: str, log=print, gate: str | None = None, *,
+         worker_uris: tuple[str, ...] = (), group_wait_seconds: float = 0.0, leader_gate_url: str | None = None) -> str:
     """Snapshot ``directory`` (recording ``key``), open ``gate``, then upload the snapshot and its
     sha256 manifest to ``uri`` unless a manifest exists there. Returns ``exists``, ``empty``
     (nothing compiled yet), ``late`` (the gate was open already: nothing archived) or ``saved``.
     The gate opens in every case (``main`` opens it after an error too): the snapshot is what the
     engine wrote before the pod could be Ready.
+
+    A copy's leader passes ``worker_uris``: its gate opens only once their manifests exist (or
+    ``group_wait_seconds`` passed), so a worker's snapshot is taken before the group serves. A
+    worker passes ``leader_gate_url``: its snapshot is uploaded only when the leader's gate was
+    still closed after it was taken (``gate_closed``), else nothing is archived (``late``).
 
     Raises:
         CacheError: the directory records another key.
@@ -268,11 +337,18 @@ def save(uri: str, directory: str, key: str, log=print, gate: str | None = None)
         # the directory may hold what a request wrote. Nothing is archived; the next pod saves.
         log(f"engine-cache: {gate} is open already: the moment before the first request has passed; not saved")
         return "late"
-    if exists(manifest_uri(uri)):
+
+    def release() -> None:
+        # The leader serves only once its workers' snapshots are saved (or the wait is over).
+        if worker_uris and not manifests_present(worker_uris, group_wait_seconds):
+            log(f"engine-cache: the workers' archives are not all saved after {group_wait_seconds:.0f} s; serving")
         open_gate(gate)
+
+    if exists(manifest_uri(uri)):
+        release()
         return "exists"
     if not os.path.isdir(directory) or not any(n != KEY_FILE_NAME for n in os.listdir(directory)):
-        open_gate(gate)
+        release()
         return "empty"
     got = recorded_key(directory)
     if got is not None and got != key:
@@ -283,7 +359,11 @@ def save(uri: str, directory: str, key: str, log=print, gate: str | None = None)
             json.dump({"digest": key}, f)
         snapshot = os.path.join(tmp, "snapshot")
         shutil.copytree(directory, snapshot, symlinks=True, ignore=shutil.ignore_patterns(KEY_FILE_NAME))
-        open_gate(gate)  # the snapshot is taken: requests may come
+        release()  # the snapshot is taken (the workers' too): requests may come
+        if leader_gate_url and not gate_closed(leader_gate_url):
+            log(f"engine-cache: the leader's gate ({leader_gate_url}) is open: its requests may have reached "
+                f"this node before the snapshot; not saved")
+            return "late"
         archive = os.path.join(tmp, "cache.tar")
         with tarfile.open(archive, "w") as tar:
             tar.add(key_path, arcname=KEY_FILE_NAME)
@@ -315,18 +395,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", required=True, help="the cache key (components/core/engine_cache.py)")
     p.add_argument("--wait-url", help="save: wait until this URL answers 200 first (vLLM's /health)")
     p.add_argument("--wait-seconds", type=float, default=4 * 3600, help="save: how long to wait for --wait-url (default 4 h)")
-    p.add_argument("--gate", help="save: a file created once the snapshot is taken (the pod's readiness waits for it)")
+    p.add_argument("--gate", help="save: a file created once the snapshot is taken (the API guard and readiness wait for it)")
+    p.add_argument("--node-index-env", help="a copy spanning nodes: the variable holding this node's index (uri, dir "
+                   "and key gain -node<index>)")
+    p.add_argument("--group-nodes", type=int, default=1, help="save: nodes of the copy (the leader, index 0, waits "
+                   "for the others' manifests before it opens its gate)")
+    p.add_argument("--group-wait-seconds", type=float, default=0.0, help="save: how long the leader waits for them")
+    p.add_argument("--wait-host-env", help="save: the variable holding --wait-url's host (a worker: the leader's address; "
+                   "it also asks the leader's API guard whether its gate is closed)")
     args = p.parse_args(argv)
     try:
+        uri, directory, key = args.uri, args.dir, args.key
+        index = None
+        if args.node_index_env:
+            index = os.environ.get(args.node_index_env, "")
+            uri, directory, key = node_archive(uri, directory, key, index)
         if args.action == "restore":
-            restore(args.uri, args.dir, args.key)
-            mark(args.dir, args.key)
+            restore(uri, directory, key)
+            mark(directory, key)
             return 0
         try:
-            if args.wait_url and not wait_healthy(args.wait_url, args.wait_seconds):
-                print(f"engine-cache: {args.wait_url} not healthy after {args.wait_seconds:.0f} s; not saved", file=sys.stderr)
+            wait_url = args.wait_url
+            leader_gate_url = None
+            if args.wait_host_env and wait_url:
+                parsed = urllib.parse.urlsplit(wait_url)
+                host = os.environ.get(args.wait_host_env, "")
+                if not host or any(c in host for c in "/@?#"):
+                    raise CacheError(f"{args.wait_host_env}={host!r} is not a host name")
+                netloc = f"{host}:{parsed.port}" if parsed.port else host
+                wait_url = urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+                leader_gate_url = urllib.parse.urlunsplit(parsed._replace(netloc=netloc, path=GATE_PROBE_PATH))
+            workers: tuple[str, ...] = ()
+            if index == "0" and args.group_nodes > 1:
+                workers = tuple(node_archive(args.uri, args.dir, args.key, str(i))[0] for i in range(1, args.group_nodes))
+            if wait_url and not wait_healthy(wait_url, args.wait_seconds):
+                print(f"engine-cache: {wait_url} not healthy after {args.wait_seconds:.0f} s; not saved", file=sys.stderr)
                 return 1
-            save(args.uri, args.dir, args.key, gate=args.gate)
+            save(uri, directory, key, gate=args.gate, worker_uris=workers,
+                 group_wait_seconds=args.group_wait_seconds, leader_gate_url=leader_gate_url)
             return 0
         finally:
             open_gate(args.gate)  # a failed save never keeps the pod from Ready (nothing is archived after)

@@ -21,6 +21,12 @@ answers the lifespan startup with ``lifespan.startup.failed`` and its reason, wh
 ("Application startup failed. Exiting.") before it exits with status 3 (uvicorn 0.54
 ``STARTUP_FAILURE``). A server run without a lifespan gets 503 on every route, probes included.
 The reason names the variable and the minimum, never the key.
+
+The engine-cache gate: while ``KIMI_ENGINE_CACHE_GATE`` names a file that does not exist yet, every
+route but ``OPEN_PATHS`` answers 503 with ``GATE_HEADER: closed``, key or not, so no request reaches
+the engine before ``scripts/node/engine_cache.py save`` has snapshotted the compile caches it wrote
+at start (the save creates the file right after). The file is checked at each request until it
+exists; unset, the guard does not gate.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ API_KEY_ENV = "VLLM_API_KEY"
 # 15 characters". The same figure as components/core/vllm.py API_KEY_MIN_CHARS (the deploy-time
 # check; tests/test_api_guard.py holds them equal): this file runs in the image, standard library only.
 MIN_API_KEY_CHARS = 15
+# The engine-cache gate (scripts/node/engine_cache.py GATE_HEADER, held equal by the tests).
+GATE_ENV = "KIMI_ENGINE_CACHE_GATE"
+GATE_HEADER = "x-kimi-engine-cache-gate"
 
 
 def key_refusal(key: str | None) -> str | None:
@@ -71,10 +80,13 @@ class RequireApiKey:
         api_key: the key; default ``$VLLM_API_KEY``. Unset, empty or shorter than
             ``MIN_API_KEY_CHARS``: ``refusal`` says why, the lifespan startup fails with it and
             every request gets 503 (the wrapped app never runs).
+        gate: the engine-cache gate file; default ``$KIMI_ENGINE_CACHE_GATE`` (empty: no gate).
+            Until it exists every route but ``OPEN_PATHS`` gets 503 with ``GATE_HEADER: closed``.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, api_key: str | None = None, gate: str | None = None) -> None:
         self.app = app
+        self._gate = os.environ.get(GATE_ENV) or None if gate is None else gate or None
         key = os.environ.get(API_KEY_ENV, "") if api_key is None else api_key
         self.refusal = key_refusal(key)
         self._key_sha256 = hashlib.sha256(key.encode()).digest() if self.refusal is None else None
@@ -102,6 +114,17 @@ class RequireApiKey:
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
 
+    async def _gated(self, scope: Scope, send: Send) -> None:
+        """The engine-cache gate is closed: 503 (``GATE_HEADER: closed``), or close a websocket."""
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1013})  # try again later
+            return
+        body = json.dumps({"error": "Service Unavailable: the engine is starting"}).encode()
+        await send({"type": "http.response.start", "status": 503,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"retry-after", b"10"), (GATE_HEADER.encode(), b"closed")]})
+        await send({"type": "http.response.body", "body": body})
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.refusal is not None:
             await self._refuse(scope, receive, send)
@@ -113,6 +136,11 @@ class RequireApiKey:
         root = scope.get("root_path") or ""
         if root and path.startswith(root):
             path = path[len(root):] or "/"
+        if path not in OPEN_PATHS and self._gate is not None:
+            if not os.path.exists(self._gate):
+                await self._gated(scope, send)
+                return
+            self._gate = None  # open for good: no more stat per request
         if path in OPEN_PATHS or self._authorized(scope):
             await self.app(scope, receive, send)
             return
