@@ -614,3 +614,326 @@ def test_a_failed_save_opens_the_gate_and_a_retry_archives_nothing(tmp_path, mon
     monkeypatch.undo()
     assert tool.main(argv) == 0 and not archive.exists()
     assert tool.save(str(archive), str(directory), "k1", log=lambda *_: None, gate=str(gate)) == "late"
+
+
+# --- a cache already on the node is trusted only when it matches the manifest ----------------------
+
+
+@pytest.mark.parametrize("case", ["no manifest", "changed file", "request output", "matches"])
+def test_a_node_local_directory_is_kept_only_when_it_matches_the_manifest(tmp_path, case):
+    """A directory on the node's NVMe recording the key (a pod restarted on its node, a reboot) is
+    checked against the mirror's manifest like an archive: a changed file or one a request wrote after
+    the snapshot drops it (the archive is restored in its place), no manifest at all drops it (a
+    cold start). The old restore returned ``present`` for all four without reading a byte."""
+    archive = tmp_path / "mirror" / "k1.tar"
+    local = tmp_path / "node1" / "k1"  # the directory the save archived, still on the node
+    _populate(local, "k1")
+    if case == "no manifest":
+        archive = tmp_path / "empty-mirror" / "k1.tar"
+    else:
+        assert tool.save(str(archive), str(local), "k1", log=lambda *_: None) == "saved"
+    tool.mark(str(local), "k1")
+    artifact = local / "vllm" / "torch_compile_cache" / "abc" / "artifact.py"
+    if case == "changed file":
+        artifact.write_text("import os  # poisoned")
+    elif case == "request output":
+        (local / "vllm" / "written-at-request-time.py").write_text("x")
+    got = tool.restore(str(archive), str(local), "k1", log=lambda *_: None)
+    if case == "matches":
+        assert got == "present" and artifact.read_text() == "compiled"
+    elif case == "no manifest":
+        assert got == "missing" and not local.exists()
+    else:
+        assert got == "restored" and artifact.read_text() == "compiled"
+        assert not (local / "vllm" / "written-at-request-time.py").exists()
+    assert tool.main(["restore", "--uri", str(archive), "--dir", str(local), "--key", "k1"]) == 0
+    assert tool.recorded_key(str(local)) == "k1"
+
+
+def test_an_unreadable_mirror_leaves_no_unverified_directory(tmp_path, monkeypatch):
+    """The check cannot run (the mirror errors): the node's directory is gone, not served unverified."""
+    local = tmp_path / "node1" / "k1"
+    _populate(local, "k1")
+    tool.mark(str(local), "k1")
+
+    def down(uri, path):
+        raise tool.CacheError("mirror down")
+
+    monkeypatch.setattr(tool, "fetch", down)
+    assert tool.main(["restore", "--uri", str(tmp_path / "m" / "k1.tar"), "--dir", str(local), "--key", "k1"]) == 1
+    assert not (local / "vllm").exists()
+
+
+# --- the gate in the API guard: no request reaches the engine before the snapshot ---------------------
+
+GUARD_KEY = "sk-engine-cache-gate-0123456789"
+
+
+def _guarded(path: str, gate: str | None, on_request=lambda: None, key: str = GUARD_KEY) -> tuple[int, dict[str, str]]:
+    """(status, headers) of one request through the real API guard around a stand-in engine that
+    runs ``on_request`` for each request it serves."""
+    import asyncio
+
+    from scripts.node.kimi_vllm_api_guard import RequireApiKey
+
+    async def engine(scope, receive, send):
+        on_request()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "path": path, "method": "GET", "headers": [(b"authorization", f"Bearer {key}".encode())]}
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(RequireApiKey(engine, api_key=GUARD_KEY, gate=gate)(scope, receive, send))
+    finally:
+        loop.close()
+    return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0].get("headers", [])}
+
+
+def test_the_guard_and_the_program_name_one_gate():
+    from scripts.node import kimi_vllm_api_guard as guard
+
+    assert guard.GATE_ENV == ec.GATE_ENV and guard.GATE_HEADER == tool.GATE_HEADER
+    assert tool.GATE_PROBE_PATH not in guard.OPEN_PATHS
+
+
+def test_the_guard_refuses_every_request_until_the_gate_exists(tmp_path):
+    """Gate closed: 503 with the gate header, even with the key, and the engine never runs; /health
+    and /metrics stay open (probes, the save's wait). Gate open: the key decides, as before."""
+    gate = tmp_path / "open"
+    served = []
+    status, headers = _guarded("/v1/chat/completions", str(gate), lambda: served.append(1))
+    assert status == 503 and headers[tool.GATE_HEADER] == "closed" and not served
+    assert _guarded("/health", str(gate), lambda: served.append(1))[0] == 200 and served == [1]
+    gate.write_text("")
+    assert _guarded("/v1/chat/completions", str(gate), lambda: served.append(2))[0] == 200 and served == [1, 2]
+    assert _guarded("/v1/chat/completions", str(gate), key="wrong-key-0123456789")[0] == 401
+    assert _guarded("/v1/chat/completions", None)[0] == 200  # no gate configured: not gated
+
+
+def _ec2_boot():
+    import base64
+
+    import yaml
+
+    from components.aws import userdata
+    from tests.conftest import plan_for
+
+    run = plan_for("b300")
+    doc = yaml.safe_load(base64.b64decode(run.named("gpu-lt").inputs["userData"]).decode())
+    files = {f["path"]: f["content"] for f in doc["write_files"]}
+    units = {p.rsplit("/", 1)[1]: c for p, c in files.items() if p.startswith("/etc/systemd/system/")}
+    return files, units, userdata
+
+
+def _unit_lines(text: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(key + "=")]
+
+
+def _program_argv(docker_argv: list[str]) -> list[str]:
+    """The program's argv (after ``python3 SCRIPT``) inside a rendered ``docker run``."""
+    entry = docker_argv.index("--entrypoint")
+    return docker_argv[entry + 4:]  # --entrypoint python3 IMAGE SCRIPT
+
+
+def test_ec2_no_request_reaches_the_engine_before_the_snapshot_and_a_tampered_archive_is_refused(tmp_path):
+    """The rendered b300 user data, run: the vLLM container's env names the gate and mounts its
+    directory read-only; the save's rendered argv snapshots the cache and opens the gate; until then
+    every request gets 503 from the guard and the engine writes nothing; what a request writes after
+    is in no archive; a tampered archive is refused at the next start (a cold start). The old user
+    data gave the guard no gate: requests were served while the save waited, and archived."""
+    import shlex
+
+    files, units, userdata = _ec2_boot()
+    env = dict(line.split("=", 1) for line in files[userdata.VLLM_ENV_FILE].splitlines())
+    assert env[ec.GATE_ENV] == ec.GATE_FILE
+    run_vllm = shlex.split(files[userdata.VLLM_SCRIPT].splitlines()[-1])
+    assert f"{ec.GATE_DIR}:{ec.GATE_DIR}:ro" in run_vllm
+    save_unit = units[userdata.ENGINE_CACHE_UNITS[1]]
+    docker = shlex.split(_unit_lines(save_unit, "ExecStart")[0])
+    assert f"{ec.GATE_DIR}:{ec.GATE_DIR}" in docker
+    assert _unit_lines(save_unit, "ExecStopPost") == [f"/usr/bin/touch {ec.GATE_FILE}"]  # a failed save opens it
+    argv = _program_argv(docker)
+    assert argv[0] == "save" and _opt(argv, "--gate") == ec.GATE_FILE
+    restore_argv = _program_argv(shlex.split(_unit_lines(units[userdata.ENGINE_CACHE_UNITS[0]], "ExecStart")[0]))
+
+    # The node, in tmp_path: the rendered paths mapped below it, vLLM's /health wait left out.
+    cache = tmp_path / "nvme" / "cache"
+    gate = tmp_path / "run" / "open"
+    mapping = {_opt(argv, "--uri"): str(tmp_path / "mirror" / "cache.tar"), _opt(argv, "--dir"): str(cache),
+               ec.GATE_FILE: str(gate)}
+    key = _opt(argv, "--key")
+    _populate(cache, key, "compiled at start")
+
+    def node(items):
+        out, skip = [], False
+        for a in items:
+            if skip:
+                skip = False
+                continue
+            if a == "--wait-url":
+                skip = True
+                continue
+            out.append(mapping.get(a, a))
+        return out
+
+    served = []
+
+    def engine_serves():  # what a served request may leave behind: new kernels, changed files
+        served.append(1)
+        (cache / "vllm" / "written-at-request-time.py").write_text("poison")
+
+    status, headers = _guarded("/v1/chat/completions", str(gate), engine_serves)
+    assert status == 503 and headers[tool.GATE_HEADER] == "closed" and not served
+    assert tool.main(node(argv)) == 0 and gate.exists()
+    assert _guarded("/v1/chat/completions", str(gate), engine_serves)[0] == 200 and served
+    archive = mapping[_opt(argv, "--uri")]
+    with tarfile.open(archive) as tar:
+        assert not any("written-at-request-time" in n for n in tar.getnames())
+    # The next start on a fresh node restores exactly the snapshot...
+    fresh = tmp_path / "fresh"
+    mapping[_opt(argv, "--dir")] = str(fresh)
+    assert tool.main(node(restore_argv)) == 0
+    assert (fresh / "vllm" / "torch_compile_cache" / "abc" / "artifact.py").read_text() == "compiled at start"
+    assert not (fresh / "vllm" / "written-at-request-time.py").exists()
+    # ...and refuses a tampered archive: a cold start (the key file only).
+    _rewrite(archive, lambda name, data: b"import os  # poisoned" if name.endswith("artifact.py") else data)
+    cold = tmp_path / "cold"
+    mapping[_opt(argv, "--dir")] = str(cold)
+    assert tool.main(node(restore_argv)) == 0
+    assert tool.recorded_key(str(cold)) == key and not (cold / "vllm").exists()
+
+
+# --- a LeaderWorkerSet group: every node's archive is from before the group serves --------------------
+
+
+class _Leader:
+    """The leader's HTTP side on 127.0.0.1: ``/health`` answers 200, anything else goes through the
+    real API guard with the leader's gate file (no key: 401 once open)."""
+
+    def __init__(self, gate):
+        import http.server
+        import threading
+
+        leader = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                status, headers = (200, {}) if self.path == "/health" else _guarded(self.path, str(leader.gate), key="")
+                self.send_response(status)
+                for k, v in headers.items():
+                    if k != "content-length":
+                        self.send_header(k, v)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.gate = gate
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _lws_saves(tmp_path, port):
+    """The rendered gb300 leader and worker save argv (the core's, inside the runner), with the mirror,
+    the NVMe and the gates under ``tmp_path`` and the leader's port ``port``."""
+    from components.k8s import engine_cache as kec
+
+    _, pods = _eks_pods("gb300")
+    out = {}
+    for role in ("leader", "worker"):
+        argv = _core_argv(_container(pods[role], kec.SAVE_CONTAINER)["command"])[2:]  # after python3 SCRIPT
+        uri, directory = _opt(argv, "--uri"), _opt(argv, "--dir")
+        mapping = {uri: str(tmp_path / "mirror" / uri.rsplit("/", 1)[1]),
+                   directory: str(tmp_path / "nvme" / directory.rsplit("/", 1)[1]),
+                   kec.GATE_FILE: str(tmp_path / role / "gate" / "open"),
+                   _opt(argv, "--wait-url"): _opt(argv, "--wait-url").replace(":8000/", f":{port}/")}
+        out[role] = [mapping.get(a, a) for a in argv]
+    return out
+
+
+def _worker_save(argv, tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "127.0.0.1"}
+    script = REPO_ROOT / "scripts" / "node" / "engine_cache.py"
+    return subprocess.run([sys.executable, str(script), *argv], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_lws_leader_serves_only_after_its_workers_snapshots_are_saved(tmp_path, monkeypatch):
+    """The rendered gb300 pods, run: the leader snapshots, then keeps its gate closed until the
+    worker's manifest exists; the worker (its own process, LWS env) waits for the leader's /health,
+    snapshots, sees the leader's gate still closed through the real guard, and saves. Both archives
+    hold only what the engines wrote at start. The old leader opened its gate right after its own
+    snapshot, whatever its workers had saved."""
+    import threading
+
+    argv = None
+    leader = _Leader(tmp_path / "leader" / "gate" / "open")
+    try:
+        argv = _lws_saves(tmp_path, leader.port)
+        key = _opt(argv["leader"], "--key")
+        for index in ("0", "1"):
+            _populate(tmp_path / "nvme" / f"{_opt(argv['leader'], '--dir').rsplit('/', 1)[1]}-node{index}",
+                      f"{key}-node{index}", f"compiled on node {index}")
+        waiting = threading.Event()
+        original = tool.manifests_present
+
+        def observed(uris, timeout_seconds, poll_seconds=None):
+            waiting.set()
+            return original(uris, timeout_seconds, 0.05)
+
+        monkeypatch.setattr(tool, "manifests_present", observed)
+        monkeypatch.setenv("LWS_WORKER_INDEX", "0")
+        results = []
+        thread = threading.Thread(target=lambda: results.append(tool.main(argv["leader"])), daemon=True)
+        thread.start()
+        assert waiting.wait(60)
+        assert not leader.gate.exists()  # snapshot taken, the worker's archive not saved: still closed
+        worker = _worker_save(argv["worker"], tmp_path)
+        assert worker.returncode == 0, worker.stderr
+        thread.join(60)
+        assert results == [0] and leader.gate.exists()
+        for index in ("0", "1"):
+            archive = tmp_path / "mirror" / f"{key}-node{index}.tar"
+            assert (tmp_path / "mirror" / f"{key}-node{index}.tar{tool.MANIFEST_SUFFIX}").is_file()
+            with tarfile.open(archive) as tar:
+                data = tar.extractfile("vllm/torch_compile_cache/abc/artifact.py").read()
+            assert data == f"compiled on node {index}".encode()
+    finally:
+        leader.close()
+
+
+def test_lws_worker_snapshot_taken_after_the_group_serves_is_not_archived(tmp_path):
+    """The leader's gate already open (the group admits requests) when the worker snapshots: the
+    worker archives nothing, so no worker archive can hold request-time output. The old worker
+    archived whatever its directory held once the leader's /health answered."""
+    leader = _Leader(tmp_path / "leader" / "gate" / "open")
+    try:
+        argv = _lws_saves(tmp_path, leader.port)
+        key = _opt(argv["worker"], "--key")
+        _populate(tmp_path / "nvme" / f"{_opt(argv['worker'], '--dir').rsplit('/', 1)[1]}-node1", f"{key}-node1")
+        leader.gate.parent.mkdir(parents=True)
+        leader.gate.write_text("")
+        worker = _worker_save(argv["worker"], tmp_path)
+        assert worker.returncode == 0, worker.stderr
+        assert "gate" in worker.stdout + worker.stderr
+        assert not (tmp_path / "mirror" / f"{key}-node1.tar{tool.MANIFEST_SUFFIX}").exists()
+        assert not (tmp_path / "mirror" / f"{key}-node1.tar").exists()
+    finally:
+        leader.close()

@@ -280,15 +280,16 @@ def open_gate(gate: str | None) -> None:
             f.write("snapshot taken\n")
 
 
-def manifests_present(uris, timeout_seconds: float, poll_seconds: float = WAIT_POLL_SECONDS) -> bool:
-    """Wait until the manifest of every archive in ``uris`` exists, or ``timeout_seconds`` pass."""
+def manifests_present(uris, timeout_seconds: float, poll_seconds: float | None = None) -> bool:
+    """Wait until the manifest of every archive in ``uris`` exists, or ``timeout_seconds`` pass
+    (polled every ``poll_seconds``, default ``WAIT_POLL_SECONDS``)."""
     deadline = time.monotonic() + timeout_seconds
     while True:
         if all(exists(manifest_uri(u)) for u in uris):
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(poll_seconds)
+        time.sleep(WAIT_POLL_SECONDS if poll_seconds is None else poll_seconds)
 
 
 def gate_closed(url: str) -> bool:
