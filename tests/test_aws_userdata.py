@@ -73,9 +73,10 @@ def test_vllm_unit_runs_the_exact_core_command(run, files):
     assert f"{ctx.vllm.port}:{ctx.vllm.port}" == cmd[cmd.index("-p") + 1]
     assert f"{NVME_RAID0_HOST_PATH}:{WEIGHTS_MOUNT_PATH}:ro" in cmd
     env = dict(line.split("=", 1) for line in files[userdata.VLLM_ENV_FILE].splitlines())
-    from components.core.engine_cache import vllm_cache_env
+    from components.core.engine_cache import GATE_ENV, GATE_FILE, vllm_cache_env
 
-    assert env == {**server.env, **vllm_cache_env()}  # the core's env plus where the engine caches live
+    # The core's env plus where the engine caches live and the gate the API guard waits for.
+    assert env == {**server.env, **vllm_cache_env(), GATE_ENV: GATE_FILE}
     # The API key arrives from SSM at start, never as text.
     assert "VLLM_API_KEY=/kimi-deploy/b300/vllm-api-key" in files[userdata.VLLM_SCRIPT]
     assert userdata.API_ENV_FILE in cmd
