@@ -360,6 +360,22 @@ def test_restore_budget_is_part_of_the_pod_budget():
                     "engine cache restore": kec.RESTORE_TIMEOUT_SECONDS}
 
 
+@pytest.mark.parametrize("stack", ["gb300", "b300-prod"])
+def test_the_leaders_wait_for_its_workers_saves_is_part_of_the_pod_budget(stack):
+    """A copy spanning nodes: the leader's gate may stay closed ``ENGINE_CACHE_GROUP_WAIT_SECONDS``
+    after its start while its workers save, so its creation-to-ready budget holds that phase
+    (the old budget did not: a slow worker save would read as a pod late past its budget)."""
+    from components.core.time_to_ready import ENGINE_CACHE_GROUP_PHASE, pod_ready_budget
+
+    run, _ = _eks_pods(stack)
+    spec, sizing = run.context.spec, run.context.sizing
+    phases = {p.name: p.budget_seconds for p in pod_ready_budget(spec, sizing).phases}
+    if spec.nodes_per_copy > 1:
+        assert phases[ENGINE_CACHE_GROUP_PHASE] == ec.ENGINE_CACHE_GROUP_WAIT_SECONDS
+    else:
+        assert ENGINE_CACHE_GROUP_PHASE not in phases
+
+
 # -- IAM: the save writes only <revision>/_engine-cache/ ----------------------------------------------
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from .capacity import usable_until
 from .config.spec import DeploymentSpec, format_utc
-from .engine_cache import restored_at_start
+from .engine_cache import ENGINE_CACHE_GROUP_WAIT_SECONDS, restored_at_start
 from .errors import ConfigError
 from .prices import PRICES
 from .sizing import (
@@ -365,6 +365,7 @@ ENGINE_CACHE_RESTORE_BUDGET_SECONDS = 1_800
 NODE_WAIT_SAFETY_FACTOR = 2.0
 NODE_WAIT_PHASE = "node wait (launch + boot)"
 VLLM_START_PHASE = "vLLM start (weight load + engine init)"
+ENGINE_CACHE_GROUP_PHASE = "engine cache saves of the group (leader's gate)"
 
 
 @dataclass(frozen=True)
@@ -479,6 +480,12 @@ def pod_ready_budget(spec: DeploymentSpec, sizing: Sizing, steps: tuple[SyncStep
         init = next(p for p in model.scenarios[name].phases if p.name.startswith("engine init"))
         out.append(PodPhase(VLLM_START_PHASE, load.seconds + init.seconds, start_budget,
                             "the startup budget (sizing.startup_budget_seconds) + ENGINE_TIMEOUT_MARGIN_SECONDS"))
+        if restored_at_start(spec) and spec.nodes_per_copy > 1:
+            # The leader's API gate waits for its workers' engine-cache saves (the same bytes as
+            # the restore moves, the other way; scripts/node/engine_cache.py --group-nodes).
+            restore = by_name.get("engine cache restore")
+            out.append(PodPhase(ENGINE_CACHE_GROUP_PHASE, restore.seconds if restore else 0,
+                                ENGINE_CACHE_GROUP_WAIT_SECONDS, "engine_cache.ENGINE_CACHE_GROUP_WAIT_SECONDS"))
         scenarios[name] = tuple(out)
     worst = max(SCENARIOS, key=lambda n: (sum(p.budget_seconds for p in scenarios[n]), n == "replaced_node"))
     return PodReadyBudget(scenarios, worst)
