@@ -302,7 +302,8 @@ def build_vllm_command(spec: DeploymentSpec, sizing: Sizing | None = None) -> Vl
             VllmRole("worker", nodes - 1, tuple(worker), dict(env), {}, serves_http=False, references=worker_refs),
         )
         for role in roles:
-            assert all(role.argv[i] in EXAMPLE_REF_VALUES for i in role.references), role.name
+            if not all(role.argv[i] in EXAMPLE_REF_VALUES for i in role.references):
+                raise RuntimeError(f"the {role.name} argv lost its references' positions: {role.argv}")
     return VllmCommand(
         image=image(spec),
         model_path=serving_path(spec),
