@@ -765,8 +765,9 @@ def test_provider_settings_that_leave_aws_or_its_tls_are_warned_in_the_plan(tmp_
 def test_a_quoted_number_is_refused_as_a_quoted_integer_is(section, key, text):
     cfg = base("b300")
     cfg[section] = {**cfg.get(section, {}), key: text}
+    # `pulumi config set --path` writes a decimal as text: the message names its --type float.
     reject(cfg, f"{section}.{key}", f"'{text}' is not a number: it is quoted, so YAML reads it as text; write {text} "
-                                    "without quotes")
+                                    "without quotes (with `pulumi config set --path`, add --type float)")
     cfg[section][key] = float(text)
     accept(cfg)
 

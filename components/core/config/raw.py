@@ -606,8 +606,11 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
             or (kind in ("bool_type", "bool_parsing") and value.strip() in ("true", "false"))):
         # `"8000"` / `"0.9"` / `"true"` in quotes: YAML text, which the map hands the program as a string.
         what = {"int": "a whole number", "flo": "a number"}.get(kind[:3], "a boolean (allowed: true, false)")
+        # `pulumi config set --path` writes a decimal as text too (only true/false and integers become typed:
+        # pulumi/pulumi sdk/go/common/resource/config/map.go adjustObjectValue); its --type float keeps the number.
+        cli = " (with `pulumi config set --path`, add --type float)" if kind.startswith("float") else ""
         return ConfigError(key, value, f"is not {what}: it is quoted, so YAML reads it as text; write {value.strip()} "
-                                       "without quotes")
+                                       f"without quotes{cli}")
     if kind in _TYPE_WORDS:
         return ConfigError(key, value, _TYPE_WORDS[kind])
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
