@@ -938,6 +938,9 @@ def forces_lines(key: str, cases: Any, md: bool = True) -> list[str]:
     for case in cases:
         effects = by_label.setdefault(_change_label(key, case, md), {})
         effects.setdefault(effect_text(case["forces"], md), []).append(case["stack"])
+    if not md:  # a terminal: the change, then one indented line per group of stacks
+        return [line for label, effects in by_label.items()
+                for line in (f"{label}:", *(f"  {', '.join(stacks)}: {effect}" for effect, stacks in effects.items()))]
     return [f"{label}: " + "; ".join(f"{', '.join(stacks)}: {effect}" for effect, stacks in effects.items())
             for label, effects in by_label.items()]
 
@@ -1251,8 +1254,10 @@ def explain_text(detail: KeyDetail, width: int = 100) -> str:
     for label, lines in detail.items:
         for i, line in enumerate(lines):
             head = f"  {label if i == 0 else '':<{label_width}}"
-            # An example stays one line, to be copied whole.
-            out += [head + line] if label == "example" else _wrap(line, width, indent=" " * len(head), first=head)
+            # An example stays one line, to be copied whole; an indented line keeps its indent when wrapped.
+            inner = " " * (len(line) - len(line.lstrip()))
+            out += ([head + line] if label == "example"
+                    else _wrap(line.lstrip(), width, indent=" " * len(head) + inner + "  ", first=head + inner))
     return "\n".join(out) + "\n"
 
 
