@@ -987,15 +987,15 @@ class StackConfig:
     error: str | None = None
 
 
-def stack_configs() -> list[StackConfig]:
-    """Every stack of ``stacks/`` as its file says (an offline overlay in the environment is left
-    out: the page and ``config explain`` show the shipped files)."""
+def stack_configs(names: Sequence[str] | None = None) -> list[StackConfig]:
+    """The stacks ``names`` (default: every stack file in ``stacks/``, a user's own too) as their files
+    say (an offline overlay in the environment is left out)."""
     from components.core.config import namespace_config, read_stack_config
     from components.core.config.raw import validate_raw
 
     out = []
     with _overlay({}):
-        for stack in stack_names():
+        for stack in names if names is not None else stack_names():
             try:
                 full = read_stack_config(stack)
                 values, _ = namespace_config(full)
@@ -1371,7 +1371,9 @@ def render_page(derived: Mapping[str, Any]) -> str:
     rule_text = rules()
     rows = config_keys()
     sections = section_descriptions()
-    configs = stack_configs()
+    # The shipped stacks, the ones the derivation rendered (a stack file of one's own changes no page).
+    shipped = sorted({case["stack"] for cases in derived.values() if isinstance(cases, list) for case in cases})
+    configs = stack_configs(shipped or None)
     checked = ", ".join(f"`{k}`" for k in CHECKED_KEYS if k in derivable_keys())
     intro = [
         f"Generated from the typed config model (`components/core/config/raw.py`) by `{COMMAND}`; do not edit it "
