@@ -12,6 +12,7 @@
     kimi-deploy engine verify --image IMAGE    # scripts/ops/engine_verify.py
     kimi-deploy iam-policy --stack b300        # scripts/ops/deploy_policy.py
     kimi-deploy vllm-argv < request.json       # scripts/ops/vllm_parser.py
+    kimi-deploy config explain vllm.port       # scripts/ops/config_explain.py
 
 Installed as a console script by ``pip install -e .`` (``make setup``; pyproject.toml
 ``[project.scripts]``); ``python -m scripts.cli`` is the same command. It sits above what it dispatches: every
@@ -74,6 +75,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "iam-policy": Subcommand(
         "scripts.ops.deploy_policy", "IAM policy the deploying identity needs for a stack (from its resource types)"
+    ),
+    "config": Subcommand(
+        "scripts.ops.config_explain", "config explain KEY: a key's type, default, allowed values, stacks' values, what "
+        "a change forces"
     ),
     "vllm-argv": Subcommand(
         "scripts.ops.vllm_parser", "check `vllm serve` argvs (JSON on stdin) with the pinned vLLM's own code (.venv-vllm)"

@@ -16,7 +16,7 @@ from scripts import cli
 from tests.conftest import REPO_ROOT, without_overlay_notice
 
 SUBCOMMANDS = ["plan", "diff", "preflight", "validate", "cost", "measure", "sweep", "sync", "bench", "engine", "iam-policy",
-               "vllm-argv"]
+               "config", "vllm-argv"]
 
 
 def test_top_level_help_lists_every_subcommand(capsys):

@@ -726,3 +726,91 @@ def test_a_quoted_number_or_boolean_is_told_to_lose_its_quotes(values, words):
     cfg["vllm"] = {**cfg.get("vllm", {}), **values}
     with pytest.raises(ConfigError, match=re.escape(words)):
         accept(cfg)
+
+
+# --- round five, the fresh trial's leftovers: provider endpoints, quoted floats, wide public blocks,
+# --- the tools' prefix, a toleration of every taint
+
+
+def _stack_file_with(tmp_path, stack: str, lines: str) -> str:
+    """A copy of ``stacks/Pulumi.<stack>.yaml`` with ``lines`` added under ``config:``; its name."""
+    from tests.conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text()
+    (tmp_path / "Pulumi.t.yaml").write_text(text.replace("config:\n", "config:\n" + lines, 1))
+    return "t"
+
+
+@pytest.mark.parametrize("lines,words", [
+    ("  aws:insecure: true\n", "aws:insecure is true: the AWS provider skips TLS certificate verification"),
+    ("  aws:endpoints:\n    - s3: http://localhost:4566\n      ec2: https://ec2.us-east-1.amazonaws.com\n",
+     "aws:endpoints points the AWS provider away from AWS (s3 -> http://localhost:4566)"),
+])
+def test_provider_settings_that_leave_aws_or_its_tls_are_warned_in_the_plan(tmp_path, lines, words):
+    from components.core.load import load_stack
+
+    spec = load_stack(_stack_file_with(tmp_path, "b300", lines), stacks_dir=tmp_path, now=FIXED_NOW)
+    found = [w for w in spec.warnings if words in w]
+    assert found, spec.warnings
+    assert "ec2 ->" not in found[0]  # AWS's own endpoint is not named
+    quiet = load_stack(_stack_file_with(tmp_path, "b300", "  aws:insecure: false\n"), stacks_dir=tmp_path, now=FIXED_NOW)
+    assert not [w for w in quiet.warnings if "aws:" in w]
+
+
+@pytest.mark.parametrize("section,key,text", [
+    ("vllm", "gpuMemoryUtilization", "0.9"),
+    ("storage", "readGBps", "5.5"),
+    ("timeToReady", "copyGBps", "2"),
+])
+def test_a_quoted_number_is_refused_as_a_quoted_integer_is(section, key, text):
+    cfg = base("b300")
+    cfg[section] = {**cfg.get(section, {}), key: text}
+    # `pulumi config set --path` writes a decimal as text: the message names its --type float.
+    reject(cfg, f"{section}.{key}", f"'{text}' is not a number: it is quoted, so YAML reads it as text; write {text} "
+                                    "without quotes (with `pulumi config set --path`, add --type float)")
+    cfg[section][key] = float(text)
+    accept(cfg)
+
+
+def test_a_quoted_price_and_a_boolean_number_are_refused():
+    cfg = base("b300")
+    cfg["prices"] = {"natGatewayHour": "0.05"}
+    reject(cfg, "prices.natGatewayHour", "is not a number: it is quoted")
+    cfg["prices"] = {}
+    cfg["storage"] = {**cfg["storage"], "readGBps": True}
+    reject(cfg, "storage.readGBps", "true is not a number")
+
+
+@pytest.mark.parametrize("key,cidr,count", [
+    ("network.allowedCidrs", "11.0.0.0/8", "16,777,216"),
+    ("network.allowedCidrs", "52.0.0.0/12", "1,048,576"),
+    ("network.allowedCidrs", "2600::/16", "5,192,296,858,534,827,628,530,496,329,220,096"),
+])
+def test_a_public_client_block_broader_than_a_16_is_refused_with_its_address_count(key, cidr, count):
+    cfg = base("b300")
+    cfg["network"] = {**cfg["network"], "allowedCidrs": [cidr]}
+    reject(cfg, key, f"is a public block of {count} addresses", "allowed: public blocks of /")
+
+
+@pytest.mark.parametrize("cidr", ["52.1.0.0/16", "10.0.0.0/8", "100.64.0.0/10", "203.0.113.0/24"])
+def test_a_private_range_or_a_public_16_still_passes(cidr):
+    cfg = base("b300")
+    cfg["network"] = {**cfg["network"], "allowedCidrs": [cidr]}
+    accept(cfg)
+
+
+@pytest.mark.parametrize("prefix", ["_tools", "_tools/models"])
+def test_a_mirror_prefix_under_the_tools_prefix_is_refused(prefix):
+    cfg = base("b300")
+    cfg["storage"] = {**cfg["storage"], "mirror": {**cfg["storage"].get("mirror", {}), "prefix": prefix}}
+    reject(cfg, "storage.mirror.prefix", "is under _tools/, where the nodes fetch the toolkit's programs")
+    cfg["storage"]["mirror"]["prefix"] = "models/_tools"
+    accept(cfg)
+
+
+def test_a_toleration_of_every_taint_is_refused_on_mi355x():
+    cfg = base("mi355x")
+    cfg["kubernetes"] = {**cfg["kubernetes"], "tolerations": [{"operator": "Exists"}]}
+    reject(cfg, "kubernetes.tolerations[0].key", "is empty with operator Exists, which tolerates every taint")
+    cfg["kubernetes"]["tolerations"] = [{"key": "", "operator": "Exists", "effect": "NoSchedule"}]
+    reject(cfg, "kubernetes.tolerations[0].key", "name the GPU nodes' taint key")

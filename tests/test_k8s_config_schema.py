@@ -54,7 +54,7 @@ def test_valid_fields_pass_and_reach_the_pods():
         {
             "tolerations": [
                 {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
-                {"operator": "Exists"},
+                {"key": "amd.com/gpu", "operator": "Exists"},
                 {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
             ],
             "nodeSelector": {"example.com/pool": "gpu-a", "zone": ""},

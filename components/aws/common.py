@@ -14,9 +14,8 @@ import pulumi
 
 from components.core import naming
 
-# The S3 key prefix (inside the mirror bucket) where toolkit files the nodes fetch live, e.g.
-# the weight-sync program. Readers of the weights may read it too; nothing else.
-TOOLS_PREFIX = "_tools"
+# The S3 key prefix of the toolkit files in the mirror bucket (one place: components/core/naming.py).
+TOOLS_PREFIX = naming.TOOLS_PREFIX
 # Where EC2 nodes keep toolkit files and env files on the host.
 HOST_TOOLS_DIR = "/opt/kimi-deploy"
 

@@ -37,6 +37,7 @@ from .config import (
     vllm,
 )
 from .config.raw import SECRET_KEYS, validate_raw
+from .config.reader import cli_config_strings, provider_warnings
 from .config.spec import DeploymentSpec
 from .config.stack_file import STACKS_DIR, namespace_config, read_stack_config
 from .errors import NAMESPACE, ConfigError
@@ -155,7 +156,8 @@ def parse_spec(
 def load_stack(
     stack: str, *, stacks_dir: Path = STACKS_DIR, now: datetime | None = None, project: str = NAMESPACE
 ) -> DeploymentSpec:
-    """Parse and validate ``stacks/Pulumi.<stack>.yaml`` into a ``DeploymentSpec``.
+    """Parse and validate ``stacks/Pulumi.<stack>.yaml`` into a ``DeploymentSpec``; its warnings
+    include the provider settings the plan should show (``config.reader.provider_warnings``).
 
     Raises:
         ConfigError: the stack file is missing or a value is invalid (one line).
@@ -173,4 +175,7 @@ def load_stack(
                 key, "[secure value]", f"is not a secret key (secret keys: {', '.join(SECRET_KEYS)}); set it without --secret"
             )
     ns, secrets = namespace_config(full)
-    return parse_spec(ns, stack=stack, project=project, now=now, secrets_set=secrets)
+    spec = parse_spec(ns, stack=stack, project=project, now=now, secrets_set=secrets)
+    # Provider settings that send the AWS calls elsewhere or unverified (config/reader.py).
+    shown = provider_warnings(cli_config_strings(full))
+    return replace(spec, warnings=spec.warnings + shown) if shown else spec

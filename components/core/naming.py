@@ -21,6 +21,11 @@ VLLM_WORKLOAD_NAME = "kimi-vllm"
 CLUSTER_AUTOSCALER_NAMESPACE = "kube-system"
 CLUSTER_AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 
+# The S3 key prefix (inside the mirror bucket) where toolkit files the nodes fetch live, e.g. the
+# weight-sync program. Readers of the weights may read it too; nothing else. No storage.mirror.prefix
+# may start with it (config/storage.py): the weights' writers would write where the tools are.
+TOOLS_PREFIX = "_tools"
+
 # Host path of the instance-store RAID0: EKS AL2023 nodeadm `localStorage: RAID0` mounts it
 # at /mnt/k8s-disks/0 (https://awslabs.github.io/amazon-eks-ami/nodeadm/); the EC2 user data uses the same path.
 NVME_RAID0_HOST_PATH = "/mnt/k8s-disks/0"

@@ -91,11 +91,15 @@ class ConfigKey:
             items of a list of maps as ``autoscaling.schedule[].start``).
         section: the table it belongs to (``storage.fsx``; ``""`` for the top level).
         info: the pydantic field.
+        model_name, field_name: where it is declared (``FsxConfig``, ``throughput_per_tib`` in
+            components/core/config/raw.py).
     """
 
     key: str
     section: str
     info: FieldInfo
+    model_name: str = ""
+    field_name: str = ""
 
     @property
     def description(self) -> str:
@@ -148,7 +152,7 @@ def config_keys(model: type[BaseModel] = RawConfig, prefix: str = "") -> list[Co
         if sub is not None:
             nested.append((key, sub))
             continue
-        rows.append(ConfigKey(key, section, info))
+        rows.append(ConfigKey(key, section, info, model.__name__, name))
         items = _item_model_of(info.annotation)
         if items is not None:
             nested.append((key + "[]", items))
@@ -227,10 +231,10 @@ def _literal_choices(annotation: Any) -> tuple[Any, ...]:
     return typing.get_args(inner) if typing.get_origin(inner) is typing.Literal else ()
 
 
-def allowed_text(row: ConfigKey, rules: Mapping[str, str]) -> str:
-    """The allowed column: ``Literal`` choices, ``Field`` bounds (the words of the range errors),
-    the checks modules' rule for the key (``RULES``) and the platforms (and settings) that read it
-    (``readers_text``)."""
+def allowed_text(row: ConfigKey, rules: Mapping[str, str], *, readers: bool = True) -> str:
+    """What a key allows: ``Literal`` choices, ``Field`` bounds (the words of the range errors),
+    the checks modules' rule for the key (``RULES``) and, with ``readers``, the platforms (and
+    settings) that read it (``readers_text``)."""
     parts = []
     choices = _literal_choices(row.info.annotation)
     if choices:
@@ -240,9 +244,9 @@ def allowed_text(row: ConfigKey, rules: Mapping[str, str]) -> str:
         parts.append(bounds)
     if row.key in rules:
         parts.append(rules[row.key])
-    readers = readers_text(row.key.replace("[]", ""))
-    if readers:
-        parts.append(readers)
+    where = readers_text(row.key.replace("[]", "")) if readers else ""
+    if where:
+        parts.append(where)
     return "; ".join(parts)
 
 
@@ -271,10 +275,11 @@ def rules() -> dict[str, str]:
     model's types and bounds, where short enough to state; each names its module."""
     from components.core import fsx
     from components.core.config.lifecycle import ENVIRONMENTS, MAX_TRIAL_HOURS
-    from components.core.config.network import MIN_CLIENT_PREFIX_LENGTH
+    from components.core.config.network import MIN_CLIENT_PREFIX_LENGTH, MIN_PUBLIC_CLIENT_PREFIX_LENGTH
     from components.core.config.target import supported_targets
     from components.core.kv_layout import mxfp4_indexer_supported
     from components.core.model import MODELS
+    from components.core.naming import TOOLS_PREFIX
     from components.core.targets import PLATFORMS, TARGETS, instance_types_of
     from components.core.versions import EKS_VERSIONS, KNOWN_ADDONS
     from components.core.vllm_options import OWNED_DESTS
@@ -286,7 +291,9 @@ def rules() -> dict[str, str]:
         for kind in fsx.DEPLOYMENT_TYPES
     )
     block_only = ", ".join(name for name in supported if TARGETS[name].aws_capacity_types)
-    client = f"CIDR blocks no broader than /{MIN_CLIENT_PREFIX_LENGTH}"
+    client = (f"CIDR blocks no broader than /{MIN_CLIENT_PREFIX_LENGTH}, public ones no broader than "
+              f"/{MIN_PUBLIC_CLIENT_PREFIX_LENGTH[4]} (IPv6 /{MIN_PUBLIC_CLIENT_PREFIX_LENGTH[6]}); no loopback, "
+              "link-local or multicast block")
     first_sizes = ", ".join(map(str, fsx.FIRST_CAPACITIES_GIB))
     iops = ", ".join(map(str, fsx.METADATA_IOPS_SMALL))
     return {
@@ -340,7 +347,8 @@ def rules() -> dict[str, str]:
         "storage.mirror.enabled": "true on aws-ec2 and with the FSx kinds (config/storage.py)",
         "storage.mirror.bucketName": "an S3 bucket name (3-63 lowercase letters, digits, dots, hyphens); required with "
         "create false (config/storage.py)",
-        "storage.mirror.prefix": "relative, without '..' (config/storage.py)",
+        "storage.mirror.prefix": f"relative, without '.' or '..' segments, not under {TOOLS_PREFIX}/ (the toolkit's "
+        "programs) (config/storage.py)",
         "storage.mirror.endpointUrl": "http(s)://host[:port][/path], no credentials, query or fragment (config/storage.py)",
         "storage.fsx.deploymentType": f"{', '.join(fsx.DEPLOYMENT_TYPES)} (config/storage.py)",
         "storage.fsx.throughputPerTib": f"per deployment type: {tiers} (config/storage.py)",
@@ -371,7 +379,8 @@ def rules() -> dict[str, str]:
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
         "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "
         "(config/kubernetes.py, k8s_schema.py)",
-        "kubernetes.tolerations": "Kubernetes Toleration objects (k8s_schema.py)",
+        "kubernetes.tolerations": "Kubernetes Toleration objects, each with a key (an empty key with Exists tolerates "
+        "every taint) (k8s_schema.py, config/kubernetes.py)",
         "kubernetes.allowedNamespaces": "DNS labels (config/kubernetes.py)",
         "kubernetes.allowedCidrs": f"{client}; on the kubernetes platform with clusterCidrs (config/network.py)",
         "kubernetes.clusterCidrs": "CIDR blocks; required with kubernetes.allowedCidrs (config/network.py)",
@@ -868,7 +877,20 @@ def read_forces(path: Path | None = None) -> tuple[dict[str, Any], dict[str, Any
     return dict(doc["keys"]), dict(doc.get("settings", {}))
 
 
-# --- the page --------------------------------------------------------------------------------------
+# --- one key in words: the page's detail blocks and `kimi-deploy config explain KEY` ---------------
+
+# The page's prose and lists are wrapped at this many characters, its table rows kept under
+# TABLE_WIDTH where the cells allow (a terminal's width; the tables were up to 1,217 wide).
+PAGE_WIDTH = 110
+TABLE_WIDTH = 118
+# How `config explain` is typed (scripts/cli.py dispatches `config` to scripts/ops/config_explain.py).
+EXPLAIN_COMMAND = "kimi-deploy config explain"
+RAW_MODULE = "components/core/config/raw.py"
+
+
+def _code(text: str, md: bool) -> str:
+    """``text`` as inline code on the page, as it is in a terminal."""
+    return f"`{text}`" if md else text
 
 
 def short_name(resource: str) -> str:
@@ -877,13 +899,14 @@ def short_name(resource: str) -> str:
     return f"{token.rsplit(':', 1)[-1]} {name}"
 
 
-def effect_text(forces: Mapping[str, Any]) -> str:
-    """One stack's effect in words: ``**replaces** `Instance gpu-instance`; updates 2 in place``."""
+def effect_text(forces: Mapping[str, Any], md: bool = True) -> str:
+    """One stack's effect in words: ``**replaces** `Instance gpu-instance`; updates 2 in place``
+    (``md`` false: without the page's marks)."""
     parts = []
     for kind in ("replaces", "recycles", "disrupts"):
         if forces.get(kind):
-            verb = f"**{kind}**" if kind != "disrupts" else kind
-            parts.append(f"{verb} " + ", ".join(f"`{short_name(r)}`" for r in forces[kind]))
+            verb = f"**{kind}**" if kind != "disrupts" and md else kind
+            parts.append(f"{verb} " + ", ".join(_code(short_name(r), md) for r in forces[kind]))
     for kind in ("adds", "removes"):
         if forces.get(kind):
             parts.append(f"{kind} {forces[kind]} resource{'s' if forces[kind] > 1 else ''}")
@@ -892,38 +915,431 @@ def effect_text(forces: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "no resource change"
 
 
-def _change_label(key: str, case: Mapping[str, Any]) -> str:
+def _change_label(key: str, case: Mapping[str, Any], md: bool = True) -> str:
     """The change a case made, as YAML: the row's own value first (``500``), then the other keys
     set with it in key order (``key: value``); ``in *<setting>*`` for its base."""
     change = case["change"]
-    parts = [f"`{yaml_value(change[key])}`"] if key in change else []
-    parts += [f"`{k}: {yaml_value(change[k])}`" for k in sorted(change) if k != key]
+    parts = [_code(yaml_value(change[key]), md)] if key in change else []
+    parts += [_code(f"{k}: {yaml_value(change[k])}", md) for k in sorted(change) if k != key]
     label = ", ".join(parts)
     if case.get("base"):
-        label += f" in *{case['base']}*"
+        label += f" in *{case['base']}*" if md else f" in setting '{case['base']}'"
     return label
 
 
-def forces_text(key: str, cases: Any) -> str:
-    """The "a change forces" cell of ``key``: per change tried, the stacks with the same effect
+def forces_lines(key: str, cases: Any, md: bool = True) -> list[str]:
+    """What a change of ``key`` forces, one line per change tried: the stacks with the same effect
     together; ``not derived: why`` where no other value is valid."""
     if cases is None:
-        return f"not derived yet (run {COMMAND} --derive {key})"
+        return [f"not derived yet (run {COMMAND} --derive {key})"]
     if isinstance(cases, Mapping):
-        return f"not derived: {cases['not_derived']}"
+        return [f"not derived: {cases['not_derived']}"]
     by_label: dict[str, dict[str, list[str]]] = {}
     for case in cases:
-        effects = by_label.setdefault(_change_label(key, case), {})
-        effects.setdefault(effect_text(case["forces"]), []).append(case["stack"])
-    return "<br>".join(
-        f"{label}: " + "; ".join(f"{', '.join(stacks)}: {effect}" for effect, stacks in effects.items())
-        for label, effects in by_label.items()
-    )
+        effects = by_label.setdefault(_change_label(key, case, md), {})
+        effects.setdefault(effect_text(case["forces"], md), []).append(case["stack"])
+    if not md:  # a terminal: the change, then one indented line per group of stacks
+        return [line for label, effects in by_label.items()
+                for line in (f"{label}:", *(f"  {', '.join(stacks)}: {effect}" for effect, stacks in effects.items()))]
+    return [f"{label}: " + "; ".join(f"{', '.join(stacks)}: {effect}" for effect, stacks in effects.items())
+            for label, effects in by_label.items()]
+
+
+def forces_text(key: str, cases: Any) -> str:
+    """``forces_lines`` of ``key`` as one text (``<br>`` between the changes)."""
+    return "<br>".join(forces_lines(key, cases))
 
 
 def replacing_keys(derived: Mapping[str, Any]) -> list[str]:
     """Keys whose derived change replaces a resource on some stack."""
     return [k for k, cases in derived.items() if isinstance(cases, list) and any(c["forces"].get("replaces") for c in cases)]
+
+
+def default_short(row: ConfigKey) -> str:
+    """The narrow table's default: ``required``, ``derived`` (the rule is in the key's block),
+    ``none`` or the value as YAML."""
+    if row.info.is_required():
+        return "required"
+    if row.derived:
+        return "derived"
+    value = row.info.get_default(call_default_factory=True)
+    return "none" if value is None else yaml_value(value)
+
+
+def summary(text: str, width: int) -> str:
+    """The first sentence of ``text``, cut to ``width`` characters (ending ``...``) when longer."""
+    import re
+
+    first = re.split(r"(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z])", text, maxsplit=1)[0].rstrip(".")
+    return first if len(first) <= width else first[: max(width - 3, 1)].rstrip(" ,;:(") + "..."
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """One stack file as ``config explain`` reads it: ``full`` (its ``config:`` map), ``values``
+    (the ``kimi-deploy`` namespace decoded as the program reads it) and ``raw`` (validated by type),
+    or ``error`` (one line) when the file does not read."""
+
+    stack: str
+    full: Mapping[str, Any] = field(default_factory=dict)
+    values: Mapping[str, Any] = field(default_factory=dict)
+    raw: RawConfig | None = None
+    error: str | None = None
+
+
+def stack_configs(names: Sequence[str] | None = None) -> list[StackConfig]:
+    """The stacks ``names`` (default: every stack file in ``stacks/``, a user's own too) as their files
+    say (an offline overlay in the environment is left out)."""
+    from components.core.config import namespace_config, read_stack_config
+    from components.core.config.raw import validate_raw
+
+    out = []
+    with _overlay({}):
+        for stack in names if names is not None else stack_names():
+            try:
+                full = read_stack_config(stack)
+                values, _ = namespace_config(full)
+                raw, _ = validate_raw(values)
+            except ConfigError as err:
+                out.append(StackConfig(stack, error=" ".join(str(err).split())))
+                continue
+            out.append(StackConfig(stack, full, values, raw))
+    return out
+
+
+_UNSET = object()
+
+
+def _lookup(node: Any, parts: Sequence[str]) -> Any:
+    """The value at ``parts`` (``["autoscaling", "schedule[]", "start"]``) in decoded config, a list
+    for the items of a list of maps; ``_UNSET`` when not set."""
+    if not parts:
+        return node
+    head, rest = parts[0], parts[1:]
+    if not isinstance(node, Mapping):
+        return _UNSET
+    if head.endswith("[]"):
+        items = node.get(head[:-2])
+        found = [v for v in (_lookup(item, rest) for item in items) if v is not _UNSET] if isinstance(items, list) else []
+        return found or _UNSET
+    return _lookup(node[head], rest) if head in node else _UNSET
+
+
+def _unread_reason(key: str, config: StackConfig) -> str | None:
+    """Why ``config``'s stack does not read ``key`` (its platform, or another key's value), or None."""
+    from components.core.config.platform_keys import readers_of, setting
+    from components.core.platforms import PLATFORM_PROFILES
+
+    if config.raw is None:
+        return None
+    profile = PLATFORM_PROFILES.get(config.raw.platform)
+    if key == AWS_REGION and profile is not None and not profile.provisions_aws:
+        return f"not read on {config.raw.platform}"
+    if ":" in key:
+        return None
+    rule = readers_of(key.replace("[]", ""))
+    if rule is None or profile is None:
+        return None
+    if not rule.read_by(profile):
+        return f"not read on {config.raw.platform}"
+    for other, values in rule.when:
+        current = setting(config.raw, other)
+        if current not in values:
+            return f"not read with {other} {yaml_value(current)}"
+    return None
+
+
+def stack_value_lines(key: str, configs: Sequence[StackConfig], md: bool = True) -> list[str]:
+    """One line per stack: the value its file sets for ``key`` (``b300: 10.0.0.0/8 (stack file)``)
+    or the default (``mi355x: kimi (default)``), and why the stack does not read it where so."""
+    from components.core.config.raw import SECRET_KEYS
+
+    rows = {row.key: row for row in config_keys()}
+    out = []
+    for config in configs:
+        if config.error is not None:
+            out.append(f"{config.stack}: the stack file does not read ({config.error})")
+            continue
+        if key in SECRET_KEYS:
+            set_here = isinstance(config.full.get(f"{NAMESPACE}:{key}"), Mapping)
+            out.append(f"{config.stack}: {'set (secure: ciphertext in the stack file)' if set_here else 'unset'}")
+            continue
+        if ":" in key:
+            value = config.full.get(key, _UNSET)
+        else:
+            value = _lookup(config.values, key.split("."))
+        if value is not _UNSET and value is not None:
+            text = f"{_code(yaml_value(value), md)} (stack file)"
+        elif key in rows:
+            text = f"{_code(default_short(rows[key]), md)} (default)" if not rows[key].info.is_required() else "unset"
+        else:
+            text = "unset"
+        why = _unread_reason(key, config)
+        out.append(f"{config.stack}: {text}" + (f"; {why}" if why else ""))
+    return out
+
+
+def example_value(key: str, configs: Sequence[StackConfig] = ()) -> Any:
+    """A valid value of ``key`` to show in its example: the first change its probe tries (the value
+    the derivation set), else a ``Literal`` choice, the default, or a stack file's value."""
+    for probe in PROBES.get(key, ()):
+        for candidate in probe.candidates:
+            value = candidate(None) if callable(candidate) else candidate
+            if probe.change_key:  # a list item's field, changed through the whole list
+                return value[0][key.rsplit(".", 1)[1]]
+            return value
+    row = next((r for r in config_keys() if r.key == key), None)
+    if row is not None:
+        choices = _literal_choices(row.info.annotation)
+        if choices:
+            return choices[0]
+        default = None if row.info.is_required() else row.info.get_default(call_default_factory=True)
+        if default not in (None, (), {}, []):
+            return default
+    for config in configs:
+        value = _lookup(config.values, key.split(".")) if ":" not in key else config.full.get(key, _UNSET)
+        if value is not _UNSET and value is not None:
+            return value
+    return "<value>"
+
+
+def _path_part(name: str) -> str:
+    """A map key in a ``pulumi config set --path`` path: ``.name``, or ``["amd.com/gpu"]``."""
+    import re
+
+    return f".{name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f'["{name}"]'
+
+
+def _leaves_of(path: str, value: Any) -> list[tuple[str, Any]]:
+    """``(path, scalar)`` of every leaf of ``value`` under ``path`` as Pulumi paths name them."""
+    if isinstance(value, (list, tuple)):
+        return [leaf for i, item in enumerate(value) for leaf in _leaves_of(f"{path}[{i}]", item)]
+    if isinstance(value, Mapping):
+        return [leaf for k, item in value.items() for leaf in _leaves_of(path + _path_part(str(k)), item)]
+    return [(path, value)]
+
+
+def set_commands(key: str, value: Any) -> list[str]:
+    """The ``pulumi config set`` lines that set ``key`` to ``value``: a top-level scalar as it is,
+    anything nested with ``--path`` (a list item's key at index 0), one line per leaf; a decimal
+    with ``--type float`` (``--path`` writes decimals as text, which the config refuses)."""
+    import shlex
+
+    def text(leaf: Any) -> str:
+        if isinstance(leaf, float):  # a whole one as an integer, which --path stores as a number
+            return str(int(leaf)) if leaf.is_integer() else json.dumps(leaf)
+        return yaml_value(leaf)
+
+    def typed(leaf: Any) -> str:
+        return " --type float" if isinstance(leaf, float) and not leaf.is_integer() else ""
+
+    if ":" in key:
+        return [f"pulumi config set {key} {shlex.quote(text(value))}"]
+    full = f"{NAMESPACE}:{key.replace('[]', '[0]')}"
+    if "." not in key and not isinstance(value, (list, tuple, Mapping)):
+        return [f"pulumi config set {full} {shlex.quote(text(value))}"]
+    return [f"pulumi config set --path {shlex.quote(path)} {shlex.quote(text(leaf))}{typed(leaf)}"
+            for path, leaf in _leaves_of(full, value)]
+
+
+def _check_modules(rule: str) -> str:
+    """The modules a ``rules()`` text names at its end (``config/storage.py``), or ``""``."""
+    import re
+
+    found = re.search(r"\(([^()]*\.py[^()]*)\)\s*$", rule)
+    return found.group(1) if found else ""
+
+
+@dataclass(frozen=True)
+class KeyDetail:
+    """Everything the page's block and ``config explain`` say about one key.
+
+    Attributes:
+        key: the key as ``config explain`` takes it (``storage.fsx.throughputPerTib``, ``aws:region``,
+            ``hfToken``).
+        section: the page's section title (``kimi-deploy:storage.fsx``).
+        description: the field's docstring as one line.
+        items: ``(label, lines)`` in order: type, default, allowed, applies to, stacks, a change
+            forces, source, example.
+    """
+
+    key: str
+    section: str
+    description: str
+    items: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _section_title(section: str) -> str:
+    return f"{NAMESPACE}:{section}" if section else f"{NAMESPACE} (top level)"
+
+
+def key_detail(key: str, *, derived: Mapping[str, Any], rule_text: Mapping[str, str],
+               configs: Sequence[StackConfig], md: bool = True) -> KeyDetail:
+    """The detail of ``key`` (a model key, ``aws:region`` or a secret key) from the model, the
+    checks' rules, the platform table, the stack files and the stored derivation.
+
+    Raises:
+        KeyError: ``key`` is none of those (``resolve_key`` says which keys exist).
+    """
+    from components.core.config.raw import SECRET_KEYS
+
+    stacks = tuple(stack_value_lines(key, configs, md))
+    if key in SECRET_KEYS:
+        return KeyDetail(key, "Secrets", " ".join(SECRETS[key].split()), (
+            ("type", ("secret string: `pulumi config set --secret` asks for the value (never in argv or shell "
+                      "history) and the stack file holds its ciphertext" if md else
+                      "secret string: pulumi config set --secret asks for the value (never in argv or shell history) "
+                      "and the stack file holds its ciphertext",)),
+            ("default", ("unset",)),
+            ("stacks", stacks),
+            ("source", (f"{RAW_MODULE} SECRETS",)),
+            ("example", (_code(f"pulumi config set --secret {NAMESPACE}:{key}"
+                               + (" < ~/.kube/config" if key == "kubeconfig" else ""), md),)),
+        ))
+    example = tuple(_code(line, md) for line in set_commands(key, example_value(key, configs)))
+    forces = tuple(forces_lines(key, derived.get(key), md))
+    if key == AWS_REGION:
+        region = RawConfig.model_fields["region"]
+        return KeyDetail(key, "Other namespaces", " ".join((region.description or "").split()), (
+            ("type", ("string",)),
+            ("default", ("required on aws-ec2 and aws-eks",)),
+            ("allowed", ("an AWS region name that offers the instance type (targets.py offering facts; preflight asks AWS)",)),
+            ("applies to", ("read on aws-ec2, aws-eks",)),
+            ("stacks", stacks),
+            ("a change forces", forces),
+            ("source", ("components/core/config/reader.py (read_config_strings), components/core/config/compute.py",)),
+            ("example", example),
+        ))
+    row = next(r for r in config_keys() if r.key == key)
+    default = default_text(row)
+    allowed = allowed_text(row, rule_text, readers=False)
+    readers = readers_text(key.replace("[]", ""))
+    checks = _check_modules(rule_text.get(key, ""))
+    source = f"{RAW_MODULE} ({row.model_name}.{row.field_name})" + (f"; checks in components/core/: {checks}" if checks else "")
+    items: list[tuple[str, tuple[str, ...]]] = [
+        ("type", (type_words(row.info.annotation),)),
+        ("default", (default if md else default.replace("`", ""),)),
+    ]
+    if allowed:
+        items.append(("allowed", (allowed if md else allowed.replace("`", ""),)))
+    items += [
+        ("applies to", ((readers if md else readers.replace("`", "")) or "every platform",)),
+        ("stacks", stacks),
+        ("a change forces", forces),
+        ("source", (source,)),
+        ("example", example),
+    ]
+    return KeyDetail(key, _section_title(row.section), row.description, tuple(items))
+
+
+def detail_block(detail: KeyDetail) -> list[str]:
+    """The page's block of one key (Markdown, lines wrapped at ``PAGE_WIDTH``)."""
+    out = [f"### `{detail.key}`", "", *_wrap(detail.description), ""]
+    for label, lines in detail.items:
+        wrap = (lambda text, indent: [text]) if label == "example" else (lambda text, indent: _wrap(text, indent=indent))
+        if len(lines) == 1:
+            out += wrap(f"- **{label}:** {lines[0]}", "  ")
+            continue
+        out.append(f"- **{label}:**")
+        for line in lines:
+            out += wrap(f"  - {line}", "    ")
+    return [*out, ""]
+
+
+def explain_text(detail: KeyDetail, width: int = 100) -> str:
+    """``config explain KEY``'s text: the key and its section, the description, then one labelled
+    paragraph per item, wrapped to ``width`` columns."""
+    label_width = max(len(label) for label, _ in detail.items) + 2
+    out = [f"{detail.key}  ({detail.section})", *_wrap(detail.description, width, indent="  ", first="  "), ""]
+    for label, lines in detail.items:
+        for i, line in enumerate(lines):
+            head = f"  {label if i == 0 else '':<{label_width}}"
+            # An example stays one line, to be copied whole; an indented line keeps its indent when wrapped.
+            inner = " " * (len(line) - len(line.lstrip()))
+            out += ([head + line] if label == "example"
+                    else _wrap(line.lstrip(), width, indent=" " * len(head) + inner + "  ", first=head + inner))
+    return "\n".join(out) + "\n"
+
+
+def _wrap(text: str, width: int = PAGE_WIDTH, *, indent: str = "", first: str = "") -> list[str]:
+    """``text`` wrapped at ``width`` (words kept whole: a long URL or image name overflows)."""
+    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
+
+def key_index(section: str | None = None, width: int = 100) -> str:
+    """``config explain`` without a key (or with a section's name): the keys by section, each with
+    its one-line summary, then the secrets and the other namespaces."""
+    from components.core.config.raw import SECRET_KEYS
+
+    rows = config_keys()
+    sections = section_descriptions()
+    chosen = [section] if section is not None else list(sections)
+    out = [] if section is not None else [*_wrap(
+        f"Config keys of {NAMESPACE}, by section (stacks/Pulumi.<stack>.yaml; docs/configuration.md). "
+        f"`{EXPLAIN_COMMAND} KEY` explains one: type, default, allowed values, the stacks' values, what a change "
+        "forces, an example.", width), ""]
+    for name in chosen:
+        keys = [r for r in rows if r.section == name]
+        column = min(max(len(r.key) for r in keys) + 2, 42)
+        out += _wrap(_section_title(name) + (f": {sections[name]}" if sections[name] else ""), width, indent="  ")
+        for r in keys:
+            head = f"  {r.key:<{column}}"
+            line = summary(r.description, width - len(head))
+            out.append(head + line if len(r.key) < column else f"  {r.key}\n  {'':<{column}}{line}")
+        out.append("")
+    if section is None:
+        out.append("Secrets (pulumi config set --secret)")
+        out += [f"  {key:<18}{summary(' '.join(SECRETS[key].split()), width - 20)}" for key in SECRET_KEYS]
+        out += ["", "Other namespaces", f"  {AWS_REGION:<18}the AWS region (aws-ec2, aws-eks)", ""]
+    return "\n".join(out)
+
+
+def resolve_key(text: str) -> tuple[str, str]:
+    """``("key", key)`` or ``("section", section)`` for what a user typed: ``vllm.port``,
+    ``kimi-deploy:vllm.port``, ``autoscaling.schedule[0].start`` and ``autoscaling.schedule.start``
+    (a list item's key), any letter case; a section's name (``vllm``, ``storage.fsx``).
+
+    Raises:
+        UsageError: nothing of that name, one line with the nearest key.
+    """
+    import re
+
+    from components.core.config.raw import SECRET_KEYS
+    from components.core.errors import did_you_mean
+
+    name = text.strip().removeprefix(f"{NAMESPACE}:")
+    name = re.sub(r"\[\d*\]", "[]", name)
+    keys = [*derivable_keys(), *SECRET_KEYS]
+    sections = [s for s in section_descriptions() if s]
+    for candidates, kind in ((keys, "key"), (sections, "section")):
+        by_form = {form: k for k in candidates for form in (k, k.replace("[]", ""), k.lower(), k.replace("[]", "").lower())}
+        if name in by_form or name.lower() in by_form:
+            return kind, by_form.get(name, by_form.get(name.lower(), name))
+    if name == "region":
+        return "key", AWS_REGION
+    hint = did_you_mean(name, [*keys, *sections]) or f"; list them with `{EXPLAIN_COMMAND}`"
+    raise UsageError(f"config explain: {text!r} is not a config key or section{hint}")
+
+
+def explain(text: str | None, *, md: bool = False, width: int = 100) -> str:
+    """What ``kimi-deploy config explain [KEY]`` prints: the key's detail, a section's keys, or
+    (``text`` None) every key by section.
+
+    Raises:
+        UsageError: ``text`` names no key or section (``resolve_key``).
+    """
+    if text is None:
+        return key_index(width=width)
+    kind, name = resolve_key(text)
+    if kind == "section":
+        return key_index(name, width=width)
+    derived, _ = read_forces()
+    detail = key_detail(name, derived=derived, rule_text=rules(), configs=stack_configs(), md=md)
+    return "\n".join(detail_block(detail)) if md else explain_text(detail, width)
+
+
+# --- the page --------------------------------------------------------------------------------------
 
 
 def _cell(text: str) -> str:
@@ -934,21 +1350,42 @@ def _anchor(title: str) -> str:
     return "".join(ch for ch in title.lower().replace(" ", "-") if ch.isalnum() or ch in "-_")
 
 
+def narrow_table(rows: Sequence[ConfigKey]) -> list[str]:
+    """A section's table: key, type, default, the description's first sentence (cut so that a row
+    stays under ``TABLE_WIDTH`` where the other cells allow)."""
+    out = ["| key | type | default | summary |", "|---|---|---|---|"]
+    for row in rows:
+        cells = [f"`{row.key}`", type_words(row.info.annotation), f"`{default_short(row)}`"
+                 if default_short(row) not in ("required", "derived", "none") else default_short(row)]
+        used = len("| " + " | ".join(_cell(c) for c in cells) + " |  |")
+        out.append("| " + " | ".join(_cell(c) for c in (*cells, summary(row.description, max(TABLE_WIDTH - used, 24))))
+                   + " |")
+    return out
+
+
 def render_page(derived: Mapping[str, Any]) -> str:
-    """docs/configuration.md for the model and the stored derivation ``derived``."""
+    """docs/configuration.md for the model, the stack files and the stored derivation ``derived``."""
+    from components.core.config.raw import SECRET_KEYS
     from components.core.config.reader import PROVIDER_NAMESPACES
 
     rule_text = rules()
     rows = config_keys()
     sections = section_descriptions()
+    # The shipped stacks, the ones the derivation rendered (a stack file of one's own changes no page).
+    shipped = sorted({case["stack"] for cases in derived.values() if isinstance(cases, list) for case in cases})
+    configs = stack_configs(shipped or None)
     checked = ", ".join(f"`{k}`" for k in CHECKED_KEYS if k in derivable_keys())
     intro = [
         f"Generated from the typed config model (`components/core/config/raw.py`) by `{COMMAND}`; do not edit it "
         "by hand: `tests/test_config_reference.py` fails when it is stale.",
         "Keys live under `kimi-deploy:` in `stacks/Pulumi.<stack>.yaml`, or are set with `pulumi config set --path "
-        "kimi-deploy:<key> <value>` (e.g. `kimi-deploy:storage.fsx.throughputPerTib 500`). Every value is checked "
-        "before anything is declared: a bad one stops the plan and `pulumi up` with one line naming the key, the value "
-        "and what is allowed.",
+        "kimi-deploy:<key> <value>` (e.g. `kimi-deploy:storage.fsx.throughputPerTib 500`; a decimal needs `--type "
+        "float`, since `--path` writes it as text). Every value is checked before anything is declared: a bad one "
+        "stops the plan and `pulumi up` with one line naming the key, the value and what is allowed.",
+        f"Each section has a table (key, type, default, summary) and then one block per key: its type, default, "
+        "allowed values, the platforms and settings that read it, the value each stack of `stacks/` has (from its "
+        "file or the default), what a change forces, where it is declared and checked, and an example. "
+        f"`{EXPLAIN_COMMAND} KEY` prints the same block in a terminal; `{EXPLAIN_COMMAND}` lists the keys.",
         "**A change forces** is derived, not written by hand. For each key, the value shown was set on each stack of "
         "`stacks/` where it applies (grouped by effect; `in *setting*`: within one of the settings below, which put the "
         "stack where the key matters); the real program was rendered under the mock engine before and after "
@@ -963,67 +1400,55 @@ def render_page(derived: Mapping[str, Any]) -> str:
     ]
     out = ["# Configuration reference", ""]
     for paragraph in intro:
-        out += [*textwrap.wrap(paragraph, width=110, break_on_hyphens=False, break_long_words=False), ""]
-    out += [
-        *(f"- *{name}*: " + ", ".join(f"`{k}: {yaml_value(v)}`" for k, v in values.items()) for name, values in SETTINGS.items()),
-        "",
-        "## Contents",
-        "",
-    ]
-    titled = [(s, f"kimi-deploy:{s}" if s else "kimi-deploy (top level)") for s in sections]
+        out += [*_wrap(paragraph), ""]
+    for name, values in SETTINGS.items():
+        out += _wrap(f"- *{name}*: " + ", ".join(f"`{k}: {yaml_value(v)}`" for k, v in values.items()), indent="  ")
+    out += ["", "## Contents", ""]
+    titled = [(s, _section_title(s)) for s in sections]
     out += [f"- [{title}](#{_anchor(title)})" for _, title in titled]
     out += ["- [Secrets](#secrets)", "- [Other namespaces](#other-namespaces)", ""]
+
+    def block(key: str) -> list[str]:
+        return detail_block(key_detail(key, derived=derived, rule_text=rule_text, configs=configs))
+
     for section, title in titled:
         out += [f"## {title}", ""]
         if sections[section]:
-            out += [sections[section], ""]
-        out += [
-            "| key | type | default | allowed | description | a change forces |",
-            "|---|---|---|---|---|---|",
-        ]
-        for row in (r for r in rows if r.section == section):
-            out.append(
-                "| " + " | ".join(_cell(c) for c in (
-                    f"`{row.key}`", type_words(row.info.annotation), default_text(row), allowed_text(row, rule_text),
-                    row.description, forces_text(row.key, derived.get(row.key)),
-                )) + " |"
-            )
-        out.append("")
+            out += [*_wrap(sections[section]), ""]
+        section_rows = [r for r in rows if r.section == section]
+        out += [*narrow_table(section_rows), ""]
+        for row in section_rows:
+            out += block(row.key)
     out += [
         "## Secrets",
         "",
-        "Set with `pulumi config set --secret kimi-deploy:<key>` (the stack file holds only their ciphertext,",
-        "`secure:`); never written in plain text in a stack file (the plan refuses it). The plan, its JSON and",
-        "the diff show `[secret]` in their place.",
+        *_wrap("Set with `pulumi config set --secret kimi-deploy:<key>` (the stack file holds only their ciphertext, "
+               "`secure:`); never written in plain text in a stack file (the plan refuses it). The plan, its JSON and "
+               "the diff show `[secret]` in their place."),
         "",
-        "| key | what it is |",
-        "|---|---|",
     ]
-    out += [f"| `{key}` | {_cell(text)} |" for key, text in SECRETS.items()]
-    region = RawConfig.model_fields["region"]
+    for key in SECRET_KEYS:
+        out += block(key)
     out += [
-        "",
         "## Other namespaces",
         "",
-        "A stack file may also set these (`components/core/config/reader.py` checks the names; an unknown",
-        "namespace or provider key is refused with a suggestion).",
+        *_wrap("A stack file may also set these (`components/core/config/reader.py` checks the names; an unknown "
+               "namespace or provider key is refused with a suggestion)."),
         "",
-        "| key | what it is | a change forces |",
-        "|---|---|---|",
-        f"| `{AWS_REGION}` | {_cell(' '.join((region.description or '').split()))} Required on aws-ec2 and aws-eks: an "
-        "AWS region name that offers the instance type (targets.py offering facts; preflight asks AWS). | "
-        f"{_cell(forces_text(AWS_REGION, derived.get(AWS_REGION)))} |",
+        *block(AWS_REGION),
     ]
     for namespace, keys in PROVIDER_NAMESPACES.items():
         if namespace == "pulumi":
-            text = "The engine's own settings (`pulumi:tags`, ...): not checked."
+            text = "the engine's own settings (`pulumi:tags`, ...): not checked."
         elif not keys:
-            text = f"The {namespace} provider: no keys."
+            text = f"the {namespace} provider: no keys."
         else:
-            text = f"The {namespace} provider's own settings: " + ", ".join(f"`{k}`" for k in keys) + "."
+            text = f"the {namespace} provider's own settings: " + ", ".join(f"`{k}`" for k in keys) + "."
             if namespace == "aws":
-                text += " `aws:defaultTags` count against AWS's 50 tags per resource with the program's own."
-        out.append(f"| `{namespace}:*` | {_cell(text)} | |")
+                text += (" `aws:defaultTags` count against AWS's 50 tags per resource with the program's own. "
+                         "`aws:insecure: true` and an `aws:endpoints` entry outside AWS's own hosts are warned in "
+                         "the plan (config/reader.py provider_warnings).")
+        out += _wrap(f"- `{namespace}:*`: {text}", indent="  ")
     return "\n".join(out) + "\n"
 
 

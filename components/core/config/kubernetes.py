@@ -304,6 +304,13 @@ def check_kubernetes_fields_and_limits(raw: RawConfig, stack: str, project: str)
     found = k8s_schema.tolerations_problem(raw.kubernetes.tolerations)
     if found:
         raise ConfigError(f"kubernetes.tolerations{found[0]}", found[1], found[2])
+    for i, tol in enumerate(raw.kubernetes.tolerations):
+        if not tol.get("key") and tol.get("operator") == "Exists":
+            # Valid to the API server, but it tolerates every taint: the control plane's, not-ready and
+            # unreachable (the pods would never be evicted from a lost node), and other teams' dedicated nodes.
+            raise ConfigError(f"kubernetes.tolerations[{i}].key", tol.get("key"),
+                              "is empty with operator Exists, which tolerates every taint (control plane, not-ready, "
+                              "unreachable, other teams' nodes): name the GPU nodes' taint key (e.g. amd.com/gpu)")
     found = k8s_schema.node_selector_problem(raw.kubernetes.node_selector)
     if found:
         raise ConfigError(f"kubernetes.nodeSelector{found[0]}", found[1], found[2])

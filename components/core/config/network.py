@@ -13,6 +13,11 @@ from .raw import RawConfig
 
 # Client CIDRs broader than this are "the internet" for practical purposes.
 MIN_CLIENT_PREFIX_LENGTH = 8
+# A public (globally routed) client block broader than this is refused: a /16 is 65,536 addresses, a
+# large organisation's whole allocation; wider (a /8 is 16,777,216) admits hosts of many owners. Private
+# ranges (RFC 1918, shared 100.64.0.0/10) stay allowed up to MIN_CLIENT_PREFIX_LENGTH (10.0.0.0/8 is one
+# network). IPv6: a /32 is a whole provider's (RIR minimum) allocation. A policy choice, not a limit of AWS.
+MIN_PUBLIC_CLIENT_PREFIX_LENGTH = {4: 16, 6: 32}
 # Private IPv4 ranges (RFC 1918), the VPC CIDR blocks the Amazon VPC user guide recommends.
 # Security group rules: "Inbound or outbound rules per security group" is 60 by default and, times the
 # security groups per network interface, at most 1,000 (Amazon VPC user guide, "Amazon VPC quotas",
@@ -53,6 +58,14 @@ def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]
                 cidr,
                 f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client "
                 "networks)",
+            )
+        widest = MIN_PUBLIC_CLIENT_PREFIX_LENGTH[net.version]
+        if net.is_global and net.prefixlen < widest:
+            raise ConfigError(
+                key, cidr,
+                f"is a public block of {net.num_addresses:,} addresses, broader than /{widest}: it opens the API port to "
+                f"hosts of many owners (allowed: public blocks of /{widest} or narrower, private ranges up to "
+                f"/{MIN_CLIENT_PREFIX_LENGTH}; name the client networks)",
             )
     for key, blocks in (("network.allowedCidrs", raw.network.allowed_cidrs),
                         ("kubernetes.allowedCidrs", raw.kubernetes.allowed_cidrs)):

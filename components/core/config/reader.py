@@ -302,6 +302,52 @@ def _check_provider_platform(config: Mapping[str, Any], platform: Any, secret_fu
                                            "remove it")
 
 
+# Hosts of AWS's own service endpoints (standard, China, and the dual-stack api.aws names): an
+# ``aws:endpoints`` entry elsewhere points the provider at a service that is not AWS (AWS General
+# Reference, "AWS service endpoints").
+AWS_ENDPOINT_HOST_SUFFIXES: tuple[str, ...] = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
+
+
+def provider_warnings(config: Mapping[str, str]) -> tuple[str, ...]:
+    """Warnings about AWS provider settings that change where and how `pulumi up` talks to AWS: the
+    plan shows them (they are valid provider keys, and a LocalStack test stack sets them on purpose).
+
+    - ``aws:insecure`` true: the provider skips TLS certificate verification of every AWS API call;
+    - ``aws:endpoints`` naming a host outside ``AWS_ENDPOINT_HOST_SUFFIXES``: those services' calls,
+      signed with the deploying identity's credentials, go to that host.
+
+    Args:
+        config: full key -> string, as the engine hands it (``cli_config_strings``).
+
+    Returns:
+        One line per setting (``()`` when neither is set or both are AWS's defaults).
+    """
+    from urllib.parse import urlsplit
+
+    out: list[str] = []
+    if (config.get("aws:insecure") or "").strip().lower() == "true":
+        out.append("aws:insecure is true: the AWS provider skips TLS certificate verification, so anyone on the path "
+                   "to the AWS APIs can read and change what `pulumi up` sends; unset it outside a local test")
+    text = config.get("aws:endpoints")
+    if text:
+        try:
+            entries = json.loads(text)
+        except ValueError:
+            entries = text
+        items = entries if isinstance(entries, list) else [entries]
+        foreign: list[str] = []
+        for item in items:
+            pairs = item.items() if isinstance(item, dict) else [("?", item)]
+            for service, url in pairs:
+                host = (urlsplit(str(url)).hostname or str(url)).lower()
+                if not host.endswith(AWS_ENDPOINT_HOST_SUFFIXES):
+                    foreign.append(f"{service} -> {url}")
+        if foreign:
+            out.append(f"aws:endpoints points the AWS provider away from AWS ({'; '.join(foreign)}): those API calls "
+                       "and the deploying identity's signed requests go there; unset it outside a local test")
+    return tuple(out)
+
+
 # Tags the program puts on every taggable resource besides the provider's default tags: the five
 # ``DeploymentSpec.tags``, ``expires-at`` and ``Name``.
 OWN_TAGS_PER_RESOURCE = 7

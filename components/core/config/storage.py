@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import fsx
 from ..errors import ConfigError, check_choice
+from ..naming import TOOLS_PREFIX
 from ..platforms import PlatformProfile
 from ..targets import InstanceFacts
 from .patterns import S3_KEY_PREFIX_RE, bucket_name_problem, path_segments_problem
@@ -105,6 +106,12 @@ def check_storage(raw: RawConfig, platform: PlatformProfile, instance: InstanceF
     if (problem := path_segments_problem(mirror.prefix, absolute=False)) is not None:
         # A '.' segment: S3 keeps it literally, a file system (the FSx import, the node copy) resolves it.
         raise ConfigError("storage.mirror.prefix", mirror.prefix, f"{problem}: the prefix becomes a directory too")
+    if mirror.prefix.split("/")[0] == TOOLS_PREFIX:
+        # The weights' writers (the stager, the publish job) may write under the prefix: there they could
+        # replace the programs every node fetches and runs.
+        raise ConfigError("storage.mirror.prefix", mirror.prefix,
+                          f"is under {TOOLS_PREFIX}/, where the nodes fetch the toolkit's programs (weight sync, API guard, "
+                          "engine cache): choose another first segment (e.g. models)")
     if mirror.endpoint_url is not None:
         check_endpoint_url(mirror.endpoint_url)
     check_read_gbps(raw, instance, instance_type, needed)
