@@ -762,20 +762,25 @@ def test_provider_settings_that_leave_aws_or_its_tls_are_warned_in_the_plan(tmp_
     ("storage", "readGBps", "5.5"),
     ("timeToReady", "copyGBps", "2"),
 ])
-def test_a_quoted_number_is_refused_as_a_quoted_integer_is(section, key, text):
+def test_a_decimal_as_text_is_read_as_pulumi_config_set_path_writes_it(section, key, text):
+    """`pulumi config set --path K 0.9` stores "0.9" (only true/false and integers are typed: pulumi's
+    config/map.go adjustObjectValue), so decimal text is its number; text that is not a number is refused."""
+    from components.core.config.raw import validate_raw
     cfg = base("b300")
     cfg[section] = {**cfg.get(section, {}), key: text}
-    # `pulumi config set --path` writes a decimal as text: the message names its --type float.
-    reject(cfg, f"{section}.{key}", f"'{text}' is not a number: it is quoted, so YAML reads it as text; write {text} "
-                                    "without quotes (with `pulumi config set --path`, add --type float)")
+    as_text = validate_raw(cfg)
     cfg[section][key] = float(text)
-    accept(cfg)
+    assert as_text == validate_raw(cfg)
+    cfg[section][key] = "0.9x"
+    reject(cfg, f"{section}.{key}", "is not a number")
 
 
-def test_a_quoted_price_and_a_boolean_number_are_refused():
+def test_a_price_as_text_is_its_number_and_a_boolean_is_not_a_number():
     cfg = base("b300")
     cfg["prices"] = {"natGatewayHour": "0.05"}
-    reject(cfg, "prices.natGatewayHour", "is not a number: it is quoted")
+    accept(cfg)
+    cfg["prices"] = {"natGatewayHour": True}
+    reject(cfg, "prices.natGatewayHour", "true is not a number")
     cfg["prices"] = {}
     cfg["storage"] = {**cfg["storage"], "readGBps": True}
     reject(cfg, "storage.readGBps", "true is not a number")

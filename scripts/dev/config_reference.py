@@ -1121,8 +1121,8 @@ def _leaves_of(path: str, value: Any) -> list[tuple[str, Any]]:
 
 def set_commands(key: str, value: Any) -> list[str]:
     """The ``pulumi config set`` lines that set ``key`` to ``value``: a top-level scalar as it is,
-    anything nested with ``--path`` (a list item's key at index 0), one line per leaf; a decimal
-    with ``--type float`` (``--path`` writes decimals as text, which the config refuses)."""
+    anything nested with ``--path`` (a list item's key at index 0), one line per leaf (``--path`` writes
+    a decimal as text, which the config reads as its number)."""
     import shlex
 
     def text(leaf: Any) -> str:
@@ -1130,15 +1130,12 @@ def set_commands(key: str, value: Any) -> list[str]:
             return str(int(leaf)) if leaf.is_integer() else json.dumps(leaf)
         return yaml_value(leaf)
 
-    def typed(leaf: Any) -> str:
-        return " --type float" if isinstance(leaf, float) and not leaf.is_integer() else ""
-
     if ":" in key:
         return [f"pulumi config set {key} {shlex.quote(text(value))}"]
     full = f"{NAMESPACE}:{key.replace('[]', '[0]')}"
     if "." not in key and not isinstance(value, (list, tuple, Mapping)):
         return [f"pulumi config set {full} {shlex.quote(text(value))}"]
-    return [f"pulumi config set --path {shlex.quote(path)} {shlex.quote(text(leaf))}{typed(leaf)}"
+    return [f"pulumi config set --path {shlex.quote(path)} {shlex.quote(text(leaf))}"
             for path, leaf in _leaves_of(full, value)]
 
 

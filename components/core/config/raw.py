@@ -9,7 +9,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
 from ..errors import ConfigError
 from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
@@ -74,12 +74,26 @@ MAX_KV_CACHE_TOKENS = 10_000_000_000
 MAX_MODEL_LEN_TOKENS = max(m.max_context_tokens for m in MODELS.values())
 
 
+def _decimal_as_pulumi_writes_it(value: Any) -> Any:
+    """A decimal given as text (``"0.9"``) as its number: `pulumi config set --path K 0.9` stores a decimal as
+    text (pulumi/pulumi sdk/go/common/resource/config/map.go adjustObjectValue types only true/false and
+    integers). Anything else is handed on unchanged, for StrictFloat to judge (a boolean stays refused)."""
+    if isinstance(value, str) and _is_number_text(value):
+        return float(value.strip())
+    return value
+
+
+ConfigFloat = Annotated[StrictFloat, BeforeValidator(_decimal_as_pulumi_writes_it)]
+"""A decimal config value: a YAML number or decimal text (what `pulumi config set --path` writes); not a boolean."""
+
+
 class _Raw(BaseModel):
     # Booleans are StrictBool everywhere: true or false, as Pulumi's config reads them (Config.get_bool:
     # true/True/false/False at the top level, where config.reader decodes the text; JSON booleans
     # inside a map): `yes`, `on`, `1` are refused by every key alike, never taken by one and refused
-    # by another. Numbers likewise (StrictInt, StrictFloat): a quoted `"8000"` or `"0.9"` inside a map is
-    # text and refused alike (a whole number is a valid number). No coercion of numbers to strings:
+    # by another. Whole numbers likewise (StrictInt): a quoted `"8000"` inside a map is text and refused.
+    # Decimals are ConfigFloat: a number, or the decimal text that `pulumi config set --path K 0.9` writes
+    # (only true/false and integers become typed there), never a boolean. No coercion of numbers to strings:
     # `revision: 1234` is an error, not "1234" (the engine hands top-level values as strings already;
     # config.reader decodes them by type). Each field's
     # docstring is its description (``use_attribute_docstrings``): the configuration reference
@@ -119,7 +133,7 @@ class CapacityConfig(_Raw):
     """The reservation's availability zone (or Local Zone): GPU subnets and FSx are pinned to it."""
     ends_at: datetime | None = Field(None, alias="endsAt")
     """When the capacity block ends (ISO 8601; no zone means UTC): AWS terminates its instances shortly before (capacity.py)."""
-    usd_per_hour: StrictFloat | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
+    usd_per_hour: ConfigFloat | None = Field(None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR)
     """The capacity block's price per instance-hour, USD (no public price exists for some blocks): the plan and cost
     reports use it."""
     block_instances: StrictInt | None = Field(
@@ -172,7 +186,7 @@ class ComputeConfig(_Raw):
     """A custom AMI for the GPU nodes (ami-...); needs compute.amiArchitecture."""
     ami_architecture: Literal["x86_64", "arm64"] | None = Field(None, alias="amiArchitecture")
     """The CPU architecture of compute.amiId; it must match the instance type's."""
-    usd_per_hour: StrictFloat | None = Field(
+    usd_per_hour: ConfigFloat | None = Field(
         None, alias="usdPerHour", gt=0, le=MAX_USD_PER_NODE_HOUR,
         json_schema_extra=_derived("compute.capacity.usdPerHour, else the on-demand list price (targets.py), else unknown"),
     )
@@ -251,7 +265,7 @@ class FsxConfig(_Raw):
         json_schema_extra=_derived("the weights plus storage.fsx.headroomFraction, rounded up to a valid size"),
     )
     """Storage capacity of the file system, GiB."""
-    headroom_fraction: StrictFloat = Field(0.10, alias="headroomFraction", ge=0, le=2)
+    headroom_fraction: ConfigFloat = Field(0.10, alias="headroomFraction", ge=0, le=2)
     """Room above the weights when the capacity is derived (0.10 = 10%)."""
     efa: StrictBool = False
     """An EFA-enabled file system (PERSISTENT_2 only; set at creation)."""
@@ -273,7 +287,7 @@ class StorageConfig(_Raw):
     """Where vLLM reads the weights: nvme (the node's instance-store RAID0, synced from the mirror or hub), fsx (FSx for
     Lustre, imported from the mirror), nvme-from-fsx (FSx imports once, each node copies to its NVMe), pvc (an existing
     PersistentVolumeClaim)."""
-    read_gbps: StrictFloat | None = Field(
+    read_gbps: ConfigFloat | None = Field(
         None, alias="readGBps", gt=0, le=MAX_MEASURED_GBPS,
         json_schema_extra=_derived("an estimate for storage.kind (labelled so in the plan)"),
     )
@@ -319,7 +333,7 @@ class VllmConfig(_Raw):
     )
     """Measured KV-cache capacity of one model copy, tokens: the N of vLLM's startup log line "GPU KV cache size: N
     tokens" at this stack's parallelism and maxModelLen; replaces the estimate in the plan."""
-    gpu_memory_utilization: StrictFloat | None = Field(
+    gpu_memory_utilization: ConfigFloat | None = Field(
         None, alias="gpuMemoryUtilization", gt=0.5, le=0.99,
         json_schema_extra=_derived("unset: vLLM 0.34.0 sizes the KV cache from memory measured after warm-up (1.0)"),
     )
@@ -423,9 +437,9 @@ class AutoscalingConfig(_Raw):
     metrics from an installed prometheus-adapter."""
     schedule: tuple[ScheduleWindowConfig, ...] = ()
     """Serving windows (KEDA cron triggers): at least compute.replicas replicas inside them."""
-    queue_per_replica: StrictFloat = Field(4.0, alias="queuePerReplica", gt=0, le=10_000)
+    queue_per_replica: ConfigFloat = Field(4.0, alias="queuePerReplica", gt=0, le=10_000)
     """Waiting requests per replica the scaler aims at (vllm:num_requests_waiting)."""
-    kv_cache_usage_target: StrictFloat = Field(0.8, alias="kvCacheUsageTarget", gt=0, le=1)
+    kv_cache_usage_target: ConfigFloat = Field(0.8, alias="kvCacheUsageTarget", gt=0, le=1)
     """KV-cache usage per replica the scaler aims at (vllm:kv_cache_usage_perc, 0-1)."""
     scale_down_delay_seconds: StrictInt | None = Field(
         None, alias="scaleDownDelaySeconds", ge=60, le=86_400,
@@ -460,7 +474,7 @@ class ObservabilityConfig(_Raw):
     release=<its Helm release>; {} for one that selects all)."""
     queue_alert_minutes: StrictInt = Field(10, alias="queueAlertMinutes", ge=1, le=1440)
     """Minutes the request queue must grow before KimiVllmQueueGrowing fires."""
-    kv_cache_alert_fraction: StrictFloat = Field(0.95, alias="kvCacheAlertFraction", gt=0, le=1)
+    kv_cache_alert_fraction: ConfigFloat = Field(0.95, alias="kvCacheAlertFraction", gt=0, le=1)
     """KV-cache usage (0-1) above which KimiVllmKvCacheNearFull fires."""
 
 
@@ -469,26 +483,26 @@ class TimeToReadyConfig(_Raw):
     ``time_to_ready.py`` (each optional; seconds up to ``MAX_MEASURED_PHASE_SECONDS``, GB/s up to
     ``MAX_MEASURED_GBPS``, all > 0)."""
 
-    infrastructure_seconds: StrictFloat | None = Field(
+    infrastructure_seconds: ConfigFloat | None = Field(
         None, alias="infrastructureSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
     )
     """Measured seconds from `pulumi up` to the GPU instance requested (VPC, cluster, node group)."""
-    instance_boot_seconds: StrictFloat | None = Field(None, alias="instanceBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    instance_boot_seconds: ConfigFloat | None = Field(None, alias="instanceBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
     """Measured seconds from instance launch to the node ready for work."""
-    image_pull_seconds: StrictFloat | None = Field(None, alias="imagePullSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    image_pull_seconds: ConfigFloat | None = Field(None, alias="imagePullSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
     """Measured seconds to pull the vLLM image."""
-    hub_download_gbps: StrictFloat | None = Field(None, alias="hubDownloadGBps", gt=0, le=MAX_MEASURED_GBPS)
+    hub_download_gbps: ConfigFloat | None = Field(None, alias="hubDownloadGBps", gt=0, le=MAX_MEASURED_GBPS)
     """Measured rate of the hub download (`hf download` of the checkpoint from the hub), GB/s; replaces both ends of the
     public range (time_inputs.HUB_DOWNLOAD_*)."""
-    copy_gbps: StrictFloat | None = Field(None, alias="copyGBps", gt=0, le=MAX_MEASURED_GBPS)
+    copy_gbps: ConfigFloat | None = Field(None, alias="copyGBps", gt=0, le=MAX_MEASURED_GBPS)
     """Measured rate of the weight copy from the mirror onto a node's NVMe, GB/s."""
-    engine_init_seconds: StrictFloat | None = Field(None, alias="engineInitSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    engine_init_seconds: ConfigFloat | None = Field(None, alias="engineInitSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
     """Measured seconds of a cold engine start after the weights load (compilation, CUDA graphs); also sets the startup budget."""
-    engine_init_cached_seconds: StrictFloat | None = Field(
+    engine_init_cached_seconds: ConfigFloat | None = Field(
         None, alias="engineInitCachedSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS
     )
     """Measured seconds of an engine start with the engine cache restored."""
-    stager_boot_seconds: StrictFloat | None = Field(None, alias="stagerBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
+    stager_boot_seconds: ConfigFloat | None = Field(None, alias="stagerBootSeconds", gt=0, le=MAX_MEASURED_PHASE_SECONDS)
     """aws-ec2, phase stage: measured seconds from the stager instance's launch to its publish starting."""
 
 
@@ -537,7 +551,7 @@ class RawConfig(_Raw):
     """Where Prometheus and Grafana run, dashboards and alerts."""
     time_to_ready: TimeToReadyConfig = Field(TimeToReadyConfig(), alias="timeToReady")
     """Measured figures that replace the time-to-ready estimates."""
-    prices: dict[str, Annotated[StrictFloat, Field(ge=0, le=MAX_PRICE_OVERRIDE_USD)]] = Field(default_factory=dict)
+    prices: dict[str, Annotated[ConfigFloat, Field(ge=0, le=MAX_PRICE_OVERRIDE_USD)]] = Field(default_factory=dict)
     """USD per unit for entries of the price table (components/core/prices.py), replacing its list price: e.g.
     {natGatewayHour: 0.048} for another region or a negotiated rate. The GPU price is compute.usdPerHour."""
 
@@ -602,15 +616,13 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
         return ConfigError(key, value, f"is not allowed (allowed: {expected})")
     if isinstance(value, str) and (
             (kind in ("int_type", "int_parsing") and value.strip().lstrip("+-").isdigit())
-            or (kind in ("float_type", "float_parsing") and _is_number_text(value))
             or (kind in ("bool_type", "bool_parsing") and value.strip() in ("true", "false"))):
-        # `"8000"` / `"0.9"` / `"true"` in quotes: YAML text, which the map hands the program as a string.
-        what = {"int": "a whole number", "flo": "a number"}.get(kind[:3], "a boolean (allowed: true, false)")
-        # `pulumi config set --path` writes a decimal as text too (only true/false and integers become typed:
-        # pulumi/pulumi sdk/go/common/resource/config/map.go adjustObjectValue); its --type float keeps the number.
-        cli = " (with `pulumi config set --path`, add --type float)" if kind.startswith("float") else ""
+        # `"8000"` / `"true"` in quotes: YAML text, which the map hands the program as a string (`pulumi config
+        # set --path` writes integers and true/false typed, so only a hand-quoted value reaches here; a decimal
+        # as text is what it writes, and ConfigFloat takes it).
+        what = "a whole number" if kind.startswith("int") else "a boolean (allowed: true, false)"
         return ConfigError(key, value, f"is not {what}: it is quoted, so YAML reads it as text; write {value.strip()} "
-                                       f"without quotes{cli}")
+                                       "without quotes")
     if kind in _TYPE_WORDS:
         return ConfigError(key, value, _TYPE_WORDS[kind])
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
