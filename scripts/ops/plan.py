@@ -64,6 +64,57 @@ DEFAULT_STACK = "b300"
 FORMATS = ("table", "json", "markdown")
 
 
+# A plan that takes longer than this says what it is doing (on stderr; the plan text on stdout is unchanged).
+PROGRESS_AFTER_SECONDS = 2.0
+
+
+class PlanProgress:
+    """Progress lines of one plan on ``stream`` (stderr): ``plan b300: running the program under the
+    mock engine (2.1 s)``, one per phase, and a last ``plan b300: done in 3.4 s``.
+
+    Nothing is said while the plan is quicker than ``after_seconds`` (a warm plan takes 2-3 s);
+    from then on the phase in progress and every later one are said as they start. ``after_seconds``
+    0 says every phase from the start. The wait is a ``threading.Event`` (the plan's end ends it).
+    """
+
+    def __init__(self, stack: str, stream: Any, after_seconds: float = PROGRESS_AFTER_SECONDS) -> None:
+        import threading
+        import time
+
+        self._stack, self._stream, self._clock = stack, stream, time.monotonic
+        self._start = self._clock()
+        self._phase = "starting"
+        self._shown = after_seconds <= 0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if not self._shown:
+            threading.Thread(target=self._wait, args=(after_seconds,), daemon=True).start()
+
+    def _wait(self, seconds: float) -> None:
+        if not self._done.wait(seconds):
+            with self._lock:
+                if not self._done.is_set():
+                    self._shown = True
+                    self._say(self._phase)
+
+    def _say(self, text: str) -> None:
+        print(f"plan {self._stack}: {text} ({self._clock() - self._start:.1f} s)", file=self._stream, flush=True)
+
+    def phase(self, name: str) -> None:
+        """``name`` (what the plan does now) starts."""
+        with self._lock:
+            self._phase = name
+            if self._shown:
+                self._say(name)
+
+    def done(self) -> None:
+        """The plan is written: the last line, where progress was shown."""
+        with self._lock:
+            self._done.set()
+            if self._shown:
+                self._say("done")
+
+
 def _parse_now(text: str | None) -> datetime:
     if text is None:  # the flag left out; an empty --now is refused by parse_clock
         return datetime.now(UTC).replace(microsecond=0)
@@ -92,7 +143,8 @@ def kubernetes_api_document(spec: DeploymentSpec) -> dict[str, Any] | None:
     }
 
 
-def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: Path | None = None) -> dict[str, Any]:
+def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: Path | None = None,
+                        progress: PlanProgress | None = None) -> dict[str, Any]:
     """The offline plan of ``stack`` as one JSON-serializable document.
 
     Keys: ``stack``, ``target``, ``platform``, ``environment``, ``model`` {id, revision,
@@ -118,9 +170,14 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     replace_on_changes, only where set: input paths whose change replaces the resource),
     ``outputs``, ``secret_leaks``. Secret values appear only as ``[secret]``.
 
+    ``progress``: told each phase as it starts (``PlanProgress``: reading the config, sizing, the
+    program under the mock engine, pricing, time to ready).
+
     Raises:
         ConfigError: the stack file is missing or invalid (one line).
     """
+    say = progress.phase if progress is not None else (lambda _name: None)
+    say("reading the stack config")
     from components.core.sizing import compute_sizing, sync_expected_seconds
     from components.core.time_to_ready import first_deploy_seconds
     from components.core.vllm import build_vllm_command
@@ -130,8 +187,10 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     now = now or datetime.now(UTC).replace(microsecond=0)
     stacks_dir = stacks_dir or STACKS_DIR
     spec = load_stack(stack, now=now, stacks_dir=stacks_dir)  # validates before anything is declared
+    say("sizing (KV cache, memory, storage, vLLM command)")
     sizing = compute_sizing(spec)
     command = build_vllm_command(spec, sizing)
+    say("running the Pulumi program under the mock engine")
     run = run_program(read_stack_config(stack, stacks_dir=stacks_dir), stack=stack, now=now, allow_blockers=True)
     mirror_bucket = run.outputs.get("mirrorBucket") if spec.config.storage.mirror.enabled else None
     if spec.config.storage.mirror.enabled and not mirror_bucket:
@@ -141,6 +200,7 @@ def build_plan_document(stack: str, *, now: datetime | None = None, stacks_dir: 
     # Registration order under the mock engine depends on async scheduling: sort for
     # reproducible documents and diffs.
     resources = sorted(run.resources, key=lambda r: (r.type, r.name))
+    say(f"pricing {len(resources)} resources; time to ready")
     bill = costmodel.bill_document(
         costmodel.spec_bill(spec, [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in resources]),
         costmodel.trial_hours(spec, now))
@@ -1259,6 +1319,10 @@ def make_parser() -> argparse.ArgumentParser:
                         help="plan every stack in stacks/ and print one line each: deployable, or refused by `pulumi up` "
                              "and the key that stops it (with --format json: one JSON list); exit 1 if any plan leaks a "
                              "secret, 2 if any config is invalid")
+    parser.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                        help="progress lines on stderr (which stack, which phase; stdout's plan is unchanged): auto "
+                             f"(default) on a terminal once a plan takes over {PROGRESS_AFTER_SECONDS:g} s, always from "
+                             "the start, never")
     parser.add_argument("--strict", action="store_true",
                         help="exit 2 when `pulumi up` would refuse the stack (a blocker such as an engine build that cannot "
                              "serve the model); without it the plan is shown with the blocker at its top and exits 0")
@@ -1396,8 +1460,17 @@ def plan_all(now: datetime, fmt: str, *, strict: bool = False) -> int:
     return code
 
 
+def _progress(stack: str, mode: str) -> PlanProgress | None:
+    """``--progress``: None for ``never``, or ``auto`` where stderr is no terminal (a pipe or CI log
+    keeps exactly what it kept); else a ``PlanProgress`` on stderr (``always``: from the start)."""
+    if mode == "never" or (mode == "auto" and not sys.stderr.isatty()):
+        return None
+    return PlanProgress(stack, sys.stderr, 0.0 if mode == "always" else PROGRESS_AFTER_SECONDS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    progress: PlanProgress | None = None
     for flag, value in (("--diff-against", args.diff_against), ("--output", args.output)):
         if value is not None and not value.strip():  # read as unset it would silently do something else
             print(f"error: {flag}: {value!r} is empty; give a {'git ref' if flag == '--diff-against' else 'file'} or "
@@ -1424,12 +1497,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return plan_diff.main_diff(args.stack, args.diff_against, fmt=args.format, now=now, output=args.output)
         if args.format == "json" or args.output:  # a table or Markdown on stdout says it in its first line
             print_overlay_notice(stack=args.stack)
-        doc = build_plan_document(args.stack, now=now)
+        progress = _progress(args.stack, args.progress)
+        doc = build_plan_document(args.stack, now=now, progress=progress)
         out = _open_output(args.output)
     except ConfigError as err:
+        if progress is not None:
+            progress.done()
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
+        if progress is not None:
+            progress.phase(f"rendering the {args.format}")
         if args.format == "json":
             (out or sys.stdout).write(json.dumps(doc, indent=2) + "\n")
         elif args.format == "markdown":
@@ -1439,6 +1517,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if out is not None:
             out.close()
+        if progress is not None:
+            progress.done()
     if doc["secret_leaks"]:
         for leak in doc["secret_leaks"]:
             print(
