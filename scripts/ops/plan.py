@@ -366,6 +366,14 @@ def stage_then_serve_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]
     ]
 
 
+def _no_mirror_note(doc: dict[str, Any]) -> str:
+    """What ``phase: stage`` takes on a stack without a mirror (config/phase.py says the same when refused)."""
+    if doc["platform"] == "kubernetes":
+        return ("phase: stage needs an existing S3 bucket here (this platform creates none): storage.mirror {enabled: "
+                "true, create: false, bucketName, region} and kubernetes.mirrorCredentials (docs/kubernetes.md)")
+    return "phase: stage needs storage.mirror.enabled: true"
+
+
 def _stage_then_serve_notes(doc: dict[str, Any]) -> list[str]:
     """What runs the stage, when to switch, and the reservation note where it applies."""
     sts = doc["stage_then_serve"]
@@ -379,7 +387,8 @@ def _section_stage_then_serve(view: View) -> list[Text]:
     stage, when to switch and, for reserved capacity, that it bills anyway."""
     rows = stage_then_serve_rows(view.doc)
     if not rows:
-        return [_heading("stage, then serve", "no S3 mirror: nothing to stage (phase: stage needs one)")]
+        return [_heading("stage, then serve", "no S3 mirror: nothing to stage")] + [
+            Text(line) for line in wrap(_no_mirror_note(view.doc), view.width, prefix="  ", indent="    ")]
     lines = [_heading("stage, then serve", f"this stack's phase: {view.doc['phase']}")]
     texts = [f"ready in {ready}; GPU USD {gpu}" + (f"; staging USD {staging}" if staging.strip("-") else "")
              for _, ready, gpu, staging in rows[:2]]
@@ -400,7 +409,7 @@ def _stage_then_serve_lines(doc: dict[str, Any]) -> list[str]:
     """The section as text lines (markdown table; the table renderer prints the same rows)."""
     rows = stage_then_serve_rows(doc)
     if not rows:
-        return ["", "**Stage, then serve**: no S3 mirror, nothing to stage (phase: stage needs one)."]
+        return ["", f"**Stage, then serve**: no S3 mirror, nothing to stage: {_no_mirror_note(doc)}."]
     lines = ["", f"**Stage, then serve** (this stack's phase: {doc['phase']})", "",
              "| path | time to ready | GPU USD | staging USD |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
