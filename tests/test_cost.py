@@ -417,7 +417,7 @@ def test_a_capacity_blocks_unknown_price_says_how_blocks_are_priced():
     assert usd is None
     assert "no public price" not in source, source
     assert "priced per block at purchase" in source and "describe-capacity-block-offerings" in source
-    assert "set compute.capacity.usdPerHour to fee / (hours x trays)" in source, source
+    assert "set compute.capacity.usdPerHour = fee / (hours x trays)" in source, source
 
 
 def test_an_unknown_gpu_price_is_said_as_a_sum_without_the_gpus_not_a_floor():
@@ -428,4 +428,4 @@ def test_an_unknown_gpu_price_is_said_as_a_sum_without_the_gpus_not_a_floor():
     summary = cost.bill_summary(plan_script.build_plan_document("gb300", now=FIXED_NOW)["bill"])
     assert "at least" not in summary, summary
     assert "/month) without the GPUs: GPU unknown + 8 other lines" in summary, summary
-    assert "without the GPUs; after the GPUs stop" in summary and "the reserved GPUs (price unknown) bill their term" in summary
+    assert "without the GPUs; after the GPUs stop" in summary and "+ the reserved GPUs' term" in summary

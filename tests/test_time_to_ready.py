@@ -382,5 +382,5 @@ def test_the_goal_line_gives_the_repeat_trials_whole_figure_beside_its_own():
     whole = doc["time_to_ready"]["repeat_trial"]["total_seconds"]
     assert whole > goal["modelled_seconds"]
     line = plan_script._goal_line(doc)
-    assert (f"modelled {plan_script._duration(goal['modelled_seconds'])} ({goal['modelled_seconds']:,} s) of the "
-            f"{plan_script._duration(whole)} from `pulumi up` in the table") in line, line
+    assert (f"modelled {plan_script._duration(goal['modelled_seconds'])} ({goal['modelled_seconds']:,} s; "
+            f"{plan_script._duration(whole)} from `pulumi up`, as in the table)") in line, line

@@ -249,7 +249,7 @@ def bill_summary(doc: Mapping[str, Any]) -> str:
     if doc["trial_usd"] is not None:
         text += (f"; trial to expiry ({doc['trial_hours']:,.0f} h): {floor}USD {doc['trial_usd']:,.2f}{without}")
     reserved = "" if doc["gpu_price_known"] or not any(line["keeps_billing"] for line in gpu) else \
-        " and the reserved GPUs (price unknown) bill their term"
+        ", + the reserved GPUs' term"
     text += (f"; after the GPUs stop USD {doc['after_gpu_stop_usd_per_hour']:,.2f}/h "
              f"(USD {doc['after_gpu_stop_usd_per_month']:,.0f}/month) keeps billing until destroy{reserved}")
     if doc["unpriced"]:

@@ -409,8 +409,8 @@ def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
         per = "trays" if block else "instances"
         return (
             None,
-            f"unknown: {CAPACITY_BLOCK_PRICING}; set compute.capacity.usdPerHour to fee / (hours x {per}); "
-            f"the plan bills it{block or f' x {nodes} {inst.instance_type}'}",
+            f"unknown: {CAPACITY_BLOCK_PRICING}; set compute.capacity.usdPerHour = fee / (hours x {per}); "
+            f"billed{block or f' x {nodes} {inst.instance_type}'}",
         )
     return None, f"unknown: no public price for {inst.instance_type}; set compute.usdPerHour"
 

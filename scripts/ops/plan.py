@@ -540,7 +540,7 @@ def still_billing(bill: dict[str, Any]) -> str:
         if not line["keeps_billing"]:
             continue
         if line["item"].startswith("GPU nodes"):
-            name = "the GPU capacity reservation (its whole term)"
+            name = "the GPU reservation (its term)"
         elif line["usd_per_hour"] is None:
             continue  # per use (data processed, logs ingested): nothing while idle
         else:
@@ -860,10 +860,9 @@ def _goal_line(doc: dict[str, Any]) -> str:
     whole = doc["time_to_ready"][goal["scenario"]]["total_seconds"]
     # Both figures of the repeat trial side by side (docs quoted 13 min here and 18 min from the table
     # below as if they contradicted): the goal counts from the instance running, the table from `pulumi up`.
-    before = (f" of the {_duration(whole)} from `pulumi up` in the table ({_duration(whole - goal['modelled_seconds'])} "
-              "before it runs)" if whole > goal["modelled_seconds"] else "")
+    since_up = f"; {_duration(whole)} from `pulumi up`, as in the table" if whole > goal["modelled_seconds"] else ""
     return (f"goal: repeat trial ready within {_duration(goal['goal_seconds'])} of the {goal['from']}: "
-            f"modelled {_duration(goal['modelled_seconds'])} ({goal['modelled_seconds']:,} s){before}, {verdict}")
+            f"modelled {_duration(goal['modelled_seconds'])} ({goal['modelled_seconds']:,} s{since_up}), {verdict}")
 
 
 def _alternative_scenarios(doc: dict[str, Any]) -> dict[str, Any]:
