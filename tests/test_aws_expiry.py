@@ -325,5 +325,5 @@ def test_the_plan_says_what_stops_at_the_expiry_and_what_keeps_billing():
     assert ec2.startswith("the GPU instance stops (EventBridge Scheduler: ec2:StopInstances")
     assert "still billing:" in ec2 and "NAT gateway" in ec2 and "`pulumi up` is refused after it" in ec2
     eks = plan_script.build_plan_document("gb300", now=FIXED_NOW)["at_expiry"]
-    assert eks.startswith("the GPU node group scales to 0") and "EKS control plane" in eks
+    assert eks.startswith("the GPU node group scales to 0") and "EKS cluster" in eks
     assert plan_script.build_plan_document("b300-prod", now=FIXED_NOW)["at_expiry"] is None

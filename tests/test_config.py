@@ -405,6 +405,17 @@ def test_uppercase_commit_gets_a_precise_message():
     reject(cfg, "model.revision", "upper case")
 
 
+@pytest.mark.parametrize("environment", ["trial", "staging"])
+def test_a_commit_one_digit_short_is_called_so_not_a_branch(environment):
+    """39 hex digits is a commit cut when copied: the trial's warning called it a branch, staging's
+    error said "branches move"."""
+    cfg = base()
+    cfg["environment"] = environment
+    cfg["model"] = {**cfg["model"], "revision": "4f1e2d3c5b6a79880716253443526170819a0b1"}
+    message = reject(cfg, "model.revision", "has 39 hex digits, 1 hex digit short of a commit (40)")
+    assert "branch" not in message, message
+
+
 def test_malformed_reservation_id():
     cfg = base()
     cfg["compute"] = {"capacity": {"type": "odcr", "reservationId": "cr-xyz", "availabilityZone": "us-east-1a"}}

@@ -380,3 +380,52 @@ def test_a_price_far_below_the_list_price_is_warned_and_the_verdict_says_it_rest
     monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", _overlay_compute("b300", usdPerHour=71.0))
     assert not [w for w in load_stack("b300", now=FIXED_NOW).warnings if "compute.usdPerHour" in w]
     assert "rests on" not in json.loads(_cost("--stack", "b300", "--json").stdout)["verdict"]
+
+
+def test_the_small_figures_beside_the_bill_agree_with_it():
+    """Three small errors of the plan's text: "-1 other lines" where the GPU price is unknown
+    (mi355x), "ready 8 min later" under 44 and 51 min (the 427 s difference rounded up on its own),
+    and a "still billing" list without the NAT gateway's public IPv4 address, which the bill prices."""
+    import re
+
+    from components.core.prices import PRICES
+    from scripts.ops import plan as plan_script
+
+    mi = plan_script.build_plan_document("mi355x", now=FIXED_NOW)
+    summary = cost.bill_summary(mi["bill"])
+    assert "-1" not in summary and "GPU unknown (no other line" in summary, summary
+    b300 = plan_script.build_plan_document("b300", now=FIXED_NOW)
+    rows = plan_script.stage_then_serve_rows(b300)
+    single, staged = (int(rows[i][1].removesuffix(" min")) for i in (0, 1))
+    later = re.search(r"ready (\d+) min later", b300["stage_then_serve"]["verdict"])
+    assert later and int(later[1]) == staged - single, (rows, b300["stage_then_serve"]["verdict"])
+    for doc in (b300, plan_script.build_plan_document("gb300", now=FIXED_NOW)):
+        billing = doc["at_expiry"].split("still billing: ", 1)[1]
+        assert "public IPv4 address" in billing, billing
+        assert PRICES["publicIpv4Hour"].usd == 0.005 and "vpc/pricing" in PRICES["publicIpv4Hour"].source
+        keeps = [line for line in doc["bill"]["lines"] if line["keeps_billing"] and line["usd_per_hour"]]
+        assert f"(USD {sum(line['usd_per_hour'] for line in keeps):,.2f}/h)" in billing, billing
+    assert "FSx" not in billing  # gb300 declares no FSx (the hand-written list named it)
+
+
+def test_a_capacity_blocks_unknown_price_says_how_blocks_are_priced():
+    """A capacity block's cost said "no public price": blocks are priced per block at purchase
+    (an upfront fee); the plan bills compute.capacity.usdPerHour."""
+    from components.core.sizing import gpu_usd_per_hour
+
+    usd, source = gpu_usd_per_hour(load_stack("gb300", now=FIXED_NOW))
+    assert usd is None
+    assert "no public price" not in source, source
+    assert "priced per block at purchase" in source and "describe-capacity-block-offerings" in source
+    assert "set compute.capacity.usdPerHour = fee / (hours x trays)" in source, source
+
+
+def test_an_unknown_gpu_price_is_said_as_a_sum_without_the_gpus_not_a_floor():
+    """gb300's whole-block bill read "at least USD 0.65/h": a floor under a block of 18 trays whose
+    price is unknown; the sum is said as what it is, without the GPUs, and the block's term named."""
+    from scripts.ops import plan as plan_script
+
+    summary = cost.bill_summary(plan_script.build_plan_document("gb300", now=FIXED_NOW)["bill"])
+    assert "at least" not in summary, summary
+    assert "/month) without the GPUs: GPU unknown + 8 other lines" in summary, summary
+    assert "without the GPUs; after the GPUs stop" in summary and "+ the reserved GPUs' term" in summary

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -83,7 +84,7 @@ def test_the_log_lines_read_are_the_pinned_wheels(wheel):
     (kv,) = wheel["kv"]
     line = _prefixed(kv % ("GPU", f"{2_412_544:,}", f"{262_144:,}", 9.2))
     log = measure.parse_startup_log(line)
-    assert log.kv_lines == (("GPU", 2_412_544, 262_144, 9.2),)
+    assert log.kv_lines == (("GPU", 2_412_544, 262_144, 9.2, line.split("] ", 1)[1]),)
     hisparse = measure.parse_startup_log(_prefixed(kv % ("GPU + host", "1,024", "1,024", 1.0)))
     assert hisparse.kv_lines[0][:2] == ("GPU + host", 1024)
     # every "init engine" variant (no compilation, compilation, encoder compilation)
@@ -306,3 +307,38 @@ def test_every_measured_key_of_the_config_is_read_or_said_unreadable():
     keys = {str(f.alias) for f in TimeToReadyConfig.model_fields.values()}
     filled = {measure.ENGINE_INIT_KEY, measure.ENGINE_INIT_CACHED_KEY, measure.COPY_GBPS_KEY, measure.HUB_GBPS_KEY}
     assert keys == filled | set(measure.OUT_OF_REACH)
+
+
+def test_the_api_key_variable_must_name_a_key_and_hold_one(guarded_metrics):
+    """`--api-key-env PATH` sent the search path to the server as the Bearer token."""
+    for name, env, needle in (("PATH", {}, "--api-key-env PATH: not the name of a key's variable"),
+                              ("HOME", {}, "--api-key-env HOME: not the name of a key's variable"),
+                              ("SOME_KEY", {"SOME_KEY": "/usr/local/bin:/usr/bin"}, "its value is not an API key"),
+                              ("SOME_KEY", {"SOME_KEY": "a sentence, not a key at all"}, "its value is not an API key"),
+                              ("SOME_KEY", {"SOME_KEY": "abc123"}, "shorter than 15 characters")):
+        proc = _run("--metrics-url", guarded_metrics, "--api-key-env", name, env=env)
+        assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.splitlines()) == 1, (name, proc.stderr)
+        assert all(v not in proc.stderr for v in env.values())
+    assert _GuardedMetrics.seen == []  # nothing was sent
+
+
+def test_absurd_figures_are_refused_and_none_printed_with_an_exponent():
+    """A log line of 1e23 s and a copy in 1e-10 s became `engineInitSeconds: 1e+23` and a copy rate of
+    15.6 PB/s; a malformed number ("1..2") was a traceback."""
+    kv = "GPU KV cache size: 3,060,948 tokens, Maximum concurrency for 1,048,576 tokens per request: 2.92x"
+    log = "\n".join([_prefixed(kv), _prefixed("init engine (profile, create kv cache, warmup model) took "
+                                                "100000000000000000000000.5 s")])
+    sync = _summary("s3://mirror/models/m/abc", "/models/m/abc", 1_560_000_000_000, 0.001)
+    m = measure.measure(log, None, sync)
+    assert m.overlay() == {"kimi-deploy:vllm": {"kvCacheTokens": 3_060_948}}
+    assert f'startup log "{kv}"' == m.figures[0].source  # the engine's words, whole
+    init = m.not_read["kimi-deploy:timeToReady.engineInitSeconds"]
+    assert "not a plausible figure (the key takes more than 0, at most 86400)" in init and "e+" not in init, init
+    copy = m.not_read["kimi-deploy:timeToReady.copyGBps"]  # 1,560 TB/s
+    assert "at most 1000" in copy and "in 0.001 s" in copy and "e-" not in copy, copy
+    text = measure.render_yaml(m)
+    assert not re.search(r"\d[eE][+-]?\d", text), text
+    bad = measure.measure(_prefixed(kv.replace("2.92x", "2..92x").replace("3,060,948", ",,,")), None, None)
+    assert bad.overlay() == {} and "KV cache size" in bad.not_read["kimi-deploy:vllm.kvCacheTokens"]
+    small = measure.measure(None, None, _summary("s3://mirror/models/m/abc", "/models/m/abc", 1_000_000, 100_000.0))
+    assert measure.render_yaml(small).count("copyGBps: 0.00000001") == 1

@@ -58,3 +58,55 @@ def test_the_readme_shows_the_three_pictures():
     readme = (REPO_ROOT / "README.md").read_text()
     for name in pictures.PICTURES:
         assert f"docs/pictures/{name}.png" in readme, name
+
+
+def _dot_source(draw, manifest, tmp_path, monkeypatch) -> str:
+    """The graphviz source ``draw`` builds for ``manifest`` (rendered nowhere: the test reads the graph)."""
+    import diagrams
+
+    sources: list[str] = []
+
+    def keep(self) -> None:
+        sources.append(self.dot.source)
+        open(self.filename, "w").close()  # Diagram.__exit__ removes it
+
+    monkeypatch.setattr(diagrams.Diagram, "render", keep)
+    monkeypatch.setattr(pictures.shutil, "move", lambda *_: None)
+    draw(manifest, tmp_path / "out.png")
+    (source,) = sources
+    return source
+
+
+def _nodes_and_edges(source: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    """``node id -> "label|icon path"`` and ``(from, to, attributes)`` of a graphviz source (ids quoted or not)."""
+    import re
+
+    nodes = {m[1]: f"{m[2].strip(chr(34))}|{m[3]}" for m in re.finditer(
+        r'^\s*"?(\w+)"? \[label=("(?:[^"\\]|\\.)*"|\S+) [^\]]*?image="([^"]*)"', source, re.M)}
+    edges = [(m[1], m[2], m[3]) for m in re.finditer(r'^\s*"?(\w+)"? -> "?(\w+)"? \[([^\]]*)\]', source, re.M)]
+    return nodes, edges
+
+
+def test_the_eks_picture_draws_what_each_thing_is_and_arrows_end_on_nodes(manifests, tmp_path, monkeypatch):
+    """The EKS picture drew its arrows with ortho splines, which ended them beside their nodes in empty
+    space; drew the ComputeDomain (a custom resource) with a pod's icon; and sent the mirror's copy to
+    the last node group by name (the system nodes), not the GPU nodes."""
+    source = _dot_source(pictures.draw_eks_layout, manifests["eks-layout"], tmp_path, monkeypatch)
+    assert "ortho" not in source and "splines=spline" in source
+    nodes, edges = _nodes_and_edges(source)
+    domains = [n for n, text in nodes.items() if "ComputeDomain" in text]
+    assert domains and all("/k8s/others/crd" in nodes[n] and "/compute/pod" not in nodes[n] for n in domains), nodes
+    pods = {n for n, text in nodes.items() if "leader (rank 0)" in text or text.startswith("worker|")}
+    assert {dst for src, dst, _ in edges if src in domains} == pods
+    for _src, dst, attrs in edges:
+        if "copy to NVMe" in attrs:
+            assert "gpu" in nodes[dst].split("|")[0] and "m7i" not in nodes[dst], nodes[dst]
+
+
+def test_every_unit_of_the_boot_chain_is_connected(manifests):
+    """kimi-watch.timer was drawn alone: a timer without Unit= starts the service of its name."""
+    chain = manifests["ec2-boot-chain"]
+    assert ["kimi-watch.timer", "kimi-watch.service", "triggers"] in chain["edges"]
+    on_edges = {u for edge in chain["edges"] for u in edge[:2]}
+    assert set(chain["units"]) == on_edges, set(chain["units"]) - on_edges
+    assert all(chain["units"].values()), chain["units"]  # the timer says its schedule

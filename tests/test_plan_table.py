@@ -331,3 +331,45 @@ def test_shell_command_round_trips_through_bash(width):
     assert proc.stdout.split("\0")[:-1] == [*argv, "A=1", "B=two words", "S=from-env"]
     long_lines = [line for line in block if len(line) > width]
     assert all("x" * 70 in line for line in long_lines)  # only the word with no fold point overflows
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+
+def test_a_plan_says_what_it_is_doing_on_stderr_and_stdout_keeps_the_plan():
+    """A plan (2-11 s here, more under load) printed nothing until its text: it says which stack and
+    which phase on stderr; the plan on stdout is the same byte for byte."""
+    base = [sys.executable, "-m", "scripts.ops.plan", "--stack", "b300", "--now", NOW]
+    env = {**_env_without_overlay(), "COLUMNS": "80"}
+    runs = {mode: subprocess.run(base + ["--progress", mode], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                                 timeout=300) for mode in ("always", "never")}
+    assert runs["always"].returncode == runs["never"].returncode == 0, runs["always"].stderr
+    assert runs["always"].stdout == runs["never"].stdout
+    said = [re.sub(r" \(\d+\.\d s\)$", "", line) for line in runs["always"].stderr.splitlines()]
+    assert said == ["plan b300: reading the stack config", "plan b300: sizing (KV cache, memory, storage, vLLM command)",
+                    "plan b300: running the Pulumi program under the mock engine",
+                    "plan b300: pricing 46 resources; time to ready", "plan b300: rendering the table", "plan b300: done"], said
+    assert runs["never"].stderr == ""
+
+
+def test_progress_starts_once_a_plan_is_slow_and_not_before():
+    """``auto``: nothing for a quick plan; a phase still running after the threshold is said, then each later one."""
+    quick = io.StringIO()
+    progress = plan_script.PlanProgress("s", quick, after_seconds=60)
+    progress.phase("sizing")
+    progress.done()
+    assert quick.getvalue() == ""
+    slow = io.StringIO()
+    progress = plan_script.PlanProgress("s", slow, after_seconds=0.05)
+    progress.phase("running the Pulumi program under the mock engine")
+    import threading
+    import time
+
+    deadline, tick = time.monotonic() + 30, threading.Event()
+    while not slow.getvalue() and time.monotonic() < deadline:  # until the waiting thread has spoken
+        tick.wait(0.01)
+    progress.phase("rendering the table")
+    progress.done()
+    lines = [re.sub(r" \(\d+\.\d s\)$", "", line) for line in slow.getvalue().splitlines()]
+    assert lines == ["plan s: running the Pulumi program under the mock engine", "plan s: rendering the table",
+                     "plan s: done"]

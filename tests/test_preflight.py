@@ -927,3 +927,14 @@ def test_a_region_aws_does_not_have_is_one_line_not_missing_credentials(region, 
     out = _cli("--stack", "b300", "--region", region)
     assert out.returncode == 2 and out.stderr.startswith(f"error: --region: '{region}' ") and fragment in out.stderr
     assert out.stderr.count("\n") == 1 and "credentials" not in out.stderr
+
+
+def test_nothing_checked_on_an_ec2_stack_does_not_suggest_the_kubernetes_only_option():
+    """`--only vllm-argv` without the parser on an EC2 stack checked nothing and was told to pass
+    --check-cluster (it contacts a Kubernetes cluster, which an EC2 stack has none of)."""
+    ec2 = _cli("--stack", "b300", "--only", "vllm-argv")
+    assert ec2.returncode == 2, ec2.stderr
+    assert "--check-cluster" not in ec2.stderr, ec2.stderr
+    assert "nothing could be checked (1 skipped); vllm-argv: vLLM parser not installed" in ec2.stderr, ec2.stderr
+    k8s = _cli("--stack", "mi355x", "--only", "cluster")
+    assert k8s.returncode == 2 and "pass --check-cluster to check the cluster" in k8s.stderr, k8s.stderr

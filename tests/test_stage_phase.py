@@ -164,7 +164,11 @@ def test_stage_is_allowed_while_the_engine_build_is_blocked_and_serve_is_not(mon
 def test_stage_without_a_mirror_is_refused_with_what_to_set():
 
     ns, secrets = namespace_config(read_stack_config("mi355x"))
-    with pytest.raises(ConfigError, match=r"kimi-deploy:phase: 'stage' needs the S3 mirror \(storage.mirror.enabled is false\)"):
+    with pytest.raises(ConfigError, match=r"kimi-deploy:phase: 'stage' needs the S3 mirror \(storage.mirror.enabled is "
+                       r"false\) for staging to fill: "
+                       r"on platform kubernetes an existing bucket: storage.mirror \{enabled: true, create: false, "
+                       r"bucketName, region\} and kubernetes.mirrorCredentials"):
+        # mi355x ships without a mirror: the message says what one takes there, not only "enable it"
         parse_spec({**ns, "phase": "stage"}, stack="mi355x", now=FIXED_NOW, secrets_set=secrets)
     created = {**ns["storage"], "mirror": {"enabled": True}}
     with pytest.raises(ConfigError, match="storage.mirror.enabled: true needs an existing bucket on kubernetes"):

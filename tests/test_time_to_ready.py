@@ -370,3 +370,17 @@ def test_an_expiry_or_a_capacity_block_end_before_the_first_deploy_blocks_serve(
     blocked = parse_spec(ns, stack="t", now=FIXED_NOW)
     (err,) = [b for b in blocked.blockers if "compute.capacity.endsAt" in str(b)]
     assert "leaves 70 min" in str(err) and "terminates the capacity block's instances" in str(err)
+
+
+def test_the_goal_line_gives_the_repeat_trials_whole_figure_beside_its_own():
+    """The goal's "modelled 13 min" (from the instance running) and the table's "repeat trial 18 min"
+    (from `pulumi up`) read as two figures for one thing in two docs: the goal line names both."""
+    from scripts.ops import plan as plan_script
+
+    doc = plan_script.build_plan_document("b300", now=FIXED_NOW)
+    goal = doc["time_to_ready_goal"]
+    whole = doc["time_to_ready"]["repeat_trial"]["total_seconds"]
+    assert whole > goal["modelled_seconds"]
+    line = plan_script._goal_line(doc)
+    assert (f"modelled {plan_script._duration(goal['modelled_seconds'])} ({goal['modelled_seconds']:,} s; "
+            f"{plan_script._duration(whole)} from `pulumi up`, as in the table)") in line, line

@@ -234,17 +234,24 @@ def bill_summary(doc: Mapping[str, Any]) -> str:
     gpu = [line for line in doc["lines"] if line["item"].startswith("GPU nodes")]
     gpu_hour = sum(line["usd_per_hour"] or 0.0 for line in gpu)
     rest = doc["usd_per_hour"] - gpu_hour
-    others = len([line for line in doc["lines"] if line["usd_per_hour"] is not None]) - len(gpu)
-    floor = "" if doc["gpu_price_known"] and not doc["unpriced"] else "at least "
-    text = (f"{floor}USD {doc['usd_per_hour']:,.2f}/h ({floor}USD {doc['usd_per_month']:,.0f}/month): GPU "
+    # The priced lines beside the GPU's (an unpriced GPU line is no line to subtract: "-1 other lines").
+    others = len([line for line in doc["lines"] if line["usd_per_hour"] is not None and line not in gpu])
+    # "at least" only for a resource type left unpriced; an unknown GPU price is said as a sum without
+    # the GPUs ("at least USD 0.65/h" read as the bill of a block whose 18 trays cost far more).
+    floor = "at least " if doc["unpriced"] else ""
+    without = "" if doc["gpu_price_known"] else " without the GPUs"
+    text = (f"{floor}USD {doc['usd_per_hour']:,.2f}/h ({floor}USD {doc['usd_per_month']:,.0f}/month){without}: GPU "
             + (f"{gpu_hour:,.2f}" if doc["gpu_price_known"] else "unknown")
-            + f" + {others} other line{'s' if others != 1 else ''} {rest:,.2f}")
+            + (f" + {others} other line{'s' if others != 1 else ''} {rest:,.2f}" if others
+               else " (no other line: nothing else priced is declared here)"))
     if doc["one_time_usd"]:
         text += f"; once: USD {doc['one_time_usd']:,.2f} (the hub download through NAT)"
     if doc["trial_usd"] is not None:
-        text += (f"; trial to expiry ({doc['trial_hours']:,.0f} h): {floor}USD {doc['trial_usd']:,.2f}")
+        text += (f"; trial to expiry ({doc['trial_hours']:,.0f} h): {floor}USD {doc['trial_usd']:,.2f}{without}")
+    reserved = "" if doc["gpu_price_known"] or not any(line["keeps_billing"] for line in gpu) else \
+        ", + the reserved GPUs' term"
     text += (f"; after the GPUs stop USD {doc['after_gpu_stop_usd_per_hour']:,.2f}/h "
-             f"(USD {doc['after_gpu_stop_usd_per_month']:,.0f}/month) keeps billing until destroy")
+             f"(USD {doc['after_gpu_stop_usd_per_month']:,.0f}/month) keeps billing until destroy{reserved}")
     if doc["unpriced"]:
         text += f"; NOT PRICED: {', '.join(doc['unpriced'])}"
     return text

@@ -30,6 +30,14 @@ GB = 1_000_000_000
 # list price is no discount AWS publishes.
 FAR_BELOW_LIST_FRACTION = 0.1
 
+# EC2 Capacity Blocks for ML have no list price: a block's price is quoted per offering (supply and
+# demand) and paid in full up front at purchase; `aws ec2 describe-capacity-block-offerings` gives
+# each offering's UpfrontFee for its instances and hours. Source (read 2026-12):
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-pricing-billing.html
+CAPACITY_BLOCK_PRICING = ("a capacity block is priced per block at purchase (its upfront fee: "
+                          "aws ec2 describe-capacity-block-offerings)")
+CAPACITY_BLOCK_PRICING_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-pricing-billing.html"
+
 _KARPENTER = ("https://github.com/aws/karpenter-provider-aws/blob/main/pkg/providers/pricing/"
               "zz_generated.pricing_aws.go (the AWS price list, us-east-1 on demand)")
 

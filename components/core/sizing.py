@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
 from .kv_layout import FLASHINFER_MLA_SPARSE, KvCacheLayout, model_layout, recipe_argv
 from .model import ModelProfile
+from .prices import CAPACITY_BLOCK_PRICING
 from .scheduler_limits import SchedulerLimits, scheduler_limits
 from .targets import GB, GIB, GPUS, GpuFacts
 from .time_inputs import (
@@ -402,11 +403,14 @@ def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
     if inst.usd_per_hour_on_demand is not None and compute.capacity.type != "capacity-block":
         where = "" if spec.region == inst.price_region else f" (price from {inst.price_region}; {spec.region} may differ)"
         return inst.usd_per_hour_on_demand * nodes, f"on-demand list price {inst.price_region}{where}"
-    if block:
+    if compute.capacity.type == "capacity-block":
+        # A block's price is its upfront fee, known at purchase: the plan bills the per-instance-hour
+        # figure the stack gives (fee / (hours x instances)), never a list price.
+        per = "trays" if block else "instances"
         return (
             None,
-            f"unknown: no public price for {inst.instance_type}; set compute.capacity.usdPerHour or compute.usdPerHour (per "
-            f"tray-hour; billed{block})",
+            f"unknown: {CAPACITY_BLOCK_PRICING}; set compute.capacity.usdPerHour = fee / (hours x {per}); "
+            f"billed{block or f' x {nodes} {inst.instance_type}'}",
         )
     return None, f"unknown: no public price for {inst.instance_type}; set compute.usdPerHour"
 

@@ -629,7 +629,14 @@ class StageThenServe:
         """One plain sentence: whether staging first pays, by how much at both ends of the hub's range,
         and what it costs in time to ready."""
         later = self.total_seconds - self.single_up.total_seconds
-        when = f"ready {_minutes(abs(later))} {'later' if later >= 0 else 'sooner'}"
+        if max(self.total_seconds, self.single_up.total_seconds) < HOURS_SHOWN_FROM_SECONDS:
+            # The difference of the two figures the plan shows beside it (44 and 51 min: 7 min later), not
+            # the difference rounded up on its own (427 s: "8 min later" under 44 and 51).
+            later_minutes = whole_minutes(self.total_seconds) - whole_minutes(self.single_up.total_seconds)
+            when = (f"ready {abs(later_minutes)} min {'later' if later_minutes > 0 else 'sooner'}" if later_minutes
+                    else "ready within the same minute")
+        else:
+            when = f"ready {_minutes(abs(later))} {'later' if later >= 0 else 'sooner'}"
         cap = (f"; the {self.stage_hub.capped_by} caps the stage's hub download at "
                f"{self.stage_hub.expected.bytes_per_second / GB:.2f} GB/s" if self.stage_hub.capped_by else "")
         if self.net_usd_saved is None:
@@ -670,6 +677,17 @@ class StageThenServe:
             "pays": self.pays,
             "verdict": self.verdict,
         }
+
+
+# The plan's tables show a duration in whole minutes below this, in hours from it (scripts/ops/plan.py _duration).
+HOURS_SHOWN_FROM_SECONDS = 7200
+
+
+def whole_minutes(seconds: float) -> int:
+    """``seconds`` to the nearest whole minute, as the plan's tables show a duration under
+    ``HOURS_SHOWN_FROM_SECONDS`` (``scripts/ops/plan._duration``): one rounding for a figure and
+    for a difference said beside it."""
+    return int(f"{int(seconds) / 60:.0f}")
 
 
 def _minutes(seconds: float) -> str:

@@ -103,12 +103,27 @@ def boot_chain_manifest() -> dict[str, Any]:
                 for other in values[values.index("start") + 1:]:
                     if other in units:
                         edges.add((name, other, "starts"))
-        for other in unit.get("Timer", {}).get("Unit", []):
-            if other in units:
-                edges.add((name, other, "triggers"))
-    described = {n: " ".join(u.get("Unit", {}).get("Description", [])) for n, u in sorted(units.items())}
+        if "Timer" in unit:
+            # A timer without Unit= starts the service of its own name (systemd.timer(5)): kimi-watch.timer
+            # was drawn alone.
+            for other in unit["Timer"].get("Unit", []) or [name.removesuffix(".timer") + ".service"]:
+                if other in units:
+                    edges.add((name, other, "triggers"))
+    described = {n: " ".join(u.get("Unit", {}).get("Description", [])) or _timer_schedule(u)
+                 for n, u in sorted(units.items())}
     return {"stack": "b300", "resource": template.name, "units": described,
             "edges": [list(e) for e in sorted(edges)]}
+
+
+def _timer_schedule(unit: dict[str, dict[str, list[str]]]) -> str:
+    """A timer unit's schedule in words (``OnBootSec=60 OnUnitActiveSec=60`` -> ``60 s after boot,
+    then every 60 s``); "" for a unit that is no timer."""
+    timer = unit.get("Timer", {})
+    words = [f"{' '.join(timer[key])} s {what}" for key, what in (("OnBootSec", "after boot"),
+                                                                ("OnUnitActiveSec", "after each run"))
+             if key in timer]
+    words += [f"at {' '.join(timer['OnCalendar'])}"] if "OnCalendar" in timer else []
+    return ", then ".join(words)
 
 
 def _gpu_instance_type(run) -> str:
@@ -133,7 +148,8 @@ def eks_layout_manifest() -> dict[str, Any]:
             if res.type == "aws:eks/nodeGroup:NodeGroup":
                 scaling = inputs.get("scalingConfig") or {}
                 types = inputs.get("instanceTypes") or [_gpu_instance_type(run)]
-                add("node_groups", res, instance_types=types, desired=scaling.get("desiredSize"), max=scaling.get("maxSize"))
+                add("node_groups", res, instance_types=types, desired=scaling.get("desiredSize"), max=scaling.get("maxSize"),
+                    gpu=_gpu_instance_type(run) in types)
             elif res.type == "aws:eks/cluster:Cluster":
                 add("cluster", res, version=inputs.get("version"))
             elif res.type == "aws:s3/bucket:Bucket":
@@ -146,8 +162,12 @@ def eks_layout_manifest() -> dict[str, Any]:
                 add("nat", res)
             elif res.type.endswith(":LeaderWorkerSet"):
                 spec = inputs["spec"]
+                template = spec["leaderWorkerTemplate"]
                 add("workloads", res, kind="LeaderWorkerSet", replicas=spec.get("replicas"),
-                    group_size=spec["leaderWorkerTemplate"].get("size"))
+                    group_size=template.get("size"),
+                    claims={role: sorted(c["resourceClaimTemplateName"] for c in
+                                         ((template.get(f"{role}Template") or {}).get("spec") or {}).get("resourceClaims") or [])
+                            for role in ("leader", "worker")})
             elif res.type == "kubernetes:apps/v1:Deployment":
                 add("workloads", res, kind="Deployment", replicas=inputs["spec"].get("replicas"))
             elif res.type == "kubernetes:batch/v1:Job":
@@ -159,7 +179,9 @@ def eks_layout_manifest() -> dict[str, Any]:
             elif res.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy":
                 add("network_policies", res)
             elif res.type.endswith(":ComputeDomain"):
-                add("compute_domains", res)
+                channel = ((inputs.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate") or {}
+                add("compute_domains", res, kind=res.type.split(":")[1] + "/ComputeDomain",
+                    claim_template=channel.get("name"))
         # Registration order is not stable (the program registers resources from async callbacks): by name.
         shown = {group: sorted(items, key=lambda r: (r["name"], r["type"])) for group, items in sorted(shown.items())}
         stacks[stack] = {"target": run.context.spec.target.name, "shown": shown}
@@ -233,54 +255,74 @@ def draw_boot_chain(manifest: dict[str, Any], out: Path) -> None:
 
 def draw_eks_layout(manifest: dict[str, Any], out: Path) -> None:
     """One cluster box per stack: node groups, the LeaderWorkerSet or Deployment, the Service and its
-    NetworkPolicy, the weight-sync Job, the mirror and FSx."""
+    NetworkPolicy, the ComputeDomain (a custom resource, not a pod: the DRA driver's IMEX channel,
+    claimed by each pod of the group), the weight-sync Job, the mirror, FSx and the NAT gateway.
+
+    Edges use graphviz's curved splines: with ``ortho`` (diagrams' default) edges between clusters
+    ended beside their nodes, in empty space."""
     from diagrams import Cluster, Diagram, Edge
     from diagrams.aws.compute import EC2, EKS
     from diagrams.aws.network import NATGateway
     from diagrams.aws.storage import S3, Fsx
     from diagrams.k8s.compute import Job, Pod
     from diagrams.k8s.network import SVC, Netpol
+    from diagrams.k8s.others import CRD
 
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "eks"
         with Diagram("The EKS stacks: what `pulumi up` builds", filename=str(base), outformat="png", show=False,
-                     direction="LR", graph_attr={"fontsize": "20"}):
+                     direction="LR", graph_attr={"fontsize": "20", "splines": "spline", "nodesep": "0.6",
+                                                 "ranksep": "1.2"}):
             for stack, doc in manifest["stacks"].items():
                 shown = doc["shown"]
                 with Cluster(f"{stack} ({doc['target']})"):
                     mirror = S3("S3 mirror\n" + ", ".join(r["name"] for r in shown.get("mirror", [])))
-                    nat = [NATGateway(r["name"]) for r in shown.get("nat", [])]
+                    nat = [NATGateway(f"{r['name']}\n(hub download egress)") for r in shown.get("nat", [])]
                     with Cluster("EKS " + ", ".join(f"{r['name']} {r.get('version') or ''}" for r in shown.get("cluster", []))):
                         eks = EKS("control plane")
-                        groups = [EC2(f"{r['name']}\n{', '.join(r['instance_types'])}\n{r['desired']} (max {r['max']})")
-                                  for r in shown.get("node_groups", [])]
-                        for group in groups:
-                            eks >> Edge(style="dotted") >> group
+                        groups = {r["name"]: (EC2(f"{r['name']}\n{', '.join(r['instance_types'])}\n"
+                                                  f"{r['desired']} (max {r['max']})"), r["gpu"])
+                                  for r in shown.get("node_groups", [])}
+                        gpu_groups = [node for node, gpu in groups.values() if gpu]
+                        for node, _ in groups.values():
+                            eks >> Edge(style="dotted", label="node group") >> node
+                        pods = []
                         for r in shown.get("workloads", []):
                             if r["kind"] == "LeaderWorkerSet":
                                 with Cluster(f"LeaderWorkerSet {r['name']}: {r['replicas']} copy x {r['group_size']} pods"):
                                     leader, worker = Pod("leader (rank 0)"), Pod("worker")
                                     leader >> Edge(label="TP over NVLink") >> worker
-                                serving = leader
+                                serving, role_pods = leader, {"leader": leader, "worker": worker}
+                                for cd in shown.get("compute_domains", []):
+                                    domain = CRD(f"{cd['kind']}\n{cd['name']}\n(IMEX channel)")
+                                    for role, pod in role_pods.items():
+                                        if cd["claim_template"] in r["claims"].get(role, []):
+                                            domain >> Edge(style="dashed", label="resource claim") >> pod
+                                pods += [leader, worker]
                             else:
                                 serving = Pod(f"Deployment {r['name']}\n{r['replicas']} replicas")
+                                pods.append(serving)
                             for svc in shown.get("services", []):
                                 scheme = f" ({svc['scheme']} NLB)" if svc.get("scheme") else ""
                                 SVC(f"{svc['name']}\n{svc['service_type']}{scheme}") >> serving
                             for pol in shown.get("network_policies", []):
-                                Netpol(pol["name"]) >> Edge(style="dashed") >> serving
-                            for cd in shown.get("compute_domains", []):
-                                Pod(f"ComputeDomain\n{cd['name']}") >> Edge(style="dashed") >> serving
+                                Netpol(pol["name"]) >> Edge(style="dashed", label="allows") >> serving
+                        for group in gpu_groups:
+                            for pod in pods:
+                                group >> Edge(style="dotted", label="runs") >> pod
                         for job in shown.get("jobs", []):
-                            Job(job["name"]) >> mirror
+                            Job(job["name"]) >> Edge(label="publish") >> mirror
                     for n in nat:
-                        groups[0] >> Edge(style="dotted") >> n
+                        for node, _ in groups.values():
+                            node >> Edge(style="dotted") >> n
                     for fsx in shown.get("fsx", []):
                         f = Fsx(f"FSx {fsx['deployment']}\n{fsx['capacity_gib']} GiB")
                         mirror >> Edge(label="import") >> f
-                        f >> groups[-1]
+                        for group in gpu_groups:
+                            f >> Edge(label="mount") >> group
                     if not shown.get("fsx"):
-                        mirror >> Edge(label="copy to NVMe") >> groups[-1]
+                        for group in gpu_groups:
+                            mirror >> Edge(label="copy to NVMe") >> group
         shutil.move(str(base) + ".png", out)
 
 

@@ -41,7 +41,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -49,7 +49,7 @@ from typing import Any
 if not __package__:  # run as a file: its folder is on sys.path, the project may not be installed here
     import _cli  # noqa: F401  first: a missing package (or the project itself) prints `make setup`, not a traceback
 
-from components.core.config.raw import TimeToReadyConfig, VllmConfig
+from components.core.config.raw import API_KEY_MIN_CHARS, TimeToReadyConfig, VllmConfig
 from components.core.targets import GB
 from scripts.ops._cli import EXIT_CHECK_FAILED, CliParser, UsageError, print_json, prog_name, run_cli
 
@@ -83,14 +83,17 @@ OUT_OF_REACH: dict[str, str] = {
 # vLLM's log lines (format strings of the pinned 0.34.0 wheel; tests/test_measure.py renders them with the wheel).
 # "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx"; the pools are
 # "GPU", "CPU" (the CPU build), ... and "+ host" with HiSparse.
+# Numbers as vLLM prints them (f"{n:,}" and "%.2f"): "1..2" or ",,," is no figure, not a traceback.
+_COUNT = r"\d{1,3}(?:,\d{3})*"
+_DECIMAL = r"\d+(?:\.\d+)?"
 KV_CACHE_LINE = re.compile(
-    r"(?P<pool>[A-Z]+(?: \+ host)?) KV cache size: (?P<tokens>[\d,]+) tokens, "
-    r"Maximum concurrency for (?P<max_model_len>[\d,]+) tokens per request: (?P<concurrency>[\d.]+)x"
+    rf"(?P<pool>[A-Z]+(?: \+ host)?) KV cache size: (?P<tokens>{_COUNT}) tokens, "
+    rf"Maximum concurrency for (?P<max_model_len>{_COUNT}) tokens per request: (?P<concurrency>{_DECIMAL})x"
 )
-INIT_ENGINE_LINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s")
+INIT_ENGINE_LINE = re.compile(rf"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>{_DECIMAL}) s")
 COMPILE_CACHE_HIT = re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")
 COMPILE_RUN = re.compile(r"Compiling a graph for .* takes [\d.]+ s")
-WEIGHTS_LOADED_LINE = re.compile(r"Loading weights took (?P<seconds>[\d.]+) seconds")
+WEIGHTS_LOADED_LINE = re.compile(rf"Loading weights took (?P<seconds>{_DECIMAL}) seconds")
 SERVING_LINE = re.compile(r"Starting vLLM server on ")
 # vLLM's log prefix: "(APIServer pid=1) INFO 12-07 14:13:11 [file.py:12] ..." (``vllm/logger.py`` _DATE_FORMAT "%m-%d %H:%M:%S").
 LOG_TIME = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) ")
@@ -144,10 +147,11 @@ class StartupLog:
     ``--enforce-eager``) and ``stamps`` (event -> ``datetime``; the log has no year, so only
     differences mean anything)."""
 
-    kv_lines: tuple[tuple[str, int, int, float], ...]
+    kv_lines: tuple[tuple[str, int, int, float, str], ...]
     init_seconds: float | None
     compile: str | None
     stamps: dict[str, datetime]
+    init_said: str = ""  # the "init engine ... took X s" line's words, as logged
 
 
 def _stamp(line: str, year: int) -> datetime | None:
@@ -161,8 +165,9 @@ def parse_startup_log(text: str, year: int = 2000) -> StartupLog:
     ``year``: put on the log's month-day timestamps (a leap year, so 02-29 parses); a log that crosses
     New Year is read in order, a timestamp earlier than the one before it moving to the next year.
     """
-    kv: list[tuple[str, int, int, float]] = []
+    kv: list[tuple[str, int, int, float, str]] = []
     init: float | None = None
+    init_said = ""
     cache_hit = compiled = False
     stamps: dict[str, datetime] = {}
     last: datetime | None = None
@@ -176,9 +181,9 @@ def parse_startup_log(text: str, year: int = 2000) -> StartupLog:
             stamps.setdefault("log_start", when)
         if (m := KV_CACHE_LINE.search(line)) is not None:
             kv.append((m["pool"], int(m["tokens"].replace(",", "")), int(m["max_model_len"].replace(",", "")),
-                       float(m["concurrency"])))
+                       float(m["concurrency"]), m[0]))
         elif (m := INIT_ENGINE_LINE.search(line)) is not None:
-            init = float(m["seconds"])
+            init, init_said = float(m["seconds"]), m[0]
             if when is not None:
                 stamps["engine_ready"] = when
         elif (m := WEIGHTS_LOADED_LINE.search(line)) is not None and when is not None:
@@ -188,7 +193,7 @@ def parse_startup_log(text: str, year: int = 2000) -> StartupLog:
         cache_hit = cache_hit or bool(COMPILE_CACHE_HIT.search(line))
         compiled = compiled or bool(COMPILE_RUN.search(line))
     return StartupLog(tuple(kv), init, "cached" if cache_hit and not compiled else "compiled" if compiled else None,
-                      stamps)
+                      stamps, init_said)
 
 
 def parse_cache_config_info(metrics_text: str) -> dict[str, str] | None:
@@ -252,11 +257,10 @@ def _kv_figure(log: StartupLog | None, info: dict[str, str] | None, out: Measure
         if raw.isdigit() and int(raw) > 0:
             from_metrics = int(raw)
     if log is not None and log.kv_lines:
-        tokens = min(t for _, t, _, _ in log.kv_lines)
-        pool, _, max_len, concurrency = next(line for line in log.kv_lines if line[1] == tokens)
-        source = (f'startup log "{pool} KV cache size: {tokens:,} tokens" (max concurrency {concurrency:.2f}x at '
-                  f"{max_len:,} tokens per request)")
-        if len({t for _, t, _, _ in log.kv_lines}) > 1:
+        tokens = min(line[1] for line in log.kv_lines)
+        said = next(line[4] for line in log.kv_lines if line[1] == tokens)
+        source = f'startup log "{said}"'  # the engine's words, whole: nothing re-worded or cut
+        if len({line[1] for line in log.kv_lines}) > 1:
             source += f"; the smallest of {len(log.kv_lines)} engines' lines"
         if from_metrics is not None:
             source += ("; /metrics cache_config_info agrees" if from_metrics == tokens
@@ -288,9 +292,8 @@ def _engine_figures(log: StartupLog | None, engine_start: str, out: Measurement)
                "cold": "given as a cold start (--engine-start)", None: "no torch.compile in this start, as with "
                "--enforce-eager: cold and cached starts alike"}[kind]
         out.figures.append(Figure(TTR_SECTION, ENGINE_INIT_CACHED_KEY if cached else ENGINE_INIT_KEY,
-                                  max(log.init_seconds, 0.01),
-                                  f'startup log "init engine (profile, create kv cache, warmup model) took '
-                                  f'{log.init_seconds:.2f} s" ({how})'))
+                                  max(round(log.init_seconds, 2), 0.01),
+                                  f'startup log "{log.init_said}" ({how})'))
     s = log.stamps
     for name, a, b in (("log start -> weights loaded", "log_start", "weights_loaded"),
                        ("weights loaded -> engine ready", "weights_loaded", "engine_ready"),
@@ -319,7 +322,8 @@ def _sync_figure(summary: dict[str, Any] | None, given: bool, out: Measurement) 
             out.not_read[key] = f"the sync {source} -> {dest} copied nothing (the copy was complete already): no rate"
         return
     gbps = moved / seconds / GB
-    text = f"weight sync {source} -> {dest}: {moved / GB:,.1f} GB in {seconds:,.1f} s"
+    took = f"{seconds:,.1f}" if seconds >= 0.1 else _number(seconds)  # never 0.0 s, never 1e-05 s
+    text = f"weight sync {source} -> {dest}: {moved / GB:,.1f} GB in {took} s"
     if source.startswith("s3://") and "://" not in dest:
         out.figures.append(Figure(TTR_SECTION, COPY_GBPS_KEY, float(f"{gbps:.3g}"), text))
         out.not_read[hub_key] = f"the summary is of a mirror -> node copy ({source} -> {dest}), not a hub download"
@@ -357,11 +361,65 @@ def measure(log_text: str | None, metrics_text: str | None, sync_text: str | Non
     _sync_figure(parse_sync_summary(sync_text) if sync_text is not None else None, sync_text is not None, out)
     for name, why in OUT_OF_REACH.items():
         out.not_read[f"{TTR_SECTION}.{name}"] = why
+    _drop_figures_the_config_refuses(out)
     return out
 
 
+def _config_bound(section: str, name: str) -> tuple[Any, str]:
+    """The config field ``section.name`` (an alias) and its bounds as text (``more than 0, at most 86400``)."""
+    model = VllmConfig if section == VLLM_SECTION else TimeToReadyConfig
+    field_info = next(f for f in model.model_fields.values() if f.alias == name)
+    words = {"gt": "more than", "ge": "at least", "lt": "less than", "le": "at most"}
+    bounds = [f"{words[attr]} {_number(getattr(m, attr))}" for m in field_info.metadata for attr in words
+              if getattr(m, attr, None) is not None]
+    return field_info, ", ".join(bounds)
+
+
+def _drop_figures_the_config_refuses(out: Measurement) -> None:
+    """A figure outside what its config key takes (a log line of 1e23 s, a copy in 0.0000001 s) is a
+    misread or a damaged input, not a measurement: it moves to ``not_read`` with the value, its
+    source and the key's bounds (components/core/config/raw.py), and is not printed as a key."""
+    from pydantic import TypeAdapter, ValidationError
+
+    kept: list[Figure] = []
+    for f in out.figures:
+        if f.section is None:
+            kept.append(f)
+            continue
+        field_info, bounds = _config_bound(f.section, f.name)
+        try:
+            TypeAdapter(field_info.annotation).validate_python(f.value)
+            ok = all(_within(m, f.value) for m in field_info.metadata)
+        except ValidationError:
+            ok = False
+        if ok:
+            kept.append(f)
+        else:
+            out.not_read[f.key] = (f"read {_number(f.value)} from {f.source}: not a plausible figure (the key takes "
+                                   f"{bounds}): check the input")
+    out.figures = kept
+
+
+def _within(meta: Any, value: float) -> bool:
+    checks = (("gt", lambda b: value > b), ("ge", lambda b: value >= b), ("lt", lambda b: value < b),
+              ("le", lambda b: value <= b))
+    return all(test(getattr(meta, attr)) for attr, test in checks if getattr(meta, attr, None) is not None)
+
+
+def _number(value: float | int) -> str:
+    """``value`` with every digit and never an exponent (``1e-05`` -> ``0.00001``; ``1e+23`` is
+    refused before it gets here, as a figure no key takes)."""
+    from decimal import Decimal
+
+    if isinstance(value, int):
+        return str(value)
+    text = format(Decimal(repr(value)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _yaml_scalar(value: float | int) -> str:
-    return json.dumps(value)  # every digit, never an exponent a reader must convert (1.23457e+06)
+    text = _number(value)  # every digit, never an exponent a reader must convert (1.23457e+06)
+    return text if isinstance(value, int) or "." in text else f"{text}.0"
 
 
 def _comment(text: str, indent: str = "") -> list[str]:
@@ -410,6 +468,36 @@ def _read_text(path: str, flag: str) -> str:
         raise UsageError(f"{flag} {path!r}: cannot read it ({err.strerror or err})") from None
 
 
+# Words a key's variable is named with (VLLM_API_KEY, OPENAI_API_KEY, HF_TOKEN, ...): `--api-key-env PATH`
+# sent the search path to the server as a Bearer token.
+KEY_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "AUTH", "BEARER", "CREDENTIAL")
+# What an HTTP bearer token may hold (RFC 6750 section 2.1, b64token): no space, no ':' or '/' of a path list.
+BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def api_key_from_env(name: str, environ: Mapping[str, str]) -> str | None:
+    """The API key in the variable ``name`` (None when unset or empty: no key is sent).
+
+    Raises:
+        UsageError: ``name`` is not a key's variable (it names none of ``KEY_NAME_WORDS``: PATH,
+            HOME...), or its value is not a bearer token (RFC 6750 b64token; a path or a sentence),
+            or is shorter than the stack's minimum key (``API_KEY_MIN_CHARS``). The value is never shown.
+    """
+    if not any(word in name.upper() for word in KEY_NAME_WORDS):
+        raise UsageError(f"--api-key-env {name}: not the name of a key's variable (its value would be sent as the Bearer "
+                         f"token); name the variable that holds the API key, e.g. {DEFAULT_API_KEY_ENV}")
+    value = environ.get(name) or None
+    if value is None:
+        return None
+    if not BEARER_TOKEN.fullmatch(value) or value.startswith(("/", "~", ".")):
+        raise UsageError(f"--api-key-env {name}: its value is not an API key (a key is one word of letters, digits and "
+                         "-._~+/, not a path; this one has spaces, ':' or a path's start): not sent")
+    if len(value) < API_KEY_MIN_CHARS:
+        raise UsageError(f"--api-key-env {name}: its value is shorter than {API_KEY_MIN_CHARS} characters, the "
+                         "stack's minimum API key: not sent")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog=prog_name("scripts/ops/measure.py"),
                        description="Read a running server's measured figures (KV-cache tokens, engine start, weight-copy "
@@ -438,13 +526,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError("--log and --sync-json cannot both read standard input (-)")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.api_key_env):
         raise UsageError(f"--api-key-env {args.api_key_env!r}: expected an environment variable name")
+    api_key = api_key_from_env(args.api_key_env, os.environ) if args.metrics_url else None
     log_text = _read_text(args.log, "--log") if args.log else None
     sync_text = _read_text(args.sync_json, "--sync-json") if args.sync_json else None
     metrics_text = metrics_error = None
     if args.metrics_url:
         url = checked_url(args.metrics_url)
         try:
-            metrics_text = fetch_metrics(url, os.environ.get(args.api_key_env) or None)
+            metrics_text = fetch_metrics(url, api_key)
         except urllib.error.HTTPError as err:
             hint = (f": the server wants an API key (set {args.api_key_env} in the environment)"
                     if err.code in (401, 403) else "")

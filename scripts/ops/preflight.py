@@ -1634,6 +1634,17 @@ def _check_names(text: str) -> list[str]:
     return names
 
 
+def _nothing_checked_hint(spec: DeploymentSpec, checks: Sequence[Check], args: argparse.Namespace) -> str:
+    """What would let a run that checked nothing check something: ``--check-cluster`` only where the
+    stack runs Kubernetes and the cluster checks were asked for (it is a Kubernetes-only option; an
+    EC2 stack's `--only vllm-argv` was told to pass it), else the first skipped check's own reason."""
+    cluster_asked = args.only is None or any({"cluster", "gpu-nodes"} & set(names) for names in args.only)
+    if spec.profile.runs_kubernetes and cluster_asked and not args.check_cluster:
+        return "; pass --check-cluster to check the cluster"
+    skipped = next((c for c in checks if c.status == SKIP), None)
+    return f"; {skipped.name}: {skipped.reason}" if skipped is not None else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.kubeconfig is not None and not args.kubeconfig.is_file():
@@ -1686,8 +1697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif clients is not None and clients.unreachable and needed_aws:
         error = f"{clients.unreachable}: check the network or AWS_ENDPOINT_URL"
     elif verdict_code == EXIT_USAGE:
-        error = (f"nothing could be checked ({counts_text(counts)})"
-                 + ("; pass --check-cluster to check the cluster" if not args.check_cluster else ""))
+        error = f"nothing could be checked ({counts_text(counts)})" + _nothing_checked_hint(spec, checks, args)
     if error and code == EXIT_CHECK_FAILED:
         # A check that ran and failed (e.g. vllm-argv, offline) is the verdict; the AWS problem
         # that kept the other checks from running is said as a note, not in its place.

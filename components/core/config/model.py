@@ -65,6 +65,11 @@ def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: li
         raise ConfigError("model.revision", rev, f"{problem}: a revision is a 40-hex commit, or in a trial a branch or tag name")
     if re.fullmatch(r"[0-9a-fA-F]{40}", rev) and not COMMIT_RE.match(rev):
         raise ConfigError("model.revision", rev, "is a commit in upper case: write it in lower case as the hub does")
+    if re.fullmatch(r"[0-9a-fA-F]{30,39}|[0-9a-fA-F]{41,50}", rev):
+        # A commit cut or run on when copied: no branch is named with 30 or more hex digits.
+        off = len(rev) - 40
+        count = f"{abs(off)} hex digit{'s' if abs(off) != 1 else ''} {'short of' if off < 0 else 'more than'}"
+        raise ConfigError("model.revision", rev, f"has {len(rev)} hex digits, {count} a commit (40): copy the whole commit")
     if not COMMIT_RE.match(rev):
         if raw.environment != "trial":
             raise ConfigError(

@@ -31,10 +31,14 @@ def check_phase(raw: RawConfig, platform: PlatformProfile) -> None:
         return
     mirror = raw.storage.mirror
     if not mirror.enabled:
+        # Off AWS the stack creates no bucket: say what a mirror takes there (mi355x ships without one).
+        how = ("set storage.mirror.enabled: true" if platform.provisions_aws else
+               f"on platform {raw.platform} an existing bucket: storage.mirror {{enabled: true, create: false, bucketName, "
+               "region} and kubernetes.mirrorCredentials (docs/kubernetes.md)")
         raise ConfigError(
             "phase", raw.phase,
-            "needs the S3 mirror (storage.mirror.enabled is false): staging fills the mirror; without one the "
-            "weights are copied from the hub on the GPU node at serve (use phase: serve)",
+            f"needs the S3 mirror (storage.mirror.enabled is false) for staging to fill: {how}; without one the weights "
+            "are copied from the hub on the GPU node at serve (use phase: serve)",
         )
     if not platform.provisions_aws and (mirror.create or not mirror.bucket_name):
         raise ConfigError(
