@@ -7,11 +7,11 @@ namespace (``LIVE_NAMESPACES``), plus the same PodMonitor in another team's name
 replays prometheus-operator's relabeling over the pods the stack renders (``tests/live_prometheus``),
 so the queries' ``namespace``/``pod``/``model_name`` matchers meet the labels a cluster scrape gives.
 It also loads every stack's PrometheusRule groups. The load is ``LOAD_CONCURRENCY`` streams of
-chat completions until the scaling signals show the load in every namespace (at most
-``LOAD_MAX_SECONDS``).
+long-prompt chat completions that keep requests running and waiting in the engine at every step, until
+the scaling signals show the load in every namespace (at most ``LOAD_MAX_SECONDS``).
 
-Timings (Prometheus start to ready, to the first scrape of every target) are printed by
-``test_live_tier_timings``.
+Timings (Prometheus start to ready, to the first scrape of every target, to the signals) and each
+namespace's scrapes during the load are printed by ``test_live_tier_timings``.
 """
 
 from __future__ import annotations
@@ -52,21 +52,30 @@ DEPLOYMENT_POD = "kimi-vllm-7d9f8c6b5-x2k4q"
 # and still puts a sample in every 30 s step of the scaling queries.
 SCRAPE_INTERVAL = "15s"
 SCRAPE_INTERVAL_SECONDS = 15
-# Eight streams, not four: on 2 loaded cores the server answers /metrics when its event loop is free,
-# which is when no stream is being sent; with four streams the engine was often idle then (all four
-# replies generated, their chunks still draining), and one namespace's scrapes read 0 running for the
-# whole window. With eight, the engine has requests while the others drain.
+# The load keeps requests queued in the engine, so any scrape at any moment sees them. Each of the
+# LOAD_CONCURRENCY workers sends a prompt of LOAD_PROMPT_TOKENS tokens longer than the engine's step
+# budget (the CPU build's default max_num_batched_tokens, 2,048: vllm/engine/arg_utils.py, "cpu specific
+# default values"): a prefill takes several engine steps, and while a running request uses the whole
+# budget the V1 scheduler admits no waiting one (vllm/v1/core/sched/scheduler.py ``schedule``: the
+# waiting loop runs while ``token_budget > 0``). So requests run and wait in the engine at every step,
+# with no gap between one request's end and the next one's start, and the frontend has only
+# LOAD_MAX_TOKENS tokens per request to stream. Measured on this machine (load 6-10, 60 s, /metrics read
+# every second): 40 requests served, running 3-4 and waiting 4-5 in 59 of 60 reads (the first before the
+# load), /metrics in 0.01-0.12 s. The load before (eight streams of 2,000-3,200 generated tokens each, EOS
+# ignored) kept the engine busy only while its replies were streamed: waiting 0 in every read, and on a
+# loaded machine the server answered /metrics late (up to 44 s) and when its event loop was free, i.e. when
+# no reply streamed and the engine was idle, so one namespace's scrapes read 0 running for the whole window.
 LOAD_CONCURRENCY = 8
+LOAD_PROMPT_TOKENS = 12_000  # the tiny model's tokenizer is byte level: one token per character
+LOAD_MAX_TOKENS = 16
 # The load runs until every namespace's scaling signals show it (the queries sample at 30 s steps) and
 # every target has been scraped busy once more after that (the dashboard window ends in load). These
 # bounds are guards against a hung engine or Prometheus, not windows: each wait ends when its
-# condition holds. A run took 34-62 s of load on 2 cores (docs/testing.md).
+# condition holds.
 LOAD_MAX_SECONDS = 600
-# Tokens per request by stream: staggered lengths keep requests running between completions. Long
-# enough that each request stays in the engine for seconds: the scaling queries sample at 30 s steps,
-# and with 40-88 tokens the tiny model finished each in a fraction of a second, so most samples read
-# an idle engine (1,812 requests served, busy replicas seen in one namespace of three in 180 s).
-LOAD_MAX_TOKENS = (2000, 2400, 2800, 3200)
+# One request's bound: it waits behind the others in the engine (seconds each when quiet, more on a
+# loaded machine).
+LOAD_REQUEST_TIMEOUT_SECONDS = 300
 FIRST_SCRAPE_TIMEOUT_SECONDS = 60
 SIGNAL_TIMEOUT_SECONDS = LOAD_MAX_SECONDS
 # After the load: every target scraped once more (the last requests' counters and histograms).
@@ -104,23 +113,35 @@ class LoadReport:
     ended_at: float = 0.0  # unix seconds
 
 
+def load_prompt(worker: int, request: int) -> str:
+    """The prompt of ``worker``'s ``request``-th request: ``LOAD_PROMPT_TOKENS`` characters that begin
+    with both numbers, so no two requests share more than the chat template's prefix (the server runs
+    with ``--enable-prefix-caching``: a repeated prompt would be served from the cache, without a prefill)."""
+    head = f"load {worker}.{request}: "
+    return head + "abcdefghij" * ((LOAD_PROMPT_TOKENS - len(head)) // 10)
+
+
 def drive_load(server: Any, stop: threading.Event, report: LoadReport | None = None) -> LoadReport:
     """``LOAD_CONCURRENCY`` workers send streamed chat completions until ``stop`` (bounded by
-    ``LOAD_MAX_SECONDS``); worker i's requests ask for ``LOAD_MAX_TOKENS[i]`` tokens, EOS ignored.
-    ``report`` (filled as requests end) lets a caller read the counts while the load runs."""
+    ``LOAD_MAX_SECONDS``): each a prompt of ``LOAD_PROMPT_TOKENS`` tokens (``load_prompt``) and
+    ``LOAD_MAX_TOKENS`` tokens asked for, EOS ignored. ``report`` (filled as requests end) lets a
+    caller read the counts while the load runs."""
     import openai
 
-    client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, timeout=120, max_retries=0)
+    client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, timeout=LOAD_REQUEST_TIMEOUT_SECONDS,
+                           max_retries=0)
     report = report if report is not None else LoadReport()
     lock = threading.Lock()
     began = time.monotonic()
 
     def worker(i: int) -> None:
+        sent = 0
         while not stop.is_set() and time.monotonic() - began < LOAD_MAX_SECONDS:
+            sent += 1
             try:
                 stream = client.chat.completions.create(
-                    model=server.served_model_name, max_tokens=LOAD_MAX_TOKENS[i % len(LOAD_MAX_TOKENS)], stream=True,
-                    messages=[{"role": "user", "content": f"load {i}: count to fifty"}],
+                    model=server.served_model_name, max_tokens=LOAD_MAX_TOKENS, stream=True,
+                    messages=[{"role": "user", "content": load_prompt(i, sent)}],
                     extra_body={"ignore_eos": True},
                 )
                 for _ in stream:
@@ -149,6 +170,7 @@ class Live:
     timings: dict[str, float]
     peak: dict[str, dict[str, float]]
     window: tuple[float, float]
+    scrapes: dict[str, ScrapeRecord]  # by namespace, from the load's start to its end
 
 
 def queries_of(run) -> dict[str, str]:
@@ -167,6 +189,43 @@ def scraped_since(prometheus: Prometheus, since: float, busy: bool = False) -> b
     return len({(r["metric"]["namespace"], r["metric"]["pod"]) for r in result}) == len(LIVE_NAMESPACES) + 1
 
 
+@dataclass(frozen=True)
+class ScrapeRecord:
+    """One namespace's scrapes of the server between two instants: ``samples`` are ``(seconds after
+    the start, requests running, requests waiting)``, one per scrape, at the scrape's own timestamp."""
+
+    samples: tuple[tuple[float, float, float], ...]
+
+    def first_busy_seconds(self) -> float | None:
+        """Seconds from the start to the first scrape that saw a request running (None: none did)."""
+        return next((t for t, running, _ in self.samples if running > 0), None)
+
+    def summary(self) -> str:
+        busy = sum(1 for _, running, _ in self.samples if running > 0)
+        queued = sum(1 for _, _, waiting in self.samples if waiting > 0)
+        first = self.first_busy_seconds()
+        return (f"{len(self.samples)} scrapes, {busy} saw running, {queued} saw waiting, first busy at "
+                + ("never" if first is None else f"{first:.1f} s"))
+
+
+def scrape_records(prometheus: Prometheus, since: float, until: float) -> dict[str, ScrapeRecord]:
+    """Each namespace's scrapes between ``since`` and ``until`` (unix seconds), from the stored
+    samples of ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (a range selector
+    returns each sample with its scrape's timestamp)."""
+    window = f"{max(int(until - since), 1)}s"
+    by_name: dict[str, dict[str, dict[float, float]]] = {}
+    for name in (m.VLLM_NUM_REQUESTS_RUNNING, m.VLLM_NUM_REQUESTS_WAITING):
+        for series in prometheus.query(f"{name}[{window}]", at=until)["result"]:
+            values = {float(t): float(v) for t, v in series["values"]}
+            by_name.setdefault(series["metric"].get("namespace", "?"), {})[name] = values
+    out = {}
+    for namespace, values in by_name.items():
+        running = values.get(m.VLLM_NUM_REQUESTS_RUNNING, {})
+        waiting = values.get(m.VLLM_NUM_REQUESTS_WAITING, {})
+        out[namespace] = ScrapeRecord(tuple((round(t - since, 1), running[t], waiting.get(t, 0.0)) for t in sorted(running)))
+    return out
+
+
 def load_story(prometheus: Prometheus, server: Any, so_far: LoadReport, since: float) -> str:
     """What the load, the scrapes and the server did since ``since``: for a failure message. Per
     namespace, the scrapes since then (``up`` samples), those that failed and the most requests a
@@ -181,7 +240,10 @@ def load_story(prometheus: Prometheus, server: Any, so_far: LoadReport, since: f
             per_ns.setdefault(r["metric"].get("namespace", "?"), {})[label] = float(r["value"][1])
     tail = " | ".join(server.log_path.read_text(errors="replace").splitlines()[-8:]) \
         if server.log_path.exists() else "(no server log)"
-    return (f"scrapes by namespace {per_ns}; targets {prometheus.targets_health()}; load so far: {so_far.ok} served, "
+    samples = {ns: [f"{t:g}s:{r:g}/{w:g}" for t, r, w in record.samples]
+               for ns, record in scrape_records(prometheus, since, time.time()).items()}
+    return (f"scrapes by namespace {per_ns}; each scrape (seconds after the load began: running/waiting) {samples}; "
+            f"targets {prometheus.targets_health()}; load so far: {so_far.ok} served, "
             f"{len(so_far.failed)} failed {so_far.failed[:3]}; server log tail: {tail[-1500:]}")
 
 
@@ -236,12 +298,13 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
                         if len(result) == 1:
                             peak[name][signal] = max(peak[name].get(signal, 0.0), float(result[0]["value"][1]))
                 # every signal read (a new series shows in the 30 s subquery steps after the next step),
-                # and the load seen as busy replicas and KV-cache use in every namespace
-                return all(len(p) == 3 and p["busy-replicas"] >= 1 and p["kv-cache"] > 0 for p in peak.values())
+                # and the load seen as queued requests, busy replicas and KV-cache use in every namespace
+                return all(len(p) == 3 and p["queue"] > 0 and p["busy-replicas"] >= 1 and p["kv-cache"] > 0
+                           for p in peak.values())
 
             try:
                 timings["signals_seen_seconds"] = prometheus.wait_for(
-                    "busy replicas and KV-cache use under load", busy_everywhere, SIGNAL_TIMEOUT_SECONDS, 1.0)
+                    "queue, busy replicas and KV-cache use under load", busy_everywhere, SIGNAL_TIMEOUT_SECONDS, 1.0)
                 # then every target scraped busy once more: the dashboard's window ends in load
                 seen_at = time.time()
 
@@ -261,8 +324,9 @@ def live(real_vllm_server, tmp_path_factory) -> Any:
                             SCRAPED_AFTER_TIMEOUT_SECONDS, 1.0)
         timings["load_seconds"] = load.seconds
         timings["fixture_seconds"] = time.monotonic() - tier_began
+        scrapes = scrape_records(prometheus, window_start, load.ended_at)
         yield Live(prometheus, runs, live_run(DASHBOARD_STACK, served, "hpa"), served, load, timings, peak,
-                   (window_start, time.time()))
+                   (window_start, time.time()), scrapes)
     finally:
         prometheus.stop()
 
@@ -319,7 +383,8 @@ def test_every_keda_trigger_reads_one_value_and_sees_the_load(live, name):
     peak = live.peak[name]
     # one replica in this namespace although the same server is scraped in four
     assert peak["busy-replicas"] == 1 and 0 < peak["kv-cache"] <= 1, peak
-    assert peak["queue"] >= 0
+    # the load holds requests in the engine's queue: the queue signal reads them in every namespace
+    assert peak["queue"] >= 1, peak
 
 
 def test_every_hpa_adapter_rule_reads_one_value(live):
@@ -404,8 +469,18 @@ def test_dashboard_picture_from_the_live_series(live, tmp_path):
 def test_live_tier_timings(live, capsys):
     with capsys.disabled():
         print("\nlive Prometheus tier: " + ", ".join(f"{k} {v:.1f}" for k, v in live.timings.items())
-              + f"; {live.load.ok} requests served")
+              + f"; {live.load.ok} requests served; scrapes during the load: "
+              + "; ".join(f"{ns} {record.summary()}" for ns, record in sorted(live.scrapes.items())))
     assert live.timings["prometheus_ready_seconds"] < 60
+
+
+def test_every_load_request_needs_several_engine_steps_and_none_repeats_a_prompt():
+    """A prompt within one engine step (2,048 tokens on CPU) would let every waiting request in at
+    once, and a repeated prompt is served from the prefix cache without a prefill: either way the
+    engine empties its queue between scrapes."""
+    prompts = [load_prompt(worker, request) for worker in range(LOAD_CONCURRENCY) for request in (1, 2, 10)]
+    assert min(len(p) for p in prompts) >= 2 * 2048
+    assert len({p[:32] for p in prompts}) == len(prompts)
 
 
 def test_the_tier_waits_on_conditions_not_for_fixed_times():
