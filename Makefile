@@ -84,9 +84,8 @@ iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the
 	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
 # The live Prometheus tier (tests/test_prometheus_live.py) runs last, in a pytest process of its own
-# with a vLLM server of its own, when no other tier (nor the VM images' background build) loads the 2
-# cores: under load its scrapes of the CPU server are answered late and one stack's signals may read
-# 0 for the whole window (docs/testing.md, "The live Prometheus tier").
+# with a vLLM server of its own: its load (requests held in that server's queue) and the counters it
+# reads touch no other tier's server (docs/testing.md, "The live Prometheus tier").
 TEST_ENV = KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python
 LIVE_TIER = tests/test_prometheus_live.py
 

@@ -192,9 +192,11 @@ def scraped_since(prometheus: Prometheus, since: float, busy: bool = False) -> b
 @dataclass(frozen=True)
 class ScrapeRecord:
     """One namespace's scrapes of the server between two instants: ``samples`` are ``(seconds after
-    the start, requests running, requests waiting)``, one per scrape, at the scrape's own timestamp."""
+    the start, requests running, requests waiting)``, one per scrape, at the scrape's own timestamp;
+    ``longest_scrape_seconds`` is the slowest of those scrapes (Prometheus' ``scrape_duration_seconds``)."""
 
     samples: tuple[tuple[float, float, float], ...]
+    longest_scrape_seconds: float = 0.0
 
     def first_busy_seconds(self) -> float | None:
         """Seconds from the start to the first scrape that saw a request running (None: none did)."""
@@ -205,16 +207,16 @@ class ScrapeRecord:
         queued = sum(1 for _, _, waiting in self.samples if waiting > 0)
         first = self.first_busy_seconds()
         return (f"{len(self.samples)} scrapes, {busy} saw running, {queued} saw waiting, first busy at "
-                + ("never" if first is None else f"{first:.1f} s"))
+                + ("never" if first is None else f"{first:.1f} s") + f", longest {self.longest_scrape_seconds:.2f} s")
 
 
 def scrape_records(prometheus: Prometheus, since: float, until: float) -> dict[str, ScrapeRecord]:
     """Each namespace's scrapes between ``since`` and ``until`` (unix seconds), from the stored
-    samples of ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (a range selector
-    returns each sample with its scrape's timestamp)."""
+    samples of ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` and ``scrape_duration_seconds``
+    (a range selector returns each sample with its scrape's timestamp)."""
     window = f"{max(int(until - since), 1)}s"
     by_name: dict[str, dict[str, dict[float, float]]] = {}
-    for name in (m.VLLM_NUM_REQUESTS_RUNNING, m.VLLM_NUM_REQUESTS_WAITING):
+    for name in (m.VLLM_NUM_REQUESTS_RUNNING, m.VLLM_NUM_REQUESTS_WAITING, "scrape_duration_seconds"):
         for series in prometheus.query(f"{name}[{window}]", at=until)["result"]:
             values = {float(t): float(v) for t, v in series["values"]}
             by_name.setdefault(series["metric"].get("namespace", "?"), {})[name] = values
@@ -222,7 +224,9 @@ def scrape_records(prometheus: Prometheus, since: float, until: float) -> dict[s
     for namespace, values in by_name.items():
         running = values.get(m.VLLM_NUM_REQUESTS_RUNNING, {})
         waiting = values.get(m.VLLM_NUM_REQUESTS_WAITING, {})
-        out[namespace] = ScrapeRecord(tuple((round(t - since, 1), running[t], waiting.get(t, 0.0)) for t in sorted(running)))
+        durations = values.get("scrape_duration_seconds", {})
+        out[namespace] = ScrapeRecord(tuple((round(t - since, 1), running[t], waiting.get(t, 0.0)) for t in sorted(running)),
+                                      max(durations.values(), default=0.0))
     return out
 
 
