@@ -92,6 +92,11 @@ def option_table() -> dict[str, Any]:
     for group in serve._action_groups:
         for action in group._group_actions:
             group_of[id(action)] = group.title or ""
+    # Every option string argparse resolves, the hidden ones too (EnableDisableAction registers
+    # --no-enable-* in _option_string_actions only, vllm/utils/argparse_utils.py).
+    strings: dict[int, list[str]] = {}
+    for option, action in serve._option_string_actions.items():
+        strings.setdefault(id(action), []).append(option)
     rows = []
     for action in serve._actions:
         group = group_of.get(id(action), "")
@@ -99,7 +104,7 @@ def option_table() -> dict[str, Any]:
         nargs = action.nargs
         rows.append({
             "dest": action.dest,
-            "options": list(action.option_strings),
+            "options": list(action.option_strings) + sorted(set(strings.get(id(action), [])) - set(action.option_strings)),
             "action": type(action).__name__,
             "nargs": nargs if nargs is None or isinstance(nargs, (int, str)) else str(nargs),
             "type": _type_name(action.type),
