@@ -92,7 +92,7 @@ OWNED_DESTS: Mapping[str, OwnedDest] = MappingProxyType({
     "reasoning_parser": OwnedDest(("--reasoning-parser",), _MODEL),
     # What the plan sizes and the probes reach: the loader the weight-load time models, the TCP listener,
     # the checkpoint's own number formats, the attention backend the KV layout is computed for
-    # (components/core/kv_layout.py), DCP's all-to-all backend. (--middleware is appended to: the API guard stays.)
+    # (components/core/kv_layout.py), DCP's all-to-all backend. (--middleware is refused with its reason: REFUSED_VALUES.)
     "load_format": OwnedDest(("--load-format",), "the plan models the recipe's loader (fastsafetensors) over the "
                                                   "synced weights; another loader serves or times something else"),
     "uds": OwnedDest(("--uds",), "the server listens on TCP vllm.port, which the probes, the Service and validate reach"),
@@ -283,8 +283,8 @@ REFUSED_VALUES: Mapping[str, tuple[frozenset[str] | None, str]] = MappingProxyTy
     "ssl_ca_certs": (None, "asks clients for TLS certificates (entry.py l.153-156): " + _HTTP_OWNED),
     "middleware": (None, (
         "adds ASGI middleware by import path after the toolkit's API guard, and Starlette runs the last added first "
-        "(vllm/entrypoints/serve/middleware/register.py l.65-71): it would see every request, its key included, "
-        "before the guard; the guard owns --middleware")),
+        "(vllm/entrypoints/serve/middleware/register.py l.65-71; starlette/applications.py add_middleware inserts at 0): "
+        "it would see every request, its key included, before the guard; the guard owns --middleware")),
 })
 
 # Values vLLM 0.34.0 takes without error that leave this product without an API server (no config
@@ -366,7 +366,8 @@ def _check_value(arg: str, action: ParserAction, option: str, value: str) -> Non
         try:
             json.loads(value)
         except ValueError:
-            raise ConfigError("vllm.extraArgs", shown, f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) must be JSON") from None
+            raise ConfigError("vllm.extraArgs", shown,
+                              f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) must be JSON") from None
     if number is None:
         return
     checks = [(action.bounds, f"vLLM 0.34.0's {action.group}", "")]

@@ -19,11 +19,10 @@ from ..kv_layout import (
 from ..model import ModelProfile
 from ..scheduler_limits import check_scheduler_limits, scheduler_limits, sized_values
 from ..targets import TargetProfile
-from ..vllm_options import OWNED_DESTS, check_parser_args, owned_option
 from ..versions import VLLM_MASTER_PORT
+from ..vllm_options import OWNED_DESTS, check_parser_args, owned_option
 from .patterns import IMAGE_RE, IMAGE_TAG_RE
 from .raw import RawConfig
-
 
 # Linux's default net.ipv4.ip_local_port_range (kernel Documentation/networking/ip-sysctl.rst, 2026-12).
 EPHEMERAL_PORTS = (32_768, 60_999)
