@@ -1,5 +1,7 @@
-"""The `vllm serve` options the toolkit owns, by argparse destination, and how vLLM's own parser
-reads a spelling of them (pure data and one function; no vLLM import: the core never imports it).
+"""The `vllm serve` options of the pinned vLLM: the ones the toolkit owns, by argparse destination,
+how vLLM's own parser reads a spelling of them, every option of that parser as a recorded table
+(``data/vllm_serve_options.json``) with ``vllm.extraArgs`` read against it, and the options this
+product refuses with their reasons (no vLLM import: the core never imports it).
 
 ``vllm.extraArgs`` is appended after the toolkit's flags, and argparse keeps the last value: an
 extra argument that vLLM's parser maps to a destination the toolkit sets would silently replace
