@@ -272,6 +272,9 @@ PARSER_REFUSES = [
     (["--watermark", "1.0"], r"'--watermark 1.0' is refused by vLLM 0.34.0's SchedulerConfig: .*less than 1.0"),
     (["--max-num-scheduled-tokens", "0"], r"SchedulerConfig: --max-num-scheduled-tokens .*at least 1"),
     (["--", "--seed", "1"], r"'--' ends the options"),
+    (["--compilation-config", '{"nonsense_key": 1}'], r"--compilation-config \(compilation_config\) has no field 'nonsense_key'"),
+    (["--compilation-config.mod", "3"], r"has no field 'mod'; did you mean mode\?"),
+    (["-cc", "nope"], r"must be a JSON object"),
 ]
 
 

@@ -998,7 +998,11 @@ PARSER_CORPUS = [
     ["--enable-chunked-prefill", "--max-num-batched-tokens", "16K"], ["--no-enable-chunked-prefill"],
     ["--uvicorn-log-level", "debug"], ["--api-server-count", "two"], ["--watermark", "0.5"], ["--block-size", "x"],
     ["--allowed-origins", '["https://a.example"]'], ["--allowed-origins", "not json"],
+    ["--compilation-config", '{"nonsense_key": 1}'], ["--compilation-config.mod", "3"], ["--compilation-config", "nope"],
+    ["--compilation-config", '{"max_cudagraph_capture_size": 16k}'], ["-cc", '{"cudagraph_mode": "FULL_DECODE_ONLY"}'],
 ]
+# Not predicted offline (the table holds a JSON option's keys, not its fields' types): a field value its
+# config dataclass refuses, e.g. --compilation-config '{"mode": 9}'; preflight's vllm-argv check runs it.
 
 
 def test_the_plan_refuses_exactly_the_extra_args_the_pinned_parser_refuses():

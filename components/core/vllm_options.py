@@ -213,6 +213,7 @@ class ParserAction:
         choices: the values allowed, or None.
         bounds: ``ge``/``gt``/``le``/``lt`` the config class puts on the field.
         group: the argparse group, named after the config class (``SchedulerConfig``) or ``Frontend``.
+        keys: the fields a JSON-object option's config dataclass takes (vLLM refuses other keys), or None.
     """
 
     dest: str
@@ -223,6 +224,7 @@ class ParserAction:
     choices: tuple[str, ...] | None
     bounds: Mapping[str, float]
     group: str
+    keys: frozenset[str] | None
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,7 @@ def option_table() -> OptionTable:
             dest=row["dest"], options=tuple(row["options"]), action=row["action"], nargs=row["nargs"],
             type=row["type"], choices=None if row["choices"] is None else tuple(str(c) for c in row["choices"]),
             bounds=MappingProxyType(dict(row["bounds"])), group=row["group"],
+            keys=None if row.get("keys") is None else frozenset(row["keys"]),
         )
         for option in action.options:
             by_option[option] = action
@@ -344,6 +347,31 @@ def _number(type_name: str, value: str) -> float | None:
     return int(value) if base == "int" else float(value)
 
 
+# vLLM expands human-readable numbers inside a JSON value before validating it
+# (vllm/engine/arg_utils.py _expand_json_human_readable_numbers): 16k is read as a number there.
+_JSON_HUMAN_NUMBER = re.compile(r"(?<=[:\[,\s])\d+(?:\.\d+)?[kKmMgGtT](?=[\s,\]}])")
+
+
+def _check_json_keys(shown: str, action: ParserAction, option: str, value: str) -> None:
+    """A JSON-object option's value: a JSON object whose keys its config dataclass has.
+
+    Raises:
+        ConfigError: not a JSON object, or a key the dataclass does not take (with a did-you-mean).
+    """
+    keys = action.keys or frozenset()
+    try:
+        parsed = json.loads(_JSON_HUMAN_NUMBER.sub("0", value))
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigError("vllm.extraArgs", shown, f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) must be a "
+                                                   "JSON object (or its keys one by one: --flag.key value)")
+    unknown = sorted(set(parsed) - keys)
+    if unknown:
+        raise ConfigError("vllm.extraArgs", shown, f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) has no field "
+                                                   f"{unknown[0]!r}{did_you_mean(unknown[0], keys)} ({len(keys)} fields)")
+
+
 def _check_value(arg: str, action: ParserAction, option: str, value: str) -> None:
     """Choices, the value's type and the config class's bounds (then ``PRODUCT_BOUNDS``).
 
@@ -355,6 +383,9 @@ def _check_value(arg: str, action: ParserAction, option: str, value: str) -> Non
     if action.choices is not None and value not in action.choices:
         raise ConfigError("vllm.extraArgs", shown, f"is not a choice of {option} in {PARSER_SOURCE} "
                                                    f"(allowed: {', '.join(action.choices)})")
+    if action.keys is not None and not ((action.type or "").startswith("optional:") and value in ("", "None")):
+        _check_json_keys(shown, action, option, value)
+        return
     number: float | None = None
     if base in ("int", "float", "human_readable_int"):
         try:
@@ -443,6 +474,11 @@ def check_parser_args(extra_args: Sequence[str]) -> dict[str, tuple[str, tuple[s
                 raise ConfigError("vllm.extraArgs", arg, f"is missing its value: {option} takes "
                                                          f"{'one or more values' if nargs == '+' else 'one value'} "
                                                          f"in {PARSER_SOURCE} (give it as the next item or --flag=value)")
+        if dotted and action.keys is not None:
+            key = arg.split("=", 1)[0].split(".", 2)[1]
+            if key not in action.keys:
+                raise ConfigError("vllm.extraArgs", arg, f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) has no "
+                                                         f"field {key!r}{did_you_mean(key, action.keys)}")
         if not dotted:
             for value in values:
                 _check_value(arg, action, option, value)

@@ -12,7 +12,8 @@ The table (``components/core/data/vllm_serve_options.json``) holds one row per a
 the parser: ``dest``, every ``options`` string (hidden spellings such as ``--no-enable-*``
 included), ``action`` (argparse's class name), ``nargs``, ``type`` (the value parser's name;
 ``optional:int`` for vLLM's ``optional_type(int)``, which also takes ``""`` and ``"None"``),
-``choices`` and ``bounds``: the ``ge``/``gt``/``le``/``lt`` constraints the option's config class
+``choices``, ``keys`` (the fields a JSON-object option's config dataclass takes; vLLM refuses
+others) and ``bounds``: the ``ge``/``gt``/``le``/``lt`` constraints the option's config class
 puts on its field (pydantic ``Field(ge=1)`` and the like; the argparse group of an option is named
 after its config class). ``tests/test_vllm_contract.py`` runs this script and fails when its output
 and the recorded table differ, so the table cannot go stale; ``components/core/vllm_options.py``
@@ -58,6 +59,26 @@ def _type_name(value_type: Any) -> str | None:
     if name == "_parse_type" and inner is not None:
         return "parse:" + (_type_name(inner) or "?")
     return name
+
+
+def _json_keys(value_type: Any) -> list[str] | None:
+    """The fields a JSON-object option takes: vLLM's ``parse_dataclass`` validates the value as its
+    config dataclass (``TypeAdapter(cls).validate_json``, vllm/engine/arg_utils.py), which refuses
+    any other key. None for other value parsers."""
+    seen = 0
+    while value_type is not None and seen < 4:
+        seen += 1
+        if getattr(value_type, "__name__", "") == "parse_dataclass":
+            cls = (getattr(value_type, "__defaults__", None) or (None,))[0]
+            fields = getattr(cls, "__pydantic_fields__", None)
+            if fields is None and cls is not None:
+                import dataclasses
+
+                fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+            return sorted(fields) if fields is not None else None
+        cells = [c.cell_contents for c in getattr(value_type, "__closure__", None) or () if callable(c.cell_contents)]
+        value_type = cells[0] if cells else None
+    return None
 
 
 def _bounds(config_class: Any, dest: str) -> dict[str, Any]:
@@ -110,6 +131,7 @@ def option_table() -> dict[str, Any]:
             "type": _type_name(action.type),
             "choices": None if action.choices is None else [_jsonable(c) for c in action.choices],
             "bounds": _bounds(config_class, action.dest) if config_class is not None else {},
+            "keys": _json_keys(action.type),
             "group": group,
         })
     return {
