@@ -88,7 +88,7 @@ def test_extra_args_tp_names_where_the_layout_comes_from():
         ["-dc", "{}"],  # --diffusion-config: an exact option wins over being a prefix of -dcp
         ["--compilation-config.mode", "3"],
         ["--override-generation-config", '{"temperature": 0.6}'],
-        ["--middleware", "my.Extra"],  # appended after the API guard, not in place of it
+        ["--disable-log-requests"],  # --middleware is refused: added after the guard, it runs before it (test_vllm_command)
     ],
 )
 def test_extra_args_accept_options_the_toolkit_does_not_own(args):

@@ -212,6 +212,7 @@ def test_every_key_printed_is_one_the_stack_config_takes(stack, monkeypatch):
     """The printed YAML, as the offline overlay (set the way `pulumi config set --path` sets it),
     validates for the stack, and its spec then holds the measured values."""
     from components.core.config.stack_file import CONFIG_OVERLAY_ENV
+    from components.core.errors import ConfigError
     from components.core.load import load_stack
 
     text = _summary("s3://mirror/m", "/models/m", 10**12, 400.0)
@@ -219,8 +220,14 @@ def test_every_key_printed_is_one_the_stack_config_takes(stack, monkeypatch):
     printed = yaml.safe_load(measure.render_yaml(m))["config"]
     assert printed == m.overlay()
     monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps(printed))
+    # The CPU server's KV figure (a tiny model) is more than the target's 8 GPUs hold for K3.1: refused
+    # (sizing.check_measured_kv_tokens); a figure they can hold is taken.
+    with pytest.raises(ConfigError, match=f"vllm.kvCacheTokens: {CPU_KV_TOKENS} is more than 8x .* can hold"):
+        load_stack(stack)
+    printed["kimi-deploy:vllm"]["kvCacheTokens"] = 2_250_000
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps(printed))
     config = load_stack(stack).config
-    assert config.vllm.kv_cache_tokens == CPU_KV_TOKENS
+    assert config.vllm.kv_cache_tokens == 2_250_000
     assert config.time_to_ready.engine_init_seconds == CPU_INIT_SECONDS and config.time_to_ready.copy_gbps == 2.5
 
 

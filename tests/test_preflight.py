@@ -558,13 +558,15 @@ def test_vllm_argv_runs_the_stacks_command_through_the_real_parser(tmp_path):
     good = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "mi355x", ["--max-num-seqs", "64"]), python)
     assert good.status in ("pass", "warn"), good.reason
     assert "server command" in good.reason
-    bad = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "mi355x", ["--max-num-seqz", "64"]), python)
-    assert bad.status == "fail" and "--max-num-seqz" in bad.reason and "server command" in bad.reason
-    bad_value = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "b300", ["--seed", "many"]), python)
-    assert bad_value.status == "fail" and "many" in bad_value.reason
-    # A value that changes the sizing is refused earlier, at load, in one line (config/vllm.py).
-    with pytest.raises(ConfigError, match="max_num_seqs must be a whole number"):
+    # What the recorded parser table refuses is refused earlier, at load, in one line (vllm_options.py).
+    with pytest.raises(ConfigError, match="did you mean --max-num-seqs"):
+        _stack_with_extra_args(tmp_path, "mi355x", ["--max-num-seqz", "64"])
+    with pytest.raises(ConfigError, match=r"max_num_seqs\) must be a whole number"):
         _stack_with_extra_args(tmp_path, "b300", ["--max-num-seqs", "many"])
+    # A field value of a JSON option (the table holds its keys, not their types) reaches the real parser.
+    bad = preflight.check_vllm_argv(_stack_with_extra_args(tmp_path, "mi355x", ["--compilation-config", '{"mode": 9}']),
+                                    python)
+    assert bad.status == "fail" and "CompilationConfig" in bad.reason and "server command" in bad.reason
     multi = preflight.check_vllm_argv(load_stack("gb300", now=FIXED_NOW), python)
     assert multi.status in ("pass", "warn") and "leader, worker" in multi.reason, multi.reason
 
@@ -578,12 +580,12 @@ def test_vllm_argv_parser_that_cannot_run_is_unknown(tmp_path):
 
 
 def test_a_failed_offline_check_is_the_verdict_without_aws_credentials(tmp_path):
-    """A misspelt vllm.extraArgs flag fails vllm-argv offline: without AWS credentials the result is
+    """A vllm.extraArgs value only the real parser refuses fails vllm-argv offline: without AWS credentials the result is
     FAILED (exit 1) naming it, and the missing credentials are a note, not "NOT CHECKED" (exit 2)."""
     from tests.vllm_contract import require_vllm_python
 
     python = require_vllm_python()
-    _stack_with_extra_args(tmp_path, "b300", ["--max-num-seqz", "64"])
+    _stack_with_extra_args(tmp_path, "b300", ["--compilation-config", '{"mode": 9}'])
     stack_dir = REPO_ROOT / "stacks"
     name = "t-preflight-failed"
     target = stack_dir / f"Pulumi.{name}.yaml"
@@ -596,7 +598,7 @@ def test_a_failed_offline_check_is_the_verdict_without_aws_credentials(tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     report = json.loads(out.stdout)
     checks = {c["name"]: c for c in report["checks"]}
-    assert checks["vllm-argv"]["status"] == "fail" and "--max-num-seqz" in checks["vllm-argv"]["reason"]
+    assert checks["vllm-argv"]["status"] == "fail" and "CompilationConfig" in checks["vllm-argv"]["reason"]
     assert report["result"].startswith("FAILED") and report["exit_code"] == 1
     assert "note: not checked on AWS:" in out.stderr and "error:" not in out.stderr
 

@@ -194,11 +194,11 @@ def test_the_backend_follows_the_kv_dtype_heads_and_block_size():
 @pytest.mark.parametrize(("extra", "needle"), [
     (["--block-size", "16"], "'--block-size 16' is a block size no sparse MLA backend"),
     (["--block-size=48"], "FLASHINFER_MLA_SPARSE: a multiple of 32"),
-    (["--max-num-seqs", "0"], "'--max-num-seqs 0' is refused by vLLM 0.34.0's SchedulerConfig at start"),
+    (["--max-num-seqs", "0"], "'--max-num-seqs 0' is refused by vLLM 0.34.0's SchedulerConfig"),
     (["--max-num-batched-tokens", "16", "--max-num-seqs", "64"], r"'--max-num-batched-tokens 16'.*at least max_num_seqs \(64\)"),
-    (["--max_num_batched_tokens=0"], "'--max-num-batched-tokens 0'"),
+    (["--max_num_batched_tokens=0"], r"'--max_num_batched_tokens=0' is refused by vLLM 0.34.0's SchedulerConfig.*at least 1"),
     (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"], r"max_model_len \(1,048,576\) without chunked"),
-    (["--max-num-seqs", "many"], "max_num_seqs must be a whole number"),
+    (["--max-num-seqs", "many"], r"max_num_seqs\) must be a whole number"),
     (["--performance-mode", "fast"], "allowed: balanced, interactivity, throughput"),
     (["--speculative-config", '{"method":"mtp"}'], "--speculative-config.*no draft model"),
     (["-sc", '{"method":"mtp"}'], "speculative_config"),
@@ -240,3 +240,140 @@ def test_the_block_size_the_backend_accepts_is_kept():
     spec, cmd = command("b300", extraArgs=["--block-size", "64"])
     argv = cmd.role("server").argv
     assert flag_value(argv, "--block-size") == "64" and flag_value(argv, "--attention-backend") == "FLASHINFER_MLA_SPARSE"
+
+
+# --- extraArgs read against the recorded table of the pinned parser (offline, no vLLM) ----------
+
+def refused(stack, **vllm):
+    from components.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        spec, _ = command(stack, **vllm)
+        compute_sizing(spec)
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+# Each passes today's plan: only preflight's vllm-argv ran the parser (issue 35, the fresh trial).
+PARSER_REFUSES = [
+    (["--definitely-not-a-flag"], r"'--definitely-not-a-flag' is not an option of vLLM 0.34.0's `vllm serve` parser"),
+    (["--max-num-seqz", "8"], r"'--max-num-seqz' is not an option .*; did you mean --max-num-seqs\?"),
+    (["/models/another-model"], r"'/models/another-model' is a positional argument"),
+    (["--seed"], r"'--seed' is missing its value: --seed takes one value"),
+    (["--seed", "--max-num-seqs", "8"], r"'--seed' is missing its value"),
+    (["--disable-log-stats", "yes"], r"'yes' is a positional argument"),
+    (["--disable-log-stats=true"], r"gives a value to --disable-log-stats, a flag that takes none"),
+    (["--uvicorn-log-level", "loud"], r"is not a choice of --uvicorn-log-level .*allowed: critical, debug, error, info, trace"),
+    (["--seed", "seven"], r"'--seed seven' is refused by .*--seed \(seed\) must be a whole number"),
+    (["--max-num", "8"], r"'--max-num' is ambiguous .*--max-num-batched-tokens"),
+    (["--api-server-count", "0"], r"'--api-server-count 0' is refused by this product: .*at least 1 .*headless"),
+    (["-asc", "-1"], r"'-asc -1' is refused by this product"),
+    (["--watermark", "1.0"], r"'--watermark 1.0' is refused by vLLM 0.34.0's SchedulerConfig: .*less than 1.0"),
+    (["--max-num-scheduled-tokens", "0"], r"SchedulerConfig: --max-num-scheduled-tokens .*at least 1"),
+    (["--", "--seed", "1"], r"'--' ends the options"),
+    (["--compilation-config", '{"nonsense_key": 1}'], r"--compilation-config \(compilation_config\) has no field 'nonsense_key'"),
+    (["--compilation-config.mod", "3"], r"has no field 'mod'; did you mean mode\?"),
+    (["-cc", "nope"], r"must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("extra", "needle"), PARSER_REFUSES, ids=[" ".join(e) for e, _ in PARSER_REFUSES])
+def test_extra_args_the_pinned_parser_or_its_config_classes_refuse_are_refused_by_the_plan(extra, needle):
+    import re
+
+    text = refused("b300", extraArgs=extra)
+    assert text.startswith("kimi-deploy:vllm.extraArgs: ") and re.search(needle, text), text
+
+
+# Options this product refuses, with the place in vLLM 0.34.0's source that makes them dangerous.
+DANGEROUS = [
+    (["--enable-log-requests"], "request_logger.py"),
+    (["--enable_log_requests"], "prompt"),
+    (["--uvicorn-log-level", "trace"], "Authorization"),
+    (["--uvicorn-log-level=trace"], "uvicorn/config.py l.541"),
+    (["--hf-overrides", '{"num_hidden_layers": 2}'], "vllm/config/model.py"),
+    (["--cpu-offload-gb", "64"], "vllm/config/offload.py"),
+    (["--tool-server", "demo"], "tool_server.py"),
+    (["--ssl-keyfile", "/etc/key.pem"], "TLS ends at the load balancer"),
+    (["--ssl-certfile", "/etc/cert.pem"], "TLS"),
+    (["--middleware", "mypkg.Logger"], "before the guard"),
+]
+
+
+@pytest.mark.parametrize(("extra", "needle"), DANGEROUS, ids=[" ".join(e) for e, _ in DANGEROUS])
+def test_extra_args_dangerous_for_this_product_are_refused_with_the_reason(extra, needle):
+    text = refused("b300", extraArgs=extra)
+    assert "is refused for this product" in text and needle in text, text
+
+
+@pytest.mark.parametrize("extra", [
+    ["--disable-log-requests"], ["--uvicorn-log-level", "debug"], ["--max-num-seqs", "64"], ["--max_num_seqs=32"],
+    ["-O3"], ["--compilation-config.mode", "3"], ["--seed", "7"], ["--generation-config", "vllm"],
+    ["--enable-chunked-prefill", "--max-num-batched-tokens", "16K"], ["--limit-mm-per-prompt", '{"image": 0}'],
+])
+def test_extra_args_the_pinned_parser_takes_still_plan(extra):
+    spec, cmd = command("b300", extraArgs=extra)
+    compute_sizing(spec)
+    assert cmd.role("server").argv[-len(extra):] == tuple(extra)
+
+
+def test_the_recorded_table_holds_every_option_of_the_pinned_parser():
+    from components.core.vllm_options import option_table
+
+    table = option_table()
+    assert table.vllm_version == "0.34.0" and table.allow_abbrev
+    assert len(table.by_option) > 400 and table.by_option["--max-num-seqs"].bounds == {"ge": 1}
+    assert table.by_option["-asc"].dest == "api_server_count"
+
+
+# --- Ports the pod listens on ---
+
+def test_vllm_port_on_the_multi_node_rendezvous_port_is_refused_naming_both():
+    text = refused("gb300", port=29500)
+    assert text.startswith("kimi-deploy:vllm.port: 29500 puts the OpenAI API"), text
+    assert "gb300's multi-node rendezvous (the toolkit's --master-port 29500" in text
+
+
+def test_a_port_option_of_extra_args_on_vllm_port_is_refused_naming_both():
+    text = refused("b300", extraArgs=["--data-parallel-rpc-port", "8000"])
+    assert text.startswith("kimi-deploy:vllm.extraArgs: '--data-parallel-rpc-port 8000' puts the OpenAI API"), text
+
+
+def test_the_rendezvous_port_is_free_for_the_api_on_a_single_node_target():
+    spec, cmd = command("b300", port=29500)
+    assert flag_value(cmd.role("server").argv, "--port") == "29500"
+
+
+def test_a_port_in_the_ephemeral_range_is_warned():
+    from components.core.config.vllm import check_ports
+    from components.core.targets import TARGETS
+
+    warnings: list[str] = []
+    check_ports(40_000, TARGETS["b300"], {}, warnings)
+    assert len(warnings) == 1 and "ephemeral range 32768-60999" in warnings[0]
+
+
+# --- A measured KV figure the GPUs cannot hold ---
+
+@pytest.mark.parametrize("stack", ["b300", "gb300", "mi355x"])
+def test_kv_cache_tokens_beyond_what_the_gpus_hold_are_refused(stack):
+    text = refused(stack, kvCacheTokens=10_000_000_000)
+    assert text.startswith("kimi-deploy:vllm.kvCacheTokens: 10000000000 is more than 8x ") and "can hold" in text, text
+
+
+def test_a_measured_kv_figure_above_the_estimate_is_flagged_and_the_bound_is_the_memory_after_weights():
+    from components.core.engine_memory import WEIGHTS
+    from components.core.sizing import kv_tokens_hardware_bound
+
+    spec, _ = command("b300")
+    sizing = compute_sizing(spec)
+    bound = kv_tokens_hardware_bound(sizing.memory, sizing.kv_layout, 1)
+    free = sizing.memory.gpu_memory_bytes - sizing.memory.term(WEIGHTS).low_bytes
+    assert bound == free // sizing.kv_layout.bytes_per_token_per_gpu > sizing.kv_cache_tokens_range[1]
+    assert f"(allowed: 1 to {bound:,})" in refused("b300", kvCacheTokens=bound + 1)
+    spec, _ = command("b300", kvCacheTokens=bound)
+    measured = compute_sizing(spec)
+    assert measured.kv_cache_tokens == bound and "above the plan's high estimate" in measured.kv_cache_source
+    spec, _ = command("b300", kvCacheTokens=sizing.kv_cache_tokens_range[0])
+    assert "above" not in compute_sizing(spec).kv_cache_source

@@ -921,3 +921,106 @@ def test_preflight_vllm_argv_runs_the_engines_scheduler_validation(monkeypatch):
     _, results, _ = _everything()
     scheduler = results["b300/server"]["scheduler"]
     assert (scheduler["max_num_batched_tokens"], scheduler["max_num_seqs"]) == (16_384, 1_024), scheduler
+
+
+# --- The recorded table of the serve parser's options, which the offline plan reads --------------
+
+
+def test_the_recorded_option_table_is_what_the_pinned_parser_gives_today():
+    """components/core/data/vllm_serve_options.json is regenerated from the installed parser and its
+    config classes (scripts/dev/vllm_option_table.py) and must be identical: a new option, alias,
+    choice or bound of the pinned wheel fails here until the table is recorded again."""
+    import subprocess
+
+    from scripts.dev.vllm_option_table import TABLE_PATH
+
+    python = require_vllm_python()
+    proc = subprocess.run([str(python), "-P", str(TABLE_PATH.parents[3] / "scripts" / "dev" / "vllm_option_table.py")],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recorded = TABLE_PATH.read_text()
+    if proc.stdout != recorded:
+        import difflib
+
+        diff = "\n".join(list(difflib.unified_diff(recorded.splitlines(), proc.stdout.splitlines(), "recorded", "wheel",
+                                                   lineterm=""))[:40])
+        pytest.fail("the recorded option table differs from the pinned parser; run "
+                    f".venv-vllm/bin/python scripts/dev/vllm_option_table.py --write\n{diff}")
+
+
+def _table_spellings() -> list[str]:
+    from components.core.vllm_options import option_table
+
+    out: set[str] = set()
+    for option in option_table().by_option:
+        out.add(option)
+        if option.startswith("--"):
+            out.add("--" + option[2:].replace("-", "_"))
+            out.add(option[:-1])  # a prefix: unique, ambiguous or exact elsewhere
+            out.add(option[:max(3, len(option) // 2)])
+        else:
+            out.add(option + "7")
+    out.update({"--definitely-not-a-flag", "--max-num", "-x", "--enable-log-request", "--no-enable-log-requests"})
+    return sorted(out)
+
+
+def test_the_plan_resolves_every_option_string_and_prefix_as_the_pinned_parser_does():
+    """Every option string of the table, its ``_`` spelling, two prefixes and short options with a
+    value attached go through the real parser (``resolve``) and through the plan's reading
+    (``vllm_options._resolve``): same destination, or both unknown or ambiguous."""
+    from components.core.vllm_options import _resolve, option_name, option_table
+    from tests.vllm_contract import parser_options
+
+    spellings = _table_spellings()
+    report = parser_options(spellings)
+    table = option_table()
+    differ = []
+    for r in report["resolved"]:
+        arg = r["arg"]
+        action, _, _ = _resolve(option_name(arg), table)
+        ours = action.dest if action is not None else None
+        theirs = r["dest"] if r["error"] is None else None
+        if theirs == "model" or arg == "--config":  # moved to the positional / read as YAML by vLLM's rewriting
+            continue
+        if ours != theirs:
+            differ.append(f"{arg}: vLLM {theirs or r['error']}, plan {ours}")
+    assert not differ, f"{len(differ)} of {len(spellings)} spellings read differently, e.g. {differ[:10]}"
+
+
+# extraArgs lists whose fate at vLLM's own parser the plan must predict: refused by argparse (or
+# vLLM's rewriting) <-> refused by the plan with a parser message.
+PARSER_CORPUS = [
+    ["--definitely-not-a-flag"], ["/models/another-model"], ["--seed"], ["--seed", "--max-num-seqs", "8"],
+    ["--disable-log-stats", "yes"], ["--disable-log-stats=true"], ["--uvicorn-log-level", "loud"], ["--seed", "seven"],
+    ["--max-num", "8"], ["--max-num-batched-tokens", "2.5K"], ["--max-num-batched-tokens", "2.5k"],
+    ["--max-log-len", "None"], ["--max-log-len", "x"], ["--seed", "-5"], ["--seed=7"], ["--max_num_seqs", "8"],
+    ["-O3"], ["--compilation-config.mode", "3"], ["--limit-mm-per-prompt", '{"image": 0}'], ["--generation-config"],
+    ["--enable-chunked-prefill", "--max-num-batched-tokens", "16K"], ["--no-enable-chunked-prefill"],
+    ["--uvicorn-log-level", "debug"], ["--api-server-count", "two"], ["--watermark", "0.5"], ["--block-size", "x"],
+    ["--allowed-origins", '["https://a.example"]'], ["--allowed-origins", "not json"],
+    ["--compilation-config", '{"nonsense_key": 1}'], ["--compilation-config.mod", "3"], ["--compilation-config", "nope"],
+    ["--compilation-config", '{"max_cudagraph_capture_size": 16k}'], ["-cc", '{"cudagraph_mode": "FULL_DECODE_ONLY"}'],
+]
+# Not predicted offline (the table holds a JSON option's keys, not its fields' types): a field value its
+# config dataclass refuses, e.g. --compilation-config '{"mode": 9}'; preflight's vllm-argv check runs it.
+
+
+def test_the_plan_refuses_exactly_the_extra_args_the_pinned_parser_refuses():
+    from components.core.errors import ConfigError
+    from components.core.vllm_options import PARSER_SOURCE, check_parser_args
+
+    report = check_argvs([["/models/m", *extra] for extra in PARSER_CORPUS])
+    differ = []
+    for extra, result in zip(PARSER_CORPUS, report["results"], strict=True):
+        vllm_refuses = not result["ok"] and result["stage"] == "argparse"
+        try:
+            check_parser_args(extra)
+            plan = None
+        except ConfigError as err:
+            plan = str(err)
+        plan_parser = plan is not None and ("is refused by this product" not in plan and "is refused for this product"
+                                            not in plan and "SchedulerConfig" not in plan and "ModelConfig" not in plan)
+        if vllm_refuses != plan_parser:
+            differ.append(f"{extra}: vLLM {result['stage']}: {result['error']}; plan: {plan}")
+    assert not differ, "\n".join(differ)
+    assert PARSER_SOURCE.startswith("vLLM " + report["vllm_version"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .attention_backend import attention_backend_flags
 from .config.compute import block_instances
 from .config.spec import DeploymentSpec
-from .engine_memory import MAX_NUM_SEQS_FLAG, MemoryBudget, memory_budget
+from .engine_memory import MAX_NUM_SEQS_FLAG, WEIGHTS, MemoryBudget, memory_budget
 from .errors import ConfigError
 from .fsx import fsx_capacity_gib, fsx_read_bytes_per_second
 from .kv_layout import FLASHINFER_MLA_SPARSE, KvCacheLayout, model_layout, recipe_argv
@@ -415,6 +415,37 @@ def gpu_usd_per_hour(spec: DeploymentSpec) -> tuple[float | None, str]:
     return None, f"unknown: no public price for {inst.instance_type}; set compute.usdPerHour"
 
 
+def kv_tokens_hardware_bound(memory: MemoryBudget, layout: KvCacheLayout, decode_context_parallel_size: int) -> int:
+    """The most KV tokens one copy can hold at all: every byte of each GPU's memory
+    (``memory.gpu_memory_bytes``) but the weights it must keep resident (the ``WEIGHTS`` term; the
+    plan refuses ``--cpu-offload-gb``), at the bytes a token takes per GPU in ``layout`` with DCP
+    ``decode_context_parallel_size``. An upper bound: the engine also keeps its activations, graphs
+    and workspaces, and a utilization below 1."""
+    free = memory.gpu_memory_bytes - memory.term(WEIGHTS).low_bytes
+    return layout.tokens(max(free, 0), decode_context_parallel_size)
+
+
+def check_measured_kv_tokens(tokens: int, memory: MemoryBudget, layout: KvCacheLayout, decode_context_parallel_size: int,
+                             gpus: str) -> None:
+    """``vllm.kvCacheTokens`` (``tokens``, measured) against what the copy's GPUs (``gpus``, e.g.
+    ``8x B300``) can hold (``kv_tokens_hardware_bound``).
+
+    Raises:
+        ConfigError: more tokens than the GPUs' memory holds after the weights: not a measurement
+            of this layout (a typo, or another model, KV dtype or DCP size).
+    """
+    bound = kv_tokens_hardware_bound(memory, layout, decode_context_parallel_size)
+    if tokens > bound:
+        free_gb = (memory.gpu_memory_bytes - memory.term(WEIGHTS).low_bytes) / GB
+        raise ConfigError(
+            "vllm.kvCacheTokens", tokens,
+            f"is more than {gpus} can hold: all {free_gb:,.1f} GB per GPU left after the weights hold {bound:,} tokens "
+            f"at {layout.bytes_per_token_per_gpu_at(decode_context_parallel_size):,.0f} B per token per GPU (DCP "
+            f"{decode_context_parallel_size}); copy N from this stack's 'GPU KV cache size: N tokens' log line "
+            f"(allowed: 1 to {bound:,})",
+        )
+
+
 def compute_sizing(spec: DeploymentSpec) -> Sizing:
     """All sizing figures for ``spec``.
 
@@ -458,8 +489,12 @@ def compute_sizing(spec: DeploymentSpec) -> Sizing:
         f"(range {range_dcp[0]:,}-{range_dcp[1]:,}); {layout.bytes_per_token_per_gpu:,} B per token per GPU"
     )
     if vcfg.kv_cache_tokens is not None:
+        check_measured_kv_tokens(vcfg.kv_cache_tokens, memory, layout, dcp, f"{tp}x {target.gpu.name}")
         # Measured at the configured parallelism: it replaces that figure (the other stays an estimate).
         kv_source = "vllm.kvCacheTokens (measured: vLLM's 'GPU KV cache size' log line)"
+        if vcfg.kv_cache_tokens > range_dcp[1]:
+            kv_source += (f"; above the plan's high estimate of {range_dcp[1]:,}: check it against the log line of this "
+                          "stack's own deploy")
         if dcp > 1:
             tokens_dcp = vcfg.kv_cache_tokens
             range_dcp = (tokens_dcp, tokens_dcp)

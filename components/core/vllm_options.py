@@ -1,5 +1,7 @@
-"""The `vllm serve` options the toolkit owns, by argparse destination, and how vLLM's own parser
-reads a spelling of them (pure data and one function; no vLLM import: the core never imports it).
+"""The `vllm serve` options of the pinned vLLM: the ones the toolkit owns, by argparse destination,
+how vLLM's own parser reads a spelling of them, every option of that parser as a recorded table
+(``data/vllm_serve_options.json``) with ``vllm.extraArgs`` read against it, and the options this
+product refuses with their reasons (no vLLM import: the core never imports it).
 
 ``vllm.extraArgs`` is appended after the toolkit's flags, and argparse keeps the last value: an
 extra argument that vLLM's parser maps to a destination the toolkit sets would silently replace
@@ -22,9 +24,15 @@ when ``owned_option`` and the real parser disagree about any spelling of any opt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import json
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
+
+from .errors import ConfigError, did_you_mean
 
 # The table is read from the pinned release (components/core/versions.py VLLM_VERSION):
 # tests/test_vllm_contract.py compares it with that release's installed parser.
@@ -86,7 +94,7 @@ OWNED_DESTS: Mapping[str, OwnedDest] = MappingProxyType({
     "reasoning_parser": OwnedDest(("--reasoning-parser",), _MODEL),
     # What the plan sizes and the probes reach: the loader the weight-load time models, the TCP listener,
     # the checkpoint's own number formats, the attention backend the KV layout is computed for
-    # (components/core/kv_layout.py), DCP's all-to-all backend. (--middleware is appended to: the API guard stays.)
+    # (components/core/kv_layout.py), DCP's all-to-all backend. (--middleware is refused with its reason: REFUSED_VALUES.)
     "load_format": OwnedDest(("--load-format",), "the plan models the recipe's loader (fastsafetensors) over the "
                                                   "synced weights; another loader serves or times something else"),
     "uds": OwnedDest(("--uds",), "the server listens on TCP vllm.port, which the probes, the Service and validate reach"),
@@ -181,3 +189,305 @@ def owned_option(arg: str) -> OwnedOption | None:
         if fits:
             return OwnedOption(OWNED_OPTIONS[fits[0]], fits[0], "abbreviation")
     return None
+
+
+# --- Every option of the pinned parser, recorded, and extraArgs read against it -----------------
+#
+# The recorded table (data/vllm_serve_options.json) is generated from the pinned wheel by
+# scripts/dev/vllm_option_table.py; tests/test_vllm_contract.py regenerates it from the installed
+# parser and fails when the two differ. The plan reads it offline, without vLLM.
+OPTION_TABLE_FILE = Path(__file__).with_name("data") / "vllm_serve_options.json"
+PARSER_SOURCE = "vLLM 0.34.0's `vllm serve` parser"
+
+
+@dataclass(frozen=True)
+class ParserAction:
+    """One argparse action of the pinned `vllm serve` parser, as recorded.
+
+    Attributes:
+        dest: the argparse destination.
+        options: every option string that sets it.
+        action: argparse's class name (``_StoreAction``, ``EnableDisableAction``, ...).
+        nargs: argparse's nargs (None: exactly one value; 0: a flag; ``?``, ``+``, ``*``).
+        type: the value parser's name (``int``, ``optional:int``, ``human_readable_int``, ``loads``, ...).
+        choices: the values allowed, or None.
+        bounds: ``ge``/``gt``/``le``/``lt`` the config class puts on the field.
+        group: the argparse group, named after the config class (``SchedulerConfig``) or ``Frontend``.
+        keys: the fields a JSON-object option's config dataclass takes (vLLM refuses other keys), or None.
+    """
+
+    dest: str
+    options: tuple[str, ...]
+    action: str
+    nargs: int | str | None
+    type: str | None
+    choices: tuple[str, ...] | None
+    bounds: Mapping[str, float]
+    group: str
+    keys: frozenset[str] | None
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """The recorded parser: its version, ``allow_abbrev`` and option string -> action."""
+
+    vllm_version: str
+    allow_abbrev: bool
+    by_option: Mapping[str, ParserAction]
+
+
+@functools.cache
+def option_table() -> OptionTable:
+    """The recorded table of the pinned parser (read once).
+
+    Raises:
+        OSError, ValueError: the file is missing or not the recorded shape (a broken checkout).
+    """
+    data = json.loads(OPTION_TABLE_FILE.read_text())
+    by_option: dict[str, ParserAction] = {}
+    for row in data["actions"]:
+        action = ParserAction(
+            dest=row["dest"], options=tuple(row["options"]), action=row["action"], nargs=row["nargs"],
+            type=row["type"], choices=None if row["choices"] is None else tuple(str(c) for c in row["choices"]),
+            bounds=MappingProxyType(dict(row["bounds"])), group=row["group"],
+            keys=None if row.get("keys") is None else frozenset(row["keys"]),
+        )
+        for option in action.options:
+            by_option[option] = action
+    return OptionTable(data["vllm_version"], bool(data["allow_abbrev"]), MappingProxyType(by_option))
+
+
+# Values of extraArgs that the parser and the config classes take but this product must not run
+# with, by destination: (values refused, or None for any value; why, with the place in vLLM 0.34.0's
+# source that does it). No override: each either leaks what the guard protects or breaks what the
+# plan measured.
+_HTTP_OWNED = ("the API guard (--middleware, kimi_vllm_api_guard) and TLS are the toolkit's: TLS ends at the "
+               "load balancer or the ingress, and the probes, the Service and validate speak plain HTTP to vllm.port")
+REFUSED_VALUES: Mapping[str, tuple[frozenset[str] | None, str]] = MappingProxyType({
+    "enable_log_requests": (frozenset({"true"}), (
+        "logs every request's parameters, and at VLLM_LOGGING_LEVEL=DEBUG its prompt and token ids "
+        "(vllm/entrypoints/launchers/api_server/app_state.py l.54 RequestLogger; entrypoints/serve/utils/request_logger.py "
+        "l.57-63): users' prompts in the pod log")),
+    "uvicorn_log_level": (frozenset({"trace"}), (
+        "wraps the app in uvicorn's MessageLoggerMiddleware, which logs every request's ASGI scope, its headers and so "
+        "the Authorization bearer key included (vllm/entrypoints/launchers/api_server/entry.py l.148 log_level; "
+        "uvicorn/config.py l.541; allowed: critical, error, warning, info, debug)")),
+    "hf_overrides": (None, (
+        "rewrites the model's Hugging Face config before loading (vllm/config/model.py l.631-644): layers, heads or "
+        "context the plan's memory, KV and load-time sizing did not measure")),
+    "cpu_offload_gb": (None, (
+        "moves that many GB of weights per GPU into host memory over UVA (vllm/config/offload.py l.23, 86-116): the "
+        "plan sizes the weights resident on the GPUs, and host memory and decode speed it does not model")),
+    "tool_server": (None, (
+        "starts an MCP client to the servers it names, or a demo tool server, from the API server "
+        "(vllm/entrypoints/mcp/tool_server.py l.234-244): outbound connections and tools the network policy "
+        "and the model profile do not provide")),
+    "ssl_keyfile": (None, "serves TLS from a key path inside the container (vllm/entrypoints/launchers/api_server/entry.py "
+                          "l.153): " + _HTTP_OWNED),
+    "ssl_certfile": (None, "serves TLS from a certificate path inside the container (entry.py l.153-154): " + _HTTP_OWNED),
+    "ssl_ca_certs": (None, "asks clients for TLS certificates (entry.py l.153-156): " + _HTTP_OWNED),
+    "middleware": (None, (
+        "adds ASGI middleware by import path after the toolkit's API guard, and Starlette runs the last added first "
+        "(vllm/entrypoints/serve/middleware/register.py l.65-71; starlette/applications.py add_middleware inserts at 0): "
+        "it would see every request, its key included, before the guard; the guard owns --middleware")),
+})
+
+# Values vLLM 0.34.0 takes without error that leave this product without an API server (no config
+# class bounds them): --api-server-count 0 or less runs `vllm serve` headless
+# (vllm/entrypoints/cli/serve.py l.149 run_headless): no HTTP listener on vllm.port.
+PRODUCT_BOUNDS: Mapping[str, tuple[Mapping[str, float], str]] = MappingProxyType({
+    "api_server_count": (MappingProxyType({"ge": 1}), "0 or less runs vLLM headless, without the API server "
+                                                      "(vllm/entrypoints/cli/serve.py l.149)"),
+})
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
+_BOUND_WORDS = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+
+
+def _looks_like_option(arg: str) -> bool:
+    """Whether argparse takes ``arg`` as an option (not a value): as ``_parse_optional``, for a
+    parser with no option that looks like a negative number."""
+    return arg.startswith("-") and arg != "-" and not _NEGATIVE_NUMBER.match(arg) and " " not in arg
+
+
+def _resolve(name: str, table: OptionTable) -> tuple[ParserAction | None, str | None, list[str]]:
+    """(action, the option string, candidates) for an option name as argparse resolves it: exact,
+    a two-character short option with its value attached (returned as option ``-x`` and the rest in
+    the name), or a unique prefix (several candidates: ambiguous, action None)."""
+    if name in table.by_option:
+        return table.by_option[name], name, []
+    fits = sorted(o for o in table.by_option if o.startswith(name)) if table.allow_abbrev else []
+    if not name.startswith("--") and len(name) > 2 and name[:2] in table.by_option:
+        fits = sorted({*fits, name[:2]})
+    if len(fits) == 1:
+        return table.by_option[fits[0]], fits[0], fits
+    return None, None, fits
+
+
+def _number(type_name: str, value: str) -> float | None:
+    """``value`` as the recorded value parser reads it; None for ``""``/``None`` of an optional one.
+
+    Raises:
+        ValueError: the parser would refuse it.
+    """
+    base = type_name.removeprefix("optional:").removeprefix("parse:")
+    if type_name.startswith("optional:") and value in ("", "None"):
+        return None
+    if base == "human_readable_int":
+        match = _HUMAN_INT.fullmatch(value.strip())
+        if match:
+            number, suffix = match.groups()
+            if suffix in "kmgt":
+                return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+            if "." not in number:
+                return int(number) * 1024 ** ("KMGT".index(suffix) + 1)
+            raise ValueError(value)
+        return int(value)
+    return int(value) if base == "int" else float(value)
+
+
+# vLLM expands human-readable numbers inside a JSON value before validating it
+# (vllm/engine/arg_utils.py _expand_json_human_readable_numbers): 16k is read as a number there.
+_JSON_HUMAN_NUMBER = re.compile(r"(?<=[:\[,\s])\d+(?:\.\d+)?[kKmMgGtT](?=[\s,\]}])")
+
+
+def _check_json_keys(shown: str, action: ParserAction, option: str, value: str) -> None:
+    """A JSON-object option's value: a JSON object whose keys its config dataclass has.
+
+    Raises:
+        ConfigError: not a JSON object, or a key the dataclass does not take (with a did-you-mean).
+    """
+    keys = action.keys or frozenset()
+    try:
+        parsed = json.loads(_JSON_HUMAN_NUMBER.sub("0", value))
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigError("vllm.extraArgs", shown, f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) must be a "
+                                                   "JSON object (or its keys one by one: --flag.key value)")
+    unknown = sorted(set(parsed) - keys)
+    if unknown:
+        raise ConfigError("vllm.extraArgs", shown, f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) has no field "
+                                                   f"{unknown[0]!r}{did_you_mean(unknown[0], keys)} ({len(keys)} fields)")
+
+
+def _check_value(arg: str, action: ParserAction, option: str, value: str) -> None:
+    """Choices, the value's type and the config class's bounds (then ``PRODUCT_BOUNDS``).
+
+    Raises:
+        ConfigError: key ``vllm.extraArgs``, naming the option, the value and what is allowed.
+    """
+    shown = arg if arg.endswith("=" + value) or arg == value else f"{arg} {value}"
+    base = (action.type or "").removeprefix("optional:").removeprefix("parse:")
+    if action.choices is not None and value not in action.choices:
+        raise ConfigError("vllm.extraArgs", shown, f"is not a choice of {option} in {PARSER_SOURCE} "
+                                                   f"(allowed: {', '.join(action.choices)})")
+    if action.keys is not None and not ((action.type or "").startswith("optional:") and value in ("", "None")):
+        _check_json_keys(shown, action, option, value)
+        return
+    number: float | None = None
+    if base in ("int", "float", "human_readable_int"):
+        try:
+            number = _number(action.type or "", value)
+        except ValueError:
+            kind = {"int": "a whole number", "float": "a number",
+                    "human_readable_int": "a whole number (or 16K, 25.6k)"}[base]
+            raise ConfigError("vllm.extraArgs", shown,
+                              f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) must be {kind}") from None
+    elif base == "loads" and not ((action.type or "").startswith("optional:") and value in ("", "None")):
+        try:
+            json.loads(value)
+        except ValueError:
+            raise ConfigError("vllm.extraArgs", shown,
+                              f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) must be JSON") from None
+    if number is None:
+        return
+    checks = [(action.bounds, f"vLLM 0.34.0's {action.group}", "")]
+    if action.dest in PRODUCT_BOUNDS:
+        checks.append((PRODUCT_BOUNDS[action.dest][0], "this product", f" ({PRODUCT_BOUNDS[action.dest][1]})"))
+    for bounds, who, why in checks:
+        ok = {"ge": number >= bounds.get("ge", number), "gt": "gt" not in bounds or number > bounds["gt"],
+              "le": number <= bounds.get("le", number), "lt": "lt" not in bounds or number < bounds["lt"]}
+        if not all(ok.values()):
+            allowed = ", ".join(f"{_BOUND_WORDS[b]} {bounds[b]:,}" for b in _BOUND_WORDS if b in bounds)
+            raise ConfigError("vllm.extraArgs", shown, f"is refused by {who}: {option} ({action.dest}) must be {allowed}{why}")
+
+
+def check_parser_args(extra_args: Sequence[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """``vllm.extraArgs`` as the pinned `vllm serve` parser reads them after the toolkit's flags
+    (recorded table, ``option_table``; no vLLM import): every option known (with a did-you-mean),
+    no positional argument (the toolkit gives the model path), each option with the number of
+    values its ``nargs`` takes, each value among its choices, of its type and within the bounds of
+    its config class, and no value of ``REFUSED_VALUES``. Mirrors ``FlexibleArgumentParser``
+    (``_`` as ``-`` in ``--`` names, ``--name=value``, dotted ``--name.key value``, ``-O3``) and
+    argparse (unique prefixes, ``-n2``, negative numbers as values).
+
+    Returns:
+        dest -> (the option string, its values) for every option given, the last one winning.
+
+    Raises:
+        ConfigError: key ``vllm.extraArgs``, one line naming the item, the option and what is allowed.
+    """
+    table = option_table()
+    parsed: dict[str, tuple[str, tuple[str, ...]]] = {}
+    args = list(extra_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            raise ConfigError("vllm.extraArgs", arg, "ends the options: vLLM's parser reads everything after it as "
+                                                     "positional arguments, which it refuses (the model path is the toolkit's)")
+        if not _looks_like_option(arg):
+            raise ConfigError("vllm.extraArgs", arg, f"is a positional argument, which {PARSER_SOURCE} refuses after "
+                                                     "the model path the toolkit gives (a model is not set here: the "
+                                                     "toolkit serves the synced weights); give options, --flag value")
+        name = option_name(arg)
+        attached: str | None = arg.split("=", 1)[1] if "=" in arg else None
+        if arg.startswith("-O") and not arg.startswith("--") and arg != "-O":  # FlexibleArgumentParser: -O3
+            name, attached = "--optimization-level", arg[3:] if arg[2:3] == "=" else arg[2:]
+        action, option, fits = _resolve(name, table)
+        if action is None or option is None:
+            if fits:
+                raise ConfigError("vllm.extraArgs", arg, f"is ambiguous to {PARSER_SOURCE} (could be "
+                                                         f"{', '.join(fits[:6])}{', ...' if len(fits) > 6 else ''})")
+            longs = [o for o in table.by_option if o.startswith("--")]
+            raise ConfigError("vllm.extraArgs", arg, f"is not an option of {PARSER_SOURCE}{did_you_mean(name, longs)}")
+        if option != name and not option.startswith("--") and attached is None:  # -n2: the value attached
+            attached = name[2:]
+        dotted = "." in arg.split("=", 1)[0]
+        nargs = 1 if dotted else action.nargs
+        if nargs == 0:
+            if attached is not None:
+                raise ConfigError("vllm.extraArgs", arg, f"gives a value to {option}, a flag that takes none in {PARSER_SOURCE}")
+            values: list[str] = []
+        elif attached is not None:
+            values = [attached]
+        else:
+            values = []
+            want = {None: 1, 1: 1, "?": 1}.get(nargs, len(args))
+            while i < len(args) and len(values) < want and not _looks_like_option(args[i]):
+                values.append(args[i])
+                i += 1
+            if not values and nargs not in ("?", "*"):
+                raise ConfigError("vllm.extraArgs", arg, f"is missing its value: {option} takes "
+                                                         f"{'one or more values' if nargs == '+' else 'one value'} "
+                                                         f"in {PARSER_SOURCE} (give it as the next item or --flag=value)")
+        if dotted and action.keys is not None:
+            key = arg.split("=", 1)[0].split(".", 2)[1]
+            if key not in action.keys:
+                raise ConfigError("vllm.extraArgs", arg, f"is refused by {PARSER_SOURCE}: {option} ({action.dest}) has no "
+                                                         f"field {key!r}{did_you_mean(key, action.keys)}")
+        if not dotted:
+            for value in values:
+                _check_value(arg, action, option, value)
+        refused = REFUSED_VALUES.get(action.dest)
+        if refused is not None:
+            flag_value = "false" if option.startswith(("--no-", "--disable-")) else "true"
+            given = {v.strip().lower() for v in values} or {flag_value}
+            if refused[0] is None or given & refused[0]:
+                shown = arg if not values or attached is not None else f"{arg} {values[0]}"
+                raise ConfigError("vllm.extraArgs", shown, f"is refused for this product: {option} {refused[1]}")
+        parsed[action.dest] = (option, tuple(values))
+    return parsed

@@ -282,7 +282,7 @@ def rules() -> dict[str, str]:
     from components.core.naming import TOOLS_PREFIX
     from components.core.targets import PLATFORMS, TARGETS, instance_types_of
     from components.core.versions import EKS_VERSIONS, KNOWN_ADDONS
-    from components.core.vllm_options import OWNED_DESTS
+    from components.core.vllm_options import OWNED_DESTS, REFUSED_VALUES
 
     model = MODELS[RawConfig.model_fields["model"].get_default().profile]
     supported = supported_targets(model)
@@ -373,8 +373,13 @@ def rules() -> dict[str, str]:
         f"`=value`, unique prefixes): {', '.join(OWNED_DESTS[dest].options[0] for dest in sorted(OWNED_DESTS))}; no "
         "indexer_kv_dtype (vllm.indexerCacheDtype); with indexerCacheDtype mxfp4 every --attention-config a JSON object; "
         "--max-num-seqs, --max-num-batched-tokens, --performance-mode and chunked prefill as vLLM's SchedulerConfig "
-        "accepts them (the plan sizes with them); on CUDA a --block-size a sparse MLA backend takes "
-        "(vllm_options.py, config/vllm.py, scheduler_limits.py, attention_backend.py)",
+        "accepts them (the plan sizes with them); on CUDA a --block-size a sparse MLA backend takes; every item as "
+        "vLLM 0.34.0's parser reads it (its recorded option table: known options, no positional, values, choices, "
+        "the config classes' bounds); not " + ", ".join(
+            f"--{d.replace('_', '-')}" + ("" if v is None or v == {"true"} else " " + "/".join(sorted(v)))
+            for d, (v, _) in sorted(REFUSED_VALUES.items()))
+        + " (logs prompts or keys, changes what was sized, or bypasses the API guard); no port option on "
+        "vllm.port (vllm_options.py, config/vllm.py, scheduler_limits.py, attention_backend.py)",
         "kubernetes.namespace": "a DNS label (config/kubernetes.py)",
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
         "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "

@@ -19,9 +19,13 @@ from ..kv_layout import (
 from ..model import ModelProfile
 from ..scheduler_limits import check_scheduler_limits, scheduler_limits, sized_values
 from ..targets import TargetProfile
-from ..vllm_options import OWNED_DESTS, owned_option
+from ..versions import VLLM_MASTER_PORT
+from ..vllm_options import OWNED_DESTS, check_parser_args, owned_option
 from .patterns import IMAGE_RE, IMAGE_TAG_RE
 from .raw import RawConfig
+
+# Linux's default net.ipv4.ip_local_port_range (kernel Documentation/networking/ip-sysctl.rst, 2026-12).
+EPHEMERAL_PORTS = (32_768, 60_999)
 
 
 def _is_json_object(text: str) -> bool:
@@ -104,7 +108,8 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
                 "vllm.extraArgs", value, "is not a JSON object: --attention-config must be one for vllm.indexerCacheDtype "
                 "to be merged into it"
             )
-    check_extra_args(raw.vllm.extra_args)
+    parsed = check_extra_args(raw.vllm.extra_args)
+    check_ports(raw.vllm.port, target, parsed, warnings)
     check_sized_extra_args(raw, target, model)
     if raw.vllm.image_tag is not None and not IMAGE_TAG_RE.match(raw.vllm.image_tag):
         raise ConfigError(
@@ -118,12 +123,17 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
         raise ConfigError("vllm.image", raw.vllm.image, "and vllm.imageTag are both set (set one)")
 
 
-def check_extra_args(extra_args: tuple[str, ...] | list[str]) -> None:
+def check_extra_args(extra_args: tuple[str, ...] | list[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
     """``vllm.extraArgs``: no item that vLLM's parser reads as an option the toolkit owns, in any
     spelling (``vllm_options.owned_option``: ``-tp 4``, ``--tensor_parallel_size=4``,
     ``--tensor-parallel 4``, ``-n2``), and no item holding a flag and its value in one string
     (vLLM's parser takes ``'--max-num-seqs 64'`` as one unknown argument and the server does not
-    start).
+    start); then the whole list as the pinned parser reads it (``vllm_options.check_parser_args``:
+    unknown options, positional arguments, values, choices, the config classes' bounds, and the
+    options this product refuses, ``REFUSED_VALUES``).
+
+    Returns:
+        what ``check_parser_args`` read: dest -> (option, values).
 
     Raises:
         ConfigError: the first such item, naming the owned option and where its value comes from.
@@ -142,6 +152,46 @@ def check_extra_args(extra_args: tuple[str, ...] | list[str]) -> None:
                 "vllm.extraArgs", arg,
                 "holds a flag and its value in one item: give each its own list item ('--flag', 'value') or write --flag=value",
             )
+    return check_parser_args(extra_args)
+
+
+def check_ports(port: int, target: TargetProfile, parsed: dict[str, tuple[str, tuple[str, ...]]],
+                warnings: list[str]) -> None:
+    """The TCP ports the engine's pod (or container) listens on, against each other: ``vllm.port``
+    (the OpenAI API, the API guard and ``/metrics`` share it: the guard is middleware of the same
+    server), the multi-node rendezvous of a target with more than one node per copy (the toolkit's
+    ``--master-port``, torch.distributed's store on the leader: vLLM 0.34.0
+    ``vllm/distributed/parallel_state.py`` l.1882-1883), and every port option of
+    ``vllm.extraArgs`` (``parsed``: ``--grpc-port``, ``--data-parallel-rpc-port`` ...). A
+    ``vllm.port`` in Linux's default ephemeral range (``net.ipv4.ip_local_port_range`` 32768-60999,
+    kernel ip-sysctl docs), where NCCL's bootstrap, torch and vLLM's own ZMQ sockets take ports the
+    kernel picks, is warned: the API may find its port taken at start.
+
+    Raises:
+        ConfigError: two of them on one port, one line naming both.
+    """
+    # (config key that sets it or None, the value as given, what listens there, port)
+    ports: list[tuple[str | None, object, str, int]] = [
+        ("vllm.port", port, "the OpenAI API (with the API guard and /metrics)", port)]
+    if target.nodes_per_copy > 1:
+        ports.append((None, None, f"target {target.name}'s multi-node rendezvous (the toolkit's --master-port "
+                                  f"{VLLM_MASTER_PORT}; vLLM 0.34.0 distributed/parallel_state.py l.1882)", VLLM_MASTER_PORT))
+    for dest, (option, values) in parsed.items():
+        if dest.endswith("_port") and values and values[-1].strip().isdigit():
+            ports.append(("vllm.extraArgs", f"{option} {values[-1]}", option, int(values[-1].strip())))
+    for i, later in enumerate(ports):
+        for earlier in ports[:i]:
+            if later[3] == earlier[3]:
+                key, value, _, _ = later if later[0] == "vllm.extraArgs" or earlier[0] is None else earlier
+                raise ConfigError(
+                    key or "vllm.port", value,
+                    f"puts {earlier[2]} and {later[2]} on one port, {later[3]}: they cannot both listen on it; choose another",
+                )
+    if EPHEMERAL_PORTS[0] <= port <= EPHEMERAL_PORTS[1]:
+        warnings.append(
+            f"vllm.port {port} is in Linux's default ephemeral range {EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}, where NCCL, "
+            "torch.distributed and vLLM's ZMQ sockets take ports the kernel picks: the API can find its port taken at start"
+        )
 
 
 def check_sized_extra_args(raw: RawConfig, target: TargetProfile, model: ModelProfile) -> None:
