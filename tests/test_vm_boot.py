@@ -425,6 +425,107 @@ def test_a_corrupted_weight_file_is_fetched_again_before_vllm_starts(machine_a, 
     assert phases["weights_verified"] < phases["server_healthy"]
 
 
+@vm_all
+def test_the_watchdog_restarts_a_vllm_whose_health_hangs(machine_a, vm_image):
+    """The stand-in server hangs as a wedged engine does (process up, ``/health`` accepted and
+    never answered: ``standin_vllm.py`` on SIGUSR1). ``kimi-watch.timer`` counts one failed check
+    a minute and restarts ``kimi-vllm`` after the third in a row; the new start serves. systemd's
+    own ``Restart=`` never fires (the unit did not fail)."""
+    from components.aws.userdata import VLLM_CONTAINER, WATCH_FAILURES_BEFORE_RESTART, WATCH_STATE_FILE
+    from tests.vm.machine import READY_LINE
+    from tests.vm.services import wait_for
+    from tests.vm.standin_vllm import HANG_LINE
+
+    m = machine_a
+    assert m.healthy(), m.describe()
+    before = m.unit("kimi-vllm.service")
+    invocation = m.sh("systemctl show -p InvocationID --value kimi-vllm.service").strip()
+    started = _journal_count(m, "kimi-vllm.service", READY_LINE)
+
+    def answered_this_start() -> bool:  # the watchdog counts failures once this start has answered it
+        state = m.guest.exec(f"cat {WATCH_STATE_FILE}", 60)
+        return state.exit_code == 0 and state.stdout.split()[:2] == [invocation, "1"]
+
+    assert wait_for(answered_this_start, budget(300, vm_image), poll_seconds=10), m.journal("kimi-watch.service")[-2000:]
+    watch_lines = len(m.journal("kimi-watch.service").splitlines())
+    m.sh(f"docker kill --signal USR1 {VLLM_CONTAINER}")
+    hung_at = time.monotonic()
+    assert wait_for(lambda: HANG_LINE in m.journal("kimi-vllm.service"), budget(120, vm_image), poll_seconds=5)
+    assert m.guest.exec("curl -sf -m 5 -o /dev/null http://127.0.0.1:8000/health", 60).exit_code != 0
+    restarting = f"kimi-watch: restarting {before.name} (process up, /health failing)"
+    alive_while_failing = []
+
+    def restart_requested() -> bool:
+        lines = m.journal("kimi-watch.service").splitlines()[watch_lines:]
+        if restarting in lines:
+            return True
+        if any(" failed 1 of " in line for line in lines) and not alive_while_failing:  # counted: still up?
+            alive_while_failing.append(m.sh(f"docker inspect -f '{{{{.State.Running}}}}' {VLLM_CONTAINER}").strip())
+        return False
+
+    assert wait_for(restart_requested, budget(900, vm_image), poll_seconds=10), m.journal("kimi-watch.service")[-3000:]
+    restart_at = time.monotonic()
+    assert alive_while_failing == ["true"]  # the container was running while /health failed: a hang, not a crash
+    lines = m.journal("kimi-watch.service").splitlines()[watch_lines:]
+    failures = [line for line in lines if "/health failed" in line]
+    url = "http://127.0.0.1:8000/health"
+    assert failures == [f"kimi-watch: {url} failed {n} of {WATCH_FAILURES_BEFORE_RESTART} checks in a row"
+                        for n in range(1, WATCH_FAILURES_BEFORE_RESTART + 1)], lines
+    assert lines.index(restarting) > lines.index(failures[-1])
+    assert wait_for(lambda: _journal_count(m, "kimi-vllm.service", READY_LINE) == started + 1 and m.healthy(),
+                    budget(BOOT_SERVING_SECONDS, vm_image), poll_seconds=10), m.describe()
+    after = m.unit("kimi-vllm.service")
+    assert after.active == "active" and after.restarts == before.restarts  # restarted by the watchdog, not Restart=
+    assert m.sh("systemctl show -p InvocationID --value kimi-vllm.service").strip() != invocation
+    assert m.models(TEST_SECRETS["apiKey"])[0] == 200
+    report(m, "watchdog-hung-health", phases={
+        "hang_to_restart_requested": round(restart_at - hung_at, 1),
+        "restart_to_serving": round(time.monotonic() - restart_at, 1)})
+
+
+EXPIRY_LEAD_SECONDS = 60  # the expiry is set this far ahead of a serving guest
+
+
+def test_the_instance_powers_itself_off_at_its_expiry(machine_a, vm_image):
+    """The last boot of machine A, serving: the trial's expiry (its SSM String parameter, as
+    ``pulumi up`` writes it when ``expiresAt`` changes) moves from a day ahead to a minute ahead.
+    The instance's own ``kimi-watch.timer`` reads it and powers the guest off once it has passed
+    (QEMU exits); the guest's journal says it was the expiry, at or after it by the guest's clock."""
+    from datetime import UTC, datetime, timedelta
+
+    from components.aws.userdata import WATCH_EXPIRY_FILE
+
+    m = machine_a
+    assert m.healthy(), m.describe()
+    # kimi-watch has read the day-ahead expiry seeded before the first boot, through the SSM stand-in.
+    seeded = m.sh(f"cat {WATCH_EXPIRY_FILE}").strip()
+    assert datetime.fromisoformat(seeded) > datetime.now(UTC) + timedelta(hours=12), seeded
+    m.sh("mkdir -p /var/log/journal && journalctl --flush")  # kept on disk: read after the power-off
+    host_before = time.time()
+    guest_clock = float(m.sh("date +%s.%N").strip())
+    clock_offset = guest_clock - (host_before + time.time()) / 2
+    value = m.set_expiry(datetime.now(UTC) + timedelta(seconds=EXPIRY_LEAD_SECONDS))
+    set_at = time.time()
+    waited = m.guest.wait_exit(budget(1800, vm_image))
+    exited_at = time.time()
+    assert waited is not None, f"still running {budget(1800, vm_image):.0f} s after the expiry was set: {m.describe()}"
+    console = (m.guest.run_dir / "console.log").read_text(errors="replace")
+    assert "reboot: Power down" in console  # an OS power-off (on EC2 it stops the instance)
+    entries = [json.loads(line) for line in
+               m.guest.offline_journal(["-b", "-o", "json", "-u", "kimi-watch.service"]).splitlines()
+               if line.startswith("{")]
+    said = f"kimi-watch: the stack expired at {value}: powering off"
+    powered = [int(e["__REALTIME_TIMESTAMP"]) / 1e6 for e in entries if e.get("MESSAGE") == said]
+    assert powered, [e.get("MESSAGE") for e in entries][-20:]
+    expires = datetime.fromisoformat(value).timestamp()
+    assert powered[0] >= expires  # not before the expiry (by the guest's clock, the one it reads)
+    report(m, "expiry-poweroff", phases={
+        "expiry_set_to_expiry": EXPIRY_LEAD_SECONDS,
+        "expiry_to_poweroff_line_guest": round(powered[0] - expires, 1),
+        "expiry_set_to_qemu_exit": round(exited_at - set_at, 1),
+    }, guest_clock_ahead_seconds=round(clock_offset, 1), expires_at=value)
+
+
 # --- machine B -------------------------------------------------------------------------------------
 
 @vm_all

@@ -112,3 +112,51 @@ def test_the_registry_answers_as_the_distribution_api(tmp_path):
             get("/v2/")
     finally:
         registry.stop()
+
+
+def test_the_vllm_standin_hangs_its_health_on_sigusr1_and_still_stops_on_sigterm(tmp_path):
+    """What the VM tier's watchdog scenario relies on: after SIGUSR1 the process is up and
+    ``/health`` is accepted but never answered (a hung engine); SIGTERM (``docker stop``) still
+    ends it cleanly."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.vm.services import wait_for
+    from tests.vm.standin_vllm import HANG_LINE
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = Path(__file__).parent / "vm" / "standin_vllm.py"
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, str(script), "serve", str(model), "--host", "127.0.0.1", "--port",
+                                 str(port)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def health(timeout: float) -> int | None:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+                conn.request("GET", "/health")
+                return conn.getresponse().status
+            except OSError:
+                return None
+
+        assert wait_for(lambda: health(5) == 200, 60, poll_seconds=0.2), log.read_text()
+        proc.send_signal(signal.SIGUSR1)
+        assert wait_for(lambda: HANG_LINE in log.read_text(), 30, poll_seconds=0.2), log.read_text()
+        with pytest.raises(TimeoutError):  # accepted, never answered
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/health")
+            conn.getresponse()
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

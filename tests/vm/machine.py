@@ -177,13 +177,22 @@ class Machine(GuestReads):
             if param.inputs.get("type") == "String":
                 # Not a secret: the stack's expiry, which the instance's kimi-watch reads. The plan's value
                 # is at the tests' fixed clock (past by now): a day from now, so the guest is not expired.
-                value = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-                self.services.ssm.put_parameter(Name=name, Type="String", Value=value)
+                self.set_expiry(datetime.now(UTC) + timedelta(days=1), name)
                 continue
             self.services.ssm.put_parameter(Name=name, Type="SecureString", Value=values[name.rsplit("/", 1)[1]])
         self.files = checkpoint_files()
         self.commit = self.services.hub.state.add_repo(self.spec.hub_repo, self.files)
         self.services.hub.state.required_token = TEST_SECRETS["hfToken"]
+
+    def set_expiry(self, expires_at: datetime, name: str | None = None) -> str:
+        """Write the stack's expiry into its SSM String parameter (``name``: the plan's; as
+        ``pulumi up`` does when ``expiresAt`` changes), in the plan's format. Returns the value."""
+        if name is None:
+            name = next(p.inputs["name"] for p in self.plan.of_type("aws:ssm/parameter:Parameter")
+                        if p.inputs.get("type") == "String")
+        value = expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.services.ssm.put_parameter(Name=name, Type="String", Value=value, Overwrite=True)
+        return value
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -224,7 +233,7 @@ class Machine(GuestReads):
     def healthy(self) -> bool:
         """Whether vLLM's /health answers 200 inside the guest."""
         try:
-            return self.guest.exec("curl -sf -o /dev/null http://127.0.0.1:8000/health", 60).exit_code == 0
+            return self.guest.exec("curl -sf -m 10 -o /dev/null http://127.0.0.1:8000/health", 60).exit_code == 0
         except GuestError:
             return False
 

@@ -10,6 +10,10 @@ archive, and a restored cache is reported); then serves ``/health`` (200) and ``
 (with ``--api-key`` or ``VLLM_API_KEY`` set, only with ``Authorization: Bearer <key>``, as
 vLLM 0.33.0's ``--api-key`` guards ``/v1``), printing uvicorn's "Application startup complete."
 when it is ready. Standard library only; stops cleanly on SIGTERM (``docker stop``).
+
+SIGUSR1 (``docker kill --signal USR1``) makes it hang as a wedged engine does: the process stays
+up, every later ``/health`` request is accepted and never answered (the watchdog's case,
+``components/aws/userdata.py`` ``watch_script``); a new start serves again.
 """
 
 from __future__ import annotations
@@ -72,8 +76,12 @@ def compile_cache(tree_sha256: str) -> str:
     return "compiled"
 
 
+HANG_LINE = "/health hangs from now on (SIGUSR1): the process stays up"
+
+
 def serve(args: argparse.Namespace, api_key: str | None) -> None:
     names = args.served_model_name or [args.model]
+    hung = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -91,6 +99,8 @@ def serve(args: argparse.Namespace, api_key: str | None) -> None:
 
         def do_GET(self):
             if self.path == "/health":
+                if hung.is_set():
+                    threading.Event().wait()  # never answered (a daemon thread: stopping does not wait for it)
                 return self._send(200, None)
             if self.path.startswith("/v1/"):
                 if api_key and self.headers.get("Authorization") != f"Bearer {api_key}":
@@ -104,6 +114,7 @@ def serve(args: argparse.Namespace, api_key: str | None) -> None:
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     # docker stop sends SIGTERM: stop serving and exit 0 (shutdown() must run off the serving thread).
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    signal.signal(signal.SIGUSR1, lambda *_: (hung.set(), log(HANG_LINE)))
     log(f"serving {names} from {args.model} on {args.host}:{args.port}")
     print("INFO:     Application startup complete.", flush=True)
     server.serve_forever()
