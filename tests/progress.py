@@ -27,7 +27,7 @@ TIERS: dict[str, str] = {
     "tests/test_engine_verify.py": "engine verify on podman",
     "tests/test_prometheus_live.py": "live Prometheus (real server scraped, rules and alerts)",
     "tests/test_real_engine.py": "real vLLM server (CPU engine, tiny model)",
-    "tests/test_vm_boot.py": "VM boots (QEMU: the stager, the first boot from its mirror, stop/start)",
+    "tests/test_vm_boot.py": "VM boots (QEMU: the stager, the first boot from its mirror, stop/start, power-off at expiry)",
     "tests/test_weight_sync_boot.py": "weight sync under systemd",
 }
 

@@ -13,7 +13,9 @@ real instance):
   EC2 stop/start (blank instance store) with S3 unreachable at first: the array is rebuilt, the
   failed attempt is retried and the copy made again, vLLM started once. Then (`make test-vm`): a
   reboot serves without copying; a reboot with the hub and the registry down still serves; a
-  weight file corrupted on the array is fetched again before vLLM starts.
+  weight file corrupted on the array is fetched again before vLLM starts; the stand-in server
+  hangs and the watchdog (``kimi-watch.timer``) restarts it. Last (`make test`), the trial's
+  expiry moves to a minute ahead and the instance's own timer powers it off.
 - C (`make test-vm`): a first boot from an empty mirror publishes from the hub, copies and serves.
 - B (`make test-vm`): S3 unreachable for good on a first boot: the weights unit fails after its
   attempts, vLLM never starts, the status says why and how to retry, and the documented retry
@@ -432,6 +434,7 @@ def test_the_watchdog_restarts_a_vllm_whose_health_hangs(machine_a, vm_image):
     a minute and restarts ``kimi-vllm`` after the third in a row; the new start serves. systemd's
     own ``Restart=`` never fires (the unit did not fail)."""
     from components.aws.userdata import VLLM_CONTAINER, WATCH_FAILURES_BEFORE_RESTART, WATCH_STATE_FILE
+    from tests.progress import announce
     from tests.vm.machine import READY_LINE
     from tests.vm.services import wait_for
     from tests.vm.standin_vllm import HANG_LINE
@@ -450,6 +453,7 @@ def test_the_watchdog_restarts_a_vllm_whose_health_hangs(machine_a, vm_image):
     watch_lines = len(m.journal("kimi-watch.service").splitlines())
     m.sh(f"docker kill --signal USR1 {VLLM_CONTAINER}")
     hung_at = time.monotonic()
+    announce("VM tier: the stand-in server hangs (SIGUSR1); waiting for the watchdog's restart")
     assert wait_for(lambda: HANG_LINE in m.journal("kimi-vllm.service"), budget(120, vm_image), poll_seconds=5)
     assert m.guest.exec("curl -sf -m 5 -o /dev/null http://127.0.0.1:8000/health", 60).exit_code != 0
     restarting = f"kimi-watch: restarting {before.name} (process up, /health failing)"
@@ -494,6 +498,7 @@ def test_the_instance_powers_itself_off_at_its_expiry(machine_a, vm_image):
     from datetime import UTC, datetime, timedelta
 
     from components.aws.userdata import WATCH_EXPIRY_FILE
+    from tests.progress import announce
 
     m = machine_a
     assert m.healthy(), m.describe()
@@ -506,6 +511,8 @@ def test_the_instance_powers_itself_off_at_its_expiry(machine_a, vm_image):
     clock_offset = guest_clock - (host_before + time.time()) / 2
     value = m.set_expiry(datetime.now(UTC) + timedelta(seconds=EXPIRY_LEAD_SECONDS))
     set_at = time.time()
+    announce(f"VM tier: the trial's expiry set to {value} ({EXPIRY_LEAD_SECONDS} s ahead); waiting for the guest "
+             "to power itself off")
     waited = m.guest.wait_exit(budget(1800, vm_image))
     exited_at = time.time()
     assert waited is not None, f"still running {budget(1800, vm_image):.0f} s after the expiry was set: {m.describe()}"
