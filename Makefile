@@ -89,13 +89,13 @@ iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the
 TEST_ENV = KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python
 LIVE_TIER = tests/test_prometheus_live.py
 
-test: system-packages setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov crds-ready ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, three VM boots: stager, serve from its mirror, stop/start (installs what it needs, Debian packages and CRDs included)
+test: system-packages setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov crds-ready ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, three VM boots: stager, serve from its mirror, stop/start and power-off at expiry (installs what it needs, Debian packages and CRDs included)
 	@$(TEST_ENV) $(PY) -m pytest -q --ignore=$(LIVE_TIER); suite=$$?; \
 	  echo "make: the live Prometheus tier, in a pytest process (and with a vLLM server) of its own"; \
 	  $(TEST_ENV) $(PY) -m pytest -q $(LIVE_TIER); live=$$?; \
 	  if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$live
 
-test-vm: setup-dev ## every VM boot scenario: the b300 stager's and GPU instance's user data in QEMU guests (stage, first boots, retries, reboots, outages, no instance store)
+test-vm: setup-dev ## every VM boot scenario: the b300 stager's and GPU instance's user data in QEMU guests (stage, first boots, retries, reboots, outages, no instance store, watchdog, expiry)
 	KIMI_VM_ALL=1 $(PY) -m pytest -q tests/test_vm_boot.py
 
 vm-image: setup-dev ## build the VM tier's guest and stand-in images now (cached by content hash; 10-25 min the first time)
