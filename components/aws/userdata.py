@@ -265,6 +265,8 @@ if [ -z "$MD" ]; then
     mdadm --create "$MD" --name={MD_NAME} --level=0 --chunk=512 --raid-devices="${{#DEVICES[@]}}" --force --run "${{DEVICES[@]}}"
   fi
 fi
+# udev names the array's /dev/md/ link after mdadm returns: wait for it, not for a fixed time.
+udevadm settle -t 60 || true
 if [ "$(blkid -o value -s TYPE "$MD" || true)" != "xfs" ]; then
   mkfs.xfs -f -K "$MD"
 fi
