@@ -338,6 +338,8 @@ def test_an_autoscaled_eks_trial_stays_stopped_the_node_group_stops_launching(mo
     import boto3
     import botocore.session
 
+    eks_model = botocore.session.get_session().get_service_model("eks").shape_for("NodegroupScalingConfig")
+    assert eks_model.members["maxSize"].metadata["min"] == 1  # why the scale to zero alone cannot hold
     run = plan_for("gb300")
     stop, _, _ = _expiry_resources(run)
     schedule, role, policy = _expiry_resources(run, launch=True)
