@@ -355,7 +355,7 @@ def test_an_autoscaled_eks_trial_stays_stopped_the_node_group_stops_launching(mo
     [statement] = json.loads(policy.inputs["policy"])["Statement"]
     assert statement["Action"] == "autoscaling:SuspendProcesses"
     assert statement["Resource"] == (
-        f"arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/{asg_name}")
+        f"arn:aws:autoscaling:us-east-1:*:autoScalingGroup:*:autoScalingGroupName/{asg_name}")
     assert "scheduler.amazonaws.com" in role.inputs["assumeRolePolicy"]
 
     # The schedule as rendered is accepted by the scheduler API.

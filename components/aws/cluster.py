@@ -326,14 +326,11 @@ class EksCluster(pulumi.ComponentResource):
             # its Auto Scaling group stops launching at the same time (expiry.py).
             asg = gpu.resources.apply(lambda r: r[0].autoscaling_groups[0].name)
 
-            def _asg_arn(v: list[str]) -> str:
-                _, part, _, region, account = v[0].split(":")[:5]
-                return asg_arn_pattern(part, region, account, v[1])
-
             self.expiry_launch_schedule = declare_expiry_stop(
                 self, f"{name}-launch", ctx_tags=args.tags, partition=args.partition, expires_at=args.expires_at,
                 expiry_key=expiry_key(args.spec), now=args.now or datetime.now(UTC), target=SUSPEND_LAUNCH_TARGET,
-                action=SUSPEND_LAUNCH_ACTION, resource_arn=pulumi.Output.all(gpu.arn, asg).apply(_asg_arn),
+                action=SUSPEND_LAUNCH_ACTION,
+                resource_arn=pulumi.Output.all(args.partition, asg).apply(lambda v: asg_arn_pattern(v[0], args.region, v[1])),
                 request=asg.apply(suspend_launch_input),
                 what=f"stop the GPU node group of {args.spec.stack} launching instances",
             )

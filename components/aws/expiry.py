@@ -140,10 +140,12 @@ def suspend_launch_input(asg_name: str) -> str:
     return json.dumps({"AutoScalingGroupName": asg_name, "ScalingProcesses": [SUSPENDED_PROCESS]}, sort_keys=True)
 
 
-def asg_arn_pattern(partition: str, region: str, account_id: str, asg_name: str) -> str:
+def asg_arn_pattern(partition: str, region: str, asg_name: str) -> str:
     """The IAM resource of one Auto Scaling group by name (its id is not known before it exists):
-    ``arn:<partition>:autoscaling:<region>:<account>:autoScalingGroup:*:autoScalingGroupName/<name>``."""
-    return f"arn:{partition}:autoscaling:{region}:{account_id}:autoScalingGroup:*:autoScalingGroupName/{asg_name}"
+    ``arn:<partition>:autoscaling:<region>:*:autoScalingGroup:*:autoScalingGroupName/<name>``. The
+    account is ``*``: a role acts in its own account only (an Auto Scaling group has no resource
+    policy to admit another's), and the plan knows no account id before `pulumi up`."""
+    return f"arn:{partition}:autoscaling:{region}:*:autoScalingGroup:*:autoScalingGroupName/{asg_name}"
 
 
 def execution_policy(action: str, resource_arn: str) -> str:
