@@ -235,6 +235,9 @@ RESOURCE_OUTPUTS: dict[str, OutputFn] = {
         # arn:aws:eks:<region>:<account>:nodegroup/<cluster>/<node group>/<uuid> (EKS API reference, Nodegroup)
         "arn": f"arn:aws:eks:us-east-1:{MOCK_ACCOUNT_ID}:nodegroup/{i.get('clusterName')}/"
                f"{i.get('nodeGroupName') or name + '-20261130'}/0123abcd-0123-4567-89ab-0123456789ab",
+        # the group's Auto Scaling group, named by EKS eks-<node group>-<uuid> (Nodegroup.resources)
+        "resources": [{"autoscalingGroups": [
+            {"name": f"eks-{i.get('nodeGroupName') or name + '-20261130'}-0123abcd-0123-4567-89ab-0123456789ab"}]}],
     },
     "aws:ec2/placementGroup:PlacementGroup": lambda name, i: {"name": i.get("name") or f"{name}-a1b2c3d"},
     "aws:ssm/parameter:Parameter": lambda name, i: {"arn": f"arn:aws:ssm:us-east-1:{MOCK_ACCOUNT_ID}:parameter{i.get('name')}"},

@@ -52,6 +52,9 @@ TEST_DEPLOYER_CIDR = "1.2.3.4/32"
 # given to the stacks that ship an example, so the mocked program runs as after a user's edit.
 TEST_RESERVATION_ID = "cr-0fedcba9876543210"
 TEST_REVISION = "0123456789abcdef0123456789abcdef01234567"
+# A prod stack refuses an engine tag (config/lifecycle.py prod_image_blocker): the stand-in engine
+# pinned by a digest there (test data, not a real digest), as `engine verify` prints the line.
+TEST_ENGINE_DIGEST = "sha256:" + "0" * 64
 
 
 def _stand_ins(stack: str) -> dict:
@@ -70,8 +73,21 @@ def _stand_ins(stack: str) -> dict:
     return out
 
 
+def _engine_stand_in(stack: str) -> dict:
+    """The stand-in engine of ``stack`` beyond the general ``imageTag``: on a prod stack, pinned by digest."""
+    config = read_stack_config(stack)
+    if config.get("kimi-deploy:environment") != "prod":
+        return {}
+    from components.core.targets import TARGETS
+    from components.core.versions import vllm_image
+
+    family = TARGETS[config["kimi-deploy:target"]].image_family
+    return {"kimi-deploy:vllm": {"imageTag": None, "image": f"{vllm_image(family, TEST_ENGINE_TAG)}@{TEST_ENGINE_DIGEST}"}}
+
+
 _DEPLOYER_BY_STACK = {stack: keys for stack in STACKS if (keys := _stand_ins(stack))}
-TEST_ENGINE_OVERLAY = json.dumps({"kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG}, "stacks": _DEPLOYER_BY_STACK})
+_ENGINE_BY_STACK = {stack: keys for stack in STACKS if (keys := {**_stand_ins(stack), **_engine_stand_in(stack)})}
+TEST_ENGINE_OVERLAY = json.dumps({"kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG}, "stacks": _ENGINE_BY_STACK})
 os.environ.setdefault("KIMI_DEPLOY_CONFIG_OVERLAY", TEST_ENGINE_OVERLAY)
 # The stand-in source alone: the shipped engine pin with a reachable EKS API.
 DEPLOYER_ONLY_OVERLAY = json.dumps({"stacks": _DEPLOYER_BY_STACK})

@@ -123,7 +123,7 @@ def pod_monitor_job(pod_monitor: Mapping[str, Any], pods: Sequence[Pod], address
     seconds; nothing else of the PodMonitor is changed.
     """
     meta = pod_monitor["metadata"]
-    (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    endpoint = pod_monitor["spec"]["podMetricsEndpoints"][0]  # vLLM's; [1] is the weight sync's
     relabel: list[dict[str, Any]] = [
         {"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"},
         {"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)"},

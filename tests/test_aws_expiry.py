@@ -28,9 +28,10 @@ from tests.conftest import FIXED_NOW, plan_for
 SCHEDULE = "aws:scheduler/schedule:Schedule"
 
 
-def _expiry_resources(run):
-    """The stack's schedule, its role and the role's one inline policy (recorded inputs)."""
-    [schedule] = [r for r in run.resources if r.type == SCHEDULE]
+def _expiry_resources(run, launch: bool = False):
+    """The stack's schedule, its role and the role's one inline policy (recorded inputs); with
+    ``launch``, the EKS stack's second schedule (the Auto Scaling group's Launch suspended)."""
+    [schedule] = [r for r in run.resources if r.type == SCHEDULE and ("-launch-expiry-" in r.name) == launch]
     base = schedule.name.removesuffix("-expiry-stop")
     role = run.named(f"{base}-expiry-role")
     policy = run.named(f"{base}-expiry-role-stop-at-expiry")
@@ -327,3 +328,59 @@ def test_the_plan_says_what_stops_at_the_expiry_and_what_keeps_billing():
     eks = plan_script.build_plan_document("gb300", now=FIXED_NOW)["at_expiry"]
     assert eks.startswith("the GPU node group scales to 0") and "EKS cluster" in eks
     assert plan_script.build_plan_document("b300-prod", now=FIXED_NOW)["at_expiry"] is None
+
+
+def test_an_autoscaled_eks_trial_stays_stopped_the_node_group_stops_launching(moto_server, fake_aws_env):
+    """maxSize cannot go below 1 (EKS), so the scale to zero alone lets a cluster autoscaler raise
+    the desired size for a pending pod. A second schedule at the same expiry suspends the Launch
+    process of the node group's Auto Scaling group: rendered, created in moto, and its request run
+    against moto's Auto Scaling API leaves the group unable to launch."""
+    import boto3
+    import botocore.session
+
+    eks_model = botocore.session.get_session().get_service_model("eks").shape_for("NodegroupScalingConfig")
+    assert eks_model.members["maxSize"].metadata["min"] == 1  # why the scale to zero alone cannot hold
+    run = plan_for("gb300")
+    stop, _, _ = _expiry_resources(run)
+    schedule, role, policy = _expiry_resources(run, launch=True)
+    assert schedule.inputs["scheduleExpression"] == stop.inputs["scheduleExpression"]
+    target = schedule.inputs["target"]
+    assert target["arn"] == "arn:aws:scheduler:::aws-sdk:autoscaling:suspendProcesses"
+    request = json.loads(target["input"])
+    model = botocore.session.get_session().get_service_model("autoscaling").operation_model("SuspendProcesses").input_shape
+    _check_request(request, model)
+    group = run.named("eks-gpu")
+    asg_name = f"eks-{group.name}-20261130-0123abcd-0123-4567-89ab-0123456789ab"
+    assert request == {"AutoScalingGroupName": asg_name, "ScalingProcesses": ["Launch"]}
+    [statement] = json.loads(policy.inputs["policy"])["Statement"]
+    assert statement["Action"] == "autoscaling:SuspendProcesses"
+    assert statement["Resource"] == (
+        f"arn:aws:autoscaling:us-east-1:*:autoScalingGroup:*:autoScalingGroupName/{asg_name}")
+    assert "scheduler.amazonaws.com" in role.inputs["assumeRolePolicy"]
+
+    # The schedule as rendered is accepted by the scheduler API.
+    iam = boto3.client("iam", endpoint_url=moto_server.endpoint, region_name="us-east-1")
+    created = iam.create_role(RoleName="gb300-launch", AssumeRolePolicyDocument=role.inputs["assumeRolePolicy"])
+    scheduler = boto3.client("scheduler", endpoint_url=moto_server.endpoint, region_name="us-east-1")
+    scheduler.create_schedule(
+        Name="gb300-launch", ScheduleExpression=schedule.inputs["scheduleExpression"],
+        ScheduleExpressionTimezone="UTC", FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": target["arn"], "RoleArn": created["Role"]["Arn"], "Input": target["input"]},
+    )
+    assert json.loads(scheduler.get_schedule(Name="gb300-launch")["Target"]["Input"]) == request
+
+    # What the target does at the expiry, against an Auto Scaling group of that name.
+    autoscaling = boto3.client("autoscaling", endpoint_url=moto_server.endpoint, region_name="us-east-1")
+    autoscaling.create_launch_configuration(LaunchConfigurationName="gpu", ImageId="ami-12c6146b", InstanceType="t3.micro")
+    autoscaling.create_auto_scaling_group(AutoScalingGroupName=asg_name, LaunchConfigurationName="gpu", MinSize=0,
+                                          MaxSize=2, DesiredCapacity=0, AvailabilityZones=["us-east-1a"])
+    autoscaling.suspend_processes(**request)
+    [asg] = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"]
+    assert [p["ProcessName"] for p in asg["SuspendedProcesses"]] == ["Launch"]
+
+
+def test_the_deploying_policy_may_resume_a_stopped_node_group():
+    from scripts.ops.deploy_policy import declared, policy_document
+
+    actions = json.dumps(policy_document(*declared("gb300", FIXED_NOW)))
+    assert "autoscaling:ResumeProcesses" in actions and "scheduler:CreateSchedule" in actions

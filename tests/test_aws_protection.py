@@ -141,9 +141,10 @@ def test_pulumi_up_refuses_a_shipped_reservation_id_before_any_resource(stack, r
     from components.core.config import CONFIG_OVERLAY_ENV
     from components.core.errors import ConfigError
     from components.plan_engine import run_program as run
-    from tests.conftest import TEST_DEPLOYER_CIDR, TEST_ENGINE_TAG, TEST_REVISION
+    from tests.conftest import TEST_DEPLOYER_CIDR, TEST_ENGINE_DIGEST, TEST_ENGINE_TAG, TEST_REVISION
 
-    overlay = {"kimi-deploy:vllm": {"imageTag": TEST_ENGINE_TAG},
+    # pinned by digest: a prod stack's tag is its own blocker
+    overlay = {"kimi-deploy:vllm": {"image": f"vllm/vllm-openai:{TEST_ENGINE_TAG}@{TEST_ENGINE_DIGEST}"},
                "kimi-deploy:network": {"apiServerPublicCidrs": [TEST_DEPLOYER_CIDR]},
                "kimi-deploy:model": {"revision": TEST_REVISION}}  # b300-prod's example commit: its own blocker
     monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps({"stacks": {stack: overlay}}))

@@ -26,7 +26,7 @@ PERMISSION_ONLY = {
     "s3:DeleteObjectVersion", "s3:GetBucketPublicAccessBlock", "s3:PutBucketPublicAccessBlock",
 }
 BOTOCORE_SERVICE = {"ec2": "ec2", "iam": "iam", "s3": "s3", "ssm": "ssm", "kms": "kms", "logs": "logs",
-                    "eks": "eks", "fsx": "fsx", "sts": "sts", "scheduler": "scheduler"}
+                    "eks": "eks", "fsx": "fsx", "sts": "sts", "scheduler": "scheduler", "autoscaling": "autoscaling"}
 
 
 @pytest.fixture(scope="module")

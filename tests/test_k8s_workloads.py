@@ -690,7 +690,7 @@ def test_pod_monitor_with_the_operator_annotations_only_for_a_prometheus_that_re
     run = plan_for("mi355x")  # the stack lists prometheus-operator as installed
     monitor = one(run, "PodMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert monitor["spec"]["podMetricsEndpoints"][0] == {"port": "http", "path": "/metrics", "interval": "30s"}
     assert "annotations" not in vllm_pods(run)["server"]["metadata"]
     # no operator: the scaler must be pointed at a Prometheus that reads prometheus.io/* annotations
     observability = {**read_stack_config("mi355x")["kimi-deploy:observability"],

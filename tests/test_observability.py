@@ -292,7 +292,7 @@ def test_network_policy_admits_prometheus_pods_to_the_metrics_port_only():
     assert scrape == [{
         "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
                   "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}],
-        "ports": [{"protocol": "TCP", "port": 8000}],
+        "ports": [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": m.SYNC_METRICS_PORT}],
     }]
     # the client rule is unchanged: monitoring is not a client namespace
     client = [r for r in policy["spec"]["ingress"] if r not in scrape]
@@ -336,7 +336,7 @@ def test_network_policy_admits_exactly_the_scraping_prometheus():
         "app.kubernetes.io/managed-by": "prometheus-operator", "app.kubernetes.io/instance": "kube-prometheus-stack-prometheus",
         "operator.prometheus.io/name": "kube-prometheus-stack-prometheus", "operator.prometheus.io/shard": "0",
     }
-    assert _admitted_ports(policy, "monitoring", operator_prometheus) == {8000}
+    assert _admitted_ports(policy, "monitoring", operator_prometheus) == {8000, m.SYNC_METRICS_PORT}
     neighbours = [
         {"app.kubernetes.io/name": "grafana"}, {"app.kubernetes.io/name": "kube-state-metrics"},
         {"app.kubernetes.io/name": "prometheus-node-exporter"}, {"app.kubernetes.io/name": "alertmanager"},
@@ -355,15 +355,19 @@ def test_pod_monitor_selects_the_serving_pods_and_their_metrics_port_only(name):
                                         "installedAddons": ["prometheus-operator"]}}
     run = autoscaled(name, extra)
     monitor = one(run, "PodMonitor")
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    selected = []
+    endpoint, sync = monitor["spec"]["podMetricsEndpoints"]
+    assert sync["port"] == m.SYNC_METRICS_PORT_NAME  # the weight sync's progress (test_sync_progress_metrics.py)
+    serving = []
     for _, pod in pod_templates(run):
         if not _selects(monitor["spec"]["selector"], pod["metadata"]["labels"]):
             continue
-        selected.append(pod["metadata"]["labels"]["app.kubernetes.io/component"])
-        (vllm,) = [c for c in pod["spec"]["containers"] if c["name"] == "vllm"]
-        assert endpoint["port"] in [p.get("name") for p in vllm["ports"]]
-    assert selected == ["leader" if name == "gb300" else "server"]  # LeaderWorkerSet workers serve no /metrics
+        # an endpoint yields a target only where a container names its port: the API port on the serving pods
+        ports = [p.get("name") for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+        if endpoint["port"] in ports:
+            serving.append(pod["metadata"]["labels"]["app.kubernetes.io/component"])
+            (vllm,) = [c for c in pod["spec"]["containers"] if c["name"] == "vllm"]
+            assert endpoint["port"] in [p.get("name") for p in vllm["ports"]]
+    assert serving == ["leader" if name == "gb300" else "server"]  # LeaderWorkerSet workers serve no /metrics
 
 
 def test_network_policy_has_no_scrape_rule_without_a_prometheus_namespace():

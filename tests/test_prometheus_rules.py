@@ -84,6 +84,15 @@ class World:
             "model_name": self.model, "engine": "0",
         })
 
+    def sync(self, pod: str) -> str:
+        """The weight sync's bytes moved in ``pod`` (its ``weight-sync`` container: the init container
+        of a vLLM pod, or a sync Job's pod) as the PodMonitor's ``sync-metrics`` endpoint scrapes it."""
+        return promtool.selector(m.SYNC_TRANSFERRED_BYTES, {
+            "namespace": self.namespace, "pod": pod, "container": obs.NODE_COPY_CONTAINER,
+            "endpoint": m.SYNC_METRICS_PORT_NAME, "job": f"{self.namespace}/kimi-vllm",
+            "instance": f"10.1.1.9:{m.SYNC_METRICS_PORT}",
+        })
+
     def pod(self, metric: str, pod: str, **extra: str) -> str:
         """A kube-state-metrics series of ``pod``."""
         return promtool.selector(metric, {"namespace": self.namespace, "pod": pod, "job": "kube-state-metrics", **extra})
@@ -259,8 +268,9 @@ def job_steps(name: str) -> list:
 
 
 def init_rule(w: World, alert: str) -> dict[str, Any] | None:
-    """The rule of ``alert`` that watches the node-local copy's init container, or None."""
-    return next((r for r in rules_by_alert(w).get(alert, []) if obs.NODE_COPY_CONTAINER in r["expr"]), None)
+    """The rule of ``alert`` that watches the node-local copy's init container (in the vLLM pods), or None."""
+    return next((r for r in rules_by_alert(w).get(alert, [])
+                 if obs.NODE_COPY_CONTAINER in r["expr"] and NODE_COPY_POD_RE in r["expr"]), None)
 
 
 @pytest.mark.parametrize("name", [n for n in RULE_STACKS if n != "mi355x"])
@@ -302,22 +312,23 @@ def test_sync_alerts_watch_what_runs_for_each_storage_kind():
         spec = observed(name).context.spec
         steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
         stalled = rules_by_alert(w)["KimiWeightSyncStalled"]
-        job_rules = {r["labels"]["step"] for r in stalled if "job_name" in r["expr"]}
+        job_rules = {r["labels"]["step"] for r in stalled if obs.WEIGHT_SYNC_JOB_PREFIX in r["expr"]}
         assert job_rules == {s.name for s in steps if not obs.runs_in_pod(s)}, name
         in_pod = any(obs.runs_in_pod(s) for s in steps)
         assert (init_rule(w, "KimiWeightSyncStalled") is not None) == in_pod == (init_rule(w, "KimiWeightSyncFailed") is not None)
         failed_jobs = [r for r in rules_by_alert(w).get("KimiWeightSyncFailed", []) if "job_name" in r["expr"]]
         assert bool(failed_jobs) == bool(job_rules), name
     assert not job_steps("mi355x")
-    assert not [r["expr"] for rs in rules_by_alert(world("mi355x")).values() for r in rs if "job_name" in r["expr"]]
+    assert not [r["expr"] for rs in rules_by_alert(world("mi355x")).values() for r in rs
+                if obs.WEIGHT_SYNC_JOB_PREFIX in r["expr"]]
     storage = {**read_stack_config("b300-prod")["kimi-deploy:storage"], "kind": "pvc", "existingClaim": "kimi-weights",
                "readGBps": 2}
     k8s_cfg = {**read_stack_config("b300-prod")["kimi-deploy:kubernetes"], "installedAddons": ["prometheus-operator"]}
     run = autoscaled("b300-prod", {"kimi-deploy:storage": storage, "kimi-deploy:kubernetes": k8s_cfg})
     rules = one(run, "PrometheusRule")["spec"]["groups"][0]["rules"]
     exprs = [r["expr"] for r in rules if r["alert"].startswith("KimiWeightSync")]
-    assert exprs and not [e for e in exprs if obs.NODE_COPY_CONTAINER in e]
-    assert any('job_name=~"kimi-weights-node-copy-.*"' in e for e in exprs)
+    assert exprs and not [e for e in exprs if NODE_COPY_POD_RE in e]
+    assert any('pod=~"kimi-weights-node-copy-.*"' in e and m.SYNC_TRANSFERRED_BYTES in e for e in exprs)
 
 
 @pytest.mark.parametrize("name", RULE_STACKS)
@@ -340,47 +351,50 @@ def test_node_copy_init_container_failure_fires_after_a_jobs_retries_and_resolve
     run_case(tmp_path, w, "init-failed", series, checks)
 
 
-@pytest.mark.parametrize("name", RULE_STACKS)
-def test_weight_sync_stalled_fires_per_step_resolves_and_fires_for_the_next_run(name, tmp_path):
-    w = world(name)
-    run = observed(name)
-    spec, sizing = run.context.spec, run.context.sizing
+def _sync_cases(w: World, name: str) -> list[tuple[dict[str, Any], str]]:
+    """(rule, a pod it watches) of every KimiWeightSyncStalled rule: one per sync Job step (a pod of
+    its Job) and the node-local copy's (a vLLM pod's init container)."""
+    out = []
     for step in job_steps(name):
         (rule,) = [r for r in rules_by_alert(w)["KimiWeightSyncStalled"]
-                   if r["labels"]["step"] == step.name and "job_name" in r["expr"]]
-        stall = int(obs.SYNC_STALL_FACTOR * sync_expected_seconds(spec, sizing, step))
-        first, second = f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step.name}-aaaa1111", f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step.name}-bbbb2222"
-
-        def job(metric: str, job_name: str) -> str:
-            return promtool.selector(metric, {"namespace": w.namespace, "job_name": job_name, "job": "kube-state-metrics"})
-
-        series = {
-            job(m.KSM_JOB_START_TIME, first): promtool.values((-(stall - 2 * MINUTE), 61)),  # stalls from 2 m
-            job(m.KSM_JOB_ACTIVE, first): promtool.values((1, 20), (0, 41)),  # done at 20 m
-            job(m.KSM_JOB_START_TIME, second): promtool.values((None, 30), (30 * MINUTE - stall + MINUTE, 31)),
-            job(m.KSM_JOB_ACTIVE, second): promtool.values((None, 30), (1, 31)),
-        }
-        labels = {j: {"namespace": w.namespace, "job_name": j, "job": "kube-state-metrics"} for j in (first, second)}
-        checks = [(1, rule["alert"], []), (5, rule["alert"], [expect(rule, labels[first])]), (25, rule["alert"], []),
-                  (35, rule["alert"], [expect(rule, labels[second])])]
-        run_case(tmp_path, w, f"stalled-{step.name}", series, checks)
-    # The node-local copy: one pod's init container stalls past the threshold, then a new pod's.
+                   if r["labels"]["step"] == step.name and NODE_COPY_POD_RE not in r["expr"]]
+        out.append((rule, f"{obs.WEIGHT_SYNC_JOB_PREFIX}{step.name}-aaaa1111-0-q7x2z"))
     rule = init_rule(w, "KimiWeightSyncStalled")
     assert rule is not None
-    stall = obs.init_copy_stall_seconds(pod_ready_budget(spec, sizing))
-    assert stall is not None
-    p1, p2 = w.pods
-    init = {"container": obs.NODE_COPY_CONTAINER}
-    series = {
-        w.pod(m.KSM_POD_START_TIME, p1): promtool.values((-(stall - 2 * MINUTE), 61)),  # stalls from 2 m
-        w.pod(m.KSM_INIT_CONTAINER_RUNNING, p1, **init): promtool.values((1, 20), (0, 41)),  # done at 20 m
-        w.pod(m.KSM_POD_START_TIME, p2): promtool.values((None, 30), (30 * MINUTE - stall + MINUTE, 31)),
-        w.pod(m.KSM_INIT_CONTAINER_RUNNING, p2, **init): promtool.values((None, 30), (1, 31)),
-    }
-    labels = {p: {"namespace": w.namespace, "pod": p, "job": "kube-state-metrics"} for p in (p1, p2)}
-    checks = [(1, rule["alert"], []), (5, rule["alert"], [expect(rule, labels[p1])]), (25, rule["alert"], []),
-              (35, rule["alert"], [expect(rule, labels[p2])])]
-    run_case(tmp_path, w, "stalled-init", series, checks)
+    out.append((rule, w.pods[0]))
+    return out
+
+
+NODE_COPY_POD_RE = 'pod=~"kimi-vllm-'
+WINDOW = obs.SYNC_STALL_WINDOW_MINUTES
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_weight_sync_stalled_fires_when_bytes_stop_not_when_a_slow_sync_runs_long(name, tmp_path):
+    """Progress, not elapsed time: a sync whose bytes stop moving alerts one window later and
+    resolves when it moves again; a slow sync (1 MB a minute, for far longer than the old
+    1.5 x expected threshold of any step) and a sync just started never do."""
+    w = world(name)
+    for rule, pod in _sync_cases(w, name):
+        labels = {"namespace": w.namespace, "pod": pod, "container": obs.NODE_COPY_CONTAINER,
+                  "endpoint": m.SYNC_METRICS_PORT_NAME, "job": f"{w.namespace}/kimi-vllm",
+                  "instance": f"10.1.1.9:{m.SYNC_METRICS_PORT}"}
+        # moves 1 GB/min for 10 min, stops at 10 m (flat 9 GB), moves again from 40 m, done at 60 m
+        stalled = promtool.values("0+1000000000x9", (9 * 10**9, 30), f"{10 * 10**9}+1000000000x19", ("stale", 1))
+        run_case(tmp_path, w, "stalled", {w.sync(pod): stalled}, [
+            (9 + WINDOW - 1, rule["alert"], []),
+            (9 + WINDOW + 2, rule["alert"], [expect(rule, labels, 0)]),
+            (38, rule["alert"], [expect(rule, labels, 0)]),
+            (42, rule["alert"], []),
+            (70, rule["alert"], []),
+        ])
+        # 1 MB a minute for 8 hours: slow, never stalled
+        slow = promtool.values(f"0+1000000x{8 * 60}")
+        run_case(tmp_path, w, "slow", {w.sync(pod): slow},
+                 [(t, rule["alert"], []) for t in (30, 120, 240, 8 * 60)])
+        # a sync that has just started (listing its source: 0 bytes for 5 minutes) is not judged yet
+        fresh = promtool.values((0, 5), f"1000000+1000000x{WINDOW}")
+        run_case(tmp_path, w, "fresh", {w.sync(pod): fresh}, [(t, rule["alert"], []) for t in range(0, 16)])
 
 
 @pytest.mark.parametrize("name", ["b300-prod", "gb300"])
@@ -466,22 +480,37 @@ class Timeline:
         self.series[sel(m.KSM_JOB_ACTIVE)] = self.steps(1, 0, start + minutes, start)
         self.series[sel(m.KSM_JOB_FAILED_CONDITION, condition="true")] = self.const(0, start)
         self.series[sel(m.KSM_JOB_STATUS_FAILED)] = self.const(0, start)
+        self.series[self.w.sync(f"{name}-0-q7x2z")] = self.moving(start, start + minutes)
+
+    def moving(self, start: int, end: int, stop: int | None = None) -> str:
+        """A sync's bytes moved from minute ``start`` until its container ends at ``end`` (its
+        target gone: stale): 1 GB a minute, or only until minute ``stop`` and then flat (stalled)."""
+        end = min(end, self.length)
+        grow = end - start if stop is None else max(min(stop, end) - start, 1)
+        return promtool.values((None, start), f"0+{10**9}x{grow - 1}", ((grow - 1) * 10**9, end - start - grow),
+                               *([("stale", 1)] if end < self.length else []))
 
     def pod(self, pod: str, created: int, phases: tuple, serving: bool = True, end: int | None = None,
-            stall_copy: bool = False) -> int | None:
+            stall_copy: bool = False, never_ready: bool = False) -> int | None:
         """A vLLM pod created at minute ``created`` that runs ``phases`` (``time_to_ready.PodPhase``)
         for their expected durations; returns the minute it is ready (None if never). With
-        ``stall_copy`` its node-local copy never ends."""
+        ``stall_copy`` its node-local copy stops moving bytes after two minutes and never ends; with
+        ``never_ready`` vLLM never becomes ready after the init containers finished."""
         w, t = self.w, created
         for phase in phases:
             if phase.name == ttr.NODE_WAIT_PHASE:
                 t += _minutes(phase.expected_seconds)  # Pending: no node yet
         started = t
         copy_start = copy_end = None
+        initialized: int | None = None
         ready: int | None = None
         for phase in phases:
             if phase.name == ttr.NODE_WAIT_PHASE:
                 continue
+            if phase.name == ttr.VLLM_START_PHASE:
+                initialized = t  # the init containers (copy, restore) have finished
+            if phase.name == ttr.VLLM_START_PHASE and never_ready:
+                break
             if phase.init_container and phase.name != "engine cache restore":
                 copy_start, copy_end = t, (self.length + 1 if stall_copy else t + _minutes(phase.expected_seconds))
                 if stall_copy:
@@ -492,6 +521,8 @@ class Timeline:
         ready_at = self.length if ready is None else min(ready, self.length)
         self.series[w.pod(m.KSM_POD_CREATED, pod)] = self.const(created * MINUTE, created, end)
         self.series[w.pod(m.KSM_POD_START_TIME, pod)] = self.const(started * MINUTE, min(started, end or self.length), end)
+        if initialized is not None and initialized < self.length:
+            self.series[w.pod(m.KSM_POD_INITIALIZED_TIME, pod)] = self.const(initialized * MINUTE, initialized, end)
         if serving:
             self.series[w.pod(m.KSM_POD_INFO, pod)] = self.const(1, created, end)
             self.series[w.pod(m.KSM_POD_STATUS_READY, pod, condition="true")] = self.steps(0, 1, ready_at, created, end)
@@ -503,6 +534,8 @@ class Timeline:
             self.series[w.pod(m.KSM_INIT_CONTAINER_RESTARTS, pod, **init)] = self.const(0, copy_start, end)
             self.series[w.pod(m.KSM_INIT_CONTAINER_TERMINATED_REASON, pod, reason="Completed", **init)] = self.steps(
                 0, 1, stop, copy_start, end)
+            self.series[w.sync(pod)] = self.moving(copy_start, min(stop, end or self.length),
+                                                   stop=copy_start + 2 if stall_copy else None)
         return ready
 
 
@@ -594,36 +627,72 @@ def test_no_alert_fires_on_a_healthy_node_replacement(name, tmp_path):
 
 @pytest.mark.parametrize("name", RULE_STACKS)
 def test_a_stalled_node_copy_fires_the_stall_then_the_startup_alerts(name, tmp_path):
-    """The same first pod, but its node-local copy never finishes: the stall warning fires once
-    the copy runs past its threshold, then (no replica ready past the pod's budget) the startup
-    and outage alerts; not before."""
+    """The same first pod, but its node-local copy stops moving bytes two minutes in and never
+    finishes: the stall warning fires one window after the last byte, then (no replica ready past
+    the pod's budget, the pod never initialized) the startup and outage alerts; not before."""
     w, budget = world(name), _budget(name)
-    run = observed(name)
-    stall = obs.init_copy_stall_seconds(budget)
-    assert stall is not None
     created = 1
     length = created + _minutes(budget.budget_seconds) + 15
     tl = Timeline(w, length, {})
     assert _first_pods(w, tl, budget.scenarios["first_deploy"], created, stall_copy=True) is None
     stalled = init_rule(w, "KimiWeightSyncStalled")
+    assert stalled is not None
     labels = {"namespace": w.namespace, "pod": w.pods[0], "job": "kube-state-metrics"}
-    # the pod starts at once (no node wait on a first deploy); the rule compares with its start
-    stall_minute = created + math.ceil(stall / MINUTE)
+    copy_start = created + _minutes(budget.scenarios["first_deploy"][0].expected_seconds)  # after the image pull
+    last_byte = copy_start + 1  # two samples of growth (within a minute: promtool's `_xN` is N blanks)
     over = created + math.ceil(budget.budget_seconds / MINUTE)
     (no_ready,) = rules_by_alert(w)["KimiVllmNoReadyReplica"]
     (over_budget,) = rules_by_alert(w)["KimiVllmStartupOverBudget"]
-    expected_stalled = [expect(stalled, labels)]
+    sync_labels = {"namespace": w.namespace, "container": obs.NODE_COPY_CONTAINER, "endpoint": m.SYNC_METRICS_PORT_NAME,
+                   "job": f"{w.namespace}/kimi-vllm", "instance": f"10.1.1.9:{m.SYNC_METRICS_PORT}"}
+    expected_stalled = [expect(stalled, {**sync_labels, "pod": w.pods[0]}, 0)]
     if w.worker_pod:
-        expected_stalled.append(expect(stalled, {**labels, "pod": w.worker_pod}))
+        expected_stalled.append(expect(stalled, {**sync_labels, "pod": w.worker_pod}, 0))
     checks = [
-        (stall_minute - 2, stalled["alert"], []),
-        (stall_minute + 2, stalled["alert"], expected_stalled),
+        (last_byte + WINDOW - 3, stalled["alert"], []),
+        (last_byte + WINDOW + 2, stalled["alert"], expected_stalled),
         (over - 1, no_ready["alert"], []), (over - 1, over_budget["alert"], []),
         (over + 7, no_ready["alert"], [expect(no_ready, {})]),
         (over + 7, over_budget["alert"], [expect(over_budget, labels)]),
     ]
     run_case(tmp_path, w, "stalled-copy", tl.series, checks)
-    del run
+
+
+def not_ready_minutes(name: str) -> tuple[int, int, int]:
+    """``(initialized, before, after)`` minutes after creation for a pod of ``name`` whose weights
+    are already on its node (the repeat-trial phases) and whose vLLM never becomes ready: when its
+    init containers finish, when the old creation-budget rule would fire, and when the
+    phase-aware one does (each with the rule's 5-minute ``for``)."""
+    budget = _budget(name)
+    phases = budget.scenarios["repeat_trial"]
+    initialized = sum(_minutes(p.expected_seconds) for p in phases if p.name != ttr.VLLM_START_PHASE)
+    before = math.ceil(budget.budget_seconds / MINUTE) + 5
+    after = initialized + math.ceil(obs.after_init_seconds(budget) / MINUTE) + 5
+    return initialized, before, after
+
+
+@pytest.mark.parametrize("name", RULE_STACKS)
+def test_a_pod_with_local_weights_that_never_gets_ready_alerts_a_start_budget_after_its_init(name, tmp_path):
+    """Weights already on the node (the copy finds its marker in seconds), vLLM never ready: the
+    startup and outage alerts fire NOT_READY_START_BUDGETS x the vLLM start budget after the init
+    containers finished (kube_pod_status_initialized_time), not after the worst case of every
+    phase counted from the pod's creation (hours)."""
+    w, budget = world(name), _budget(name)
+    created = 0
+    initialized, before, after = not_ready_minutes(name)
+    assert after < before
+    length = after + 15
+    tl = Timeline(w, length, {})
+    assert tl.pod(w.pods[0], created, budget.scenarios["repeat_trial"], never_ready=True) is None
+    (no_ready,) = rules_by_alert(w)["KimiVllmNoReadyReplica"]
+    (over_budget,) = rules_by_alert(w)["KimiVllmStartupOverBudget"]
+    labels = {"namespace": w.namespace, "pod": w.pods[0], "job": "kube-state-metrics"}
+    checks = [
+        (after - 2, no_ready["alert"], []), (after - 2, over_budget["alert"], []),
+        (after + 2, no_ready["alert"], [expect(no_ready, {})]),
+        (after + 2, over_budget["alert"], [expect(over_budget, labels)]),
+    ]
+    run_case(tmp_path, w, "not-ready-after-init", tl.series, checks)
 
 
 def test_alert_unit_tests_can_fail(tmp_path):

@@ -61,7 +61,17 @@ from components.core.weights import mirror_key_prefix
 from . import iam
 from .common import child, tags
 from .compute import capacity_options, efa_network_interfaces, launched_tag_specifications, metadata_options, root_volume
-from .expiry import SCALE_NODEGROUP_ACTION, SCALE_NODEGROUP_TARGET, declare_expiry_stop, expiry_key, scale_to_zero_input
+from .expiry import (
+    SCALE_NODEGROUP_ACTION,
+    SCALE_NODEGROUP_TARGET,
+    SUSPEND_LAUNCH_ACTION,
+    SUSPEND_LAUNCH_TARGET,
+    asg_arn_pattern,
+    declare_expiry_stop,
+    expiry_key,
+    scale_to_zero_input,
+    suspend_launch_input,
+)
 from .node_autoscaler import declare_node_autoscaler_identity
 from .userdata import ClusterDetails, eks_node_user_data
 
@@ -303,6 +313,7 @@ class EksCluster(pulumi.ComponentResource):
         self.admin_access = self._create_admin_access(cluster)
         self.gpu_node_group_names = pulumi.Output.all(*([gpu.node_group_name] if gpu is not None else []))
         self.expiry_schedule = None
+        self.expiry_launch_schedule: aws.scheduler.Schedule | None = None
         if gpu is not None and args.expires_at is not None:
             request = pulumi.Output.all(cluster.name, gpu.node_group_name).apply(lambda v: scale_to_zero_input(v[0], v[1]))
             self.expiry_schedule = declare_expiry_stop(
@@ -310,6 +321,18 @@ class EksCluster(pulumi.ComponentResource):
                 expiry_key=expiry_key(args.spec), now=args.now or datetime.now(UTC), target=SCALE_NODEGROUP_TARGET,
                 action=SCALE_NODEGROUP_ACTION, resource_arn=gpu.arn, request=request,
                 what=f"scale the GPU node group of {args.spec.stack} to zero",
+            )
+            # maxSize stays >= 1 (EKS), so a cluster autoscaler could scale the group up again:
+            # its Auto Scaling group stops launching at the same time (expiry.py).
+            asg = gpu.resources.apply(lambda r: r[0].autoscaling_groups[0].name)
+
+            self.expiry_launch_schedule = declare_expiry_stop(
+                self, f"{name}-launch", ctx_tags=args.tags, partition=args.partition, expires_at=args.expires_at,
+                expiry_key=expiry_key(args.spec), now=args.now or datetime.now(UTC), target=SUSPEND_LAUNCH_TARGET,
+                action=SUSPEND_LAUNCH_ACTION,
+                resource_arn=pulumi.Output.all(args.partition, asg).apply(lambda v: asg_arn_pattern(v[0], args.region, v[1])),
+                request=asg.apply(suspend_launch_input),
+                what=f"stop the GPU node group of {args.spec.stack} launching instances",
             )
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(

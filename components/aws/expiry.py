@@ -11,7 +11,13 @@ universal target, run by a role that may do that one call on that one resource:
   (``userdata.watch_units``: a systemd timer), a second net should the schedule or its role be
   deleted.
 - ``aws-eks``: ``eks:UpdateNodegroupConfig`` of the GPU node group to ``desiredSize 0, minSize 0``
-  (``scale_to_zero_input``): EKS drains and terminates the GPU nodes.
+  (``scale_to_zero_input``): EKS drains and terminates the GPU nodes. ``maxSize`` cannot follow
+  (EKS's ``NodegroupScalingConfig.maxSize`` is at least 1), so a cluster autoscaler that sees
+  pending pods would raise the desired size again; a second schedule at the same time suspends
+  the ``Launch`` process of the node group's Auto Scaling group (``autoscaling:SuspendProcesses``,
+  ``suspend_launch_input``): whatever sets the desired size afterwards (the cluster autoscaler,
+  Karpenter-less scale-ups, a console click), the group launches no instance until the process
+  is resumed (``aws autoscaling resume-processes``; docs/operations.md, "When a trial expires").
 
 What keeps billing after expiry (docs/operations.md, "When a trial expires"): the mirror bucket
 (retained by design), the NAT gateway, the EKS control plane and system nodes, an FSx file system,
@@ -31,8 +37,14 @@ Sources (retrieved 2026-12-07): EventBridge Scheduler user guide, "Schedule type
 ``arn:aws:scheduler:::aws-sdk:<service>:<apiAction>``, the input is the API's request in JSON with
 its parameter names as the API reference spells them), "Set up the execution role" (trust in
 ``scheduler.amazonaws.com``); EC2 API reference ``StopInstances`` (``InstanceIds``); EKS API
-reference ``UpdateNodegroupConfig`` (``clusterName``, ``nodegroupName``, ``scalingConfig``);
-tests/test_aws_expiry.py checks both requests against the SDK's models (botocore).
+reference ``UpdateNodegroupConfig`` (``clusterName``, ``nodegroupName``, ``scalingConfig``) and
+``NodegroupScalingConfig`` (``maxSize``: minimum value 1); Amazon EC2 Auto Scaling API reference
+``SuspendProcesses`` (``AutoScalingGroupName``, ``ScalingProcesses``: ``Launch`` "adds instances
+to the Auto Scaling group when the group scales out"; a suspended Launch also stops the group
+replacing unhealthy instances) and the Auto Scaling service authorization reference (the
+``autoScalingGroup`` ARN with a ``*`` group id); EKS "Managed node groups" (the group is an EC2
+Auto Scaling group named in ``Nodegroup.resources.autoScalingGroups``);
+tests/test_aws_expiry.py checks every request against the SDK's models (botocore).
 """
 
 from __future__ import annotations
@@ -58,6 +70,10 @@ SCALE_NODEGROUP_TARGET = "arn:{partition}:scheduler:::aws-sdk:eks:updateNodegrou
 # IAM actions the schedule's role holds (one each, on one resource).
 STOP_INSTANCES_ACTION = "ec2:StopInstances"
 SCALE_NODEGROUP_ACTION = "eks:UpdateNodegroupConfig"
+SUSPEND_LAUNCH_TARGET = "arn:{partition}:scheduler:::aws-sdk:autoscaling:suspendProcesses"
+SUSPEND_LAUNCH_ACTION = "autoscaling:SuspendProcesses"
+# The Auto Scaling process suspended at the expiry (the one that adds instances).
+SUSPENDED_PROCESS = "Launch"
 # The schedules' expressions are written in UTC, like expires-at.
 SCHEDULE_TIMEZONE = "UTC"
 # What stops at the expiry and what keeps billing, per platform that declares the stop (the
@@ -65,7 +81,8 @@ SCHEDULE_TIMEZONE = "UTC"
 AT_EXPIRY: dict[str, tuple[str, str]] = {
     "aws-ec2": ("the GPU instance stops (EventBridge Scheduler: ec2:StopInstances; its own timer powers it off too)",
                 "its root volume, the NAT gateway, the mirror bucket, an ODCR or capacity block"),
-    "aws-eks": ("the GPU node group scales to 0 (EventBridge Scheduler: eks:UpdateNodegroupConfig)",
+    "aws-eks": ("the GPU node group scales to 0 and its Auto Scaling group stops launching, so no autoscaler "
+                "brings it back (EventBridge Scheduler: eks:UpdateNodegroupConfig, autoscaling:SuspendProcesses Launch)",
                 "the EKS control plane and system nodes, the NAT gateway, the mirror bucket, FSx, a capacity block"),
 }
 # Retries of a failed stop (the target's retry policy): a throttled call is tried again for up
@@ -115,6 +132,20 @@ def scale_to_zero_input(cluster_name: str, nodegroup_name: str) -> str:
         {"clusterName": cluster_name, "nodegroupName": nodegroup_name, "scalingConfig": {"desiredSize": 0, "minSize": 0}},
         sort_keys=True,
     )
+
+
+def suspend_launch_input(asg_name: str) -> str:
+    """The ``SuspendProcesses`` request of the EKS stack's second schedule (JSON; Auto Scaling's
+    members are upper camel case): the ``Launch`` process of the GPU node group's Auto Scaling group."""
+    return json.dumps({"AutoScalingGroupName": asg_name, "ScalingProcesses": [SUSPENDED_PROCESS]}, sort_keys=True)
+
+
+def asg_arn_pattern(partition: str, region: str, asg_name: str) -> str:
+    """The IAM resource of one Auto Scaling group by name (its id is not known before it exists):
+    ``arn:<partition>:autoscaling:<region>:*:autoScalingGroup:*:autoScalingGroupName/<name>``. The
+    account is ``*``: a role acts in its own account only (an Auto Scaling group has no resource
+    policy to admit another's), and the plan knows no account id before `pulumi up`."""
+    return f"arn:{partition}:autoscaling:{region}:*:autoScalingGroup:*:autoScalingGroupName/{asg_name}"
 
 
 def execution_policy(action: str, resource_arn: str) -> str:

@@ -123,6 +123,10 @@ def parse_spec(
         {"model.revision": revision, "compute.capacity.reservationId": raw.compute.capacity.reservation_id}
     ))
     lifecycle.warn_unprotected_prod(raw, protect, warnings)
+    from .versions import vllm_image
+
+    image = raw.vllm.image or vllm_image(target_profile.image_family, raw.vllm.image_tag)
+    mutable = lifecycle.prod_image_blocker(raw, image, stack)
 
     spec = DeploymentSpec(
         project=project,
@@ -142,7 +146,7 @@ def parse_spec(
         config=raw,
         secrets_set=frozenset(secrets_set),
         warnings=tuple(warnings),
-        blockers=api_blockers + ((blocker,) if blocker is not None else ()),
+        blockers=api_blockers + ((blocker,) if blocker is not None else ()) + ((mutable,) if mutable is not None else ()),
         every_phase_blockers=api_blockers,
     )
     # A window (trialTtlHours, expiresAt, a capacity block's end) that closes before the modelled

@@ -17,7 +17,11 @@ Sources (re-check on every version bump; ``tests/test_observability.py`` reads t
 - kube-state-metrics (``docs/metrics/workload/pod-metrics.md``, ``job-metrics.md``,
   ``deployment-metrics.md``, ``statefulset-metrics.md``): pod readiness and creation time, Job
   status and Failed condition, the workloads' replica counts. Installed with every
-  kube-prometheus-stack; not by this toolkit.
+  kube-prometheus-stack; not by this toolkit. ``kube_pod_status_initialized_time`` (EXPERIMENTAL in
+  ``pod-metrics.md``, read 2026-12-07) is the pod's Initialized condition time: when its last init
+  container finished.
+- The weight sync (``scripts/node/weight_sync/metrics.py``): its bytes moved, on ``/metrics`` of the
+  port named ``SYNC_METRICS_PORT_NAME`` while it runs (the init container and the sync Jobs).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ KSM_POD_CREATED = "kube_pod_created"
 KSM_POD_STATUS_READY = "kube_pod_status_ready"
 KSM_POD_INFO = "kube_pod_info"
 KSM_POD_START_TIME = "kube_pod_start_time"  # when the kubelet acknowledged the pod (after scheduling)
+KSM_POD_INITIALIZED_TIME = "kube_pod_status_initialized_time"  # when its init containers finished (unix s)
 KSM_INIT_CONTAINER_RUNNING = "kube_pod_init_container_status_running"
 KSM_INIT_CONTAINER_RESTARTS = "kube_pod_init_container_status_restarts_total"
 KSM_INIT_CONTAINER_TERMINATED_REASON = "kube_pod_init_container_status_terminated_reason"  # label reason
@@ -80,11 +85,22 @@ KSM_JOB_START_TIME = "kube_job_status_start_time"
 KSM_DEPLOYMENT_SPEC_REPLICAS = "kube_deployment_spec_replicas"
 KSM_STATEFULSET_REPLICAS = "kube_statefulset_replicas"
 KSM_METRICS = frozenset({
-    KSM_POD_CREATED, KSM_POD_STATUS_READY, KSM_POD_INFO, KSM_POD_START_TIME, KSM_INIT_CONTAINER_RUNNING,
+    KSM_POD_CREATED, KSM_POD_STATUS_READY, KSM_POD_INFO, KSM_POD_START_TIME, KSM_POD_INITIALIZED_TIME,
+    KSM_INIT_CONTAINER_RUNNING,
     KSM_INIT_CONTAINER_RESTARTS, KSM_INIT_CONTAINER_TERMINATED_REASON, KSM_JOB_STATUS_FAILED, KSM_JOB_FAILED_CONDITION,
     KSM_JOB_ACTIVE,
     KSM_JOB_START_TIME, KSM_DEPLOYMENT_SPEC_REPLICAS, KSM_STATEFULSET_REPLICAS,
 })
+
+# -- the weight sync (scripts/node/weight_sync/metrics.py; a test keeps the names equal) ------------
+SYNC_TRANSFERRED_BYTES = "kimi_weight_sync_transferred_bytes_total"  # counter, bytes moved by this process
+SYNC_PLANNED_BYTES = "kimi_weight_sync_planned_bytes"  # gauge, bytes the process set out to move
+SYNC_METRICS = frozenset({SYNC_TRANSFERRED_BYTES, SYNC_PLANNED_BYTES})
+# The environment variable that turns the sync's /metrics on, its port (a free port of the pod:
+# vLLM serves on 8000 in its own container) and the port's name the PodMonitor scrapes.
+SYNC_METRICS_PORT_ENV = "KIMI_SYNC_METRICS_PORT"
+SYNC_METRICS_PORT = 9465
+SYNC_METRICS_PORT_NAME = "sync-metrics"
 
 # Subquery resolution of the scaling queries, seconds (the scaler polls every 30 s).
 SUBQUERY_STEP_SECONDS = 30
@@ -206,12 +222,13 @@ def exposition_names(name: str, kind: str) -> tuple[str, ...]:
 
 
 def known_series_names() -> frozenset[str]:
-    """Every series name the pinned engine, the GPU exporters and kube-state-metrics export
-    (as far as this module uses them), plus Prometheus' own ``up``."""
+    """Every series name the pinned engine, the GPU exporters, kube-state-metrics and the weight
+    sync export (as far as this module uses them), plus Prometheus' own ``up``."""
     names: set[str] = {"up"}
     for name, kind in VLLM_METRICS.items():
         names.update(exposition_names(name, kind))
     for exported in GPU_EXPORTER_METRICS.values():
         names.update(exported)
     names.update(KSM_METRICS)
+    names.update(SYNC_METRICS)
     return frozenset(names)

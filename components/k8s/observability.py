@@ -12,8 +12,9 @@ Prometheus alerts.
 - Alerts: a ``PrometheusRule`` (monitoring.coreos.com/v1) in the workload namespace when the
   Prometheus Operator is installed (``kubernetes.installedAddons: prometheus-operator``) and
   ``observability.alerts`` is true: no ready replica, queue growing, KV cache near full, weight
-  sync failed or stalled, startup past its budget, GPU errors. Thresholds come from the sizing
-  (startup budget, sync budgets) and config. ``observability.monitorLabels`` (e.g.
+  sync failed or stalled (its bytes stopped moving: the sync serves them on ``/metrics``), a pod not
+  ready a vLLM start budget after its init containers finished, GPU errors. Thresholds come from
+  the sizing (startup budget, sync budgets) and config. ``observability.monitorLabels`` (e.g.
   ``release: kube-prometheus-stack``) go on it, the PodMonitor and the exporters' ServiceMonitors,
   so a Prometheus with a label selector picks them up.
 
@@ -31,8 +32,8 @@ import pulumi_kubernetes as k8s
 
 from components.core import metrics as m
 from components.core.config import DeploymentSpec
-from components.core.sizing import Sizing, sync_budget_seconds, sync_expected_seconds
-from components.core.time_to_ready import PodReadyBudget
+from components.core.sizing import Sizing, sync_budget_seconds
+from components.core.time_to_ready import VLLM_START_PHASE, PodReadyBudget
 from components.core.weights import SHAPE_BUCKET, SyncStep, sync_steps
 
 from .common import VLLM_NAME, labels, metadata
@@ -45,8 +46,17 @@ DASHBOARD_UID = "kimi-vllm"
 GRAFANA_DASHBOARD_LABEL = ("grafana_dashboard", "1")
 # Weight-sync Job names start with this (components/k8s/weight_sync.py).
 WEIGHT_SYNC_JOB_PREFIX = "kimi-weights-"
-# A sync step is "stalled" when it runs this many times its expected duration.
-SYNC_STALL_FACTOR = 1.5
+# A sync is "stalled" when its bytes moved (metrics.SYNC_TRANSFERRED_BYTES) have not grown for this
+# long while it runs: five of the sync's own throughput windows (scripts/node/weight_sync/verify.py
+# THROUGHPUT_WINDOW_SECONDS, 120 s), each longer than its largest retry backoff (retry.py, 30 s).
+# A slow copy whose bytes still move never fires, however long it runs (its Job deadline and the
+# pod's budget bound it).
+SYNC_STALL_WINDOW_MINUTES = 10
+# A pod whose init containers have finished (the weights are on its node) and is not ready this
+# many vLLM start budgets later (PodReadyBudget's VLLM_START_PHASE: the startup budget + margin,
+# what the startup probe allows before it restarts vLLM) counts as not starting: 1, so the alert
+# comes when the probe has given up once, not after the worst case of every phase before it.
+NOT_READY_START_BUDGETS = 1
 KV_CACHE_ALERT_MINUTES = 5
 NO_READY_ALERT_MINUTES = 5
 # A GPU error alert fires on a new error and resolves this long after the last one.
@@ -72,17 +82,22 @@ def runs_in_pod(step: SyncStep) -> bool:
     return step.name == "node-copy" and step.per_node
 
 
-def init_copy_stall_seconds(budget: PodReadyBudget) -> int | None:
-    """Seconds after a pod's start (``kube_pod_start_time``: the kubelet took it, before the image
-    pull) at which a still-running node-local copy counts as stalled: the image pull's budget plus
-    ``SYNC_STALL_FACTOR`` x the copy's expected time (the model's ``first_deploy`` copy). None
-    without a node-local copy."""
-    first = budget.scenarios["first_deploy"]
-    copy = next((p for p in first if p.init_container and p.name != "engine cache restore"), None)
-    if copy is None:
-        return None
-    pull = next(p for p in first if p.name == "image pull")
-    return pull.budget_seconds + int(SYNC_STALL_FACTOR * copy.expected_seconds)
+def after_init_seconds(budget: PodReadyBudget) -> int:
+    """Seconds after a pod's init containers finished (``kube_pod_status_initialized_time``) at which
+    a pod still not ready counts as not starting: ``NOT_READY_START_BUDGETS`` x the budget of its
+    ``VLLM_START_PHASE`` (weight load + engine init; the same in every scenario)."""
+    start = next(p for p in budget.phases if p.name == VLLM_START_PHASE)
+    return int(NOT_READY_START_BUDGETS * start.budget_seconds)
+
+
+def sync_stall_expr(selector: str) -> str:
+    """PromQL: the sync series of ``selector`` whose bytes moved have not grown over
+    ``SYNC_STALL_WINDOW_MINUTES`` and that existed that long ago (a sync that has just started is
+    not judged on a partial window; ``increase`` survives a restarted container's reset to 0).
+    A finished sync's target goes away with its container, and so does the alert."""
+    window = f"{SYNC_STALL_WINDOW_MINUTES}m"
+    moved = f"{m.SYNC_TRANSFERRED_BYTES}{{{selector}}}"
+    return f"(increase({moved}[{window}]) == 0) and ({moved} offset {window})"
 
 
 def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, budget: PodReadyBudget) -> list[dict[str, Any]]:
@@ -99,32 +114,42 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, budget: 
     sel = m.vllm_selector(ns, spec.served_model_name)
     pods = f'namespace="{ns}",pod=~"{serving_pod_regex(multi_node)}"'
     budget_s = budget.budget_seconds
+    after_init = after_init_seconds(budget)
+    initialized = f"{m.KSM_POD_INITIALIZED_TIME}{{{pods}}}"
     queue_minutes = obs.queue_alert_minutes
     rules: list[dict[str, Any]] = [
         {
+            # An outage: pods exist, none is ready, and none is still within its phase's budget (a
+            # pod past its init containers: after_init; one before: the whole creation-to-ready budget).
             "alert": "KimiVllmNoReadyReplica",
             "expr": (
                 f"(count({m.KSM_POD_INFO}{{{pods}}}) > 0)"
                 f" unless on() (count({m.KSM_POD_STATUS_READY}{{{pods},condition=\"true\"}} == 1) > 0)"
-                f" unless on() (count((time() - {m.KSM_POD_CREATED}{{{pods}}}) < {budget_s}) > 0)"
+                f" unless on() (count((time() - {initialized}) < {after_init}) > 0)"
+                f" unless on() (count(((time() - {m.KSM_POD_CREATED}{{{pods}}}) < {budget_s})"
+                f" unless on(namespace, pod) {initialized}) > 0)"
             ),
             "for": f"{NO_READY_ALERT_MINUTES}m",
             "labels": {"severity": "critical"},
             "annotations": {
-                "summary": f"No vLLM replica of {spec.stack} is ready and none is still within its {budget_s} s startup budget",
+                "summary": f"No vLLM replica of {spec.stack} is ready and none is still starting "
+                f"(within {after_init} s of its init containers finishing, or {budget_s} s of its creation before that)",
                 "description": f"Pods exist in namespace {ns} but none serves the model: the endpoint is down.",
             },
         },
         {
             "alert": "KimiVllmStartupOverBudget",
             "expr": (
-                f"((time() - {m.KSM_POD_CREATED}{{{pods}}}) > {budget_s})"
+                f"(((time() - {initialized}) > {after_init})"
+                f" or (((time() - {m.KSM_POD_CREATED}{{{pods}}}) > {budget_s}) unless on(namespace, pod) {initialized}))"
                 f" and on(namespace, pod) ({m.KSM_POD_STATUS_READY}{{{pods},condition=\"false\"}} == 1)"
             ),
             "for": "5m",
             "labels": {"severity": "warning"},
             "annotations": {
-                "summary": "vLLM pod {{ $labels.pod }} is not ready " + f"{budget_s} s after creation (its startup budget)",
+                "summary": "vLLM pod {{ $labels.pod }} is not ready "
+                + f"{after_init} s after its init containers finished (its vLLM start budget), "
+                f"or {budget_s} s after creation while still initializing",
                 "description": "The startup probe will restart it; check the weight copy, the load and `kubectl logs`.",
             },
         },
@@ -172,42 +197,34 @@ def alert_rules(spec: DeploymentSpec, sizing: Sizing, multi_node: bool, budget: 
                 "description": "Replicas wait for the weight-complete marker; `kubectl logs job/{{ $labels.job_name }}`.",
             },
         })
+    window_s = SYNC_STALL_WINDOW_MINUTES * 60
     for step in job_steps:
-        stall = int(SYNC_STALL_FACTOR * sync_expected_seconds(spec, sizing, step))
-        jobs = f'namespace="{ns}",job_name=~"{WEIGHT_SYNC_JOB_PREFIX}{step.name}-.*"'
+        sync = f'namespace="{ns}",pod=~"{WEIGHT_SYNC_JOB_PREFIX}{step.name}-.*",container="{NODE_COPY_CONTAINER}"'
         rules.append({
             "alert": "KimiWeightSyncStalled",
-            "expr": (
-                f"((time() - {m.KSM_JOB_START_TIME}{{{jobs}}}) > {stall})"
-                f" and on(namespace, job_name) ({m.KSM_JOB_ACTIVE}{{{jobs}}} > 0)"
-            ),
+            "expr": sync_stall_expr(sync),
             "labels": {"severity": "warning", "step": step.name},
             "annotations": {
-                "summary": f"Weight sync {step.name} is still running after {stall} s "
-                f"({SYNC_STALL_FACTOR:g}x its expected time; the Job gives up at {sync_budget_seconds(spec, sizing, step)} s)",
-                "description": "Check the source's throughput and the Job's progress log.",
+                "summary": "Weight sync " + step.name + " in pod {{ $labels.pod }} has moved no byte for "
+                f"{window_s} s (the Job gives up at {sync_budget_seconds(spec, sizing, step)} s)",
+                "description": "Check the source's reachability and credentials: `kubectl logs {{ $labels.pod }}`.",
             },
         })
-    stall_after = init_copy_stall_seconds(budget)
-    if in_pod and stall_after is not None:
+    if in_pod:
         step = in_pod[0]
         all_pods = f'namespace="{ns}",pod=~"{vllm_pod_regex(multi_node)}"'
         init = f'{all_pods},container="{NODE_COPY_CONTAINER}"'
         rules.append({
             # Every vLLM pod copies onto its own node before vLLM starts (weights follow the node):
-            # a first deploy, a scale-up onto a new node, a replaced node. kube-state-metrics has no
-            # start time of an init container; the pod's start time precedes it by the image pull.
+            # a first deploy, a scale-up onto a new node, a replaced node. The copy serves its bytes
+            # moved while it runs (metrics.SYNC_TRANSFERRED_BYTES): a slow copy is not a stalled one.
             "alert": "KimiWeightSyncStalled",
-            "expr": (
-                f"((time() - {m.KSM_POD_START_TIME}{{{all_pods}}}) > {stall_after})"
-                f" and on(namespace, pod) ({m.KSM_INIT_CONTAINER_RUNNING}{{{init}}} == 1)"
-            ),
+            "expr": sync_stall_expr(init),
             "labels": {"severity": "warning", "step": step.name},
             "annotations": {
-                "summary": "The node-local weight copy of pod {{ $labels.pod }} is still running " + f"{stall_after} s after "
-                f"the pod started (image pull budget + {SYNC_STALL_FACTOR:g}x the copy's expected time; "
-                f"the pod's budget is {budget_s} s)",
-                "description": "Check the source's throughput: `kubectl logs {{ $labels.pod }} -c "
+                "summary": "The node-local weight copy of pod {{ $labels.pod }} has moved no byte for "
+                f"{window_s} s (the pod's budget is {budget_s} s)",
+                "description": "Check the source's reachability and credentials: `kubectl logs {{ $labels.pod }} -c "
                 f"{NODE_COPY_CONTAINER} -f`.",
             },
         })

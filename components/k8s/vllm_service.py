@@ -40,6 +40,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core import metrics
 from components.core.config import DeploymentSpec
 from components.core.controller_objects import (
     LWS_GROUP_KEY_LABEL,
@@ -56,6 +57,7 @@ from components.core.sizing import Sizing
 from components.core.targets import NVLINK_CLIQUE_LABEL
 from components.core.time_to_ready import ENGINE_TIMEOUT_MARGIN_SECONDS, pod_ready_budget
 from components.core.vllm import API_GUARD_CONTAINER_DIR, API_GUARD_FILENAME, API_GUARD_SOURCE, VllmCommand, VllmRole
+from components.core.weights import SHAPE_BUCKET, sync_steps
 from components.platform import GpuPlacement, ServiceAccess
 
 from .common import (
@@ -519,8 +521,9 @@ def network_policy_spec(
 
 
 def metrics_scrape_rules(spec: DeploymentSpec, command: VllmCommand) -> list[dict[str, Any]]:
-    """The NetworkPolicy rule admitting Prometheus to the metrics (API) port, or none when
-    ``observability.prometheusNamespace`` is unset (see ``network_policy_spec``)."""
+    """The NetworkPolicy rule admitting Prometheus to the metrics (API) port and the weight sync's
+    progress port (``metrics.SYNC_METRICS_PORT``, served by the ``weight-sync`` init container while
+    it copies), or none when ``observability.prometheusNamespace`` is unset (see ``network_policy_spec``)."""
     obs = spec.config.observability
     if not obs.prometheus_namespace:
         return []
@@ -528,14 +531,24 @@ def metrics_scrape_rules(spec: DeploymentSpec, command: VllmCommand) -> list[dic
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": obs.prometheus_namespace}},
         "podSelector": {"matchLabels": dict(sorted(obs.prometheus_pod_labels.items()))},
     }
-    return [{"from": [peer], "ports": [{"protocol": "TCP", "port": command.port}]}]
+    ports = [{"protocol": "TCP", "port": command.port}, {"protocol": "TCP", "port": metrics.SYNC_METRICS_PORT}]
+    return [{"from": [peer], "ports": ports}]
 
 
 def pod_monitor_spec(spec: DeploymentSpec, command: VllmCommand) -> dict[str, Any]:
-    """PodMonitor (Prometheus Operator) of the serving pods' ``/metrics``."""
+    """PodMonitor (Prometheus Operator) of the serving pods' ``/metrics`` and of the weight sync's
+    progress (``metrics.SYNC_METRICS_PORT_NAME``: the ``weight-sync`` init container of every vLLM
+    pod, workers included, and the sync Jobs' pods). An endpoint yields a target only where a
+    container declares its port name, so the API port is scraped on the serving pods alone, and a
+    sync's only while it runs (the stall alert reads it)."""
+    steps = sync_steps(spec, SHAPE_BUCKET if spec.config.storage.mirror.enabled else None)
+    jobs = [f"weight-sync-{s.name}" for s in steps]
     return {
-        "selector": _vllm_pods_selector(spec, serving_components(command)),
-        "podMetricsEndpoints": [{"port": HTTP_PORT_NAME, "path": "/metrics", "interval": "30s"}],
+        "selector": _vllm_pods_selector(spec, [role_component(r) for r in command.roles] + jobs),
+        "podMetricsEndpoints": [
+            {"port": HTTP_PORT_NAME, "path": "/metrics", "interval": "30s"},
+            {"port": metrics.SYNC_METRICS_PORT_NAME, "path": "/metrics", "interval": "30s"},
+        ],
     }
 
 

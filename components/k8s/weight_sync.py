@@ -28,6 +28,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.core import metrics
 from components.core.config import DeploymentSpec
 from components.core.naming import MIRROR_PUBLISH_SERVICE_ACCOUNT, WEIGHT_SYNC_SERVICE_ACCOUNT
 from components.core.pod_security import SMALL_HELPER_CPU_LIMIT, helper_cpu_limit
@@ -173,6 +174,12 @@ def sync_service_account(spec: DeploymentSpec, step: SyncStep) -> str:
     return MIRROR_PUBLISH_SERVICE_ACCOUNT if step.name == "publish-mirror" else WEIGHT_SYNC_SERVICE_ACCOUNT
 
 
+def sync_metrics_ports() -> list[dict[str, Any]]:
+    """The ``ports`` of a sync container: its progress ``/metrics`` (``metrics.SYNC_METRICS_PORT_NAME``),
+    which the stack's PodMonitor scrapes while the copy runs."""
+    return [{"name": metrics.SYNC_METRICS_PORT_NAME, "containerPort": metrics.SYNC_METRICS_PORT, "protocol": "TCP"}]
+
+
 def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict[str, Any]]:
     plain = {
         "PYTHONUNBUFFERED": "1",
@@ -180,6 +187,8 @@ def _env(spec: DeploymentSpec, step: SyncStep, hub_token_set: bool) -> list[dict
         "HF_HOME": "/tmp/hf-home",
         "MODELSCOPE_CACHE": "/tmp/modelscope",
         "HF_XET_HIGH_PERFORMANCE": "1",
+        # Bytes moved on /metrics while the sync runs: the stall alert reads progress, not elapsed time.
+        metrics.SYNC_METRICS_PORT_ENV: str(metrics.SYNC_METRICS_PORT),
     }
     region = mirror_region(spec) if (spec.region or touches_mirror(step)) else None
     if region:
@@ -222,6 +231,7 @@ def job_spec(
                 "imagePullPolicy": "IfNotPresent",
                 "command": k8s_argv(argv),
                 "env": _env(spec, step, hub_token_set),
+                "ports": sync_metrics_ports(),
                 "resources": _resources(spec, system_nodes),
                 "volumeMounts": mounts,
                 "securityContext": hardened_container_security(),
@@ -369,6 +379,7 @@ def node_copy_init(
         "imagePullPolicy": "IfNotPresent",
         "command": k8s_argv(argv),
         "env": _env(spec, step, hub_token_set),
+        "ports": sync_metrics_ports(),
         "resources": sync_resources(spec),
         "volumeMounts": mounts,
         "securityContext": hardened_container_security(),

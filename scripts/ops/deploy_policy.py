@@ -146,7 +146,10 @@ ACTIONS: dict[str, tuple[str, ...]] = {
                                     "eks:UpdateNodegroupConfig", "eks:UpdateNodegroupVersion", "eks:DescribeUpdate",
                                     "eks:TagResource", "eks:UntagResource", "ec2:DescribeSubnets",
                                     "ec2:DescribeLaunchTemplateVersions", "iam:GetRole",
-                                    "iam:CreateServiceLinkedRole", _IAM_PASS),
+                                    "iam:CreateServiceLinkedRole", _IAM_PASS,
+                                    # resuming an expired trial: its Auto Scaling group's Launch was
+                                    # suspended by the expiry schedule (components/aws/expiry.py)
+                                    "autoscaling:DescribeAutoScalingGroups", "autoscaling:ResumeProcesses"),
     "aws:eks/addon:Addon": ("eks:CreateAddon", "eks:DescribeAddon", "eks:DeleteAddon", "eks:UpdateAddon",
                             "eks:DescribeAddonVersions", "eks:DescribeAddonConfiguration", "eks:DescribeUpdate",
                             "eks:TagResource", "eks:UntagResource", _IAM_PASS),

@@ -1,8 +1,9 @@
 """``environment``, ``expiresAt``, ``trialTtlHours`` and ``protect``: how long a stack lives and
-what guards its data."""
+what guards its data; and what prod refuses of the engine image (a tag, which can be pushed again)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from ..errors import ConfigError, check_choice
@@ -10,6 +11,10 @@ from .raw import RawConfig
 from .spec import format_utc
 
 ENVIRONMENTS: tuple[str, ...] = ("trial", "staging", "prod")
+# An image pinned by content: ``...@sha256:<64 hex>`` (OCI image spec, "Digests"; what a registry
+# answers for a manifest). A tag, ``:v0.34.0`` or ``:nightly-<commit>`` alike, is a name that can be
+# pushed again, and the nodes pull it with IfNotPresent: two nodes may run two builds.
+IMAGE_DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}\Z")
 # Trials are short by design; anything longer is a staging stack.
 MAX_TRIAL_HOURS = 24 * 30
 
@@ -65,3 +70,25 @@ def warn_unprotected_prod(raw: RawConfig, protect: bool, warnings: list[str]) ->
     """A prod stack with ``protect: false`` gets a warning (``pulumi destroy`` can delete data)."""
     if raw.environment == "prod" and protect is False:
         warnings.append("protect is false on a prod stack: `pulumi destroy` can delete the weight mirror and file system")
+
+
+def prod_image_blocker(raw: RawConfig, image: str, stack: str) -> ConfigError | None:
+    """A prod stack's engine image must be pinned by digest (``IMAGE_DIGEST_RE``); a tag blocks
+    `pulumi up` (the plan still renders and says so).
+
+    Args:
+        raw: the stack's config (``environment``).
+        image: the image the stack would run (``vllm.image``, else the family's image at
+            ``vllm.imageTag`` or the pinned release).
+        stack: the stack's name (in the command to run).
+
+    Returns:
+        The ConfigError to block with (key ``vllm.image``), or None (not prod, or pinned).
+    """
+    if raw.environment != "prod" or IMAGE_DIGEST_RE.search(image):
+        return None
+    return ConfigError(
+        "vllm.image", image,
+        "is a tag, which can be pushed again, on a prod stack: pin the image by digest (repo@sha256:<64 hex>); "
+        f"`kimi-deploy engine verify --image {image} --stack {stack}` proves it and prints the line to paste",
+    )

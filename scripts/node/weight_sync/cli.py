@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from . import verify
+from . import metrics, verify
 from .destinations import LocalDestination, S3Destination, Summary
 from .model import MARKER_NAME, S3_PART_BYTES, S3_PART_CONCURRENCY, S5CMD_MIN_BYTES, SyncError, UsageError, human_bytes
 from .retry import describe
@@ -197,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    try:
+        metrics.serve_from_env()
+    except (ValueError, OSError) as exc:  # progress metrics are for the operator: never a reason not to copy
+        print(f"weight_sync: warning: no /metrics ({exc})", file=sys.stderr)
     try:
         summary = run(args)
     except UsageError as exc:

@@ -5,6 +5,7 @@ import sys
 import threading
 import time
 
+from . import metrics
 from .model import LOG_INTERVAL_SECONDS, human_bytes
 
 # ---------------------------------------------------------------------------------------------
@@ -13,7 +14,8 @@ from .model import LOG_INTERVAL_SECONDS, human_bytes
 
 class Progress:
     """Thread-safe byte counter with a reporter: a bar on a terminal, else a log line every
-    LOG_INTERVAL_SECONDS. All output goes to stderr."""
+    LOG_INTERVAL_SECONDS. All output goes to stderr. Every count also feeds the sync's
+    ``/metrics`` (``metrics.py``): planned bytes at creation, moved bytes as they arrive."""
 
     def __init__(self, total_bytes: int, total_files: int, enabled: bool = True):
         self.total_bytes, self.total_files = total_bytes, total_files
@@ -22,6 +24,7 @@ class Progress:
         self._tty = sys.stderr.isatty()
         self._start = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True) if enabled else None
+        metrics.add_planned(total_bytes)
 
     def start(self) -> Progress:
         self._start = time.monotonic()
@@ -32,6 +35,7 @@ class Progress:
     def add(self, n_bytes: int) -> None:
         with self._lock:
             self.done_bytes += n_bytes
+        metrics.add_transferred(n_bytes)
 
     def file_done(self) -> None:
         with self._lock:
