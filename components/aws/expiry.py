@@ -76,14 +76,12 @@ SUSPEND_LAUNCH_ACTION = "autoscaling:SuspendProcesses"
 SUSPENDED_PROCESS = "Launch"
 # The schedules' expressions are written in UTC, like expires-at.
 SCHEDULE_TIMEZONE = "UTC"
-# What stops at the expiry and what keeps billing, per platform that declares the stop (the
-# plan's "expires" row; docs/operations.md "When a trial expires" says the same at length).
-AT_EXPIRY: dict[str, tuple[str, str]] = {
-    "aws-ec2": ("the GPU instance stops (EventBridge Scheduler: ec2:StopInstances; its own timer powers it off too)",
-                "its root volume, the NAT gateway, the mirror bucket, an ODCR or capacity block"),
-    "aws-eks": ("the GPU node group scales to 0 and its Auto Scaling group stops launching, so no autoscaler "
-                "brings it back (EventBridge Scheduler: eks:UpdateNodegroupConfig, autoscaling:SuspendProcesses Launch)",
-                "the EKS control plane and system nodes, the NAT gateway, the mirror bucket, FSx, a capacity block"),
+# What stops at the expiry, per platform that declares the stop (the plan's "expires" row; what keeps
+# billing is read from the stack's own bill, prices.py, so it names every line that survives the stop).
+AT_EXPIRY: dict[str, str] = {
+    "aws-ec2": "the GPU instance stops (EventBridge Scheduler: ec2:StopInstances; its own timer powers it off too)",
+    "aws-eks": "the GPU node group scales to 0 and its Auto Scaling group stops launching, so no autoscaler "
+               "brings it back (EventBridge Scheduler: eks:UpdateNodegroupConfig, autoscaling:SuspendProcesses Launch)",
 }
 # Retries of a failed stop (the target's retry policy): a throttled call is tried again for up
 # to an hour (a choice: the schedule's one chance to stop the spend; the timer backs it on EC2).

@@ -528,7 +528,7 @@ def _at_expiry(spec, resources, bill: dict[str, Any]) -> str:
         return "nothing stops by itself (no GPU resource on AWS to stop; the sweeper acts on the expires-at tag)"
     from components.aws.expiry import AT_EXPIRY
 
-    stops, _ = AT_EXPIRY[spec.platform]
+    stops = AT_EXPIRY[spec.platform]
     return f"{stops}; still billing: {still_billing(bill)}; `pulumi up` is refused after it"
 
 
