@@ -110,6 +110,7 @@ AMI_REQUIREMENTS: tuple[AmiRequirement, ...] = (
     AmiRequirement("mkdir", "command", "coreutils", "coreutils", "every script"),
     AmiRequirement("mv", "command", "coreutils", "coreutils", "weights.sh, secret-env.sh"),
     AmiRequirement("cat", "command", "coreutils", "coreutils", "nvme-raid0.sh"),
+    AmiRequirement("sleep", "command", "coreutils", "coreutils", "nvme-raid0.sh (waits for the array's /dev/md/ link)"),
     AmiRequirement("dirname", "command", "coreutils", "coreutils", "secret-env.sh"),
     AmiRequirement("rm", "command", "coreutils", "coreutils", "weights.sh"),
     AmiRequirement("tee", "command", "coreutils", "coreutils", "weights.sh (keeps the failed step's last line)"),

@@ -50,6 +50,7 @@ EC2 user data is limited to 16 KB, so the weight-sync program travels through S3
 
 from __future__ import annotations
 
+import gzip
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,22 @@ from .ami_contract import (
 from .common import HOST_TOOLS_DIR
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
+
+
+def user_data_bytes(text: str) -> bytes:
+    """The raw user data EC2 receives for ``text``: the text itself (UTF-8) when it fits
+    ``USER_DATA_LIMIT_BYTES``, else its gzip (level 9, mtime 0, so a plan is reproducible).
+
+    cloud-init reads gzip-compressed user data as the text it holds (cloud-init docs, "User-data
+    formats": gzip compressed content is uncompressed and used as if it were not compressed), and EC2's
+    16 KB limit applies to the raw bytes before base64, so a pinned commit, a longer command or a
+    gated cache never pushes a stack over the limit by a few hundred bytes. Plain text is kept when it
+    fits, so what an operator reads in the console stays readable.
+    """
+    raw = text.encode()
+    if len(raw) <= USER_DATA_LIMIT_BYTES:
+        return raw
+    return gzip.compress(raw, compresslevel=9, mtime=0)
 RUN_SECRETS_DIR = "/run/kimi-deploy"
 RAID_SCRIPT = f"{HOST_TOOLS_DIR}/nvme-raid0.sh"
 WEIGHTS_SCRIPT = f"{HOST_TOOLS_DIR}/weights.sh"
@@ -265,8 +282,8 @@ if [ -z "$MD" ]; then
     mdadm --create "$MD" --name={MD_NAME} --level=0 --chunk=512 --raid-devices="${{#DEVICES[@]}}" --force --run "${{DEVICES[@]}}"
   fi
 fi
-# udev names the array's /dev/md/ link after mdadm returns: wait for it, not for a fixed time.
-udevadm settle -t 60 || true
+# udev makes the array's /dev/md/ link after mdadm returns: wait (up to 60 s) until it is a block device.
+for _ in {{1..60}}; do [ -b "$MD" ] && break; sleep 1; done
 if [ "$(blkid -o value -s TYPE "$MD" || true)" != "xfs" ]; then
   mkfs.xfs -f -K "$MD"
 fi
@@ -656,9 +673,9 @@ def ec2_cloud_config(cfg: Ec2BootConfig) -> str:
             declared, so a stack never gets here with too much user data).
     """
     text = cloud_config_text(cfg)
-    size = len(text.encode())
+    size = len(user_data_bytes(text))
     if size > USER_DATA_LIMIT_BYTES:
-        raise ValueError(f"EC2 user data is {size} bytes; the limit is {USER_DATA_LIMIT_BYTES}")
+        raise ValueError(f"EC2 user data is {size} bytes (gzip); the limit is {USER_DATA_LIMIT_BYTES}")
     return text
 
 
