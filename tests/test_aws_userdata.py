@@ -213,8 +213,10 @@ def test_shell_scripts_pass_shellcheck(files, tmp_path):
 
 
 def test_user_data_over_the_limit_is_refused():
+    import random
+    noise = random.Random(3).randbytes(20_000).hex()  # incompressible: the limit is on the gzip of oversized text
     cfg = userdata.Ec2BootConfig(
-        region="us-east-1", image="img", vllm_argv=["vllm", "serve", "x" * 20_000], vllm_env={}, port=8000,
+        region="us-east-1", image="img", vllm_argv=["vllm", "serve", noise], vllm_env={}, port=8000,
         sync_steps=(), tools_uri="s3://b/_tools/w.py", tools_sha256="0" * 64, api_key_parameter="/p/a",
         hub_token_parameter=None, hub_token_env="HF_TOKEN", nvme_devices=1,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import random
 import re
 import shutil
 from pathlib import Path
@@ -263,7 +264,9 @@ def test_oversized_extra_args_is_a_config_error_before_any_resource():
     from components.plan_engine import RecordingMocks
 
     vllm = dict(read_stack_config("b300").get("kimi-deploy:vllm", {}))
-    vllm["extraArgs"] = ["--override-generation-config", "{" + ",".join(f'"k{i}": {i}' for i in range(1500)) + "}"]
+    noise = random.Random(7)  # incompressible values: the limit applies to the gzip of an oversized text
+    vllm["extraArgs"] = ["--override-generation-config",
+                         "{" + ",".join(f'"k{i}": "{noise.randbytes(24).hex()}"' for i in range(1500)) + "}"]
     declared: list[str] = []
     original = RecordingMocks.new_resource
 
@@ -277,8 +280,28 @@ def test_oversized_extra_args_is_a_config_error_before_any_resource():
     finally:
         RecordingMocks.new_resource = original
     assert msg.startswith("kimi-deploy:vllm.extraArgs: ['--override-generation-config', ") and "\n" not in msg
-    assert f"over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before base64)" in msg
+    assert f"bytes gzip-compressed, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before base64)" in msg
     assert declared == []
+
+
+def test_a_pinned_commit_on_b300_plans_with_gzip_user_data_that_cloud_init_reads_back():
+    """Pinning model.revision to a commit (the plan asks for it before staging) made b300's user data
+    16,401 bytes, over EC2's 16 KB: over the limit it is sent gzip-compressed, which cloud-init reads."""
+    import base64
+    import gzip
+
+    from components.aws.userdata import USER_DATA_LIMIT_BYTES
+    from tests.conftest import plan_for
+
+    commit = "9d2c7e1f0a3b4c5d6e7f8091a2b3c4d5e6f70812"
+    model = {**read_stack_config("b300").get("kimi-deploy:model", {}), "revision": commit}
+    run = plan_for("b300", overrides={"kimi-deploy:model": model})
+    data = base64.b64decode(run.named("gpu-lt").inputs["userData"])
+    assert len(data) <= USER_DATA_LIMIT_BYTES
+    text = gzip.decompress(data).decode() if data[:2] == b"\x1f\x8b" else data.decode()
+    assert text.startswith("#cloud-config") and commit in text
+    shipped = base64.b64decode(plan_for("b300").named("gpu-lt").inputs["userData"])
+    assert shipped.startswith(b"#cloud-config")  # under the limit the text stays plain
 
 
 def test_shipped_ec2_stack_user_data_fits_with_the_longest_bucket_name():

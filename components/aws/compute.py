@@ -36,7 +36,7 @@ from components.core.weights import HUB_TOKEN_ENV, WEIGHTS_MOUNT_PATH, mirror_ke
 from . import iam
 from .common import TOOLS_PREFIX, child, tags
 from .expiry import STOP_INSTANCES_ACTION, STOP_INSTANCES_TARGET, declare_expiry_stop, expiry_key, stop_instance_input
-from .userdata import USER_DATA_LIMIT_BYTES, Ec2BootConfig, EngineCacheBoot
+from .userdata import USER_DATA_LIMIT_BYTES, Ec2BootConfig, EngineCacheBoot, user_data_bytes
 
 # AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Amazon Linux 2023): NVIDIA driver, CUDA,
 # NVIDIA container toolkit, Docker, EFA, SSM agent, AWS CLI (DLAMI release notes; the public
@@ -246,15 +246,15 @@ def check_ec2_user_data(spec: DeploymentSpec, vllm: VllmCommand, sizing: Sizing,
         spec, vllm, sizing, bucket=_LONGEST_BUCKET_NAME, tools_sha256="0" * 64, hub_token_set=hub_token_set,
         expires=stack_expires(spec),
     )
-    total = len(text.encode())
+    total = len(user_data_bytes(text))  # gzip when the text is over the limit (cloud-init reads both)
     if total <= USER_DATA_LIMIT_BYTES:
         return total
     key, value = _largest_user_data_input(spec, text)
     raise ConfigError(
         key,
         value,
-        f"makes the EC2 user data {total:,} bytes, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB raw, before "
-        "base64); "
+        f"makes the EC2 user data {total:,} bytes gzip-compressed, over EC2's limit of {USER_DATA_LIMIT_BYTES:,} bytes (16 KB "
+        "raw, before base64); "
         "shorten it or use aws-eks",
     )
 
@@ -453,9 +453,10 @@ class Ec2GpuServer(pulumi.ComponentResource):
                 region=a.region, expires=a.expires_at is not None,
             )
             # check_ec2_user_data refused an oversized rendering at config time; this is the last fence.
-            if len(text.encode()) > USER_DATA_LIMIT_BYTES:
-                raise ValueError(f"EC2 user data is {len(text.encode())} bytes; the limit is {USER_DATA_LIMIT_BYTES}")
-            return base64.b64encode(text.encode()).decode()
+            data = user_data_bytes(text)
+            if len(data) > USER_DATA_LIMIT_BYTES:
+                raise ValueError(f"EC2 user data is {len(data)} bytes (gzip); the limit is {USER_DATA_LIMIT_BYTES}")
+            return base64.b64encode(data).decode()
 
         return pulumi.Output.from_input(a.mirror_bucket).apply(render)
 
