@@ -224,3 +224,17 @@ def test_an_overlay_too_deep_or_too_long_is_one_line(value):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     # Brackets inside a JSON string do not nest: that value reaches the key's own check.
     assert ("prices.a" if value.startswith("{") else "KIMI_DEPLOY_CONFIG_OVERLAY") in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("overlay,key", [
+    ('{"kimi-deploy:HFToken": "hf_abcdefghijklmnopqrstuvwxyz123456"}', "kimi-deploy:HFToken"),
+    ('{"kimi-deploy:vllm": {"hf_token": "hf_abcdefghijklmnopqrstuvwxyz123456"}}', "kimi-deploy:vllm.hf_token"),
+])
+def test_an_unknown_key_never_prints_its_value_which_may_be_a_misfiled_token(overlay, key):
+    """A fresh trial's `kimi-deploy:HFToken: hf_...` (hfToken misspelt) printed the token in the error line."""
+    env = {**os.environ, "KIMI_DEPLOY_CONFIG_OVERLAY": overlay}
+    proc = subprocess.run([sys.executable, "-m", "scripts.cli", "plan", "--stack", "b300"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"error: {key}: " in proc.stderr and "not a known key" in proc.stderr, proc.stderr
+    assert "hf_abcdefghij" not in proc.stderr + proc.stdout

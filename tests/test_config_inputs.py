@@ -819,3 +819,4 @@ def test_a_toleration_of_every_taint_is_refused_on_mi355x():
     reject(cfg, "kubernetes.tolerations[0].key", "is empty with operator Exists, which tolerates every taint")
     cfg["kubernetes"]["tolerations"] = [{"key": "", "operator": "Exists", "effect": "NoSchedule"}]
     reject(cfg, "kubernetes.tolerations[0].key", "name the GPU nodes' taint key")
+

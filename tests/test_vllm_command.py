@@ -298,13 +298,17 @@ DANGEROUS = [
     (["--ssl-keyfile", "/etc/key.pem"], "TLS ends at the load balancer"),
     (["--ssl-certfile", "/etc/cert.pem"], "TLS"),
     (["--middleware", "mypkg.Logger"], "before the guard"),
+    (["--allowed-local-media-path", "/"], "reads the container's files"),
+    (["--tokenizer", "evil/repo"], "only model.repo at its commit"),
+    ([" --port", "9000"], "positional"),  # a leading space is not an option to vLLM's parser
+    (["\u2014port", "9000"], "positional"),  # an em dash, as a word processor writes --
 ]
 
 
 @pytest.mark.parametrize(("extra", "needle"), DANGEROUS, ids=[" ".join(e) for e, _ in DANGEROUS])
 def test_extra_args_dangerous_for_this_product_are_refused_with_the_reason(extra, needle):
     text = refused("b300", extraArgs=extra)
-    assert "is refused for this product" in text and needle in text, text
+    assert ("is refused for this product" in text or needle == "positional") and needle in text, text
 
 
 @pytest.mark.parametrize("extra", [

@@ -12,6 +12,8 @@ NAMESPACE = "kimi-deploy"
 
 # The longest value a config error echoes before cutting it (the message stays one readable line).
 MAX_SHOWN_VALUE_CHARS = 120
+# What an unknown key's message shows for its value: it may be a token under a misspelt secret key.
+UNKNOWN_KEY_VALUE = "[value not shown]"
 
 
 class ConfigError(ValueError):

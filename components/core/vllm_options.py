@@ -286,6 +286,14 @@ REFUSED_VALUES: Mapping[str, tuple[frozenset[str] | None, str]] = MappingProxyTy
                           "l.153): " + _HTTP_OWNED),
     "ssl_certfile": (None, "serves TLS from a certificate path inside the container (entry.py l.153-154): " + _HTTP_OWNED),
     "ssl_ca_certs": (None, "asks clients for TLS certificates (entry.py l.153-156): " + _HTTP_OWNED),
+    "allowed_local_media_path": (None, (
+        "lets API requests read images and videos from that directory of the server's file system by file:// URL "
+        "(vllm/config/model.py l.245-248, 'This is a security risk'; multimodal/media/connector.py l.190-201): "
+        "any client with the key reads the container's files")),
+    "tokenizer": (None, (
+        "loads the tokenizer from another repo or path than the synced weights (vllm/config/model.py l.622-626): "
+        "the weight sync fetches and verifies only model.repo at its commit, and the pod runs with the hub "
+        "offline, so the engine fails at start or tokenizes with files nobody verified")),
     "middleware": (None, (
         "adds ASGI middleware by import path after the toolkit's API guard, and Starlette runs the last added first "
         "(vllm/entrypoints/serve/middleware/register.py l.65-71; starlette/applications.py add_middleware inserts at 0): "

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
-from ..errors import ConfigError
+from ..errors import UNKNOWN_KEY_VALUE, ConfigError
 from ..fsx import IMPORT_WAIT_SECONDS, MAX_IMPORT_WAIT_SECONDS
 from ..model import MODELS
 from ..versions import VLLM_PORT
@@ -597,7 +597,8 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
 
         siblings = _model_keys_at(loc[:-1])
         hint = did_you_mean(str(loc[-1]), siblings) or (f" (keys: {', '.join(siblings)})" if siblings else "")
-        return ConfigError(key, value, "is not a known key" + hint)
+        # Never the value: a token under a misspelt key would be printed (errors.UNKNOWN_KEY_VALUE).
+        return ConfigError(key, UNKNOWN_KEY_VALUE, "is not a known key" + hint)
     if kind in ("model_type", "dict_type"):
         keys = _model_keys_at(loc)
         return ConfigError(key, value, "is not a map" + (f" (keys: {', '.join(keys)})" if keys else " (write its keys under it)"))

@@ -38,7 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import NAMESPACE, ConfigError, did_you_mean
+from ..errors import NAMESPACE, UNKNOWN_KEY_VALUE, ConfigError, did_you_mean
 from ..limits import tags_problem
 from .raw import API_KEY_MIN_CHARS, SECRET_KEYS, RawConfig
 
@@ -265,6 +265,9 @@ def read_config_strings(
         if name == "region":
             raise ConfigError(full_key, shown, "is not read: the region is aws:region (pulumi config set aws:region us-east-1)")
         if kind is None:
+            # An unknown key's value is never printed: it may be a token under a misspelt secret key
+            # (`kimi-deploy:HFToken: hf_...`), which the secret rules did not recognise.
+            shown = UNKNOWN_KEY_VALUE
             allowed = sorted([*fields, *SECRET_KEYS])
             head, dot, rest = name.partition(".")
             if dot and head in fields:
