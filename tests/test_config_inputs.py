@@ -820,3 +820,21 @@ def test_a_toleration_of_every_taint_is_refused_on_mi355x():
     cfg["kubernetes"]["tolerations"] = [{"key": "", "operator": "Exists", "effect": "NoSchedule"}]
     reject(cfg, "kubernetes.tolerations[0].key", "name the GPU nodes' taint key")
 
+
+
+def test_an_empty_prometheus_pod_selector_is_refused_on_kubernetes():
+    """A fresh trial: `prometheusPodLabels: {}` made the NetworkPolicy admit every pod of the Prometheus
+    namespace to the API port."""
+    cfg = base("gb300")
+    cfg["observability"] = {**cfg.get("observability", {}), "prometheusPodLabels": {}}
+    reject(cfg, "observability.prometheusPodLabels", "admit every pod of the Prometheus namespace")
+
+
+def test_no_s3_gateway_endpoint_in_a_created_vpc_warns_with_the_nat_cost_of_a_copy():
+    """A fresh trial: `s3GatewayEndpoint: false` in the VPC the stack creates sent every 1.56 TB copy
+    through the NAT gateway, with no word in the plan."""
+    cfg = base("b300")
+    cfg["network"] = {**cfg.get("network", {}), "s3GatewayEndpoint": False}
+    found = [w for w in accept(cfg).warnings if "s3GatewayEndpoint" in w]
+    assert found and "USD 70 per node copy" in found[0], found
+    assert not [w for w in accept(base("b300")).warnings if "s3GatewayEndpoint" in w]

@@ -101,6 +101,15 @@ def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]
             "deployment can reach the API port"
         )
     check_resource_ids(raw)
+    if provisions_aws and not raw.network.vpc_id and not raw.network.s3_gateway_endpoint:
+        # The VPC is the stack's own, so no other gateway endpoint routes S3: every mirror read goes through the NAT.
+        from ..model import KIMI_K3_1_PRO
+        from ..prices import PRICES
+        usd = PRICES["natGatewayGb"].usd * KIMI_K3_1_PRO.weights_bytes / 1e9
+        warnings.append(f"network.s3GatewayEndpoint is false in the VPC this stack creates: each copy of the weights "
+                        f"from the mirror goes through the NAT gateway (about USD {usd:,.0f} per node copy at "
+                        f"USD {PRICES['natGatewayGb'].usd}/GB processed); false is for an existing VPC that routes S3 "
+                        "through an endpoint of its own")
     if raw.network.vpc_id and not raw.network.private_subnet_ids:
         raise ConfigError("network.privateSubnetIds", [], "is required with network.vpcId (the private subnets to use)")
     if raw.network.private_subnet_ids and not raw.network.vpc_id:

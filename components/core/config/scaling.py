@@ -118,6 +118,11 @@ def check_autoscaling_and_observability(raw: RawConfig, platform: PlatformProfil
             continue
         if not DNS_LABEL_RE.match(ns):
             raise ConfigError(key, ns, "is not a valid namespace name (lowercase DNS label)")
+    if on_k8s and not obs.prometheus_pod_labels:
+        # An empty podSelector in the NetworkPolicy's rule selects every pod of the Prometheus namespace.
+        raise ConfigError("observability.prometheusPodLabels", {}, "is empty, which would admit every pod of the "
+                          "Prometheus namespace to the API port; give the Prometheus pods' labels "
+                          "(default app.kubernetes.io/name: prometheus)")
     for label_key, label_value in {**obs.monitor_labels, **obs.prometheus_pod_labels}.items():
         if not re.match(
             r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", label_key
