@@ -838,3 +838,20 @@ def test_no_s3_gateway_endpoint_in_a_created_vpc_warns_with_the_nat_cost_of_a_co
     found = [w for w in accept(cfg).warnings if "s3GatewayEndpoint" in w]
     assert found and "USD 70 per node copy" in found[0], found
     assert not [w for w in accept(base("b300")).warnings if "s3GatewayEndpoint" in w]
+
+
+@pytest.mark.parametrize("url,ok", [
+    ("http://minio.example.com:9000", False), ("http://52.1.2.3:9000", False),
+    ("https://minio.example.com", True), ("http://minio.storage.svc:9000", True), ("http://minio:9000", True),
+    ("http://minio.storage.svc.cluster.local", True), ("http://10.0.0.5:9000", True),
+])
+def test_a_mirror_endpoint_over_plain_http_must_stay_inside_the_cluster(url, ok):
+    """A fresh trial: mi355x took `http://minio.example.com:9000`, so weights and signed requests crossed
+    networks in the clear."""
+    from components.core.config.storage import check_endpoint_url
+    if ok:
+        check_endpoint_url(url)
+        return
+    with pytest.raises(ConfigError) as err:
+        check_endpoint_url(url)
+    assert str(err.value).startswith("kimi-deploy:storage.mirror.endpointUrl: ") and "plain http://" in str(err.value)

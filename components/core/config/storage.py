@@ -133,6 +133,27 @@ def check_endpoint_url(url: str) -> None:
         instead="the sync pods reach the bucket through their service accounts (kimi-weight-sync, kimi-mirror-publish) "
         "and the cluster's workload identity, never through config",
     )
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    if parts.scheme == "http" and not _inside_the_cluster_or_private(parts.hostname or ""):
+        # Plain HTTP across networks: the weights' bytes and the signed requests (replayable for SigV4's
+        # 15 minutes) in the clear on every hop between the cluster and that host.
+        raise ConfigError("storage.mirror.endpointUrl", url,
+                          "is plain http:// to a host outside the cluster and private networks: use https://, or "
+                          "http:// only to a cluster-local name (a single label, *.svc, *.svc.cluster.local) or a "
+                          "private address")
+
+
+def _inside_the_cluster_or_private(host: str) -> bool:
+    """``host`` is a cluster-local DNS name (one label, ``*.svc``, ``*.svc.cluster.local``, ``*.local``)
+    or a private, loopback or link-local address (RFC 1918 / RFC 4193 / RFC 3927)."""
+    import ipaddress
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        name = host.rstrip(".").lower()
+        return "." not in name or name.endswith((".svc", ".svc.cluster.local", ".cluster.local", ".local"))
+    return address.is_private or address.is_loopback or address.is_link_local
 
 
 def check_http_url(key: str, url: str, example: str, *, where: str, instead: str) -> None:
