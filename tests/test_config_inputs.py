@@ -855,3 +855,17 @@ def test_a_mirror_endpoint_over_plain_http_must_stay_inside_the_cluster(url, ok)
     with pytest.raises(ConfigError) as err:
         check_endpoint_url(url)
     assert str(err.value).startswith("kimi-deploy:storage.mirror.endpointUrl: ") and "plain http://" in str(err.value)
+
+
+def test_a_block_with_host_bits_set_names_the_block_of_its_address():
+    """A fresh trial: `1.0.0.0/1` was called "not a CIDR block" with no word of why."""
+    cfg = base("b300")
+    cfg["network"] = {**cfg.get("network", {}), "allowedCidrs": ["203.0.113.7/24"]}
+    reject(cfg, "network.allowedCidrs", "has host bits set", "203.0.113.0/24")
+
+
+def test_a_whole_number_in_float_notation_is_told_to_write_its_digits():
+    """A fresh trial: `importWaitSeconds: 1e9` was "1000000000.0 is not a whole number"."""
+    cfg = base("b300")
+    cfg["vllm"] = {**cfg.get("vllm", {}), "port": 8.0e3}
+    reject(cfg, "vllm.port", "whole number written as a float", "write its digits, 8000")

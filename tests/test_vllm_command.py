@@ -381,3 +381,10 @@ def test_a_measured_kv_figure_above_the_estimate_is_flagged_and_the_bound_is_the
     assert measured.kv_cache_tokens == bound and "above the plan's high estimate" in measured.kv_cache_source
     spec, _ = command("b300", kvCacheTokens=sizing.kv_cache_tokens_range[0])
     assert "above" not in compute_sizing(spec).kv_cache_source
+
+
+def test_a_default_refused_because_of_a_written_flag_names_the_written_flag():
+    """A fresh trial: `--max-num-seqs 100000` was refused as `--max-num-batched-tokens 16384`, a default
+    the user never wrote, without naming what they did write."""
+    text = refused("b300", extraArgs=["--max-num-seqs", "100000"])
+    assert "which --max-num-seqs in vllm.extraArgs contradicts" in text, text

@@ -232,7 +232,12 @@ def check_scheduler_limits(limits: SchedulerLimits, max_model_len: int) -> None:
     problems = scheduler_problems(limits, max_model_len)
     for dest, value, allowed in sorted(problems, key=lambda p: p[0] not in limits.explicit):
         flag = "--" + dest.replace("_", "-")
-        where = "set in vllm.extraArgs" if dest in limits.explicit else "vLLM's default"
+        if dest in limits.explicit:
+            where = "set in vllm.extraArgs"
+        else:  # a default the user never wrote, refused because of what they did write: name that
+            said = ", ".join("--" + d.replace("_", "-") for d in sorted(limits.explicit))
+            where = (f"vLLM's default, which {said} in vllm.extraArgs contradicts; set {flag} there too, or change "
+                     f"{said}") if said else "vLLM's default"
         raise ConfigError(
             "vllm.extraArgs", f"{flag} {value}",
             f"is refused by vLLM 0.34.0's SchedulerConfig at start ({where}; allowed: {allowed})",

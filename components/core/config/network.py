@@ -46,7 +46,12 @@ def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]
         try:
             net = ipaddress.ip_network(cidr, strict=True)
         except ValueError:
-            raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
+            try:  # host bits set (1.0.0.0/1): name the block the address belongs to
+                block = ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ConfigError(key, cidr, "is not a CIDR block (e.g. 10.0.0.0/8)") from None
+            raise ConfigError(key, cidr, f"has host bits set, so it is not a CIDR block: the block of that address "
+                                         f"is {block}") from None
         if net.is_loopback or net.is_link_local or net.is_multicast or net.is_unspecified:
             kind = ("loopback" if net.is_loopback else "link-local" if net.is_link_local
                     else "multicast" if net.is_multicast else "unspecified")

@@ -624,6 +624,10 @@ def _pydantic_error(err: ValidationError, raw: Mapping[str, Any]) -> ConfigError
         what = "a whole number" if kind.startswith("int") else "a boolean (allowed: true, false)"
         return ConfigError(key, value, f"is not {what}: it is quoted, so YAML reads it as text; write {value.strip()} "
                                        "without quotes")
+    if kind in ("int_type", "int_from_float") and isinstance(value, float) and value.is_integer() and abs(value) < 1e18:
+        # YAML reads `1e9` (and `1000.0`) as a float: a whole number in float notation.
+        return ConfigError(key, value, f"is a whole number written as a float (YAML reads exponent notation and a "
+                                       f"'.0' so): write its digits, {int(value)}")
     if kind in _TYPE_WORDS:
         return ConfigError(key, value, _TYPE_WORDS[kind])
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
