@@ -35,6 +35,16 @@ def call(path: str, *, method: str = "POST", key: str | None = None, kind: str =
         ran.append(scope["path"])
         await send({"type": "http.response.start", "status": 200, "headers": []})
 
+    if headers is None:
+        headers = [(b"authorization", f"Bearer {key}".encode())] if key is not None else []
+    scope = {"type": kind, "path": path, "method": method, "headers": headers, "root_path": root_path}
+    first = exchange(RequireApiKey(app, api_key=api_key), scope)[0]
+    return (first.get("status") or first.get("type")), bool(ran)
+
+
+def exchange(guard, scope: dict) -> list[dict]:
+    """The ASGI messages ``guard`` (an ASGI app, e.g. ``RequireApiKey(app, ...)``) sends for one body-less
+    request ``scope``."""
     sent: list[dict] = []
 
     async def send(message):
@@ -43,16 +53,12 @@ def call(path: str, *, method: str = "POST", key: str | None = None, kind: str =
     async def receive():
         return {"type": "http.request", "body": b""}
 
-    if headers is None:
-        headers = [(b"authorization", f"Bearer {key}".encode())] if key is not None else []
-    scope = {"type": kind, "path": path, "method": method, "headers": headers, "root_path": root_path}
     loop = asyncio.new_event_loop()  # not asyncio.run: it clears the thread's loop, which Pulumi's mocks use
     try:
-        loop.run_until_complete(RequireApiKey(app, api_key=api_key)(scope, receive, send))
+        loop.run_until_complete(guard(scope, receive, send))
     finally:
         loop.close()
-    first = sent[0]
-    return (first.get("status") or first.get("type")), bool(ran)
+    return sent
 
 
 @pytest.mark.parametrize("path", ["/invocations", "/tokenize", "/v1/chat/completions", "/ping", "/version", "/openapi.json",

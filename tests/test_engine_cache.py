@@ -688,28 +688,15 @@ GUARD_KEY = "sk-engine-cache-gate-0123456789"
 def _guarded(path: str, gate: str | None, on_request=lambda: None, key: str = GUARD_KEY) -> tuple[int, dict[str, str]]:
     """(status, headers) of one request through the real API guard around a stand-in engine that
     runs ``on_request`` for each request it serves."""
-    import asyncio
-
     from scripts.node.kimi_vllm_api_guard import RequireApiKey
+    from tests.test_api_guard import exchange
 
     async def engine(scope, receive, send):
         on_request()
         await send({"type": "http.response.start", "status": 200, "headers": []})
 
-    sent: list[dict] = []
-
-    async def send(message):
-        sent.append(message)
-
-    async def receive():
-        return {"type": "http.request", "body": b""}
-
     scope = {"type": "http", "path": path, "method": "GET", "headers": [(b"authorization", f"Bearer {key}".encode())]}
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(RequireApiKey(engine, api_key=GUARD_KEY, gate=gate)(scope, receive, send))
-    finally:
-        loop.close()
+    sent = exchange(RequireApiKey(engine, api_key=GUARD_KEY, gate=gate), scope)
     return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0].get("headers", [])}
 
 
