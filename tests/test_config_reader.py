@@ -114,9 +114,10 @@ def _plan_error(name: str, overrides: dict, tmp_path: Path) -> str:
         ({"kimi-deploy:protect": "yes please"}, "kimi-deploy:protect: 'yes please' is not a boolean"),
         ({"kimi-deploi:trialTtlHours": 24}, "did you mean kimi-deploy?"),
         ({"aws:regoin": "us-east-1"}, "aws:regoin: 'us-east-1' is not a key of the aws provider; did you mean region?"),
-        ({"kimi-deploy:trialTTLHours": 24}, "kimi-deploy:trialTTLHours: '24' is not a known key; did you mean trialTtlHours?"),
+        ({"kimi-deploy:trialTTLHours": 24},
+         "kimi-deploy:trialTTLHours: '[value not shown]' is not a known key; did you mean trialTtlHours?"),
         # `pulumi config set kimi-deploy:vllm.image X` without --path stores this literal dotted key.
-        ({"kimi-deploy:vllm.image": "x"}, "kimi-deploy:vllm.image: 'x' is not a known key: set a path with "
+        ({"kimi-deploy:vllm.image": "x"}, "kimi-deploy:vllm.image: '[value not shown]' is not a known key: set a path with "
                                           "`pulumi config set --path kimi-deploy:vllm.image ...`"),
         # Inside a map a quoted number stays a string (JSON), for `pulumi up` as for the plan.
         (
@@ -148,7 +149,8 @@ def test_a_typo_in_the_namespace_no_longer_gives_the_default_ttl(tmp_path):
 
 
 def test_nested_unknown_keys_get_a_did_you_mean():
-    with pytest.raises(ConfigError, match=r"^kimi-deploy:model\.revison: 'main' is not a known key; did you mean revision\?$"):
+    with pytest.raises(ConfigError,
+                       match=r"^kimi-deploy:model\.revison: '\[value not shown\]' is not a known key; did you mean revision\?$"):
         read_and_parse({"kimi-deploy:model": {"revison": "main"}})
     with pytest.raises(ConfigError, match=r"kimi-deploy:storage\.mirror\.prefx: .*did you mean prefix\?"):
         read_and_parse({"kimi-deploy:storage": {"mirror": {"prefx": "models"}}})
