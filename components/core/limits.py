@@ -10,8 +10,9 @@ Sources:
   at most 50 user tags per resource, keys up to 128 and values up to 256 Unicode characters.
 - EKS: at most 40 public endpoint access CIDR blocks per cluster, not adjustable (Amazon EKS service
   quotas, "Public endpoint access CIDR ranges per cluster", L-93A74D60).
-- EC2 user data: 16 KB raw, before base64 (``components/aws/userdata.USER_DATA_LIMIT_BYTES``,
-  checked by ``components/aws/compute.check_ec2_user_data``).
+- EC2 user data: 16 KB raw, before base64 (``components/aws/userdata.USER_DATA_LIMIT_BYTES``; over
+  it the user data is sent gzip-compressed, ``userdata.user_data_bytes``), checked by
+  ``components/aws/compute.check_ec2_user_data``.
 """
 
 from __future__ import annotations
