@@ -191,3 +191,19 @@ def test_the_blocker_names_the_targets_own_image_repository():
 def test_long_values_are_cut_in_config_errors():
     err = ConfigError("vllm.extraArgs", ["--x"] * 5000, "is too long")
     assert len(str(err)) < 300 and "characters)" in str(err)
+
+
+def test_a_rocm_nightly_is_told_that_only_engine_verify_shows_it_has_what_the_release_lacks():
+    """A fresh trial: an mi355x nightly lost its blocker with only the generic "not a release" warning,
+    although 0.34.0 lacks sparse MLA on ROCm and only the build itself can show it has it."""
+    from tests.test_config_inputs import accept, base
+
+    image = "vllm/vllm-openai-rocm:nightly-" + "0123456789abcdef" * 2 + "01234567"
+    cfg = base("mi355x")
+    cfg["vllm"] = {**{k: v for k, v in cfg.get("vllm", {}).items() if k != "imageTag"}, "image": image}
+    found = [w for w in accept(cfg).warnings if "lacks sparse-indexer-mla on rocm" in w]
+    assert found and f"kimi-deploy engine verify --image {image}" in found[0], found
+    cuda = base("b300")
+    cuda["vllm"] = {**{k: v for k, v in cuda.get("vllm", {}).items() if k != "imageTag"},
+                    "image": "vllm/vllm-openai:nightly-" + "0" * 40}
+    assert not [w for w in accept(cuda).warnings if "lacks" in w]

@@ -10,10 +10,10 @@ Each function takes the validated raw config and the objects ``parse_spec`` reso
 from __future__ import annotations
 
 from .config.raw import RawConfig
-from .engine import check_release_repository, engine_blocker
+from .engine import check_release_repository, engine_blocker, release_gap_causes
 from .model import ModelProfile
 from .targets import TargetProfile
-from .versions import vllm_image
+from .versions import VLLM_VERSION, vllm_image
 
 
 def engine_blocker_of(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> Exception | None:
@@ -32,4 +32,12 @@ def engine_blocker_of(raw: RawConfig, target: TargetProfile, model: ModelProfile
     check_release_repository(image, engine_key, target.image_family)
     if not engine.is_release:
         warnings.append(f"engine: {engine.describe()}; the model card asks for vLLM >= {model.min_vllm_version}")
+        requirement = model.engine_requirements.get(target.image_family)
+        gaps = release_gap_causes(VLLM_VERSION, target.image_family, requirement) if requirement else {}
+        if gaps:
+            # The pinned release lacks a feature on this family: whether this build has it is known
+            # only from the build itself (engine verify reads its source markers).
+            warnings.append(f"engine: vLLM {VLLM_VERSION} lacks {', '.join(gaps)} on {target.image_family}; whether "
+                            f"{image} has it only `kimi-deploy engine verify --image {image}` shows: run it before "
+                            "`pulumi up`")
     return blocker
