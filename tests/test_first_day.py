@@ -176,7 +176,8 @@ def test_every_section_the_repository_points_at_exists():
         if not path.is_file() or path.name == "test_first_day.py":
             continue
         text = path.read_text(errors="replace")
-        for doc, title in _QUOTED.findall(text):
+        for doc, quoted in _QUOTED.findall(text):
+            title = " ".join(quoted.split())  # a title wrapped across lines reads as one line in Markdown
             target = REPO_ROOT / ("README.md" if doc == "README" else doc)
             if title not in _headings(target, lead_ins=True):
                 missing.append(f"{path.relative_to(REPO_ROOT)}: {doc} \"{title}\"")

@@ -22,6 +22,7 @@ must keep in mind):
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -378,7 +379,10 @@ def test_nothing_below_the_dispatcher_imports_it():
 #   and tests/vllm_contract.py fails when the pin and VLLM_VERSION differ;
 # - README.md and docs/: prose for people, with the command output they quote;
 # - tests/: expectations about the real wheel and recorded fixtures (data, not a pin).
-VERSION_LITERAL_ALLOWED = ("components/core/versions.py", "requirements-vllm.txt", "README.md", "docs/", "tests/")
+# The parser's option table records the release it was generated from (checked to be VLLM_VERSION below).
+OPTION_TABLE = "components/core/data/vllm_serve_options.json"
+VERSION_LITERAL_ALLOWED = ("components/core/versions.py", "requirements-vllm.txt", "README.md", "docs/", "tests/",
+                           OPTION_TABLE)
 
 
 def version_literals(text: str, version: str) -> list[int]:
@@ -405,6 +409,8 @@ def test_one_module_holds_the_vllm_version():
         offenders += [f"{rel}:{line}" for line in version_literals(text, VLLM_VERSION)]
     assert offenders == []
     assert version_literals((REPO_ROOT / "components/core/versions.py").read_text(), VLLM_VERSION)
+    # A release bump without regenerating the option table (scripts/dev/vllm_option_table.py) fails here.
+    assert json.loads((REPO_ROOT / OPTION_TABLE).read_text())["vllm_version"] == VLLM_VERSION
 
 
 @pytest.mark.parametrize("line, is_literal", [

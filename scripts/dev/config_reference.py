@@ -972,11 +972,18 @@ def default_short(row: ConfigKey) -> str:
 
 
 def summary(text: str, width: int) -> str:
-    """The first sentence of ``text``, cut to ``width`` characters (ending ``...``) when longer."""
+    """The first sentence of ``text``, cut to ``width`` characters (ending ``...``) when longer; a cut
+    never splits a quoted title (``README "License of the model"``): it falls before the reference."""
     import re
 
     first = re.split(r"(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z])", text, maxsplit=1)[0].rstrip(".")
-    return first if len(first) <= width else first[: max(width - 3, 1)].rstrip(" ,;:(") + "..."
+    if len(first) <= width:
+        return first
+    cut = first[: max(width - 3, 1)]
+    if cut.count('"') % 2:  # inside a quoted title: drop the reference it opens, with its parenthesis
+        cut = cut[: cut.rindex('"')]
+        cut = cut[: cut.rindex("(")] if "(" in cut else cut
+    return cut.rstrip(" ,;:(") + "..."
 
 
 @dataclass(frozen=True)

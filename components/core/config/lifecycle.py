@@ -12,7 +12,7 @@ from .spec import format_utc
 
 ENVIRONMENTS: tuple[str, ...] = ("trial", "staging", "prod")
 # An image pinned by content: ``...@sha256:<64 hex>`` (OCI image spec, "Digests"; what a registry
-# answers for a manifest). A tag, ``:v0.34.0`` or ``:nightly-<commit>`` alike, is a name that can be
+# answers for a manifest). A tag, a release ``:vX.Y.Z`` or ``:nightly-<commit>`` alike, is a name that can be
 # pushed again, and the nodes pull it with IfNotPresent: two nodes may run two builds.
 IMAGE_DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}\Z")
 # Trials are short by design; anything longer is a staging stack.
