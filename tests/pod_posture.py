@@ -17,6 +17,22 @@ Container = dict[str, Any]
 Pod = dict[str, Any]
 
 
+def _pull_always_or_digest(c: dict) -> bool:
+    """As checkov 3 reads it (ImagePullPolicyAlways.py): an image pinned by digest passes whatever its
+    policy; otherwise the policy is Always, or unset with a tag of ``latest`` or none (Kubernetes then
+    defaults it to Always)."""
+    image = c.get("image")
+    if not isinstance(image, str) or not image.strip():
+        return False
+    name, has_digest = image.split("@", 1)[0], "@" in image
+    if has_digest:
+        return True
+    if "imagePullPolicy" in c:
+        return c["imagePullPolicy"] == "Always"
+    last = name.rsplit("/", 1)[-1]
+    return ":" not in last or last.rsplit(":", 1)[1] == "latest"
+
+
 def _sc(c: Container) -> dict[str, Any]:
     return c.get("securityContext") or {}
 
@@ -40,7 +56,7 @@ CHECKS: dict[str, tuple[str, bool, bool, Callable[[Pod, Container], bool]]] = {
     "CKV_K8S_9": ("Readiness Probe Should be Configured", False, False, lambda p, c: "readinessProbe" in c),
     "CKV_K8S_11": ("CPU limits should be set", True, True, lambda p, c: "cpu" in _limits(c)),
     "CKV_K8S_13": ("Memory limits should be set", True, True, lambda p, c: "memory" in _limits(c)),
-    "CKV_K8S_15": ("Image Pull Policy should be Always", True, True, lambda p, c: c.get("imagePullPolicy") == "Always"),
+    "CKV_K8S_15": ("Image Pull Policy should be Always", True, True, lambda p, c: _pull_always_or_digest(c)),
     "CKV_K8S_16": ("Container should not be privileged", True, True, lambda p, c: _sc(c).get("privileged") is not True),
     "CKV_K8S_20": ("Containers should not run with allowPrivilegeEscalation", True, True,
                    lambda p, c: _sc(c).get("allowPrivilegeEscalation") is False),

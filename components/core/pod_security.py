@@ -159,9 +159,10 @@ CHECKOV_ALLOWED: tuple[Allowance, ...] = (
     Allowance("CKV_K8S_35", "Prefer using secrets as files over secrets as environment variables", (SYNC,),
               "a Job that reads the hub with a token", _sync_job_reads_hub_token,
               "the hub clients read their token from HF_TOKEN / MODELSCOPE_API_TOKEN (filled through secretKeyRef)"),
-    Allowance("CKV_K8S_15", "Image Pull Policy should be Always", (VLLM, SYNC), "every stack", _always,
-              "IfNotPresent: the image is about 12.6 GB compressed, and the pinned tag or digest names one build; "
-              "Always would pull again at every restart of every pod"),
+    Allowance("CKV_K8S_15", "Image Pull Policy should be Always", (VLLM, SYNC), "vllm.image given by tag",
+              _image_by_tag,
+              "IfNotPresent: the image is about 12.6 GB compressed, and the pinned tag names one build; Always would "
+              "pull again at every restart of every pod (checkov passes an image pinned by digest whatever its policy)"),
     Allowance("CKV_K8S_43", "Image should use digest", (VLLM, SYNC), "vllm.image given by tag", _image_by_tag,
               "set vllm.image to a digest (vllm/vllm-openai@sha256:...) to meet it; the default is vLLM's release tag"),
     Allowance("CKV_K8S_31", "Ensure that the seccomp profile is set to docker/default or runtime/default", (VLLM,),
