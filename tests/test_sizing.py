@@ -139,7 +139,7 @@ def test_price_b300_on_demand_and_unknown_gb300():
     b300 = compute_sizing(load_stack("b300", now=FIXED_NOW))
     assert b300.usd_per_hour == pytest.approx(142.416)
     gb300 = compute_sizing(load_stack("gb300", now=FIXED_NOW))
-    assert gb300.usd_per_hour is None and "compute.usdPerHour" in gb300.price_source
+    assert gb300.usd_per_hour is None and "compute.capacity.usdPerHour" in gb300.price_source
     prod = compute_sizing(load_stack("b300-prod", now=FIXED_NOW))
     assert prod.usd_per_hour == pytest.approx(2 * 142.416)
 

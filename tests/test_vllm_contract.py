@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from components.core.engine import LIBRARY_ENV_SOURCES as ENGINE_LIBRARY_ENV_SOURCES
+from components.core.engine_cache import GATE_ENV as ENGINE_CACHE_GATE_ENV
 from components.core.model import SPARSE_INDEXER_MLA
 from tests.conftest import FIXED_NOW, STACKS
 from tests.vllm_contract import (
@@ -73,7 +74,9 @@ BAD = {
 
 # Environment variables read by C libraries (no Python source to grep), each with the public
 # documentation of the name (components/core/engine.py, shared with `kimi-deploy engine verify`).
-LIBRARY_ENV_SOURCES = dict(ENGINE_LIBRARY_ENV_SOURCES)
+# ... and the toolkit's own API guard, which vLLM imports by --middleware: it reads the engine-cache gate.
+LIBRARY_ENV_SOURCES = {**ENGINE_LIBRARY_ENV_SOURCES,
+                       ENGINE_CACHE_GATE_ENV: "scripts/node/kimi_vllm_api_guard.py GATE_ENV (loaded by --middleware)"}
 
 
 # The Blackwell recipe's env that the command no longer sets (components/core/model.py says why):
