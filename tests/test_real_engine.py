@@ -404,10 +404,17 @@ def test_measure_reads_the_real_servers_kv_cache_and_engine_start(real_vllm_serv
     assert 0 < init < (real_vllm_server.startup_seconds or 0)
     assert 0 < report["phases_seconds"]["log start -> serving"] <= (real_vllm_server.startup_seconds or 0) + 2
     assert "kimi-deploy:timeToReady.copyGBps" in report["not_read"]
-    # pasted into the stack the server runs, the keys validate and replace the estimates
+    # Pasted into the stack the server runs, the keys validate and replace the estimates; the tiny CPU
+    # model's KV figure is more than the target's GPUs hold for K3.1 (sizing.check_measured_kv_tokens),
+    # so that one key is refused by name, and the engine start is taken.
+    from components.core.errors import ConfigError
     monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps(report["overlay"]))
+    with pytest.raises(ConfigError, match=f"vllm.kvCacheTokens: {tokens} is more than"):
+        load_stack(real_vllm_server.stack)
+    overlay = {**report["overlay"], "kimi-deploy:vllm": {**report["overlay"]["kimi-deploy:vllm"], "kvCacheTokens": 2_250_000}}
+    monkeypatch.setenv(CONFIG_OVERLAY_ENV, json.dumps(overlay))
     config = load_stack(real_vllm_server.stack).config
-    assert (config.vllm.kv_cache_tokens, config.time_to_ready.engine_init_seconds) == (tokens, init)
+    assert (config.vllm.kv_cache_tokens, config.time_to_ready.engine_init_seconds) == (2_250_000, init)
 
 
 def test_the_engine_installer_reads_the_version_constant(tmp_path):
