@@ -47,8 +47,11 @@ def test_pulumi_waits_and_progress_deadline_include_the_copy(stack):
     # A replaced node (or a scale-up onto a new one): the pod waits for the node's launch and boot.
     replaced = {p.name: p.seconds for p in stack_time_to_ready(spec).scenarios["replaced_node"].phases}
     node_wait = math.ceil(ttr.NODE_WAIT_SAFETY_FACTOR * (replaced["instance launch"] + replaced["instance boot"]) / 60) * 60
+    # A LeaderWorkerSet leader's gate also waits for its workers' engine-cache saves.
+    from components.core.engine_cache import ENGINE_CACHE_GROUP_WAIT_SECONDS
+    group_wait = ENGINE_CACHE_GROUP_WAIT_SECONDS if restore and spec.nodes_per_copy > 1 else 0
     per_pod = (node_wait + ttr.IMAGE_PULL_BUDGET_SECONDS + sync_budget_seconds(spec, sizing, copy) + restore
-               + sizing.startup_budget_seconds + ttr.ENGINE_TIMEOUT_MARGIN_SECONDS)
+               + sizing.startup_budget_seconds + ttr.ENGINE_TIMEOUT_MARGIN_SECONDS + group_wait)
     workload = "vllm-leaderworkerset" if spec.nodes_per_copy > 1 else "vllm-deployment"
     assert seconds(timeouts[workload].create) == per_pod
     # a rolling update may touch every copy up to the autoscaler's maximum
