@@ -152,7 +152,7 @@ def _inside_the_cluster_or_private(host: str) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         name = host.rstrip(".").lower()
-        return "." not in name or name.endswith((".svc", ".svc.cluster.local", ".cluster.local", ".local"))
+        return "." not in name or name.endswith((".svc", ".local"))  # *.svc.cluster.local ends in .local
     return address.is_private or address.is_loopback or address.is_link_local
 
 
