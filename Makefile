@@ -83,17 +83,16 @@ plan-all: setup ## offline plan of every stack, one line each: deployable, or re
 iam-policy: setup ## IAM policy the deploying identity needs for STACK (from the resource types it declares)
 	@$(PY) scripts/ops/deploy_policy.py --stack $(STACK)
 
-# The live Prometheus tier (tests/test_prometheus_live.py) runs last, in a pytest process of its own
-# with a vLLM server of its own: its load (requests held in that server's queue) and the counters it
-# reads touch no other tier's server (docs/testing.md, "The live Prometheus tier").
+# tests/suite.py runs three pytest processes: the suite; the VM tier (tests/test_vm_boot.py) beside
+# it from the start (QEMU on the second core while the suite uses about one; its progress lines are
+# relayed into the suite's output); then the live Prometheus tier (tests/test_prometheus_live.py) in
+# a process of its own with a vLLM server of its own: its load (requests held in that server's queue)
+# and the counters it reads touch no other tier's server (docs/testing.md). PYTEST_ARGS go to each.
 TEST_ENV = KIMI_CRDS_DIR=$(abspath $(CRDS_DIR)) KIMI_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python
-LIVE_TIER = tests/test_prometheus_live.py
+PYTEST_ARGS ?=
 
 test: system-packages setup-dev vm-image-background ruff mypy vllm-parser vllm-engine checkov crds-ready ## ruff and mypy gates, then the full test suite: real vLLM server, live Prometheus, three VM boots: stager, serve from its mirror, stop/start and power-off at expiry (installs what it needs, Debian packages and CRDs included)
-	@$(TEST_ENV) $(PY) -m pytest -q --ignore=$(LIVE_TIER); suite=$$?; \
-	  echo "make: the live Prometheus tier, in a pytest process (and with a vLLM server) of its own"; \
-	  $(TEST_ENV) $(PY) -m pytest -q $(LIVE_TIER); live=$$?; \
-	  if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$live
+	@$(TEST_ENV) $(PY) -m tests.suite -- $(PYTEST_ARGS)
 
 test-vm: setup-dev ## every VM boot scenario: the b300 stager's and GPU instance's user data in QEMU guests (stage, first boots, retries, reboots, outages, no instance store, watchdog, expiry)
 	KIMI_VM_ALL=1 $(PY) -m pytest -q tests/test_vm_boot.py

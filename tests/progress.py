@@ -12,11 +12,17 @@ progress (dots and percentages). Lines look like::
 ``announce(text)`` prints such a line from inside a test or fixture (output capture is lifted for
 that line only); outside a pytest run, or with ``-p no:kimi_progress``, it prints nothing.
 Registered from ``tests/conftest.py`` (``pytest_plugins``).
+
+Two processes, one terminal (``make test`` runs the VM tier beside the suite, ``tests/suite.py``): with
+``KIMI_PROGRESS_FILE`` set, every line is also appended to that file; with ``KIMI_PROGRESS_FOLLOW``
+set, the lines another process appended there are printed between tests, after the name in
+``KIMI_PROGRESS_FOLLOW_NAME``, and at the end of the session.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -32,6 +38,29 @@ TIERS: dict[str, str] = {
 }
 
 _state: dict[str, object] = {}
+
+
+def read_relayed(path: str | os.PathLike[str]) -> list[str]:
+    """The complete lines appended to the progress file ``path`` since the last call by any process
+    (the offset read so far is kept beside it, in ``<path>.read``); [] when the file does not exist."""
+    marker = f"{os.fspath(path)}.read"
+    try:
+        with open(path, "rb") as stream:
+            try:
+                with open(marker) as m:
+                    offset = int(m.read().strip() or 0)
+            except (FileNotFoundError, ValueError):
+                offset = 0
+            stream.seek(offset)
+            data = stream.read()
+    except FileNotFoundError:
+        return []
+    complete = data[: data.rfind(b"\n") + 1]
+    if not complete:
+        return []
+    with open(marker, "w") as m:
+        m.write(str(offset + len(complete)))
+    return complete.decode(errors="replace").splitlines()
 
 
 def _clock(seconds: float) -> str:
@@ -59,8 +88,14 @@ class TierProgress:
         self.config = config
         self.suite_started = time.monotonic()
         self.current: _Tier | None = None
+        self.relay_to = os.environ.get("KIMI_PROGRESS_FILE") or None
+        self.follow = os.environ.get("KIMI_PROGRESS_FOLLOW") or None
+        self.follow_name = os.environ.get("KIMI_PROGRESS_FOLLOW_NAME") or "beside the suite"
 
-    def _write(self, line: str) -> None:
+    def _write(self, line: str, relay: bool = True) -> None:
+        if relay and self.relay_to is not None:
+            with open(self.relay_to, "a") as stream:
+                stream.write(line.replace("\n", " ") + "\n")
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
@@ -70,6 +105,12 @@ class TierProgress:
             if reporter._tw.width_of_current_line:  # after pytest's dots: a line of its own
                 reporter._tw.line()
             reporter.write_line(text)
+
+    def _follow(self) -> None:
+        if self.follow is None:
+            return
+        for line in read_relayed(self.follow):
+            self._write(f"({self.follow_name}) {line}", relay=False)
 
     def _end_current(self) -> None:
         tier, self.current = self.current, None
@@ -90,6 +131,8 @@ class TierProgress:
             self._write(f"tier started: {name} ({module})")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self._follow()
         tier = self.current
         if tier is None or report.nodeid.split("::", 1)[0] != tier.module:
             return
@@ -99,6 +142,7 @@ class TierProgress:
 
     def pytest_sessionfinish(self) -> None:
         self._end_current()
+        self._follow()
 
     def announce(self, text: str) -> None:
         self._write(text)
