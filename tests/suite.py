@@ -4,7 +4,8 @@ the live Prometheus tier in a third; one exit status for all three.
 Why two processes at once: the VM tier is a third of the suite's wall time (13.5 min of 41 on a quiet
 2-core machine, docs/testing.md) and spends it in QEMU, while the rest of the suite uses about one
 core (41 CPU min in 45 wall min). Run side by side, the two share the machine's two cores instead of
-taking turns. The VM tier's guests talk only to services it starts on 127.0.0.1 ports of its own
+taking turns, the guests with one vCPU each (``KIMI_VM_CPUS=1``, tests/vm/guest.py): a 2-vCPU guest
+beside the busy suite took 2.3 times as long (the VM tier 30.7 min) and 30% more CPU. The VM tier's guests talk only to services it starts on 127.0.0.1 ports of its own
 (tests/vm/services.py), so nothing is shared with the other process.
 
 What a person sees: the suite's own output, with the VM tier's progress lines (its tier start and
@@ -28,8 +29,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 VM_TIER = "tests/test_vm_boot.py"
@@ -47,7 +48,8 @@ class Plan:
 
     ``suite``: arguments of the main run; ``beside``: arguments of the run started first and left
     running beside it (empty: none); ``last``: arguments of the run after both (empty: none);
-    ``log_dir``: where the beside run's output and progress file go.
+    ``log_dir``: where the beside run's output and progress file go; ``beside_env``: environment
+    defaults of the beside run (the caller's environment wins).
     """
 
     suite: Sequence[str]
@@ -55,6 +57,7 @@ class Plan:
     last: Sequence[str]
     log_dir: Path
     beside_name: str = "VM tier"
+    beside_env: Mapping[str, str] = field(default_factory=dict)
 
 
 def default_plan(extra: Sequence[str] = ()) -> Plan:
@@ -66,6 +69,9 @@ def default_plan(extra: Sequence[str] = ()) -> Plan:
         beside=["-q", VM_TIER, *extra],
         last=["-q", LIVE_TIER, *extra],
         log_dir=cache_root(),
+        # One vCPU per guest beside the suite (tests/vm/guest.py, CPUS): the guest takes one core and
+        # leaves the other to the suite.
+        beside_env={"KIMI_VM_CPUS": "1"},
     )
 
 
@@ -126,7 +132,8 @@ def run(plan: Plan) -> int:
             with open(log_path, "wb") as log:
                 beside = subprocess.Popen(
                     _pytest(plan.beside), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env={**env, "KIMI_PROGRESS_FILE": str(progress_path)}, start_new_session=True)
+                    env={**plan.beside_env, **env, "KIMI_PROGRESS_FILE": str(progress_path)},
+                    start_new_session=True)
         suite_env = {**env, "KIMI_PROGRESS_FOLLOW": str(progress_path),
                      "KIMI_PROGRESS_FOLLOW_NAME": f"{plan.beside_name}, beside the suite"} if beside else env
         suite = subprocess.call(_pytest(plan.suite), env=suite_env)

@@ -109,6 +109,7 @@ def test_make_test_runs_the_vm_tier_beside_and_the_live_tier_last_and_the_suite_
     assert f"--ignore={suite.VM_TIER}" in plan.suite and f"--ignore={suite.LIVE_TIER}" in plan.suite
     assert suite.VM_TIER in plan.beside and suite.LIVE_TIER in plan.last
     assert all(args[-1] == "-x" for args in (plan.suite, plan.beside, plan.last))
+    assert plan.beside_env == {"KIMI_VM_CPUS": "1"}
     makefile = (REPO_ROOT / "Makefile").read_text()
     recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "-m tests.suite" in recipe
