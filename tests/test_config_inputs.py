@@ -649,6 +649,16 @@ def test_allowed_cidrs_no_client_can_come_from_are_refused(cidr, fragment):
     reject(cfg, "network.allowedCidrs", fragment)
 
 
+@pytest.mark.parametrize("cidr,kind", [
+    ("::ffff:0:0/96", "IPv4-mapped"), ("::ffff:0:0/104", "IPv4-mapped"), ("64:ff9b::/96", "NAT64"), ("2002::/16", "6to4"),
+])
+def test_ipv6_blocks_that_stand_for_ipv4_addresses_are_refused_whatever_their_prefix(cidr, kind):
+    # ::ffff:0:0/96 is every IPv4 address; as an IPv6 /96 it passed the breadth rules (trial, round 6).
+    cfg = base("b300")
+    cfg["network"] = {**cfg["network"], "allowedCidrs": [cidr]}
+    reject(cfg, "network.allowedCidrs", f"is in the {kind} range", "write the IPv4 client block itself")
+
+
 def test_allowed_cidrs_beyond_what_a_security_group_holds_are_refused_and_above_its_quota_warned():
     cfg = base("b300")
     cfg["network"] = {**cfg["network"], "allowedCidrs": [f"10.{i // 256}.{i % 256}.0/24" for i in range(10_000)]}

@@ -25,6 +25,12 @@ MIN_PUBLIC_CLIENT_PREFIX_LENGTH = {4: 16, 6: 32}
 SECURITY_GROUP_RULES_DEFAULT_QUOTA = 60
 SECURITY_GROUP_RULES_MAX = 1_000
 _RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+# IPv6 prefixes whose addresses stand for IPv4 ones (the IPv4 address in the low 32 bits, or bits 16-47
+# for 6to4): IPv4-mapped (RFC 4291 2.5.5.2), the NAT64 well-known prefix (RFC 6052 2.1), 6to4 (RFC 3056).
+# A client block there is an IPv4 block in disguise: ::ffff:0:0/96 is every IPv4 address, and the breadth
+# rules above would measure it as a narrow IPv6 /96.
+_IPV4_IN_IPV6 = {"IPv4-mapped": ipaddress.ip_network("::ffff:0:0/96"), "NAT64": ipaddress.ip_network("64:ff9b::/96"),
+                 "6to4": ipaddress.ip_network("2002::/16")}
 
 
 def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]) -> None:
@@ -64,6 +70,10 @@ def check_network(raw: RawConfig, platform: PlatformProfile, warnings: list[str]
                 f"is broader than /{MIN_CLIENT_PREFIX_LENGTH}: it opens the API port to most of the internet (name the client "
                 "networks)",
             )
+        for kind, prefix in _IPV4_IN_IPV6.items():
+            if net.version == 6 and (net.subnet_of(prefix) or net.supernet_of(prefix)):  # type: ignore[arg-type]
+                raise ConfigError(key, cidr, f"is in the {kind} range {prefix}, IPv6 addresses that stand for IPv4 ones: "
+                                             "write the IPv4 client block itself (the breadth rules apply to it)")
         widest = MIN_PUBLIC_CLIENT_PREFIX_LENGTH[net.version]
         if net.is_global and net.prefixlen < widest:
             raise ConfigError(
