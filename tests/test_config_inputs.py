@@ -186,6 +186,19 @@ def test_a_valid_endpoint_url_reaches_the_pods():
     assert accept(cfg).config.storage.mirror.endpoint_url == "https://minio.storage.svc:9000/s3"
 
 
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/", "http://169.254.170.2:9090", "http://[fe80::1]:9000",
+                                 "http://[fd00:ec2::254]/"])
+def test_a_link_local_host_is_no_mirror_endpoint_or_prometheus(url):
+    # The instance metadata service answered as "a private address" (trial, round 6).
+    cfg = base("mi355x")
+    cfg["storage"] = {**cfg["storage"], "mirror": {"enabled": True, "create": False, "bucketName": "kimi-weights",
+                                                   "endpointUrl": url}}
+    reject(cfg, "storage.mirror.endpointUrl", "names a link-local host", stack="mi355x")
+    cfg = base("mi355x")
+    cfg["observability"] = {**cfg["observability"], "prometheusUrl": url}
+    reject(cfg, "observability.prometheusUrl", "names a link-local host", stack="mi355x")
+
+
 def test_prometheus_url_with_credentials_is_not_echoed():
     cfg = base("mi355x")
     cfg["observability"] = {**cfg["observability"], "prometheusUrl": "http://user:hunter2@prometheus:9090"}

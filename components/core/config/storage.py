@@ -182,6 +182,21 @@ def check_http_url(key: str, url: str, example: str, *, where: str, instead: str
         raise ConfigError(key, url, f"is not an http(s) URL with a host (e.g. {example})")
     if parts.query or parts.fragment or port == 0:
         raise ConfigError(key, url, "must be http(s)://host[:port][/path], without a query, fragment or port 0")
+    if _link_local(parts.hostname):
+        # 169.254.169.254 (and fd00:ec2::254) is the instance metadata service (Amazon EC2 user guide, "Access
+        # instance metadata"); the rest of 169.254.0.0/16 (RFC 3927) is node-local: no service of the stack's there.
+        raise ConfigError(key, url, "names a link-local host (169.254.0.0/16, fe80::/10, or the instance metadata "
+                                    f"service fd00:ec2::254): node-local endpoints, not a service (e.g. {example})")
+
+
+def _link_local(host: str) -> bool:
+    """``host`` is a link-local address or the EC2 metadata service's IPv6 address."""
+    import ipaddress
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return address.is_link_local or address == ipaddress.ip_address("fd00:ec2::254")
 
 
 # The fastest an NVMe device can deliver: its PCIe 5.0 x4 link, 32 GT/s per lane with 128b/130b
