@@ -5,8 +5,9 @@ Why two processes at once: the VM tier is a third of the suite's wall time (13.5
 2-core machine, docs/testing.md) and spends it in QEMU, while the rest of the suite uses about one
 core (41 CPU min in 45 wall min). Run side by side, the two share the machine's two cores instead of
 taking turns, the guests with one vCPU each (``KIMI_VM_CPUS=1``, tests/vm/guest.py): a 2-vCPU guest
-beside the busy suite took 2.3 times as long (the VM tier 30.7 min) and 30% more CPU. The VM tier's guests talk only to services it starts on 127.0.0.1 ports of its own
-(tests/vm/services.py), so nothing is shared with the other process.
+beside the busy suite took 2.3 times as long (the VM tier 30.7 min) and 30% more CPU. The VM tier's
+guests talk only to services it starts on 127.0.0.1 ports of its own (tests/vm/services.py), so
+nothing is shared with the other process.
 
 What a person sees: the suite's own output, with the VM tier's progress lines (its tier start and
 end, each boot) relayed between tests as ``[+ mm:ss] (VM tier, beside the suite) ...``
