@@ -467,3 +467,16 @@ def test_cluster_autoscaler_runs_with_its_pod_identity_on_autoscaled_eks_only():
     # not on stacks without autoscaling, nor on existing clusters (their node autoscaler is theirs)
     assert not [r for r in plan_for("b300-prod").of_type(HELM_RELEASE) if r.name == "addon-cluster-autoscaler"]
     assert "cluster-autoscaler" not in plan_for("mi355x").outputs["kubernetesAddons"]
+
+
+@pytest.mark.parametrize("zone,warned", [("EST", True), ("CET", True), ("EST5EDT", True), ("America/New_York", False),
+                                         ("UTC", False)])
+def test_a_legacy_zone_name_is_warned_since_a_window_in_it_may_not_follow_local_time(zone, warned):
+    # EST never observes daylight saving: an 08:00 "EST" window opens at 09:00 New York time all summer (trial, round 6).
+    schedule = [{"start": "0 8 * * 1-5", "end": "0 20 * * 1-5", "timezone": zone}]
+    spec = spec_with("mi355x", {"kimi-deploy:autoscaling": {"enabled": True, "minReplicas": 0, "maxReplicas": 2,
+                                                            "schedule": schedule}})
+    hits = [w for w in spec.warnings if "is a legacy zone name" in w]
+    assert bool(hits) is warned, spec.warnings
+    if warned:
+        assert f"autoscaling.schedule.0.timezone '{zone}'" in hits[0] and "America/New_York" in hits[0]

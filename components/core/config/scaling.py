@@ -214,6 +214,12 @@ def check_autoscaling_and_observability(raw: RawConfig, platform: PlatformProfil
                 window.timezone,
                 "is not an IANA time zone (e.g. UTC, Europe/Berlin, Asia/Shanghai)",
             ) from None
+        if "/" not in window.timezone and window.timezone.upper() not in ("UTC", "GMT", "UCT", "ZULU", "UNIVERSAL"):
+            # EST, MST, HST are fixed offsets (no daylight saving); CET, EET, EST5EDT and the like are kept for
+            # backward compatibility only (IANA tz database, files `northamerica`, `europe`, `backward`).
+            warnings.append(f"autoscaling.schedule.{i}.timezone {window.timezone!r} is a legacy zone name of the IANA "
+                            "database (EST, MST and HST never change for daylight saving): name the region's city zone "
+                            "(e.g. America/New_York, Europe/Berlin) so the window follows local time")
     if asc.controller == "hpa" and "prometheus-adapter" not in k8s_cfg.installed_addons:
         raise ConfigError(
             "autoscaling.controller",
