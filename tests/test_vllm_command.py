@@ -311,6 +311,93 @@ def test_extra_args_dangerous_for_this_product_are_refused_with_the_reason(extra
     assert ("is refused for this product" in text or needle == "positional") and needle in text, text
 
 
+# Issue 35, the second trial (t362-t375): each passed the plan, `pulumi up` and preflight. One rule per
+# kind (vllm_options._FOREIGN_CODE, _NOT_ON_NODE, _OUTBOUND); the needle is the wheel's source line.
+FOREIGN_CODE = [
+    (["--tool-parser-plugin", "/tmp/evil.py"], "cli_args.py l.617-618"),  # t362
+    (["--logits-processors", "evil.mod:Cls"], "logits_processor/loader.py l.78-110"),  # t363
+    (["--worker-extension-cls", "os.system"], "worker_base.py l.326-328"),  # t364
+    (["--worker-cls", "evil.Worker"], "worker_base.py l.314-316"),  # t365
+    (["--worker_cls=evil.Worker"], "worker_base.py l.314-316"),
+    (["--scheduler-cls", "evil.Scheduler"], "config/scheduler.py l.289-291"),
+    (["--reasoning-parser-plugin", "/tmp/evil.py"], "cli_args.py l.620-621"),
+    (["--model-class-overrides", '{"KimiK3ForCausalLM": "evil.Model"}'], "config/model.py l.1190-1213"),
+    (["--ec-transfer-config", '{"ec_connector": "Evil", "ec_connector_module_path": "evil"}'], "factory.py l.69-72"),
+    (["--log-config-file", "/tmp/logging.json"], "vllm/logger.py l.261-277"),
+]
+NOT_ON_NODE = [
+    (["--chat-template", "/etc/shadow"], "chat_template.py l.73"),  # t366
+    (["--enable-lora", "--lora-modules", "evil=evil-org/adapter"], "arg_utils.py l.2727-2729"),  # t371
+    (["--lora-modules", "evil=evil-org/adapter"], "lora/utils.py l.345-391"),
+    (["--default-mm-loras", '{"image": "evil-org/adapter"}'], "api_utils.py l.288-303"),
+    (["--hf-config-path", "evil-org/config"], "config/model.py l.628-629"),  # t375
+    (["--generation-config", "/tmp/evil"], "config/model.py l.1861-1876"),
+    (["--spec-model", "evil-org/draft"], "arg_utils.py l.2141-2154"),
+    (["--spec-method", "ngram"], "speculative decoding is not supported"),
+]
+OUTBOUND = [
+    (["--otlp-traces-endpoint", "http://evil.example:4317"], "tracing/otel.py l.74, 84"),  # t368
+    (["--kv-events-config", '{"enable_kv_cache_events": true, "endpoint": "tcp://evil.example:5557"}'],
+     "kv_events.py l.56-59"),  # t369
+    (["--kv-events-config.endpoint", "tcp://evil.example:5557"], "prompt token ids"),
+]
+KIND_WORDS = {"code": "code from outside the pinned image", "file": "HF_HUB_OFFLINE=1", "out": "past the network policy"}
+BY_KIND = ([(e, n, "code") for e, n in FOREIGN_CODE] + [(e, n, "file") for e, n in NOT_ON_NODE]
+           + [(e, n, "out") for e, n in OUTBOUND])
+
+
+@pytest.mark.parametrize(("extra", "needle", "kind"), BY_KIND, ids=[" ".join(e)[:60] for e, _, _ in BY_KIND])
+def test_extra_args_that_import_code_read_files_or_connect_out_are_refused_citing_the_wheel(extra, needle, kind):
+    text = refused("b300", extraArgs=extra)
+    assert "vllm.extraArgs" in text and "is refused for this product" in text and needle in text, text
+    assert f"'{' '.join(extra[:2]) if extra[0] != '--enable-lora' else extra[0]}'" in text, text  # the item named
+    assert KIND_WORDS[kind] in text or "speculative decoding" in text, text  # why, by its kind
+
+
+def test_every_class_path_or_plugin_option_of_the_pinned_parser_is_refused():
+    """An option of the recorded parser named for a class path or a plugin (``*_cls``, ``*_plugin``)
+    is either the toolkit's or refused: vLLM imports what it names (the next such option fails here)."""
+    from components.core.vllm_options import OWNED_DESTS, REFUSED_VALUES, option_table
+
+    dests = {a.dest for a in option_table().by_option.values() if a.dest.endswith(("_cls", "_plugin", "_plugins"))}
+    assert {"worker_cls", "worker_extension_cls", "scheduler_cls", "tool_parser_plugin"} <= dests, dests
+    # --io-processor-plugin picks among plugins installed in the image's entry-point group
+    # (vllm/plugins/io_processors/__init__.py l.58-60 load_plugins_by_group): it imports nothing from outside.
+    left = dests - set(REFUSED_VALUES) - set(OWNED_DESTS) - {"io_processor_plugin"}
+    assert not left, sorted(left)
+
+
+@pytest.mark.parametrize("extra", [["--tool-parser-plugin", "/tmp/evil.py"], ["--hf-config-path", "evil-org/config"],
+                                   ["--otlp-traces-endpoint", "http://evil.example:4317"]])
+def test_refused_extra_args_stop_the_plan_pulumi_up_and_preflight_alike(extra, tmp_path, monkeypatch, capsys):
+    """The same one-line error from the plan's loader, the Pulumi program (`pulumi up`) and
+    `preflight --only vllm-argv` (which loads the stack before running the wheel's parser)."""
+    import functools
+
+    import yaml
+
+    from components.core.errors import ConfigError
+    from components.plan_engine import run_program
+    from scripts.ops import preflight
+
+    config = read_stack_config("b300")
+    config["kimi-deploy:vllm"] = {**config.get("kimi-deploy:vllm", {}), "extraArgs": extra}
+    (tmp_path / "Pulumi.evil.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    texts = []
+    with pytest.raises(ConfigError) as plan_err:
+        load_stack("evil", stacks_dir=tmp_path, now=FIXED_NOW)
+    texts.append(str(plan_err.value))
+    with pytest.raises(ConfigError) as up_err:
+        run_program(config, stack="evil", now=FIXED_NOW)
+    texts.append(str(up_err.value))
+    monkeypatch.setattr(preflight, "load_stack", functools.partial(load_stack, stacks_dir=tmp_path))
+    with pytest.raises(ConfigError) as preflight_err:
+        preflight.main(["--stack", "evil", "--only", "vllm-argv", "--runtime", "none"])
+    texts.append(str(preflight_err.value))
+    assert len(set(texts)) == 1 and "vllm.extraArgs" in texts[0] and extra[1] in texts[0], texts
+    assert "\n" not in texts[0]
+
+
 @pytest.mark.parametrize("extra", [
     ["--disable-log-requests"], ["--uvicorn-log-level", "debug"], ["--max-num-seqs", "64"], ["--max_num_seqs=32"],
     ["-O3"], ["--compilation-config.mode", "3"], ["--seed", "7"], ["--generation-config", "vllm"],

@@ -258,46 +258,137 @@ def option_table() -> OptionTable:
 
 
 # Values of extraArgs that the parser and the config classes take but this product must not run
-# with, by destination: (values refused, or None for any value; why, with the place in vLLM 0.34.0's
-# source that does it). No override: each either leaks what the guard protects or breaks what the
-# plan measured.
+# with, by destination (``Refusal``: the values refused, or any value but the allowed ones; why, with
+# the place in vLLM 0.34.0's source that does it). No override: each either leaks what the guard
+# protects, breaks what the plan measured, or runs what nobody verified. Three rules cover kinds of
+# options, each one line of the wheel's source per option: foreign code (``_FOREIGN_CODE``), files or
+# repos the node does not have (``_NOT_ON_NODE``) and outbound connections (``_OUTBOUND``).
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An option of ``vllm.extraArgs`` this product refuses.
+
+    Attributes:
+        values: the values refused (lower case; ``"true"`` for a flag), or None for every value
+            but ``allowed``.
+        why: what the option makes vLLM 0.34.0 do, with the place in its source, and why that is refused.
+        allowed: with ``values`` None, the values still taken (vLLM's default, which changes nothing).
+    """
+
+    values: frozenset[str] | None
+    why: str
+    allowed: frozenset[str] = frozenset()
+
+    def refuses(self, given: set[str]) -> bool:
+        """Whether the values ``given`` (lower case) include one refused."""
+        if self.values is None:
+            return bool(given - self.allowed)
+        return bool(given & self.values)
+
+
 _HTTP_OWNED = ("the API guard (--middleware, kimi_vllm_api_guard) and TLS are the toolkit's: TLS ends at the "
                "load balancer or the ingress, and the probes, the Service and validate speak plain HTTP to vllm.port")
-REFUSED_VALUES: Mapping[str, tuple[frozenset[str] | None, str]] = MappingProxyType({
-    "enable_log_requests": (frozenset({"true"}), (
+_FOREIGN_CODE = ("Python code from outside the pinned image then runs inside the server, beside the API key and the "
+                 "GPUs, and nothing verified it; code comes in by building the image (vllm.image), not by a flag")
+_NOT_ON_NODE = ("the node has only the synced, verified weights of model.repo and runs with HF_HUB_OFFLINE=1: "
+                "another path or repo fails the start on GPU time, or serves files nobody verified")
+_OUTBOUND = ("the server then sends to a host of the option's choosing, past the network policy, data of the "
+             "requests; the toolkit's metrics are scraped from vllm.port")
+_SPECULATIVE = ("builds --speculative-config from it (vllm/engine/arg_utils.py l.2141-2154): the plan sizes no draft "
+                "model or speculative method; speculative decoding is not supported by this toolkit")
+
+
+def _code(where: str) -> Refusal:
+    return Refusal(None, f"{where}: {_FOREIGN_CODE}")
+
+
+def _file(where: str) -> Refusal:
+    return Refusal(None, f"{where}: {_NOT_ON_NODE}")
+
+
+REFUSED_VALUES: Mapping[str, Refusal] = MappingProxyType({
+    "enable_log_requests": Refusal(frozenset({"true"}), (
         "logs every request's parameters, and at VLLM_LOGGING_LEVEL=DEBUG its prompt and token ids "
         "(vllm/entrypoints/launchers/api_server/app_state.py l.54 RequestLogger; entrypoints/serve/utils/request_logger.py "
         "l.57-63): users' prompts in the pod log")),
-    "uvicorn_log_level": (frozenset({"trace"}), (
+    "uvicorn_log_level": Refusal(frozenset({"trace"}), (
         "wraps the app in uvicorn's MessageLoggerMiddleware, which logs every request's ASGI scope, its headers and so "
         "the Authorization bearer key included (vllm/entrypoints/launchers/api_server/entry.py l.148 log_level; "
         "uvicorn/config.py l.541; allowed: critical, error, warning, info, debug)")),
-    "hf_overrides": (None, (
+    "hf_overrides": Refusal(None, (
         "rewrites the model's Hugging Face config before loading (vllm/config/model.py l.631-644): layers, heads or "
         "context the plan's memory, KV and load-time sizing did not measure")),
-    "cpu_offload_gb": (None, (
+    "cpu_offload_gb": Refusal(None, (
         "moves that many GB of weights per GPU into host memory over UVA (vllm/config/offload.py l.23, 86-116): the "
         "plan sizes the weights resident on the GPUs, and host memory and decode speed it does not model")),
-    "tool_server": (None, (
+    "tool_server": Refusal(None, (
         "starts an MCP client to the servers it names, or a demo tool server, from the API server "
         "(vllm/entrypoints/mcp/tool_server.py l.234-244): outbound connections and tools the network policy "
         "and the model profile do not provide")),
-    "ssl_keyfile": (None, "serves TLS from a key path inside the container (vllm/entrypoints/launchers/api_server/entry.py "
-                          "l.153): " + _HTTP_OWNED),
-    "ssl_certfile": (None, "serves TLS from a certificate path inside the container (entry.py l.153-154): " + _HTTP_OWNED),
-    "ssl_ca_certs": (None, "asks clients for TLS certificates (entry.py l.153-156): " + _HTTP_OWNED),
-    "allowed_local_media_path": (None, (
+    "ssl_keyfile": Refusal(None, "serves TLS from a key path inside the container "
+                                 "(vllm/entrypoints/launchers/api_server/entry.py l.153): " + _HTTP_OWNED),
+    "ssl_certfile": Refusal(None, "serves TLS from a certificate path inside the container (entry.py l.153-154): "
+                                  + _HTTP_OWNED),
+    "ssl_ca_certs": Refusal(None, "asks clients for TLS certificates (entry.py l.153-156): " + _HTTP_OWNED),
+    "allowed_local_media_path": Refusal(None, (
         "lets API requests read images and videos from that directory of the server's file system by file:// URL "
         "(vllm/config/model.py l.245-248, 'This is a security risk'; multimodal/media/connector.py l.190-201): "
         "any client with the key reads the container's files")),
-    "tokenizer": (None, (
+    "tokenizer": Refusal(None, (
         "loads the tokenizer from another repo or path than the synced weights (vllm/config/model.py l.622-626): "
         "the weight sync fetches and verifies only model.repo at its commit, and the pod runs with the hub "
         "offline, so the engine fails at start or tokenizes with files nobody verified")),
-    "middleware": (None, (
+    "middleware": Refusal(None, (
         "adds ASGI middleware by import path after the toolkit's API guard, and Starlette runs the last added first "
         "(vllm/entrypoints/serve/middleware/register.py l.65-71; starlette/applications.py add_middleware inserts at 0): "
         "it would see every request, its key included, before the guard; the guard owns --middleware")),
+    # Foreign code: a class path or a plugin file vLLM imports.
+    "tool_parser_plugin": _code("imports that module name, or executes that .py file, at start "
+                                "(vllm/entrypoints/common/cli_args.py l.617-618; utils/import_utils.py l.80-115 import_plugin)"),
+    "reasoning_parser_plugin": _code("imports that module name, or executes that .py file, at start "
+                                     "(vllm/entrypoints/common/cli_args.py l.620-621; utils/import_utils.py l.80-115)"),
+    "logits_processors": _code("imports each module:Class it names in the engine "
+                               "(vllm/v1/worker/gpu/sample/logits_processor/loader.py l.78-110 importlib.import_module)"),
+    "worker_cls": Refusal(None, "imports the GPU worker from that class path (vllm/v1/worker/worker_base.py l.314-316 "
+                                "resolve_obj_by_qualname; allowed: auto, vLLM's default): " + _FOREIGN_CODE,
+                          frozenset({"auto"})),
+    "worker_extension_cls": _code("imports that class path into every GPU worker "
+                                  "(vllm/v1/worker/worker_base.py l.326-328 resolve_obj_by_qualname)"),
+    "scheduler_cls": _code("imports the scheduler from that class path (vllm/config/scheduler.py l.289-291 "
+                           "resolve_obj_by_qualname)"),
+    "model_class_overrides": _code("registers the class paths it maps as the model's implementation "
+                                   "(vllm/config/model.py l.1190-1213 ModelRegistry.register_model)"),
+    "ec_transfer_config": _code("imports its ec_connector_module_path and connects to its ec_ip/ec_port "
+                                "(vllm/distributed/ec_transfer/ec_connector/factory.py l.69-72 importlib.import_module)"),
+    "log_config_file": _code("reads that JSON file into logging.config.dictConfig, whose '()' factories import any "
+                             "class path (vllm/logger.py l.261-277; engine/arg_utils.py l.2272-2275)"),
+    # Files and repos the node does not have.
+    "chat_template": _file("reads that path inside the container as the chat template, or takes the text as one "
+                           "(vllm/renderers/chat_utils/chat_template.py l.73 open); the model profile's template "
+                           "(tool calls, reasoning) is the synced weights' own"),
+    "lora_modules": _file("loads each adapter from that path, or downloads that Hugging Face repo "
+                          "(vllm/lora/utils.py l.345-391 get_adapter_absolute_path, snapshot_download)"),
+    "default_mm_loras": _file("loads the adapters it maps from those paths or repos "
+                              "(vllm/entrypoints/serve/utils/api_utils.py l.288-303; lora/utils.py l.345-391)"),
+    "hf_config_path": _file("reads the model's config from that repo or path, which the revision does not pin "
+                            "(vllm/config/model.py l.628-629, 662-666, 698)"),
+    "generation_config": Refusal(None, "reads generation_config.json from that folder instead of the model's "
+                                       "(vllm/config/model.py l.1861-1876; allowed: auto, vllm): " + _NOT_ON_NODE,
+                                 frozenset({"auto", "vllm"})),
+    "enable_lora": Refusal(frozenset({"true"}), (
+        "adds LoRA adapter slots to the model's layers (vllm/engine/arg_utils.py l.2727-2729 LoRAConfig): memory, CUDA "
+        "graphs and kernels the plan's sizing did not measure, and adapters from paths or repos: " + _NOT_ON_NODE)),
+    "spec_model": Refusal(None, _SPECULATIVE),
+    "spec_method": Refusal(None, _SPECULATIVE),
+    "spec_tokens": Refusal(None, _SPECULATIVE),
+    # Outbound connections.
+    "otlp_traces_endpoint": Refusal(None, "exports a trace of every request to that OTLP endpoint "
+                                          "(vllm/tracing/otel.py l.74, 84 get_span_exporter; v1/engine/async_llm.py "
+                                          "l.150): " + _OUTBOUND),
+    "kv_events_config": Refusal(None, "publishes KV cache events, each block's prompt token ids, on a ZMQ socket it "
+                                      "binds or connects to its endpoint (vllm/distributed/kv_events.py l.56-59 "
+                                      "BlockStored.token_ids, l.445-448 bind/connect): " + _OUTBOUND),
 })
 
 # Values vLLM 0.34.0 takes without error that leave this product without an API server (no config
@@ -494,8 +585,8 @@ def check_parser_args(extra_args: Sequence[str]) -> dict[str, tuple[str, tuple[s
         if refused is not None:
             flag_value = "false" if option.startswith(("--no-", "--disable-")) else "true"
             given = {v.strip().lower() for v in values} or {flag_value}
-            if refused[0] is None or given & refused[0]:
-                shown = arg if not values or attached is not None else f"{arg} {values[0]}"
-                raise ConfigError("vllm.extraArgs", shown, f"is refused for this product: {option} {refused[1]}")
+            if refused.refuses(given):
+                shown = arg if not values or attached is not None else f"{arg} {' '.join(values)}"
+                raise ConfigError("vllm.extraArgs", shown, f"is refused for this product: {option} {refused.why}")
         parsed[action.dest] = (option, tuple(values))
     return parsed

@@ -376,9 +376,10 @@ def rules() -> dict[str, str]:
         "accepts them (the plan sizes with them); on CUDA a --block-size a sparse MLA backend takes; every item as "
         "vLLM 0.34.0's parser reads it (its recorded option table: known options, no positional, values, choices, "
         "the config classes' bounds); not " + ", ".join(
-            f"--{d.replace('_', '-')}" + ("" if v is None or v == {"true"} else " " + "/".join(sorted(v)))
-            for d, (v, _) in sorted(REFUSED_VALUES.items()))
-        + " (logs prompts or keys, changes what was sized, or bypasses the API guard); no port option on "
+            f"--{d.replace('_', '-')}" + ("" if r.values is None or r.values == {"true"} else " " + "/".join(sorted(r.values)))
+            for d, r in sorted(REFUSED_VALUES.items()))
+        + " (logs prompts or keys, changes what was sized, bypasses the API guard, imports code from outside the "
+        "image, reads files or repos the node does not have, or connects out); no port option on "
         "vllm.port (vllm_options.py, config/vllm.py, scheduler_limits.py, attention_backend.py)",
         "kubernetes.namespace": "a DNS label (config/kubernetes.py)",
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
