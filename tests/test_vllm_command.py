@@ -470,6 +470,24 @@ def test_a_measured_kv_figure_above_the_estimate_is_flagged_and_the_bound_is_the
     assert "above" not in compute_sizing(spec).kv_cache_source
 
 
+def test_batched_tokens_alone_below_the_sequence_default_is_warned_with_both_figures():
+    """The second trial's t383: `--max-num-batched-tokens 100` alone passes vLLM 0.34.0's
+    SchedulerConfig, because the engine lowers its sequence default (1,024 on B300) to the batched
+    tokens (arg_utils.py l.3269-3271; tests/test_vllm_contract.py runs it): the plan sizes 100
+    sequences and says so. With --max-num-seqs 1024 written too the engine refuses it, and so does the plan."""
+    from components.core.sizing import effective_scheduler_limits
+
+    spec, _ = command("b300", extraArgs=["--max-num-batched-tokens", "100"])
+    assert effective_scheduler_limits(spec) == (100, 100)
+    said = [w for w in spec.warnings if "--max-num-seqs" in w]
+    assert len(said) == 1 and "from 1,024 to 100" in said[0] and "l.3269-3271" in said[0], said
+    assert "--max-num-batched-tokens 100" in said[0]
+    text = refused("b300", extraArgs=["--max-num-batched-tokens", "100", "--max-num-seqs", "1024"])
+    assert "SchedulerConfig" in text and "at least max_num_seqs (1,024)" in text, text
+    for enough in (["--max-num-batched-tokens", "16K"], ["--max-num-batched-tokens", "100", "--max-num-seqs", "100"]):
+        assert not [w for w in command("b300", extraArgs=enough)[0].warnings if "--max-num-seqs" in w], enough
+
+
 def test_a_default_refused_because_of_a_written_flag_names_the_written_flag():
     """A fresh trial: `--max-num-seqs 100000` was refused as `--max-num-batched-tokens 16384`, a default
     the user never wrote, without naming what they did write."""

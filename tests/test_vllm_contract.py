@@ -175,6 +175,8 @@ SCHEDULER_CASES = [
     ("b300", ("--no-enable-chunked-prefill",)), ("b300", ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192")),
     ("b300", ("--max_num_seqs=8", "--max-num-batched-tokens=8")),
     ("b300", ("--max-num-batched-tokens", "16K", "--max-num-seqs", "2048")), ("b300", ("--max-num-batched-tokens", "2.5k")),
+    # The second trial's t383: accepted by the engine, which lowers its sequence default to 100 (warned by the plan).
+    ("b300", ("--max-num-batched-tokens", "100")), ("b300", ("--max-num-batched-tokens", "100", "--max-num-seqs", "1024")),
 ]
 
 
@@ -603,6 +605,7 @@ def test_the_scheduler_rules_the_plan_encodes_agree_with_the_engines_own():
 
     _, results, _ = _everything()
     refused = 0
+    defaults: dict[str, int] = {}
     for n, (device, extra) in enumerate(SCHEDULER_CASES):
         result = results[f"scheduler:{n}"]
         wheel = result["scheduler"]
@@ -615,7 +618,15 @@ def test_the_scheduler_rules_the_plan_encodes_agree_with_the_engines_own():
         assert bool(wheel["error"]) == bool(problems), (label, wheel["error"], problems)
         assert (result["stage"] == "scheduler") == bool(problems), (label, result["stage"], result["error"])
         refused += bool(problems)
+        if not extra:  # the tier's own default: what the plan says a lone --max-num-batched-tokens lowers
+            defaults[device] = wheel["max_num_seqs"]
+        elif "--performance-mode" not in extra and not problems:
+            assert ours.default_max_num_seqs == defaults[device], (label, ours, defaults)
+            lowered = "max_num_seqs" not in ours.explicit and wheel["max_num_seqs"] < defaults[device]
+            assert ours.seqs_lowered_by_tokens == lowered, (label, wheel, defaults)
     assert refused >= 4  # the refusals are exercised
+    assert scheduler_limits(["--max-num-batched-tokens", "100"], gpu_memory_bytes=288_000_000_000, gpu_name="B300",
+                            max_model_len=1_048_576).seqs_lowered_by_tokens
 
 
 def test_without_a_named_backend_vllm_picks_a_sparse_backend_for_the_dsa_layers():

@@ -15,7 +15,9 @@ the wheel built 2026-11-16, commit 62d4bc3c7); ``tests/test_vllm_contract.py`` r
   (l.3269-3271).
 - Rules, ``vllm/config/scheduler.py`` l.47, 61 (``Field(ge=1)``) and l.361-380
   (``verify_max_model_len``): both at least 1; tokens at least ``max_num_seqs``; without chunked
-  prefill, tokens at least ``max_model_len``.
+  prefill, tokens at least ``max_model_len``. "Tokens at least ``max_num_seqs``" can only fail when
+  both are set: with ``--max-num-batched-tokens`` alone vLLM lowers the sequence default to it
+  (l.3269-3271), so ``--max-num-batched-tokens 100`` starts with 100 sequences per step (a warning).
 """
 
 from __future__ import annotations
@@ -129,6 +131,9 @@ class SchedulerLimits:
         enable_chunked_prefill: whether long prompts are split over steps.
         explicit: the destinations the command sets itself (the rest are vLLM's defaults).
         source: where the values come from, for the plan.
+        default_max_num_seqs: the sequence default of the GPU's tier (and performance mode) before
+            vLLM caps it at the batched tokens (``arg_utils.py`` l.3269-3271): more than
+            ``max_num_seqs`` when a small ``--max-num-batched-tokens`` lowered it (``seqs_lowered_by_tokens``).
     """
 
     max_num_batched_tokens: int
@@ -136,6 +141,13 @@ class SchedulerLimits:
     enable_chunked_prefill: bool
     explicit: frozenset[str]
     source: str
+    default_max_num_seqs: int = 0
+
+    @property
+    def seqs_lowered_by_tokens(self) -> bool:
+        """Whether vLLM lowered its sequence default to a ``--max-num-batched-tokens`` the command sets
+        (``--max-num-seqs`` unset): no ``SchedulerConfig`` error, fewer requests at once."""
+        return "max_num_seqs" not in self.explicit and self.max_num_seqs < self.default_max_num_seqs
 
 
 # vLLM reads these as human-readable integers (engine/arg_utils.py l.394-408, utils/argparse_utils.py l.30-80
@@ -188,7 +200,8 @@ def scheduler_limits(argv: Sequence[str], *, gpu_memory_bytes: int, gpu_name: st
     factor = THROUGHPUT_DEFAULT_FACTOR if mode[1] == "throughput" else 1
     tokens_set = "max_num_batched_tokens" in values
     seqs_set = "max_num_seqs" in values
-    seqs = int_value("max_num_seqs", *values["max_num_seqs"]) if seqs_set else tier.max_num_seqs * factor
+    default_seqs = tier.max_num_seqs * factor
+    seqs = int_value("max_num_seqs", *values["max_num_seqs"]) if seqs_set else default_seqs
     if tokens_set:
         tokens = int_value("max_num_batched_tokens", *values["max_num_batched_tokens"])
     else:
@@ -201,7 +214,8 @@ def scheduler_limits(argv: Sequence[str], *, gpu_memory_bytes: int, gpu_name: st
     explicit = frozenset(d for d in ("max_num_batched_tokens", "max_num_seqs") if d in values)
     said = ", ".join(sorted(explicit)) or "none"
     return SchedulerLimits(tokens, seqs, chunked, explicit,
-                           f"set in the command: {said}; the rest vLLM's defaults for {gpu_name} ({SCHEDULER_SOURCE})")
+                           f"set in the command: {said}; the rest vLLM's defaults for {gpu_name} ({SCHEDULER_SOURCE})",
+                           default_seqs)
 
 
 def scheduler_problems(limits: SchedulerLimits, max_model_len: int) -> list[tuple[str, int, str]]:

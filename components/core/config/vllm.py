@@ -110,7 +110,7 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
             )
     parsed = check_extra_args(raw.vllm.extra_args)
     check_ports(raw.vllm.port, target, parsed, warnings)
-    check_sized_extra_args(raw, target, model)
+    check_sized_extra_args(raw, target, model, warnings)
     if raw.vllm.image_tag is not None and not IMAGE_TAG_RE.match(raw.vllm.image_tag):
         raise ConfigError(
             "vllm.imageTag", raw.vllm.image_tag, "is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)"
@@ -194,13 +194,15 @@ def check_ports(port: int, target: TargetProfile, parsed: dict[str, tuple[str, t
         )
 
 
-def check_sized_extra_args(raw: RawConfig, target: TargetProfile, model: ModelProfile) -> None:
+def check_sized_extra_args(raw: RawConfig, target: TargetProfile, model: ModelProfile, warnings: list[str]) -> None:
     """``vllm.extraArgs`` that change what the plan sizes, against the rules of the pinned engine:
     a ``--block-size`` that no sparse MLA backend accepts on the target (CUDA; vLLM then finds no
     backend and does not start: ``attention_backend.py``), and ``--max-num-batched-tokens``,
     ``--max-num-seqs``, ``--performance-mode`` and chunked prefill as vLLM 0.34.0 resolves and checks
     them (``scheduler_limits.py``: its ``SchedulerConfig`` refuses ``--max-num-seqs 0`` and fewer
-    batched tokens than sequences). Accepted values re-size the plan (``sizing.effective_scheduler_limits``).
+    batched tokens than sequences when both are set). Accepted values re-size the plan
+    (``sizing.effective_scheduler_limits``); a ``--max-num-batched-tokens`` that lowers vLLM's sequence
+    default (``--max-num-seqs`` unset) is warned in ``warnings``, with both figures.
     Options the plan cannot size (a draft model, KV connectors) are owned (``vllm_options.py``).
 
     Raises:
@@ -228,3 +230,11 @@ def check_sized_extra_args(raw: RawConfig, target: TargetProfile, model: ModelPr
     limits = scheduler_limits(recipe_argv(recipe, dcp) + extra, gpu_memory_bytes=target.gpu.memory_bytes,
                               gpu_name=target.gpu.name, max_model_len=max_len)
     check_scheduler_limits(limits, max_len)
+    if limits.seqs_lowered_by_tokens:
+        tokens = sized_values(extra)["max_num_batched_tokens"]
+        warnings.append(
+            f"vllm.extraArgs {tokens[0]}{'' if '=' in tokens[0] else ' ' + tokens[1]} also lowers vLLM's --max-num-seqs "
+            f"default from {limits.default_max_num_seqs:,} to {limits.max_num_seqs:,} (vLLM 0.34.0 "
+            f"vllm/engine/arg_utils.py l.3269-3271): at most {limits.max_num_seqs:,} requests are served at once; set "
+            "--max-num-seqs too to choose (it may not exceed the batched tokens)"
+        )
