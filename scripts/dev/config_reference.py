@@ -377,6 +377,7 @@ def rules() -> dict[str, str]:
         "vLLM 0.34.0's parser reads it (its recorded option table: known options, no positional, values, choices, "
         "the config classes' bounds); not " + ", ".join(
             f"--{d.replace('_', '-')}" + ("" if r.values is None or r.values == {"true"} else " " + "/".join(sorted(r.values)))
+            + (f" other than {'/'.join(sorted(r.allowed))}" if r.allowed else "")
             for d, r in sorted(REFUSED_VALUES.items()))
         + " (logs prompts or keys, changes what was sized, bypasses the API guard, imports code from outside the "
         "image, reads files or repos the node does not have, or connects out); no port option on "
