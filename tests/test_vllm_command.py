@@ -324,6 +324,9 @@ FOREIGN_CODE = [
     (["--model-class-overrides", '{"KimiK3ForCausalLM": "evil.Model"}'], "config/model.py l.1190-1213"),
     (["--ec-transfer-config", '{"ec_connector": "Evil", "ec_connector_module_path": "evil"}'], "factory.py l.69-72"),
     (["--log-config-file", "/tmp/logging.json"], "vllm/logger.py l.261-277"),
+    (["--logging-config", '{"pylogging_config_file": "/tmp/logging.json"}'], "vllm/logger.py l.218, 261-277"),
+    (["--logging-config.pylogging_config_file", "/tmp/logging.json"], "vllm/logger.py l.218, 261-277"),
+    (["--structured-outputs-config.reasoning_parser_plugin", "/tmp/evil.py"], "structured_output/__init__.py l.101-105"),
 ]
 NOT_ON_NODE = [
     (["--chat-template", "/etc/shadow"], "chat_template.py l.73"),  # t366
@@ -400,7 +403,8 @@ def test_refused_extra_args_stop_the_plan_pulumi_up_and_preflight_alike(extra, t
 
 @pytest.mark.parametrize("extra", [
     ["--disable-log-requests"], ["--uvicorn-log-level", "debug"], ["--max-num-seqs", "64"], ["--max_num_seqs=32"],
-    ["-O3"], ["--compilation-config.mode", "3"], ["--seed", "7"], ["--generation-config", "vllm"],
+    ["-O3"], ["--compilation-config.mode", "3"], ["--logging-config", '{"log_level": "info"}'],
+    ["--structured-outputs-config.backend", "xgrammar"], ["--seed", "7"], ["--generation-config", "vllm"],
     ["--enable-chunked-prefill", "--max-num-batched-tokens", "16K"], ["--limit-mm-per-prompt", '{"image": 0}'],
 ])
 def test_extra_args_the_pinned_parser_takes_still_plan(extra):

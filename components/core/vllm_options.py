@@ -274,17 +274,34 @@ class Refusal:
             but ``allowed``.
         why: what the option makes vLLM 0.34.0 do, with the place in its source, and why that is refused.
         allowed: with ``values`` None, the values still taken (vLLM's default, which changes nothing).
+        json_keys: for a JSON-object option, only these fields are refused (given in the object or
+            dotted, ``--name.key value``); its other fields are taken.
     """
 
     values: frozenset[str] | None
     why: str
     allowed: frozenset[str] = frozenset()
+    json_keys: frozenset[str] = frozenset()
 
     def refuses(self, given: set[str]) -> bool:
         """Whether the values ``given`` (lower case) include one refused."""
         if self.values is None:
             return bool(given - self.allowed)
         return bool(given & self.values)
+
+    def refuses_fields(self, arg: str, values: Sequence[str]) -> bool:
+        """Whether a JSON-object option given as ``arg`` with ``values`` sets a field of ``json_keys``."""
+        name = arg.split("=", 1)[0]
+        if "." in name:
+            return name.split(".", 2)[1] in self.json_keys
+        for value in values:
+            try:
+                parsed = json.loads(_JSON_HUMAN_NUMBER.sub("0", value))
+            except ValueError:
+                continue
+            if isinstance(parsed, dict) and self.json_keys & set(parsed):
+                return True
+        return False
 
 
 _HTTP_OWNED = ("the API guard (--middleware, kimi_vllm_api_guard) and TLS are the toolkit's: TLS ends at the "
@@ -361,6 +378,12 @@ REFUSED_VALUES: Mapping[str, Refusal] = MappingProxyType({
                                    "(vllm/config/model.py l.1190-1213 ModelRegistry.register_model)"),
     "ec_transfer_config": _code("imports its ec_connector_module_path and connects to its ec_ip/ec_port "
                                 "(vllm/distributed/ec_transfer/ec_connector/factory.py l.69-72 importlib.import_module)"),
+    "logging_config": Refusal(None, "pylogging_config_file: the same file, read the same way (vllm/logger.py "
+                                    "l.218, 261-277): " + _FOREIGN_CODE, json_keys=frozenset({"pylogging_config_file"})),
+    "structured_outputs_config": Refusal(None, "reasoning_parser_plugin: the engine imports that module name, or executes "
+                                               "that .py file (vllm/v1/structured_output/__init__.py l.101-105; "
+                                               "utils/import_utils.py l.80-115): " + _FOREIGN_CODE,
+                                         json_keys=frozenset({"reasoning_parser_plugin"})),
     "log_config_file": _code("reads that JSON file into logging.config.dictConfig, whose '()' factories import any "
                              "class path (vllm/logger.py l.261-277; engine/arg_utils.py l.2272-2275)"),
     # Files and repos the node does not have.
@@ -585,7 +608,7 @@ def check_parser_args(extra_args: Sequence[str]) -> dict[str, tuple[str, tuple[s
         if refused is not None:
             flag_value = "false" if option.startswith(("--no-", "--disable-")) else "true"
             given = {v.strip().lower() for v in values} or {flag_value}
-            if refused.refuses(given):
+            if refused.refuses_fields(arg, values) if refused.json_keys else refused.refuses(given):
                 shown = arg if not values or attached is not None else f"{arg} {' '.join(values)}"
                 raise ConfigError("vllm.extraArgs", shown, f"is refused for this product: {option} {refused.why}")
         parsed[action.dest] = (option, tuple(values))

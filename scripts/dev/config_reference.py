@@ -378,6 +378,7 @@ def rules() -> dict[str, str]:
         "the config classes' bounds); not " + ", ".join(
             f"--{d.replace('_', '-')}" + ("" if r.values is None or r.values == {"true"} else " " + "/".join(sorted(r.values)))
             + (f" other than {'/'.join(sorted(r.allowed))}" if r.allowed else "")
+            + (f" field {'/'.join(sorted(r.json_keys))}" if r.json_keys else "")
             for d, r in sorted(REFUSED_VALUES.items()))
         + " (logs prompts or keys, changes what was sized, bypasses the API guard, imports code from outside the "
         "image, reads files or repos the node does not have, or connects out); no port option on "
