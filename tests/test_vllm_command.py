@@ -497,3 +497,29 @@ def test_a_default_refused_because_of_a_written_flag_names_the_written_flag():
     the user never wrote, without naming what they did write."""
     text = refused("b300", extraArgs=["--max-num-seqs", "100000"])
     assert "which --max-num-seqs in vllm.extraArgs contradicts" in text, text
+
+
+# The second trial's remaining extraArgs (t367, t372-t374, t394, t395): each was accepted without a word.
+def test_a_client_s_own_chat_template_is_refused_with_the_wheel_s_line():
+    text = refused("b300", extraArgs=["--trust-request-chat-template"])
+    assert "is refused for this product" in text and "cli_args.py l.95-98" in text and "K3 tool and reasoning" in text
+
+
+@pytest.mark.parametrize("extra,instead", [
+    (["--revision", "refs/pr/1"], "model.revision"), (["--code-revision", "main"], "model.revision"),
+    (["--tokenizer-revision", "v2"], "model.revision"), (["--download-dir", "/"], "the storage keys"),
+])
+def test_options_that_change_nothing_here_are_warned_with_the_key_to_set(extra, instead):
+    spec, cmd = command("b300", extraArgs=extra)
+    said = [w for w in spec.warnings if w.startswith(f"vllm.extraArgs {extra[0]} has no effect here")]
+    assert said and "HF_HUB_OFFLINE=1" in said[0] and f"set {instead}" in said[0], spec.warnings
+    assert not [w for w in command("b300")[0].warnings if "has no effect here" in w]
+
+
+def test_an_extra_args_list_longer_than_the_bound_is_refused_with_its_length():
+    from components.core.vllm_options import MAX_EXTRA_ARGS
+
+    text = refused("b300", extraArgs=["--enforce-eager"] * 10_000)
+    assert text.startswith("kimi-deploy:vllm.extraArgs: '10,000 items' is more than 256"), text
+    spec, _ = command("b300", extraArgs=["--enforce-eager"] * MAX_EXTRA_ARGS)
+    assert spec is not None

@@ -412,7 +412,34 @@ REFUSED_VALUES: Mapping[str, Refusal] = MappingProxyType({
     "kv_events_config": Refusal(None, "publishes KV cache events, each block's prompt token ids, on a ZMQ socket it "
                                       "binds or connects to its endpoint (vllm/distributed/kv_events.py l.56-59 "
                                       "BlockStored.token_ids, l.445-448 bind/connect): " + _OUTBOUND),
+    # The model's serving contract.
+    "trust_request_chat_template": Refusal(frozenset({"true"}), (
+        "renders the chat template a request sends instead of the model's (vllm/entrypoints/common/cli_args.py l.95-98): "
+        "any client with the key changes the prompt format that the K3 tool and reasoning parsers read and that "
+        "validate checks, and runs its own Jinja in the server")),
 })
+
+# Options vLLM 0.34.0 takes that change nothing in this product: the engine loads the synced weights from
+# a local path with the hub offline (HF_HUB_OFFLINE=1, components/core/vllm.py), so no revision is fetched and
+# no download directory is used. dest -> what the user should set instead. The plan warns (a user who
+# writes one expects an effect).
+INERT_DESTS: Mapping[str, str] = MappingProxyType({
+    "revision": "model.revision (the weight sync fetches and verifies that commit)",
+    "code_revision": "model.revision (the model's code is in the synced files)",
+    "tokenizer_revision": "model.revision (the tokenizer is in the synced files)",
+    "download_dir": "the storage keys (storage.*): the weights are synced before vLLM starts",
+})
+# The most items vllm.extraArgs may hold: far above any command a person writes (the shipped stacks use
+# none; vLLM's own examples a handful), low enough that a generated or pasted list is caught before it
+# reaches the EC2 user data (16 KB) or a container's argv. A product bound.
+MAX_EXTRA_ARGS = 256
+
+
+def inert_option_warnings(parsed: Mapping[str, tuple[str, tuple[str, ...]]]) -> list[str]:
+    """One warning per option of ``parsed`` (``check_parser_args``'s result) in ``INERT_DESTS``."""
+    return [f"vllm.extraArgs {option} has no effect here: vLLM loads the synced weights from a local path with the "
+            f"hub offline (HF_HUB_OFFLINE=1); set {INERT_DESTS[dest]}"
+            for dest, (option, _values) in parsed.items() if dest in INERT_DESTS]
 
 # Values vLLM 0.34.0 takes without error that leave this product without an API server (no config
 # class bounds them): --api-server-count 0 or less runs `vllm serve` headless

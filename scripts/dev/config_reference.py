@@ -282,7 +282,7 @@ def rules() -> dict[str, str]:
     from components.core.naming import TOOLS_PREFIX
     from components.core.targets import PLATFORMS, TARGETS, instance_types_of
     from components.core.versions import EKS_VERSIONS, KNOWN_ADDONS
-    from components.core.vllm_options import OWNED_DESTS, REFUSED_VALUES
+    from components.core.vllm_options import INERT_DESTS, MAX_EXTRA_ARGS, OWNED_DESTS, REFUSED_VALUES
 
     model = MODELS[RawConfig.model_fields["model"].get_default().profile]
     supported = supported_targets(model)
@@ -382,7 +382,10 @@ def rules() -> dict[str, str]:
             for d, r in sorted(REFUSED_VALUES.items()))
         + " (logs prompts or keys, changes what was sized, bypasses the API guard, imports code from outside the "
         "image, reads files or repos the node does not have, or connects out); no port option on "
-        "vllm.port (vllm_options.py, config/vllm.py, scheduler_limits.py, attention_backend.py)",
+        f"vllm.port; at most {MAX_EXTRA_ARGS} items; "
+        + ", ".join(f"--{d.replace('_', '-')}" for d in sorted(INERT_DESTS))
+        + " warned (no effect with the synced weights and the hub offline) (vllm_options.py, config/vllm.py, "
+        "scheduler_limits.py, attention_backend.py)",
         "kubernetes.namespace": "a DNS label (config/kubernetes.py)",
         "kubernetes.installedAddons": f"each one of {', '.join(KNOWN_ADDONS)} (config/kubernetes.py)",
         "kubernetes.nodeSelector": "Kubernetes labels; hardware labels must name the target's hardware "

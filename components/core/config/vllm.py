@@ -20,7 +20,7 @@ from ..model import ModelProfile
 from ..scheduler_limits import check_scheduler_limits, scheduler_limits, sized_values
 from ..targets import TargetProfile
 from ..versions import VLLM_MASTER_PORT
-from ..vllm_options import OWNED_DESTS, check_parser_args, owned_option
+from ..vllm_options import MAX_EXTRA_ARGS, OWNED_DESTS, check_parser_args, inert_option_warnings, owned_option
 from .patterns import IMAGE_RE, IMAGE_TAG_RE
 from .raw import RawConfig
 
@@ -109,6 +109,7 @@ def check_vllm(raw: RawConfig, target: TargetProfile, model: ModelProfile, warni
                 "to be merged into it"
             )
     parsed = check_extra_args(raw.vllm.extra_args)
+    warnings.extend(inert_option_warnings(parsed))
     check_ports(raw.vllm.port, target, parsed, warnings)
     check_sized_extra_args(raw, target, model, warnings)
     if raw.vllm.image_tag is not None and not IMAGE_TAG_RE.match(raw.vllm.image_tag):
@@ -138,6 +139,9 @@ def check_extra_args(extra_args: tuple[str, ...] | list[str]) -> dict[str, tuple
     Raises:
         ConfigError: the first such item, naming the owned option and where its value comes from.
     """
+    if len(extra_args) > MAX_EXTRA_ARGS:
+        raise ConfigError("vllm.extraArgs", f"{len(extra_args):,} items",
+                          f"is more than {MAX_EXTRA_ARGS}, the most this toolkit takes (a generated or pasted list?)")
     for arg in extra_args:
         owned = owned_option(arg)
         if owned is not None:
