@@ -103,7 +103,7 @@ def parse_spec(
     warnings.extend(prices.override_warnings(raw.compute.usd_per_hour, instance_type, raw.prices, instance.gpus))
 
     network.check_network(raw, platform, warnings)
-    storage.check_storage(raw, platform, instance, instance_type, model_profile.weights_bytes)
+    storage.check_storage(raw, platform, instance, instance_type, model_profile.weights_bytes, warnings)
     phase.check_phase(raw, platform)
     vllm.check_vllm(raw, target_profile, model_profile, warnings)
     kubernetes.check_kubernetes(raw, platform, stack, project, now, secrets_set, warnings)

@@ -569,6 +569,11 @@ def stack_bill(
             gib = int(inputs.get("storageCapacity") or 0)
             lines.append(_line(table, key, kind, gib, hourly_units=False, keeps_billing=True,
                                note=f"{gib:,} GiB provisioned (billed as GB-months of capacity)"))
+            # USER_PROVISIONED metadata IOPS bill on their own (FSx for Lustre pricing page, "Metadata IOPS"); the
+            # table holds no figure for them yet, so the bill names them unpriced rather than leave them out.
+            meta = inputs.get("metadataConfiguration") or {}
+            if meta.get("mode") == "USER_PROVISIONED" and meta.get("iops"):
+                unpriced.append(f"{kind} {res['name']} ({int(meta['iops']):,} provisioned metadata IOPS, USER_PROVISIONED)")
         elif kind == "aws:kms/key:Key":
             lines.append(_line(table, "kmsKeyMonth", kind, 1, hourly_units=False, keeps_billing=True))
         elif kind == "aws:cloudwatch/logGroup:LogGroup":

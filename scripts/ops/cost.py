@@ -210,7 +210,7 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
     warned = (prices.node_price_warning(override, node_price, spec.instance.instance_type, spec.instance.gpus)
               if node_price is not None else None)
     if warned is not None:
-        rests_on = f"this verdict rests on {warned}: check it"
+        rests_on = f"this verdict rests on {override} {node_price:g}; check it: {warned}"
         notes.append(rests_on)
     month_usd = bill["usd_per_month"] if usd_per_hour is not None else None
     month_rmb = month_usd * rate if month_usd is not None else None
