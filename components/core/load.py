@@ -155,9 +155,12 @@ def parse_spec(
     # are warned with both figures. The model reads the sizing, which reads this spec.
     from .time_to_ready import long_wait_warnings, schedule_window_warnings, stack_time_to_ready, window_blockers
 
-    ttr = stack_time_to_ready(spec)
+    try:
+        ttr = stack_time_to_ready(spec)
+    except ConfigError:
+        ttr = None  # a sizing the plan refuses (its own message, raised there); window_blockers raises it with a window
     windows = tuple(window_blockers(spec, now, ttr))
-    waits = tuple(long_wait_warnings(spec, ttr) + schedule_window_warnings(spec, ttr))
+    waits = tuple(long_wait_warnings(spec, ttr) + schedule_window_warnings(spec, ttr)) if ttr is not None else ()
     return replace(spec, blockers=spec.blockers + windows, warnings=spec.warnings + waits)
 
 

@@ -307,7 +307,7 @@ def node_price_warning(key: str, configured: float, instance_type: str, gpus_per
         return None
     share = configured / listed
     hint = (f"looks like a per-GPU price ({configured:g} x {gpus_per_node} GPUs = USD {configured * gpus_per_node:,.2f}/h); "
-            f"{key} is per node" if looks_per_gpu(configured, listed, gpus_per_node) else "a typo?")
+            f"{key} is per node" if looks_per_gpu(configured, listed, gpus_per_node) else "check for a typo")
     return (f"{key} {configured:g} is {share:.1%} of the on-demand list price of {instance_type} "
             f"(USD {listed:,.2f}/h, {PRICES[instance_type].region}; under {FAR_BELOW_LIST_FRACTION:.0%} of it, below any "
             f"published non-Spot discount): {hint}")
@@ -327,7 +327,7 @@ def override_warnings(gpu_usd_per_node_hour: float | None, instance_type: str,
     if gpu_usd_per_node_hour is not None:
         node = node_price_warning("compute.usdPerHour", gpu_usd_per_node_hour, instance_type, gpus_per_node)
         if node is not None:
-            out.append(f"{node}. The plan's and cost's figures rest on it")
+            out.append(f"{node}; the plan's and cost's figures rest on it")
     for key, usd in (overrides or {}).items():
         base = PRICES.get(key)
         if base is not None and isinstance(usd, (int, float)) and far_below_list(float(usd), base.usd):
