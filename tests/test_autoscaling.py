@@ -480,3 +480,32 @@ def test_a_legacy_zone_name_is_warned_since_a_window_in_it_may_not_follow_local_
     assert bool(hits) is warned, spec.warnings
     if warned:
         assert f"autoscaling.schedule.0.timezone '{zone}'" in hits[0] and "America/New_York" in hits[0]
+
+
+def _scheduled_mi355x(start: str, end: str):
+    from components.core.config import namespace_config
+    from components.core.load import parse_spec
+
+    ns, _ = namespace_config(read_stack_config("mi355x"))
+    ns["autoscaling"] = {"enabled": True, "minReplicas": 0, "maxReplicas": 2,
+                         "schedule": [{"start": start, "end": end, "timezone": "UTC"}]}
+    return parse_spec(ns, stack="t", now=FIXED_NOW)
+
+
+def test_a_schedule_window_shorter_than_a_scale_up_is_warned_with_both_figures():
+    """Issue 35 (trial t502): 08:00-08:10 with minReplicas 0 passed while a scale-up takes ~37 min:
+    the replica starts every weekday and is never ready inside its window."""
+    from components.core.config.scaling import shortest_window_seconds
+    from components.core.time_to_ready import stack_time_to_ready
+
+    spec = _scheduled_mi355x("0 8 * * 1-5", "10 8 * * 1-5")
+    scale_up = stack_time_to_ready(spec).scenarios["replaced_node"].total_seconds
+    assert 600 < scale_up
+    (warning,) = [w for w in spec.warnings if w.startswith("autoscaling.schedule.0")]
+    assert "'0 8 * * 1-5' to '10 8 * * 1-5'" in warning and "window of 10 min" in warning
+    assert f"modelled scale-up of {-(-scale_up // 60)} min" in warning and "minReplicas 0" in warning
+    # A working day's window is long enough: no warning.
+    assert not [w for w in _scheduled_mi355x("0 8 * * 1-5", "0 18 * * 1-5").warnings if "autoscaling.schedule" in w]
+    # The window is the start to the next end: across midnight, and Friday evening to Monday.
+    assert shortest_window_seconds("0 22 * * *", "0 6 * * *") == 8 * 3600
+    assert shortest_window_seconds("0 18 * * 5", "0 8 * * 1") == (2 * 24 + 14) * 3600

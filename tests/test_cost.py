@@ -429,3 +429,68 @@ def test_an_unknown_gpu_price_is_said_as_a_sum_without_the_gpus_not_a_floor():
     assert "at least" not in summary, summary
     assert "/month) without the GPUs: GPU unknown + 8 other lines" in summary, summary
     assert "without the GPUs; after the GPUs stop" in summary and "+ the reserved GPUs' term" in summary
+
+
+def test_a_per_gpu_price_is_warned_as_such_in_the_plan_and_in_cost(monkeypatch):
+    """Issue 35 (trials t119, t715): 17.80 (12.5% of the 142.42 list, per GPU) passed the 10% bound."""
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY", _overlay_compute("b300", usdPerHour=17.8))
+    (warning,) = [w for w in load_stack("b300", now=FIXED_NOW).warnings if "compute.usdPerHour" in w]
+    assert "compute.usdPerHour 17.8 is 12.5%" in warning and "142.42" in warning
+    assert "looks like a per-GPU price (17.8 x 8 GPUs = USD 142.40/h)" in warning
+    monkeypatch.delenv("KIMI_DEPLOY_CONFIG_OVERLAY")
+    verdict = json.loads(_cost("--stack", "b300", "--json", "--usd-per-hour", "17.8").stdout)["verdict"]
+    assert "rests on --usd-per-hour 17.8" in verdict and "looks like a per-GPU price" in verdict
+    # Far below list but no per-GPU figure (x 8 is far from the list price): a typo, not per GPU.
+    verdict = json.loads(_cost("--stack", "b300", "--json", "--usd-per-hour", "30").stdout)["verdict"]
+    assert "rests on --usd-per-hour 30" in verdict and "per-GPU" not in verdict
+
+
+def test_an_exchange_rate_outside_the_plausible_band_is_refused_and_an_inverted_one_named():
+    """Issue 35 (trial t718): --rmb-per-usd 0.14 (USD per RMB) flipped the verdict to self-hosting."""
+    out = _cost("--stack", "b300", "--rmb-per-usd", "0.14")
+    assert out.returncode != 0 and "--rmb-per-usd: 0.14 is outside the plausible band 5-10" in out.stderr
+    assert "looks inverted" in out.stderr and "7.14 RMB per USD" in out.stderr
+    out = _cost("--stack", "b300", "--rmb-per-usd", "71")
+    assert out.returncode != 0 and "outside the plausible band" in out.stderr and "inverted" not in out.stderr
+    assert _cost("--stack", "b300", "--rmb-per-usd", "7.2", "--json").returncode == 0
+
+
+def _overlay_storage(stack: str, **changes) -> str:
+    from components.core.config.stack_file import read_stack_config
+    from tests.conftest import TEST_ENGINE_OVERLAY
+
+    overlay = json.loads(TEST_ENGINE_OVERLAY)
+    storage = {**read_stack_config(stack).get("kimi-deploy:storage", {}), **changes}
+    overlay.setdefault("stacks", {}).setdefault(stack, {})["kimi-deploy:storage"] = storage
+    return json.dumps(overlay)
+
+
+def test_an_fsx_far_larger_than_the_weights_is_warned_with_its_usd_per_hour(monkeypatch):
+    """Issue 35 (trial t281): capacityGib 2,400,000 added USD 1,973/h with no warning."""
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY",
+                       _overlay_storage("b300-prod", kind="nvme-from-fsx", fsx={"capacityGib": 2_400_000}))
+    (warning,) = [w for w in load_stack("b300-prod", now=FIXED_NOW).warnings if "storage.fsx.capacityGib" in w]
+    assert "2,400,000 is 1,000x the 2,400 GiB the weights need" in warning and "adds USD 1,971/h" in warning
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY",
+                       _overlay_storage("b300-prod", kind="nvme-from-fsx", fsx={"capacityGib": 9_600}))
+    assert not [w for w in load_stack("b300-prod", now=FIXED_NOW).warnings if "storage.fsx.capacityGib" in w]
+
+
+def test_provisioned_fsx_metadata_iops_are_named_unpriced_in_the_bill(monkeypatch):
+    """Issue 35 (trial t287): metadataIops 192000 was rendered but the bill listed nothing unpriced."""
+    from scripts.ops import plan as plan_script
+
+    monkeypatch.setenv("KIMI_DEPLOY_CONFIG_OVERLAY",
+                       _overlay_storage("b300-prod", kind="nvme-from-fsx", fsx={"metadataIops": 192_000}))
+    unpriced = plan_script.build_plan_document("b300-prod", now=FIXED_NOW)["bill"]["unpriced"]
+    assert [u for u in unpriced if "192,000 provisioned metadata IOPS" in u], unpriced
+    # AUTOMATIC metadata (no metadataIops) is in the storage price: nothing unpriced.
+    from components.core.prices import GpuPrice, stack_bill
+
+    fs = {"type": "aws:fsx/lustreFileSystem:LustreFileSystem", "name": "fs", "inputs": {
+        "deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 1000, "storageCapacity": 2400}}
+    gpu = GpuPrice("p6-b300.48xlarge", 142.42, "list", 1)
+    for meta, unpriced_count in (({"mode": "AUTOMATIC"}, 0), ({"mode": "USER_PROVISIONED", "iops": 12000}, 1)):
+        bill = stack_bill([{**fs, "inputs": {**fs["inputs"], "metadataConfiguration": meta}}], gpu,
+                          weights_bytes=10**12, gpu_volume_survives_stop=False)
+        assert len(bill.unpriced) == unpriced_count, bill.unpriced

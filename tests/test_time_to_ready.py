@@ -384,3 +384,34 @@ def test_the_goal_line_gives_the_repeat_trials_whole_figure_beside_its_own():
     line = plan_script._goal_line(doc)
     assert (f"modelled {plan_script._duration(goal['modelled_seconds'])} ({goal['modelled_seconds']:,} s; "
             f"{plan_script._duration(whole)} from `pulumi up`, as in the table)") in line, line
+
+
+def _ns_spec(stack: str, section: str, **keys):
+    ns, _ = namespace_config(read_stack_config(stack))
+    ns[section] = {**ns.get(section, {}), **keys}
+    return parse_spec(ns, stack="t", now=FIXED_NOW)
+
+
+@pytest.mark.parametrize(("section", "keys", "expected"), [
+    # Issue 35 (trials t228, t527, t158): days of GPU time before anything gives up, in silence.
+    ("storage", {"readGBps": 0.016}, ("storage.readGBps 0.016", "startup budget of 54.7 h", "above 12.0 h",
+                                      "USD 7,785 of GPU time at the stack's USD 142.42/h")),
+    ("timeToReady", {"engineInitSeconds": 86400}, ("timeToReady.engineInitSeconds 86400", "startup budget of 48.1 h",
+                                                   "USD 6,845")),
+    ("compute", {"weightsRetry": {"attempts": 20, "delaySeconds": 3600}},
+     ("compute.weightsRetry {attempts: 20, delaySeconds: 3600}", "retrying for 19.0 h", "above 4.0 h",
+      "3x the modelled first deploy of 1.3 h", "USD 2,706")),
+])
+def test_a_wait_far_beyond_the_modelled_time_to_ready_is_warned_with_hours_and_gpu_cost(section, keys, expected):
+    spec = _ns_spec("b300", section, **keys)
+    (warning,) = [w for w in spec.warnings if "startup budget of" in w or "weightsRetry" in w]
+    for part in expected:
+        assert part in warning, (part, warning)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_shipped_stacks_wait_no_longer_than_the_bound(stack):
+    spec = load_stack(stack, now=FIXED_NOW)
+    assert not [w for w in spec.warnings if "startup budget of" in w or "weightsRetry" in w]
+    bound, _ = ttr.long_wait_bound(ttr.stack_time_to_ready(spec))
+    assert compute_sizing(spec).startup_budget_seconds <= bound

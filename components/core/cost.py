@@ -26,6 +26,10 @@ SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # RMB per USD used when the caller gives none: an approximate rate, not a live quote. The
 # scripts take ``--rmb-per-usd``; pass the rate your finance team uses.
 DEFAULT_RMB_PER_USD = 7.1
+# The RMB-per-USD rates ``cost`` accepts: the central parity has stayed within 6.1-7.4 since 2014 and
+# 8.28 was the peg before 2005 (People's Bank of China, https://www.pbc.gov.cn; estimate of the band, read
+# 2026-12); a rate outside 5-10 is a typo or inverted (USD per RMB, ~0.14) and would flip the verdict.
+RMB_PER_USD_PLAUSIBLE = (5.0, 10.0)
 
 
 @dataclass(frozen=True)

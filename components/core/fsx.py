@@ -75,6 +75,12 @@ def is_valid_metadata_iops(iops: int) -> bool:
     )
 
 
+# A storage.fsx.capacityGib above this multiple of the size the weights need (fsx_capacity_gib) is
+# warned with what the surplus adds per hour: a larger file system also reads faster (capacity x
+# tier), so a few times the need can be deliberate; a judgement, not a published figure.
+FSX_OVERSIZE_FACTOR = 4
+
+
 def fsx_capacity_gib(weights_bytes: int, headroom_fraction: float) -> int:
     """Smallest valid FSx for Lustre capacity (GiB) holding the weights plus headroom.
 

@@ -100,10 +100,10 @@ def parse_spec(
     compute.check_placement_and_capacity(raw, platform, target_profile, instance, instance_type, region, warnings)
     # Prices: overrides name entries of the one price table; one far below the list price is warned.
     prices.price_table(raw.prices)
-    warnings.extend(prices.override_warnings(raw.compute.usd_per_hour, instance_type, raw.prices))
+    warnings.extend(prices.override_warnings(raw.compute.usd_per_hour, instance_type, raw.prices, instance.gpus))
 
     network.check_network(raw, platform, warnings)
-    storage.check_storage(raw, platform, instance, instance_type, model_profile.weights_bytes)
+    storage.check_storage(raw, platform, instance, instance_type, model_profile.weights_bytes, warnings)
     phase.check_phase(raw, platform)
     vllm.check_vllm(raw, target_profile, model_profile, warnings)
     kubernetes.check_kubernetes(raw, platform, stack, project, now, secrets_set, warnings)
@@ -150,11 +150,18 @@ def parse_spec(
         every_phase_blockers=api_blockers,
     )
     # A window (trialTtlHours, expiresAt, a capacity block's end) that closes before the modelled
-    # first deploy is ready blocks serve (time_to_ready.window_blockers: one rule for all windows).
-    from .time_to_ready import window_blockers  # reads the sizing, which reads this spec
+    # first deploy is ready blocks serve (time_to_ready.window_blockers: one rule for all windows);
+    # waits far beyond it (startup budget, weights retry, a scaling window shorter than a scale-up)
+    # are warned with both figures. The model reads the sizing, which reads this spec.
+    from .time_to_ready import long_wait_warnings, schedule_window_warnings, stack_time_to_ready, window_blockers
 
-    windows = tuple(window_blockers(spec, now))
-    return replace(spec, blockers=spec.blockers + windows) if windows else spec
+    try:
+        ttr = stack_time_to_ready(spec)
+    except ConfigError:
+        ttr = None  # a sizing the plan refuses (its own message, raised there); window_blockers raises it with a window
+    windows = tuple(window_blockers(spec, now, ttr))
+    waits = tuple(long_wait_warnings(spec, ttr) + schedule_window_warnings(spec, ttr)) if ttr is not None else ()
+    return replace(spec, blockers=spec.blockers + windows, warnings=spec.warnings + waits)
 
 
 def load_stack(

@@ -24,11 +24,16 @@ from .errors import ConfigError
 # 365 days x 24 h / 12 months: the "month" of AWS price lists (also cost.HOURS_PER_MONTH).
 HOURS_PER_MONTH = 730.0
 GB = 1_000_000_000
-# A configured price below this fraction of the list price is warned as a likely typo: the deepest
-# public AWS discounts are Spot (up to 90 % off, https://aws.amazon.com/ec2/spot/) and Savings Plans
-# (up to 72 %, https://aws.amazon.com/savingsplans/compute-pricing/), so a price below a tenth of the
-# list price is no discount AWS publishes.
-FAR_BELOW_LIST_FRACTION = 0.1
+# A configured price below this fraction of the list price is warned as a likely typo. These stacks
+# run on demand, on a Savings Plan or on a capacity block, never on Spot (a reclaimed GPU node loses a
+# 1.56 TB load), and the deepest published non-Spot discount is the Savings Plans' "up to 72 %"
+# (28 % of list; https://aws.amazon.com/savingsplans/compute-pricing/, read 2026-12); capacity blocks
+# are priced near the on-demand rate (https://aws.amazon.com/ec2/capacityblocks/pricing/). A price
+# below a quarter of the list price is therefore no discount AWS publishes for these stacks.
+FAR_BELOW_LIST_FRACTION = 0.25
+# A configured node price that, times the node's GPUs, lands within this factor of the list price
+# reads as a per-GPU price (compute.usdPerHour is per node): 17.80 x 8 = 142.40 for a 142.42 list.
+PER_GPU_PRICE_TOLERANCE = 1.5
 
 # EC2 Capacity Blocks for ML have no list price: a block's price is quoted per offering (supply and
 # demand) and paid in full up front at purchase; `aws ec2 describe-capacity-block-offerings` gives
@@ -283,23 +288,46 @@ def far_below_list(configured: float, list_price: float | None) -> bool:
     return list_price is not None and configured < list_price * FAR_BELOW_LIST_FRACTION
 
 
+def looks_per_gpu(configured: float, list_price: float | None, gpus_per_node: int) -> bool:
+    """True when ``configured`` (a node price, USD/h) times ``gpus_per_node`` is within
+    ``PER_GPU_PRICE_TOLERANCE`` of ``list_price`` either way while ``configured`` itself is far below it:
+    the figure reads as a per-GPU price."""
+    if list_price is None or gpus_per_node <= 1 or not far_below_list(configured, list_price):
+        return False
+    ratio = configured * gpus_per_node / list_price
+    return 1 / PER_GPU_PRICE_TOLERANCE <= ratio <= PER_GPU_PRICE_TOLERANCE
+
+
+def node_price_warning(key: str, configured: float, instance_type: str, gpus_per_node: int) -> str | None:
+    """The warning for a node price ``configured`` (USD per node-hour, set by ``key``) far below the
+    on-demand list price of ``instance_type``, with both figures and the share; it says "looks like a
+    per-GPU price" when ``configured`` x ``gpus_per_node`` is near the list price. None when no warning."""
+    listed = list_price_usd_per_hour(instance_type)
+    if listed is None or not far_below_list(configured, listed):
+        return None
+    share = configured / listed
+    hint = (f"looks like a per-GPU price ({configured:g} x {gpus_per_node} GPUs = USD {configured * gpus_per_node:,.2f}/h); "
+            f"{key} is per node" if looks_per_gpu(configured, listed, gpus_per_node) else "check for a typo")
+    return (f"{key} {configured:g} is {share:.1%} of the on-demand list price of {instance_type} "
+            f"(USD {listed:,.2f}/h, {PRICES[instance_type].region}; under {FAR_BELOW_LIST_FRACTION:.0%} of it, below any "
+            f"published non-Spot discount): {hint}")
+
+
 def override_warnings(gpu_usd_per_node_hour: float | None, instance_type: str,
-                      overrides: Mapping[str, float] | None) -> list[str]:
+                      overrides: Mapping[str, float] | None, gpus_per_node: int = 1) -> list[str]:
     """Warnings for configured prices far below the list price, each with both figures.
 
     Args:
         gpu_usd_per_node_hour: ``compute.usdPerHour`` (per node-hour), or None when unset.
         instance_type: the GPU instance type.
         overrides: the ``kimi-deploy:prices`` map.
+        gpus_per_node: GPUs of one ``instance_type`` (names a per-GPU price as such).
     """
     out = []
-    listed = list_price_usd_per_hour(instance_type)
-    if gpu_usd_per_node_hour is not None and listed is not None and far_below_list(gpu_usd_per_node_hour, listed):
-        out.append(
-            f"compute.usdPerHour {gpu_usd_per_node_hour:g} is far below the on-demand list price of {instance_type} "
-            f"(USD {listed:,.2f}/h, {PRICES[instance_type].region}; under {FAR_BELOW_LIST_FRACTION:.0%} of it, below any "
-            "published discount): a typo? The plan's and cost's figures rest on it"
-        )
+    if gpu_usd_per_node_hour is not None:
+        node = node_price_warning("compute.usdPerHour", gpu_usd_per_node_hour, instance_type, gpus_per_node)
+        if node is not None:
+            out.append(f"{node}; the plan's and cost's figures rest on it")
     for key, usd in (overrides or {}).items():
         base = PRICES.get(key)
         if base is not None and isinstance(usd, (int, float)) and far_below_list(float(usd), base.usd):
@@ -541,6 +569,11 @@ def stack_bill(
             gib = int(inputs.get("storageCapacity") or 0)
             lines.append(_line(table, key, kind, gib, hourly_units=False, keeps_billing=True,
                                note=f"{gib:,} GiB provisioned (billed as GB-months of capacity)"))
+            # USER_PROVISIONED metadata IOPS bill on their own (FSx for Lustre pricing page, "Metadata IOPS"); the
+            # table holds no figure for them yet, so the bill names them unpriced rather than leave them out.
+            meta = inputs.get("metadataConfiguration") or {}
+            if meta.get("mode") == "USER_PROVISIONED" and meta.get("iops"):
+                unpriced.append(f"{kind} {res['name']} ({int(meta['iops']):,} provisioned metadata IOPS, USER_PROVISIONED)")
         elif kind == "aws:kms/key:Key":
             lines.append(_line(table, "kmsKeyMonth", kind, 1, hourly_units=False, keeps_billing=True))
         elif kind == "aws:cloudwatch/logGroup:LogGroup":

@@ -821,3 +821,110 @@ def window_blockers(spec: DeploymentSpec, now: datetime, model: TimeToReady | No
             f"complete mirror {_minutes(repeat)}): allow at least {_minutes(slow)}",
         ))
     return errors
+
+
+# --- waits far beyond the modelled time to ready ---------------------------------------------------
+# A startup budget (VLLM_ENGINE_READY_TIMEOUT_S, the startup probe) or a weights retry window longer
+# than this is warned: a hung start or a failing weight sync keeps the GPUs billing that long before
+# anything gives up. The bound is the smaller of LONG_WAIT_FIRST_DEPLOY_FACTOR x the modelled first
+# deploy (slow end of the hub's range) and LONG_WAIT_HOURS (a measured figure that itself makes the
+# model days long still meets the absolute bound). Both are judgement calls, not published figures.
+LONG_WAIT_FIRST_DEPLOY_FACTOR = 3.0
+LONG_WAIT_HOURS = 12.0
+
+
+def long_wait_bound(model: TimeToReady) -> tuple[int, str]:
+    """``(seconds, which)``: the bound above which a startup budget or retry window is warned, and
+    which of the two rules set it (``LONG_WAIT_HOURS`` or ``LONG_WAIT_FIRST_DEPLOY_FACTOR`` x the
+    modelled first deploy, slow end)."""
+    slow = model.first_deploy_slow.total_seconds
+    by_model = int(LONG_WAIT_FIRST_DEPLOY_FACTOR * slow)
+    absolute = int(LONG_WAIT_HOURS * 3600)
+    if by_model <= absolute:
+        return by_model, (f"{LONG_WAIT_FIRST_DEPLOY_FACTOR:g}x the modelled first deploy of {_hours(slow)}; "
+                          f"the bound is the smaller of that and {LONG_WAIT_HOURS:g} h")
+    return absolute, (f"{LONG_WAIT_HOURS:g} h, the bound below {LONG_WAIT_FIRST_DEPLOY_FACTOR:g}x the modelled "
+                      f"first deploy of {_hours(slow)}")
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def _gpu_cost(seconds: float, usd_per_hour: float | None) -> str:
+    if usd_per_hour is None:
+        return "the GPU cost unknown (no price: set compute.usdPerHour)"
+    return f"USD {seconds / 3600 * usd_per_hour:,.0f} of GPU time at the stack's USD {usd_per_hour:,.2f}/h"
+
+
+def long_wait_warnings(spec: DeploymentSpec, model: TimeToReady | None = None) -> list[str]:
+    """Warnings for waits far beyond the modelled time to ready (``long_wait_bound``): the startup
+    budget (``sizing.startup_budget_seconds``, named by the measured keys that make it long:
+    ``storage.readGBps``, ``timeToReady.engineInitSeconds``) and the EC2 weights unit's retry window
+    (``compute.weightsRetry``: (attempts - 1) x delaySeconds). Each names key, value, the hours, the
+    bound and the GPU cost of waiting it out at the stack's price (``sizing.usd_per_hour``).
+
+    Args:
+        model: ``stack_time_to_ready(spec)`` (computed when None).
+    """
+    model = model or stack_time_to_ready(spec)
+    sizing = compute_sizing(spec)
+    bound, which = long_wait_bound(model)
+    out: list[str] = []
+    budget = sizing.startup_budget_seconds
+    if budget > bound:
+        init_s, _ = engine_init_seconds(spec, cached=False)
+        keys = []
+        read_gbps = spec.config.storage.read_gbps
+        if read_gbps is not None:
+            keys.append(f"storage.readGBps {read_gbps:g} (a weight load of {_hours(sizing.load_seconds)})")
+        measured_init = spec.config.time_to_ready.engine_init_seconds
+        if measured_init is not None:
+            keys.append(f"timeToReady.engineInitSeconds {measured_init:g} ({_hours(init_s)} of engine init)")
+        cause = " and ".join(keys) or (f"a weight load of {_hours(sizing.load_seconds)} ({sizing.storage.read_source}) "
+                                       f"and {_hours(init_s)} of engine init")
+        out.append(
+            f"{cause} gives a startup budget of {_hours(budget)} (VLLM_ENGINE_READY_TIMEOUT_S, the startup probe), above "
+            f"{_hours(bound)} ({which}): a hung start keeps the GPUs waiting that long, {_gpu_cost(budget, sizing.usd_per_hour)}"
+            "; check the measured figure's unit"
+        )
+    # Read on aws-ec2 only (config/platform_keys.py); elsewhere it stays at its default, far below any bound.
+    retry = spec.config.compute.weights_retry
+    window = (retry.attempts - 1) * retry.delay_seconds
+    if window > bound:
+        out.append(
+            f"compute.weightsRetry {{attempts: {retry.attempts}, delaySeconds: {retry.delay_seconds}}} keeps a failing "
+            f"weights unit retrying for {_hours(window)} before it gives up, above {_hours(bound)} ({which}): the GPU "
+            f"node idles meanwhile, {_gpu_cost(window, sizing.usd_per_hour)}"
+        )
+    return out
+
+
+def schedule_window_warnings(spec: DeploymentSpec, model: TimeToReady | None = None) -> list[str]:
+    """With ``autoscaling.minReplicas`` 0, a warning for each ``autoscaling.schedule`` window shorter
+    than the modelled scale-up (the ``replaced_node`` scenario: launch, boot, pull, copy, load, engine
+    init): its replica starts and is never ready inside the window. Names the window, its shortest
+    length (``config.scaling.shortest_window_seconds``) and the modelled time, the rule
+    ``window_blockers`` applies to trial windows.
+
+    Args:
+        model: ``stack_time_to_ready(spec)`` (computed when None and a window exists).
+    """
+    from .config.scaling import shortest_window_seconds
+
+    asc = spec.config.autoscaling
+    if not (asc.enabled and asc.min_replicas == 0 and asc.schedule):
+        return []
+    model = model or stack_time_to_ready(spec)
+    scale_up = model.scenarios["replaced_node"].total_seconds
+    out = []
+    for i, w in enumerate(asc.schedule):
+        length = shortest_window_seconds(w.start, w.end)
+        if length is not None and length < scale_up:
+            out.append(
+                f"autoscaling.schedule.{i} {w.start!r} to {w.end!r} ({w.timezone}) opens a window of {_minutes(length)}, "
+                f"shorter than the modelled scale-up of {_minutes(scale_up)} (a new replica on a fresh node: launch, boot, "
+                f"image pull, weight load, engine init) with autoscaling.minReplicas 0: its replica is never ready inside "
+                f"the window; open it at least {_minutes(scale_up)} before it must serve"
+            )
+    return out

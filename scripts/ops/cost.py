@@ -169,6 +169,12 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--tasks-per-month: {args.tasks_per_month} must not be negative")
     if args.rmb_per_usd <= 0:
         raise UsageError(f"--rmb-per-usd: {args.rmb_per_usd} must be positive")
+    low, high = costmodel.RMB_PER_USD_PLAUSIBLE
+    if not low <= args.rmb_per_usd <= high:
+        inverted = (f"; it looks inverted (USD per RMB): 1/{args.rmb_per_usd:g} = {1 / args.rmb_per_usd:.2f} RMB per USD"
+                    if low <= 1 / args.rmb_per_usd <= high else "")
+        raise UsageError(f"--rmb-per-usd: {args.rmb_per_usd:g} is outside the plausible band {low:g}-{high:g} RMB per USD "
+                         f"(default {costmodel.DEFAULT_RMB_PER_USD:g}){inverted}")
     if args.usd_per_hour is not None and args.usd_per_hour <= 0:
         raise UsageError(f"--usd-per-hour: {args.usd_per_hour} must be positive")
     if not 0 < args.busy_fraction <= 1:
@@ -200,11 +206,11 @@ def estimate(spec: DeploymentSpec, args: argparse.Namespace) -> dict[str, Any]:
     bill = costmodel.bill_document(costmodel.spec_bill(spec, declared_resources(spec), gpu),
                                    costmodel.trial_hours(spec, datetime.now(UTC)))
     usd_per_hour: float | None = bill["usd_per_hour"] if gpu.usd_per_hour is not None else None
-    listed = prices.list_price_usd_per_hour(spec.instance.instance_type)
     rests_on = None
-    if node_price is not None and prices.far_below_list(node_price, listed):
-        rests_on = (f"this verdict rests on {override} {node_price:g}, far below the on-demand list price of "
-                    f"{spec.instance.instance_type} (USD {listed:,.2f}/h): check it")
+    warned = (prices.node_price_warning(override, node_price, spec.instance.instance_type, spec.instance.gpus)
+              if node_price is not None else None)
+    if warned is not None:
+        rests_on = f"this verdict rests on {override} {node_price:g}; check it: {warned}"
         notes.append(rests_on)
     month_usd = bill["usd_per_month"] if usd_per_hour is not None else None
     month_rmb = month_usd * rate if month_usd is not None else None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import re
+from datetime import datetime, timedelta
 
 from ..errors import ConfigError
 from ..platforms import PlatformProfile
@@ -95,6 +97,55 @@ def cron_days(fields: list[str]) -> list[tuple[int, int]]:
     if not (days_star or weekdays_star):  # either matches: every month has every weekday
         return [(month, day) for month in sorted(months) for day in range(1, _MONTH_DAYS[month] + 1)]
     return [(month, day) for month in sorted(months) for day in sorted(days) if day <= _MONTH_DAYS[month]]
+
+
+# Minutes of one year (from a fixed Monday) that ``cron_fire_minutes`` walks: every window a 5-field
+# cron expression opens repeats within it (a leap day's aside), and more starts than
+# ``_MAX_STARTS`` add no shorter window (the pattern repeats).
+_WINDOW_SPAN_DAYS = 371
+_WINDOW_EPOCH = datetime(2029, 1, 1)  # a Monday; 2029-2030 hold no leap day, so 29 February is skipped
+_MAX_STARTS = 5_000
+
+
+def cron_fire_minutes(expr: str, days: int = _WINDOW_SPAN_DAYS) -> list[int]:
+    """Minutes after ``_WINDOW_EPOCH`` (wall clock, one time zone) at which the 5-field cron ``expr``
+    fires within ``days`` days, ascending; robfig/cron's ``dayMatches`` rule (day-of-month and
+    day-of-week both must match when either is a star, else either).
+
+    Raises:
+        CronFieldError: a field KEDA's parser refuses (``cron_field``).
+    """
+    fields = expr.split()
+    parsed = [cron_field(text, field, low, high) for text, (field, low, high) in zip(fields, _CRON_RANGES, strict=True)]
+    (minutes, _), (hours, _), (doms, dom_star), (months, _), (dows, dow_star) = parsed
+    out: list[int] = []
+    for d in range(days):
+        day = _WINDOW_EPOCH + timedelta(days=d)
+        if day.month not in months:
+            continue
+        dom_ok, dow_ok = day.day in doms, (day.isoweekday() % 7) in dows
+        if not ((dom_ok and dow_ok) if (dom_star or dow_star) else (dom_ok or dow_ok)):
+            continue
+        out.extend(d * 1440 + h * 60 + m for h in sorted(hours) for m in sorted(minutes))
+    return out
+
+
+def shortest_window_seconds(start: str, end: str) -> int | None:
+    """Seconds of the shortest window the cron pair opens (``start``) and closes (``end``, the next
+    firing of ``end`` after a start), or None when ``start`` never fires. Both in one time zone, so a
+    daylight-saving shift (an hour at most) is not counted.
+
+    Raises:
+        CronFieldError: a field KEDA's parser refuses.
+    """
+    starts = cron_fire_minutes(start)[:_MAX_STARTS]
+    ends = cron_fire_minutes(end, _WINDOW_SPAN_DAYS * 2)
+    gaps = []
+    for s in starts:
+        i = bisect.bisect_right(ends, s)
+        if i < len(ends):
+            gaps.append(ends[i] - s)
+    return min(gaps) * 60 if gaps else None
 
 
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?\Z")

@@ -11,9 +11,11 @@ from .patterns import S3_KEY_PREFIX_RE, bucket_name_problem, path_segments_probl
 from .raw import RawConfig
 
 
-def check_storage(raw: RawConfig, platform: PlatformProfile, instance: InstanceFacts, instance_type: str, needed: int) -> None:
+def check_storage(raw: RawConfig, platform: PlatformProfile, instance: InstanceFacts, instance_type: str, needed: int,
+                  warnings: list[str] | None = None) -> None:
     """``storage.kind`` for the platform and the node's NVMe (``needed`` bytes of weights),
     ``storage.existingClaim``, ``storage.fsx.*``, ``storage.mirror.*``, then ``check_read_gbps``.
+    Appends to ``warnings`` an FSx capacity far above what the weights need (``fsx_oversize_warning``).
 
     Raises:
         ConfigError: the first invalid value, one line.
@@ -54,6 +56,9 @@ def check_storage(raw: RawConfig, platform: PlatformProfile, instance: InstanceF
             raise ConfigError(
                 "storage.fsx.capacityGib", fc.capacity_gib, f"cannot hold {needed / 2**30:,.0f} GiB of weights"
             )
+        if warnings is not None and st.kind in ("fsx", "nvme-from-fsx") and (
+                oversize := fsx_oversize_warning(raw, needed)) is not None:
+            warnings.append(oversize)
     if fc.efa and fc.deployment_type != "PERSISTENT_2":
         raise ConfigError("storage.fsx.efa", True, f"needs deploymentType PERSISTENT_2 (got {fc.deployment_type})")
     if fc.metadata_iops is not None:
@@ -246,3 +251,25 @@ def check_read_gbps(raw: RawConfig, instance: InstanceFacts, instance_type: str,
             f"is more than storage.kind {raw.storage.kind} can deliver to one {instance_type}: {why} = {ceiling:.2f} GB/s "
             f"(allowed: more than 0 and at most {ceiling:.2f}; GB/s, not Gbit/s or MB/s)",
         )
+
+
+def fsx_oversize_warning(raw: RawConfig, needed: int) -> str | None:
+    """A warning when ``storage.fsx.capacityGib`` is above ``fsx.FSX_OVERSIZE_FACTOR`` x the size the
+    ``needed`` bytes of weights take (``fsx.fsx_capacity_gib`` with the headroom), naming both sizes and
+    the USD per hour of the surplus (the price table's entry for the deployment type and tier,
+    ``prices.FSX_PRICE_KEYS``); None otherwise."""
+    from .. import prices  # the one price table
+
+    fc = raw.storage.fsx
+    if fc.capacity_gib is None:
+        return None
+    derived = fsx.fsx_capacity_gib(needed, fc.headroom_fraction)
+    if fc.capacity_gib <= fsx.FSX_OVERSIZE_FACTOR * derived:
+        return None
+    key = prices.FSX_PRICE_KEYS.get((fc.deployment_type, fc.throughput_per_tib if fc.deployment_type != "SCRATCH_2" else None))
+    price = prices.price_table(raw.prices)[key] if key is not None else None
+    cost = (f"the surplus adds USD {(fc.capacity_gib - derived) * price.usd / prices.HOURS_PER_MONTH:,.0f}/h "
+            f"(USD {price.usd:g} per {price.unit}, {price.region})" if price is not None else "the surplus is unpriced")
+    return (f"storage.fsx.capacityGib {fc.capacity_gib:,} is {fc.capacity_gib / derived:,.0f}x the {derived:,} GiB the weights "
+            f"need (more than {fsx.FSX_OVERSIZE_FACTOR}x; unset, the plan derives {derived:,}): {cost}. A larger file system "
+            "also reads faster (capacity x throughputPerTib): unset it unless that is the aim")
