@@ -523,7 +523,12 @@ def _at_expiry(spec, resources, bill: dict[str, Any]) -> str:
     """What the expiry does: the GPU resource a schedule stops (``expiry.AT_EXPIRY``) and what keeps
     billing, read from the stack's own bill (its lines that keep billing, e.g. the NAT gateway's public
     IPv4 address, which AWS charges per hour since 2024-02-01: ``prices.PRICES["publicIpv4Hour"]``),
-    or that nothing is stopped from the cloud side."""
+    or that nothing is stopped from the cloud side. On a cluster the stack does not create (the
+    kubernetes platform), nothing acts on the expiry: the sweeper only sweeps AWS regions, so the
+    GPU workload runs on until the stack is destroyed."""
+    if not spec.profile.provisions_aws and spec.profile.runs_kubernetes:
+        return ("nothing stops by itself: the sweeper only sweeps AWS, so the GPU workload on this cluster keeps "
+                f"running (its GPUs allocated) after the expiry; stop it with `pulumi destroy --stack {spec.stack}`")
     if not any(r.type == "aws:scheduler/schedule:Schedule" for r in resources):
         return "nothing stops by itself (no GPU resource on AWS to stop; the sweeper acts on the expires-at tag)"
     from components.aws.expiry import AT_EXPIRY
