@@ -713,7 +713,8 @@ def bill_rows(bill: dict[str, Any]) -> list[tuple[str, str]]:
     for line in bill["lines"]:
         unit = "unknown" if line["usd_per_unit"] is None else f"USD {line['usd_per_unit']:g}"
         amount = (f"USD {line['usd_per_hour']:,.4f}/h" if line["usd_per_hour"] is not None
-                  else "per use" + (f", once USD {line['one_time_usd']:,.2f}" if line["one_time_usd"] else ""))
+                  else "per use" + (f", {'per deploy' if bill.get('hub_download_nodes') else 'once'} "
+                                    f"USD {line['one_time_usd']:,.2f}" if line["one_time_usd"] else ""))
         stops = "" if line["keeps_billing"] else ", stops with the GPUs"
         est = " (estimate)" if line["estimate"] else ""
         rows.append(("cost line", f"{line['item']}: {line['quantity']:,.6g} x {unit}/{line['unit']} = {amount}{stops}"
