@@ -463,6 +463,8 @@ def stack_bill(
             zero deletes its nodes' volumes): the platform profile's ``serves_under_systemd``.
         gpu_nodes_declared: the stack declares its GPU nodes; False on an existing cluster, whose GPU
             nodes bill (to the cluster's owner) without a resource here (``provisions_aws``).
+            A reserved ``gpu`` (ODCR, capacity block) with no GPU node declared (``phase: stage``)
+            is a GPU line all the same: the reservation bills its term, running or not.
         overrides: the stack's ``kimi-deploy:prices``.
         hub_download_nodes: GPU nodes that each copy the weights from the hub themselves (no
             mirror, a per-node copy: ``weights.per_node_copy_step``): the NAT gateway then passes
@@ -575,6 +577,13 @@ def stack_bill(
         lines.append(BillLine(f"GPU nodes ({gpu.instance_type}, existing cluster)", "existing cluster", gpu.nodes, "hour",
                               gpu.usd_per_hour / gpu.nodes if gpu.usd_per_hour is not None else None,
                               gpu.usd_per_hour, gpu.source, gpu.source.startswith("estimate"), gpu.reserved))
+    if gpu.reserved and gpu_nodes_declared and not any(line.item.startswith("GPU nodes") for line in lines):
+        # No GPU node declared (phase: stage), but an ODCR or a capacity block bills its term all the same.
+        lines.append(BillLine(f"GPU nodes ({gpu.instance_type}, reserved: none running in this phase)",
+                              "reserved capacity", gpu.nodes, "hour",
+                              gpu.usd_per_hour / gpu.nodes if gpu.usd_per_hour is not None else None,
+                              gpu.usd_per_hour, gpu.source, gpu.source.startswith("estimate"), True,
+                              note="reserved capacity bills its term, running or not"))
     # The GPU line first, then by hourly USD (per-use lines last).
     lines.sort(key=lambda line: (not line.item.startswith("GPU nodes"), -(line.usd_per_hour or -1.0)))
     return Bill(tuple(lines), free, gpu.usd_per_hour is not None, tuple(sorted(set(unpriced))),
