@@ -44,9 +44,9 @@ def check_kubernetes(
                           f"is one the cluster owns ({', '.join(SYSTEM_NAMESPACES)}): the stack creates its namespace "
                           "and deletes it on `pulumi destroy`; name one of its own")
     obs = raw.observability
-    for key, ns in (("observability.prometheusNamespace", obs.prometheus_namespace),
-                    ("observability.grafanaNamespace", obs.grafana_namespace)):
-        if platform.runs_kubernetes and ns is not None and raw.kubernetes.namespace == ns:
+    for key, observed in (("observability.prometheusNamespace", obs.prometheus_namespace),
+                          ("observability.grafanaNamespace", obs.grafana_namespace)):
+        if platform.runs_kubernetes and observed is not None and raw.kubernetes.namespace == observed:
             # The same rule as for the cluster's own: destroying the stack would delete the monitoring stack.
             raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace,
                               f"is {key}, the observability stack's namespace: the stack creates its namespace "

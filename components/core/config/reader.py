@@ -38,8 +38,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import NAMESPACE, UNKNOWN_KEY_VALUE, ConfigError, did_you_mean
 from .. import naming
+from ..errors import NAMESPACE, UNKNOWN_KEY_VALUE, ConfigError, did_you_mean
 from ..limits import tags_problem
 from .raw import API_KEY_MIN_CHARS, SECRET_KEYS, RawConfig
 
