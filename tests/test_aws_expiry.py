@@ -23,7 +23,7 @@ import pytest
 
 from components.aws import expiry, userdata
 from components.core.errors import ConfigError
-from tests.conftest import FIXED_NOW, plan_for
+from tests.conftest import FIXED_NOW, REPO_ROOT, plan_for
 
 SCHEDULE = "aws:scheduler/schedule:Schedule"
 
@@ -328,6 +328,19 @@ def test_the_plan_says_what_stops_at_the_expiry_and_what_keeps_billing():
     eks = plan_script.build_plan_document("gb300", now=FIXED_NOW)["at_expiry"]
     assert eks.startswith("the GPU node group scales to 0") and "EKS cluster" in eks
     assert plan_script.build_plan_document("b300-prod", now=FIXED_NOW)["at_expiry"] is None
+
+
+def test_a_trial_on_an_existing_cluster_says_nothing_stops_its_gpus(tmp_path):
+    """New-user trial t762: a mi355x trial said "the sweeper acts on the expires-at tag"; the
+    sweeper sweeps AWS regions only, so the cluster's GPU workload runs on after the expiry."""
+    from scripts.ops import plan as plan_script
+
+    text = (REPO_ROOT / "stacks" / "Pulumi.mi355x.yaml").read_text()
+    assert "kimi-deploy:environment: staging" in text
+    (tmp_path / "Pulumi.t762.yaml").write_text(text.replace("kimi-deploy:environment: staging", "kimi-deploy:environment: trial"))
+    said = plan_script.build_plan_document("t762", now=FIXED_NOW, stacks_dir=tmp_path)["at_expiry"]
+    assert said == ("nothing stops by itself: the sweeper only sweeps AWS, so the GPU workload on this cluster keeps "
+                    "running (its GPUs allocated) after the expiry; stop it with `pulumi destroy --stack t762`")
 
 
 def test_an_autoscaled_eks_trial_stays_stopped_the_node_group_stops_launching(moto_server, fake_aws_env):

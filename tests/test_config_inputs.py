@@ -454,6 +454,21 @@ def test_a_namespace_the_cluster_owns_is_refused(namespace):
     reject(cfg, "kubernetes.namespace", "is one the cluster owns", "deletes it on `pulumi destroy`")
 
 
+@pytest.mark.parametrize("stack", ["mi355x", "gb300"])
+@pytest.mark.parametrize("key", ["prometheusNamespace", "grafanaNamespace"])
+def test_the_observability_namespace_is_refused_as_the_stacks_namespace(stack, key):
+    """New-user trial t408: `namespace: monitoring` beside `prometheusNamespace: monitoring` was
+    accepted; the stack declares its namespace, so destroying it would delete the monitoring stack."""
+    cfg = base(stack)
+    cfg["kubernetes"] = {**cfg.get("kubernetes", {}), "namespace": "monitoring"}
+    other = "grafanaNamespace" if key == "prometheusNamespace" else "prometheusNamespace"
+    cfg["observability"] = {**cfg.get("observability", {}), key: "monitoring", other: "observability"}
+    reject(cfg, "kubernetes.namespace", f"is observability.{key}, the observability stack's namespace",
+           "deletes it on `pulumi destroy`")
+    cfg["kubernetes"]["namespace"] = "kimi"
+    accept(cfg)
+
+
 @pytest.mark.parametrize("path", ["/etc", "/root/nvme", "/proc", "/usr/local/nvme", "/tmp/x", "/boot"])
 def test_an_nvme_host_path_in_a_system_directory_is_refused(path):
     cfg = base("mi355x")

@@ -149,6 +149,23 @@ def test_model_alone():
     assert any("is a branch, not a commit" in w for w in warnings)
 
 
+
+def test_a_hub_pull_request_revision_is_named_as_one():
+    """New-user trial t060: `refs/pr/1` was warned as "a branch"; it is a pull request anyone can open,
+    and the nodes run its code with --trust-remote-code."""
+    pr = raw_of(model={**raw_of().model.model_dump(by_alias=True), "revision": "refs/pr/1"})
+    warnings: list[str] = []
+    assert model.check_revision_and_license(pr, KIMI, warnings) == "refs/pr/1"
+    assert KIMI.trust_remote_code
+    assert warnings == [
+        "model.revision 'refs/pr/1' is a Hub pull request, which anyone can open, not the publisher's release: the "
+        "nodes load its weights and, with --trust-remote-code, its Python; review it and pin its commit, or use a "
+        "commit of main"
+    ]
+    staging = raw_of(environment="staging", model={**pr.model.model_dump(by_alias=True)})
+    assert "must be a 40-hex commit in staging" in raises(model.check_revision_and_license, staging, KIMI, [])
+
+
 def test_compute_alone():
     raw = raw_of()
     instance_type, instance = compute.resolve_instance(raw, TARGETS["b300"])

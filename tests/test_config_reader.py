@@ -353,6 +353,29 @@ def test_provider_default_tags_count_against_the_limit():
     assert values == {}
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "set_by"),
+    [
+        # A past expiry on prod (which has no expires-at of its own) would mark every resource expired.
+        ("expires-at", "2020-01-01T00:00:00Z", r"kimi-deploy:expiresAt / kimi-deploy:trialTtlHours"),
+        # A retain tag on every resource would keep every expired trial's NAT, volumes and cluster.
+        ("kimi-deploy:retain", "true", r"the toolkit on the weight mirror only \(to keep a stack, set kimi-deploy:protect\)"),
+        ("kimi-deploy:environment", "trial", r"kimi-deploy:environment"),
+        ("kimi-deploy:stack", "other", r"the Pulumi stack name"),
+    ],
+)
+def test_provider_default_tags_cannot_set_the_toolkits_tags(key, value, set_by):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^aws:defaultTags\.tags\.{key}: '{value}' cannot be set through aws:defaultTags: the toolkit owns "
+        rf"this tag \(the sweeper and the expiry read it\); it is set by {set_by}",
+    ):
+        read_config_strings({"aws:defaultTags": json.dumps({"tags": {"cost-center": "ml", key: value}})})
+    # A key that only looks alike is the user's own tag.
+    values, _ = read_config_strings({"aws:defaultTags": json.dumps({"tags": {f"team:{key}": value}})})
+    assert values == {}
+
+
 # --- random bad stack files: never a traceback, and the same verdict from plan and program --------
 
 _BAD_VALUES = (1234, "1234", True, "true", None, "", [], {}, "../../etc/passwd", " ", 0.5, "x" * 300, {"secure": "AAEA"}, [1, 2])

@@ -182,3 +182,49 @@ def test_first_deploy_time_is_shown():
     assert "first deploy" in text and "publish-mirror 16 min" in text and "**Weight sync**" in text
     lines = "\n".join(line.plain for line in plan_script.table_lines(doc, 100))
     assert "first deploy 44 min-80 min; GPU wait USD 92-178: the hub download at 0.50-1.62 GB/s" in " ".join(lines.split())
+
+
+def _variant(tmp_path, stack: str, name: str, old: str, new: str):
+    """``stack``'s stack file with ``old`` replaced by ``new``, saved as stack ``name`` under ``tmp_path``."""
+    text = (REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text()
+    assert old in text
+    (tmp_path / f"Pulumi.{name}.yaml").write_text(text.replace(old, new, 1))
+    return tmp_path
+
+
+def test_without_a_mirror_the_hub_download_is_priced_per_deploy_and_per_node(tmp_path):
+    """New-user trial t233: gb300 with `storage.mirror.enabled: false` said "once: USD 70.20" for
+    the NAT gateway, though every tray downloads the 1.56 TB on every deploy and every replacement."""
+    stacks = _variant(tmp_path, "gb300", "t233", "enabled: true                        # the in-region S3 mirror",
+                      "enabled: false")
+    from components.core import cost as costmodel
+
+    bill = plan_script.build_plan_document("t233", now=FIXED_NOW, stacks_dir=stacks)["bill"]
+    once = plan_script.build_plan_document("gb300", now=FIXED_NOW)["bill"]
+    assert once["hub_download_nodes"] == 0 and "; once: USD" in costmodel.bill_summary(once)
+    nodes = bill["hub_download_nodes"]
+    assert nodes == 2 and bill["one_time_usd"] == pytest.approx(nodes * once["one_time_usd"], abs=0.01)
+    per_node = bill["one_time_usd"] / nodes
+    assert (f"; per deploy: USD {bill['one_time_usd']:,.2f} (each of 2 GPU nodes downloads the weights from the hub "
+            f"through NAT; USD {per_node:,.2f} more per replaced node)") in costmodel.bill_summary(bill)
+    assert "once:" not in costmodel.bill_summary(bill)
+
+
+def test_staging_on_a_reservation_bills_the_reservation(tmp_path):
+    """New-user trial t761: b300-prod at `phase: stage` showed "GPU 0.00" and USD 0.63/h while its
+    ODCR bills its term (USD 284.83/h at the list price) whether a node runs or not."""
+    from components.core import cost as costmodel
+
+    serve = plan_script.build_plan_document("b300-prod", now=FIXED_NOW)["bill"]
+    env = "  kimi-deploy:environment: prod"
+    stacks = _variant(tmp_path, "b300-prod", "t761", env, "  kimi-deploy:phase: stage\n" + env)
+    doc = plan_script.build_plan_document("t761", now=FIXED_NOW, stacks_dir=stacks)
+    assert doc["phase"] == "stage"
+    bill = doc["bill"]
+    gpu = [line for line in bill["lines"] if line["item"].startswith("GPU nodes")]
+    serve_gpu = next(line for line in serve["lines"] if line["item"].startswith("GPU nodes"))
+    assert len(gpu) == 1 and gpu[0]["usd_per_hour"] == serve_gpu["usd_per_hour"] > 280 and gpu[0]["keeps_billing"]
+    assert gpu[0]["item"] == "GPU nodes (p6-b300.48xlarge, reserved: none running in this phase)"
+    summary = costmodel.bill_summary(bill)
+    assert f"GPU {serve_gpu['usd_per_hour']:,.2f} + " in summary and "GPU 0.00" not in summary
+    assert bill["usd_per_hour"] > serve_gpu["usd_per_hour"]

@@ -183,9 +183,16 @@ def spec_bill(spec: DeploymentSpec, resources: Sequence[Mapping[str, Any]], gpu:
     Raises:
         ConfigError: a bad ``kimi-deploy:prices`` override.
     """
+    from .weights import per_node_copy_step
+
+    mirror = spec.config.storage.mirror.enabled
+    copy = per_node_copy_step(spec, mirror) if spec.profile.provisions_aws else None
+    # No mirror: every GPU node copies the weights from the hub itself, on every deploy and replacement.
+    hub_nodes = spec.gpu_nodes if copy is not None and copy[1].needs_hub_token else 0
     return stack_bill(resources, gpu or gpu_price(spec), weights_bytes=spec.model.weights_bytes,
                       gpu_volume_survives_stop=spec.profile.serves_under_systemd,
-                      gpu_nodes_declared=spec.profile.provisions_aws, overrides=spec.config.prices)
+                      gpu_nodes_declared=spec.profile.provisions_aws, overrides=spec.config.prices,
+                      hub_download_nodes=hub_nodes)
 
 
 def trial_hours(spec: DeploymentSpec, now: datetime | None = None) -> float | None:
@@ -200,7 +207,8 @@ def trial_hours(spec: DeploymentSpec, now: datetime | None = None) -> float | No
 
 def bill_document(bill: Bill, hours: float | None) -> dict[str, Any]:
     """``bill`` as JSON for the plan and ``cost``: ``{usd_per_hour, usd_per_month,
-    after_gpu_stop_usd_per_hour, after_gpu_stop_usd_per_month, one_time_usd, trial_hours,
+    after_gpu_stop_usd_per_hour, after_gpu_stop_usd_per_month, one_time_usd (per deploy when
+    hub_download_nodes > 0: each GPU node downloads the weights), hub_download_nodes, trial_hours,
     trial_usd (hours x hourly + one-time; None outside trials), gpu_price_known, lines [{item,
     resource_type, quantity, unit, usd_per_unit, usd_per_hour, usd_per_month, one_time_usd,
     keeps_billing, source, estimate, note}], free {type: source}}``."""
@@ -213,6 +221,7 @@ def bill_document(bill: Bill, hours: float | None) -> dict[str, Any]:
         "after_gpu_stop_usd_per_hour": round(bill.after_gpu_stop_usd_per_hour, 4),
         "after_gpu_stop_usd_per_month": round(bill.after_gpu_stop_usd_per_hour * HOURS_PER_MONTH, 2),
         "one_time_usd": round(bill.one_time_usd, 2),
+        "hub_download_nodes": bill.hub_download_nodes,
         "trial_hours": None if hours is None else round(hours, 2),
         "trial_usd": None if hours is None else round(bill.trial_usd(hours), 2),
         "gpu_price_known": bill.gpu_price_known,
@@ -248,7 +257,11 @@ def bill_summary(doc: Mapping[str, Any]) -> str:
             + (f"{gpu_hour:,.2f}" if doc["gpu_price_known"] else "unknown")
             + (f" + {others} other line{'s' if others != 1 else ''} {rest:,.2f}" if others
                else " (no other line: nothing else priced is declared here)"))
-    if doc["one_time_usd"]:
+    nodes = doc.get("hub_download_nodes") or 0
+    if doc["one_time_usd"] and nodes:
+        text += (f"; per deploy: USD {doc['one_time_usd']:,.2f} (each of {nodes} GPU nodes downloads the weights from "
+                 f"the hub through NAT; USD {doc['one_time_usd'] / nodes:,.2f} more per replaced node)")
+    elif doc["one_time_usd"]:
         text += f"; once: USD {doc['one_time_usd']:,.2f} (the hub download through NAT)"
     if doc["trial_usd"] is not None:
         text += (f"; trial to expiry ({doc['trial_hours']:,.0f} h): {floor}USD {doc['trial_usd']:,.2f}{without}")

@@ -48,6 +48,20 @@ TAG_EXPIRES_AT = "expires-at"
 TAG_RETAIN = "kimi-deploy:retain"
 TAG_ROLE = "kimi-deploy:role"
 ROLE_WEIGHTS_MIRROR = "weights-mirror"
+# The tag keys the toolkit owns, each with what sets it. The sweeper decides by them what is ours,
+# expired or retained, so a provider-wide `aws:defaultTags` may not set them: on a prod stack
+# (which has no expires-at of its own) a default expires-at in the past would mark every resource
+# expired, and a default retain tag would keep every expired trial's resources forever.
+TOOLKIT_TAG_KEYS: dict[str, str] = {
+    TAG_STACK: "the Pulumi stack name",
+    TAG_ENVIRONMENT: "kimi-deploy:environment",
+    TAG_TARGET: "kimi-deploy:target",
+    TAG_OWNER: "kimi-deploy:owner",
+    TAG_PROJECT: "the Pulumi project name",
+    TAG_EXPIRES_AT: "kimi-deploy:expiresAt / kimi-deploy:trialTtlHours (trials only; prod never expires)",
+    TAG_RETAIN: "the toolkit on the weight mirror only (to keep a stack, set kimi-deploy:protect)",
+    TAG_ROLE: "the toolkit on the weight mirror only",
+}
 
 # Files the weight sync (scripts/node/weight_sync/) writes at the root of a complete copy: the
 # per-file sha256 manifest and the completion marker (written last). The sync, the preflight

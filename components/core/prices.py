@@ -375,12 +375,16 @@ class Bill:
         gpu_price_known: False when the GPU line has no price (its hourly total is then a floor).
         unpriced: declared types or instance types the table does not know (the totals then
             leave them out; tests/test_cost.py keeps this empty for every stack).
+        hub_download_nodes: GPU nodes that each download the weights through the NAT gateway on
+            every deploy (``one_time_usd`` is then per deploy, and each replaced node adds its
+            share), or 0 when the download passes once (into the mirror).
     """
 
     lines: tuple[BillLine, ...]
     free: Mapping[str, str] = field(default_factory=dict)
     gpu_price_known: bool = True
     unpriced: tuple[str, ...] = ()
+    hub_download_nodes: int = 0
 
     @property
     def usd_per_hour(self) -> float:
@@ -472,6 +476,7 @@ def stack_bill(
     gpu_nodes_declared: bool = True,
     overrides: Mapping[str, float] | None = None,
     hub_download_via_nat: bool = True,
+    hub_download_nodes: int = 0,
 ) -> Bill:
     """Price every resource a plan declares.
 
@@ -486,7 +491,13 @@ def stack_bill(
             zero deletes its nodes' volumes): the platform profile's ``serves_under_systemd``.
         gpu_nodes_declared: the stack declares its GPU nodes; False on an existing cluster, whose GPU
             nodes bill (to the cluster's owner) without a resource here (``provisions_aws``).
+            A reserved ``gpu`` (ODCR, capacity block) with no GPU node declared (``phase: stage``)
+            is a GPU line all the same: the reservation bills its term, running or not.
         overrides: the stack's ``kimi-deploy:prices``.
+        hub_download_nodes: GPU nodes that each copy the weights from the hub themselves (no
+            mirror, a per-node copy: ``weights.per_node_copy_step``): the NAT gateway then passes
+            the weights once per node on every deploy and again for every replaced node, not
+            once; 0 (the default) when one download fills the mirror.
 
     Returns:
         The ``Bill``. A GPU instance or node group is the GPU line (``gpu``), whatever its type. A
@@ -540,11 +551,15 @@ def stack_bill(
             lines.append(_line(table, "eksClusterHour", kind, 1, hourly_units=True, keeps_billing=True))
         elif kind == "aws:ec2/natGateway:NatGateway":
             lines.append(_line(table, "natGatewayHour", kind, 1, hourly_units=True, keeps_billing=True))
-            gb_line = _line(table, "natGatewayGb", kind, weights_gb if hub_download_via_nat else 0, hourly_units=False,
-                            keeps_billing=True, note="the first hub download of the weights passes it once"
-                            if hub_download_via_nat else "per GB")
+            passes = max(1, hub_download_nodes)
+            note = (f"each of {hub_download_nodes} GPU nodes downloads the weights from the hub through it on every "
+                    "deploy and every node replacement" if hub_download_nodes
+                    else "the first hub download of the weights passes it once")
+            gb_line = _line(table, "natGatewayGb", kind, weights_gb * passes if hub_download_via_nat else 0,
+                            hourly_units=False, keeps_billing=True, note=note if hub_download_via_nat else "per GB")
             if hub_download_via_nat:
-                gb_line = BillLine(**{**gb_line.__dict__, "one_time_usd": weights_gb * table["natGatewayGb"].usd})
+                gb_line = BillLine(**{**gb_line.__dict__,
+                                      "one_time_usd": weights_gb * passes * table["natGatewayGb"].usd})
             lines.append(gb_line)
         elif kind == "aws:ec2/eip:Eip":
             lines.append(_line(table, "publicIpv4Hour", kind, 1, hourly_units=True, keeps_billing=True))
@@ -595,6 +610,14 @@ def stack_bill(
         lines.append(BillLine(f"GPU nodes ({gpu.instance_type}, existing cluster)", "existing cluster", gpu.nodes, "hour",
                               gpu.usd_per_hour / gpu.nodes if gpu.usd_per_hour is not None else None,
                               gpu.usd_per_hour, gpu.source, gpu.source.startswith("estimate"), gpu.reserved))
+    if gpu.reserved and gpu_nodes_declared and not any(line.item.startswith("GPU nodes") for line in lines):
+        # No GPU node declared (phase: stage), but an ODCR or a capacity block bills its term all the same.
+        lines.append(BillLine(f"GPU nodes ({gpu.instance_type}, reserved: none running in this phase)",
+                              "reserved capacity", gpu.nodes, "hour",
+                              gpu.usd_per_hour / gpu.nodes if gpu.usd_per_hour is not None else None,
+                              gpu.usd_per_hour, gpu.source, gpu.source.startswith("estimate"), True,
+                              note="reserved capacity bills its term, running or not"))
     # The GPU line first, then by hourly USD (per-use lines last).
     lines.sort(key=lambda line: (not line.item.startswith("GPU nodes"), -(line.usd_per_hour or -1.0)))
-    return Bill(tuple(lines), free, gpu.usd_per_hour is not None, tuple(sorted(set(unpriced))))
+    return Bill(tuple(lines), free, gpu.usd_per_hour is not None, tuple(sorted(set(unpriced))),
+                hub_download_nodes if hub_download_via_nat and any(line.one_time_usd for line in lines) else 0)

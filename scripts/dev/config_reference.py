@@ -48,6 +48,7 @@ if not __package__:  # run as a file: the project may not be installed here; scr
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from components.core import naming
 from components.core.config import CONFIG_OVERLAY_ENV, SECRETS, RawConfig, format_utc, stack_names
 from components.core.config.raw import range_text
 from components.core.errors import NAMESPACE, ConfigError
@@ -1460,7 +1461,9 @@ def render_page(derived: Mapping[str, Any]) -> str:
         else:
             text = f"the {namespace} provider's own settings: " + ", ".join(f"`{k}`" for k in keys) + "."
             if namespace == "aws":
-                text += (" `aws:defaultTags` count against AWS's 50 tags per resource with the program's own. "
+                text += (" `aws:defaultTags` count against AWS's 50 tags per resource with the program's own, "
+                         "and may not set a tag key the toolkit owns (" + ", ".join(f"`{k}`" for k in naming.TOOLKIT_TAG_KEYS)
+                         + ": the sweeper and the expiry read them; components/core/naming.py). "
                          "`aws:insecure: true` and an `aws:endpoints` entry outside AWS's own hosts are warned in "
                          "the plan (config/reader.py provider_warnings).")
         out += _wrap(f"- `{namespace}:*`: {text}", indent="  ")

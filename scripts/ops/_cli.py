@@ -239,9 +239,8 @@ def check_output_path(flag: str, path: str, inputs: Iterable[str] | None = None)
         item_real = os.path.realpath(item)
         if real == item_real or real.startswith(item_real.rstrip("/") + "/"):
             raise UsageError(
-                f"{flag}: {path!r} is {'' if real == item_real else 'in '}{_shown(item_real)}, which this command reads "
-                "(the stack's config, its secure: values included, or the program it runs): write the output "
-                "elsewhere, e.g. --output plan.txt")
+                f"{flag}: {path!r} is {'' if real == item_real else 'in '}{_shown(item_real)}, "
+                f"{_what_input(item_real)}: write the output elsewhere, e.g. --output plan.txt")
     if os.path.isdir(real):
         raise UsageError(f"{flag}: {path!r} is a directory; give a file name")
     if os.path.isfile(real):
@@ -254,6 +253,25 @@ def check_output_path(flag: str, path: str, inputs: Iterable[str] | None = None)
             raise UsageError(
                 f"{flag}: {path!r} holds secure: values (Pulumi secrets): writing the output there would destroy "
                 "them; write it elsewhere")
+
+
+# What each input is, for the refusal (a new-user trial: README.md was called something the command reads).
+_CONFIG_INPUTS = ("Pulumi.yaml", "stacks")
+_PROGRAM_INPUTS = ("components", "scripts", "policy", "__main__.py", "pyproject.toml", ".venv", ".venv-vllm",
+                   ".venv-vllm-engine", ".venv-checkov", "requirements.txt", "requirements-dev.txt",
+                   "requirements-vllm.txt", "requirements-vllm-engine.txt", "requirements-checkov.txt")
+
+
+def _what_input(real: str) -> str:
+    """Why the output may not replace ``real`` (a real path from ``command_inputs``), as a clause."""
+    name = os.path.basename(real.rstrip("/"))
+    if name in _CONFIG_INPUTS:
+        return "which this command reads (the stack's config, its secure: values included)"
+    if name in _PROGRAM_INPUTS:
+        return "part of the program this command runs"
+    if name == ".git":
+        return "the checkout's git metadata"
+    return "a file of the project's checkout (its docs, tests or build files), not a place for output"
 
 
 def _shown(real: str) -> str:

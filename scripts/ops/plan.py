@@ -523,7 +523,12 @@ def _at_expiry(spec, resources, bill: dict[str, Any]) -> str:
     """What the expiry does: the GPU resource a schedule stops (``expiry.AT_EXPIRY``) and what keeps
     billing, read from the stack's own bill (its lines that keep billing, e.g. the NAT gateway's public
     IPv4 address, which AWS charges per hour since 2024-02-01: ``prices.PRICES["publicIpv4Hour"]``),
-    or that nothing is stopped from the cloud side."""
+    or that nothing is stopped from the cloud side. On a cluster the stack does not create (the
+    kubernetes platform), nothing acts on the expiry: the sweeper only sweeps AWS regions, so the
+    GPU workload runs on until the stack is destroyed."""
+    if not spec.profile.provisions_aws and spec.profile.runs_kubernetes:
+        return ("nothing stops by itself: the sweeper only sweeps AWS, so the GPU workload on this cluster keeps "
+                f"running (its GPUs allocated) after the expiry; stop it with `pulumi destroy --stack {spec.stack}`")
     if not any(r.type == "aws:scheduler/schedule:Schedule" for r in resources):
         return "nothing stops by itself (no GPU resource on AWS to stop; the sweeper acts on the expires-at tag)"
     from components.aws.expiry import AT_EXPIRY
@@ -708,7 +713,8 @@ def bill_rows(bill: dict[str, Any]) -> list[tuple[str, str]]:
     for line in bill["lines"]:
         unit = "unknown" if line["usd_per_unit"] is None else f"USD {line['usd_per_unit']:g}"
         amount = (f"USD {line['usd_per_hour']:,.4f}/h" if line["usd_per_hour"] is not None
-                  else "per use" + (f", once USD {line['one_time_usd']:,.2f}" if line["one_time_usd"] else ""))
+                  else "per use" + (f", {'per deploy' if bill.get('hub_download_nodes') else 'once'} "
+                                    f"USD {line['one_time_usd']:,.2f}" if line["one_time_usd"] else ""))
         stops = "" if line["keeps_billing"] else ", stops with the GPUs"
         est = " (estimate)" if line["estimate"] else ""
         rows.append(("cost line", f"{line['item']}: {line['quantity']:,.6g} x {unit}/{line['unit']} = {amount}{stops}"

@@ -22,7 +22,9 @@ def check_kubernetes(
     secrets_set: frozenset[str] | set[str], warnings: list[str],
 ) -> None:
     """``kubernetes.*`` (``check_kubernetes_fields_and_limits`` for the schema-checked
-    fields and name lengths; ``namespace`` refused on aws-ec2, which never reads it), then
+    fields and name lengths; ``namespace`` refused on aws-ec2, which never reads it, and refused
+    when it is a cluster's own (``SYSTEM_NAMESPACES``) or ``observability.prometheusNamespace`` /
+    ``grafanaNamespace``: the stack declares its namespace and deletes it on destroy), then
     ``check_eks_version``; a warning when the kubernetes platform
     has no ``kubeconfig`` secret.
 
@@ -41,6 +43,14 @@ def check_kubernetes(
         raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace,
                           f"is one the cluster owns ({', '.join(SYSTEM_NAMESPACES)}): the stack creates its namespace "
                           "and deletes it on `pulumi destroy`; name one of its own")
+    obs = raw.observability
+    for key, observed in (("observability.prometheusNamespace", obs.prometheus_namespace),
+                          ("observability.grafanaNamespace", obs.grafana_namespace)):
+        if platform.runs_kubernetes and observed is not None and raw.kubernetes.namespace == observed:
+            # The same rule as for the cluster's own: destroying the stack would delete the monitoring stack.
+            raise ConfigError("kubernetes.namespace", raw.kubernetes.namespace,
+                              f"is {key}, the observability stack's namespace: the stack creates its namespace "
+                              "and deletes it on `pulumi destroy`; name one of its own")
     for arn in raw.kubernetes.admin_role_arns:
         if not IAM_PRINCIPAL_ARN_RE.match(arn):
             raise ConfigError(

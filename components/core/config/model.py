@@ -9,6 +9,9 @@ from ..model import MODELS, ModelProfile
 from .patterns import COMMIT_RE, REVISION_RE, SERVED_MODEL_NAME_RE, git_ref_problem
 from .raw import RawConfig
 
+# A Hub pull request's head (``refs/pr/<number>``), a revision the Hub accepts like a branch.
+HUB_PULL_REQUEST_RE = re.compile(r"^refs/pr/[0-9]+\Z")
+
 
 def check_profile(raw: RawConfig) -> ModelProfile:
     """The model profile named by ``model.profile``.
@@ -77,10 +80,19 @@ def check_revision_and_license(raw: RawConfig, model: ModelProfile, warnings: li
                 rev,
                 f"must be a 40-hex commit in {raw.environment} (branches move; pin the commit the trial resolved)",
             )
-        warnings.append(
-            f"model.revision '{rev}' is a branch, not a commit: the weight sync resolves and records the "
-            "commit; pin it before staging or prod"
-        )
+        if HUB_PULL_REQUEST_RE.match(rev):
+            # The Hub names a pull request's head refs/pr/N; anyone with an account can open one
+            # (https://huggingface.co/docs/hub/repositories-pull-requests-discussions, read 2026-12).
+            runs = (" and, with --trust-remote-code, its Python" if model.trust_remote_code else "")
+            warnings.append(
+                f"model.revision '{rev}' is a Hub pull request, which anyone can open, not the publisher's "
+                f"release: the nodes load its weights{runs}; review it and pin its commit, or use a commit of main"
+            )
+        else:
+            warnings.append(
+                f"model.revision '{rev}' is a branch, not a commit: the weight sync resolves and records the "
+                "commit; pin it before staging or prod"
+            )
     if raw.model.license_acknowledged is not True:
         raise ConfigError(
             "model.licenseAcknowledged",

@@ -376,7 +376,8 @@ class KubernetesConfig(_Raw):
     """``kimi-deploy:kubernetes``: the workload side (EKS or an existing cluster)."""
 
     namespace: str = "kimi"
-    """The namespace of the workloads (aws-eks, kubernetes)."""
+    """The namespace of the workloads (aws-eks, kubernetes); the stack creates it and deletes it on destroy, so not one the
+    cluster owns (default, kube-*) nor observability.prometheusNamespace / grafanaNamespace."""
     installed_addons: tuple[str, ...] = Field((), alias="installedAddons")
     """Cluster software already installed, so it is not installed again (device plugins, LWS, KEDA, exporters, operators)."""
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")

@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .. import naming
 from ..errors import NAMESPACE, UNKNOWN_KEY_VALUE, ConfigError, did_you_mean
 from ..limits import tags_problem
 from .raw import API_KEY_MIN_CHARS, SECRET_KEYS, RawConfig
@@ -357,11 +358,13 @@ OWN_TAGS_PER_RESOURCE = 7
 
 
 def _check_provider_default_tags(text: str | None) -> None:
-    """``aws:defaultTags`` count against AWS's 50 tags per resource together with the program's own.
+    """``aws:defaultTags`` count against AWS's 50 tags per resource together with the program's own,
+    and may not set a tag key the toolkit owns (``naming.TOOLKIT_TAG_KEYS``: the sweeper and the
+    expiry read them; a default applies wherever the program sets no value, e.g. ``expires-at`` on prod).
 
     Raises:
-        ConfigError: the default tags are not ``{"tags": {...}}``, or they and the program's own
-            tags break a limit (``limits.tags_problem``).
+        ConfigError: the default tags are not ``{"tags": {...}}``, set a toolkit-owned key, or they
+            and the program's own tags break a limit (``limits.tags_problem``).
     """
     if not text:
         return
@@ -373,6 +376,13 @@ def _check_provider_default_tags(text: str | None) -> None:
         ) from None
     if not isinstance(tags, dict):
         raise ConfigError("aws:defaultTags", text, "has 'tags' that is not a map")
+    for key in tags:
+        if str(key) in naming.TOOLKIT_TAG_KEYS:
+            raise ConfigError(
+                f"aws:defaultTags.tags.{key}", tags[key],
+                f"cannot be set through aws:defaultTags: the toolkit owns this tag (the sweeper and the expiry read "
+                f"it); it is set by {naming.TOOLKIT_TAG_KEYS[str(key)]}",
+            )
     broken = tags_problem({str(k): str(v) for k, v in tags.items()}, reserved=OWN_TAGS_PER_RESOURCE)
     if broken:
         key, value, why = broken
