@@ -51,6 +51,8 @@ def read_relayed(path: str | os.PathLike[str]) -> list[str]:
                     offset = int(m.read().strip() or 0)
             except (FileNotFoundError, ValueError):
                 offset = 0
+            if offset > os.fstat(stream.fileno()).st_size:  # the file was started again: read it from the start
+                offset = 0
             stream.seek(offset)
             data = stream.read()
     except FileNotFoundError:

@@ -128,6 +128,7 @@ def run(plan: Plan) -> int:
     try:
         if plan.beside:
             progress_path.write_text("")
+            Path(f"{progress_path}.read").unlink(missing_ok=True)  # what an earlier run's suite had read
             _say(started, f"{plan.beside_name}: started beside the suite, in a pytest process of its own "
                           f"(output: {log_path})")
             with open(log_path, "wb") as log:

@@ -113,3 +113,13 @@ def test_make_test_runs_the_vm_tier_beside_and_the_live_tier_last_and_the_suite_
     makefile = (REPO_ROOT / "Makefile").read_text()
     recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "-m tests.suite" in recipe
+
+
+def test_a_second_run_relays_its_own_progress_though_the_first_left_its_read_marker(runner_env, tmp_path, capfd):
+    # The runner keeps its progress file and the suite's read offset beside it in the cache directory: a
+    # second `make test` relayed nothing until its file outgrew the first run's offset.
+    plan = _plan(tmp_path)
+    plan.log_dir.mkdir(parents=True)
+    (plan.log_dir / "make-test-beside.progress.read").write_text("1000000")
+    assert suite.run(plan) == 0
+    assert "(VM tier, beside the suite) hello from beside" in capfd.readouterr().out
