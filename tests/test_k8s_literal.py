@@ -96,7 +96,7 @@ def _expanded_items(container: dict[str, Any]) -> Iterator[str]:
 
 
 USER_TEXT = "$(VLLM_API_KEY) $$ {{ '$(HOME)' }}"
-# What a user may write in extraArgs (a chat template, a role name): the LeaderWorkerSet's names too.
+# What a user may write in extraArgs (a root path, a role name): the LeaderWorkerSet's names too.
 USER_LWS_TEXT = "{{ '$(LWS_LEADER_ADDRESS)' }} rank $(LWS_WORKER_INDEX)"
 
 
@@ -104,7 +104,7 @@ def _with_user_text(stack: str):
     from components.core.config import read_stack_config
 
     vllm = dict(read_stack_config(stack).get("kimi-deploy:vllm") or {})
-    vllm["extraArgs"] = ["--response-role", USER_TEXT, "--chat-template", USER_LWS_TEXT]
+    vllm["extraArgs"] = ["--response-role", USER_TEXT, "--root-path", USER_LWS_TEXT]
     return plan_for(stack, overrides={"kimi-deploy:vllm": vllm})
 
 

@@ -220,9 +220,13 @@ def test_misconfigured_b_fails_the_broken_checks_naming_the_flag(request):
     failed = {n for n, c in results.items() if c["status"] == "fail"}
     # tool-choice sends three short requests: when a reply's reasoning markup reaches the content (no
     # reasoning parser), it fails too, and must then name the missing parser (seen under load).
-    # Its reason is the first of its problems: any of the three replies may be the one that leaked.
+    # Its reason is the first of its problems: any of the three replies may be the one that leaked. In two
+    # full runs at load about 2 (never in three runs of this test alone) the forced calls of `required` and the
+    # named tool came back with arguments {} on this server without the reasoning parser; why only in full runs
+    # is not established. Either is a failure of this misconfigured server; a transport error is not.
     problems = results["tool-choice"]["metrics"].get("problems") or [results["tool-choice"]["reason"]]
-    maybe = {"tool-choice"} if any("--reasoning-parser kimi_k3" in p for p in problems) else set()
+    maybe = {"tool-choice"} if problems and all("--reasoning-parser kimi_k3" in p or "do not match the schema" in p
+                                                for p in problems) else set()
     if not (code == 1 and set(B_FAILS) <= failed <= set(B_FAILS) | maybe):
         pytest.fail(f"exit {code}; failed {sorted(failed)}, expected {sorted(B_FAILS)} (tool-choice allowed: {bool(maybe)}); "
                     + "; ".join(f"{n}: {c['status']}: {c['reason']}" for n, c in results.items())
