@@ -80,12 +80,9 @@ def _pytest(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", *args]
 
 
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes:3d}:{secs:02d}"
-
-
 def _say(started: float, text: str) -> None:
+    from tests.progress import _clock  # the suite's own `[+ mm:ss]` format
+
     print(f"[+{_clock(time.monotonic() - started)}] {text}", flush=True)
 
 
